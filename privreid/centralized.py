@@ -1,0 +1,70 @@
+"""Non-federated baselines, expressed as methods of the same engine.
+
+* ``centralized`` (ERM; the ES protocol of L2RW+): all clients' training data
+  pooled in one place and trained as a single client, one epoch per round.
+  Identities of clients carved from one domain are merged back (see
+  :func:`pool_clients`).
+* ``standalone``: every client trains alone; nothing is shared.  There is no
+  global model; each client's model is evaluated on its own domain and on the
+  unseen domains.
+"""
+
+from __future__ import annotations
+
+from .data.types import ClientData
+from .federated.client import SupervisedUpdate
+from .federated.policy import CLASSIFIER_LOCAL, NOTHING_SHARED
+from .federated.registry import Method, register
+from .federated.strategy import DataVolumeAverage, KeepGlobal
+
+
+def pool_clients(clients: list[ClientData]) -> list[ClientData]:
+    """Merge clients into one, keeping identities of different domains apart.
+
+    Identities are keyed by ``(domain, original image pid)``: clients carved
+    from the same domain (by camera) share identities, clients of different
+    domains never do.  Labels are re-numbered ``0..n-1``.
+    """
+    keyed = []
+    for c in clients:
+        for path, pid, camid in c.train:
+            keyed.append((path, (c.domain, _domain_pid(c, pid)), camid))
+    labels = {key: i for i, key in enumerate(sorted({k for _, k, _ in keyed}, key=repr))}
+    train = [(path, labels[key], camid) for path, key, camid in keyed]
+    domains = sorted({c.domain for c in clients})
+    return [ClientData(name="central", domain="+".join(domains), train=train)]
+
+
+def _domain_pid(client: ClientData, pid: int) -> object:
+    """A client-independent identity key within the client's domain.
+
+    Client pids are relabelled per client; the domain-level identity is
+    recovered from ``client.source_pids`` when the partition recorded it, else
+    the client name keeps identities of different clients distinct.
+    """
+    return client.source_pids[pid] if client.source_pids is not None else (client.name, pid)
+
+
+register(
+    Method(
+        name="centralized",
+        summary="centralised ERM over the union of the clients' data (ES protocol)",
+        policy=CLASSIFIER_LOCAL,
+        make_client_update=SupervisedUpdate,
+        make_strategy=lambda config: DataVolumeAverage(),
+        communicates=False,
+        prepare_clients=pool_clients,
+    )
+)
+
+register(
+    Method(
+        name="standalone",
+        summary="each client trains alone on its own data; nothing is shared",
+        policy=NOTHING_SHARED,
+        make_client_update=SupervisedUpdate,
+        make_strategy=lambda config: KeepGlobal(),
+        has_global_model=False,
+        communicates=False,
+    )
+)

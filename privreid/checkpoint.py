@@ -1,0 +1,110 @@
+"""Checkpoints: the only hand-off between training and evaluation.
+
+A checkpoint (``ckpt.pt``) is a dict of tensors and primitives:
+
+``format``, ``privreid_version``, ``method``, ``round`` (rounds completed),
+``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the
+network), ``global_state`` (the shared keys of the global model; empty for
+methods without one), ``client_states`` (client name -> its local state dict),
+``client_classes`` (client name -> number of identities), ``metrics`` (list of
+metric records), ``comm`` (bytes per round), ``rng`` and ``extra``.
+
+Writes are atomic (temporary file in the same directory, then ``os.replace``),
+so a crash never leaves a truncated checkpoint.  Reads use
+``torch.load(weights_only=True)``: a checkpoint carrying arbitrary pickled
+objects is refused instead of executed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__
+from .errors import CheckpointError
+
+FORMAT = "privreid-ckpt-v1"
+REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
+
+
+def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Atomically write ``ckpt`` (adding ``format`` and version) to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "privreid_version": __version__, **ckpt}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"refusing to load {path}: it contains objects that are not plain tensors/containers "
+            f"(weights_only load failed: {first})"
+        ) from exc
+    except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
+    return ckpt
+
+
+def checkpoint_clients(ckpt: dict[str, Any]) -> list[str]:
+    return sorted(ckpt["client_states"])
+
+
+def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str | None = None,
+               device: str | torch.device = "cpu") -> torch.nn.Module:
+    """Rebuild the model a checkpoint describes, in eval mode.
+
+    ``client=None`` gives the global model (the shared state); ``client=NAME``
+    gives that client's personalised model (global shared state plus its local
+    state, classifier included).  Methods without a global model (standalone)
+    require a client.  Every evaluation subsystem loads models through here.
+    """
+    from .models import build_model
+
+    ckpt = path_or_ckpt if isinstance(path_or_ckpt, dict) else load_checkpoint(path_or_ckpt)
+    model = build_model(**{**ckpt["model_config"], "num_classes": 0, "pretrained": None, "weights": None})
+    state = dict(ckpt["global_state"])
+    if client is None:
+        if not ckpt.get("has_global_model", True):
+            raise CheckpointError(f"method {ckpt['method']!r} has no global model; pick a client with --client "
+                                  f"({', '.join(checkpoint_clients(ckpt))})")
+    else:
+        if client not in ckpt["client_states"]:
+            raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(checkpoint_clients(ckpt))}")
+        local = ckpt["client_states"][client]
+        if "classifier.weight" in local:
+            model.reset_classifier(int(local["classifier.weight"].shape[0]))
+        state.update(local)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad_missing = [k for k in missing if not k.startswith("classifier.")]
+    if unexpected or bad_missing:
+        raise CheckpointError(f"checkpoint does not match its model config (missing {bad_missing[:3]}, "
+                              f"unexpected {list(unexpected)[:3]})")
+    return model.to(device).eval()

@@ -1,0 +1,31 @@
+"""Datasets: real-benchmark loaders, statistics, federated partitions, sampling and transforms."""
+
+from privreid.data.formats import DATASET_FORMATS, detect_format, load_dataset, verify_images
+from privreid.data.partition import PROTOCOLS, make_federation
+from privreid.data.sampler import PKSampler
+from privreid.data.stats import dataset_stats, format_stats_table
+from privreid.data.torch_dataset import ImageDataset
+from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transforms
+from privreid.data.types import ClientData, Federation, ReIDDataset, Sample, TestSet, relabel
+
+__all__ = [
+    "DATASET_FORMATS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "PROTOCOLS",
+    "ClientData",
+    "Federation",
+    "ImageDataset",
+    "PKSampler",
+    "ReIDDataset",
+    "Sample",
+    "TestSet",
+    "build_transforms",
+    "dataset_stats",
+    "detect_format",
+    "format_stats_table",
+    "load_dataset",
+    "make_federation",
+    "relabel",
+    "verify_images",
+]

@@ -1,0 +1,88 @@
+"""Feature extraction for ReID evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from privreid.errors import ConfigError, DataError
+
+__all__ = ["extract_features"]
+
+
+def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = False,
+                     *, progress: bool = False):
+    """Run ``model`` over ``loader`` and collect features and labels.
+
+    Args:
+        model: maps an image batch ``(B, C, H, W)`` to a ``(B, D)`` feature
+            tensor.  It must already live on ``device``; it is run in eval mode
+            under ``torch.no_grad()`` and its previous train/eval mode is
+            restored afterwards (also when an error is raised).
+        loader: iterable of ``(images, pids, camids)`` batches; ``pids`` and
+            ``camids`` may be tensors, arrays or lists of ints.
+        device: where the images are moved before calling the model.
+        flip: if true, each feature is the average of the features of the
+            image and of its horizontal flip (the image flipped along its last,
+            width, dimension).
+        progress: show a tqdm progress bar (only if tqdm is importable).
+
+    Returns:
+        ``(feats, pids, camids)``: an ``(N, D)`` float32 tensor on the CPU and
+        two int64 numpy arrays of length ``N``.
+
+    Raises:
+        DataError: the loader yields no batch, or a batch is not a
+            ``(images, pids, camids)`` triple with matching lengths.
+        ConfigError: the model does not return a ``(B, D)`` tensor.
+    """
+    batches = loader
+    if progress:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
+        else:
+            batches = tqdm(loader, desc="extracting features", unit="batch")
+    was_training = model.training
+    model.eval()
+    feats, pids, camids = [], [], []
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                if not isinstance(batch, (tuple, list)) or len(batch) != 3:
+                    raise DataError("each loader batch must be an (images, pids, camids) triple")
+                images, batch_pids, batch_camids = batch
+                images = images.to(device)
+                f = _features(model, images)
+                if flip:
+                    f = (f + _features(model, images.flip(-1))) / 2
+                batch_pids = _labels(batch_pids)
+                batch_camids = _labels(batch_camids)
+                if not len(f) == len(batch_pids) == len(batch_camids):
+                    raise DataError(
+                        f"batch has {len(f)} images but {len(batch_pids)} pids and "
+                        f"{len(batch_camids)} camids")
+                feats.append(f.detach().to(device="cpu", dtype=torch.float32))
+                pids.append(batch_pids)
+                camids.append(batch_camids)
+    finally:
+        model.train(was_training)
+    if not feats:
+        raise DataError("the loader yielded no batches; nothing to extract")
+    return torch.cat(feats), np.concatenate(pids), np.concatenate(camids)
+
+
+def _features(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    f = model(images)
+    if not isinstance(f, torch.Tensor) or f.ndim != 2 or len(f) != len(images):
+        shape = tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__
+        raise ConfigError(
+            f"model(images) must return a (B, D) feature tensor for B={len(images)} "
+            f"images, got {shape}")
+    return f
+
+
+def _labels(x) -> np.ndarray:
+    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return a.reshape(-1).astype(np.int64)

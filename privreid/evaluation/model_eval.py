@@ -1,0 +1,41 @@
+"""Evaluate a model on a query/gallery test set (extract features, then rank)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..data import ImageDataset, build_transforms
+from ..data.types import TestSet
+from .features import extract_features
+from .metrics import evaluate
+
+SUMMARY_KEYS = ("rank1", "rank5", "rank10", "mAP", "mINP")
+
+
+def evaluate_model(
+    model: torch.nn.Module,
+    testset: TestSet,
+    *,
+    height: int,
+    width: int,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+    flip: bool = False,
+    num_workers: int = 0,
+    metric: str = "euclidean",
+) -> dict[str, float]:
+    """R1/R5/R10/mAP/mINP of ``model`` on ``testset`` (torchreid protocol)."""
+    transform = build_transforms(height, width, train=False)
+
+    def features(samples):
+        loader = DataLoader(ImageDataset(samples, transform), batch_size=batch_size, shuffle=False,
+                            num_workers=num_workers)
+        return extract_features(model, loader, device=device, flip=flip)
+
+    qf, q_pids, q_cams = features(testset.query)
+    gf, g_pids, g_cams = features(testset.gallery)
+    result = evaluate(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
+    out = {k: float(result[k]) for k in SUMMARY_KEYS}
+    out["num_valid_queries"] = int(result["num_valid_queries"])
+    return out

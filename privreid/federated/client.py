@@ -1,0 +1,126 @@
+"""Client updates: the local training step of a method.
+
+A client update is a callable ``update(ctx) -> metrics``.  It receives the
+single resident model already holding the global shared state plus this
+client's local state, trains it in place on the client's own images, and
+returns scalar metrics.  Clients are the only code that touches images.
+
+:class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
+9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
+loss, with separate learning rates for the classifier (0.05) and the backbone
+(0.005), decayed by ``gamma`` every ``lr_step`` rounds.  Optionally a
+batch-hard triplet loss on the pre-neck features, with PK sampling.  Methods
+that change the local objective (FedProx's proximal term, KD, ...) subclass it
+and override :meth:`SupervisedUpdate.extra_loss`.
+
+Optimiser state (momentum) is created fresh every round, as in the FedPav
+reference code; nothing but model weights persists between rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..config import RunConfig
+from ..data import ImageDataset, PKSampler, build_transforms
+from ..data.types import ClientData
+from ..losses import batch_hard_triplet_loss, identity_loss
+from ..models import ReIDModel
+from .policy import StateDict
+
+
+@dataclass
+class ClientContext:
+    """Everything a client update may use."""
+
+    model: ReIDModel
+    client: ClientData
+    round: int
+    config: RunConfig
+    device: torch.device
+    global_state: StateDict
+    seed: int
+    progress: bool = False
+    extras: dict = field(default_factory=dict)
+
+
+def round_lr_factor(config: RunConfig, round_index: int) -> float:
+    """Step decay by round: ``gamma ** (round // lr_step)``."""
+    return config.train.lr_gamma ** (round_index // config.train.lr_step)
+
+
+def client_loader(client: ClientData, config: RunConfig, seed: int) -> DataLoader:
+    """Training batches of the client's images (PK batches when triplet is on)."""
+    t, d = config.train, config.data
+    dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True))
+    generator = torch.Generator().manual_seed(seed)
+    if t.triplet_weight > 0:
+        k = t.instances_per_id
+        p = max(2, t.batch_size // k)
+        sampler = PKSampler(client.train, p=p, k=k, seed=seed)
+        return DataLoader(dataset, batch_size=p * k, sampler=sampler, drop_last=True,
+                          num_workers=t.num_workers, generator=generator)
+    return DataLoader(dataset, batch_size=t.batch_size, shuffle=True, generator=generator,
+                      drop_last=len(dataset) > t.batch_size, num_workers=t.num_workers)
+
+
+class SupervisedUpdate:
+    """Identity (+ optional triplet) loss local training; FedPav's client."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.criterion = identity_loss(config.train.label_smoothing)
+
+    def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
+        t = self.config.train
+        factor = round_lr_factor(self.config, round_index)
+        head = list(model.classifier.parameters())
+        head_ids = {id(p) for p in head}
+        body = [p for p in model.parameters() if p.requires_grad and id(p) not in head_ids]
+        return torch.optim.SGD(
+            [{"params": body, "lr": t.lr_backbone * factor}, {"params": head, "lr": t.lr_head * factor}],
+            momentum=t.momentum, weight_decay=t.weight_decay, nesterov=t.momentum > 0,
+        )
+
+    def extra_loss(self, ctx: ClientContext, pre_neck: torch.Tensor, feat: torch.Tensor,
+                   logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+        """Hook for methods that add terms to the local objective."""
+        return None
+
+    def __call__(self, ctx: ClientContext) -> dict[str, float]:
+        from tqdm.auto import tqdm
+
+        t = self.config.train
+        model = ctx.model
+        model.train()
+        opt = self.optimizer(model, ctx.round)
+        total, steps, seen = 0.0, 0, 0
+        for epoch in range(t.local_epochs):
+            loader = client_loader(ctx.client, self.config, ctx.seed + epoch)
+            if isinstance(loader.sampler, PKSampler):
+                loader.sampler.set_epoch(epoch)
+            n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
+            bar = tqdm(loader, total=n_batches, desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False,
+                       disable=not ctx.progress, dynamic_ncols=True)
+            for step, (images, labels, _) in enumerate(bar):
+                if step >= n_batches:
+                    break
+                images, labels = images.to(ctx.device), labels.to(ctx.device)
+                pre_neck, feat, logits = model.forward_train(images)
+                loss = self.criterion(logits, labels)
+                if t.triplet_weight > 0:
+                    loss = loss + t.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
+                extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
+                if extra is not None:
+                    loss = loss + extra
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(labels)
+                seen += len(labels)
+                steps += 1
+                bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        return {"loss": total / max(seen, 1), "steps": float(steps), "samples_seen": float(seen)}

@@ -1,0 +1,274 @@
+"""The federated engine: rounds, client selection, aggregation, evaluation, checkpoints.
+
+It knows nothing about individual methods: a :class:`~.registry.Method`
+supplies the parameter policy, the client update and the server strategy.
+
+Memory.  Clients run one after another in one process; only one model is
+resident.  Between rounds a client keeps only its local state (its
+``policy.local`` keys), and the server keeps the global shared state.  Within
+a round the server holds the uploads of the selected clients until it
+aggregates them (strategies are pure functions of all uploads).
+
+Determinism.  Every random draw is seeded from ``(seed, round, client)``
+(:mod:`privreid.seeding`), so ``--resume`` from the checkpoint of round ``r``
+continues exactly as the uninterrupted run.
+
+Privacy boundary.  The only things that flow from a client to the server are
+:class:`~.strategy.Upload` objects: the shared keys, the sample count and
+scalar training metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..checkpoint import load_checkpoint, save_checkpoint
+from ..config import RunConfig
+from ..data.types import ClientData, Federation, TestSet
+from ..errors import ConfigError
+from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from ..models import build_model
+from ..seeding import derive_seed, rng_states, seed_everything
+from .client import ClientContext
+from .policy import StateDict, clone_state, state_nbytes
+from .registry import Method, get_method
+from .strategy import Upload
+
+RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was requested but no CUDA device is available; use --device cpu")
+    return torch.device(name)
+
+
+def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
+    """Refuse to clobber an existing run unless asked to overwrite or resume."""
+    existing = [f for f in RUN_FILES if (out_dir / f).exists()]
+    if resume:
+        if not (out_dir / "ckpt.pt").exists():
+            raise ConfigError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
+        return
+    if existing and not overwrite:
+        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); "
+                          "pass --overwrite to replace it or --resume to continue it")
+    for f in existing:
+        (out_dir / f).unlink()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
+    if not results:
+        return {}
+    return {k: float(np.mean([r[k] for r in results])) for k in SUMMARY_KEYS}
+
+
+class FederatedEngine:
+    """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``."""
+
+    def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
+                 progress: bool = True, log: Callable[[str], None] | None = None):
+        self.config = config.validate()
+        self.method: Method = get_method(config.train.method)
+        self.federation = federation
+        self.clients: list[ClientData] = (
+            self.method.prepare_clients(federation.clients) if self.method.prepare_clients else federation.clients
+        )
+        if not self.clients:
+            raise ConfigError("the federation has no clients")
+        self.out_dir = Path(out_dir)
+        self.progress = progress
+        self.log = log or (lambda msg: tqdm.write(msg))
+        self.device = resolve_device(config.train.device)
+        self.policy = self.method.policy
+        self.client_update = self.method.make_client_update(config)
+        self.strategy = self.method.make_strategy(config)
+
+    # -- state -----------------------------------------------------------------
+    def _initial_state(self) -> None:
+        seed_everything(derive_seed(self.config.train.seed, "init"))
+        m = self.config.model
+        self.model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
+                                 last_stride=m.last_stride, pretrained=m.pretrained, weights=m.weights)
+        self.model.to(self.device)
+        self.init_state = clone_state(self.model.state_dict())
+        self.global_state: StateDict = self.policy.shared(self.init_state)
+        self.client_states: dict[str, StateDict] = {}
+        self.metrics: list[dict[str, Any]] = []
+        self.comm: list[dict[str, int]] = []
+        self.start_round = 0
+
+    def _restore(self) -> None:
+        ckpt = load_checkpoint(self.out_dir / "ckpt.pt")
+        saved = RunConfig.from_dict(ckpt["config"]).to_dict()
+        current = self.config.to_dict()
+        saved["train"].pop("rounds"), current["train"].pop("rounds")
+        if saved != current:
+            diffs = [f"{section}.{k}" for section in current for k in current[section]
+                     if current[section][k] != saved[section].get(k)]
+            raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")
+        self.global_state = ckpt["global_state"]
+        self.client_states = ckpt["client_states"]
+        self.metrics = list(ckpt["metrics"])
+        self.comm = list(ckpt["comm"])
+        self.start_round = int(ckpt["round"])
+        with open(self.out_dir / "metrics.jsonl", "w") as fh:  # drop lines of a round killed mid-way
+            for rec in self.metrics:
+                fh.write(json.dumps(rec) + "\n")
+        self.log(f"resuming {self.method.name} from round {self.start_round}")
+
+    def _load_client(self, client: ClientData) -> None:
+        """Put the global shared state plus the client's local state into the model."""
+        self.model.reset_classifier(client.num_classes)
+        local = self.client_states.get(client.name)
+        if local is None:  # first participation: fresh classifier, initial local layers
+            state = {**self.policy.local(self.init_state), **self.global_state}
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            assert all(k.startswith("classifier.") for k in missing) and not unexpected
+        else:
+            self.model.load_state_dict({**self.global_state, **local}, strict=True)
+        self.model.to(self.device)
+
+    def _load_global(self) -> None:
+        missing, unexpected = self.model.load_state_dict(self.global_state, strict=False)
+        assert not unexpected
+
+    # -- evaluation ------------------------------------------------------------
+    def _eval(self, testset: TestSet) -> dict[str, float]:
+        d, t = self.config.data, self.config.train
+        return evaluate_model(self.model, testset, height=d.height, width=d.width, device=self.device,
+                              flip=t.eval_flip, num_workers=t.num_workers)
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        self.metrics.append(rec)
+        with open(self.out_dir / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+    def _eval_local(self, round_no: int, client: ClientData) -> None:
+        sets: list[tuple[str, TestSet]] = []
+        if client.query and client.gallery:
+            sets.append(("seen", TestSet(client.domain, client.query, client.gallery)))
+        if not self.method.has_global_model:
+            sets += [("unseen", ts) for ts in self.federation.unseen]
+        for split, ts in sets:
+            res = self._eval(ts)
+            self._record({"round": round_no, "scope": "local", "client": client.name, "split": split,
+                          "testset": ts.name, **res})
+
+    def _eval_global(self, round_no: int) -> None:
+        if not self.method.has_global_model:
+            return
+        self._load_global()
+        for split, sets in (("seen", self.federation.seen), ("unseen", self.federation.unseen)):
+            for ts in sets:
+                res = self._eval(ts)
+                self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
+                self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
+                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+
+    # -- the loop --------------------------------------------------------------
+    def select_clients(self, round_index: int) -> list[ClientData]:
+        """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
+        n = len(self.clients)
+        k = max(1, int(round(self.config.train.client_fraction * n)))
+        rng = np.random.default_rng(derive_seed(self.config.train.seed, "select", round_index))
+        chosen = sorted(rng.choice(n, size=k, replace=False).tolist())
+        return [self.clients[i] for i in chosen]
+
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
+        t = self.config.train
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._initial_state()
+        if resume:
+            self._restore()
+        started = time.time()
+        rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
+                      total=t.rounds, disable=not self.progress, dynamic_ncols=True)
+        for r in rounds:
+            round_no = r + 1
+            evaluate_now = round_no % t.eval_every == 0 or round_no == t.rounds
+            selected = self.select_clients(r)
+            uploads: list[Upload] = []
+            down_bytes = state_nbytes(self.global_state) * len(selected)
+            for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
+                seed = derive_seed(t.seed, "client", r, client.name)
+                seed_everything(seed)
+                self._load_client(client)
+                ctx = ClientContext(model=self.model, client=client, round=r, config=self.config,
+                                    device=self.device, global_state=self.global_state, seed=seed,
+                                    progress=self.progress)
+                train_metrics = self.client_update(ctx)
+                state = self.model.state_dict()
+                uploads.append(Upload(client.name, clone_state(self.policy.shared(state)), client.num_samples,
+                                      train_metrics))
+                self.client_states[client.name] = clone_state(self.policy.local(state))
+                self._record({"round": round_no, "scope": "train", "client": client.name, **train_metrics})
+                if evaluate_now:
+                    self._eval_local(round_no, client)
+            self.global_state = self.strategy.aggregate(self.global_state, uploads)
+            if self.method.communicates:
+                self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
+                                  "bytes_down": down_bytes})
+            if evaluate_now:
+                self._eval_global(round_no)
+            self._checkpoint(round_no)
+        summary = self.summary(time.time() - started)
+        write_json_atomic(self.out_dir / "summary.json", summary)
+        return summary
+
+    def _checkpoint(self, round_no: int) -> None:
+        save_checkpoint({
+            "method": self.method.name,
+            "round": round_no,
+            "config": self.config.to_dict(),
+            "model_config": self.model.model_config(),
+            "global_state": self.global_state,
+            "has_global_model": self.method.has_global_model,
+            "client_states": self.client_states,
+            "client_classes": {c.name: c.num_classes for c in self.clients},
+            "metrics": self.metrics,
+            "comm": self.comm,
+            "rng": rng_states(),
+        }, self.out_dir / "ckpt.pt")
+
+    def summary(self, wall_time: float) -> dict[str, Any]:
+        """Final-round metrics (global and mean local), communication totals."""
+        last = max((m["round"] for m in self.metrics if m["scope"] in ("global", "local")), default=0)
+        final = [m for m in self.metrics if m["round"] == last and m["scope"] in ("global", "local")]
+        out: dict[str, Any] = {
+            "method": self.method.name,
+            "protocol": self.federation.protocol,
+            "rounds": self.config.train.rounds,
+            "clients": [c.name for c in self.clients],
+            "evaluated_round": last,
+            "wall_time_s": round(wall_time, 2),
+            "checkpoint": str(self.out_dir / "ckpt.pt"),
+        }
+        for scope in ("global", "local"):
+            for split in ("seen", "unseen"):
+                recs = [m for m in final if m["scope"] == scope and m["split"] == split]
+                if recs:
+                    out[f"{scope}_{split}"] = mean_metrics(recs)
+                    out[f"{scope}_{split}_per_testset"] = {
+                        (m["testset"] if scope == "global" else f"{m['client']}@{m['testset']}"):
+                            {k: m[k] for k in SUMMARY_KEYS} for m in recs}
+        out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
+        out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
+        return out

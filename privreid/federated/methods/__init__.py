@@ -1,0 +1,3 @@
+"""Federated methods: one module each; importing this package registers them."""
+
+from . import fedpav  # noqa: F401

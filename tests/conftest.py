@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny synthetic federation and a tiny run configuration."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Never touch the user's ~/.cache from tests."""
+    old = os.environ.get("PRIVREID_CACHE")
+    os.environ["PRIVREID_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("PRIVREID_CACHE", None)
+    else:
+        os.environ["PRIVREID_CACHE"] = old
+
+
+TINY_SYNTH = dict(num_domains=3, ids_per_domain=6, test_ids_per_domain=4, cams_per_domain=3,
+                  images_per_id_per_cam=2, height=32, width=16, distractors=2, junk=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_synth(tmp_path_factory):
+    """3 domains x 6 train ids, 32x16 images, Market-1501 layout; ~200 images."""
+    from privreid.data.synthetic import SynthConfig, generate_synthetic
+
+    return generate_synthetic(tmp_path_factory.mktemp("synth") / "tiny", SynthConfig(**TINY_SYNTH))
+
+
+def tiny_config(root, method: str = "fedpav", rounds: int = 2, **train) -> RunConfig:
+    """A run that takes about a second per round on a CPU."""
+    return RunConfig(
+        data=DataConfig(roots=[str(root)], height=32, width=16, test_domains=["synthC"]),
+        model=ModelConfig(arch="resnet18", feat_dim=32),
+        train=TrainConfig(**{"method": method, "rounds": rounds, "batch_size": 8, "max_steps_per_epoch": 2,
+                             "lr_backbone": 0.01, "device": "cpu", **train}),
+    )

@@ -1,0 +1,152 @@
+"""The federated engine on a tiny synthetic federation (seconds per run)."""
+
+import json
+
+import pytest
+import torch
+
+from privreid.checkpoint import load_checkpoint
+from privreid.data.catalog import build_federation
+from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine, prepare_out_dir
+from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
+from privreid.federated.strategy import DataVolumeAverage, Upload
+
+from conftest import tiny_config
+
+
+def federation(cfg):
+    d = cfg.data
+    return build_federation(d.roots, test_domains=d.test_domains)
+
+
+def test_fedpav_server_sees_only_shared_parameters_and_scalars(tiny_synth, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_synth, rounds=2)
+    seen_uploads: list[list[Upload]] = []
+    original = DataVolumeAverage.aggregate
+
+    def spy(self, global_state, uploads):
+        seen_uploads.append(uploads)
+        return original(self, global_state, uploads)
+
+    monkeypatch.setattr(DataVolumeAverage, "aggregate", spy)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    summary = engine.run()
+
+    shared_keys = set(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
+    assert len(seen_uploads) == 2 and all(len(u) == 2 for u in seen_uploads)  # synthA, synthB
+    for uploads in seen_uploads:
+        for u in uploads:
+            assert set(u.state) == shared_keys  # no classifier, nothing else
+            assert not any(k.startswith("classifier.") for k in u.state)
+            assert all(isinstance(v, float) for v in u.metrics.values())  # scalars only
+            assert isinstance(u.num_samples, int)
+    # communication: each selected client downloads and uploads the shared state
+    per_model = state_nbytes(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
+    assert summary["comm_bytes_up"] == summary["comm_bytes_down"] == 2 * 2 * per_model
+    assert set(summary["global_seen_per_testset"]) == {"synthA", "synthB"}
+    assert set(summary["global_unseen_per_testset"]) == {"synthC"}
+
+
+def test_global_model_is_data_volume_average_of_uploads(tiny_synth, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_synth, rounds=1)
+    captured = {}
+    original = DataVolumeAverage.aggregate
+
+    def spy(self, global_state, uploads):
+        captured["uploads"] = uploads
+        return original(self, global_state, uploads)
+
+    monkeypatch.setattr(DataVolumeAverage, "aggregate", spy)
+    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    ups = captured["uploads"]
+    n = sum(u.num_samples for u in ups)
+    key = "neck.fc.weight"
+    expected = sum(u.state[key].double() * u.num_samples / n for u in ups).float()
+    assert torch.allclose(ckpt["global_state"][key], expected, atol=1e-6)
+    # client-local heads are stored per client with their own sizes, never in the global state
+    assert set(ckpt["client_states"]) == {"synthA", "synthB"}
+    assert all(set(s) == {"classifier.weight"} for s in ckpt["client_states"].values())
+    assert not any(k.startswith("classifier.") for k in ckpt["global_state"])
+    assert ckpt["client_classes"] == {"synthA": 6, "synthB": 6}
+
+
+def test_client_fraction_samples_per_round(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, rounds=3, client_fraction=0.5)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    picks = [tuple(c.name for c in engine.select_clients(r)) for r in range(20)]
+    assert all(len(p) == 1 for p in picks)
+    assert set(picks) == {("synthA",), ("synthB",)}  # both get picked over 20 rounds
+    assert picks == [tuple(c.name for c in engine.select_clients(r)) for r in range(20)]  # deterministic
+
+
+def run_metrics(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_after_crash_equals_uninterrupted_run(tiny_synth, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_synth, rounds=3)
+    fed = federation(cfg)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
+
+    # crash inside round 3, after rounds 1-2 were checkpointed
+    import privreid.federated.engine as engine_mod
+
+    real = engine_mod.FederatedEngine._checkpoint
+
+    def crash_on_third(self, round_no):
+        if round_no == 3:
+            raise KeyboardInterrupt
+        real(self, round_no)
+
+    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
+    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", real)
+    assert load_checkpoint(tmp_path / "cut" / "ckpt.pt")["round"] == 2
+
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    full, cut = run_metrics(tmp_path / "full"), run_metrics(tmp_path / "cut")
+    assert full == cut
+    a = load_checkpoint(tmp_path / "full" / "ckpt.pt")["global_state"]
+    b = load_checkpoint(tmp_path / "cut" / "ckpt.pt")["global_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_a_different_configuration(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, rounds=1)
+    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    other = tiny_config(tiny_synth, rounds=2, batch_size=4)
+    with pytest.raises(ConfigError, match="train.batch_size"):
+        FederatedEngine(other, federation(other), tmp_path, progress=False).run(resume=True)
+
+
+def test_out_dir_guard(tmp_path):
+    (tmp_path / "ckpt.pt").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="already holds a run"):
+        prepare_out_dir(tmp_path, overwrite=False, resume=False)
+    prepare_out_dir(tmp_path, overwrite=True, resume=False)
+    assert not (tmp_path / "ckpt.pt").exists()
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        prepare_out_dir(tmp_path, overwrite=False, resume=True)
+
+
+def test_centralized_pools_clients_and_does_not_communicate(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, method="centralized", rounds=1)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    assert [c.name for c in engine.clients] == ["central"]
+    assert engine.clients[0].num_classes == 12  # 6 + 6 identities, kept apart
+    summary = engine.run()
+    assert summary["comm_bytes_up"] == 0
+    assert "global_unseen" in summary
+
+
+def test_standalone_has_no_global_model_and_evaluates_clients(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, method="standalone", rounds=1)
+    summary = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    assert "global_seen" not in summary
+    assert set(summary["local_unseen_per_testset"]) == {"synthA@synthC", "synthB@synthC"}
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert ckpt["global_state"] == {}
+    assert "backbone.conv1.weight" in ckpt["client_states"]["synthA"]
