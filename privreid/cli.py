@@ -67,7 +67,8 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 def train(
     method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP),
-    fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots (auto-detected by default)."),
+    fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots: auto, market1501, "
+                            "dukemtmcreid, cuhk03np-detected, cuhk03np-labeled or msmt17."),
     protocol: str = typer.Option("by-dataset", help="Partition: by-dataset, by-camera or by-identity."),
     train_domains: Optional[str] = typer.Option(None, help="Comma-separated training domains (default: all "
                                                 "but --test-domains; synth holds out its last domain)."),
@@ -76,6 +77,7 @@ def train(
     rounds: int = typer.Option(10, help="Communication rounds (epochs for centralized/standalone)."),
     local_epochs: int = typer.Option(1, help="Local epochs E per round."),
     batch_size: int = typer.Option(32, help="Batch size B."),
+    optimizer: str = typer.Option("sgd", help="sgd (FedPav: momentum 0.9, wd 5e-4) or adam."),
     lr_backbone: float = typer.Option(0.005, help="Backbone learning rate (FedPav: 0.005)."),
     lr_head: float = typer.Option(0.05, help="Classifier learning rate (FedPav: 0.05)."),
     lr_step: int = typer.Option(40, help="Decay the learning rates by --lr-gamma every N rounds."),
@@ -117,7 +119,7 @@ def train(
                         test_domains=_csv(test_domains), num_clients=num_clients, height=height, width=width),
         model=ModelConfig(arch=arch, neck=neck, feat_dim=feat_dim, last_stride=last_stride, pretrained=pretrained,
                           weights=str(weights) if weights else None),
-        train=TrainConfig(method=method, rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
+        train=TrainConfig(method=method, rounds=rounds, optimizer=optimizer, local_epochs=local_epochs, batch_size=batch_size,
                           lr_backbone=lr_backbone, lr_head=lr_head, lr_step=lr_step, lr_gamma=lr_gamma,
                           client_fraction=client_fraction, triplet_weight=triplet_weight,
                           max_steps_per_epoch=max_steps, eval_every=eval_every, seed=seed, device=device,

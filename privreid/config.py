@@ -59,6 +59,7 @@ class TrainConfig:
 
     method: str = "fedpav"
     rounds: int = 10
+    optimizer: str = "sgd"
     local_epochs: int = 1
     batch_size: int = 32
     lr_backbone: float = 0.005
@@ -113,6 +114,7 @@ class RunConfig:
             (t.eval_every > 0, f"eval_every must be > 0 (got {t.eval_every})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
             (t.triplet_weight >= 0, "triplet_weight must be >= 0"),
+            (t.optimizer in ("sgd", "adam"), f"optimizer must be sgd or adam (got {t.optimizer!r})"),
             (t.instances_per_id > 0, "instances_per_id must be > 0"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
             (d.height >= 16 and d.width >= 8, f"image size {d.height}x{d.width} is too small (min 16x8)"),

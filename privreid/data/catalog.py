@@ -64,9 +64,16 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
     return out
 
 
+def load_with_format(root: Path, fmt: str) -> ReIDDataset:
+    """:func:`load_dataset`, also accepting ``cuhk03np-detected`` / ``cuhk03np-labeled``."""
+    if fmt.startswith("cuhk03np-"):
+        return load_dataset(root, "cuhk03np", variant=fmt.split("-", 1)[1])
+    return load_dataset(root, fmt)
+
+
 def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:
     try:
-        return {root.name: _named(load_dataset(root, fmt), root.name)}
+        return {root.name: _named(load_with_format(root, fmt), root.name)}
     except DataError as first_error:
         if fmt != "auto":
             raise

@@ -23,20 +23,25 @@ positives among its kept gallery items:
   the ranking up to the hardest positive that is made of positives);
 * ``CMC[k] = 1`` if ``r_1 <= k + 1``.
 
-Cost.  torchreid builds the whole ``Q x G`` distance matrix and ``argsort``\\ s
+Cost.  torchreid builds the whole ``Q x G`` distance matrix and argsorts
 every row (about 20 GB at MSMT17 size).  Every metric above needs only the
-ranks of the positives, so this module processes the queries in chunks: it
-computes the chunk's distances with one float32 matrix product, and then for
-each positive counts the kept gallery items that precede it.  The counts come
-from a value-only sort of each distance row (numpy's vectorised sort, run on
-``torch.get_num_threads()`` threads) followed by a binary search of the
-positives' distances; a query's removed items are set to ``+inf`` first so
-they are never counted.  Exact distance ties with a positive are then resolved
-by gallery index, which reproduces the stable order exactly.  A value-only sort
-was chosen over a batched ``torch.searchsorted`` of every gallery distance
-against the few positive distances (``O(G log m)``) because the latter
-measured about ten times slower per element on CPU than numpy's SIMD sort.
-Peak memory is two float32 ``chunk x G`` buffers.
+ranks of the positives, so this module processes the queries in chunks.  For
+each chunk it computes the distances with one float32 matrix product (the
+floor of any exact evaluator) and sets each query's removed items to
+``+inf``.  Then, for each query, it counts the gallery items strictly closer
+than each positive: entries beyond the hardest positive can never be counted,
+so they are clamped to one value, the row is sorted by value (numpy's
+vectorised sort, which handles the repeated value cheaply) in a small
+cache-sized scratch block, and the positives' distances are binary-searched
+in it.  Rows are spread over ``torch.get_num_threads()`` threads.  Exact ties
+between a positive and other items are finally resolved by gallery index,
+which reproduces the stable order exactly.  Extra memory is one float32
+``chunk x G`` buffer plus a 1 MiB scratch block per thread.
+
+A batched ``torch.searchsorted`` of every gallery distance against the few
+positive distances (``O(G log m)``) measured about ten times slower per
+element on CPU than numpy's SIMD sort of the row, which is why rows are
+sorted rather than searched.
 """
 
 from __future__ import annotations
@@ -55,11 +60,12 @@ __all__ = ["evaluate", "evaluate_cuhk03", "METRICS"]
 
 METRICS = ("euclidean", "cosine")
 
-# Default number of distance entries per query chunk (2**24 float32 = 64 MiB
-# per buffer; two buffers are used).
+# Default number of distance entries per query chunk (2**24 float32 = 64 MiB).
 _CHUNK_ELEMENTS = 1 << 24
-# Gallery / query rows processed at a time when computing feature norms.
-_NORM_ROWS = 8192
+# Feature entries squared at a time when computing norms (1 MiB, cache-sized).
+_NORM_ELEMENTS = 1 << 18
+# Distance entries sorted per block when counting (1 MiB: stays in cache).
+_BLOCK_ELEMENTS = 1 << 18
 # CMC / rank-k values reported under these keys.
 _RANK_KEYS = (1, 5, 10, 20)
 
@@ -87,7 +93,7 @@ def evaluate(
             L2-normalised).
         max_rank: length of the returned CMC curve.
         chunk_size: number of queries processed at a time.  ``None`` picks it so
-            that one chunk holds about 2**24 distances (two 64 MiB buffers).
+            that one chunk holds about 2**24 distances (a 64 MiB buffer).
 
     Returns:
         A dict with ``"cmc"`` (numpy float64 array of length ``max_rank``:
@@ -159,10 +165,12 @@ def evaluate_cuhk03(
     in expectation, not draw for draw.
 
     Args and returns are as for :func:`evaluate`, plus ``repeats`` (number of
-    samplings, >= 1) and ``seed``.
+    samplings, >= 1) and ``seed`` (a non-negative integer).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
                        max_rank, chunk_size)
     g_order = problem.g_order
@@ -302,8 +310,7 @@ def _as_features(x, name: str) -> torch.Tensor:
     t = torch.as_tensor(x).detach()
     if t.ndim != 2:
         raise ConfigError(f"{name} must be a 2-D (N, D) feature matrix, got shape {tuple(t.shape)}")
-    if not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
-                                                  torch.uint8)):
+    if t.is_complex() or t.dtype == torch.bool:
         raise ConfigError(f"{name} must hold real numbers, got dtype {t.dtype}")
     return t.to(device="cpu", dtype=torch.float32).contiguous()
 
@@ -322,9 +329,10 @@ def _as_ids(x, name: str, n: int, feat_name: str) -> np.ndarray:
 def _squared_norms(x: torch.Tensor) -> torch.Tensor:
     """Row-wise sum of squares in float32, computed in blocks of rows."""
     out = torch.empty(len(x))
-    for s in range(0, len(x), _NORM_ROWS):
-        block = x[s:s + _NORM_ROWS]
-        out[s:s + _NORM_ROWS] = (block * block).sum(dim=1)
+    rows = max(1, _NORM_ELEMENTS // max(1, x.shape[1]))
+    for s in range(0, len(x), rows):
+        block = x[s:s + rows]
+        out[s:s + rows] = (block * block).sum(dim=1)
     return out
 
 
@@ -350,8 +358,11 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
     """
     G = len(problem.gf)
     rows = problem.chunk_rows
-    dist_buf = torch.empty(rows, G)
-    sort_buf = torch.empty(rows, G)
+    # A one-row product goes through MKL's gemv, whose tail columns round
+    # differently from the others; identical gallery rows must get identical
+    # distances (so that their tie is broken by index), so one-query chunks
+    # are computed as two rows.
+    dist_buf = torch.empty(max(rows, 2), G)
     threads = max(1, min(torch.get_num_threads(), rows))
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
     g_t = problem.gf.T
@@ -361,13 +372,15 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
         for start in range(0, len(problem.valid), rows):
             queries = problem.valid[start:start + rows]
             n = len(queries)
-            dist = dist_buf[:n]
-            qc = problem.qf[queries] * problem.q_scale[queries]
+            padded = np.r_[queries, queries] if n == 1 else queries
+            qc = problem.qf[padded] * problem.q_scale[padded]
+            dist = dist_buf[:len(padded)]
             if problem.metric == "euclidean":
                 torch.addmm(problem.g_scale, qc, g_t, out=dist)
             else:
                 torch.mm(qc, g_t, out=dist)
                 dist.mul_(problem.g_scale)
+            dist = dist[:n]
 
             # Positive / removed pairs of these queries (pairs are sorted by
             # query, and the chunk's queries are increasing).
@@ -384,23 +397,32 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
             width = int(num_pos.max())
             pos_items = np.full((n, width), -1, dtype=np.int64)
             pos_items[p_row, p_slot] = p_item
-            pos_dist = torch.full((n, width), math.inf)
-            pos_dist[p_row, p_slot] = dist[p_row, p_item]
-            dist[rem_row, rem_item] = math.inf
+            dist_np = dist.numpy()
+            pos_dist = np.full((n, width), np.inf, dtype=np.float32)
+            pos_dist[p_row, p_slot] = dist_np[p_row, p_item]
+            dist_np[rem_row, rem_item] = np.inf
 
-            # Count the kept items strictly closer than each positive.
-            srt = sort_buf[:n]
-            srt.copy_(dist)
-            _sort_rows(srt.numpy(), pool, threads)
-            left = torch.searchsorted(srt, pos_dist).numpy()
-            right = torch.searchsorted(srt, pos_dist, right=True).numpy()
+            # Count the kept items strictly closer than each positive
+            # (left) and no farther than it (right: "<= t" is "< the next
+            # float32 after t").
             real = pos_items >= 0
+            caps = np.nextafter(np.where(real, pos_dist, -np.inf).max(axis=1), np.float32(np.inf))
+            targets = np.concatenate([pos_dist, np.nextafter(pos_dist, np.float32(np.inf))], axis=1)
+            counts = np.empty((n, 2 * width), dtype=np.int64)
+            bounds = np.linspace(0, n, threads + 1).astype(int)
+            jobs = [(dist_np, caps, targets, counts, a, b)
+                    for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            if pool is None:
+                for job in jobs:
+                    _count_below(*job)
+            else:
+                for future in [pool.submit(_count_below, *job) for job in jobs]:
+                    future.result()
+            left, right = counts[:, :width], counts[:, width:]
             ranks = np.where(real, left + 1, 0)
             # A positive always ties with itself; other ties are broken by
             # gallery index (stable order).
             tied = real & (right - left > 1)
-            pos_dist = pos_dist.numpy()
-            dist_np = dist.numpy()
             for r in np.unique(np.nonzero(tied)[0]):
                 for value in np.unique(pos_dist[r][tied[r]]):
                     equal = np.flatnonzero(dist_np[r] == value)
@@ -412,18 +434,30 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
             pool.shutdown()
 
 
-def _sort_rows(a: np.ndarray, pool: ThreadPoolExecutor | None, threads: int) -> None:
-    """Sort each row of ``a`` in place, splitting the rows over threads.
+def _count_below(dist, caps, targets, out, start, stop) -> None:
+    """For rows ``start:stop``: ``out[r, j] = #{entries of dist[r] < targets[r, j]}``.
 
-    numpy releases the GIL while sorting, so the threads run in parallel.
+    Every target of row ``r`` is below ``caps[r]``, so entries at or above the
+    cap can never be counted: they are clamped to the cap, and the row is
+    then sorted by value in a small scratch block and the targets are
+    binary-searched.  Clamping makes the far part of the ranking (most of it,
+    for a ReID model, whose positives are mostly near the top) one repeated
+    value, which numpy's vectorised sort usually handles several times faster
+    than a full row (and was never measured slower).  Rows are processed in blocks so
+    that each call is long and releases the GIL (numpy's ``minimum`` and
+    ``sort``, torch's ``searchsorted``): threads then run in parallel.
     """
-    if pool is None or len(a) < 2:
-        a.sort(axis=1)
-        return
-    bounds = np.linspace(0, len(a), min(threads, len(a)) + 1).astype(int)
-    jobs = [pool.submit(a[s:e].sort, axis=1) for s, e in zip(bounds[:-1], bounds[1:])]
-    for job in jobs:
-        job.result()
+    rows = max(1, _BLOCK_ELEMENTS // dist.shape[1])
+    scratch = np.empty((rows, dist.shape[1]), dtype=dist.dtype)
+    for s in range(start, stop, rows):
+        e = min(stop, s + rows)
+        block = scratch[:e - s]
+        np.minimum(dist[s:e], caps[s:e, None], out=block)
+        block.sort(axis=1)
+        # One batched search per block (torch releases the GIL; a Python
+        # loop of small numpy searches would hold it).
+        torch.searchsorted(torch.from_numpy(block), torch.from_numpy(targets[s:e]),
+                           out=torch.from_numpy(out[s:e]))
 
 
 def _rank_metrics(ranks: np.ndarray, num_pos: np.ndarray):
