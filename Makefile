@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
 # Demo budget: see README "Demo".  Same seed and data for every model.
-DEMO_ARGS := --rounds 8 --lr-backbone 0.05 --lr-head 0.05 --seed 0 --overwrite
+DEMO_ARGS := --rounds 5 --height 64 --width 32 --lr-backbone 0.05 --lr-head 0.05 --eval-every 5 --seed 0 --overwrite
 
 .PHONY: venv test test-all demo bench clean
 

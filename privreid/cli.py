@@ -85,6 +85,7 @@ def train(
     client_fraction: float = typer.Option(1.0, help="Fraction C of clients sampled per round."),
     triplet_weight: float = typer.Option(0.0, help="Weight of the batch-hard triplet loss (0 = off; "
                                          "on switches to PK sampling)."),
+    random_erasing: float = typer.Option(0.5, help="Random-erasing probability (data augmentation)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch (quick runs)."),
     eval_every: int = typer.Option(1, help="Evaluate every k rounds (and always after the last)."),
     arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
@@ -122,6 +123,7 @@ def train(
         train=TrainConfig(method=method, rounds=rounds, optimizer=optimizer, local_epochs=local_epochs, batch_size=batch_size,
                           lr_backbone=lr_backbone, lr_head=lr_head, lr_step=lr_step, lr_gamma=lr_gamma,
                           client_fraction=client_fraction, triplet_weight=triplet_weight,
+                          random_erasing=random_erasing,
                           max_steps_per_epoch=max_steps, eval_every=eval_every, seed=seed, device=device,
                           num_workers=workers),
     )
@@ -152,6 +154,8 @@ def eval_cmd(
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
     flip: bool = typer.Option(False, help="Average features of the image and its mirror."),
     metric: str = typer.Option("euclidean", help="euclidean or cosine."),
+    single_gallery_shot: bool = typer.Option(False, help="CUHK03 protocol: one gallery image per identity, "
+                                             "averaged over 10 repeats."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
 ) -> None:
@@ -181,7 +185,8 @@ def eval_cmd(
         for name in wanted:
             ds = datasets[name]
             res = evaluate_model(net, TestSet(name, ds.query, ds.gallery), height=cfg.data.height,
-                                 width=cfg.data.width, device=dev, flip=flip, metric=metric)
+                                 width=cfg.data.width, device=dev, flip=flip, metric=metric,
+                                 single_gallery_shot=single_gallery_shot)
             rows.append({"testset": name, **res})
         return rows
 

@@ -69,6 +69,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     label_smoothing: float = 0.1
+    random_erasing: float = 0.5
     triplet_weight: float = 0.0
     triplet_margin: float = 0.3
     instances_per_id: int = 4

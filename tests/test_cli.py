@@ -41,6 +41,12 @@ def test_train_eval_compare_end_to_end(tiny_synth, tmp_path):
     # eval of the checkpoint reproduces the unseen numbers the run logged
     summary = json.loads((tmp_path / "fedpav" / "summary.json").read_text())
     assert rows[0]["mAP"] == pytest.approx(summary["global_unseen"]["mAP"], abs=1e-6)
+    res = invoke("eval", "--model", tmp_path / "fedpav" / "ckpt.pt", "--domains", "synthC", "--device", "cpu",
+                 "--single-gallery-shot", "--json", tmp_path / "sgs.json")
+    assert res.exit_code == 0, res.output
+    sgs = json.loads((tmp_path / "sgs.json").read_text())[0]
+    # CUHK03 protocol: CMC from sampled single-shot galleries, mAP over the whole gallery as torchreid
+    assert sgs["mAP"] == pytest.approx(rows[0]["mAP"], abs=1e-6) and 0.0 <= sgs["rank1"] <= 1.0
 
     res = invoke("compare", tmp_path / "centralized" / "ckpt.pt", tmp_path / "fedpav" / "ckpt.pt",
                  "--device", "cpu", "--markdown", tmp_path / "table.md")

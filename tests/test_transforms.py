@@ -72,3 +72,10 @@ def test_invalid_arguments(kwargs, match):
     args = {"height": 16, "width": 8, "train": True, **kwargs}
     with pytest.raises(ConfigError, match=match):
         build_transforms(**args)
+
+
+def test_default_padding_scales_with_width():
+    # BoT pads 10 px at 256x128; smaller inputs get proportionally less
+    assert build_transforms(256, 128, train=True).transforms[2].padding == 10
+    assert build_transforms(64, 32, train=True).transforms[2].padding == 2
+    assert build_transforms(16, 8, train=True).transforms[2].padding == 1

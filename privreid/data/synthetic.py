@@ -91,7 +91,7 @@ class SynthConfig:
     junk: int = 10
     seed: int = 0
     #: 0 = all domains share the neutral camera style, 1 = the calibrated shift
-    domain_shift: float = 1.0
+    domain_shift: float = 0.7
     #: scale of the camera-to-camera style variation inside a domain
     camera_jitter: float = 1.0
     #: probability that an image carries an occluder (pole, box, passer-by edge)

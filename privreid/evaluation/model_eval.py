@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 from ..data import ImageDataset, build_transforms
 from ..data.types import TestSet
 from .features import extract_features
-from .metrics import evaluate
+from .metrics import evaluate, evaluate_cuhk03
 
 SUMMARY_KEYS = ("rank1", "rank5", "rank10", "mAP", "mINP")
 
@@ -24,8 +24,13 @@ def evaluate_model(
     flip: bool = False,
     num_workers: int = 0,
     metric: str = "euclidean",
+    single_gallery_shot: bool = False,
 ) -> dict[str, float]:
-    """R1/R5/R10/mAP/mINP of ``model`` on ``testset`` (torchreid protocol)."""
+    """R1/R5/R10/mAP/mINP of ``model`` on ``testset``.
+
+    The Market-1501 protocol of torchreid by default; ``single_gallery_shot``
+    uses the CUHK03 protocol (one gallery image per identity, 10 repeats).
+    """
     transform = build_transforms(height, width, train=False)
 
     def features(samples):
@@ -35,7 +40,8 @@ def evaluate_model(
 
     qf, q_pids, q_cams = features(testset.query)
     gf, g_pids, g_cams = features(testset.gallery)
-    result = evaluate(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
+    rank = evaluate_cuhk03 if single_gallery_shot else evaluate
+    result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
     out = {k: float(result[k]) for k in SUMMARY_KEYS}
     out["num_valid_queries"] = int(result["num_valid_queries"])
     return out

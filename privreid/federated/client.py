@@ -58,7 +58,8 @@ def round_lr_factor(config: RunConfig, round_index: int) -> float:
 def client_loader(client: ClientData, config: RunConfig, seed: int) -> DataLoader:
     """Training batches of the client's images (PK batches when triplet is on)."""
     t, d = config.train, config.data
-    dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True))
+    dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
+                                                          random_erasing=t.random_erasing))
     generator = torch.Generator().manual_seed(seed)
     if t.triplet_weight > 0:
         k = t.instances_per_id
