@@ -42,6 +42,20 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def _options(pairs: Optional[list[str]]) -> dict:
+    """``["mu=0.01", "public=/data/x"]`` -> ``{"mu": 0.01, "public": "/data/x"}`` (JSON values where they parse)."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--opt expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
 def _run(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors into a one-line message + exit 2."""
     try:
@@ -88,6 +102,12 @@ def train(
     random_erasing: float = typer.Option(0.5, help="Random-erasing probability (data augmentation)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch (quick runs)."),
     eval_every: int = typer.Option(1, help="Evaluate every k rounds (and always after the last)."),
+    opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable), "
+                                            "e.g. --opt mu=0.01; `privreid methods` lists each method's options."),
+    beta: float = typer.Option(0.0, help="FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. "
+                               "No formal privacy guarantee."),
+    beta_mode: str = typer.Option("upload", help="Where beta noise is added: upload (Eq. 14), download "
+                                  "(Eq. 15) or both."),
     arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
     neck: str = typer.Option("linear", help="Neck: linear (Linear+BN embedding) or bnneck."),
     feat_dim: int = typer.Option(512, help="Embedding size of the linear neck."),
@@ -123,12 +143,13 @@ def train(
         train=TrainConfig(method=method, rounds=rounds, optimizer=optimizer, local_epochs=local_epochs, batch_size=batch_size,
                           lr_backbone=lr_backbone, lr_head=lr_head, lr_step=lr_step, lr_gamma=lr_gamma,
                           client_fraction=client_fraction, triplet_weight=triplet_weight,
-                          random_erasing=random_erasing,
+                          random_erasing=random_erasing, beta=beta, beta_mode=beta_mode,
                           max_steps_per_epoch=max_steps, eval_every=eval_every, seed=seed, device=device,
                           num_workers=workers),
     )
 
     def go() -> dict:
+        config.train.method_options = _options(opt)
         config.validate()
         get_method(method)
         federation = build_federation(config.data.roots, fmt=fmt, protocol=protocol,
@@ -231,7 +252,10 @@ def methods() -> None:
     from .federated.registry import available_methods, get_method
 
     for name in available_methods():
-        typer.echo(f"{name:14s} {get_method(name).summary}")
+        method = get_method(name)
+        typer.echo(f"{name:14s} {method.summary}")
+        if method.options:
+            typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in method.options.items()))
 
 
 # --------------------------------------------------------------------------- data

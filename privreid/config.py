@@ -81,6 +81,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     method_options: dict[str, Any] = field(default_factory=dict)
+    beta: float = 0.0
+    beta_mode: str = "upload"
 
 
 @dataclass
@@ -115,6 +117,9 @@ class RunConfig:
             (t.eval_every > 0, f"eval_every must be > 0 (got {t.eval_every})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
             (t.triplet_weight >= 0, "triplet_weight must be >= 0"),
+            (t.beta >= 0, f"beta must be >= 0 (got {t.beta})"),
+            (t.beta_mode in ("upload", "download", "both"), f"beta_mode must be upload, download or both "
+             f"(got {t.beta_mode!r})"),
             (t.optimizer in ("sgd", "adam"), f"optimizer must be sgd or adam (got {t.optimizer!r})"),
             (t.instances_per_id > 0, "instances_per_id must be > 0"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),

@@ -1,130 +1,262 @@
-"""The synthetic multi-domain generator: layout, naming, splits, determinism, atomicity, signal."""
+"""Tests for the procedural multi-domain ReID generator (privreid.data.synthetic)."""
+
+from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-import privreid.data.synthetic as synthetic
-from privreid.data import load_dataset
-from privreid.data.synthetic import SynthConfig, ensure_synthetic, generate_synthetic, identity_appearance
+from privreid import __version__
+from privreid.data import synthetic as syn
+from privreid.data.synthetic import (
+    SynthConfig,
+    domain_names,
+    ensure_synthetic,
+    generate_synthetic,
+    identity_appearance,
+)
 from privreid.errors import ConfigError, DataError
 
-SMALL = SynthConfig(num_domains=2, ids_per_domain=6, test_ids_per_domain=4, cams_per_domain=3,
-                    images_per_id_per_cam=2, height=32, width=16, distractors=3, junk=2)
-NAME = re.compile(r"^([-\d]+)_c(\d)s1_(\d{6})_(\d{2})\.jpg$")
+NAME_RE = re.compile(r"^([-\d]+)_c(\d)s1_(\d{6})_(\d{2})\.jpg$")
+
+SMALL = SynthConfig(
+    num_domains=2,
+    ids_per_domain=6,
+    test_ids_per_domain=6,
+    cams_per_domain=3,
+    images_per_id_per_cam=2,
+    height=32,
+    width=16,
+    distractors=3,
+    junk=2,
+    seed=0,
+)
+
+
+def _parse(folder: Path) -> list[tuple[str, int, int]]:
+    out = []
+    for f in sorted(folder.iterdir()):
+        m = NAME_RE.match(f.name)
+        assert m, f"bad file name {f.name}"
+        out.append((f.name, int(m.group(1)), int(m.group(2))))
+    return out
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    return generate_synthetic(tmp_path_factory.mktemp("g") / "out", SMALL)
+def small_dir(tmp_path_factory) -> Path:
+    return generate_synthetic(tmp_path_factory.mktemp("syn") / "out", SMALL)
 
 
-def files(root, domain, split):
-    return sorted((root / domain / split).iterdir())
+def test_layout_names_and_counts(small_dir: Path):
+    names = domain_names(SMALL)
+    assert names == ["synthA", "synthB"]
+    assert sorted(p.name for p in small_dir.iterdir()) == sorted(names + ["manifest.json"])
+    manifest = json.loads((small_dir / "manifest.json").read_text())
+    assert manifest["domains"] == names
+    assert manifest["config"] == SMALL.to_dict()
+    assert manifest["privreid_version"] == __version__
+    assert manifest["format_version"] == syn.FORMAT_VERSION
+    for d in names:
+        assert sorted(p.name for p in (small_dir / d).iterdir()) == sorted(syn.SPLITS)
+        train = _parse(small_dir / d / "bounding_box_train")
+        query = _parse(small_dir / d / "query")
+        gallery = _parse(small_dir / d / "bounding_box_test")
+        for split, recs in (("bounding_box_train", train), ("query", query),
+                            ("bounding_box_test", gallery)):
+            assert manifest["counts"][d][split]["images"] == len(recs)
+        # pids / cams match the config
+        assert {p for _, p, _ in train} == set(range(1, SMALL.ids_per_domain + 1))
+        test_pids = set(range(SMALL.ids_per_domain + 1,
+                              SMALL.ids_per_domain + SMALL.test_ids_per_domain + 1))
+        assert {p for _, p, _ in query} == test_pids
+        assert {p for _, p, _ in gallery} - {0, -1} == test_pids
+        cams = {c for _, _, c in train + query + gallery}
+        assert cams <= set(range(1, SMALL.cams_per_domain + 1))
+        assert len({c for _, _, c in train}) == SMALL.cams_per_domain
+        # distractors and junk only in the gallery
+        assert sum(p == 0 for _, p, _ in gallery) == SMALL.distractors
+        assert sum(p == -1 for _, p, _ in gallery) == SMALL.junk
+        assert all(p > 0 for _, p, _ in train + query)
+        # train and test identities are disjoint
+        assert not ({p for _, p, _ in train} & ({p for _, p, _ in query + gallery} - {0, -1}))
+        # per (pid, cam) the train split has images_per_id_per_cam images
+        per = defaultdict(int)
+        for _, p, c in train:
+            per[p, c] += 1
+        assert set(per.values()) == {SMALL.images_per_id_per_cam}
+        assert all(len({c for (q, c) in per if q == p}) >= SMALL.min_cams_per_id
+                   for p in {p for p, _ in per})
+        # file names are unique within a domain and images are real JPEGs of the right size
+        allnames = [n for n, _, _ in train + query + gallery]
+        assert len(allnames) == len(set(allnames))
+        with Image.open(small_dir / d / "query" / query[0][0]) as im:
+            assert im.format == "JPEG"
+            assert im.size == (SMALL.width, SMALL.height)
+            assert im.mode == "RGB"
 
 
-def test_layout_naming_and_counts(small):
-    manifest = json.loads((small / "manifest.json").read_text())
-    assert manifest["domains"] == ["synthA", "synthB"]
-    for domain in manifest["domains"]:
-        for split in ("bounding_box_train", "query", "bounding_box_test"):
-            names = [p.name for p in files(small, domain, split)]
-            assert names and all(NAME.match(n) for n in names), names[:3]
-        train_pids = {int(NAME.match(p.name)[1]) for p in files(small, domain, "bounding_box_train")}
-        assert len(train_pids) == SMALL.ids_per_domain and 0 not in train_pids and -1 not in train_pids
-        gallery = [int(NAME.match(p.name)[1]) for p in files(small, domain, "bounding_box_test")]
-        assert gallery.count(0) == SMALL.distractors and gallery.count(-1) == SMALL.junk
-        query = {int(NAME.match(p.name)[1]) for p in files(small, domain, "query")}
-        assert 0 not in query and -1 not in query
-        assert len(query) == SMALL.test_ids_per_domain
-        assert not (train_pids & query)  # train and test identities are disjoint
-        with Image.open(files(small, domain, "query")[0]) as im:
-            assert im.size == (SMALL.width, SMALL.height) and im.mode == "RGB"
+def test_every_query_has_cross_camera_positive(small_dir: Path):
+    for d in domain_names(SMALL):
+        query = _parse(small_dir / d / "query")
+        gallery = _parse(small_dir / d / "bounding_box_test")
+        for _, pid, cam in query:
+            assert any(gp == pid and gc != cam for _, gp, gc in gallery), (d, pid, cam)
 
 
-def test_every_query_has_a_cross_camera_positive(small):
-    for domain in ("synthA", "synthB"):
-        ds = load_dataset(small / domain, "market1501")
-        gallery = {(pid, cam) for _, pid, cam in ds.gallery}
-        for _, pid, cam in ds.query:
-            assert any(p == pid and c != cam for p, c in gallery), (domain, pid, cam)
+def test_identities_distinct_across_domains_and_splits():
+    apps = {}
+    for d in range(SMALL.num_domains):
+        for pid in range(1, SMALL.ids_per_domain + SMALL.test_ids_per_domain + 1):
+            apps[d, pid] = identity_appearance(SMALL, d, pid)
+    keys = [a.seed_key for a in apps.values()]
+    assert len(set(keys)) == len(keys)
+    # the same pid number in two domains is a different person
+    for pid in range(1, SMALL.ids_per_domain + SMALL.test_ids_per_domain + 1):
+        assert apps[0, pid] != apps[1, pid]
+    # appearances are not accidentally identical either (ignoring the key)
+    looks = {(a.upper, a.lower, a.skin, a.upper_pattern) for a in apps.values()}
+    assert len(looks) == len(apps)
+    # deterministic
+    assert identity_appearance(SMALL, 1, 3) == apps[1, 3]
 
 
-def test_identities_are_distinct_across_domains():
-    a = {identity_appearance(SMALL, 0, pid) for pid in range(1, 11)}
-    b = {identity_appearance(SMALL, 1, pid) for pid in range(1, 11)}
-    assert len(a) == 10 and len(b) == 10 and not (a & b)
+def _tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_deterministic_for_a_seed(small, tmp_path):
+def test_determinism(tmp_path: Path, small_dir: Path):
     again = generate_synthetic(tmp_path / "again", SMALL)
+    a, b = _tree_bytes(small_dir), _tree_bytes(again)
+    assert a.keys() == b.keys()
+    assert a == b
     other = generate_synthetic(tmp_path / "other", SynthConfig(**{**SMALL.to_dict(), "seed": 1}))
-    rel = [p.relative_to(small) for p in sorted(small.rglob("*.jpg"))]
-    assert rel == [p.relative_to(again) for p in sorted(again.rglob("*.jpg"))]
-    assert all((small / r).read_bytes() == (again / r).read_bytes() for r in rel)
-    same_name = [r for r in rel if (other / r).exists()]
-    assert any((small / r).read_bytes() != (other / r).read_bytes() for r in same_name)
+    c = _tree_bytes(other)
+    jpgs = [k for k in a if k.endswith(".jpg") and k in c]
+    assert jpgs
+    assert sum(a[k] != c[k] for k in jpgs) > 0.9 * len(jpgs)
 
 
-def test_refuses_non_empty_dir_and_cleans_up_after_a_crash(small, tmp_path, monkeypatch):
-    with pytest.raises(DataError, match="not empty"):
-        generate_synthetic(small, SMALL)
+def test_refuses_nonempty_out_dir(tmp_path: Path):
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "keep.txt").write_text("hi")
+    with pytest.raises(DataError):
+        generate_synthetic(out, SMALL)
+    assert (out / "keep.txt").read_text() == "hi"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x"]
+    # an existing empty directory is fine, and overwrite=True replaces content
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1})
+    generate_synthetic(empty, cfg)
+    assert (empty / "manifest.json").exists()
+    generate_synthetic(out, cfg, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "manifest.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "x"]
+
+
+def test_crash_leaves_nothing(tmp_path: Path, monkeypatch):
     calls = {"n": 0}
-    real = synthetic._save_jpeg
+    real = syn._save_jpeg
 
     def flaky(arr, path, quality):
         calls["n"] += 1
-        if calls["n"] == 20:
-            raise OSError("disk full")
+        if calls["n"] == 25:
+            raise OSError("disk full (simulated)")
         real(arr, path, quality)
 
-    monkeypatch.setattr(synthetic, "_save_jpeg", flaky)
-    with pytest.raises(OSError, match="disk full"):
-        generate_synthetic(tmp_path / "crash", SMALL)
-    assert list(tmp_path.iterdir()) == []  # neither the target nor a temporary directory is left
-
-
-def test_ensure_synthetic_caches(tmp_path, monkeypatch):
-    first = ensure_synthetic(tmp_path, SMALL)
-    monkeypatch.setattr(synthetic, "generate_synthetic", lambda *a, **k: pytest.fail("regenerated"))
-    assert ensure_synthetic(tmp_path, SMALL) == first
-    assert first.name.startswith("synth-")
+    monkeypatch.setattr(syn, "_save_jpeg", flaky)
+    with pytest.raises(OSError, match="simulated"):
+        generate_synthetic(tmp_path / "out", SMALL)
+    assert calls["n"] == 25
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_invalid_config():
-    with pytest.raises(ConfigError, match="cams_per_domain"):
-        generate_synthetic("/nonexistent/never", SynthConfig(cams_per_domain=1))
+    with pytest.raises(ConfigError):
+        SynthConfig(cams_per_domain=10).validate()
+    with pytest.raises(ConfigError):
+        SynthConfig(min_cams_per_id=1).validate()
 
 
-def mean_image(paths):
-    return np.stack([np.asarray(Image.open(p), dtype=np.float32) for p in paths]).mean(0)
+def test_ensure_synthetic_caches(tmp_path: Path, monkeypatch):
+    cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1})
+    p1 = ensure_synthetic(tmp_path, cfg)
+    assert p1.parent == tmp_path and p1.name == "synth-" + syn.config_hash(cfg)
+    assert json.loads((p1 / "manifest.json").read_text())["config"] == cfg.to_dict()
+
+    def boom(*a, **k):
+        raise AssertionError("regenerated a cached dataset")
+
+    monkeypatch.setattr(syn, "generate_synthetic", boom)
+    assert ensure_synthetic(tmp_path, cfg) == p1
+    # the env var sets the default cache root
+    monkeypatch.setenv("PRIVREID_CACHE", str(tmp_path))
+    assert ensure_synthetic(config=cfg) == p1
+    # a different config is a different directory
+    monkeypatch.setattr(syn, "generate_synthetic", generate_synthetic)
+    p2 = ensure_synthetic(tmp_path, SynthConfig(**{**cfg.to_dict(), "seed": 5}))
+    assert p2 != p1 and (p2 / "manifest.json").exists()
+    # a broken manifest triggers regeneration into the same place
+    (p1 / "manifest.json").write_text("{not json")
+    assert ensure_synthetic(tmp_path, cfg) == p1
+    assert json.loads((p1 / "manifest.json").read_text())["config"] == cfg.to_dict()
 
 
-def test_identity_signal_and_domain_shift(tmp_path):
-    cfg = SynthConfig(num_domains=2, ids_per_domain=8, test_ids_per_domain=2, cams_per_domain=2,
-                      images_per_id_per_cam=3, height=64, width=32, distractors=0, junk=0, occlusion_prob=0.0)
-    root = generate_synthetic(tmp_path / "sig", cfg)
-    imgs = {}
-    for p in (root / "synthA" / "bounding_box_train").iterdir():
-        m = NAME.match(p.name)
-        imgs.setdefault((int(m[1]), int(m[2])), []).append(np.asarray(Image.open(p), dtype=np.float32))
+def _render(cfg: SynthConfig, d: int, pid: int, cam: int, k: int) -> np.ndarray:
+    camera = syn.camera_style(cfg, d, cam)
+    rng = np.random.default_rng([cfg.seed, d, pid, cam, k])
+    pose = syn.sample_pose(camera, rng, occlusion_prob=0.0)
+    app = identity_appearance(cfg, d, pid)
+    return syn.render_person(app, pose, camera, cfg.height, cfg.width, rng).astype(np.float32)
+
+
+def test_identity_signal():
+    """Same identity, same camera: closer in pixels than different identities."""
+    cfg = SynthConfig(height=64, width=32)
     within, across = [], []
-    keys = sorted(imgs)
-    for i, ka in enumerate(keys):
-        for kb in keys[i:]:
-            if ka[1] != kb[1]:
-                continue  # same camera only: isolate identity from camera style
-            for a in imgs[ka]:
-                for b in imgs[kb]:
-                    if a is b:
-                        continue
-                    (within if ka[0] == kb[0] else across).append(np.abs(a - b).mean())
-    assert np.mean(within) < 0.85 * np.mean(across)
-    # domain style: mean colour statistics of the two domains differ clearly
-    mean_a = mean_image(sorted((root / "synthA" / "bounding_box_train").iterdir())).mean((0, 1))
-    mean_b = mean_image(sorted((root / "synthB" / "bounding_box_train").iterdir())).mean((0, 1))
-    assert np.abs(mean_a - mean_b).max() > 20
+    for d in range(2):
+        imgs = {pid: [_render(cfg, d, pid, 0, k) for k in range(4)] for pid in range(1, 13)}
+        # central crop (the body), mean over channels' spatial layout
+        crop = {p: [im[8:56, 8:24] for im in v] for p, v in imgs.items()}
+        for p, v in crop.items():
+            within += [np.abs(v[i] - v[j]).mean() for i in range(4) for j in range(i + 1, 4)]
+            for q in crop:
+                if q > p:
+                    across.append(np.abs(v[0] - crop[q][0]).mean())
+    assert np.mean(within) < 0.75 * np.mean(across)
+
+
+def test_domain_style_shift():
+    """Mean colour statistics differ clearly between domains, less between cameras."""
+    cfg = SynthConfig(height=64, width=32)
+    stats = {}
+    for d in range(4):
+        ims = np.stack([_render(cfg, d, pid, cam, 0)
+                        for pid in range(1, 7) for cam in range(cfg.cams_per_domain)])
+        stats[d] = np.concatenate([ims.mean(axis=(0, 1, 2)), ims.std(axis=(0, 1, 2))])
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert np.abs(stats[a] - stats[b]).max() > 15, (a, b, stats[a], stats[b])
+    # domain_shift=0 collapses the domains towards one style
+    flat = SynthConfig(height=64, width=32, domain_shift=0.0)
+    means = [np.stack([_render(flat, d, pid, 0, 0) for pid in range(1, 7)]).mean(axis=(0, 1, 2))
+             for d in range(4)]
+    spread0 = np.ptp(np.stack(means), axis=0).max()
+    spread1 = np.ptp(np.stack([s[:3] for s in stats.values()]), axis=0).max()
+    assert spread0 < 0.5 * spread1
+
+
+def test_more_domains_and_names():
+    cfg = SynthConfig(num_domains=30)
+    names = domain_names(cfg)
+    assert names[:3] == ["synthA", "synthB", "synthC"] and names[26] == "synthAA"
+    assert len(set(names)) == 30
+    # styles past the four presets are generated and rendered fine
+    img = _render(SynthConfig(num_domains=6, height=32, width=16), 5, 1, 0, 0)
+    assert img.shape == (32, 16, 3)

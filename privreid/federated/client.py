@@ -47,7 +47,10 @@ class ClientContext:
     global_state: StateDict
     seed: int
     progress: bool = False
-    extras: dict = field(default_factory=dict)
+    #: tensors this client keeps between rounds besides its local keys (a
+    #: previous model for MOON, the server-model copy of FedReID, ...); saved
+    #: in the checkpoint, never sent to the server
+    memory: dict = field(default_factory=dict)
 
 
 def round_lr_factor(config: RunConfig, round_index: int) -> float:

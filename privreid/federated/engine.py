@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..config import RunConfig
+from ..defenses import apply_defenses, privacy_statement
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
@@ -86,7 +87,8 @@ class FederatedEngine:
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  progress: bool = True, log: Callable[[str], None] | None = None):
         self.config = config.validate()
-        self.method: Method = get_method(config.train.method)
+        self.method: Method = apply_defenses(get_method(config.train.method), config)
+        self.method.check_options(config)
         self.federation = federation
         self.clients: list[ClientData] = (
             self.method.prepare_clients(federation.clients) if self.method.prepare_clients else federation.clients
@@ -100,6 +102,7 @@ class FederatedEngine:
         self.policy = self.method.policy
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
+        self.download = self.method.make_download(config) if self.method.make_download else None
 
     # -- state -----------------------------------------------------------------
     def _initial_state(self) -> None:
@@ -111,6 +114,7 @@ class FederatedEngine:
         self.init_state = clone_state(self.model.state_dict())
         self.global_state: StateDict = self.policy.shared(self.init_state)
         self.client_states: dict[str, StateDict] = {}
+        self.client_memory: dict[str, dict] = {}
         self.metrics: list[dict[str, Any]] = []
         self.comm: list[dict[str, int]] = []
         self.start_round = 0
@@ -126,6 +130,7 @@ class FederatedEngine:
             raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")
         self.global_state = ckpt["global_state"]
         self.client_states = ckpt["client_states"]
+        self.client_memory = ckpt.get("client_memory", {})
         self.metrics = list(ckpt["metrics"])
         self.comm = list(ckpt["comm"])
         self.start_round = int(ckpt["round"])
@@ -134,20 +139,25 @@ class FederatedEngine:
                 fh.write(json.dumps(rec) + "\n")
         self.log(f"resuming {self.method.name} from round {self.start_round}")
 
-    def _load_client(self, client: ClientData) -> None:
-        """Put the global shared state plus the client's local state into the model."""
+    def _load_client(self, client: ClientData, round_index: int) -> None:
+        """Put the (downloaded) global shared state plus the client's local state into the model."""
         self.model.reset_classifier(client.num_classes)
+        memory = self.client_memory.setdefault(client.name, {})
+        received = self.download(self.global_state, client, memory, round_index) if self.download \
+            else self.global_state
         local = self.client_states.get(client.name)
         if local is None:  # first participation: fresh classifier, initial local layers
-            state = {**self.policy.local(self.init_state), **self.global_state}
+            state = {**self.policy.local(self.init_state), **received}
             missing, unexpected = self.model.load_state_dict(state, strict=False)
             assert all(k.startswith("classifier.") for k in missing) and not unexpected
         else:
-            self.model.load_state_dict({**self.global_state, **local}, strict=True)
+            self.model.load_state_dict({**received, **local}, strict=True)
         self.model.to(self.device)
 
     def _load_global(self) -> None:
-        missing, unexpected = self.model.load_state_dict(self.global_state, strict=False)
+        state = (self.method.global_eval_state(self.global_state, self.client_states)
+                 if self.method.global_eval_state else self.global_state)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
         assert not unexpected
 
     # -- evaluation ------------------------------------------------------------
@@ -210,10 +220,10 @@ class FederatedEngine:
             for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
                 seed = derive_seed(t.seed, "client", r, client.name)
                 seed_everything(seed)
-                self._load_client(client)
+                self._load_client(client, r)
                 ctx = ClientContext(model=self.model, client=client, round=r, config=self.config,
                                     device=self.device, global_state=self.global_state, seed=seed,
-                                    progress=self.progress)
+                                    progress=self.progress, memory=self.client_memory[client.name])
                 train_metrics = self.client_update(ctx)
                 state = self.model.state_dict()
                 uploads.append(Upload(client.name, clone_state(self.policy.shared(state)), client.num_samples,
@@ -222,6 +232,7 @@ class FederatedEngine:
                 self._record({"round": round_no, "scope": "train", "client": client.name, **train_metrics})
                 if evaluate_now:
                     self._eval_local(round_no, client)
+            seed_everything(derive_seed(t.seed, "server", r))
             self.global_state = self.strategy.aggregate(self.global_state, uploads)
             if self.method.communicates:
                 self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
@@ -242,6 +253,7 @@ class FederatedEngine:
             "global_state": self.global_state,
             "has_global_model": self.method.has_global_model,
             "client_states": self.client_states,
+            "client_memory": self.client_memory,
             "client_classes": {c.name: c.num_classes for c in self.clients},
             "metrics": self.metrics,
             "comm": self.comm,
@@ -260,6 +272,7 @@ class FederatedEngine:
             "evaluated_round": last,
             "wall_time_s": round(wall_time, 2),
             "checkpoint": str(self.out_dir / "ckpt.pt"),
+            "privacy": privacy_statement(self.config),
         }
         for scope in ("global", "local"):
             for split in ("seen", "unseen"):

@@ -8,14 +8,18 @@ engine looks methods up by name and never imports a method module.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import RunConfig
 from ..data.types import ClientData
 from ..errors import ConfigError
-from .policy import ParameterPolicy
+from .policy import ParameterPolicy, StateDict
 from .strategy import Strategy
+
+#: ``download(global_state, client, memory, round) -> state the client loads``
+Download = Callable[[StateDict, ClientData, dict, int], StateDict]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,14 @@ class Method:
             for centralised training, whose "client" is the data centre).
         prepare_clients: optional rewrite of the client list before training
             (centralised training pools all clients into one).
+        make_download: ``config -> Download``: what a client loads from the
+            global state (default: the global state itself).  FedReID's
+            half-averaged download (Eq. 8) and SKA's SelectUpdate live here.
+        global_eval_state: ``(global_state, client_states) -> state`` loaded
+            to evaluate the global model, for methods whose global model needs
+            local keys (default: the global state).
+        options: method hyper-parameters and their defaults; values come from
+            ``TrainConfig.method_options`` (``--opt key=value``).
     """
 
     name: str
@@ -44,6 +56,19 @@ class Method:
     has_global_model: bool = True
     communicates: bool = True
     prepare_clients: Callable[[list[ClientData]], list[ClientData]] | None = None
+    make_download: Callable[[RunConfig], Download] | None = None
+    global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, config: RunConfig, key: str) -> Any:
+        """The value of option ``key``: ``--opt`` if given, else the method's default."""
+        return config.train.method_options.get(key, self.options[key])
+
+    def check_options(self, config: RunConfig) -> None:
+        unknown = sorted(set(config.train.method_options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise ConfigError(f"method {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
 
 
 _REGISTRY: dict[str, Method] = {}
