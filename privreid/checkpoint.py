@@ -99,8 +99,8 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
         if client not in ckpt["client_states"]:
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(checkpoint_clients(ckpt))}")
         local = ckpt["client_states"][client]
-        if "classifier.weight" in local:
-            model.reset_classifier(int(local["classifier.weight"].shape[0]))
+        if any(k.startswith("classifier.") for k in local):
+            model.reset_classifier(int(ckpt["client_classes"][client]))
         state.update(local)
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad_missing = [k for k in missing if not k.startswith("classifier.")]

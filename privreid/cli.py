@@ -96,7 +96,8 @@ def train(
     lr_head: float = typer.Option(0.05, help="Classifier learning rate (FedPav: 0.05)."),
     lr_step: int = typer.Option(40, help="Decay the learning rates by --lr-gamma every N rounds."),
     lr_gamma: float = typer.Option(0.1, help="Learning-rate decay factor."),
-    client_fraction: float = typer.Option(1.0, help="Fraction C of clients sampled per round."),
+    client_fraction: Optional[float] = typer.Option(None, help="Fraction C of clients sampled per round "
+                                                    "(default: the method's; 1.0, FedReID 0.5)."),
     triplet_weight: float = typer.Option(0.0, help="Weight of the batch-hard triplet loss (0 = off; "
                                          "on switches to PK sampling)."),
     random_erasing: float = typer.Option(0.5, help="Random-erasing probability (data augmentation)."),

@@ -73,7 +73,7 @@ class TrainConfig:
     triplet_weight: float = 0.0
     triplet_margin: float = 0.3
     instances_per_id: int = 4
-    client_fraction: float = 1.0
+    client_fraction: float | None = None
     max_steps_per_epoch: int | None = None
     eval_every: int = 1
     eval_flip: bool = False
@@ -112,7 +112,8 @@ class RunConfig:
             (t.rounds > 0, f"rounds must be > 0 (got {t.rounds})"),
             (t.local_epochs > 0, f"local_epochs must be > 0 (got {t.local_epochs})"),
             (t.batch_size > 0, f"batch_size must be > 0 (got {t.batch_size})"),
-            (0.0 < t.client_fraction <= 1.0, f"client_fraction must be in (0, 1] (got {t.client_fraction})"),
+            (t.client_fraction is None or 0.0 < t.client_fraction <= 1.0,
+             f"client_fraction must be in (0, 1] (got {t.client_fraction})"),
             (t.lr_backbone >= 0 and t.lr_head >= 0, "learning rates must be >= 0"),
             (t.eval_every > 0, f"eval_every must be > 0 (got {t.eval_every})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),

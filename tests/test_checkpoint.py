@@ -13,7 +13,8 @@ def minimal_ckpt(model, **extra):
     cfg = model.model_config()
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
     return {"method": "fedpav", "round": 1, "config": {}, "model_config": cfg, "global_state": state,
-            "client_states": {"a": {"classifier.weight": torch.randn(5, cfg["feat_dim"])}}, **extra}
+            "client_states": {"a": {"classifier.weight": torch.randn(5, cfg["feat_dim"])}},
+            "client_classes": {"a": 5}, **extra}
 
 
 def test_round_trip_and_model_rebuild(tmp_path):

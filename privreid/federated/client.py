@@ -44,6 +44,7 @@ class ClientContext:
     round: int
     config: RunConfig
     device: torch.device
+    #: the global shared state as this client received it (after download defences)
     global_state: StateDict
     seed: int
     progress: bool = False
@@ -51,6 +52,9 @@ class ClientContext:
     #: previous model for MOON, the server-model copy of FedReID, ...); saved
     #: in the checkpoint, never sent to the server
     memory: dict = field(default_factory=dict)
+    #: the current training batch, set by :class:`SupervisedUpdate` before it
+    #: calls ``extra_loss`` (methods that run other models on the same batch)
+    images: torch.Tensor | None = None
 
 
 def round_lr_factor(config: RunConfig, round_index: int) -> float:
@@ -116,6 +120,7 @@ class SupervisedUpdate:
                 if step >= n_batches:
                     break
                 images, labels = images.to(ctx.device), labels.to(ctx.device)
+                ctx.images = images
                 pre_neck, feat, logits = model.forward_train(images)
                 loss = self.criterion(logits, labels)
                 if t.triplet_weight > 0:

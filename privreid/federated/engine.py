@@ -109,7 +109,8 @@ class FederatedEngine:
         seed_everything(derive_seed(self.config.train.seed, "init"))
         m = self.config.model
         self.model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
-                                 last_stride=m.last_stride, pretrained=m.pretrained, weights=m.weights)
+                                 last_stride=m.last_stride, pretrained=m.pretrained, weights=m.weights,
+                                 **self.method.model_overrides)
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
         self.global_state: StateDict = self.policy.shared(self.init_state)
@@ -139,8 +140,8 @@ class FederatedEngine:
                 fh.write(json.dumps(rec) + "\n")
         self.log(f"resuming {self.method.name} from round {self.start_round}")
 
-    def _load_client(self, client: ClientData, round_index: int) -> None:
-        """Put the (downloaded) global shared state plus the client's local state into the model."""
+    def _load_client(self, client: ClientData, round_index: int) -> StateDict:
+        """Put the downloaded global state plus the client's local state into the model; return the download."""
         self.model.reset_classifier(client.num_classes)
         memory = self.client_memory.setdefault(client.name, {})
         received = self.download(self.global_state, client, memory, round_index) if self.download \
@@ -153,6 +154,7 @@ class FederatedEngine:
         else:
             self.model.load_state_dict({**received, **local}, strict=True)
         self.model.to(self.device)
+        return received
 
     def _load_global(self) -> None:
         state = (self.method.global_eval_state(self.global_state, self.client_states)
@@ -197,7 +199,8 @@ class FederatedEngine:
     def select_clients(self, round_index: int) -> list[ClientData]:
         """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
         n = len(self.clients)
-        k = max(1, int(round(self.config.train.client_fraction * n)))
+        fraction = self.config.train.client_fraction
+        k = max(1, int(round((self.method.client_fraction if fraction is None else fraction) * n)))
         rng = np.random.default_rng(derive_seed(self.config.train.seed, "select", round_index))
         chosen = sorted(rng.choice(n, size=k, replace=False).tolist())
         return [self.clients[i] for i in chosen]
@@ -220,9 +223,9 @@ class FederatedEngine:
             for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
                 seed = derive_seed(t.seed, "client", r, client.name)
                 seed_everything(seed)
-                self._load_client(client, r)
+                received = self._load_client(client, r)
                 ctx = ClientContext(model=self.model, client=client, round=r, config=self.config,
-                                    device=self.device, global_state=self.global_state, seed=seed,
+                                    device=self.device, global_state=received, seed=seed,
                                     progress=self.progress, memory=self.client_memory[client.name])
                 train_metrics = self.client_update(ctx)
                 state = self.model.state_dict()

@@ -38,14 +38,19 @@ class Method:
             for centralised training, whose "client" is the data centre).
         prepare_clients: optional rewrite of the client list before training
             (centralised training pools all clients into one).
-        make_download: ``config -> Download``: what a client loads from the
-            global state (default: the global state itself).  FedReID's
-            half-averaged download (Eq. 8) and SKA's SelectUpdate live here.
+        make_download: ``config -> Download``: what the server transmits to
+            a client (default: the global state itself); download-side
+            defences wrap it.  What a client then does with it (FedReID's
+            half-average, Eq. 8) belongs to its client update.
         global_eval_state: ``(global_state, client_states) -> state`` loaded
             to evaluate the global model, for methods whose global model needs
             local keys (default: the global state).
         options: method hyper-parameters and their defaults; values come from
             ``TrainConfig.method_options`` (``--opt key=value``).
+        model_overrides: :func:`~privreid.models.build_model` arguments the
+            method needs (FedReID's 2-FC mapping head: ``{"head": "mlp"}``).
+        client_fraction: the method's default fraction C of clients per round
+            (``--client-fraction`` overrides it).
     """
 
     name: str
@@ -59,6 +64,8 @@ class Method:
     make_download: Callable[[RunConfig], Download] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    model_overrides: Mapping[str, Any] = field(default_factory=dict)
+    client_fraction: float = 1.0
 
     def option(self, config: RunConfig, key: str) -> Any:
         """The value of option ``key``: ``--opt`` if given, else the method's default."""

@@ -75,6 +75,13 @@ class DataVolumeAverage(Strategy):
         return weighted_average(uploads, [float(u.num_samples) for u in uploads])
 
 
+class UniformAverage(Strategy):
+    """Unweighted mean of the uploads, ``1/|C N| sum_m w_m`` (FedReID, paper 002, Eq. 9)."""
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        return weighted_average(uploads, [1.0] * len(uploads))
+
+
 class KeepGlobal(Strategy):
     """No aggregation: the global state is returned unchanged (standalone training)."""
 

@@ -64,6 +64,29 @@ class BNNeck(nn.Module):
         return self.bn(x)
 
 
+HEADS = ("linear", "mlp")
+
+
+def make_head(kind: str, feat_dim: int, num_classes: int, hidden: int = 512) -> nn.Module:
+    """A fresh identity classifier.
+
+    ``linear``: ``Linear(feat_dim, num_classes, bias=False)``, N(0, 0.001^2)
+    init as in torchreid.  ``mlp``: FedReID's mapping network (Wu & Gong,
+    paper 002, Eq. 7): ``FC -> BN -> ReLU -> Dropout(0.5) -> FC``.
+    """
+    if kind == "linear":
+        head = nn.Linear(feat_dim, num_classes, bias=False)
+        nn.init.normal_(head.weight, std=0.001)
+        return head
+    if kind == "mlp":
+        head = nn.Sequential(nn.Linear(feat_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=False),
+                             nn.Dropout(0.5), nn.Linear(hidden, num_classes))
+        nn.init.normal_(head[4].weight, std=0.001)
+        nn.init.zeros_(head[4].bias)
+        return head
+    raise ConfigError(f"unknown head {kind!r}; choose one of {', '.join(HEADS)}")
+
+
 class ReIDModel(nn.Module):
     """Backbone + neck + per-client identity classifier.
 
@@ -76,6 +99,7 @@ class ReIDModel(nn.Module):
         last_stride: stride of ``layer4`` (1 = Luo et al.'s ReID trick).
         norm_layer: norm factory for the trunk (default BatchNorm2d).  It is
             not part of :meth:`model_config`.
+        head: classifier kind, see :func:`make_head`.
 
     Attributes:
         backbone, neck, classifier (``None`` when ``num_classes == 0``);
@@ -90,8 +114,12 @@ class ReIDModel(nn.Module):
         feat_dim: int = 512,
         last_stride: int = 1,
         norm_layer: NormFactory | None = None,
+        head: str = "linear",
     ) -> None:
         super().__init__()
+        if head not in HEADS:
+            raise ConfigError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
+        self.head_kind = head
         if neck not in NECKS:
             raise ConfigError(f"unknown neck {neck!r}; choose one of {', '.join(NECKS)}")
         self.backbone = ResNet(arch, last_stride=last_stride, norm_layer=norm_layer)
@@ -106,28 +134,28 @@ class ReIDModel(nn.Module):
         else:
             self.neck = BNNeck(self.backbone.out_dim)
             self.feat_dim = self.backbone.out_dim
-        self.classifier: nn.Linear | None = None
+        self.classifier: nn.Module | None = None
+        self._num_classes = 0
         self.reset_classifier(num_classes)
 
     @property
     def num_classes(self) -> int:
-        return 0 if self.classifier is None else self.classifier.out_features
+        return self._num_classes
 
     def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head by a fresh ``Linear(feat_dim, num_classes, bias=False)``.
+        """Replace the head by a fresh one of kind ``head`` (:func:`make_head`).
 
-        Weights are drawn from N(0, 0.001^2) as in torchreid.  ``num_classes=0``
-        removes the head.  The new head lives on the neck's device and dtype.
+        ``num_classes=0`` removes the head.  The new head lives on the neck's
+        device and dtype.
         """
         if num_classes < 0:
             raise ConfigError(f"num_classes must be >= 0, got {num_classes}")
+        self._num_classes = num_classes
         if num_classes == 0:
             self.classifier = None
             return
         ref = next(self.neck.parameters())
-        head = nn.Linear(self.feat_dim, num_classes, bias=False, device=ref.device, dtype=ref.dtype)
-        nn.init.normal_(head.weight, std=0.001)
-        self.classifier = head
+        self.classifier = make_head(self.head_kind, self.feat_dim, num_classes).to(ref.device, ref.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Retrieval feature ``(B, feat_dim)``: the neck output after its BatchNorm."""
@@ -157,6 +185,7 @@ class ReIDModel(nn.Module):
             "neck": self.neck_kind,
             "feat_dim": self.feat_dim,
             "last_stride": self.last_stride,
+            "head": self.head_kind,
         }
 
 
@@ -169,6 +198,7 @@ def build_model(
     norm_layer: NormFactory | None = None,
     pretrained: str | None = None,
     weights: str | PathLike[str] | None = None,
+    head: str = "linear",
 ) -> ReIDModel:
     """Build a :class:`ReIDModel`, optionally initialised from weights.
 
@@ -187,7 +217,7 @@ def build_model(
         raise ConfigError(f"unknown pretrained weights {pretrained!r}; choose one of {', '.join(PRETRAINED)}")
     if pretrained is not None and weights is not None:
         raise ConfigError("give either pretrained or weights, not both")
-    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer)
+    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer, head)
     if pretrained is not None:
         loaded = load_imagenet_weights(model.backbone)
         _log.info("loaded %d ImageNet tensors into the %s trunk", len(loaded), arch)
