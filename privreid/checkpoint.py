@@ -92,6 +92,7 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
     model = build_model(**{**ckpt["model_config"], "num_classes": 0, "pretrained": None, "weights": None})
     state = dict(ckpt["global_state"])
     if client is None:
+        state.update(ckpt.get("global_eval_extra", {}))
         if not ckpt.get("has_global_model", True):
             raise CheckpointError(f"method {ckpt['method']!r} has no global model; pick a client with --client "
                                   f"({', '.join(checkpoint_clients(ckpt))})")

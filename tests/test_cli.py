@@ -80,7 +80,7 @@ def market_tree(root: Path, train_pids=(1, 2), bad=None):
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "unknown_layout", "no_identities", "corrupt_image",
-                                  "unknown_method", "zero_rounds", "bad_protocol"])
+                                  "unknown_method", "zero_rounds", "bad_protocol", "missing_weights", "bad_option"])
 def test_train_bad_input_exits_2_and_writes_nothing(case, tmp_path, tiny_synth):
     data, extra = tiny_synth, []
     if case == "missing":
@@ -102,6 +102,10 @@ def test_train_bad_input_exits_2_and_writes_nothing(case, tmp_path, tiny_synth):
         extra = ["--rounds", "0"]
     elif case == "bad_protocol":
         extra = ["--protocol", "by-moon"]
+    elif case == "missing_weights":
+        extra = ["--weights", str(tmp_path / "nope.pt")]
+    elif case == "bad_option":
+        extra = ["--opt", "nonsense=1"]
     out = tmp_path / "run"
     args = ["train", "--data", data, "--rounds", "1", *TINY, "--out", out, *extra]
     if case in ("no_identities", "corrupt_image"):
@@ -109,7 +113,7 @@ def test_train_bad_input_exits_2_and_writes_nothing(case, tmp_path, tiny_synth):
     res = invoke(*args)
     assert res.exit_code == 2, res.output
     assert res.output.strip().startswith("error:") and len(res.output.strip().splitlines()) == 1, res.output
-    assert not (out / "ckpt.pt").exists() and not (out / "summary.json").exists()
+    assert not out.exists()
 
 
 def test_existing_run_is_refused_without_overwrite(tiny_synth, tmp_path):

@@ -103,6 +103,7 @@ class FederatedEngine:
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
         self.download = self.method.make_download(config) if self.method.make_download else None
+        self._initial_state()  # builds the model (loading weights may fail) before anything is written
 
     # -- state -----------------------------------------------------------------
     def _initial_state(self) -> None:
@@ -208,7 +209,6 @@ class FederatedEngine:
     def run(self, *, resume: bool = False) -> dict[str, Any]:
         t = self.config.train
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._initial_state()
         if resume:
             self._restore()
         started = time.time()
@@ -255,6 +255,8 @@ class FederatedEngine:
             "model_config": self.model.model_config(),
             "global_state": self.global_state,
             "has_global_model": self.method.has_global_model,
+            # local keys the global model needs for evaluation (FedBN's averaged norms)
+            "global_eval_extra": self._global_eval_extra(),
             "client_states": self.client_states,
             "client_memory": self.client_memory,
             "client_classes": {c.name: c.num_classes for c in self.clients},
@@ -262,6 +264,12 @@ class FederatedEngine:
             "comm": self.comm,
             "rng": rng_states(),
         }, self.out_dir / "ckpt.pt")
+
+    def _global_eval_extra(self) -> StateDict:
+        if not self.method.global_eval_state or not self.client_states:
+            return {}
+        state = self.method.global_eval_state(self.global_state, self.client_states)
+        return {k: v for k, v in state.items() if k not in self.global_state}
 
     def summary(self, wall_time: float) -> dict[str, Any]:
         """Final-round metrics (global and mean local), communication totals."""

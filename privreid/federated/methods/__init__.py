@@ -2,3 +2,7 @@
 
 from . import fedpav  # noqa: F401
 from . import fedreid  # noqa: F401
+from . import fedavg  # noqa: F401
+from . import fedprox  # noqa: F401
+from . import fedbn  # noqa: F401
+from . import moon  # noqa: F401
