@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from privreid.checkpoint import load_checkpoint, load_model
 from privreid.cli import app
 from privreid.data.catalog import build_federation
-from privreid.errors import CheckpointError, ConfigError
+from privreid.errors import ConfigError
 from privreid.federated.client import ClientContext, SupervisedUpdate
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods import fedbn, fedprox, moon
