@@ -6,3 +6,4 @@ from . import fedavg  # noqa: F401
 from . import fedprox  # noqa: F401
 from . import fedbn  # noqa: F401
 from . import moon  # noqa: F401
+from . import fedpav_variants  # noqa: F401

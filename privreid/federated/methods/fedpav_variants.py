@@ -1,0 +1,528 @@
+"""FedPav's performance optimisations (Zhuang et al., paper 004, Sec. 5): CDW, KD, CC.
+
+Five methods, each FedPav (:mod:`.fedpav`: shared backbone + neck, local
+classifiers) composed from three small pieces:
+
+* a **weighting** of the uploads: data volume ``n_k / n`` (Alg. 1 line 7) or
+  the cosine distance weight (CDW, Eq. 2);
+* a **client update**: FedPav's :class:`~privreid.federated.client.SupervisedUpdate`,
+  wrapped for CDW by :class:`CosineDistanceProbe`, which measures Eq. 1 on a
+  shared public batch around local training;
+* a **server step** after the weighting: a plain weighted average, knowledge
+  distillation on the public set (KD, :class:`DistilledAverage`, Alg. 3) or
+  client clustering with FINCH (CC, :class:`ClusteredAverage`, Alg. 2).
+
+===============  =========  ===========  =====================
+method           weighting  client       server
+===============  =========  ===========  =====================
+fedpav-cdw       CDW        CDW probe    weighted average
+fedpav-kd        volume     FedPav       average + KD
+fedpav-cc        volume     FedPav       clustered average
+fedpav-cdw-kd    CDW        CDW probe    average + KD (Alg. 3)
+fedpav-cdw-cc    CDW        CDW probe    clustered (Alg. 2)
+===============  =========  ===========  =====================
+
+The paper does not combine KD and CC (Sec. 5.4), so neither does privreid.
+Every method reads the public set of :mod:`privreid.federated.public_data`
+(options ``public_data``, ``public_size``, ``public_batch``); the KD methods
+add ``kd_lr`` (0.0005, Sec. 3.5), ``kd_epochs`` (1) and ``kd_batch_size`` (32).
+
+Design decisions
+----------------
+
+**CDW (Eq. 1-2).** Client ``k`` extracts the logits ``g^t`` of the model it
+loaded -- the received backbone with its own classifier ``(w^t, v^t)``,
+footnote 4 -- on the shared batch ``B_shared``, trains, extracts ``g^{t+1}``
+with ``(w^{t+1}, v^{t+1})`` and reports ``d = 1 - cos(g^t, g^{t+1})`` (Alg.
+2 lines 16-21) as the scalar metric ``cdw_distance``; only that scalar
+reaches the server. For a batch, Eq. 1 is taken per image and averaged over
+the batch (as the authors' reference code does). Logits are extracted in
+eval mode (BatchNorm running statistics), so they do not depend on the batch
+composition, and without touching the global random state. ``B_shared`` is
+``public_batch`` public images drawn with a seed of ``(run seed, round)``:
+every client of a round measures on the *same* batch, so their distances are
+comparable (the authors' reference code measures on a batch of the client's
+own training data; privreid follows the paper's ``B_shared``). The server's
+weights are ``p_k = d_k / sum_j d_j`` (Eq. 2); if every distance is zero
+(nothing was learnt, e.g. learning rate 0) it falls back to data-volume
+weights.
+
+**KD (Sec. 5.2, Alg. 3 lines 7-11).** The soft labels are **features**, not
+class probabilities: the clients' classifiers are local and of different
+sizes, so the only output every client model and the global model share is
+the retrieval feature (the neck output, :meth:`ReIDModel.forward`); the
+authors' reference code likewise distils the 512-d embedding with an MSE
+loss. The server computes them **itself** from the uploaded shared states:
+it loads each upload into one extra model and runs it on the public set.
+Nothing beyond the FedPav upload is transmitted (the paper's Fig. 3b also
+has the server generate them), and ``aggregate`` stays a pure function of
+the uploads and of the public images fixed at construction. Then ``l = (1/K)
+sum_k l_k`` (unweighted, line 10), the weighted average ``w^{t+1}`` (line 9)
+is loaded and fine-tuned to minimise ``MSE(f(x; w), l(x))`` on the public
+set (line 11) with SGD, lr 0.0005, momentum 0.9, weight decay 5e-4 (Sec.
+3.5), for ``kd_epochs`` passes (0 skips the fine-tuning) in batches of
+``kd_batch_size``, in an order fixed by the run seed. Choice: the
+fine-tuning runs in eval mode, i.e. BatchNorm running statistics stay the
+clients' aggregate (the reference code fine-tunes in train mode; here the
+teachers' features are computed with running statistics too, so student and
+teachers are compared like for like, and a few hundred public images do not
+overwrite the statistics learnt from all clients' data). The extra model is
+built for the call and freed at its end, and its random initialisation
+(overwritten anyway) does not consume the global random state.
+
+**CC (Sec. 5.1, Alg. 2).**  Each round the server loads each upload into the
+extra model, extracts features of one fixed public batch (the first
+``public_batch`` public images; Sec. 5.1: one batch of 32), L2-normalises each
+image's feature and concatenates them into one vector per client (the cosine
+similarity of two such vectors is the mean per-image cosine similarity of
+the two models), and runs **one** step of FINCH from singletons
+(:func:`~privreid.federated.clustering.first_partition`).  Within each
+cluster ``c`` it aggregates with the method's weighting normalised inside the
+cluster, ``w_c = sum_{k in c} p_k w_k / sum_{k in c} p_k`` (Alg. 2 line 12;
+the sums printed over ``S_t`` can only mean the cluster, as in Fig. 3a), and
+each member starts its next round from ``w_c`` (line 6); a client that
+sits rounds out (``--client-fraction`` < 1) keeps the model of the last
+cluster it was in, and a client never clustered yet gets the global model.
+
+* Global model (used for the unseen-domain evaluation and saved as the
+  checkpoint's ``global_state``): the paper defines none for CC ("Client
+  clustering obtains multiple global models ... we focus on evaluating
+  personalized local models").  privreid's is the weighted average of all
+  uploads of the round, which is also the cluster models averaged with their
+  clusters' total weights -- what FedPav (or FedPav-CDW) would have produced.
+  CC's headline numbers are the local (seen-domain) evaluations of the
+  clients' models, which the engine runs after each client's local training.
+* Delivery and resumability: the engine has no per-client, checkpointed
+  server-to-client channel (it checkpoints ``global_state``,
+  ``client_states`` and ``client_memory`` only; ``global_state`` must stay a
+  loadable model state for :func:`privreid.checkpoint.load_model`).  The
+  strategy therefore parks each member's cluster model in that client's
+  memory (keys ``fedpav_cc/model/<key>``, plus ``fedpav_cc/members``) through
+  a :class:`ClusterMailbox`, and the method's download transmits it at the
+  client's next participation (the global model before its first
+  clustering).  The mailbox learns each client's memory when the engine asks
+  the download hook for that client's state, which happens before the
+  round's aggregation, so the models are in the memories when the round's
+  checkpoint is written: a resumed run continues exactly.  Members of one
+  cluster share the same tensors, so memory holds one model per cluster, not
+  per client.  Side effect: ``aggregate`` writes into the memories of the
+  round's clients; :meth:`ClusteredAverage.cluster_aggregate` is the pure
+  part (unit-tested).  Limitations, which an engine-level personalised
+  download would remove: upload-side beta noise (``--beta-mode upload``)
+  noises the global state only, not the parked cluster models (download-side
+  noise does apply to them), and ``load_model(ckpt, client=NAME)`` rebuilds
+  the global backbone with the client's classifier, not its cluster model
+  (which is in ``ckpt["client_memory"][NAME]``).
+
+Deviations from the printed algorithms: Alg. 2 line 23 returns ``w^t``, the
+copy saved *before* training, and line 22 stores ``v^t``; these are read as
+typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...config import RunConfig
+from ...errors import ConfigError
+from ...models import ReIDModel, build_model
+from ...seeding import derive_seed
+from ..client import ClientContext, SupervisedUpdate
+from ..clustering import first_partition, groups
+from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
+from ..public_data import PUBLIC_OPTIONS, PublicSet, load_public_set, public_batch_size
+from ..registry import Method, register
+from ..strategy import Strategy, Upload, weighted_average
+
+#: the scalar a CDW client reports (Eq. 1)
+CDW_METRIC = "cdw_distance"
+#: client-memory keys of CC's parked cluster model
+CC_MODEL_PREFIX = "fedpav_cc/model/"
+CC_MEMBERS_KEY = "fedpav_cc/members"
+
+KD_OPTIONS: dict[str, Any] = {"kd_lr": 0.0005, "kd_epochs": 1, "kd_batch_size": 32}
+KD_MOMENTUM, KD_WEIGHT_DECAY = 0.9, 5e-4  # paper 004, Sec. 3.5 ("Optimizer")
+
+Weighting = Callable[[Sequence[Upload]], list[float]]
+
+
+# ----------------------------------------------------------------------------- weightings
+
+
+def data_volume_weights(uploads: Sequence[Upload]) -> list[float]:
+    """``n_k / n`` over the given uploads (Alg. 1 line 7)."""
+    n = float(sum(u.num_samples for u in uploads))
+    if n <= 0:
+        raise ValueError("data-volume weights need clients with samples")
+    return [u.num_samples / n for u in uploads]
+
+
+def cosine_distance_weights(uploads: Sequence[Upload]) -> list[float]:
+    """Eq. 2: ``p_k = d_k / sum_j d_j`` from each upload's ``cdw_distance`` metric.
+
+    Falls back to :func:`data_volume_weights` when every distance is zero.
+    """
+    d = []
+    for u in uploads:
+        if CDW_METRIC not in u.metrics:
+            raise ValueError(f"client {u.client} reported no {CDW_METRIC} (is its update the CDW probe?)")
+        value = float(u.metrics[CDW_METRIC])
+        if not math.isfinite(value):
+            raise ValueError(f"client {u.client} reported a non-finite {CDW_METRIC}: {value}")
+        d.append(max(value, 0.0))  # 1 - cos >= 0; clip rounding below zero
+    total = sum(d)
+    if total <= 0:
+        return data_volume_weights(uploads)
+    return [x / total for x in d]
+
+
+# ----------------------------------------------------------------------------- CDW, client side
+
+
+def cosine_distance(before: torch.Tensor, after: torch.Tensor) -> float:
+    """Eq. 1 per row, ``1 - g^t . g^{t+1} / (|g^t| |g^{t+1}|)``, averaged over the batch."""
+    if before.shape != after.shape or before.ndim != 2:
+        raise ValueError(f"expected two (batch, dim) tensors of one shape, got {tuple(before.shape)} "
+                         f"and {tuple(after.shape)}")
+    cos = F.cosine_similarity(before.double(), after.double(), dim=1)
+    return float((1.0 - cos).mean())
+
+
+@torch.no_grad()
+def probe_logits(model: ReIDModel, images: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """The logits ``(w, v)`` gives ``images`` in eval mode (footnote 4); the model's mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        return model.forward_train(images.to(device))[2].detach().cpu()
+    finally:
+        model.train(was_training)
+
+
+class CosineDistanceProbe:
+    """Wraps a client update: Eq. 1 between the model before and after local training.
+
+    Paper 004 Alg. 2 / Alg. 3, client lines 15-21.  Adds ``cdw_distance`` to
+    the inner update's metrics; consumes no global random state, so the
+    local training is exactly the inner update's.
+    """
+
+    def __init__(self, inner: Callable[[ClientContext], dict[str, float]], public: PublicSet, batch_size: int,
+                 seed: int):
+        self.inner, self.public, self.batch_size, self.seed = inner, public, batch_size, seed
+
+    def shared_batch(self, round_index: int) -> torch.Tensor:
+        """``B_shared`` of a round: the same public images for every client of the round."""
+        return self.public.batch(self.batch_size, derive_seed(self.seed, "cdw-batch", round_index))
+
+    def __call__(self, ctx: ClientContext) -> dict[str, float]:
+        images = self.shared_batch(ctx.round)
+        before = probe_logits(ctx.model, images, ctx.device)
+        metrics = dict(self.inner(ctx))
+        after = probe_logits(ctx.model, images, ctx.device)
+        metrics[CDW_METRIC] = cosine_distance(before, after)
+        return metrics
+
+
+# ----------------------------------------------------------------------------- the server's extra model
+
+
+class ServerModel:
+    """Builds the one extra model the server runs uploaded shared states in (KD, CC)."""
+
+    def __init__(self, model_kwargs: dict[str, Any], device: torch.device | str = "cpu"):
+        self.model_kwargs = {**model_kwargs, "num_classes": 0, "pretrained": None, "weights": None}
+        self.device = torch.device(device)
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> "ServerModel":
+        """The run's architecture (``config.model``; these methods have no model overrides)."""
+        m = config.model
+        return cls(dict(arch=m.arch, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride), _device(config))
+
+    def build(self) -> ReIDModel:
+        """A fresh model; its random initialisation leaves the global RNG untouched."""
+        with torch.random.fork_rng(devices=[]):
+            model = build_model(**self.model_kwargs)
+        return model.to(self.device).eval()
+
+    @staticmethod
+    def load(model: ReIDModel, state: StateDict) -> None:
+        """Put a shared (classifier-free) state into ``model``; every model key must be covered."""
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"uploaded state does not fit the server model (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+
+    @torch.no_grad()
+    def features(self, model: ReIDModel, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+        """Retrieval features ``(N, D)`` of ``images`` in eval mode, float32 on the CPU."""
+        model.eval()
+        out = [model(images[i:i + batch_size].to(self.device)).float().cpu()
+               for i in range(0, len(images), batch_size)]
+        return torch.cat(out)
+
+
+def _device(config: RunConfig) -> torch.device:
+    name = config.train.device
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# ----------------------------------------------------------------------------- plain weighted average
+
+
+class WeightedAverage(Strategy):
+    """``sum_k p_k w_k`` with the given weighting (FedPav-CDW: Eq. 2)."""
+
+    def __init__(self, weighting: Weighting):
+        self.weighting = weighting
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        return weighted_average(uploads, self.weighting(uploads))
+
+
+# ----------------------------------------------------------------------------- KD
+
+
+def soft_labels(server: ServerModel, model: ReIDModel, states: Sequence[StateDict], images: torch.Tensor,
+                batch_size: int) -> torch.Tensor:
+    """``l = (1/K) sum_k l_k``: the mean of the client models' features on ``images`` (Alg. 3 lines 7, 10)."""
+    total = None
+    for state in states:
+        server.load(model, state)
+        f = server.features(model, images, batch_size).double()
+        total = f if total is None else total + f
+    return (total / len(states)).float()
+
+
+def distillation_loss(server: ServerModel, model: ReIDModel, images: torch.Tensor, targets: torch.Tensor,
+                      batch_size: int = 64) -> float:
+    """``MSE(f(x; w), l(x))`` over the whole set, eval mode (for monitoring and tests)."""
+    f = server.features(model, images, batch_size)
+    return float(F.mse_loss(f, targets))
+
+
+def distill(server: ServerModel, model: ReIDModel, images: torch.Tensor, targets: torch.Tensor, *, lr: float,
+            epochs: int, batch_size: int, order_seed: int) -> list[float]:
+    """Fine-tune ``model`` in place to match ``targets`` on ``images`` (Alg. 3 line 11).
+
+    SGD (momentum 0.9, weight decay 5e-4, Nesterov) on the MSE between the
+    model's features and the soft labels; eval mode throughout (BatchNorm
+    statistics frozen, see the module docstring).  Each epoch visits the
+    images in a permutation seeded by ``(order_seed, epoch)``.  Returns the
+    mean training loss of each epoch.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=KD_MOMENTUM, weight_decay=KD_WEIGHT_DECAY, nesterov=True)
+    model.eval()
+    losses = []
+    for epoch in range(epochs):
+        order = torch.randperm(len(images), generator=torch.Generator().manual_seed(derive_seed(order_seed, epoch)))
+        total = 0.0
+        for start in range(0, len(images), batch_size):
+            idx = order[start:start + batch_size]
+            x, y = images[idx].to(server.device), targets[idx].to(server.device)
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        losses.append(total / len(images))
+    return losses
+
+
+class DistilledAverage(Strategy):
+    """Weighted average, then KD on the public set (paper 004 Sec. 5.2, Alg. 3 lines 7-11).
+
+    A pure function of the uploads and of what is fixed at construction (the
+    public images, the hyper-parameters, the batch order seed).
+    """
+
+    def __init__(self, weighting: Weighting, server: ServerModel, images: torch.Tensor, *, lr: float = 0.0005,
+                 epochs: int = 1, batch_size: int = 32, order_seed: int = 0):
+        self.weighting, self.server, self.images = weighting, server, images
+        self.lr, self.epochs, self.batch_size, self.order_seed = lr, epochs, batch_size, order_seed
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        average = weighted_average(uploads, self.weighting(uploads))  # line 8-9
+        if self.epochs == 0:
+            return average
+        model = self.server.build()
+        try:
+            targets = soft_labels(self.server, model, [u.state for u in uploads], self.images,
+                                  self.batch_size)  # lines 7, 10
+            self.server.load(model, average)
+            distill(self.server, model, self.images, targets, lr=self.lr, epochs=self.epochs,
+                    batch_size=self.batch_size, order_seed=self.order_seed)  # line 11
+            tuned = model.state_dict()
+            return clone_state({k: tuned[k] for k in average})
+        finally:
+            del model
+
+
+# ----------------------------------------------------------------------------- CC
+
+
+def client_signature(features: torch.Tensor) -> np.ndarray:
+    """One vector per client: its per-image features L2-normalised, then concatenated.
+
+    The cosine similarity of two signatures is the mean over images of the
+    cosine similarity of the two models' features.
+    """
+    return F.normalize(features.double(), dim=1).reshape(-1).numpy()
+
+
+class ClusterMailbox:
+    """Parks cluster models in client memories; the CC download hands them out (see module docstring)."""
+
+    def __init__(self):
+        self._memories: dict[str, dict] = {}
+
+    def download(self, global_state: StateDict, client, memory: dict, round_index: int) -> StateDict:
+        """The method's download: the client's cluster model, or the global model before its first clustering."""
+        self._memories[client.name] = memory
+        parked = {k[len(CC_MODEL_PREFIX):]: v for k, v in memory.items() if k.startswith(CC_MODEL_PREFIX)}
+        return parked or global_state
+
+    def deliver(self, client: str, members: list[str], state: StateDict) -> None:
+        memory = self._memories.get(client)
+        if memory is None:
+            raise RuntimeError(f"no download was made for client {client!r} this run; cannot deliver its "
+                               "cluster model")
+        for key in [k for k in memory if k.startswith(CC_MODEL_PREFIX)]:
+            del memory[key]
+        memory.update({CC_MODEL_PREFIX + k: v for k, v in state.items()})
+        memory[CC_MEMBERS_KEY] = list(members)
+
+
+_MAILBOXES: dict[int, ClusterMailbox] = {}
+
+
+def mailbox_for(config: RunConfig) -> ClusterMailbox:
+    """The mailbox shared by the strategy and the download built from one configuration object."""
+    key = id(config)
+    box = _MAILBOXES.get(key)
+    if box is None:
+        box = _MAILBOXES[key] = ClusterMailbox()
+        weakref.finalize(config, _MAILBOXES.pop, key, None)
+    return box
+
+
+class ClusteredAverage(Strategy):
+    """Client clustering (paper 004 Sec. 5.1, Alg. 2 lines 8-12); global model = weighted average of all."""
+
+    def __init__(self, weighting: Weighting, server: ServerModel, batch: torch.Tensor,
+                 mailbox: ClusterMailbox | None = None):
+        self.weighting, self.server, self.batch, self.mailbox = weighting, server, batch, mailbox
+
+    def cluster_labels(self, uploads: Sequence[Upload]) -> np.ndarray:
+        """FINCH's first partition of the clients by their features on the public batch (lines 8-9)."""
+        model = self.server.build()
+        try:
+            signatures = []
+            for u in uploads:
+                self.server.load(model, u.state)
+                signatures.append(client_signature(self.server.features(model, self.batch)))
+        finally:
+            del model
+        return first_partition(np.stack(signatures))
+
+    def cluster_aggregate(self, uploads: Sequence[Upload], labels: Sequence[int]
+                          ) -> tuple[StateDict, list[tuple[list[str], StateDict]]]:
+        """Pure: ``(global model, [(member names, cluster model), ...])`` for given cluster labels."""
+        uploads = list(uploads)
+        clusters = []
+        for members in groups(np.asarray(labels)):
+            ups = [uploads[i] for i in members]
+            clusters.append(([u.client for u in ups], weighted_average(ups, self.weighting(ups))))  # line 12
+        return weighted_average(uploads, self.weighting(uploads)), clusters
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        global_model, clusters = self.cluster_aggregate(uploads, self.cluster_labels(uploads))
+        if self.mailbox is not None:
+            for members, state in clusters:
+                for name in members:
+                    self.mailbox.deliver(name, members, state)
+        return global_model
+
+
+# ----------------------------------------------------------------------------- composition
+
+
+def _int_option(config: RunConfig, key: str, minimum: int) -> int:
+    value = config.train.method_options.get(key, KD_OPTIONS[key])
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"option {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def kd_settings(config: RunConfig) -> dict[str, Any]:
+    lr = config.train.method_options.get("kd_lr", KD_OPTIONS["kd_lr"])
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ConfigError(f"option kd_lr must be a number > 0, got {lr!r}")
+    return {"lr": float(lr), "epochs": _int_option(config, "kd_epochs", 0),
+            "batch_size": _int_option(config, "kd_batch_size", 1),
+            "order_seed": derive_seed(config.train.seed, "kd-order")}
+
+
+def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
+    if not cdw:
+        return SupervisedUpdate
+
+    def make(config: RunConfig) -> CosineDistanceProbe:
+        return CosineDistanceProbe(SupervisedUpdate(config), load_public_set(config), public_batch_size(config),
+                                   config.train.seed)
+
+    return make
+
+
+def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig], Strategy]:
+    def make(config: RunConfig) -> Strategy:
+        if server is None:
+            return WeightedAverage(weighting)
+        public = load_public_set(config)
+        if server == "kd":
+            return DistilledAverage(weighting, ServerModel.from_config(config), public.images, **kd_settings(config))
+        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)),
+                                mailbox_for(config))
+
+    return make
+
+
+def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) -> Method:
+    """FedPav + CDW weighting and/or a KD or CC server step (see the module table)."""
+    if server not in (None, "kd", "cc"):
+        raise ValueError(f"unknown server step {server!r}")
+    options = {**PUBLIC_OPTIONS, **(KD_OPTIONS if server == "kd" else {})}
+    return Method(
+        name=name,
+        summary=summary,
+        policy=CLASSIFIER_LOCAL,
+        make_client_update=_client_update(cdw),
+        make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
+        make_download=(lambda config: mailbox_for(config).download) if server == "cc" else None,
+        options=options,
+    )
+
+
+FEDPAV_CDW = register(fedpav_variant(
+    "fedpav-cdw", "FedPav + cosine distance weight (paper 004, Eq. 1-2)", cdw=True, server=None))
+FEDPAV_KD = register(fedpav_variant(
+    "fedpav-kd", "FedPav + server knowledge distillation on a public set (paper 004, Sec. 5.2)", cdw=False,
+    server="kd"))
+FEDPAV_CC = register(fedpav_variant(
+    "fedpav-cc", "FedPav + FINCH client clustering, one step per round (paper 004, Sec. 5.1)", cdw=False,
+    server="cc"))
+FEDPAV_CDW_KD = register(fedpav_variant(
+    "fedpav-cdw-kd", "FedPav + CDW + knowledge distillation (paper 004, Alg. 3)", cdw=True, server="kd"))
+FEDPAV_CDW_CC = register(fedpav_variant(
+    "fedpav-cdw-cc", "FedPav + CDW + client clustering (paper 004, Alg. 2)", cdw=True, server="cc"))
