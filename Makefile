@@ -5,8 +5,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := runs/demo
-# Demo budget: see README "Demo".  Same seed and data for every model.
-DEMO_ARGS := --rounds 5 --height 64 --width 32 --lr-backbone 0.05 --lr-head 0.05 --eval-every 5 --seed 0 --overwrite
+# Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
+DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 
 .PHONY: venv test test-all demo bench clean
 

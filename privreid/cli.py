@@ -56,6 +56,39 @@ def _options(pairs: Optional[list[str]]) -> dict:
     return out
 
 
+def _with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
+    """The command's parameters, with values from a YAML preset where no flag was given.
+
+    Preset keys are option names (``lr-backbone`` or ``lr_backbone``);
+    ``format`` maps to the ``--format`` option.
+    """
+    import yaml
+
+    params = dict(ctx.params)
+    if preset is None:
+        return params
+    if not preset.is_file():
+        raise ConfigError(f"preset not found: {preset}")
+    try:
+        values = yaml.safe_load(preset.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{preset} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(values, dict):
+        raise ConfigError(f"{preset} must hold a mapping of option names to values")
+    for key, value in values.items():
+        name = {"format": "fmt"}.get(str(key), str(key).replace("-", "_"))
+        if name not in params or name == "config_file":
+            raise ConfigError(f"{preset}: unknown option {key!r}")
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):  # not given on the command line
+            if name in ("data", "opt") and isinstance(value, str):
+                value = [value]
+            if name == "opt" and isinstance(value, dict):
+                value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
+            params[name] = value
+    return params
+
+
 def _run(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors into a one-line message + exit 2."""
     try:
@@ -79,6 +112,10 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 # --------------------------------------------------------------------------- train
 @app.command()
 def train(
+    ctx: typer.Context,
+    config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of train options (keys are "
+                                               "the option names, e.g. `rounds: 300`); flags given on the "
+                                               "command line override it. See configs/."),
     method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP),
     fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots: auto, market1501, "
@@ -113,7 +150,8 @@ def train(
     neck: str = typer.Option("linear", help="Neck: linear (Linear+BN embedding) or bnneck."),
     feat_dim: int = typer.Option(512, help="Embedding size of the linear neck."),
     last_stride: int = typer.Option(1, help="Stride of the last ResNet stage (1 or 2)."),
-    pretrained: Optional[str] = typer.Option(None, help="'imagenet' for torchvision weights (needs internet)."),
+    pretrained: Optional[str] = typer.Option(None, help="'imagenet' for torchvision weights (needs internet); "
+                                             "'none' overrides a preset."),
     weights: Optional[Path] = typer.Option(None, help="Initial weights from a local state-dict file."),
     height: int = typer.Option(128, help="Input height."),
     width: int = typer.Option(64, help="Input width."),
@@ -134,34 +172,38 @@ def train(
     from .federated.engine import FederatedEngine, prepare_out_dir
     from .federated.registry import get_method
 
-    if overwrite and resume:
-        _fail("--overwrite and --resume exclude each other")
-    config = RunConfig(
-        data=DataConfig(roots=list(data or []), format=fmt, protocol=protocol, train_domains=_csv(train_domains),
-                        test_domains=_csv(test_domains), num_clients=num_clients, height=height, width=width),
-        model=ModelConfig(arch=arch, neck=neck, feat_dim=feat_dim, last_stride=last_stride, pretrained=pretrained,
-                          weights=str(weights) if weights else None),
-        train=TrainConfig(method=method, rounds=rounds, optimizer=optimizer, local_epochs=local_epochs, batch_size=batch_size,
-                          lr_backbone=lr_backbone, lr_head=lr_head, lr_step=lr_step, lr_gamma=lr_gamma,
-                          client_fraction=client_fraction, triplet_weight=triplet_weight,
-                          random_erasing=random_erasing, beta=beta, beta_mode=beta_mode,
-                          max_steps_per_epoch=max_steps, eval_every=eval_every, seed=seed, device=device,
-                          num_workers=workers),
-    )
-
     def go() -> dict:
-        config.train.method_options = _options(opt)
+        p = _with_preset(ctx, config_file)
+        if p["overwrite"] and p["resume"]:
+            raise ConfigError("--overwrite and --resume exclude each other")
+        out = Path(p["out"])
+        config = RunConfig(
+            data=DataConfig(roots=[str(d) for d in p["data"] or []], format=p["fmt"], protocol=p["protocol"],
+                            train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
+                            num_clients=p["num_clients"], height=p["height"], width=p["width"]),
+            model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
+                              pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"], weights=str(p["weights"]) if p["weights"] else None),
+            train=TrainConfig(method=p["method"], rounds=p["rounds"], optimizer=p["optimizer"],
+                              local_epochs=p["local_epochs"], batch_size=p["batch_size"],
+                              lr_backbone=p["lr_backbone"], lr_head=p["lr_head"], lr_step=p["lr_step"],
+                              lr_gamma=p["lr_gamma"], client_fraction=p["client_fraction"],
+                              triplet_weight=p["triplet_weight"], random_erasing=p["random_erasing"],
+                              beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
+                              eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
+                              num_workers=p["workers"], method_options=_options(p["opt"])),
+        )
         config.validate()
-        get_method(method)
-        federation = build_federation(config.data.roots, fmt=fmt, protocol=protocol,
-                                      train_domains=config.data.train_domains,
-                                      test_domains=config.data.test_domains, num_clients=num_clients, seed=seed,
-                                      verify=True)
-        engine = FederatedEngine(config, federation, out, progress=not quiet)
-        prepare_out_dir(out, overwrite=overwrite, resume=resume)
-        typer.echo(f"{method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
+        get_method(config.train.method)
+        d = config.data
+        federation = build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
+                                      test_domains=d.test_domains, num_clients=d.num_clients,
+                                      seed=config.train.seed, verify=True)
+        engine = FederatedEngine(config, federation, out, progress=not p["quiet"])
+        prepare_out_dir(out, overwrite=p["overwrite"], resume=p["resume"])
+        typer.echo(f"{config.train.method}: {len(engine.clients)} client(s) "
+                   f"[{', '.join(c.name for c in engine.clients)}], "
                    f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; writing {out}")
-        return engine.run(resume=resume)
+        return engine.run(resume=p["resume"])
 
     summary = _run(go)
     typer.echo(json.dumps({k: v for k, v in summary.items() if not k.endswith("per_testset")}, indent=2))

@@ -163,3 +163,31 @@ def test_killed_run_resumes_to_the_same_result(tiny_synth, tmp_path):
     subprocess.run([*base, "--out", str(cut), "--resume"], check=True, env=env, capture_output=True, timeout=300)
     full = (tmp_path / "full" / "metrics.jsonl").read_text()
     assert (cut / "metrics.jsonl").read_text() == full
+
+
+PRESETS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
+def test_presets_run_at_small_scale(preset, tiny_synth, tmp_path):
+    """Each preset (GPU ones included) trains 1 round once scaled down by command-line overrides."""
+    import yaml
+
+    values = yaml.safe_load(preset.read_text())
+    res = invoke("train", "--config", preset, "--data", tiny_synth, *TINY, "--arch", "resnet18",
+                 "--pretrained", "none", "--rounds", 1, "--eval-every", 1, "--workers", 0, "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    cfg = load_checkpoint(tmp_path / "ckpt.pt")["config"]
+    assert cfg["train"]["method"] == values["method"]
+    assert cfg["train"]["lr_backbone"] == values["lr-backbone"]  # taken from the preset
+    assert cfg["train"]["rounds"] == 1 and cfg["data"]["height"] == 32  # the command line wins
+
+
+def test_preset_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("roundz: 3\n")
+    res = invoke("train", "--config", bad, "--out", tmp_path / "o")
+    assert res.exit_code == 2 and "unknown option 'roundz'" in res.output
+    bad.write_text("rounds: [1,\n")
+    assert "not valid YAML" in invoke("train", "--config", bad).output
+    assert "preset not found" in invoke("train", "--config", tmp_path / "none.yaml").output
