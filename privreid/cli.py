@@ -142,6 +142,9 @@ def train(
     eval_every: int = typer.Option(1, help="Evaluate every k rounds (and always after the last)."),
     opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable), "
                                             "e.g. --opt mu=0.01; `privreid methods` lists each method's options."),
+    no_an: bool = typer.Option(False, "--no-an", help="SKA ablation (Table 4): plain BN instead of attentive norm."),
+    no_lsn: bool = typer.Option(False, "--no-lsn", help="SKA ablation: share the norm layers (no LSN)."),
+    no_dual: bool = typer.Option(False, "--no-dual", help="SKA ablation: no dual local-generalised model."),
     beta: float = typer.Option(0.0, help="FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. "
                                "No formal privacy guarantee."),
     beta_mode: str = typer.Option("upload", help="Where beta noise is added: upload (Eq. 14), download "
@@ -190,7 +193,9 @@ def train(
                               triplet_weight=p["triplet_weight"], random_erasing=p["random_erasing"],
                               beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
                               eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
-                              num_workers=p["workers"], method_options=_options(p["opt"])),
+                              num_workers=p["workers"],
+                              method_options={**_options(p["opt"]),
+                                              **{k: False for k in ("an", "lsn", "dual") if p[f"no_{k}"]}}),
         )
         config.validate()
         get_method(config.train.method)

@@ -99,7 +99,7 @@ class FederatedEngine:
         self.progress = progress
         self.log = log or (lambda msg: tqdm.write(msg))
         self.device = resolve_device(config.train.device)
-        self.policy = self.method.policy
+        self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
         self.download = self.method.make_download(config) if self.method.make_download else None
@@ -111,7 +111,7 @@ class FederatedEngine:
         m = self.config.model
         self.model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
                                  last_stride=m.last_stride, pretrained=m.pretrained, weights=m.weights,
-                                 **self.method.model_overrides)
+                                 **self.method.model_overrides_for(self.config))
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
         self.global_state: StateDict = self.policy.shared(self.init_state)

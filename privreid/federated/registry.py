@@ -29,7 +29,8 @@ class Method:
     Attributes:
         name: registry key (``--method NAME``).
         summary: one line for ``--help`` and reports.
-        policy: which state keys are shared / local.
+        policy: which state keys are shared / local (or ``config -> policy``
+            when method options change it, as SKA's ablations do).
         make_client_update: ``config -> callable(ClientContext) -> metrics``.
         make_strategy: ``config -> Strategy``.
         has_global_model: whether the run produces a global model (standalone
@@ -48,14 +49,15 @@ class Method:
         options: method hyper-parameters and their defaults; values come from
             ``TrainConfig.method_options`` (``--opt key=value``).
         model_overrides: :func:`~privreid.models.build_model` arguments the
-            method needs (FedReID's 2-FC mapping head: ``{"head": "mlp"}``).
+            method needs (FedReID's 2-FC mapping head: ``{"head": "mlp"}``),
+            or ``config -> arguments``.
         client_fraction: the method's default fraction C of clients per round
             (``--client-fraction`` overrides it).
     """
 
     name: str
     summary: str
-    policy: ParameterPolicy
+    policy: ParameterPolicy | Callable[[RunConfig], ParameterPolicy]
     make_client_update: Callable[[RunConfig], Callable]
     make_strategy: Callable[[RunConfig], Strategy]
     has_global_model: bool = True
@@ -64,8 +66,14 @@ class Method:
     make_download: Callable[[RunConfig], Download] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    model_overrides: Mapping[str, Any] = field(default_factory=dict)
+    model_overrides: Mapping[str, Any] | Callable[[RunConfig], Mapping[str, Any]] = field(default_factory=dict)
     client_fraction: float = 1.0
+
+    def policy_for(self, config: RunConfig) -> ParameterPolicy:
+        return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)
+
+    def model_overrides_for(self, config: RunConfig) -> Mapping[str, Any]:
+        return self.model_overrides(config) if callable(self.model_overrides) else self.model_overrides
 
     def option(self, config: RunConfig, key: str) -> Any:
         """The value of option ``key``: ``--opt`` if given, else the method's default."""

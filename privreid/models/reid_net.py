@@ -13,11 +13,20 @@ Necks:
 ``forward`` always returns the retrieval feature (the neck output after its BN)
 so the model can be handed as is to feature extractors and attack libraries;
 training code calls :meth:`ReIDModel.forward_train`.
+
+Part branch (``part_branch=True``, FedARKS' body-part processing branch, Xu et
+al., paper 001): three horizontal bands of the ``layer4`` feature map (see
+:data:`PART_BANDS`), each average-pooled, concatenated and embedded by
+``part.fc`` + ``part.bn`` into ``feat_dim``; the retrieval feature is then the
+fused ``theta = v * global + (1 - v) * part`` (Eq. 1), with ``v`` the buffer
+``part.fusion_weight`` (default 0.5).  ``v == 1`` skips the part branch and
+gives the plain global feature.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from os import PathLike
 from typing import Any
 
@@ -25,7 +34,8 @@ import torch
 from torch import nn
 
 from privreid.errors import ConfigError
-from privreid.models.resnet import NormFactory, ResNet
+from privreid.models.attentive_norm import ACTIVATIONS, DEFAULT_COMPONENTS, apply_attentive_norm
+from privreid.models.resnet import NORM_TYPES, NormFactory, ResNet
 from privreid.models.weights import load_imagenet_weights, load_weights_file
 
 NECKS = ("linear", "bnneck")
@@ -66,6 +76,54 @@ class BNNeck(nn.Module):
 
 HEADS = ("linear", "mlp")
 
+#: FedARKS body-part bands as fractions of the feature-map height (top = 0):
+#: head / shoulders, torso (shoulders to hips), legs.  The paper segments the
+#: parts with PifPaf keypoints; no pose model is available offline, so privreid
+#: uses these fixed bands of an upright pedestrian crop (hips at about 55 % of
+#: the height).  Dataset-provided keypoints / part boxes are not yet supported.
+PART_BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.25), (0.25, 0.55), (0.55, 1.0))
+
+
+def band_rows(height: int, bands=PART_BANDS) -> list[tuple[int, int]]:
+    """Row ranges ``[start, end)`` of ``bands`` on a map of ``height`` rows.
+
+    Boundaries are rounded half up; every band keeps at least one row, so on
+    very short maps (2 rows for 32-pixel test images) neighbouring bands share
+    a row.
+    """
+    rows = []
+    for lo, hi in bands:
+        start = min(int(math.floor(lo * height + 0.5)), height - 1)
+        end = max(int(math.floor(hi * height + 0.5)), start + 1)
+        rows.append((start, min(end, height)))
+    return rows
+
+
+class PartBranch(nn.Module):
+    """FedARKS' body-part branch: band pooling -> ``fc: Linear(n_bands * C, dim)`` -> ``bn``.
+
+    A single linear layer over the concatenated band features equals the sum of
+    one embedding per part, i.e. the "combined body part feature" of Eq. 1.
+    ``fusion_weight`` is ``v`` of Eq. 1 (weight of the global feature).
+    """
+
+    def __init__(self, in_dim: int, dim: int, fusion_weight: float = 0.5) -> None:
+        super().__init__()
+        self.fc = nn.Linear(in_dim * len(PART_BANDS), dim)
+        self.bn = nn.BatchNorm1d(dim)
+        nn.init.kaiming_normal_(self.fc.weight, mode="fan_out")
+        nn.init.zeros_(self.fc.bias)
+        self.register_buffer("fusion_weight", torch.tensor(float(fusion_weight)))
+
+    def forward(self, fmap: torch.Tensor) -> torch.Tensor:
+        pooled = [fmap[:, :, a:b].mean(dim=(2, 3)) for a, b in band_rows(fmap.shape[2])]
+        return self.bn(self.fc(torch.cat(pooled, dim=1)))
+
+
+def fuse(global_feat: torch.Tensor, part_feat: torch.Tensor, v: float | torch.Tensor) -> torch.Tensor:
+    """FedARKS Eq. 1: ``theta = v * global + (1 - v) * part``."""
+    return v * global_feat + (1 - v) * part_feat
+
 
 def make_head(kind: str, feat_dim: int, num_classes: int, hidden: int = 512) -> nn.Module:
     """A fresh identity classifier.
@@ -100,6 +158,19 @@ class ReIDModel(nn.Module):
         norm_layer: norm factory for the trunk (default BatchNorm2d).  It is
             not part of :meth:`model_config`.
         head: classifier kind, see :func:`make_head`.
+        attentive_norm: replace the second norm of every residual block by
+            attentive normalisation (SKA, paper 000, Eq. 2;
+            :mod:`privreid.models.attentive_norm`).
+        an_components: AN's mixture size M, one int or one per stage.
+        an_act: AN's attention activation.
+        dual_norm: add ``general_norms``, a second copy of every norm layer of
+            the trunk and neck (``nn.ModuleDict`` keyed by the layer's name with
+            ``.`` -> ``__``), unused by ``forward``: SKA's local generalised
+            norm layers (Sec. 3.3), carried in the state dict so they can be
+            uploaded.  See :mod:`privreid.federated.methods.ska`.
+        part_branch: add FedARKS' body-part branch (:class:`PartBranch`,
+            state keys ``part.*``); the retrieval / training feature becomes
+            the fused theta of Eq. 1.
 
     Attributes:
         backbone, neck, classifier (``None`` when ``num_classes == 0``);
@@ -115,6 +186,11 @@ class ReIDModel(nn.Module):
         last_stride: int = 1,
         norm_layer: NormFactory | None = None,
         head: str = "linear",
+        part_branch: bool = False,
+        attentive_norm: bool = False,
+        an_components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
+        an_act: str = "hsigmoid",
+        dual_norm: bool = False,
     ) -> None:
         super().__init__()
         if head not in HEADS:
@@ -134,9 +210,44 @@ class ReIDModel(nn.Module):
         else:
             self.neck = BNNeck(self.backbone.out_dim)
             self.feat_dim = self.backbone.out_dim
+        self.part_branch = bool(part_branch)
+        self.part: PartBranch | None = PartBranch(self.backbone.out_dim, self.feat_dim) if part_branch else None
         self.classifier: nn.Module | None = None
         self._num_classes = 0
         self.reset_classifier(num_classes)
+        self.attentive_norm = False
+        self.an_components: list[int] | None = None
+        self.an_act = an_act
+        self.dual_norm = False
+        self.configure_norms(attentive_norm=attentive_norm, an_components=an_components, an_act=an_act,
+                             dual_norm=dual_norm)
+
+    def configure_norms(self, *, attentive_norm: bool = False,
+                        an_components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
+                        an_act: str = "hsigmoid", dual_norm: bool = False) -> None:
+        """Switch on attentive normalisation and/or the dual (generalised) norm copies, in place.
+
+        Done after construction (and, in :func:`build_model`, after loading
+        weights, so ImageNet BN weights seed the AN layers).  Each switch can
+        be applied once.
+        """
+        if attentive_norm and not self.attentive_norm:
+            if an_act not in ACTIVATIONS:
+                raise ConfigError(f"unknown AN activation {an_act!r}; choose one of {', '.join(ACTIVATIONS)}")
+            comps = [int(an_components)] * 4 if isinstance(an_components, int) else [int(c) for c in an_components]
+            if len(comps) != 4 or min(comps) < 1:
+                raise ConfigError(f"an_components must be one positive int or four, got {an_components!r}")
+            apply_attentive_norm(self.backbone, comps, an_act)
+            self.attentive_norm, self.an_components, self.an_act = True, comps, an_act
+        if dual_norm and not self.dual_norm:
+            import copy
+
+            self.general_norms = nn.ModuleDict({
+                name.replace(".", "__"): copy.deepcopy(module)
+                for name, module in self.named_modules()
+                if name.startswith(("backbone.", "neck.")) and isinstance(module, NORM_TYPES)
+            })
+            self.dual_norm = True
 
     @property
     def num_classes(self) -> int:
@@ -158,8 +269,24 @@ class ReIDModel(nn.Module):
         self.classifier = make_head(self.head_kind, self.feat_dim, num_classes).to(ref.device, ref.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Retrieval feature ``(B, feat_dim)``: the neck output after its BatchNorm."""
-        return self.neck(self.backbone(x))
+        """Retrieval feature ``(B, feat_dim)``: the neck output after its BatchNorm.
+
+        With a part branch: the fused theta of Eq. 1 (the neck output when
+        ``part.fusion_weight == 1``).
+        """
+        if self.part is None:
+            return self.neck(self.backbone(x))
+        return self._fused(x)[1]
+
+    def _fused(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(global pooled trunk feature, theta)`` with the part branch."""
+        fmap = self.backbone.feature_map(x)
+        pre = torch.flatten(self.backbone.avgpool(fmap), 1)
+        feat = self.neck(pre)
+        v = self.part.fusion_weight
+        if float(v) == 1.0:
+            return pre, feat
+        return pre, fuse(feat, self.part(fmap), v)
 
     def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(pre_neck_feat, feat, logits)``.
@@ -167,26 +294,40 @@ class ReIDModel(nn.Module):
         ``pre_neck_feat`` is the pooled trunk feature ``(B, out_dim)`` (for the
         triplet loss), ``feat`` the neck output ``(B, feat_dim)``, ``logits``
         the classifier output ``(B, num_classes)``.
+
+        With a part branch (FedARKS Eq. 2) the metric feature is the fused
+        theta: the method returns ``(theta, theta, classifier(theta))``, so the
+        triplet loss and the classifier both see theta.
         """
         if self.classifier is None:
             raise ConfigError(
                 "forward_train needs a classifier but this model has num_classes=0; "
                 "call reset_classifier(num_classes) first"
             )
+        if self.part is not None:
+            theta = self._fused(x)[1]
+            return theta, theta, self.classifier(theta)
         pre = self.backbone(x)
         feat = self.neck(pre)
         return pre, feat, self.classifier(feat)
 
     def model_config(self) -> dict[str, Any]:
         """Keyword arguments for :func:`build_model` that rebuild this architecture."""
-        return {
+        config = {
             "arch": self.arch,
             "num_classes": self.num_classes,
             "neck": self.neck_kind,
             "feat_dim": self.feat_dim,
             "last_stride": self.last_stride,
             "head": self.head_kind,
+            # only when on, so configurations of plain models are unchanged
+            **({"attentive_norm": True, "an_components": list(self.an_components), "an_act": self.an_act}
+               if self.attentive_norm else {}),
+            **({"dual_norm": True} if self.dual_norm else {}),
         }
+        if self.part_branch:  # only when set: older configs / checkpoints stay unchanged
+            config["part_branch"] = True
+        return config
 
 
 def build_model(
@@ -199,6 +340,11 @@ def build_model(
     pretrained: str | None = None,
     weights: str | PathLike[str] | None = None,
     head: str = "linear",
+    part_branch: bool = False,
+    attentive_norm: bool = False,
+    an_components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
+    an_act: str = "hsigmoid",
+    dual_norm: bool = False,
 ) -> ReIDModel:
     """Build a :class:`ReIDModel`, optionally initialised from weights.
 
@@ -209,7 +355,9 @@ def build_model(
             see :func:`privreid.models.weights.load_weights_file`); the offline
             alternative to ``pretrained``.
 
-    Other arguments as in :class:`ReIDModel`.  Raises ConfigError for unknown
+    Other arguments as in :class:`ReIDModel`; ``attentive_norm`` and
+    ``dual_norm`` are applied after the weights are loaded (AN layers start
+    from the loaded BN layers).  Raises ConfigError for unknown
     arch / neck / pretrained values, when both ``pretrained`` and ``weights``
     are given, and for weights that cannot be obtained or do not fit.
     """
@@ -217,11 +365,13 @@ def build_model(
         raise ConfigError(f"unknown pretrained weights {pretrained!r}; choose one of {', '.join(PRETRAINED)}")
     if pretrained is not None and weights is not None:
         raise ConfigError("give either pretrained or weights, not both")
-    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer, head)
+    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer, head, part_branch)
     if pretrained is not None:
         loaded = load_imagenet_weights(model.backbone)
         _log.info("loaded %d ImageNet tensors into the %s trunk", len(loaded), arch)
     elif weights is not None:
         loaded = load_weights_file(model, weights)
         _log.info("loaded %d tensors from %s", len(loaded), weights)
+    model.configure_norms(attentive_norm=attentive_norm, an_components=an_components, an_act=an_act,
+                          dual_norm=dual_norm)
     return model

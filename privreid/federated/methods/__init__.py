@@ -7,3 +7,5 @@ from . import fedprox  # noqa: F401
 from . import fedbn  # noqa: F401
 from . import moon  # noqa: F401
 from . import fedpav_variants  # noqa: F401
+from . import fedarks  # noqa: F401
+from . import ska  # noqa: F401
