@@ -46,3 +46,16 @@ def tiny_config(root, method: str = "fedpav", rounds: int = 2, **train) -> RunCo
         train=TrainConfig(**{"method": method, "rounds": rounds, "batch_size": 8, "max_steps_per_epoch": 2,
                              "lr_backbone": 0.01, "device": "cpu", **train}),
     )
+
+
+def spy_on_uploads(monkeypatch, strategy_cls) -> list:
+    """Record the uploads of every round as ``strategy_cls.aggregate`` receives them: the server's whole view."""
+    rounds: list = []
+    original = strategy_cls.aggregate
+
+    def spy(self, global_state, uploads):
+        rounds.append(uploads)
+        return original(self, global_state, uploads)
+
+    monkeypatch.setattr(strategy_cls, "aggregate", spy)
+    return rounds

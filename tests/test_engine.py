@@ -10,9 +10,9 @@ from privreid.data.catalog import build_federation
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine, prepare_out_dir
 from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
-from privreid.federated.strategy import DataVolumeAverage, Upload
+from privreid.federated.strategy import DataVolumeAverage
 
-from conftest import tiny_config
+from conftest import spy_on_uploads, tiny_config
 
 
 def federation(cfg):
@@ -22,14 +22,7 @@ def federation(cfg):
 
 def test_fedpav_server_sees_only_shared_parameters_and_scalars(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=2)
-    seen_uploads: list[list[Upload]] = []
-    original = DataVolumeAverage.aggregate
-
-    def spy(self, global_state, uploads):
-        seen_uploads.append(uploads)
-        return original(self, global_state, uploads)
-
-    monkeypatch.setattr(DataVolumeAverage, "aggregate", spy)
+    seen_uploads = spy_on_uploads(monkeypatch, DataVolumeAverage)
     engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
     summary = engine.run()
 
@@ -50,17 +43,10 @@ def test_fedpav_server_sees_only_shared_parameters_and_scalars(tiny_synth, tmp_p
 
 def test_global_model_is_data_volume_average_of_uploads(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=1)
-    captured = {}
-    original = DataVolumeAverage.aggregate
-
-    def spy(self, global_state, uploads):
-        captured["uploads"] = uploads
-        return original(self, global_state, uploads)
-
-    monkeypatch.setattr(DataVolumeAverage, "aggregate", spy)
+    rounds = spy_on_uploads(monkeypatch, DataVolumeAverage)
     FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
-    ups = captured["uploads"]
+    ups = rounds[-1]
     n = sum(u.num_samples for u in ups)
     key = "neck.fc.weight"
     expected = sum(u.state[key].double() * u.num_samples / n for u in ups).float()

@@ -17,7 +17,7 @@ from privreid.federated.strategy import Upload
 from privreid.models import build_model
 from privreid.models.reid_net import PART_BANDS, band_rows, fuse
 
-from conftest import tiny_config
+from conftest import spy_on_uploads, tiny_config
 
 
 # --------------------------------------------------------------------------- RK
@@ -114,14 +114,7 @@ def test_options_are_validated(tiny_synth):
 # --------------------------------------------------------------------------- end to end
 def test_fedarks_end_to_end_part_branch_stays_local(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, method="fedarks", rounds=2, triplet_weight=1.0, instances_per_id=2)
-    seen: list[list[Upload]] = []
-    original = KnowledgeSelection.aggregate
-
-    def spy(self, global_state, uploads):
-        seen.append(uploads)
-        return original(self, global_state, uploads)
-
-    monkeypatch.setattr(KnowledgeSelection, "aggregate", spy)
+    seen = spy_on_uploads(monkeypatch, KnowledgeSelection)
     fed = build_federation(cfg.data.roots, test_domains=cfg.data.test_domains)
     engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
     summary = engine.run()

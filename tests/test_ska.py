@@ -12,7 +12,7 @@ from privreid.federated.strategy import UniformAverage, Upload
 from privreid.models import NORM_TYPES, build_model
 from privreid.models.attentive_norm import AttentiveNorm2d, apply_attentive_norm
 
-from conftest import tiny_config
+from conftest import spy_on_uploads, tiny_config
 
 
 def federation(cfg):
@@ -141,15 +141,8 @@ def ska_run(tiny_synth, tmp_path_factory):
     """Two SKA rounds on tiny_synth with a spy on the server; returns (engine, uploads, out_dir)."""
     out = tmp_path_factory.mktemp("ska")
     cfg = ska_config(tiny_synth, rounds=2)
-    seen: list[list[Upload]] = []
-    original = UniformAverage.aggregate
-
-    def spy(self, global_state, uploads):
-        seen.append(uploads)
-        return original(self, global_state, uploads)
-
     mp = pytest.MonkeyPatch()
-    mp.setattr(UniformAverage, "aggregate", spy)
+    seen = spy_on_uploads(mp, UniformAverage)
     try:
         engine = FederatedEngine(cfg, federation(cfg), out, progress=False)
         summary = engine.run()
