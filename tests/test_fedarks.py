@@ -9,7 +9,6 @@ from privreid.checkpoint import load_checkpoint, load_model
 from privreid.data.catalog import build_federation
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.methods import fedarks
 from privreid.federated.methods.fedarks import (
     HAS_RATIO, RATIO, SMOOTHED, UPDATE_NORM, KnowledgeSelection, direction_ratio, ks_weights, smooth_ratio)
 from privreid.federated.registry import get_method
