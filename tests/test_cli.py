@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from privreid.cli import app
 from privreid.checkpoint import load_checkpoint
+from privreid.federated.registry import available_methods
 
 runner = CliRunner()
 
@@ -191,3 +192,16 @@ def test_preset_errors(tmp_path):
     bad.write_text("rounds: [1,\n")
     assert "not valid YAML" in invoke("train", "--config", bad).output
     assert "preset not found" in invoke("train", "--config", tmp_path / "none.yaml").output
+
+
+@pytest.mark.parametrize("method", available_methods())
+def test_every_method_trains_and_its_checkpoint_evaluates(method, tiny_synth, tmp_path):
+    res = invoke("train", "--method", method, "--rounds", 1, "--data", tiny_synth, *TINY, "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    client = [] if ckpt.get("has_global_model", True) else ["--client", sorted(ckpt["client_states"])[0]]
+    res = invoke("eval", "--model", tmp_path / "ckpt.pt", "--domains", "synthC", "--device", "cpu", *client,
+                 "--json", tmp_path / "eval.json")
+    assert res.exit_code == 0, res.output
+    row = json.loads((tmp_path / "eval.json").read_text())[0]
+    assert row["testset"] == "synthC" and 0.0 <= row["mAP"] <= 1.0 and row["num_valid_queries"] > 0
