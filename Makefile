@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Installed without its dependencies on purpose: see the comment in pyproject.toml.
+TORCHATTACKS := torchattacks==3.5.1
 DEMO   := runs/demo
 # Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
 DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
@@ -13,6 +15,7 @@ DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(TORCHATTACKS)
 	@touch $(STAMP)
 
 venv: $(STAMP)
