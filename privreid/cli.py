@@ -15,7 +15,9 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .errors import ConfigError, PrivreidError
+from .commands.common import csv_list as _csv
+from .commands.common import run_or_exit as _run
+from .errors import ConfigError
 
 app = typer.Typer(
     name="privreid",
@@ -31,15 +33,6 @@ app.add_typer(data_app, name="data")
 DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), a `privreid data synth` "
              "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17), or a folder of "
              "dataset roots. Repeat for several datasets.")
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
-def _csv(value: Optional[str]) -> Optional[list[str]]:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 def _options(pairs: Optional[list[str]]) -> dict:
@@ -87,14 +80,6 @@ def _with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
                 value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
             params[name] = value
     return params
-
-
-def _run(fn, *args, **kwargs):
-    """Call ``fn`` turning user-input errors into a one-line message + exit 2."""
-    try:
-        return fn(*args, **kwargs)
-    except PrivreidError as exc:
-        _fail(str(exc))
 
 
 def _version(value: bool) -> None:
@@ -348,6 +333,9 @@ def data_info(
         typer.echo(f"== {name} ({ds.root})")
         typer.echo(format_stats_table(ds))
 
+
+# --------------------------------------------------------------------------- commands defined in privreid/commands/
+# (one line per command; keep this block sorted)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())
