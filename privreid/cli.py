@@ -156,7 +156,7 @@ def train(
     Example: privreid train --method centralized --rounds 5 --out runs/central
     """
     from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
-    from .data.catalog import build_federation
+    from .data.catalog import federation_for_config
     from .federated.engine import FederatedEngine, prepare_out_dir
     from .federated.registry import get_method
 
@@ -184,10 +184,7 @@ def train(
         )
         config.validate()
         get_method(config.train.method)
-        d = config.data
-        federation = build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
-                                      test_domains=d.test_domains, num_clients=d.num_clients,
-                                      seed=config.train.seed, verify=True)
+        federation = federation_for_config(config, verify=True)
         engine = FederatedEngine(config, federation, out, progress=not p["quiet"])
         prepare_out_dir(out, overwrite=p["overwrite"], resume=p["resume"])
         typer.echo(f"{config.train.method}: {len(engine.clients)} client(s) "

@@ -18,7 +18,7 @@ import torch
 
 from .checkpoint import load_checkpoint, load_model
 from .config import RunConfig
-from .data.catalog import build_federation
+from .data.catalog import federation_for_config
 from .data.types import Federation, TestSet
 from .errors import ConfigError
 from .evaluation.model_eval import evaluate_model
@@ -45,9 +45,7 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
         raise ConfigError("give at least one checkpoint")
     ckpts = [(Path(p), load_checkpoint(p)) for p in paths]
     cfg = RunConfig.from_dict(ckpts[0][1]["config"])
-    d = cfg.data
-    fed = build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
-                           test_domains=d.test_domains, num_clients=d.num_clients, seed=cfg.train.seed)
+    fed = federation_for_config(cfg)
     dev = resolve_device(device)
     rows = []
     if untrained:

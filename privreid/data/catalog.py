@@ -107,3 +107,11 @@ def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: st
         test_domains = names[-1:]
     return make_federation(datasets, protocol, train_domains=train_domains, test_domains=test_domains,
                            num_clients=num_clients, seed=seed)
+
+
+def federation_for_config(config, *, verify: bool = False) -> Federation:
+    """The federation a :class:`privreid.config.RunConfig` describes (its data section and seed)."""
+    d = config.data
+    return build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
+                            test_domains=d.test_domains, num_clients=d.num_clients, seed=config.train.seed,
+                            synth_seed=d.synth_seed, verify=verify)
