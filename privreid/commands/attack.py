@@ -1,0 +1,168 @@
+"""``privreid attack``: retrieval under adversarial queries / gallery images, in L2RW+'s Table IX layout."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import csv_list, run_or_exit
+
+DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
+             "repeatable. Default: the first checkpoint's data.")
+
+
+def parse_fraction(text: str, option: str) -> float:
+    """``"8/255"`` -> 8/255 and ``"0.03"`` -> 0.03, for ``--eps`` / ``--alpha``; :class:`ConfigError` otherwise."""
+    parts = str(text).strip().split("/")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or not all(map(math.isfinite, values)) or (len(values) == 2 and values[1] == 0):
+        raise ConfigError(f"{option} must be a number or a fraction like 8/255, got {text!r}")
+    return values[0] / values[1] if len(values) == 2 else values[0]
+
+
+def _labels(paths: list[Path], ckpts: list[dict]) -> list[str]:
+    """``method (run dir)`` per checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
+    labels: list[str] = []
+    for path, ckpt in zip(paths, ckpts):
+        base = f"{ckpt['method']} ({path.parent.name or path.stem})"
+        label, n = base, 1
+        while label in labels:
+            n += 1
+            label = f"{base} #{n}"
+        labels.append(label)
+    return labels
+
+
+def _file_stem(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "model"
+
+
+def attack_command(
+    model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) to attack."),
+    models: Optional[list[Path]] = typer.Option(
+        None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
+    more_models: Optional[list[Path]] = typer.Argument(
+        None, metavar="[CKPT]...", help="More checkpoints (what follows --models a.pt lands here)."),
+    method: str = typer.Option("all", "--method", help="fgsm, pgd, bim, mifgsm, tifgsm, all, or a comma list."),
+    eps: str = typer.Option("8/255", help="L_inf budget in [0, 1] pixel units; a number or a fraction like 8/255."),
+    alpha: str = typer.Option("1/255", help="Step size of the iterative attacks (pixel units; FGSM ignores it)."),
+    steps: int = typer.Option(10, help="Iterations of the iterative attacks (FGSM: 1)."),
+    target: str = typer.Option("query", help="Which images are attacked: query, gallery or both."),
+    client: Optional[str] = typer.Option(None, help="Attack this client's personalised model."),
+    data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP),
+    domains: Optional[str] = typer.Option(None, help="Comma-separated test sets (default: all)."),
+    max_queries: Optional[int] = typer.Option(None, help="Use at most N queries per test set (evenly spaced)."),
+    batch_size: int = typer.Option(32, help="Images attacked at a time."),
+    examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
+    seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    out: Optional[Path] = typer.Option(None, help="Write report.md, results.json, results.csv and "
+                                                  "examples_<model>.png here."),
+) -> None:
+    """Clean vs adversarial retrieval (R1 / mAP / mINP and relative drop), L2RW+ Table IX layout.
+
+    Each attack (FGSM, PGD, BIM, MI-FGSM, TI-FGSM; torchattacks with a
+    feature-space loss, see privreid.attacks.feature_attacks) perturbs the
+    query and/or gallery images within an L_inf ball of radius eps in [0, 1]
+    pixel space; features are re-extracted and the ranking re-evaluated.
+
+    Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
+    """
+    from ..attacks.feature_attacks import check_budget
+    from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
+
+    def validate() -> dict[str, Any]:
+        settings = {"eps": parse_fraction(eps, "--eps"), "alpha": parse_fraction(alpha, "--alpha"),
+                    "steps": steps, "target": target, "methods": resolve_methods(method)}
+        check_budget(settings["eps"], settings["alpha"], steps)
+        if target not in TARGETS:
+            raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
+        for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),
+                                 ("--examples", examples, 0)):
+            if value is not None and value < low:
+                raise ConfigError(f"{name} must be >= {low}, got {value}")
+        paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
+        if not paths:
+            raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
+        settings["paths"] = paths
+        return settings
+
+    settings = run_or_exit(validate)
+    records, pictures = run_or_exit(_run_attacks, settings, client=client, data=data, domains=csv_list(domains),
+                                    max_queries=max_queries, batch_size=batch_size, examples=examples,
+                                    seed=seed, device=device)
+    caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
+               f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
+               f"↓ is the relative drop (clean - attacked) / clean.")
+    report = f"{caption}\n\n{format_table_ix(records)}\n"
+    typer.echo(report)
+    if out is not None:
+        _write_outputs(out, report, records, pictures, settings)
+
+
+def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,
+                 device) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
+    """Attack every (test set, model, method); return the records and the example images per model."""
+    from tqdm.auto import tqdm
+
+    from ..attacks.retrieval import evaluate_under_attack
+    from ..checkpoint import load_checkpoint, load_model
+    from ..config import RunConfig
+    from ..data.catalog import resolve_datasets
+    from ..data.types import TestSet
+    from ..federated.engine import resolve_device
+
+    paths = settings["paths"]
+    ckpts = [load_checkpoint(p) for p in paths]
+    configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
+    dev = resolve_device(device)
+    nets = [load_model(c, client=client, device=dev) for c in ckpts]
+    labels = _labels(paths, ckpts)
+    first = configs[0]
+    datasets = resolve_datasets(data or first.data.roots, first.data.format if not data else "auto",
+                                synth_seed=first.data.synth_seed)
+    wanted = domains or list(datasets)
+    unknown = [d for d in wanted if d not in datasets]
+    if unknown:
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+
+    jobs = [(name, i, m) for name in wanted for i in range(len(nets)) for m in settings["methods"]]
+    records: list[dict[str, Any]] = []
+    pictures: dict[str, tuple] = {}
+    for name, i, m in tqdm(jobs, desc="attacks", unit="attack"):
+        ds = datasets[name]
+        keep = examples if name == wanted[0] else 0
+        result = evaluate_under_attack(
+            nets[i], TestSet(name, ds.query, ds.gallery), height=configs[i].data.height,
+            width=configs[i].data.width, method=m, eps=settings["eps"], alpha=settings["alpha"],
+            steps=settings["steps"], target=settings["target"], device=dev, progress=True, batch_size=batch_size,
+            max_queries=max_queries, examples=keep, seed=seed)
+        records.append(result.record(testset=name, model=labels[i]))
+        if result.example_clean is not None:
+            pictures.setdefault(labels[i], (result.example_clean, {}))[1][m] = result.example_adversarial
+    return records, pictures
+
+
+def _write_outputs(out: Path, report: str, records: list[dict[str, Any]], pictures: dict[str, tuple],
+                   settings: dict[str, Any]) -> None:
+    from ..attacks.retrieval import plot_attack_examples, write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report)
+    (out / "results.json").write_text(json.dumps(
+        {"settings": {k: v for k, v in settings.items() if k != "paths"},
+         "checkpoints": [str(p) for p in settings["paths"]], "results": records}, indent=2))
+    write_csv(records, out / "results.csv")
+    for label, (clean, adversarial) in pictures.items():
+        plot_attack_examples(clean, adversarial, settings["eps"], out / f"examples_{_file_stem(label)}.png",
+                             title=f"{label}: clean, adversarial, perturbation")
+    typer.echo(f"wrote {out}")
