@@ -1,0 +1,84 @@
+"""``privreid corrupt``: preview the corruptions on one image (types as rows, severities as columns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import csv_list, run_or_exit
+
+
+def parse_pixel_scale(value: str) -> float | str:
+    """``"auto"`` or a positive number, from a command-line string."""
+    if value == "auto":
+        return value
+    try:
+        scale = float(value)
+    except ValueError:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}") from None
+    if not scale > 0:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}")
+    return scale
+
+
+def parse_severities(value: Optional[str]) -> list[int]:
+    """``"1,3,5"`` -> ``[1, 3, 5]`` (each 1-5); ``None`` -> all five."""
+    from ..corruptions import SEVERITIES
+
+    out = []
+    for item in csv_list(value) or [str(s) for s in SEVERITIES]:
+        if not item.isdigit() or int(item) not in SEVERITIES:
+            raise ConfigError(f"severity must be an integer from 1 to 5, got {item!r}")
+        out.append(int(item))
+    return out
+
+
+def corrupt_command(
+    image: Path = typer.Option(..., "--image", help="Image file to corrupt (any format PIL reads)."),
+    out: Path = typer.Option(Path("corruptions.png"), "--out", help="Grid to write (.png, .jpg, .pdf or .svg)."),
+    names: Optional[str] = typer.Option(None, "--names", help="Comma-separated corruptions or families (noise, "
+                                        "blur, weather, digital); default: all 20."),
+    severities: Optional[str] = typer.Option(None, "--severities", help="Comma-separated severities 1-5 "
+                                             "(default: all five)."),
+    size: Optional[str] = typer.Option(None, "--size", help="Resize the image to HxW first (e.g. 128x64); "
+                                       "default: its own size, as the evaluation corrupts it."),
+    pixel_scale: str = typer.Option("auto", "--pixel-scale", help="'auto' scales ImageNet-C's pixel lengths "
+                                    "to the image (sqrt(H*W)/224); 1 takes them literally (as CIL-ReID ran them)."),
+    seed: int = typer.Option(0, help="Seed of the random corruptions (the same seed draws the same grid)."),
+) -> None:
+    """Draw an image under every corruption (rows) at every severity (columns), next to the clean image.
+
+    Example: privreid corrupt --image person.jpg --out grid.png --names fog,rain,snow
+    """
+    from torchvision.transforms.functional import pil_to_tensor, resize
+
+    from ..corruptions.preview import save_preview
+    from ..data.formats import read_image
+
+    def go() -> list[str]:
+        if seed < 0:
+            raise ConfigError(f"--seed must be non-negative, got {seed}")
+        scale = parse_pixel_scale(pixel_scale)
+        levels = parse_severities(severities)
+        from ..corruptions import resolve_corruptions
+
+        rows = resolve_corruptions(csv_list(names) or "all")
+        if not image.is_file():
+            raise ConfigError(f"image not found: {image}")
+        picture = pil_to_tensor(read_image(image)).float().div(255)
+        if size:
+            try:
+                h, w = (int(v) for v in size.lower().split("x"))
+            except ValueError:
+                raise ConfigError(f"--size must look like 128x64, got {size!r}") from None
+            if h < 2 or w < 2:
+                raise ConfigError(f"--size must be at least 2x2, got {size!r}")
+            picture = resize(picture, [h, w], antialias=True).clamp(0, 1)
+        return save_preview(picture, out, names=rows, severities=levels, seed=seed, pixel_scale=scale,
+                            progress=True)
+
+    rows = run_or_exit(go)
+    typer.echo(f"wrote {out} ({len(rows)} corruptions)")

@@ -1,0 +1,129 @@
+"""ImageNet-C blur corruptions: defocus, glass, motion, zoom, gaussian.
+
+Parameters are ImageNet-C's tables (Hendrycks & Dietterich, ICLR 2019; the
+``imagecorruptions`` variant that CIL-ReID runs).  Radii, sigmas and
+displacements are in 224x224 pixels and are multiplied by the pixel scale
+(:mod:`privreid.corruptions.common`); zoom factors are ratios and are used
+as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import torch
+
+from .common import Context
+from .kernels import batch_kernel_filter, disk_kernel, gaussian_blur as _gaussian, kernel_filter, streak_kernel
+
+#: (disk radius px, anti-aliasing sigma px)
+DEFOCUS = ((3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
+#: (Gaussian sigma px, largest displacement px, iterations)
+GLASS = ((0.7, 1, 2), (0.9, 2, 1), (1, 2, 3), (1.1, 3, 2), (1.5, 4, 2))
+#: (streak radius px, streak sigma px); the angle is uniform in [-45, 45] degrees
+MOTION = ((10, 3), (15, 5), (15, 8), (15, 12), (20, 15))
+MOTION_ANGLES = (-45.0, 45.0)
+#: zoom factors ``numpy.arange(1, stop, step)``
+ZOOM = ((1.11, 0.01), (1.16, 0.01), (1.21, 0.02), (1.26, 0.02), (1.31, 0.03))
+GAUSSIAN_BLUR_SIGMA = (1, 2, 3, 4, 6)
+
+
+def defocus_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """Convolution with an anti-aliased disk (a thin lens out of focus); OpenCV's mirror border."""
+    radius, alias = DEFOCUS[severity - 1]
+    return kernel_filter(x, disk_kernel(ctx.px(radius), ctx.px(alias)), "reflect")
+
+
+def glass_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """Gaussian blur, local pixel shuffling, Gaussian blur again (frosted glass).
+
+    ImageNet-C shuffles by a raster scan of sequential swaps with offsets
+    ``o`` drawn by ``randint(-d, d)`` (a Python loop over every pixel, tens
+    of seconds per image); a swap moves one pixel by ``o`` and the other by
+    ``-o``.  Here each iteration is one vectorised gather: every pixel takes
+    the value at its own random offset ``+-o`` (``o`` drawn as ImageNet-C
+    draws it, the sign at random, so a pixel moves as one end of a swap does
+    and the image does not drift), scaled by the pixel scale and rounded
+    stochastically to whole pixels (``floor(o * s + U(0, 1))``: the expected
+    offset is ``o * s``, and at scale 1 the offsets are ImageNet-C's).
+    Offsets are clamped at the border.  A gather can repeat or drop a value
+    where swaps only permute; at these offsets the two look alike.
+    ImageNet-C's rounding to 8 bits between the steps is left out.
+    """
+    sigma, delta, iterations = GLASS[severity - 1]
+    b, c, h, w = x.shape
+    out = _gaussian(x, ctx.px(sigma))
+    rows = torch.arange(h, device=x.device)[:, None]
+    cols = torch.arange(w, device=x.device)[None, :]
+    for _ in range(iterations):
+        swap = ctx.integers(-delta, delta, (2, b, h, w), x) * (2 * ctx.integers(0, 2, (2, b, h, w), x) - 1)
+        dy, dx = torch.floor(ctx.px(swap.to(x.dtype)) + ctx.uniform((2, b, h, w), x)).long()
+        src = (rows + dy).clamp(0, h - 1) * w + (cols + dx).clamp(0, w - 1)
+        out = out.flatten(2).gather(2, src.flatten(1)[:, None].expand(b, c, h * w)).view(b, c, h, w)
+    return _gaussian(out, ctx.px(sigma))
+
+
+def motion_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """A one-sided Gaussian-weighted streak at a random angle per image; edges replicated (ImageNet-C's shift)."""
+    radius, sigma = MOTION[severity - 1]
+    angles = ctx.uniform((x.shape[0],), x, *MOTION_ANGLES)
+    return batch_kernel_filter(x, streak_kernel(ctx.px(radius), ctx.px(sigma), angles), "replicate")
+
+
+def zoom_factors(severity: int) -> np.ndarray:
+    stop, step = ZOOM[severity - 1]
+    return np.arange(1, stop, step)
+
+
+@functools.lru_cache(maxsize=64)
+def zoom_operator(height: int, width: int, severity: int, device: torch.device) -> torch.Tensor:
+    """Zoom blur as one sparse ``(H*W, H*W)`` CSR matrix (float32): the mean of the identity and each zoom.
+
+    Zooming by ``z`` about the centre samples ``c + (p - c) / z`` bilinearly
+    (pixel centres, edges clamped); the operator sums the four bilinear taps
+    of every factor.  Nearby factors hit the same pixels, so a row holds
+    about 16 entries instead of ``4 * len(factors)``: applying it cost 0.12
+    ms per 128x64 image here, against 0.8 ms for a ``grid_sample`` per factor.
+    """
+    factors = zoom_factors(severity)
+    ys = torch.arange(height, dtype=torch.float64)[:, None].expand(height, width)
+    xs = torch.arange(width, dtype=torch.float64)[None, :].expand(height, width)
+    cy, cx = (height - 1) / 2, (width - 1) / 2
+    rows, cols, vals = [torch.arange(height * width)], [torch.arange(height * width)], [torch.ones(height * width)]
+    for z in factors:
+        py, px = cy + (ys - cy) / z, cx + (xs - cx) / z
+        y0, x0 = py.floor(), px.floor()
+        fy, fx = py - y0, px - x0
+        for dy, dx, weight in ((0, 0, (1 - fy) * (1 - fx)), (0, 1, (1 - fy) * fx),
+                               (1, 0, fy * (1 - fx)), (1, 1, fy * fx)):
+            src = (y0 + dy).clamp(0, height - 1) * width + (x0 + dx).clamp(0, width - 1)
+            rows.append(torch.arange(height * width))
+            cols.append(src.long().reshape(-1))
+            vals.append(weight.reshape(-1))
+    values = torch.cat(vals) / (len(factors) + 1)
+    matrix = torch.sparse_coo_tensor(torch.stack([torch.cat(rows), torch.cat(cols)]), values,
+                                     (height * width, height * width), check_invariants=True).coalesce()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        return matrix.to(torch.float32).to_sparse_csr().to(device)
+
+
+def zoom_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """Mean of the image and its centre zooms by each factor (bilinear, about the image centre).
+
+    ImageNet-C crops ``ceil(H / z)`` rows at ``(H - ceil(H / z)) // 2`` and
+    zooms them with scipy, which is off-centre by under a pixel; here the
+    zoom is exactly centred.  Zoom factors are ratios: no pixel scaling.
+    Applied as one sparse matrix product (:func:`zoom_operator`).
+    """
+    b, c, h, w = x.shape
+    operator = zoom_operator(h, w, severity, x.device)
+    flat = x.reshape(b * c, h * w).to(operator.dtype)
+    return (operator @ flat.T).T.reshape(b, c, h, w).to(x.dtype)
+
+
+def gaussian_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """scikit-image's Gaussian filter (truncated at 4 sigma, edges replicated)."""
+    return _gaussian(x, ctx.px(GAUSSIAN_BLUR_SIGMA[severity - 1]))

@@ -1,0 +1,142 @@
+"""Weather corruptions: ImageNet-C's snow, frost and fog, and CIL-ReID's rain.
+
+Snow, frost and fog follow ImageNet-C's tables (Hendrycks & Dietterich, ICLR
+2019; the ``imagecorruptions`` variant for any image size).  Rain is the one
+CIL-ReID (Chen et al., NeurIPS 2021 D&B) added: albumentations'
+``RandomRain`` (drizzle / heavy / torrential, box blur ``2 + severity``)
+followed by a brightness shift of ``-(0.05 + 0.05 * severity)``.  Lengths
+in pixels are scaled by the pixel scale (:mod:`privreid.corruptions.common`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .common import Context, luma
+from .frost_texture import NUM_TEXTURES, TEXTURE_SIDE, frost_texture
+from .kernels import batch_kernel_filter, box_blur, streak_kernel
+
+#: (flake mean, flake std, flake size px, threshold, streak radius px, streak sigma px, image weight)
+SNOW = ((0.1, 0.3, 3, 0.5, 10, 4, 0.8),
+        (0.2, 0.3, 2, 0.5, 12, 4, 0.7),
+        (0.55, 0.3, 4, 0.9, 12, 8, 0.7),
+        (0.55, 0.3, 4.5, 0.85, 12, 8, 0.65),
+        (0.55, 0.3, 2.5, 0.85, 12, 12, 0.55))
+SNOW_ANGLES = (-135.0, -45.0)
+#: (image weight, frost weight)
+FROST = ((1, 0.4), (0.8, 0.6), (0.7, 0.7), (0.65, 0.7), (0.6, 0.75))
+#: ImageNet-C enlarges the frost photograph by this factor before its random crop.
+FROST_ENLARGE = 1.1
+#: (fog strength, wibble decay of the plasma fractal)
+FOG = ((1.5, 2.0), (2.0, 2.0), (2.5, 1.7), (2.5, 1.5), (3.0, 1.4))
+#: (pixels per drop, drop length px, box-blur size px, brightness shift); drizzle, heavy x2, torrential x2
+RAIN = ((770, 10, 3, -0.10), (600, 30, 4, -0.15), (600, 30, 5, -0.20), (500, 60, 6, -0.25), (500, 60, 7, -0.30))
+RAIN_SLANT = 10          # px, albumentations' slant range [-10, 10]
+
+
+def snow(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """Flakes (thresholded, upsampled Gaussian noise) streaked by a falling motion blur, on a whitened image.
+
+    ImageNet-C draws per-pixel noise and zooms its centre by the flake size
+    (bilinear), so a flake is ``size`` pixels wide: here the noise is drawn
+    on a grid of ``size * pixel_scale`` pixel cells and resized bilinearly to
+    the image.  The snow layer and its 180-degree rotation are added to
+    ``w * x + (1 - w) * max(x, 1.5 * grey(x) + 0.5)``.
+    """
+    mean, std, size, threshold, radius, sigma, weight = SNOW[severity - 1]
+    b, _, h, w = x.shape
+    cell = ctx.px(size)
+    grid = ctx.normal((b, 1, max(1, math.ceil(h / cell)), max(1, math.ceil(w / cell))), x, mean, std)
+    layer = F.interpolate(grid, size=(h, w), mode="bilinear", align_corners=False)
+    layer = torch.where(layer < threshold, torch.zeros_like(layer), layer).clamp(0, 1)
+    angles = ctx.uniform((b,), x, *SNOW_ANGLES)
+    layer = batch_kernel_filter(layer, streak_kernel(ctx.px(radius), ctx.px(sigma), angles), "replicate")
+    layer = torch.round(layer * 255) / 255
+    whitened = weight * x + (1 - weight) * torch.maximum(x, luma(x) * 1.5 + 0.5)
+    return whitened + layer + layer.flip(-2, -1)
+
+
+@functools.lru_cache(maxsize=16)
+def _frost_bank(side: int) -> torch.Tensor:
+    """All frost textures resized to ``side`` px: ``(NUM_TEXTURES, 3, side, side)`` on the CPU."""
+    bank = torch.stack([frost_texture(i) for i in range(NUM_TEXTURES)])
+    if side == TEXTURE_SIDE:
+        return bank
+    return F.interpolate(bank, size=(side, side), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
+
+
+def frost(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """``a * x + b * crop(texture)``: a random texture (:mod:`~privreid.corruptions.frost_texture`) and crop per image.
+
+    As in ImageNet-C the texture is enlarged until it covers the image, then
+    by 1.1, before the crop; at pixel scale ``s`` the texture's own size is
+    ``TEXTURE_SIDE * s`` pixels.
+    """
+    a, weight = FROST[severity - 1]
+    b, _, h, w = x.shape
+    scale = ctx.pixel_scale * max(1.0, h / (TEXTURE_SIDE * ctx.pixel_scale), w / (TEXTURE_SIDE * ctx.pixel_scale))
+    side = max(h, w, math.ceil(TEXTURE_SIDE * scale * FROST_ENLARGE))
+    bank = _frost_bank(side).to(x.device, x.dtype)
+    index = ctx.integers(0, NUM_TEXTURES, (b,), x).tolist()
+    top = ctx.integers(0, side - h + 1, (b,), x).tolist()
+    left = ctx.integers(0, side - w + 1, (b,), x).tolist()
+    texture = torch.stack([bank[i, :, y:y + h, z:z + w] for i, y, z in zip(index, top, left)])
+    return a * x + weight * texture
+
+
+def fog(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """``(x + c * plasma) * m / (m + c)`` with ``m`` the image's maximum and a plasma fractal in [0, 1].
+
+    The fractal is kornia's diamond-square.  ImageNet-C's version adds
+    ``wibble * U(-wibble, wibble)`` at each level and divides ``wibble`` by
+    ``decay``, so a level's amplitude falls by ``decay^2``: kornia's
+    ``roughness`` is set to ``decay^-2`` (each level mixes in ``roughness^k``
+    of fresh noise).  The fractal spans the whole image at any size, so the
+    pixel scale does not apply.
+    """
+    import kornia
+
+    strength, decay = FOG[severity - 1]
+    b, _, h, w = x.shape
+    random_fn = functools.partial(torch.rand, generator=ctx.generator)
+    plasma = kornia.contrib.diamond_square((b, 1, h, w), roughness=decay ** -2, random_scale=1.0,
+                                           random_fn=random_fn, normalize_range=(0.0, 1.0),
+                                           device=ctx.generator.device, dtype=torch.float32)
+    plasma = plasma.to(x.device, x.dtype)
+    peak = x.amax(dim=(1, 2, 3), keepdim=True)
+    return (x + strength * plasma) * peak / (peak + strength)
+
+
+def rain(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
+    """CIL-ReID's rain: 1-pixel drops of value 200/255, a box blur of the whole image, then darkening.
+
+    Drops are drawn by kornia's ``RandomRain`` (albumentations' model: one
+    slant per image, uniform in ``[-10, 10]`` px, every drop of the image
+    parallel).  Drop length, slant and blur size are scaled by the pixel
+    scale; the number of drops keeps albumentations' density per
+    reference-image pixel (``H * W / (pixels_per_drop * s^2)``).  kornia's
+    sampler reads torch's global generator, so it runs inside
+    ``torch.random.fork_rng`` seeded from this call's generator: the global
+    state is left as it was.
+    """
+    import kornia
+
+    per_drop, length, blur, shift = RAIN[severity - 1]
+    b, _, h, w = x.shape
+    s = ctx.pixel_scale
+    drops = round(h * w / (per_drop * s * s))
+    length = min(h - 1, max(1, round(length * s)))
+    slant = min(w - 1, round(RAIN_SLANT * s))
+    out = x
+    if drops > 0 and length >= 1:
+        add_rain = kornia.augmentation.RandomRain(number_of_drops=(drops, drops), drop_height=(length, length),
+                                                  drop_width=(-slant, slant), p=1.0)
+        devices = [x.device] if x.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(ctx.seed())
+            out = add_rain(x)
+    return box_blur(out, max(1, round(blur * s))) + shift

@@ -1,0 +1,196 @@
+"""Corruption robustness of a ReID model: CIL-ReID's evaluation protocol.
+
+CIL-ReID (Chen et al., "Benchmarks for Corruption Invariant Person
+Re-identification", NeurIPS 2021 D&B; its ``corruption_transform``) corrupts
+test images on the fly:
+
+* every corrupted image gets its own corruption type, drawn uniformly from
+  the list (all 20 by default), and its own severity, uniform in 1-5
+  (``severity="random"``) or fixed;
+* the corruption is applied to the image at its stored size, *before* the
+  test transform resizes it; the corrupted image is an 8-bit image again
+  (CIL-ReID's ``Image.fromarray(np.uint8(...))``; privreid rounds where
+  numpy truncates);
+* query, gallery or both are corrupted, the other side stays clean;
+* the evaluation is repeated (10 times) with fresh draws and reported as the
+  mean (std) of R1, mAP and mINP.
+
+Reproducibility: image ``i`` of a side in repeat ``r`` draws its type,
+severity and noise from seeds derived from ``(seed, r, side, i)``
+(:func:`privreid.seeding.derive_seed`), so results depend on ``seed`` only,
+not on batch size, worker count or device.  The standard deviation is the
+sample standard deviation (``ddof=1``) over repeats (0 for one repeat).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms.functional import pil_to_tensor
+
+from ..corruptions import check_severity, resolve_corruptions
+from ..corruptions import corrupt as apply_corruption
+from ..data import ImageDataset, build_transforms
+from ..data.formats import read_image
+from ..data.types import Sample, TestSet
+from ..errors import ConfigError
+from ..seeding import derive_seed
+from .model_eval import SUMMARY_KEYS, dataset_features, rank_summary
+
+CORRUPT_SIDES = ("query", "gallery", "both")
+
+
+def corrupt_pil(image: Image.Image, name: str, severity: int, *, seed: int,
+                pixel_scale: float | str = "auto") -> Image.Image:
+    """Corrupt one PIL image at its own size and return it as an 8-bit RGB PIL image."""
+    x = pil_to_tensor(image.convert("RGB")).float().div(255)[None]
+    y = apply_corruption(x, name, severity, generator=seed, pixel_scale=pixel_scale)[0]
+    return Image.fromarray(y.mul(255).round().to(torch.uint8).permute(1, 2, 0).numpy())
+
+
+class CorruptedImageDataset(ImageDataset):
+    """An :class:`ImageDataset` whose image ``i`` is corrupted by ``jobs[i]`` before the transform.
+
+    ``jobs[i]`` is ``(name, severity, seed)`` or ``None`` (left clean).
+    """
+
+    def __init__(self, samples: list[Sample], transform, jobs: list[tuple[str, int, int] | None], *,
+                 pixel_scale: float | str = "auto") -> None:
+        super().__init__(samples, transform)
+        if len(jobs) != len(self.samples):
+            raise ValueError(f"{len(jobs)} jobs for {len(self.samples)} samples")
+        self.jobs = list(jobs)
+        self.pixel_scale = pixel_scale
+
+    def __getitem__(self, index: int):
+        path, pid, camid = self.samples[index]
+        image = read_image(path)
+        job = self.jobs[index]
+        if job is not None:
+            name, severity, seed = job
+            image = corrupt_pil(image, name, severity, seed=seed, pixel_scale=self.pixel_scale)
+        return self.transform(image), pid, camid
+
+
+def draw_jobs(count: int, names: list[str], severity: int | str, *, seed: int, repeat: int,
+              side: str) -> list[tuple[str, int, int]]:
+    """Type, severity and noise seed of each of ``count`` images of one side in one repeat."""
+    rng = np.random.default_rng(derive_seed("corrupted-eval", seed, repeat, side))
+    kinds = rng.integers(len(names), size=count)
+    levels = rng.integers(1, 6, size=count) if severity == "random" else np.full(count, severity)
+    return [(names[k], int(s), derive_seed("corruption", seed, repeat, side, i))
+            for i, (k, s) in enumerate(zip(kinds, levels))]
+
+
+def _check(corrupt: str, severity, repeats, seed) -> None:
+    if corrupt not in CORRUPT_SIDES:
+        raise ConfigError(f"corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
+    if severity != "random":
+        check_severity(severity)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+
+
+def evaluate_corrupted(
+    model: torch.nn.Module,
+    testset: TestSet,
+    *,
+    height: int,
+    width: int,
+    corruptions: str | list[str] = "all",
+    severity: int | str = "random",
+    corrupt: str = "both",
+    repeats: int = 10,
+    seed: int = 0,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+    flip: bool = False,
+    num_workers: int = 0,
+    metric: str = "euclidean",
+    single_gallery_shot: bool = False,
+    pixel_scale: float | str = "auto",
+    progress: bool = False,
+) -> dict:
+    """R1 / mAP / mINP of ``model`` on ``testset`` under CIL-ReID's corruption protocol (module docstring).
+
+    Args:
+        corruptions: ``"all"``, a family (``"noise"``, ``"blur"``,
+            ``"weather"``, ``"digital"``), a corruption name or a list of them
+            (see :func:`privreid.corruptions.resolve_corruptions`).
+        severity: 1-5, or ``"random"`` (uniform per image).
+        corrupt: ``"query"``, ``"gallery"`` or ``"both"``.
+        repeats: number of evaluations with fresh draws (CIL-ReID: 10).
+        seed: non-negative integer; the same seed gives the same result.
+        pixel_scale: see :func:`privreid.corruptions.corrupt`.
+        progress: show a progress bar over the feature-extraction passes.
+
+        ``height``, ``width``, ``batch_size``, ``device``, ``flip``,
+        ``num_workers``, ``metric`` and ``single_gallery_shot`` are as for
+        :func:`privreid.evaluation.model_eval.evaluate_model`.
+
+    Returns:
+        ``{"clean": metrics, "repeats": [metrics, ...], "mean": {...},
+        "std": {...}, "corruptions": [...], "severity": ..., "corrupt": ...,
+        "type_counts": {name: images}, "severity_counts": {level: images}}``
+        where ``metrics`` holds R1/R5/R10/mAP/mINP (fractions) and
+        ``num_valid_queries``; the counts are over all repeats.  The clean
+        run uses the same test transform as ``evaluate_model``.
+
+    Raises:
+        ConfigError: bad corruption name, severity, side, repeats or seed.
+    """
+    names = resolve_corruptions(corruptions)
+    _check(corrupt, severity, repeats, seed)
+    transform = build_transforms(height, width, train=False)
+    sides = {"query": testset.query, "gallery": testset.gallery}
+    corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]
+    extract = dict(batch_size=batch_size, device=device, flip=flip, num_workers=num_workers)
+    passes = 1 + repeats
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=passes, desc="corrupted eval", unit="pass")
+
+    def step() -> None:
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        clean = {side: dataset_features(model, ImageDataset(samples, transform), **extract)
+                 for side, samples in sides.items()}
+        clean_metrics = rank_summary(clean["query"], clean["gallery"], metric=metric,
+                                     single_gallery_shot=single_gallery_shot)
+        step()
+        results, type_counts, severity_counts = [], dict.fromkeys(names, 0), dict.fromkeys(range(1, 6), 0)
+        for r in range(repeats):
+            feats = dict(clean)
+            for side in corrupted_sides:
+                jobs = draw_jobs(len(sides[side]), names, severity, seed=seed, repeat=r, side=side)
+                for name, level, _ in jobs:
+                    type_counts[name] += 1
+                    severity_counts[level] += 1
+                dataset = CorruptedImageDataset(sides[side], transform, jobs, pixel_scale=pixel_scale)
+                feats[side] = dataset_features(model, dataset, **extract)
+            results.append(rank_summary(feats["query"], feats["gallery"], metric=metric,
+                                        single_gallery_shot=single_gallery_shot))
+            step()
+    finally:
+        if bar is not None:
+            bar.close()
+    table = np.array([[res[k] for k in SUMMARY_KEYS] for res in results])
+    std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(SUMMARY_KEYS))
+    return {
+        "clean": clean_metrics,
+        "repeats": results,
+        "mean": dict(zip(SUMMARY_KEYS, map(float, table.mean(axis=0)))),
+        "std": dict(zip(SUMMARY_KEYS, map(float, std))),
+        "corruptions": names,
+        "severity": severity,
+        "corrupt": corrupt,
+        "type_counts": type_counts,
+        "severity_counts": {k: v for k, v in severity_counts.items() if v},
+    }
