@@ -114,7 +114,7 @@ def test_by_identity_is_deterministic_per_seed(domains):
 def test_unknown_protocol(domains):
     with pytest.raises(ConfigError, match="by-dataset, by-camera, by-identity"):
         make_federation(domains, "by-hospital")
-    assert PROTOCOLS == ("by-dataset", "by-camera", "by-identity")
+    assert PROTOCOLS == ("by-dataset", "by-camera", "by-identity", "ci", "ei", "es")
 
 
 @pytest.mark.parametrize(

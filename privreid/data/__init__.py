@@ -4,14 +4,25 @@ from privreid.data.formats import DATASET_FORMATS, detect_format, load_dataset, 
 from privreid.data.partition import PROTOCOLS, make_federation
 from privreid.data.sampler import PKSampler
 from privreid.data.stats import dataset_stats, format_stats_table
-from privreid.data.torch_dataset import ImageDataset
+from privreid.data.torch_dataset import ImageDataset, SequenceDataset
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transforms
-from privreid.data.types import ClientData, Federation, ReIDDataset, Sample, TestSet, relabel
+from privreid.data.types import (
+    INFRARED,
+    VISIBLE,
+    ClientData,
+    Federation,
+    ReIDDataset,
+    Sample,
+    TestSet,
+    VIProtocol,
+    relabel,
+)
 
 __all__ = [
     "DATASET_FORMATS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "INFRARED",
     "PROTOCOLS",
     "ClientData",
     "Federation",
@@ -19,7 +30,10 @@ __all__ = [
     "PKSampler",
     "ReIDDataset",
     "Sample",
+    "SequenceDataset",
     "TestSet",
+    "VISIBLE",
+    "VIProtocol",
     "build_transforms",
     "dataset_stats",
     "detect_format",

@@ -4,15 +4,21 @@ Each ``--data`` value is one of:
 
 * ``synth`` (or nothing at all): the embedded synthetic federation, generated
   once and cached (:func:`privreid.data.synthetic.ensure_synthetic`);
-* a directory written by ``privreid data synth`` (it holds ``manifest.json``):
-  each of its domains is one dataset;
+* ``synth-vi`` / ``synth-vi-video``: the embedded synthetic visible-infrared
+  federation, as images or as tracklets, generated once and cached
+  (:func:`privreid.data.synthetic_vi.ensure_synthetic_vi`);
+* a directory written by ``privreid data synth`` (with or without ``--vi`` /
+  ``--video``; it holds ``manifest.json``): each of its domains (entities) is
+  one dataset;
 * a dataset root in a supported layout (Market-1501, DukeMTMC-reID,
-  CUHK03-NP, MSMT17): one dataset named after the directory;
+  CUHK03-NP, MSMT17, or a visible-infrared layout of
+  :data:`privreid.data.vi_formats.VI_FORMATS`: SYSU-MM01, RegDB, LLCM,
+  HITSZ-VCM, BUPTCampus): one dataset named after the directory;
 * a directory whose sub-directories are dataset roots: one dataset each.
 
-When the synthetic federation is used and no domains are named, the last
-domain is held out as the unseen (leave-one-domain-out) test domain, which is
-the demo's setting.
+When an embedded synthetic federation is used and no domains are named, the
+last domain is held out as the unseen (leave-one-domain-out) test domain,
+which is the demo's setting.
 """
 
 from __future__ import annotations
@@ -24,13 +30,18 @@ from ..errors import ConfigError, DataError
 from .formats import load_dataset, verify_images
 from .partition import make_federation
 from .types import Federation, ReIDDataset
+from .vi_formats import detect_vi_format, frame_dataset, is_vi_format, load_vi_dataset
 
 SYNTH = "synth"
+SYNTH_VI = "synth-vi"
+SYNTH_VI_VIDEO = "synth-vi-video"
+_EMBEDDED = (SYNTH, SYNTH_VI, SYNTH_VI_VIDEO)
 
 
 def _load_synthetic_root(root: Path) -> dict[str, ReIDDataset]:
     manifest = json.loads((root / "manifest.json").read_text())
-    return {name: _named(load_dataset(root / name, "market1501"), name) for name in manifest["domains"]}
+    fmt = "vi-folders" if manifest.get("format") == "privreid-synthetic-vi" else "market1501"
+    return {name: _named(load_with_format(root / name, fmt), name) for name in manifest["domains"]}
 
 
 def _named(ds: ReIDDataset, name: str) -> ReIDDataset:
@@ -41,12 +52,16 @@ def _named(ds: ReIDDataset, name: str) -> ReIDDataset:
 def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 0) -> dict[str, ReIDDataset]:
     """Load every dataset named by ``roots`` (see module docstring)."""
     from .synthetic import SynthConfig, ensure_synthetic
+    from .synthetic_vi import SynthVIConfig, ensure_synthetic_vi
 
     roots = list(roots or [SYNTH])
     out: dict[str, ReIDDataset] = {}
     for spec in roots:
         if spec == SYNTH:
             found = _load_synthetic_root(ensure_synthetic(config=SynthConfig(seed=synth_seed)))
+        elif spec in (SYNTH_VI, SYNTH_VI_VIDEO):
+            config = SynthVIConfig(seed=synth_seed, video=spec == SYNTH_VI_VIDEO)
+            found = _load_synthetic_root(ensure_synthetic_vi(config=config))
         else:
             root = Path(spec).expanduser()
             if not root.exists():
@@ -65,7 +80,14 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
 
 
 def load_with_format(root: Path, fmt: str) -> ReIDDataset:
-    """:func:`load_dataset`, also accepting ``cuhk03np-detected`` / ``cuhk03np-labeled``."""
+    """:func:`load_dataset`, also accepting ``cuhk03np-detected`` / ``cuhk03np-labeled`` and the VI formats.
+
+    ``auto`` recognises the VI layouts (:func:`detect_vi_format`) before the RGB ones.
+    """
+    if fmt == "auto":
+        fmt = detect_vi_format(root) or fmt
+    if is_vi_format(fmt):
+        return load_vi_dataset(root, fmt)
     if fmt.startswith("cuhk03np-"):
         return load_dataset(root, "cuhk03np", variant=fmt.split("-", 1)[1])
     return load_dataset(root, fmt)
@@ -80,7 +102,7 @@ def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:
         children = {}
         for child in sorted(p for p in root.iterdir() if p.is_dir()):
             try:
-                children[child.name] = _named(load_dataset(child, "auto"), child.name)
+                children[child.name] = _named(load_with_format(child, "auto"), child.name)
             except DataError:
                 continue
         if not children:
@@ -100,8 +122,8 @@ def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: st
     datasets = resolve_datasets(roots, fmt, synth_seed)
     if verify:
         for ds in datasets.values():
-            verify_images(ds)
-    using_synth = not roots or list(roots) == [SYNTH]
+            verify_images(frame_dataset(ds))
+    using_synth = not roots or (len(roots) == 1 and roots[0] in _EMBEDDED)
     if using_synth and train_domains is None and test_domains is None:
         names = list(datasets)
         test_domains = names[-1:]

@@ -14,9 +14,30 @@
     per domain, named ``"<domain>/g<i>"``.  All images of one identity go to
     one client.
 
+The privacy protocols of L2RW+ (Jiang et al., paper 003, Sec. III-B and IV-B):
+
+``ci`` (camera independence)
+    As ``by-camera``: each camera of each training domain is one client
+    (``"<domain>/c<camid>"``), whatever it records; a client gets no
+    modality information (its camera may be visible, infrared or both).
+``ei`` (entity independence)
+    As ``by-dataset``: each training dataset (entity) is one client; at least
+    one entity must be held out in ``test_domains`` (the unseen entity).
+``es`` (entity sharing)
+    The training entities are pooled into one client, named ``"es"``, for
+    centralised training (ERM, Eq. 1); identities of different entities
+    stay distinct (keyed by (entity, pid)); ``source_pids`` is None.  At least
+    one entity must be held out in ``test_domains``.  Its ``domain`` is the
+    entity names joined by ``+``.
+
 Every client's pids are relabelled ``0..n-1`` within the client (its
 classifier head is local); ``ClientData.source_pids[i]`` records the domain's
-train pid of client label ``i``.  Leave-one-domain-out is expressed for any protocol
+train pid of client label ``i``.  Test sets carry their dataset's
+``modality``, ``vi_protocol`` and ``tracklets`` (visible-infrared and video
+data); clients carry ``tracklets``.  Clients of a video domain get empty
+``query`` / ``gallery`` lists (their seen test set, with its tracklets, is
+in ``Federation.seen``), because a plain image evaluation cannot read
+tracklets.  Leave-one-domain-out is expressed for any protocol
 with ``test_domains``: those domains are never trained on and become
 ``Federation.unseen`` test sets.  ``Federation.seen`` holds one test set per
 training domain; the domain's clients carry the very same query/gallery lists.
@@ -32,9 +53,11 @@ import numpy as np
 from privreid.errors import ConfigError, DataError
 from privreid.data.types import ClientData, Federation, ReIDDataset, Sample, TestSet, relabel
 
-PROTOCOLS = ("by-dataset", "by-camera", "by-identity")
+PROTOCOLS = ("by-dataset", "by-camera", "by-identity", "ci", "ei", "es")
+#: protocols evaluated on an entity held out of training
+_UNSEEN_REQUIRED = ("ei", "es")
 
-__all__ = ["PROTOCOLS", "make_federation", "relabel"]
+__all__ = ["PROTOCOLS", "make_federation", "relabel", "as_test_set"]
 
 
 def make_federation(
@@ -70,6 +93,8 @@ def make_federation(
         raise ConfigError(f"domains {', '.join(overlap)} are in both train_domains and test_domains")
     if not train:
         raise ConfigError("no training domain: every domain is in test_domains")
+    if protocol in _UNSEEN_REQUIRED and not test:
+        raise ConfigError(f"the {protocol} protocol tests on an unseen entity: hold one out with test_domains")
     if protocol == "by-identity":
         if num_clients is None or num_clients < 1:
             raise ConfigError(f"by-identity needs num_clients >= 1, got {num_clients}")
@@ -82,32 +107,48 @@ def make_federation(
     elif num_clients is not None:
         raise ConfigError(f"num_clients only applies to the by-identity protocol, not to {protocol}")
 
-    clients = []
-    for domain in train:
+    clients = [_pooled_client(datasets, train)] if protocol == "es" else []
+    for domain in train if protocol != "es" else []:
         ds = datasets[domain]
-        if protocol == "by-dataset":
+        if protocol in ("by-dataset", "ei"):
             groups = [(domain, ds.train)]
-        elif protocol == "by-camera":
+        elif protocol in ("by-camera", "ci"):
             groups = _split_by_camera(domain, ds.train)
         else:
             groups = _split_by_identity(domain, ds.train, num_clients, seed)
+        video = ds.tracklets is not None
         for name, samples in groups:
-            client = ClientData(
+            clients.append(ClientData(
                 name=name,
                 domain=domain,
                 train=relabel(samples),
-                query=ds.query,
-                gallery=ds.gallery,
+                query=[] if video else ds.query,
+                gallery=[] if video else ds.gallery,
                 source_pids=sorted({pid for _, pid, _ in samples}),  # relabel's order: label i <- source_pids[i]
+                tracklets=ds.tracklets,
+            ))
+    for client in clients:
+        if client.num_classes < 2:
+            raise DataError(
+                f"client {client.name} would hold {client.num_classes} identity; a ReID client needs at least two"
             )
-            if client.num_classes < 2:
-                raise DataError(
-                    f"client {name} would hold {client.num_classes} identity; a ReID client needs at least two"
-                )
-            clients.append(client)
-    seen = [TestSet(domain, datasets[domain].query, datasets[domain].gallery) for domain in train]
-    unseen = [TestSet(domain, datasets[domain].query, datasets[domain].gallery) for domain in test]
+    seen = [as_test_set(domain, datasets[domain]) for domain in train]
+    unseen = [as_test_set(domain, datasets[domain]) for domain in test]
     return Federation(protocol=protocol, clients=clients, seen=seen, unseen=unseen)
+
+
+def as_test_set(name: str, ds: ReIDDataset) -> TestSet:
+    """``ds``'s query/gallery split as a :class:`TestSet` named ``name``, with its VI / video side mappings."""
+    return TestSet(name, ds.query, ds.gallery, modality=ds.modality, vi_protocol=ds.vi_protocol,
+                   tracklets=ds.tracklets)
+
+
+def _pooled_client(datasets: Mapping[str, ReIDDataset], domains: list[str]) -> ClientData:
+    """The ES client: every training entity's samples, identities keyed by (entity, pid) and relabelled."""
+    keyed = [(path, (domain, pid), cam) for domain in domains for path, pid, cam in datasets[domain].train]
+    tracks = [datasets[domain].tracklets for domain in domains]
+    merged = None if all(t is None for t in tracks) else {k: v for t in tracks if t for k, v in t.items()}
+    return ClientData(name="es", domain="+".join(domains), train=relabel(keyed), tracklets=merged)
 
 
 def _domain_list(datasets: Mapping[str, ReIDDataset], domains: str | Iterable[str], arg: str) -> list[str]:

@@ -42,6 +42,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -63,12 +64,15 @@ __all__ = [
     "config_hash",
     "domain_names",
     "domain_preset",
+    "ensure_cached",
     "ensure_synthetic",
     "generate_synthetic",
     "identity_appearance",
     "render_person",
     "sample_appearance",
     "sample_pose",
+    "write_atomically",
+    "write_manifest",
 ]
 
 #: Version of the on-disk layout / manifest schema.
@@ -178,10 +182,10 @@ def domain_names(config: SynthConfig | None = None) -> list[str]:
     return out
 
 
-def config_hash(config: SynthConfig) -> str:
-    """Short stable hash of a config plus the format/render versions."""
+def config_hash(config, format_version: int = FORMAT_VERSION, render_version: int = RENDER_VERSION) -> str:
+    """Short stable hash of a generator config (a dataclass) plus the format/render versions."""
     payload = json.dumps(
-        {"config": asdict(config), "format": FORMAT_VERSION, "render": RENDER_VERSION},
+        {"config": asdict(config), "format": format_version, "render": render_version},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
@@ -967,13 +971,64 @@ def generate_synthetic(
     """Render the synthetic federation into ``out_dir`` (Market-1501 layout per domain).
 
     Writes ``out_dir/<domain>/{bounding_box_train,query,bounding_box_test}/*.jpg`` and
-    ``out_dir/manifest.json``.  Deterministic for a config; atomic (everything is
-    written into a temporary sibling directory that is renamed at the end).
-    Raises :class:`~privreid.errors.DataError` if ``out_dir`` exists and is not
-    empty, unless ``overwrite`` is true.
+    ``out_dir/manifest.json``.  Deterministic for a config; atomic (see
+    :func:`write_atomically`).  Raises :class:`~privreid.errors.DataError` if
+    ``out_dir`` exists and is not empty, unless ``overwrite`` is true.
     """
     config = config or SynthConfig()
     config.validate()
+    return write_atomically(out_dir, lambda tmp: _write_federation(tmp, config, progress), overwrite=overwrite)
+
+
+def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
+    names = domain_names(config)
+    plans = [_plan_domain(config, d) for d in range(config.num_domains)]
+    total = sum(len(p) for p in plans)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="synthetic", unit="img")
+    counts = {}
+    for d, (dname, items) in enumerate(zip(names, plans)):
+        for split in SPLITS:
+            (tmp / dname / split).mkdir(parents=True)
+        cams = [camera_style(config, d, c) for c in range(config.cams_per_domain)]
+        apps = {pid: identity_appearance(config, d, pid)
+                for pid in {i.pid for i in items if i.kind == "id"}}
+        for it in items:
+            arr = _render_item(config, d, it, cams, apps)
+            _save_jpeg(arr, tmp / dname / it.split / it.filename, config.jpeg_quality)
+            if bar is not None:
+                bar.update(1)
+        counts[dname] = _count(items)
+    if bar is not None:
+        bar.close()
+    write_manifest(tmp, "privreid-synthetic", config, domains=names, counts=counts, total_images=total)
+
+
+def write_manifest(root: Path, fmt: str, config, *, format_version: int = FORMAT_VERSION,
+                   render_version: int = RENDER_VERSION, **extra) -> None:
+    """Write ``root/manifest.json``: format, versions, the generator config and its hash, plus ``extra``."""
+    manifest = {
+        "format": fmt,
+        "format_version": format_version,
+        "render_version": render_version,
+        "privreid_version": __version__,
+        "config": asdict(config),
+        "config_hash": config_hash(config, format_version, render_version),
+        **extra,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
+    """Run ``fill(tmp)`` on a fresh temporary sibling directory of ``out_dir``, then rename it to ``out_dir``.
+
+    Nothing is left behind if ``fill`` raises.  Raises
+    :class:`~privreid.errors.DataError` if ``out_dir`` is a file, or a
+    non-empty directory and ``overwrite`` is false.  Returns the absolute path.
+    """
     out = Path(out_dir).expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} exists and is not a directory")
@@ -982,41 +1037,7 @@ def generate_synthetic(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        names = domain_names(config)
-        plans = [_plan_domain(config, d) for d in range(config.num_domains)]
-        total = sum(len(p) for p in plans)
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="synthetic", unit="img")
-        counts = {}
-        for d, (dname, items) in enumerate(zip(names, plans)):
-            for split in SPLITS:
-                (tmp / dname / split).mkdir(parents=True)
-            cams = [camera_style(config, d, c) for c in range(config.cams_per_domain)]
-            apps = {pid: identity_appearance(config, d, pid)
-                    for pid in {i.pid for i in items if i.kind == "id"}}
-            for it in items:
-                arr = _render_item(config, d, it, cams, apps)
-                _save_jpeg(arr, tmp / dname / it.split / it.filename, config.jpeg_quality)
-                if bar is not None:
-                    bar.update(1)
-            counts[dname] = _count(items)
-        if bar is not None:
-            bar.close()
-        manifest = {
-            "format": "privreid-synthetic",
-            "format_version": FORMAT_VERSION,
-            "render_version": RENDER_VERSION,
-            "privreid_version": __version__,
-            "config": asdict(config),
-            "config_hash": config_hash(config),
-            "domains": names,
-            "counts": counts,
-            "total_images": total,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        fill(tmp)
         _move_into_place(tmp, out, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1066,19 +1087,36 @@ def ensure_synthetic(
     """
     config = config or SynthConfig()
     config.validate()
+    return ensure_cached(
+        "synth", config,
+        lambda path, overwrite: generate_synthetic(path, config, progress=progress, overwrite=overwrite),
+        cache_root,
+    )
+
+
+def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
+                  cache_root: str | os.PathLike | None = None, *, format_version: int = FORMAT_VERSION,
+                  render_version: int = RENDER_VERSION) -> Path:
+    """The cache directory ``cache_root / f"{prefix}-{config_hash(...)}"``, filled by ``generate`` once.
+
+    ``generate(path, overwrite)`` writes the dataset (a broken cached copy is
+    overwritten).  A copy is valid when its manifest holds the same config and
+    versions; a concurrent process that wins the race is accepted.
+    """
     root = Path(cache_root).expanduser() if cache_root is not None else _default_cache_root()
-    path = root / f"synth-{config_hash(config)}"
+    path = root / f"{prefix}-{config_hash(config, format_version, render_version)}"
+    expected = json.loads(json.dumps(asdict(config)))  # as the manifest stores it (tuples become lists)
 
     def valid() -> bool:
         m = read_manifest(path)
-        return (m is not None and m.get("config") == asdict(config)
-                and m.get("format_version") == FORMAT_VERSION
-                and m.get("render_version") == RENDER_VERSION)
+        return (m is not None and m.get("config") == expected
+                and m.get("format_version") == format_version
+                and m.get("render_version") == render_version)
 
     if valid():
         return path
     try:
-        generate_synthetic(path, config, progress=progress, overwrite=path.exists())
+        generate(path, path.exists())
     except DataError:
         if valid():  # a concurrent process won the race
             return path
