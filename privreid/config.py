@@ -53,9 +53,25 @@ class ModelConfig:
     weights: str | None = None
 
 
+#: DP-SGD's per-sample clipping bound C when --max-grad-norm is not given (Opacus' tutorials use 1.0)
+DEFAULT_MAX_GRAD_NORM = 1.0
+#: delta of the (epsilon, delta) guarantees when --delta is not given; it must stay below 1/N
+DEFAULT_DELTA = 1e-5
+
+
 @dataclass
 class TrainConfig:
-    """The method and its optimisation hyper-parameters."""
+    """The method and its optimisation hyper-parameters.
+
+    Privacy (:mod:`privreid.defenses`): ``dp_sgd`` (record-level DP-SGD on
+    every client, per-sample clipping to ``max_grad_norm``) or ``client_dp``
+    (DP-FedAvg: client updates clipped to ``clip``); both add Gaussian noise
+    of ``noise_multiplier`` times the clipping bound, account with RDP at
+    ``delta`` and stop before ``target_epsilon`` would be exceeded.  DP-SGD
+    derives its noise from ``target_epsilon`` when no noise multiplier is
+    given.  ``None`` means "not given" (defaults :data:`DEFAULT_MAX_GRAD_NORM`
+    and :data:`DEFAULT_DELTA` apply when the mechanism is on).
+    """
 
     method: str = "fedpav"
     rounds: int = 10
@@ -83,6 +99,13 @@ class TrainConfig:
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"
+    dp_sgd: bool = False
+    client_dp: bool = False
+    noise_multiplier: float | None = None
+    max_grad_norm: float | None = None
+    clip: float | None = None
+    target_epsilon: float | None = None
+    delta: float | None = None
 
 
 @dataclass
@@ -128,7 +151,54 @@ class RunConfig:
             (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
              f"device must be auto, cpu or cuda (got {t.device!r})"),
         ]
-        for ok, msg in checks:
+        for ok, msg in checks + _privacy_checks(t):
             if not ok:
                 raise ConfigError(msg)
         return self
+
+
+def dp_delta(config: RunConfig) -> float:
+    """The delta of the run's (epsilon, delta) guarantees: ``--delta``, else :data:`DEFAULT_DELTA`."""
+    return DEFAULT_DELTA if config.train.delta is None else config.train.delta
+
+
+def dp_max_grad_norm(config: RunConfig) -> float:
+    """DP-SGD's per-sample clipping bound C: ``--max-grad-norm``, else :data:`DEFAULT_MAX_GRAD_NORM`."""
+    return DEFAULT_MAX_GRAD_NORM if config.train.max_grad_norm is None else config.train.max_grad_norm
+
+
+def model_norm(config: RunConfig) -> str:
+    """The run's normalisation layers: ``"group"`` under DP-SGD (per-sample gradients), else ``"batch"``."""
+    return "group" if config.train.dp_sgd else "batch"
+
+
+def _positive(value: float | None) -> bool:
+    return value is None or value > 0
+
+
+def _privacy_checks(t: TrainConfig) -> list[tuple[bool, str]]:
+    """Ranges and combinations of the differential-privacy fields (flag names as on the CLI)."""
+    knobs = {"--noise-multiplier": t.noise_multiplier, "--max-grad-norm": t.max_grad_norm, "--clip": t.clip,
+             "--target-epsilon": t.target_epsilon, "--delta": t.delta}
+    given = [flag for flag, value in knobs.items() if value is not None]
+    return [
+        (_positive(t.noise_multiplier), f"noise_multiplier must be > 0 (got {t.noise_multiplier})"),
+        (_positive(t.max_grad_norm), f"max_grad_norm must be > 0 (got {t.max_grad_norm})"),
+        (_positive(t.clip), f"clip must be > 0 (got {t.clip})"),
+        (_positive(t.target_epsilon), f"target_epsilon must be > 0 (got {t.target_epsilon})"),
+        (t.delta is None or 0 < t.delta < 1, f"delta must lie in (0, 1) (got {t.delta})"),
+        (not (t.dp_sgd and t.client_dp), "--dp-sgd and --client-dp exclude each other (they share "
+         "--noise-multiplier, --target-epsilon and --delta)"),
+        (t.dp_sgd or t.client_dp or not given, f"{', '.join(given)} given without --dp-sgd or --client-dp"),
+        (not t.dp_sgd or t.clip is None, "--clip bounds client updates (--client-dp); DP-SGD clips per-sample "
+         "gradients with --max-grad-norm"),
+        (not t.dp_sgd or t.noise_multiplier is not None or t.target_epsilon is not None,
+         "--dp-sgd needs --noise-multiplier Z or --target-epsilon E"),
+        (not t.dp_sgd or t.triplet_weight == 0, "--dp-sgd cannot bound a sample's influence on the batch-hard "
+         "triplet loss (it couples the samples of a batch); use --triplet-weight 0"),
+        (not t.client_dp or t.max_grad_norm is None, "--max-grad-norm clips per-sample gradients (--dp-sgd); "
+         "client-level DP clips client updates with --clip"),
+        (not t.client_dp or t.clip is not None, "--client-dp needs --clip S (the L2 bound of a client update)"),
+        (not t.client_dp or t.noise_multiplier is not None, "--client-dp needs --noise-multiplier Z "
+         "(--target-epsilon then stops training before the budget is exceeded)"),
+    ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from ..config import RunConfig
 from ..data import ImageDataset, PKSampler, build_transforms
@@ -55,6 +55,10 @@ class ClientContext:
     #: the current training batch, set by :class:`SupervisedUpdate` before it
     #: calls ``extra_loss`` (methods that run other models on the same batch)
     images: torch.Tensor | None = None
+    #: tensors the client sends to the server besides its shared parameters
+    #: (DPPT's class centres, L2RW+ Eq. 5), filled by the client update; the
+    #: engine adds them to the upload, so they count in ``bytes_up``
+    upload_extra: StateDict = field(default_factory=dict)
 
 
 def round_lr_factor(config: RunConfig, round_index: int) -> float:
@@ -62,14 +66,22 @@ def round_lr_factor(config: RunConfig, round_index: int) -> float:
     return config.train.lr_gamma ** (round_index // config.train.lr_step)
 
 
-def client_loader(client: ClientData, config: RunConfig, seed: int) -> DataLoader:
-    """Training batches of the client's images (PK batches when triplet is on)."""
+def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: Dataset | None = None,
+                  instances: int | None = None) -> DataLoader:
+    """Training batches of the client's samples.
+
+    ``dataset`` indexes ``client.train`` (default: its images with the
+    standard training transform of :func:`~privreid.data.build_transforms`;
+    DPPT passes channel-augmented images or clips).  PK batches when triplet
+    is on (``K = instances_per_id``) or ``instances`` (``K``) is given.
+    """
     t, d = config.train, config.data
-    dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
-                                                          random_erasing=t.random_erasing))
+    if dataset is None:
+        dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
+                                                              random_erasing=t.random_erasing))
     generator = torch.Generator().manual_seed(seed)
-    if t.triplet_weight > 0:
-        k = t.instances_per_id
+    if instances or t.triplet_weight > 0:
+        k = instances or t.instances_per_id
         p = max(2, t.batch_size // k)
         sampler = PKSampler(client.train, p=p, k=k, seed=seed)
         return DataLoader(dataset, batch_size=p * k, sampler=sampler, drop_last=True,
@@ -101,6 +113,21 @@ class SupervisedUpdate:
         """Hook for methods that add terms to the local objective."""
         return None
 
+    def loader(self, ctx: ClientContext, epoch: int) -> DataLoader:
+        """Hook: the batches of local epoch ``epoch`` (DPPT: PK batches with channel augmentation)."""
+        return client_loader(ctx.client, self.config, ctx.seed + epoch)
+
+    def forward(self, ctx: ClientContext, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hook: ``(pre_neck, feat, logits)`` of a batch (V-DPPT: temporal mean over clip frames)."""
+        return ctx.model.forward_train(images)
+
+    def schedule_step(self, ctx: ClientContext, opt: torch.optim.Optimizer, epoch: int, step: int,
+                      n_batches: int) -> None:
+        """Hook called before every optimiser step, for per-step learning-rate schedules (DPPT's one-cycle).
+
+        The default keeps the per-round rates of :meth:`optimizer`.
+        """
+
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         from tqdm.auto import tqdm
 
@@ -110,7 +137,7 @@ class SupervisedUpdate:
         opt = self.optimizer(model, ctx.round)
         total, steps, seen = 0.0, 0, 0
         for epoch in range(t.local_epochs):
-            loader = client_loader(ctx.client, self.config, ctx.seed + epoch)
+            loader = self.loader(ctx, epoch)
             if isinstance(loader.sampler, PKSampler):
                 loader.sampler.set_epoch(epoch)
             n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
@@ -121,7 +148,7 @@ class SupervisedUpdate:
                     break
                 images, labels = images.to(ctx.device), labels.to(ctx.device)
                 ctx.images = images
-                pre_neck, feat, logits = model.forward_train(images)
+                pre_neck, feat, logits = self.forward(ctx, images)
                 loss = self.criterion(logits, labels)
                 if t.triplet_weight > 0:
                     loss = loss + t.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
@@ -130,8 +157,10 @@ class SupervisedUpdate:
                     loss = loss + extra
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                self.schedule_step(ctx, opt, epoch, step, n_batches)
                 opt.step()
-                total += float(loss.detach()) * len(labels)
+                if len(labels):  # a Poisson batch (DP-SGD) can be empty; its mean loss is NaN
+                    total += float(loss.detach()) * len(labels)
                 seen += len(labels)
                 steps += 1
                 bar.set_postfix(loss=f"{float(loss.detach()):.3f}")

@@ -15,7 +15,10 @@ continues exactly as the uninterrupted run.
 
 Privacy boundary.  The only things that flow from a client to the server are
 :class:`~.strategy.Upload` objects: the shared keys, the sample count and
-scalar training metrics.
+scalar training metrics, plus any tensors a method's client update puts in
+``ClientContext.upload_extra`` (DPPT's per-identity class centres).  Such
+tensors stay in the global state as server-side method state (not model
+keys); checkpoints store them apart, under ``server_state``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..config import RunConfig
-from ..defenses import apply_defenses, privacy_statement
+from ..defenses import PrivacyLedger, apply_defenses
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
@@ -103,6 +106,11 @@ class FederatedEngine:
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
         self.download = self.method.make_download(config) if self.method.make_download else None
+        # differential privacy: settings checked against the federation, epsilon logged and budgeted
+        self.privacy = PrivacyLedger(config, self.clients, self.clients_per_round())
+        self.stopped: str | None = None
+        for note in self.privacy.notes:
+            self.log(f"note: {note}")
         self._initial_state()  # builds the model (loading weights may fail) before anything is written
 
     # -- state -----------------------------------------------------------------
@@ -130,7 +138,7 @@ class FederatedEngine:
             diffs = [f"{section}.{k}" for section in current for k in current[section]
                      if current[section][k] != saved[section].get(k)]
             raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")
-        self.global_state = ckpt["global_state"]
+        self.global_state = {**ckpt["global_state"], **ckpt.get("server_state", {})}
         self.client_states = ckpt["client_states"]
         self.client_memory = ckpt.get("client_memory", {})
         self.metrics = list(ckpt["metrics"])
@@ -141,12 +149,13 @@ class FederatedEngine:
                 fh.write(json.dumps(rec) + "\n")
         self.log(f"resuming {self.method.name} from round {self.start_round}")
 
-    def _load_client(self, client: ClientData, round_index: int) -> StateDict:
+    def _load_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> StateDict:
         """Put the downloaded global state plus the client's local state into the model; return the download."""
         self.model.reset_classifier(client.num_classes)
         memory = self.client_memory.setdefault(client.name, {})
-        received = self.download(self.global_state, client, memory, round_index) if self.download \
-            else self.global_state
+        if received is None:
+            received = self.download(self.global_state, client, memory, round_index) if self.download \
+                else self.global_state
         local = self.client_states.get(client.name)
         if local is None:  # first participation: fresh classifier, initial local layers
             state = {**self.policy.local(self.init_state), **received}
@@ -197,14 +206,71 @@ class FederatedEngine:
                          f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
 
     # -- the loop --------------------------------------------------------------
+    def clients_per_round(self) -> int:
+        """``m = max(1, round(C N))``: how many clients every round samples."""
+        fraction = self.config.train.client_fraction
+        return max(1, int(round((self.method.client_fraction if fraction is None else fraction) * len(self.clients))))
+
     def select_clients(self, round_index: int) -> list[ClientData]:
         """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
         n = len(self.clients)
-        fraction = self.config.train.client_fraction
-        k = max(1, int(round((self.method.client_fraction if fraction is None else fraction) * n)))
+        k = self.clients_per_round()
         rng = np.random.default_rng(derive_seed(self.config.train.seed, "select", round_index))
         chosen = sorted(rng.choice(n, size=k, replace=False).tolist())
         return [self.clients[i] for i in chosen]
+
+    def evaluates(self, round_no: int) -> bool:
+        """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every``, and the last)."""
+        t = self.config.train
+        return round_no % t.eval_every == 0 or round_no == t.rounds
+
+    def train_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> Upload:
+        """One client's part of a round: load its model, train it locally, keep its local keys; the upload.
+
+        ``received`` is what the server transmitted to this client; ``None``
+        computes it here with the method's download (in-process).  The Flower
+        runtime computes it on the server and calls this on the site.
+        """
+        seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
+        seed_everything(seed)
+        received = self._load_client(client, round_index, received)
+        ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
+                            device=self.device, global_state=received, seed=seed,
+                            progress=self.progress, memory=self.client_memory[client.name])
+        train_metrics = self.client_update(ctx)
+        state = self.model.state_dict()
+        self.client_states[client.name] = clone_state(self.policy.local(state))
+        return Upload(client.name, {**clone_state(self.policy.shared(state)), **clone_state(ctx.upload_extra)},
+                      client.num_samples, train_metrics)
+
+    def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
+        """Train the selected clients one after another and record their metrics; their uploads.
+
+        The Flower ServerApp overrides this to dispatch the round to the sites.
+        """
+        round_no = round_index + 1
+        uploads: list[Upload] = []
+        for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
+            upload = self.train_client(client, round_index)
+            uploads.append(upload)
+            self._record({"round": round_no, "scope": "train", "client": client.name, **upload.metrics})
+            if self.evaluates(round_no):
+                self._eval_local(round_no, client)
+        return uploads
+
+    def finish_round(self, round_index: int, uploads: list[Upload], down_bytes: int) -> None:
+        """The server's part of a round: aggregate the uploads, count bytes, evaluate, checkpoint."""
+        round_no = round_index + 1
+        seed_everything(derive_seed(self.config.train.seed, "server", round_index))
+        self.global_state = self.strategy.aggregate(self.global_state, uploads)
+        if self.method.communicates:
+            self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
+                              "bytes_down": down_bytes})
+        for rec in self.privacy.round_records(round_no, self.client_memory):
+            self._record(rec)
+        if self.evaluates(round_no):
+            self._eval_global(round_no)
+        self._checkpoint(round_no)
 
     def run(self, *, resume: bool = False) -> dict[str, Any]:
         t = self.config.train
@@ -215,34 +281,14 @@ class FederatedEngine:
         rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                       total=t.rounds, disable=not self.progress, dynamic_ncols=True)
         for r in rounds:
-            round_no = r + 1
-            evaluate_now = round_no % t.eval_every == 0 or round_no == t.rounds
             selected = self.select_clients(r)
-            uploads: list[Upload] = []
+            self.stopped = self.privacy.stop_reason(r, selected, self.client_memory)
+            if self.stopped:
+                self.log(self.stopped)
+                break
             down_bytes = state_nbytes(self.global_state) * len(selected)
-            for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
-                seed = derive_seed(t.seed, "client", r, client.name)
-                seed_everything(seed)
-                received = self._load_client(client, r)
-                ctx = ClientContext(model=self.model, client=client, round=r, config=self.config,
-                                    device=self.device, global_state=received, seed=seed,
-                                    progress=self.progress, memory=self.client_memory[client.name])
-                train_metrics = self.client_update(ctx)
-                state = self.model.state_dict()
-                uploads.append(Upload(client.name, clone_state(self.policy.shared(state)), client.num_samples,
-                                      train_metrics))
-                self.client_states[client.name] = clone_state(self.policy.local(state))
-                self._record({"round": round_no, "scope": "train", "client": client.name, **train_metrics})
-                if evaluate_now:
-                    self._eval_local(round_no, client)
-            seed_everything(derive_seed(t.seed, "server", r))
-            self.global_state = self.strategy.aggregate(self.global_state, uploads)
-            if self.method.communicates:
-                self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
-                                  "bytes_down": down_bytes})
-            if evaluate_now:
-                self._eval_global(round_no)
-            self._checkpoint(round_no)
+            uploads = self.collect_uploads(r, selected)
+            self.finish_round(r, uploads, down_bytes)
         summary = self.summary(time.time() - started)
         write_json_atomic(self.out_dir / "summary.json", summary)
         return summary
@@ -253,7 +299,9 @@ class FederatedEngine:
             "round": round_no,
             "config": self.config.to_dict(),
             "model_config": self.model.model_config(),
-            "global_state": self.global_state,
+            # model keys only, so any checkpoint reader can load them; method state apart
+            "global_state": {k: v for k, v in self.global_state.items() if k in self.init_state},
+            "server_state": {k: v for k, v in self.global_state.items() if k not in self.init_state},
             "has_global_model": self.method.has_global_model,
             # local keys the global model needs for evaluation (FedBN's averaged norms)
             "global_eval_extra": self._global_eval_extra(),
@@ -283,7 +331,7 @@ class FederatedEngine:
             "evaluated_round": last,
             "wall_time_s": round(wall_time, 2),
             "checkpoint": str(self.out_dir / "ckpt.pt"),
-            "privacy": privacy_statement(self.config),
+            "privacy": self.privacy.statement(self.metrics, self.stopped),
         }
         for scope in ("global", "local"):
             for split in ("seen", "unseen"):

@@ -21,6 +21,13 @@ al., paper 001): three horizontal bands of the ``layer4`` feature map (see
 fused ``theta = v * global + (1 - v) * part`` (Eq. 1), with ``v`` the buffer
 ``part.fusion_weight`` (default 0.5).  ``v == 1`` skips the part branch and
 gives the plain global feature.
+
+Group normalisation (``norm="group"``, for DP-SGD): every BatchNorm layer of
+the trunk, neck, part branch and classifier head is replaced by a freshly
+initialised GroupNorm (:func:`use_group_norm`), so that a sample's output no
+longer depends on the other samples of its batch and per-sample gradients
+exist (Opacus rejects BatchNorm).  The choice is recorded in
+:meth:`ReIDModel.model_config`, so checkpoints rebuild the same layers.
 """
 
 from __future__ import annotations
@@ -35,10 +42,14 @@ from torch import nn
 
 from privreid.errors import ConfigError
 from privreid.models.attentive_norm import ACTIVATIONS, DEFAULT_COMPONENTS, apply_attentive_norm
-from privreid.models.resnet import NORM_TYPES, NormFactory, ResNet
+from privreid.models.resnet import NORM_TYPES, NormFactory, ResNet, replace_norm_layers
 from privreid.models.weights import load_imagenet_weights, load_weights_file
 
 NECKS = ("linear", "bnneck")
+NORMS = ("batch", "group")
+#: groups of a 2-d GroupNorm (Wu & He, "Group Normalization", ECCV 2018: G = 32;
+#: also what Opacus' ``ModuleValidator.fix`` uses)
+GROUPS_2D = 32
 PRETRAINED = ("imagenet",)
 
 _log = logging.getLogger(__name__)
@@ -75,6 +86,32 @@ class BNNeck(nn.Module):
 
 
 HEADS = ("linear", "mlp")
+
+
+def use_group_norm(module: nn.Module) -> list[str]:
+    """Replace every BatchNorm layer inside ``module`` by a fresh GroupNorm, in place; the replaced names.
+
+    * 2-d layers (feature maps): ``GroupNorm(gcd(32, C), C)``, Wu & He's
+      G = 32 (every ResNet width here is a multiple of 32).
+    * 1-d layers (``(N, C)`` embeddings: the linear neck's and the part
+      branch's ``bn``, the mapping head's BN): ``GroupNorm(1, C)``, i.e. a
+      LayerNorm over the feature.  Choice: Opacus' ``min(32, C)`` groups would
+      give a 32-d embedding one channel per group, which GroupNorm normalises
+      by itself: the output would be the bias, whatever the input.
+    * A frozen bias (BNNeck's) stays frozen at zero.
+
+    GroupNorm normalises each sample with its own statistics, so it has no
+    running statistics and no batch coupling.
+    """
+    frozen = {name for name, m in module.named_modules()
+              if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.bias is not None and not m.bias.requires_grad}
+    replaced = replace_norm_layers(module, lambda c: nn.GroupNorm(1, c),
+                                   lambda name, m: isinstance(m, nn.BatchNorm1d))
+    replaced += replace_norm_layers(module, lambda c: nn.GroupNorm(math.gcd(GROUPS_2D, c), c),
+                                    lambda name, m: isinstance(m, nn.modules.batchnorm._BatchNorm))
+    for name in frozen:
+        module.get_submodule(name).bias.requires_grad_(False)
+    return sorted(replaced)
 
 #: FedARKS body-part bands as fractions of the feature-map height (top = 0):
 #: head / shoulders, torso (shoulders to hips), legs.  The paper segments the
@@ -172,6 +209,9 @@ class ReIDModel(nn.Module):
             state keys ``part.*``); the retrieval / training feature becomes
             the fused theta of Eq. 1.
 
+    Normalisation: BatchNorm; :meth:`use_group_norm` switches the model to
+    GroupNorm (``norm_kind`` ``"group"``), which heads built later inherit.
+
     Attributes:
         backbone, neck, classifier (``None`` when ``num_classes == 0``);
         arch, neck_kind, feat_dim (the actual retrieval feature size), last_stride.
@@ -196,6 +236,7 @@ class ReIDModel(nn.Module):
         if head not in HEADS:
             raise ConfigError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
         self.head_kind = head
+        self.norm_kind = "batch"
         if neck not in NECKS:
             raise ConfigError(f"unknown neck {neck!r}; choose one of {', '.join(NECKS)}")
         self.backbone = ResNet(arch, last_stride=last_stride, norm_layer=norm_layer)
@@ -267,6 +308,20 @@ class ReIDModel(nn.Module):
             return
         ref = next(self.neck.parameters())
         self.classifier = make_head(self.head_kind, self.feat_dim, num_classes).to(ref.device, ref.dtype)
+        if self.norm_kind == "group":
+            use_group_norm(self.classifier)
+
+    def use_group_norm(self) -> list[str]:
+        """Switch every BatchNorm of the model (and of heads built later) to GroupNorm; see :func:`use_group_norm`.
+
+        Raises ConfigError with attentive normalisation, whose mixture sits on
+        batch statistics.
+        """
+        if self.attentive_norm:
+            raise ConfigError("attentive normalisation (SKA's AN) normalises with batch statistics and has no "
+                              "GroupNorm form; switch it off (--no-an) to use group normalisation")
+        self.norm_kind = "group"
+        return use_group_norm(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Retrieval feature ``(B, feat_dim)``: the neck output after its BatchNorm.
@@ -324,6 +379,7 @@ class ReIDModel(nn.Module):
             **({"attentive_norm": True, "an_components": list(self.an_components), "an_act": self.an_act}
                if self.attentive_norm else {}),
             **({"dual_norm": True} if self.dual_norm else {}),
+            **({"norm": "group"} if self.norm_kind == "group" else {}),
         }
         if self.part_branch:  # only when set: older configs / checkpoints stay unchanged
             config["part_branch"] = True
@@ -345,6 +401,7 @@ def build_model(
     an_components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
     an_act: str = "hsigmoid",
     dual_norm: bool = False,
+    norm: str = "batch",
 ) -> ReIDModel:
     """Build a :class:`ReIDModel`, optionally initialised from weights.
 
@@ -354,6 +411,9 @@ def build_model(
         weights: path of a local state dict (trunk-style or full-model style,
             see :func:`privreid.models.weights.load_weights_file`); the offline
             alternative to ``pretrained``.
+        norm: ``"batch"`` or ``"group"`` (:meth:`ReIDModel.use_group_norm`,
+            applied after the weights are loaded: BatchNorm-trained weights
+            keep their convolutions, the GroupNorm layers start fresh).
 
     Other arguments as in :class:`ReIDModel`; ``attentive_norm`` and
     ``dual_norm`` are applied after the weights are loaded (AN layers start
@@ -372,6 +432,13 @@ def build_model(
     elif weights is not None:
         loaded = load_weights_file(model, weights)
         _log.info("loaded %d tensors from %s", len(loaded), weights)
+    if norm not in NORMS:
+        raise ConfigError(f"unknown norm {norm!r}; choose one of {', '.join(NORMS)}")
+    if norm == "group":
+        if attentive_norm:
+            raise ConfigError("attentive normalisation (SKA's AN) normalises with batch statistics and has no "
+                              "GroupNorm form; switch it off (--no-an) to use group normalisation")
+        model.use_group_norm()
     model.configure_norms(attentive_norm=attentive_norm, an_components=an_components, an_act=an_act,
                           dual_norm=dual_norm)
     return model

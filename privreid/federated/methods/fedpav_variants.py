@@ -130,7 +130,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...config import RunConfig
+from ...config import RunConfig, model_norm
 from ...errors import ConfigError
 from ...models import ReIDModel, build_model
 from ...seeding import derive_seed
@@ -243,9 +243,10 @@ class ServerModel:
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "ServerModel":
-        """The run's architecture (``config.model``; these methods have no model overrides)."""
+        """The run's architecture (``config.model``, GroupNorm under DP-SGD; these methods have no model overrides)."""
         m = config.model
-        return cls(dict(arch=m.arch, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride), _device(config))
+        return cls(dict(arch=m.arch, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
+                        norm=model_norm(config)), _device(config))
 
     def build(self) -> ReIDModel:
         """A fresh model; its random initialisation leaves the global RNG untouched."""
