@@ -1,0 +1,213 @@
+"""``privreid flower superlink | supernode | run``: multi-site training on a Flower deployment (flwr 1.41).
+
+Three machines, step by step, in docs/flower.md.  ``superlink`` and
+``supernode`` start Flower's own servers (in the foreground) with privreid's
+settings; ``run`` submits one training run to a SuperLink and waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import csv_list, run_or_exit
+
+flower_app = typer.Typer(help="Train across machines on Flower: a SuperLink, one SuperNode per site, then `run`.",
+                         no_args_is_help=True)
+
+TLS_HELP = "Without TLS; only for tests on one machine (127.0.0.1)."
+
+
+def _exec(cmd: list[str]) -> None:
+    """Replace this process by ``cmd`` (Flower's server keeps the terminal, Ctrl-C stops it)."""
+    from ..flower.deployment import flower_env
+
+    typer.echo(" ".join(cmd), err=True)
+    os.execve(cmd[0], cmd, flower_env())
+
+
+@flower_app.command("superlink")
+def superlink_command(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="Port of the SuperLink's HTTP APIs (Fleet, Control, Runtime)."),
+    insecure: bool = typer.Option(False, "--insecure", help=TLS_HELP),
+    ssl_certfile: Optional[Path] = typer.Option(None, help="TLS certificate of this server (PEM)."),
+    ssl_keyfile: Optional[Path] = typer.Option(None, help="Its private key (PEM)."),
+    ssl_ca_certfile: Optional[Path] = typer.Option(None, help="The CA certificate that signed it (PEM)."),
+    database: Optional[Path] = typer.Option(None, help="SQLite file for the SuperLink's state (default: memory)."),
+) -> None:
+    """Start the coordinator (flower-superlink, no runtime dependency installation).
+
+    Example: privreid flower superlink --host 0.0.0.0 --ssl-certfile server.pem --ssl-keyfile server.key --ssl-ca-certfile ca.pem
+    """
+    from ..flower.deployment import TLS, superlink_command as command
+
+    def build() -> list[str]:
+        tls = TLS(ssl_certfile, ssl_keyfile, ssl_ca_certfile)
+        if tls.insecure and not insecure:
+            raise ConfigError("give --ssl-certfile, --ssl-keyfile and --ssl-ca-certfile, or --insecure for a "
+                              "test on one machine")
+        if insecure and not tls.insecure:
+            raise ConfigError("--insecure excludes the --ssl-* files")
+        return command(host=host, port=port, tls=tls, database=database)
+
+    _exec(run_or_exit(build))
+
+
+@flower_app.command("supernode")
+def supernode_command(
+    data: str = typer.Option(..., "--data", help="This site's dataset root (one dataset, any supported layout)."),
+    superlink: str = typer.Option("127.0.0.1:8000", help="The SuperLink's HOST:PORT."),
+    name: Optional[str] = typer.Option(None, help="Client name (default: the dataset's name)."),
+    fmt: str = typer.Option("auto", "--format", help="Dataset layout (auto-detected by default)."),
+    state_dir: Optional[Path] = typer.Option(None, help="Where the site keeps its local state between runs "
+                                             "(default: $PRIVREID_CACHE/flower-sites/NAME)."),
+    port: int = typer.Option(9094, help="Port of this SuperNode's own runtime API (distinct per SuperNode "
+                             "on one machine)."),
+    root_certificates: Optional[Path] = typer.Option(None, help="CA certificate to verify the SuperLink (TLS)."),
+    insecure: bool = typer.Option(False, "--insecure", help=TLS_HELP),
+) -> None:
+    """Start one site (flower-supernode) that trains on its own dataset only.
+
+    Example: privreid flower supernode --data /data/Market-1501 --superlink coordinator:8000 --root-certificates ca.pem
+    """
+    from ..flower.deployment import supernode_command as command
+    from ..flower.site import NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR, Site
+
+    def build() -> list[str]:
+        if insecure == (root_certificates is not None):
+            raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
+                              "not both, not neither")
+        site = Site.load(str(Path(data).expanduser().resolve()), fmt=fmt, name=name, state_dir=state_dir)
+        typer.echo(f"site {site.client.name}: {site.client.num_samples} images of {site.client.num_classes} "
+                   f"identities; local state in {site.state_dir}", err=True)
+        return command(superlink, {NODE_DATA: str(Path(data).expanduser().resolve()), NODE_FORMAT: fmt,
+                                   NODE_NAME: name, NODE_STATE_DIR: str(site.state_dir.resolve())},
+                       port=port, root_certificates=root_certificates)
+
+    _exec(run_or_exit(build))
+
+
+def _apply_sets(config_dict: dict, pairs: list[str]) -> dict:
+    """``--set train.client_dp=true``: any RunConfig field (JSON values where they parse)."""
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        section, dot, field = key.strip().partition(".")
+        if not sep or not dot or section not in config_dict or field not in config_dict[section]:
+            raise ConfigError(f"--set expects SECTION.FIELD=VALUE with a field of the run configuration "
+                              f"(data, model or train), got {pair!r}")
+        try:
+            config_dict[section][field] = json.loads(raw)
+        except json.JSONDecodeError:
+            config_dict[section][field] = raw
+    return config_dict
+
+
+@flower_app.command("run")
+def run_command(
+    ctx: typer.Context,
+    config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of these options (keys are "
+                                               "option names); flags override it."),
+    method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
+    data: Optional[list[str]] = typer.Option(None, "--data", help="The study's datasets as `privreid train --data` "
+                                             "takes them (default: synth). Recorded in the checkpoint; the "
+                                             "coordinator evaluates the held-out ones if it has them."),
+    fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots."),
+    test_domains: Optional[str] = typer.Option(None, help="Comma-separated held-out (unseen) domains."),
+    rounds: int = typer.Option(10, help="Communication rounds."),
+    local_epochs: int = typer.Option(1, help="Local epochs E per round."),
+    batch_size: int = typer.Option(32, help="Batch size B."),
+    optimizer: str = typer.Option("sgd", help="sgd or adam."),
+    lr_backbone: float = typer.Option(0.005, help="Backbone learning rate."),
+    lr_head: float = typer.Option(0.05, help="Classifier learning rate."),
+    client_fraction: Optional[float] = typer.Option(None, help="Fraction C of sites selected per round."),
+    max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch."),
+    eval_every: int = typer.Option(1, help="Evaluate every k rounds (and after the last)."),
+    opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable)."),
+    beta: float = typer.Option(0.0, help="FedReID white-noise scale (Eq. 14/15); 0 = off."),
+    beta_mode: str = typer.Option("upload", help="upload, download or both."),
+    arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
+    feat_dim: int = typer.Option(512, help="Embedding size."),
+    height: int = typer.Option(128, help="Input height."),
+    width: int = typer.Option(64, help="Input width."),
+    seed: int = typer.Option(0, help="Random seed (same seed, same result as `privreid train`)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda (on every site and the coordinator)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Any other run-configuration field, "
+                                             "SECTION.FIELD=VALUE, e.g. --set train.lr_step=20 (repeatable)."),
+    superlink: str = typer.Option("127.0.0.1:8000", help="The SuperLink's HOST:PORT."),
+    root_certificates: Optional[Path] = typer.Option(None, help="CA certificate to verify the SuperLink (TLS)."),
+    insecure: bool = typer.Option(False, "--insecure", help=TLS_HELP),
+    sites: int = typer.Option(2, help="Wait for this many SuperNodes before round 1."),
+    min_clients: int = typer.Option(0, help="Aggregate a round once this many selected sites uploaded; a site "
+                                    "that fails is dropped. 0: every selected site must upload, else stop."),
+    round_timeout: float = typer.Option(0.0, help="Seconds to wait for a round's uploads (0: until Flower "
+                                        "reports the site unreachable)."),
+    wait_timeout: float = typer.Option(300.0, help="Seconds to wait for the sites to connect."),
+    server_eval: bool = typer.Option(True, help="Evaluate the held-out domains on the coordinator."),
+    out: Path = typer.Option(Path("runs/flower"), help="Output directory on the SuperLink's machine "
+                             "(ckpt.pt, metrics.jsonl, summary.json)."),
+    overwrite: bool = typer.Option(False, help="Replace a run already in --out."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    timeout: Optional[float] = typer.Option(None, help="Stop the run after this many seconds."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Train on the sites connected to a SuperLink; writes the same files as `privreid train`.
+
+    Example: privreid flower run --method fedpav --rounds 10 --sites 3 --superlink coordinator:8000 --root-certificates ca.pem --out runs/fedpav-flower
+    """
+    from tqdm.auto import tqdm
+
+    from ..cli import _options, _with_preset
+    from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from ..federated.engine import prepare_out_dir
+    from ..flower.deployment import rounds_done, run_on_superlink
+    from ..flower.server_app import ServerSettings, check_flower_support
+
+    def go() -> dict:
+        p = _with_preset(ctx, config_file)
+        if p["overwrite"] and p["resume"]:
+            raise ConfigError("--overwrite and --resume exclude each other")
+        if p["insecure"] == (p["root_certificates"] is not None):
+            raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
+                              "not both, not neither")
+        roots = [d if d == "synth" or not Path(d).expanduser().exists() else str(Path(d).expanduser().resolve())
+                 for d in p["data"] or []]
+        base = RunConfig(
+            data=DataConfig(roots=roots, format=p["fmt"], test_domains=csv_list(p["test_domains"]),
+                            height=p["height"], width=p["width"]),
+            model=ModelConfig(arch=p["arch"], feat_dim=p["feat_dim"]),
+            train=TrainConfig(method=p["method"], rounds=p["rounds"], local_epochs=p["local_epochs"],
+                              batch_size=p["batch_size"], optimizer=p["optimizer"], lr_backbone=p["lr_backbone"],
+                              lr_head=p["lr_head"], client_fraction=p["client_fraction"],
+                              max_steps_per_epoch=p["max_steps"], eval_every=p["eval_every"],
+                              method_options=_options(p["opt"]), beta=p["beta"], beta_mode=p["beta_mode"],
+                              seed=p["seed"], device=p["device"]))
+        config = RunConfig.from_dict(_apply_sets(base.to_dict(), p["sets"] or [])).validate()
+        check_flower_support(config)
+        out_dir = Path(p["out"]).expanduser().resolve()
+        settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],
+                                  round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
+                                  server_eval=p["server_eval"], resume=p["resume"]).validate()
+        prepare_out_dir(out_dir, overwrite=p["overwrite"], resume=p["resume"])
+        typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at {p['superlink']}; "
+                   f"writing {out_dir}")
+        bar = tqdm(total=config.train.rounds, desc=config.train.method, disable=p["quiet"], dynamic_ncols=True)
+
+        def progress() -> None:
+            bar.update(rounds_done(out_dir) - bar.n)
+
+        try:
+            run_on_superlink(settings, p["superlink"], root_certificates=p["root_certificates"],
+                             timeout=p["timeout"], on_poll=progress)
+            progress()
+        finally:
+            bar.close()
+        return json.loads((out_dir / "summary.json").read_text())
+
+    summary = run_or_exit(go)
+    typer.echo(json.dumps({k: v for k, v in summary.items() if not k.endswith("per_testset")}, indent=2))

@@ -1,0 +1,110 @@
+"""The privreid ClientApp: one site's part of every round, by the engine's own client code.
+
+Flower runs this in the site's SuperNode (flwr 1.41 Message API).  Each
+handler rebuilds the run's engine for the site's one client
+(:class:`SiteEngine`) and calls the same functions the in-process engine
+calls, so a method's parameter policy, client update and evaluation are
+shared, never re-implemented:
+
+* ``query``: describe the site (name, domain, sample and identity counts,
+  the dataset's identity numbers); see :mod:`.messages` for what leaves;
+* ``train``: :meth:`FederatedEngine.train_client` on what the server
+  transmitted (the server already applied the method's download and the
+  download-side defences), then :meth:`FederatedEngine._eval_local` on the
+  site's seen-domain split when the round is evaluated; the reply holds the
+  upload (shared keys only) and scalar metrics (plus, under DP-SGD, the
+  accountant's mechanism parameters the coordinator's privacy ledger reads);
+* ``evaluate``: :meth:`FederatedEngine._eval_global` of the aggregated
+  global model on the site's seen-domain split (metrics only).
+
+The client's local state and memory are restored from and saved to
+:class:`~.site.SiteState` (``context.state``, mirrored on disk).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from ..config import RunConfig
+from ..federated.engine import FederatedEngine
+from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
+                       ledger_keys, parse_run_record, record_to_state, scalar_metrics, state_to_record)
+from .site import Site, SiteState
+
+app = ClientApp()
+
+
+class SiteEngine(FederatedEngine):
+    """The engine on one site: its one client; metric records are collected for the reply, not written."""
+
+    def __init__(self, config: RunConfig, site: Site):
+        super().__init__(config, site.federation, site.state_dir, progress=False, log=lambda msg: None)
+        self.records: list[dict[str, Any]] = []
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+
+
+def _size_record(site: Site):
+    return scalar_metrics({"num_samples": site.client.num_samples, "num_classes": site.client.num_classes})
+
+
+@app.query()
+def describe(msg: Message, context: Context) -> Message:
+    """The site's names and sizes (the server builds its client list from them)."""
+    parse_run_record(msg.content)  # a site refuses a configuration it cannot read
+    site = Site.from_node_config(context.node_config)
+    client = site.client
+    return Message(RecordDict({
+        SITE: ConfigRecord({"name": client.name, "domain": client.domain,
+                            "source_pids": list(client.source_pids or [])}),
+        SITE_SIZE: _size_record(site),
+    }), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """One round of local training on the site's data; the upload and scalar metrics."""
+    config, run_key, run = parse_run_record(msg.content)
+    round_index = int(run["round"])
+    site = Site.from_node_config(context.node_config)
+    client = site.client
+    engine = SiteEngine(config, site)
+    store = SiteState(site, run_key, context.state)
+    restored = store.load(round_index)
+    if restored is not None:
+        engine.client_states[client.name], engine.client_memory[client.name] = restored
+    memory = engine.client_memory.setdefault(client.name, {})
+    if MEMORY in msg.content.array_records:  # what the server's download put in this client's memory
+        memory.update(record_to_state(msg.content.array_records[MEMORY]))
+    for key in msg.content.config_records.get(MEMORY_REMOVED, {}).get("keys", []):
+        memory.pop(key, None)
+
+    upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
+    if bool(run["evaluate"]):
+        engine._eval_local(round_index + 1, client)
+    store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
+    content = RecordDict({
+        UPLOAD: state_to_record(upload.state),
+        TRAIN: scalar_metrics(upload.metrics),
+        SITE_SIZE: _size_record(site),
+        **eval_records("local", engine.records),
+    })
+    ledger = {k: memory[k] for k in ledger_keys(config) if k in memory}
+    if ledger:
+        content[LEDGER] = state_to_record(ledger)
+    return Message(content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """The aggregated global model on the site's seen-domain split."""
+    config, _, run = parse_run_record(msg.content)
+    site = Site.from_node_config(context.node_config)
+    engine = SiteEngine(config, site)
+    engine.global_state = record_to_state(msg.content.array_records[GLOBAL])
+    engine._eval_global(int(run["round"]))
+    return Message(RecordDict(eval_records("global", engine.records)), reply_to=msg)

@@ -1,0 +1,211 @@
+"""What travels between the privreid ServerApp and ClientApp, and the checks on it.
+
+Message contents are Flower ``RecordDict`` objects (flwr 1.41 Message API):
+
+========================  =====================================================
+server -> site            records
+========================  =====================================================
+query (describe)          ``run`` ConfigRecord: the run configuration (JSON), the run key
+train                     ``run`` (+ ``round``, ``evaluate``); ``global``: the
+                          state the server transmits to this site (after the
+                          method's download and download-side defences);
+                          ``memory`` / ``memory-removed``: entries the download
+                          wrote into / removed from this client's memory
+evaluate                  ``run`` (+ ``round``); ``global``: the aggregated global state
+========================  =====================================================
+
+========================  =====================================================
+site -> server            records
+========================  =====================================================
+query (describe)          ``site`` ConfigRecord (name, domain: strings; the
+                          dataset's identity numbers of the client's labels,
+                          which methods keying server state by identity need);
+                          ``site-size`` MetricRecord (num_samples, num_classes)
+train                     ``upload`` ArrayRecord: the shared keys of the trained
+                          model; ``train`` MetricRecord: the client update's
+                          scalar metrics; ``site-size``; one ``local/<split>/<testset>``
+                          MetricRecord per local evaluation; ``privacy-ledger``:
+                          the memory entries the privacy ledger reads (DP-SGD's
+                          accountant: noise multiplier, sample rate and step
+                          counts; mechanism parameters, no data), so the
+                          coordinator logs epsilon and enforces ``--target-epsilon``
+                          as in-process
+evaluate                  one ``global/<split>/<testset>`` MetricRecord per test set
+========================  =====================================================
+
+:func:`check_reply` is the server's privacy gate: every reply is checked before
+it is used, and a reply that carries anything else (a local-only key, a
+tensor of a shape the shared model does not have, a non-scalar metric, any
+other record) is refused.  This is the issue's privacy invariant enforced at
+run time; ``tests/test_flower.py`` asserts it on every message independently.
+The one allowance: tensors a method's client update adds to its upload
+outside the model (``ClientContext.upload_extra``: DPPT's per-identity class
+centres, L2RW+ Eq. 5) pass when they are vectors or scalars, never
+per-sample matrices.
+
+Tensors travel as Flower ``Array`` objects (NumPy ``.npy`` bytes, never
+pickles), so float32/float64/int64 values round-trip bit-exactly; dtypes
+NumPy lacks (bfloat16) are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from ..config import RunConfig
+from ..errors import PrivreidError
+from ..federated.policy import StateDict
+
+RUN = "run"
+GLOBAL = "global"
+UPLOAD = "upload"
+TRAIN = "train"
+SITE = "site"
+SITE_SIZE = "site-size"
+MEMORY = "memory"
+MEMORY_REMOVED = "memory-removed"
+LEDGER = "privacy-ledger"
+#: the keys a site's description may hold: two names and a list of identity numbers
+SITE_FIELDS = {"name": str, "domain": str, "source_pids": list}
+
+
+class FlowerRunError(PrivreidError):
+    """A Flower run cannot go on: too few sites replied, a site failed or broke the protocol."""
+
+
+# ----------------------------------------------------------------------------- tensors
+def state_to_record(state: StateDict) -> ArrayRecord:
+    """A state dict as an ArrayRecord (CPU copies; key order kept)."""
+    record = ArrayRecord()
+    for key, tensor in state.items():
+        if tensor.dtype == torch.bfloat16:
+            raise FlowerRunError(f"tensor {key} is bfloat16, which Flower's NumPy arrays cannot carry")
+        record[key] = Array(tensor.detach().cpu().numpy())
+    return record
+
+
+def record_to_state(record: ArrayRecord) -> StateDict:
+    """The inverse of :func:`state_to_record` (writable tensors of the original dtypes and shapes)."""
+    return {key: torch.from_numpy(array.numpy().copy()) for key, array in record.items()}
+
+
+# ----------------------------------------------------------------------------- scalars
+def scalar_metrics(metrics: dict[str, Any]) -> MetricRecord:
+    """Scalar metrics as a MetricRecord; ints stay ints, other numbers become floats."""
+    out: dict[str, int | float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not _is_number(value):
+            raise FlowerRunError(f"metric {key}={value!r} is not a scalar number; only scalars leave a site")
+        out[key] = int(value) if isinstance(value, int) else float(value)
+    return MetricRecord(out)
+
+
+def _is_number(value: Any) -> bool:
+    """NumPy / 0-d torch numbers (what evaluation code may return)."""
+    return hasattr(value, "item") and getattr(value, "ndim", 1) == 0
+
+
+def eval_record_name(scope: str, split: str, testset: str) -> str:
+    return f"{scope}/{split}/{testset}"
+
+
+def eval_records(scope: str, records: list[dict[str, Any]]) -> dict[str, MetricRecord]:
+    """Metric records of the engine (``{"split", "testset", **results}``) as named MetricRecords."""
+    return {eval_record_name(scope, r["split"], r["testset"]): scalar_metrics(
+        {k: v for k, v in r.items() if k not in ("round", "scope", "client", "split", "testset")})
+        for r in records}
+
+
+def parse_eval_records(content: RecordDict, scope: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``[(split, testset, results), ...]`` of the ``scope/...`` MetricRecords, in message order."""
+    out = []
+    for name, record in content.metric_records.items():
+        parts = name.split("/", 2)
+        if len(parts) == 3 and parts[0] == scope:
+            out.append((parts[1], parts[2], dict(record)))
+    return out
+
+
+def ledger_keys(config: RunConfig) -> tuple[str, ...]:
+    """Client-memory keys :class:`privreid.defenses.PrivacyLedger` reads on the server (DP-SGD's accountant)."""
+    if not config.train.dp_sgd:
+        return ()
+    from ..defenses.dp_sgd import HISTORY_KEY, NOISE_KEY  # imports Opacus: only when DP-SGD is on
+
+    return (HISTORY_KEY, NOISE_KEY)
+
+
+# ----------------------------------------------------------------------------- run description
+def run_record(config: RunConfig, run_key: str, **fields: int | bool) -> ConfigRecord:
+    """The run configuration (JSON of :meth:`RunConfig.to_dict`), the run key and per-message fields."""
+    return ConfigRecord({"config": json.dumps(config.to_dict(), sort_keys=True), "run-key": run_key, **fields})
+
+
+def parse_run_record(content: RecordDict) -> tuple[RunConfig, str, ConfigRecord]:
+    record = content.config_records[RUN]
+    return RunConfig.from_dict(json.loads(str(record["config"]))).validate(), str(record["run-key"]), record
+
+
+# ----------------------------------------------------------------------------- opaque local blobs
+def to_blob(obj: Any) -> bytes:
+    """``torch.save`` bytes of tensors / containers / primitives (site-local storage only)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def from_blob(blob: bytes) -> Any:
+    """The inverse of :func:`to_blob`; ``weights_only`` refuses anything but tensors and containers."""
+    return torch.load(io.BytesIO(blob), weights_only=True)
+
+
+# ----------------------------------------------------------------------------- the privacy gate
+def check_reply(reply: Message, *, kind: str, shared_shapes: dict[str, tuple[int, ...]],
+                model_keys: set[str], ledger: tuple[str, ...] = ()) -> None:
+    """Refuse a reply that holds anything but shared-key parameters, scalar metrics and the site's names.
+
+    ``kind`` is the message type (``query``, ``train``, ``evaluate``);
+    ``shared_shapes`` maps every shared key to its shape; ``model_keys`` are
+    all the model's keys (shared and local); ``ledger`` the memory keys a
+    train reply may add under ``privacy-ledger`` (:func:`ledger_keys`).
+    Raises :class:`FlowerRunError` naming the offending record.
+    """
+    content = reply.content
+    src = reply.metadata.src_node_id
+    for name, record in content.array_records.items():
+        if kind == "train" and name == LEDGER and set(record) <= set(ledger):
+            continue
+        if kind != "train" or name != UPLOAD:
+            raise FlowerRunError(f"site {src} sent an unexpected parameter record {name!r} in a {kind} reply")
+        keys = set(record)
+        local = sorted((keys & model_keys) - set(shared_shapes))
+        missing = sorted(set(shared_shapes) - keys)
+        if local or missing:
+            raise FlowerRunError(f"site {src} uploaded keys outside the shared policy (local-only {local[:3]}, "
+                                 f"missing {missing[:3]})")
+        for key, array in record.items():
+            shape = tuple(array.shape)
+            if key in shared_shapes and shape != tuple(shared_shapes[key]):
+                raise FlowerRunError(f"site {src} uploaded {key} with shape {shape}, "
+                                     f"expected {tuple(shared_shapes[key])}")
+            if key not in model_keys and len(shape) > 1:
+                raise FlowerRunError(f"site {src} uploaded a {shape} matrix {key!r} outside the model; "
+                                     "only vectors (per-identity summaries) may accompany the parameters")
+    for name, record in content.metric_records.items():
+        for key, value in record.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise FlowerRunError(f"site {src} sent a non-scalar metric {name}.{key}")
+    for name, record in content.config_records.items():
+        ok = kind == "query" and name == SITE and set(record) <= set(SITE_FIELDS) and all(
+            isinstance(v, SITE_FIELDS[k]) for k, v in record.items())
+        if ok and "source_pids" in record:
+            ok = all(isinstance(p, int) and not isinstance(p, bool) for p in record["source_pids"])
+        if not ok:
+            raise FlowerRunError(f"site {src} sent an unexpected configuration record {name!r} in a {kind} reply")
+    if kind == "train" and UPLOAD not in content.array_records:
+        raise FlowerRunError(f"site {src} replied to a train message without an upload")

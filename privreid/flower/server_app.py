@@ -1,0 +1,440 @@
+"""The privreid ServerApp: the engine's rounds, with the clients' part done by Flower sites.
+
+:class:`FlowerServerEngine` is the in-process :class:`FederatedEngine` with
+one piece swapped: :meth:`collect_uploads` sends the round to the selected
+SuperNodes through Flower's ``Grid`` instead of training them one after
+another.  Selection, the method's download and download-side defences,
+aggregation (the method's strategy and upload-side defences), communication
+counting, checkpoints (``ckpt.pt``), ``metrics.jsonl``, ``summary.json`` and
+``--resume`` are the engine's own code.  Choices where a real federation
+differs from one process:
+
+* **Sites.** Each SuperNode is one client; the client list is the sites
+  that answered the ``query`` message, sorted by name (the in-process order
+  for the synthetic federation and for ``--data`` given in name order).  A
+  site's name, domain and sizes are all the server knows about it
+  (:class:`RemoteClient`).
+* **Download.** The server computes what it transmits (the method's
+  ``download`` with the client's server-side memory, and download-side beta
+  noise), so a site never sees the clean model when ``--beta-mode download``
+  asks otherwise.  The noise is drawn from ``derive_seed(seed, "download",
+  round, client)``: beta-download runs are statistically, not bitwise, equal
+  to in-process ones (in-process the draw shares the client's stream).
+  Entries the download writes into the client's memory (DPPT's global
+  centres of the client's identities) travel with the model.
+* **Evaluation.** Seen domains: each site evaluates the global model on its
+  own test split (``evaluate`` message; metrics only) and, on evaluated
+  rounds, its personalised model right after training.  Unseen domains: the
+  coordinator evaluates the global model on the run configuration's
+  held-out domains if it has their data (``server_eval``).
+* **Faults.** A selected site that does not reply (killed, or past
+  ``round_timeout``), or replies with an error, is dropped from the round.
+  The round is aggregated if at least ``min_clients`` uploads arrived (0:
+  every selected site), else the run stops with :class:`FlowerRunError`; the
+  checkpoint of the last completed round stays valid either way and
+  ``--resume`` continues from it.
+* **Privacy.** Every reply passes :func:`~.messages.check_reply`.  Client-level
+  DP and upload-side beta noise are strategy wrappers and run here as
+  in-process; DP-SGD runs on the sites, which return the accountant's
+  mechanism parameters so the privacy ledger logs epsilon and stops at
+  ``--target-epsilon`` here as in-process.
+
+Methods that cannot run on Flower are refused by :func:`check_flower_support`
+with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from ..config import RunConfig
+from ..data.catalog import federation_for_config
+from ..data.types import ClientData, Federation, TestSet
+from ..defenses import apply_defenses
+from ..errors import ConfigError, PrivreidError
+from ..federated.engine import FederatedEngine, write_json_atomic
+from ..federated.policy import StateDict, state_nbytes
+from ..federated.registry import get_method
+from ..federated.strategy import Upload
+from ..models import build_model
+from ..seeding import derive_seed, seed_everything
+from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError,
+                       check_reply, ledger_keys, parse_eval_records, record_to_state, run_record, state_to_record)
+
+#: written next to ckpt.pt: the run key the sites file their local state under, and the client list
+RUN_INFO = "flower.json"
+
+
+# ----------------------------------------------------------------------------- which methods can run
+def check_flower_support(config: RunConfig) -> None:
+    """Raise :class:`ConfigError` saying why if the configured method cannot run on Flower."""
+    method = apply_defenses(get_method(config.train.method), config)
+    method.check_options(config)
+    why = None
+    if method.prepare_clients is not None:
+        why = "it reshapes the clients' data before training (centralized pools every client's images), " \
+              "which needs all the data in one place"
+    elif not method.communicates:
+        why = "its clients never communicate, so there is nothing to federate; train it with `privreid train`"
+    elif method.global_eval_state is not None:
+        m = config.model
+        with torch.random.fork_rng(devices=[]):
+            model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
+                                last_stride=m.last_stride, pretrained=None, weights=None,
+                                **method.model_overrides_for(config))
+        state = model.state_dict()
+        try:
+            evaluated = method.global_eval_state(method.policy_for(config).shared(state), {})
+            missing, detail = [k for k in state if k not in evaluated], ""
+        except (ValueError, KeyError, RuntimeError) as exc:
+            missing, detail = [], str(exc)
+        if missing or detail:
+            why = (f"its global model needs the clients' local layers, which never leave a Flower site "
+                   f"({detail or ', '.join(missing[:3]) + ' would be missing'})")
+    if why:
+        raise ConfigError(f"method {method.name!r} cannot run on Flower: {why}")
+
+
+# ----------------------------------------------------------------------------- settings
+@dataclass
+class ServerSettings:
+    """What ``privreid flower run`` passes to the ServerApp (Flower's run config)."""
+
+    config: RunConfig
+    out_dir: Path
+    sites: int = 2
+    min_clients: int = 0
+    round_timeout: float = 0.0
+    wait_timeout: float = 300.0
+    server_eval: bool = True
+    resume: bool = False
+    poll: float = 0.2
+
+    def to_run_config(self) -> dict[str, Any]:
+        return {"privreid-config": json.dumps(self.config.to_dict(), sort_keys=True),
+                "out-dir": str(self.out_dir), "sites": self.sites, "min-clients": self.min_clients,
+                "round-timeout": float(self.round_timeout), "wait-timeout": float(self.wait_timeout),
+                "server-eval": self.server_eval, "resume": self.resume, "poll": float(self.poll)}
+
+    @classmethod
+    def from_run_config(cls, rc: dict[str, Any]) -> ServerSettings:
+        try:
+            return cls(config=RunConfig.from_dict(json.loads(str(rc["privreid-config"]))).validate(),
+                       out_dir=Path(str(rc["out-dir"])), sites=int(rc["sites"]), min_clients=int(rc["min-clients"]),
+                       round_timeout=float(rc["round-timeout"]), wait_timeout=float(rc["wait-timeout"]),
+                       server_eval=bool(rc["server-eval"]), resume=bool(rc["resume"]), poll=float(rc["poll"]))
+        except KeyError as exc:
+            raise ConfigError(f"the Flower run config lacks {exc}; submit runs with `privreid flower run`") from None
+
+    def validate(self) -> ServerSettings:
+        if self.sites < 1:
+            raise ConfigError(f"--sites must be >= 1 (got {self.sites})")
+        if self.min_clients < 0:
+            raise ConfigError(f"--min-clients must be >= 0 (got {self.min_clients})")
+        if self.round_timeout < 0 or self.wait_timeout <= 0:
+            raise ConfigError("--round-timeout must be >= 0 and --wait-timeout > 0")
+        return self
+
+
+# ----------------------------------------------------------------------------- the server's view of a site
+@dataclass
+class RemoteClient(ClientData):
+    """A site as the server knows it: names, sizes, identity numbers, node id; no samples."""
+
+    node_id: int = 0
+    remote_samples: int = 0
+    remote_classes: int = 0
+
+    @property
+    def num_samples(self) -> int:
+        return self.remote_samples
+
+    @property
+    def num_classes(self) -> int:
+        return self.remote_classes
+
+
+@dataclass
+class SiteReply:
+    client: RemoteClient
+    content: RecordDict | None
+    failure: str = ""
+
+
+@dataclass
+class SiteLink:
+    """Message exchange with the sites through Flower's Grid; every reply goes through the privacy gate."""
+
+    grid: Grid
+    settings: ServerSettings
+    run_key: str
+    shared_shapes: dict[str, tuple[int, ...]]
+    model_keys: set[str]
+    log: Callable[[str], None] = print
+    #: bytes of global state sent in ``evaluate`` messages, per round
+    eval_bytes: dict[int, int] = field(default_factory=dict)
+
+    def _run(self, **fields) -> ConfigRecord:
+        return run_record(self.settings.config, self.run_key, **fields)
+
+    def exchange(self, messages: list[Message], timeout: float | None) -> dict[int, Message]:
+        """Push ``messages`` and pull replies until all arrived or ``timeout`` s passed; replies by node id."""
+        ids = list(self.grid.push_messages(messages))
+        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages) if mid}
+        pending, replies = set(node_of), {}
+        deadline = None if not timeout else time.monotonic() + timeout
+        while pending and (deadline is None or time.monotonic() < deadline):
+            for reply in self.grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid in pending:
+                    pending.discard(mid)
+                    replies[node_of[mid]] = reply
+            if pending:
+                time.sleep(self.settings.poll)
+        return replies
+
+    def _collect(self, clients: list[RemoteClient], messages: list[Message], kind: str,
+                 timeout: float | None) -> list[SiteReply]:
+        replies = self.exchange(messages, timeout)
+        out = []
+        for client in clients:
+            reply = replies.get(client.node_id)
+            if reply is None:
+                out.append(SiteReply(client, None, "no reply" + (f" within {timeout:g} s" if timeout else "")))
+            elif reply.has_error():
+                out.append(SiteReply(client, None, reply.error.reason))
+            else:
+                check_reply(reply, kind=kind, shared_shapes=self.shared_shapes, model_keys=self.model_keys,
+                            ledger=ledger_keys(self.settings.config))
+                out.append(SiteReply(client, reply.content))
+        return out
+
+    # -- the three exchanges ---------------------------------------------------
+    def discover(self, names: list[str] | None) -> list[RemoteClient]:
+        """Wait for the SuperNodes and ask each to describe its site; the clients sorted by name.
+
+        ``names`` (on ``--resume``) are the run's sites: wait for all of them
+        (up to ``wait_timeout``); a missing one is reported and treated as a
+        failed site in every round that selects it.  Otherwise wait for
+        ``sites`` SuperNodes.
+        """
+        want = len(names) if names else self.settings.sites
+        deadline = time.monotonic() + self.settings.wait_timeout
+        described: dict[str, RemoteClient] = {}
+        asked: set[int] = set()
+        failures: list[str] = []
+        while True:
+            nodes = sorted(set(self.grid.get_node_ids()) - asked)
+            asked.update(nodes)
+            stubs = [RemoteClient(name=str(n), domain="", train=[], node_id=n) for n in nodes]
+            messages = [Message(RecordDict({RUN: self._run()}), n, "query") for n in nodes]
+            for rep in self._collect(stubs, messages, "query", self.settings.wait_timeout) if nodes else []:
+                if rep.content is None:
+                    failures.append(f"SuperNode {rep.client.node_id}: {rep.failure}")
+                    self.log(f"SuperNode {rep.client.node_id} did not describe its site: {rep.failure}")
+                    continue
+                client = _remote_client(rep.client.node_id, rep.content)
+                if client.name in described:
+                    raise FlowerRunError(f"two SuperNodes serve a site named {client.name!r}; give each "
+                                         "`privreid flower supernode` a distinct --name")
+                described[client.name] = client
+            have = set(described) & set(names) if names else set(described)
+            if len(have) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(self.settings.poll)
+        if names:
+            missing = sorted(set(names) - set(described))
+            if missing:
+                self.log(f"sites not connected: {', '.join(missing)}; rounds that select them lose their upload")
+            return [described.get(n) or RemoteClient(name=n, domain="", train=[], node_id=-1) for n in names]
+        if len(described) < want:
+            raise FlowerRunError(f"only {len(described)} of {want} sites connected within "
+                                 f"{self.settings.wait_timeout:g} s ({', '.join(sorted(described)) or 'none'})"
+                                 + (f"; {'; '.join(failures)}" if failures else ""))
+        return sorted(described.values(), key=lambda c: c.name)
+
+    def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict, StateDict, list[str]]],
+              evaluate: bool) -> list[SiteReply]:
+        messages, clients = [], []
+        for client, received, written, removed in transmissions:
+            content = RecordDict({RUN: self._run(round=round_index, evaluate=evaluate),
+                                  GLOBAL: state_to_record(received)})
+            if written:
+                content[MEMORY] = state_to_record(written)
+            if removed:
+                content[MEMORY_REMOVED] = ConfigRecord({"keys": removed})
+            messages.append(Message(content, client.node_id, "train", group_id=str(round_index + 1)))
+            clients.append(client)
+        return self._dispatch(clients, messages, "train")
+
+    def evaluate(self, round_no: int, global_state: StateDict, clients: list[RemoteClient]) -> list[SiteReply]:
+        live = [c for c in clients if c.node_id >= 0]
+        messages = [Message(RecordDict({RUN: self._run(round=round_no), GLOBAL: state_to_record(global_state)}),
+                            c.node_id, "evaluate", group_id=str(round_no)) for c in live]
+        self.eval_bytes[round_no] = state_nbytes(global_state) * len(live)
+        return self._dispatch(live, messages, "evaluate")
+
+    def _dispatch(self, clients, messages, kind) -> list[SiteReply]:
+        dead = [c for c in clients if c.node_id < 0]
+        live = [(c, m) for c, m in zip(clients, messages) if c.node_id >= 0]
+        replies = self._collect([c for c, _ in live], [m for _, m in live], kind,
+                                self.settings.round_timeout or None) if live else []
+        by_name = {r.client.name: r for r in replies}
+        by_name.update({c.name: SiteReply(c, None, "site not connected") for c in dead})
+        return [by_name[c.name] for c in clients]
+
+
+def _remote_client(node_id: int, content: RecordDict) -> RemoteClient:
+    site, size = content.config_records[SITE], content.metric_records[SITE_SIZE]
+    return RemoteClient(name=str(site["name"]), domain=str(site["domain"]), train=[],
+                        source_pids=[int(p) for p in site.get("source_pids", [])] or None, node_id=node_id,
+                        remote_samples=int(size["num_samples"]), remote_classes=int(size["num_classes"]))
+
+
+# ----------------------------------------------------------------------------- the engine
+class FlowerServerEngine(FederatedEngine):
+    """The engine whose clients are Flower sites (see the module docstring)."""
+
+    def __init__(self, config: RunConfig, federation: Federation, out_dir: str | Path, link: SiteLink, *,
+                 min_clients: int = 0, log: Callable[[str], None] = print):
+        super().__init__(config, federation, out_dir, progress=False, log=log)
+        self.link = link
+        self.min_clients = min_clients
+
+    def transmission(self, client: RemoteClient, round_index: int) -> tuple[StateDict, StateDict, list[str]]:
+        """What the server sends ``client`` this round: the download, and the memory entries it wrote / removed."""
+        if not self.download:
+            return self.global_state, {}, []
+        memory = self.client_memory.setdefault(client.name, {})
+        before = dict(memory)
+        seed_everything(derive_seed(self.config.train.seed, "download", round_index, client.name))
+        received = self.download(self.global_state, client, memory, round_index)
+        written = {k: v for k, v in memory.items() if k not in before or before[k] is not v}
+        bad = [k for k, v in written.items() if not isinstance(v, torch.Tensor)]
+        if bad:
+            raise FlowerRunError(f"method {self.method.name!r} cannot run on Flower: its download writes "
+                                 f"non-tensor memory entries ({', '.join(bad[:3])}) that a site would need")
+        return received, written, [k for k in before if k not in memory]
+
+    def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
+        round_no = round_index + 1
+        evaluate = self.evaluates(round_no)
+        replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected], evaluate)
+        uploads, failures = [], []
+        for rep in replies:
+            if rep.content is None:
+                failures.append(f"{rep.client.name} ({rep.failure})")
+                continue
+            metrics = {k: v for k, v in rep.content.metric_records[TRAIN].items()}
+            upload = Upload(rep.client.name, record_to_state(rep.content.array_records[UPLOAD]),
+                            int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics)
+            uploads.append(upload)
+            if LEDGER in rep.content.array_records:  # the privacy ledger's view of the site's accountant
+                self.client_memory.setdefault(upload.client, {}).update(
+                    record_to_state(rep.content.array_records[LEDGER]))
+            self._record({"round": round_no, "scope": "train", "client": upload.client, **metrics})
+            for split, testset, res in parse_eval_records(rep.content, "local"):
+                self._record({"round": round_no, "scope": "local", "client": upload.client, "split": split,
+                              "testset": testset, **res})
+        needed = self.min_clients or len(selected)
+        if failures:
+            self.log(f"round {round_no}: no upload from {', '.join(failures)}")
+        if len(uploads) < needed:
+            raise FlowerRunError(
+                f"round {round_no}: {len(uploads)} of {len(selected)} selected sites uploaded, "
+                f"{needed} needed (--min-clients {self.min_clients}); failed: {', '.join(failures)}. "
+                f"{self.out_dir / 'ckpt.pt'} holds round {round_index}; restart the sites and pass --resume")
+        return uploads
+
+    def _eval_global(self, round_no: int) -> None:
+        """Seen domains on the sites, unseen domains here; records in the in-process order."""
+        shared = {k: v for k, v in self.global_state.items() if k in self.init_state}
+        for rep in self.link.evaluate(round_no, shared, self.clients):
+            if rep.content is None:
+                self.log(f"round {round_no}: {rep.client.name} did not evaluate the global model ({rep.failure})")
+                continue
+            for split, testset, res in parse_eval_records(rep.content, "global"):
+                self._record({"round": round_no, "scope": "global", "split": split, "testset": testset, **res})
+                self.log(f"round {round_no} global {split:6s} {testset:12s} "
+                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+        if self.federation.unseen:
+            self._load_global()
+            for ts in self.federation.unseen:
+                res = self._eval(ts)
+                self._record({"round": round_no, "scope": "global", "split": "unseen", "testset": ts.name, **res})
+                self.log(f"round {round_no} global unseen {ts.name:12s} "
+                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+        if self.comm and self.comm[-1]["round"] == round_no:
+            self.comm[-1]["bytes_down_eval"] = self.link.eval_bytes.get(round_no, 0)
+
+    def _global_eval_extra(self) -> StateDict:
+        """The keys the global model takes from the method's ``global_eval_state`` (computed without local states)."""
+        if not self.method.global_eval_state:
+            return {}
+        state = self.method.global_eval_state(self.global_state, {})
+        return {k: v for k, v in state.items() if k not in self.global_state}
+
+    def summary(self, wall_time: float) -> dict[str, Any]:
+        out = super().summary(wall_time)
+        out["runtime"] = "flower"
+        out["comm_bytes_down_eval"] = sum(c.get("bytes_down_eval", 0) for c in self.comm)
+        return out
+
+
+# ----------------------------------------------------------------------------- the run
+def run_server(grid: Grid, settings: ServerSettings, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """One privreid run on the sites behind ``grid``; writes ckpt.pt, metrics.jsonl, summary.json, flower.json."""
+    settings.validate()
+    config = settings.config
+    check_flower_support(config)
+    out = settings.out_dir
+    info_path = out / RUN_INFO
+    if settings.resume:
+        if not (out / "ckpt.pt").is_file() or not info_path.is_file():
+            raise ConfigError(f"--resume: {out} holds no Flower run (ckpt.pt and {RUN_INFO})")
+        info = json.loads(info_path.read_text())
+        run_key, names = info["run_key"], info["clients"]
+    else:
+        run_key, names = uuid.uuid4().hex, None
+
+    link = SiteLink(grid, settings, run_key, shared_shapes={}, model_keys=set(), log=log)
+    clients = link.discover(names)
+    log(f"{config.train.method}: {len(clients)} site(s) [{', '.join(c.name for c in clients)}]")
+
+    unseen: list[TestSet] = []
+    if settings.server_eval:
+        try:
+            unseen = federation_for_config(config).unseen
+        except PrivreidError as exc:
+            raise ConfigError(f"the coordinator cannot load the run's held-out test data ({exc}); "
+                              "give it the data or pass --no-server-eval") from exc
+    federation = Federation(protocol="by-dataset", clients=clients, seen=[], unseen=unseen)
+    engine = FlowerServerEngine(config, federation, out, link, min_clients=settings.min_clients, log=log)
+    link.shared_shapes = {k: tuple(v.shape) for k, v in engine.policy.shared(engine.init_state).items()}
+    link.model_keys = set(engine.init_state)
+    per_round = len(engine.select_clients(0))
+    if settings.min_clients > per_round:
+        raise ConfigError(f"--min-clients {settings.min_clients} exceeds the {per_round} site(s) selected per round")
+    if not settings.resume:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(info_path, {"run_key": run_key, "clients": [c.name for c in clients]})
+    return engine.run(resume=settings.resume)
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Flower entry point: settings from the run config (``privreid flower run`` writes them)."""
+    run_server(grid, ServerSettings.from_run_config(dict(context.run_config)))

@@ -1,0 +1,146 @@
+"""One Flower site: its local dataset and its local state across rounds and runs.
+
+A SuperNode is one site and one federated client.  It is started with
+``privreid flower supernode --data DIR``, which puts these keys in Flower's
+``--node-config`` (they never leave the machine):
+
+* ``data``: the site's dataset root (any layout ``privreid train --data``
+  accepts that holds exactly one dataset);
+* ``format``: its layout (default ``auto``);
+* ``name``: the client's name (default: the dataset's name, which is what
+  the in-process engine calls the same client under ``--protocol
+  by-dataset``, so seeds and results agree);
+* ``state-dir``: where the site keeps its local state between runs.
+
+Local state (the client's local keys: classifier, local norm layers, ...; and
+its memory: MOON's previous model, FedReID's embedding copy, the DP-SGD
+accountant, ...) lives in Flower's ``context.state`` while a run lasts, and
+in ``state-dir`` on disk so that a resumed run (a new Flower run, whose
+``context.state`` starts empty) or a restarted SuperNode continues from it.
+Both hold *versions* keyed by the number of rounds completed when they were
+written: training round ``r`` (0-based) starts from the newest version
+``<= r``.  A site that trained round ``r`` before the server crashed, and is
+asked to train round ``r`` again after ``--resume``, so starts from the same
+state as the first time, and the resumed run equals the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, RecordDict
+
+from ..checkpoint import save_checkpoint
+from ..data.catalog import resolve_datasets
+from ..data.partition import make_federation
+from ..data.types import ClientData, Federation
+from ..errors import DataError
+from ..federated.policy import StateDict
+from .messages import from_blob, record_to_state, state_to_record, to_blob
+
+NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR = "data", "format", "name", "state-dir"
+#: the ``context.state`` record listing the stored versions
+STATE_INDEX = "privreid"
+
+
+def default_state_dir(name: str) -> Path:
+    """``$PRIVREID_CACHE/flower-sites/<name>`` (``~/.cache/privreid`` when unset)."""
+    env = os.environ.get("PRIVREID_CACHE")
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "privreid"
+    return root / "flower-sites" / name
+
+
+@dataclass
+class Site:
+    """A site's one client (its training split and seen-domain test split) and its state directory."""
+
+    federation: Federation
+    state_dir: Path
+
+    @property
+    def client(self) -> ClientData:
+        return self.federation.clients[0]
+
+    @classmethod
+    def from_node_config(cls, node_config: dict[str, Any]) -> Site:
+        """The site a SuperNode's ``--node-config`` describes; :class:`DataError` if it has no usable dataset."""
+        data = node_config.get(NODE_DATA)
+        if not data:
+            raise DataError("this SuperNode has no dataset: start it with `privreid flower supernode --data DIR`")
+        return cls.load(str(data), fmt=str(node_config.get(NODE_FORMAT, "auto")),
+                        name=node_config.get(NODE_NAME) or None,
+                        state_dir=node_config.get(NODE_STATE_DIR) or None)
+
+    @classmethod
+    def load(cls, data: str, *, fmt: str = "auto", name: str | None = None,
+             state_dir: str | os.PathLike | None = None) -> Site:
+        if data == "synth" or not Path(data).expanduser().is_dir():
+            raise DataError(f"site dataset directory not found: {data}")
+        datasets = resolve_datasets([data], fmt)
+        if len(datasets) != 1:
+            raise DataError(f"a site holds exactly one dataset; {data} holds {len(datasets)} "
+                            f"({', '.join(datasets)}): pass one of them to --data")
+        federation = make_federation(datasets, "by-dataset")
+        if name:
+            federation.clients[0] = replace(federation.clients[0], name=str(name))
+        client_name = federation.clients[0].name
+        return cls(federation, Path(state_dir).expanduser() if state_dir else default_state_dir(client_name))
+
+
+class SiteState:
+    """Versioned local state of one client for one run, in ``context.state`` and on disk."""
+
+    def __init__(self, site: Site, run_key: str, context_state: RecordDict):
+        self.path = site.state_dir / f"{site.client.name}-{run_key}.pt"
+        self.run_key = run_key
+        self.context_state = context_state
+
+    def _versions_in_context(self) -> list[int] | None:
+        index = self.context_state.config_records.get(STATE_INDEX)
+        if index is None or index.get("run-key") != self.run_key:
+            return None
+        return [int(v) for v in index.get("rounds", [])]
+
+    def _disk(self) -> dict[int, dict[str, Any]]:
+        if not self.path.is_file():
+            return {}
+        payload = torch.load(self.path, weights_only=True)
+        return {int(k): v for k, v in payload["versions"].items()}
+
+    def load(self, round_index: int) -> tuple[StateDict, dict] | None:
+        """``(local state, memory)`` to start round ``round_index`` from; ``None`` before the first participation."""
+        versions = self._versions_in_context()
+        if versions is not None:
+            usable = [v for v in versions if v <= round_index]
+            if not usable:
+                return None
+            v = max(usable)
+            return (record_to_state(self.context_state.array_records[f"local@{v}"]),
+                    from_blob(self.context_state.config_records[f"memory@{v}"]["blob"]))
+        disk = self._disk()
+        usable = [v for v in disk if v <= round_index]
+        if not usable:
+            return None
+        entry = disk[max(usable)]
+        return entry["local"], entry["memory"]
+
+    def save(self, rounds_completed: int, local: StateDict, memory: dict) -> None:
+        """Store the state after round ``rounds_completed``; keep only it and the newest older version."""
+        disk = self._disk()
+        disk[rounds_completed] = {"local": local, "memory": memory}
+        keep = sorted(v for v in disk if v < rounds_completed)[-1:] + [rounds_completed]
+        disk = {v: disk[v] for v in keep}
+        save_checkpoint({"run_key": self.run_key, "versions": disk}, self.path)  # atomic
+
+        state = self.context_state  # mirrors the disk versions
+        for v in self._versions_in_context() or []:
+            if v not in keep:
+                del state.array_records[f"local@{v}"], state.config_records[f"memory@{v}"]
+        for v in keep:
+            state[f"local@{v}"] = state_to_record(disk[v]["local"])
+            state[f"memory@{v}"] = ConfigRecord({"blob": to_blob(disk[v]["memory"])})
+        state[STATE_INDEX] = ConfigRecord({"run-key": self.run_key, "rounds": keep})
