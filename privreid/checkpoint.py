@@ -109,3 +109,17 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
         raise CheckpointError(f"checkpoint does not match its model config (missing {bad_missing[:3]}, "
                               f"unexpected {list(unexpected)[:3]})")
     return model.to(device).eval()
+
+
+def checkpoint_labels(paths: list[Path], ckpts: list[dict[str, Any]]) -> list[str]:
+    """``method (run dir)`` per checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
+    labels: list[str] = []
+    for path, ckpt in zip(paths, ckpts):
+        path = Path(path)
+        base = f"{ckpt['method']} ({path.parent.name or path.stem})"
+        label, n = base, 1
+        while label in labels:
+            n += 1
+            label = f"{base} #{n}"
+        labels.append(label)
+    return labels

@@ -154,3 +154,32 @@ def test_embedded_synth_vi_holds_out_its_last_entity():
     fed = build_federation(["synth-vi"], protocol="ei")
     assert [c.name for c in fed.clients] == ["viA", "viB"] and [t.name for t in fed.unseen] == ["viC"]
     assert fed.unseen[0].modality is not None
+
+
+def test_local_evaluation_ranks_the_federations_vi_and_video_test_sets(tiny_vi, tmp_path, monkeypatch):
+    """Per-client evaluation uses the domain's own seen test set (modality map, tracklets), not a bare copy."""
+    cfg = vi_config(tiny_vi, "ei", "standalone")  # standalone: local evaluation only
+    fed = federation_for_config(cfg)
+    engine = FederatedEngine(cfg, fed, tmp_path / "vi", progress=False)
+    evaluated, original = [], engine._eval
+    monkeypatch.setattr(engine, "_eval", lambda ts: evaluated.append(ts) or original(ts))
+    summary = engine.run()
+    assert [ts.name for ts in evaluated] == ["viA", "viC", "viB", "viC"]
+    assert evaluated[0] is fed.seen[0] and evaluated[2] is fed.seen[1] and evaluated[0].modality is not None
+    assert set(summary["local_seen_per_testset"]) == {"viA@viA", "viB@viB"}
+
+    # video clients hold no query/gallery of their own: their seen split is the federation's tracklet test set
+    video = generate_synthetic_vi(tmp_path / "video", replace(TINY_VI, video=True, frames_per_tracklet=3,
+                                                               shots_per_id_per_cam=1))
+    base = tiny_config(video, "fedavg", rounds=1)
+    cfg = replace(base, data=replace(base.data, protocol="ei", test_domains=["vidC"]))
+    fed = federation_for_config(cfg)
+    engine = FederatedEngine(cfg, fed, tmp_path / "video_run", progress=False)
+    engine.out_dir.mkdir()
+    client = fed.clients[0]
+    assert client.query == [] and fed.seen[0].tracklets is not None
+    engine._eval_local(1, client)
+    [rec] = engine.metrics
+    assert (rec["scope"], rec["client"], rec["split"], rec["testset"]) == ("local", "vidA", "seen", "vidA")
+    expected = evaluate_model(engine.model, fed.seen[0], height=32, width=16)
+    assert rec["mAP"] == pytest.approx(expected["mAP"], abs=1e-6) and rec["num_valid_queries"] > 0

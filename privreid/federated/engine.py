@@ -184,9 +184,15 @@ class FederatedEngine:
             fh.write(json.dumps(rec) + "\n")
 
     def _eval_local(self, round_no: int, client: ClientData) -> None:
+        """The client's model on its domain's seen test set and, without a global model, on the unseen ones.
+
+        The seen test set is the domain's own from ``federation.seen`` (with its
+        modality, VI protocol and tracklets), used when the client holds that
+        split; video clients hold it only there (their query/gallery are empty).
+        """
         sets: list[tuple[str, TestSet]] = []
-        if client.query and client.gallery:
-            sets.append(("seen", TestSet(client.domain, client.query, client.gallery)))
+        if (client.query and client.gallery) or client.tracklets is not None:
+            sets += [("seen", ts) for ts in self.federation.seen if ts.name == client.domain]
         if not self.method.has_global_model:
             sets += [("unseen", ts) for ts in self.federation.unseen]
         for split, ts in sets:

@@ -1,0 +1,239 @@
+"""One report for several checkpoints: clean accuracy, adversarial and corruption robustness, leakage.
+
+``privreid compare --models central.pt fed.pt --suite clean,attacks,corruptions,inversion --out DIR``
+runs every selected evaluation on the *same* data for every model (the test
+sets of the first checkpoint's configuration, as in
+:func:`privreid.comparison.compare_checkpoints`) and writes:
+
+* ``report.md``: the clean table; L2RW+'s Table IX layout (paper 003) for the
+  attacks and, in the same layout, for the corruptions (mean (std) over the
+  repeats of CIL-ReID's protocol); the inversion summary;
+* ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
+* ``drops.png``: the relative mAP drop per attack and per corruption, one bar
+  per model (mean over the test sets);
+* ``inversion.png``: the reconstructions of every model (subject,
+  reconstruction, bilateral-filtered reconstruction, its Laplacian).
+
+Choices: corruptions are reported per *family* by default (noise, blur,
+weather, digital: a random type of the family and a random severity per
+image, CIL-ReID's protocol restricted to the family) and as the full mix
+(``all``), which keeps the report affordable on a CPU; pass names to
+:class:`SuiteSettings` for single types.  Inversion attacks each model's
+first client on the same subjects.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+from ..attacks.feature_attacks import ATTACKS
+from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, evaluate_under_attack, format_table_ix, relative_drop
+from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
+from ..config import RunConfig
+from ..corruptions import resolve_corruptions
+from ..data.catalog import federation_for_config
+from ..data.types import TestSet
+from ..errors import ConfigError
+from ..evaluation.corrupted_eval import evaluate_corrupted
+from ..federated.engine import resolve_device
+from .tables import format_table
+
+SUITES = ("clean", "attacks", "corruptions", "inversion")
+TESTSET_CHOICES = ("all", "seen", "unseen")
+
+
+@dataclass
+class SuiteSettings:
+    """What the suite runs; defaults follow each subsystem's own defaults, at a CPU-friendly size."""
+
+    suites: list[str] = field(default_factory=lambda: list(SUITES))
+    testsets: str = "all"
+    attacks: list[str] = field(default_factory=lambda: list(ATTACKS))
+    eps: float = 8 / 255
+    alpha: float = 1 / 255
+    steps: int = 10
+    target: str = "query"
+    max_queries: int | None = None
+    corruptions: list[str] = field(default_factory=lambda: ["noise", "blur", "weather", "digital", "all"])
+    corruption_repeats: int = 3
+    inversion_subjects: int = 2
+    inversion_iterations: int = 200
+    inversion_attack: str = "ig"
+    inversion_threat: str = "full"
+    seed: int = 0
+
+    def validate(self) -> None:
+        unknown = [s for s in self.suites if s not in SUITES]
+        if unknown or not self.suites:
+            raise ConfigError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SUITES)}")
+        if self.testsets not in TESTSET_CHOICES:
+            raise ConfigError(f"--testsets must be one of {', '.join(TESTSET_CHOICES)}, got {self.testsets!r}")
+        for unit in self.corruptions:
+            if unit != "all":
+                resolve_corruptions(unit)
+        if self.corruption_repeats < 1:
+            raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
+        if self.inversion_subjects < 1:
+            raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
+
+
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _testsets(cfg: RunConfig, which: str) -> list[TestSet]:
+    fed = federation_for_config(cfg)
+    sets = {"seen": fed.seen, "unseen": fed.unseen, "all": fed.seen + fed.unseen}[which]
+    if not sets:
+        raise ConfigError(f"the first checkpoint's data has no {which} test sets")
+    return sets
+
+
+def _corruption_record(model: str, testset: str, unit: str, result: dict) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model, "testset": testset, "corruption": unit,
+                           "repeats": len(result["repeats"])}
+    for key, _ in METRIC_KEYS:
+        row[f"clean_{key}"] = result["clean"][key]
+        row[key] = result["mean"][key]
+        row[f"std_{key}"] = result["std"][key]
+        row[f"drop_{key}"] = relative_drop(result["clean"][key], result["mean"][key])
+    return row
+
+
+def _as_table_ix(records: list[dict[str, Any]]) -> str:
+    """Corruption records in Table IX's layout, cells as ``mean (std)`` in %."""
+    shown = []
+    for r in records:
+        row = {**r, "attack": r["corruption"]}
+        for key, _ in METRIC_KEYS:
+            row[key] = f"{100 * r[key]:.1f} ({100 * r[f'std_{key}']:.1f})"
+        shown.append(row)
+    return format_table_ix(shown)
+
+
+def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path) -> Path:
+    """Bar chart of the relative mAP drop (%) per attack and per corruption, one bar per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    panels = [(title, rows, key) for title, rows, key in
+              (("adversarial attacks", attack_rows, "attack"), ("corruptions", corruption_rows, "corruption")) if rows]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.8), squeeze=False)
+    for ax, (title, rows, key) in zip(axes[0], panels):
+        units = list(dict.fromkeys(r[key] for r in rows))
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        width = 0.8 / len(models)
+        for i, model in enumerate(models):
+            values = []
+            for unit in units:
+                drops = [r["drop_mAP"] for r in rows if r["model"] == model and r[key] == unit
+                         and r["drop_mAP"] is not None]
+                values.append(100 * float(np.mean(drops)) if drops else 0.0)
+            ax.bar(np.arange(len(units)) + i * width - 0.4 + width / 2, values, width, label=model)
+        ax.set_xticks(np.arange(len(units)), [ATTACK_LABELS.get(u, u) for u in units], rotation=30)
+        ax.set_ylabel("relative mAP drop (%)")
+        ax.set_title(title)
+        ax.axhline(0, color="black", linewidth=0.6)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: SuiteSettings | None = None, *,
+              device: str = "auto", progress: bool = False) -> dict[str, Any]:
+    """Run the selected evaluations on every checkpoint and write the report into ``out`` (see module docstring).
+
+    Returns ``{"clean": rows, "attacks": records, "corruptions": records,
+    "inversion": {...}, "files": [...]}`` (absent suites are empty).
+    """
+    from ..comparison import compare_checkpoints
+
+    settings = settings or SuiteSettings()
+    settings.validate()
+    if not paths:
+        raise ConfigError("give at least one checkpoint")
+    paths = [Path(p) for p in paths]
+    ckpts = [load_checkpoint(p) for p in paths]
+    labels = checkpoint_labels(paths, ckpts)
+    cfg = RunConfig.from_dict(ckpts[0]["config"])
+    dev = resolve_device(device)
+    testsets = _testsets(cfg, settings.testsets)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "files": []}
+    sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
+                f"Test sets: {', '.join(t.name for t in testsets)} (from the first checkpoint's data)."]
+
+    def evaluated_models():
+        for label, ckpt in zip(labels, ckpts):
+            if not ckpt.get("has_global_model", True):
+                raise ConfigError(f"{label}: method {ckpt['method']!r} has no global model; the suite compares "
+                                  "global models (use privreid attack/invert --client for standalone runs)")
+            yield label, load_model(ckpt, device=dev)
+
+    if "clean" in settings.suites:
+        rows = compare_checkpoints(paths, device=device)
+        result["clean"] = rows
+        _write_csv(rows, out / "clean.csv")
+        sections.append("## Clean retrieval (R1 / mAP / mINP, %)\n\n" + format_table(rows))
+
+    if "attacks" in settings.suites or "corruptions" in settings.suites:
+        size = dict(height=cfg.data.height, width=cfg.data.width, device=dev)
+        for label, model in evaluated_models():
+            for ts in testsets:
+                if "attacks" in settings.suites:
+                    for method in settings.attacks:
+                        ev = evaluate_under_attack(model, ts, method=method, eps=settings.eps, alpha=settings.alpha,
+                                                   steps=settings.steps, target=settings.target,
+                                                   max_queries=settings.max_queries, seed=settings.seed,
+                                                   progress=progress, **size)
+                        result["attacks"].append(ev.record(model=label, testset=ts.name))
+                if "corruptions" in settings.suites:
+                    for unit in settings.corruptions:
+                        res = evaluate_corrupted(model, ts, corruptions=unit, severity="random", corrupt="both",
+                                                 repeats=settings.corruption_repeats, seed=settings.seed,
+                                                 progress=progress, **size)
+                        result["corruptions"].append(_corruption_record(label, ts.name, unit, res))
+            del model
+    if result["attacks"]:
+        _write_csv(result["attacks"], out / "attacks.csv")
+        sections.append(f"## Adversarial queries (L2RW+ Table IX layout; eps {settings.eps * 255:.3g}/255, "
+                        f"{settings.steps} steps, target {settings.target})\n\n" + format_table_ix(result["attacks"]))
+    if result["corruptions"]:
+        _write_csv(result["corruptions"], out / "corruptions.csv")
+        sections.append(f"## Corruptions (CIL-ReID protocol: random type and severity per image, query and "
+                        f"gallery, mean (std) over {settings.corruption_repeats} repeats)\n\n"
+                        + _as_table_ix(result["corruptions"]))
+    if result["attacks"] or result["corruptions"]:
+        plot_drops(result["attacks"], result["corruptions"], out / "drops.png")
+        sections.append("![relative mAP drop per attack and corruption](drops.png)")
+
+    if "inversion" in settings.suites:
+        from ..attacks.inversion.campaign import compare_inversion
+
+        inv = compare_inversion(paths, out, subjects=settings.inversion_subjects,
+                                iterations=settings.inversion_iterations, attack=settings.inversion_attack,
+                                threat=settings.inversion_threat, seed=settings.seed, device=dev, progress=progress)
+        result["inversion"] = inv
+        sections.append(f"## Gradient inversion ({settings.inversion_attack}, threat model "
+                        f"{settings.inversion_threat}, {settings.inversion_iterations} iterations, "
+                        f"{settings.inversion_subjects} subjects)\n\n{inv['table']}\n\n"
+                        f"![reconstructions]({Path(inv['grid']).name})")
+
+    (out / "report.md").write_text("\n\n".join(sections) + "\n")
+    result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())
+    return result
