@@ -123,3 +123,10 @@ def checkpoint_labels(paths: list[Path], ckpts: list[dict[str, Any]]) -> list[st
             label = f"{base} #{n}"
         labels.append(label)
     return labels
+
+
+def label_file_stem(label: str) -> str:
+    """A checkpoint label made safe as a file or folder name."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "model"

@@ -16,6 +16,7 @@ import typer
 
 from . import __version__
 from .commands.common import csv_list as _csv
+from .commands.common import fail as _fail
 from .commands.common import run_or_exit as _run
 from .errors import ConfigError
 
@@ -30,8 +31,10 @@ app = typer.Typer(
 data_app = typer.Typer(help="Synthetic data and dataset statistics.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
-DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), a `privreid data synth` "
-             "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17), or a folder of "
+DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'synth-vi' / 'synth-vi-video' "
+             "(the embedded synthetic visible-infrared entities, as images / tracklets), a `privreid data synth` "
+             "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17; visible-infrared: "
+             "SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus; see docs/vi-datasets.md), or a folder of "
              "dataset roots. Repeat for several datasets.")
 
 
@@ -94,6 +97,32 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
     """privreid command line."""
 
 
+def train_config(p: dict):
+    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied)."""
+    from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+    return RunConfig(
+        data=DataConfig(roots=[str(d) for d in p["data"] or []], format=p["fmt"], protocol=p["protocol"],
+                        train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
+                        num_clients=p["num_clients"], height=p["height"], width=p["width"]),
+        model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
+                          pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"], weights=str(p["weights"]) if p["weights"] else None),
+        train=TrainConfig(method=p["method"], rounds=p["rounds"], optimizer=p["optimizer"],
+                          local_epochs=p["local_epochs"], batch_size=p["batch_size"],
+                          lr_backbone=p["lr_backbone"], lr_head=p["lr_head"], lr_step=p["lr_step"],
+                          lr_gamma=p["lr_gamma"], client_fraction=p["client_fraction"],
+                          triplet_weight=p["triplet_weight"], random_erasing=p["random_erasing"],
+                          beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
+                          dp_sgd=p["dp_sgd"], client_dp=p["client_dp"], noise_multiplier=p["noise_multiplier"],
+                          max_grad_norm=p["max_grad_norm"], clip=p["clip"], target_epsilon=p["target_epsilon"],
+                          delta=p["delta"],
+                          eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
+                          num_workers=p["workers"],
+                          method_options={**_options(p["opt"]),
+                                          **{k: False for k in ("an", "lsn", "dual") if p[f"no_{k}"]}}),
+    )
+
+
 # --------------------------------------------------------------------------- train
 @app.command()
 def train(
@@ -104,8 +133,15 @@ def train(
     method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP),
     fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots: auto, market1501, "
-                            "dukemtmcreid, cuhk03np-detected, cuhk03np-labeled or msmt17."),
-    protocol: str = typer.Option("by-dataset", help="Partition: by-dataset, by-camera or by-identity."),
+                            "dukemtmcreid, cuhk03np-detected, cuhk03np-labeled, msmt17; visible-infrared: "
+                            "sysu-mm01, sysu-mm01-indoor, regdb (trial 1) or regdb-<n>, llcm, vi-folders "
+                            "(`privreid data synth --vi`); video: hitsz-vcm, buptcampus, vi-folders "
+                            "(`privreid data synth --video`). See docs/vi-datasets.md."),
+    protocol: str = typer.Option("by-dataset", help="Partition: by-dataset, by-camera or by-identity; the "
+                                 "L2RW+ privacy protocols ci (camera independence: one client per camera), "
+                                 "ei (entity independence: one client per dataset) or es (entity sharing: "
+                                 "the datasets pooled into one client); ei and es need a held-out "
+                                 "--test-domains entity."),
     train_domains: Optional[str] = typer.Option(None, help="Comma-separated training domains (default: all "
                                                 "but --test-domains; synth holds out its last domain)."),
     test_domains: Optional[str] = typer.Option(None, help="Comma-separated held-out (unseen) domains."),
@@ -134,6 +170,18 @@ def train(
                                "No formal privacy guarantee."),
     beta_mode: str = typer.Option("upload", help="Where beta noise is added: upload (Eq. 14), download "
                                   "(Eq. 15) or both."),
+    dp_sgd: bool = typer.Option(False, "--dp-sgd", help="Record-level DP-SGD (Opacus) on every client: Poisson "
+                                "batches, per-sample clipping, Gaussian noise, RDP accounting; BatchNorm "
+                                "becomes GroupNorm."),
+    client_dp: bool = typer.Option(False, "--client-dp", help="Client-level DP (DP-FedAvg): clip each client "
+                                   "update to --clip, Gaussian noise on the uniform mean."),
+    noise_multiplier: Optional[float] = typer.Option(None, help="DP noise std / clipping bound (z)."),
+    max_grad_norm: Optional[float] = typer.Option(None, help="DP-SGD per-sample clipping bound C (default 1.0)."),
+    clip: Optional[float] = typer.Option(None, help="Client-level DP: L2 bound S of a client update."),
+    target_epsilon: Optional[float] = typer.Option(None, help="DP budget: training stops before epsilon would "
+                                                   "exceed it; with --dp-sgd and no --noise-multiplier the "
+                                                   "noise is derived from it for the planned rounds."),
+    delta: Optional[float] = typer.Option(None, help="DP delta (default 1e-5; must be below 1/N)."),
     arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
     neck: str = typer.Option("linear", help="Neck: linear (Linear+BN embedding) or bnneck."),
     feat_dim: int = typer.Option(512, help="Embedding size of the linear neck."),
@@ -155,42 +203,12 @@ def train(
 
     Example: privreid train --method centralized --rounds 5 --out runs/central
     """
-    from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
-    from .data.catalog import federation_for_config
-    from .federated.engine import FederatedEngine, prepare_out_dir
-    from .federated.registry import get_method
+    from .training import train_run
 
     def go() -> dict:
         p = _with_preset(ctx, config_file)
-        if p["overwrite"] and p["resume"]:
-            raise ConfigError("--overwrite and --resume exclude each other")
-        out = Path(p["out"])
-        config = RunConfig(
-            data=DataConfig(roots=[str(d) for d in p["data"] or []], format=p["fmt"], protocol=p["protocol"],
-                            train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
-                            num_clients=p["num_clients"], height=p["height"], width=p["width"]),
-            model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
-                              pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"], weights=str(p["weights"]) if p["weights"] else None),
-            train=TrainConfig(method=p["method"], rounds=p["rounds"], optimizer=p["optimizer"],
-                              local_epochs=p["local_epochs"], batch_size=p["batch_size"],
-                              lr_backbone=p["lr_backbone"], lr_head=p["lr_head"], lr_step=p["lr_step"],
-                              lr_gamma=p["lr_gamma"], client_fraction=p["client_fraction"],
-                              triplet_weight=p["triplet_weight"], random_erasing=p["random_erasing"],
-                              beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
-                              eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
-                              num_workers=p["workers"],
-                              method_options={**_options(p["opt"]),
-                                              **{k: False for k in ("an", "lsn", "dual") if p[f"no_{k}"]}}),
-        )
-        config.validate()
-        get_method(config.train.method)
-        federation = federation_for_config(config, verify=True)
-        engine = FederatedEngine(config, federation, out, progress=not p["quiet"])
-        prepare_out_dir(out, overwrite=p["overwrite"], resume=p["resume"])
-        typer.echo(f"{config.train.method}: {len(engine.clients)} client(s) "
-                   f"[{', '.join(c.name for c in engine.clients)}], "
-                   f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; writing {out}")
-        return engine.run(resume=p["resume"])
+        return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
+                         progress=not p["quiet"], echo=typer.echo)
 
     summary = _run(go)
     typer.echo(json.dumps({k: v for k, v in summary.items() if not k.endswith("per_testset")}, indent=2))
@@ -207,22 +225,98 @@ def eval_cmd(
     metric: str = typer.Option("euclidean", help="euclidean or cosine."),
     single_gallery_shot: bool = typer.Option(False, help="CUHK03 protocol: one gallery image per identity, "
                                              "averaged over 10 repeats."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Visible-infrared data only: ir-to-visible "
+                                       "(default; infrared queries, visible gallery, as L2RW+ reports) or "
+                                       "visible-to-ir."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Video data only: frames T per tracklet "
+                                          "whose features are averaged (L2RW+ Eq. 9; default 6; L2RW+ uses 6 "
+                                          "for HITSZ-VCM, 10 for BUPTCampus)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
+    corruption: Optional[str] = typer.Option(None, "--corruption", help="Evaluate under corruptions with "
+                                             "CIL-ReID's protocol: 'all', a family (noise, blur, weather, "
+                                             "digital) or comma-separated names (`privreid corrupt` previews "
+                                             "them). Without it: clean evaluation."),
+    severity: str = typer.Option("random", "--severity", help="With --corruption: 1-5, or 'random' "
+                                 "(drawn per image)."),
+    corrupt: str = typer.Option("both", "--corrupt", help="With --corruption: corrupt the query, the "
+                                "gallery or both."),
+    repeats: int = typer.Option(10, "--repeats", help="With --corruption: evaluations with fresh draws; "
+                                "the table shows their mean (std)."),
+    seed: int = typer.Option(0, "--seed", help="With --corruption: seed of the draws."),
+    pixel_scale: str = typer.Option("auto", "--pixel-scale", help="With --corruption: 'auto' scales "
+                                    "ImageNet-C's pixel lengths to each image; 1 takes them literally."),
 ) -> None:
-    """Evaluate a checkpoint on the query/gallery split of each dataset.
+    """Evaluate a checkpoint on the query/gallery split of each dataset, optionally under corruptions.
+
+    With --corruption, every corrupted image gets a random type (and severity) at its stored size, before
+    resizing, and the evaluation is repeated (CIL-ReID's protocol); the table gives clean R1 / mAP / mINP and
+    the corrupted mean (std) over the repeats.
+
+    Visible-infrared and video datasets are ranked cross-modality under their benchmark's protocol
+    (docs/vi-datasets.md), in --mode; a tracklet's feature is the mean of --seq-len frame features.
 
     Example: privreid eval --model runs/fedpav/ckpt.pt --data synth
+    Example: privreid eval --model runs/dppt/ckpt.pt --data synth-vi --mode visible-to-ir
+    Example: privreid eval --model runs/fedpav/ckpt.pt --corruption all --severity random --repeats 10
     """
     from .checkpoint import load_checkpoint, load_model
+    from .commands.corrupt import parse_pixel_scale
     from .config import RunConfig
+    from .corruptions import resolve_corruptions
     from .data.catalog import resolve_datasets
-    from .data.types import TestSet
+    from .data.partition import as_test_set
+    from .evaluation.corrupted_eval import CORRUPT_SIDES, evaluate_corrupted
+    from .evaluation.cross_modality import IR_TO_VISIBLE, MODES, RESULT_KEYS, evaluate_cross_modality_model
     from .evaluation.model_eval import evaluate_model
     from .federated.engine import resolve_device
     from .reporting import format_table
 
+    def corruption_options() -> dict:
+        if severity != "random" and not (severity.isdigit() and 1 <= int(severity) <= 5):
+            raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
+        if corrupt not in CORRUPT_SIDES:
+            raise ConfigError(f"--corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
+        if repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1, got {repeats}")
+        if seed < 0:
+            raise ConfigError(f"--seed must be non-negative, got {seed}")
+        return dict(corruptions=resolve_corruptions(_csv(corruption) or []),
+                    severity=severity if severity == "random" else int(severity), corrupt=corrupt,
+                    repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+
+    def check_vi_options(testsets: list) -> None:
+        """Refuse VI / video options on data they do not apply to, and vice versa (before any evaluation)."""
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if seq_len is not None and seq_len < 1:
+            raise ConfigError(f"--seq-len must be at least 1, got {seq_len}")
+        if corruption is not None and (mode is not None or seq_len is not None):
+            raise ConfigError("--mode and --seq-len do not combine with --corruption (it ranks each dataset's "
+                              "query/gallery split as given: infrared-to-visible for VI data)")
+        for ts in testsets:
+            if mode is not None and ts.modality is None:
+                raise ConfigError(f"--mode applies to visible-infrared data only; {ts.name} has no modality map")
+            if seq_len is not None and ts.tracklets is None:
+                raise ConfigError(f"--seq-len applies to video data only; {ts.name} holds images")
+            if corruption is not None and ts.tracklets is not None:
+                raise ConfigError(f"--corruption corrupts images; {ts.name} holds video tracklets")
+            if single_gallery_shot and (ts.modality is not None or ts.tracklets is not None):
+                raise ConfigError(f"--single-gallery-shot is the CUHK03 protocol; {ts.name} is visible-infrared "
+                                  "or video data, ranked by its own benchmark protocol")
+
+    def cross_modality_row(net, ts, **size_device) -> dict:
+        """A VI / video test set ranked in --mode (tracklets: --seq-len frames) under its own protocol."""
+        result = evaluate_cross_modality_model(net, ts, mode=mode or IR_TO_VISIBLE, metric=metric, flip=flip,
+                                               **({} if seq_len is None else {"seq_len": seq_len}), **size_device,
+                                               progress=True)
+        row = {"testset": ts.name, "mode": mode or IR_TO_VISIBLE, **{k: result[k] for k in RESULT_KEYS},
+               "num_valid_queries": int(result["num_valid_queries"]), "trials": result["trials"]}
+        return {**row, "std": result["std"]} if "std" in result else row
+
     def go() -> list[dict]:
+        corrupted = corruption_options() if corruption is not None else None
+        check_vi_options([])
         ckpt = load_checkpoint(model)
         cfg = RunConfig.from_dict(ckpt["config"])
         dev = resolve_device(device)
@@ -232,18 +326,36 @@ def eval_cmd(
         unknown = [d for d in wanted if d not in datasets]
         if unknown:
             raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+        testsets = [as_test_set(name, datasets[name]) for name in wanted]
+        check_vi_options(testsets)
         rows = []
-        for name in wanted:
-            ds = datasets[name]
-            res = evaluate_model(net, TestSet(name, ds.query, ds.gallery), height=cfg.data.height,
-                                 width=cfg.data.width, device=dev, flip=flip, metric=metric,
-                                 single_gallery_shot=single_gallery_shot)
-            rows.append({"testset": name, **res})
+        for testset in testsets:
+            size_device = dict(height=cfg.data.height, width=cfg.data.width, device=dev)
+            common = dict(**size_device, flip=flip, metric=metric, single_gallery_shot=single_gallery_shot)
+            if corrupted is not None:
+                rows.append({"testset": testset.name, **evaluate_corrupted(net, testset, **common, **corrupted,
+                                                                           progress=True)})
+            elif testset.modality is not None or testset.tracklets is not None:
+                rows.append(cross_modality_row(net, testset, **size_device))
+            else:
+                rows.append({"testset": testset.name, **evaluate_model(net, testset, **common)})
         return rows
 
     rows = _run(go)
-    typer.echo(format_table([{"testset": r["testset"], "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"],
-                              "mAP": r["mAP"], "mINP": r["mINP"]} for r in rows]))
+    if corruption is None:
+        typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
+                                  "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],
+                                  "mINP": r["mINP"]} for r in rows]))
+    else:
+        def mean_std(r: dict, key: str) -> str:
+            return f"{100 * r['mean'][key]:.1f} ({100 * r['std'][key]:.1f})"
+
+        typer.echo(format_table([{"testset": r["testset"], "clean R1": r["clean"]["rank1"],
+                                  "clean mAP": r["clean"]["mAP"], "clean mINP": r["clean"]["mINP"],
+                                  "R1": mean_std(r, "rank1"), "mAP": mean_std(r, "mAP"),
+                                  "mINP": mean_std(r, "mINP")} for r in rows]))
+        typer.echo(f"corrupted {corrupt}: {', '.join(rows[0]['corruptions']) if rows else '-'}; severity "
+                   f"{severity}; mean (std) over {repeats} repeat(s), seed {seed}")
     if json_out:
         json_out.write_text(json.dumps(rows, indent=2))
 
@@ -251,25 +363,69 @@ def eval_cmd(
 # --------------------------------------------------------------------------- compare
 @app.command()
 def compare(
-    models: list[Path] = typer.Argument(..., help="Checkpoints to compare (same data)."),
+    models: Optional[list[Path]] = typer.Argument(None, help="Checkpoints to compare (same data)."),
+    models_opt: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints (alternative to the "
+                                                    "positional list; --models a.pt b.pt)."),
     untrained: bool = typer.Option(True, help="Add a randomly initialised model of the same architecture."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    markdown: Optional[Path] = typer.Option(None, help="Also write the table to this Markdown file."),
+    markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
+    suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
+                                        "corruptions, inversion (or 'all'); needs --out."),
+    out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
+    testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
+    attacks: str = typer.Option("all", help="Suite attacks: fgsm, pgd, bim, mifgsm, tifgsm, all or a comma list."),
+    eps: str = typer.Option("8/255", help="Suite attack budget in [0, 1] pixels (a number or a fraction)."),
+    steps: int = typer.Option(10, help="Suite attack iterations."),
+    max_queries: Optional[int] = typer.Option(None, help="Suite: attack at most N queries per test set."),
+    corruptions: str = typer.Option("noise,blur,weather,digital,all", help="Suite corruption units: families, "
+                                    "names, or 'all' (the full CIL-ReID mix)."),
+    repeats: int = typer.Option(3, help="Suite corruption repeats (CIL-ReID: 10)."),
+    subjects: int = typer.Option(2, help="Suite inversion subjects."),
+    iterations: int = typer.Option(200, help="Suite inversion iterations."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
-    """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP).
+    """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP); optionally a full report.
 
-    The test sets are those of the first checkpoint's run configuration.
+    The test sets are those of the first checkpoint's run configuration.  With
+    --suite, also adversarial queries (Table IX layout), corruptions and
+    gradient inversion, written to --out as report.md, CSVs and PNGs.
 
-    Example: privreid compare runs/central/ckpt.pt runs/fedpav/ckpt.pt
+    Example: privreid compare --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --suite all --out runs/report
     """
     from .comparison import compare_checkpoints
     from .reporting import format_table
 
-    rows = _run(compare_checkpoints, models, untrained=untrained, device=device)
-    table = format_table(rows)
-    typer.echo(table)
-    if markdown:
-        markdown.write_text(table + "\n")
+    paths = list(models_opt or []) + list(models or [])
+    if not paths:
+        _fail("give at least one checkpoint")
+    if suite is None:
+        rows = _run(compare_checkpoints, paths, untrained=untrained, device=device)
+        table = format_table(rows)
+        typer.echo(table)
+        if markdown:
+            markdown.write_text(table + "\n")
+        return
+
+    from .attacks.retrieval import resolve_methods
+    from .commands.attack import parse_fraction
+    from .reporting.suite import SUITES, SuiteSettings, run_suite
+
+    def go():
+        if out is None:
+            raise ConfigError("--suite needs --out")
+        names = list(SUITES) if suite.strip() == "all" else _csv(suite) or []
+        settings = SuiteSettings(suites=names, testsets=testsets, attacks=resolve_methods(attacks),
+                                 eps=parse_fraction(eps, "--eps"), steps=steps, max_queries=max_queries,
+                                 corruptions=_csv(corruptions) or [], corruption_repeats=repeats,
+                                 inversion_subjects=subjects, inversion_iterations=iterations)
+        return run_suite(paths, out, settings, device=device, progress=not quiet)
+
+    result = _run(go)
+    if result["clean"]:
+        typer.echo(format_table(result["clean"]))
+        if markdown:
+            markdown.write_text(format_table(result["clean"]) + "\n")
+    typer.echo(f"wrote {out / 'report.md'}")
 
 
 # --------------------------------------------------------------------------- methods
@@ -294,22 +450,31 @@ def data_synth(
     out: Path = typer.Option(..., help="Directory to write (must not exist or be empty)."),
     seed: int = typer.Option(0, help="Generator seed (output is deterministic for a seed)."),
     domains: Optional[int] = typer.Option(None, help="Number of domains (default: the demo's)."),
-    height: Optional[int] = typer.Option(None, help="Image height (default 128)."),
-    width: Optional[int] = typer.Option(None, help="Image width (default 64)."),
+    height: Optional[int] = typer.Option(None, help="Image height (default 128; 64 with --vi / --video)."),
+    width: Optional[int] = typer.Option(None, help="Image width (default 64; 32 with --vi / --video)."),
+    vi: bool = typer.Option(False, "--vi", help="Visible-infrared entities (visible, infrared and dual cameras; "
+                            "vi-folders layout) instead of RGB domains."),
+    video: bool = typer.Option(False, "--video", help="Visible-infrared tracklets (one folder of frames of one "
+                               "walk cycle per tracklet); implies --vi."),
     overwrite: bool = typer.Option(False, help="Replace an existing directory."),
 ) -> None:
-    """Write the synthetic multi-domain ReID dataset (Market-1501 layout per domain).
+    """Write the synthetic multi-domain ReID dataset (Market-1501 layout per domain, or visible-infrared).
 
-    Example: privreid data synth --out data/synth
+    Example: privreid data synth --out data/synth   (or: privreid data synth --vi --out data/synth-vi)
     """
     import dataclasses
 
     from .data.synthetic import SynthConfig, generate_synthetic
+    from .data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
 
-    changes = {k: v for k, v in {"seed": seed, "num_domains": domains, "height": height, "width": width}.items()
+    count = "num_entities" if vi or video else "num_domains"
+    changes = {k: v for k, v in {"seed": seed, count: domains, "height": height, "width": width}.items()
                if v is not None}
-    config = dataclasses.replace(SynthConfig(), **changes)
-    path = _run(generate_synthetic, out, config, progress=True, overwrite=overwrite)
+    if vi or video:
+        config, generate = dataclasses.replace(SynthVIConfig(video=video), **changes), generate_synthetic_vi
+    else:
+        config, generate = dataclasses.replace(SynthConfig(), **changes), generate_synthetic
+    path = _run(generate, out, config, progress=True, overwrite=overwrite)
     typer.echo(f"wrote {path}")
 
 
@@ -333,6 +498,16 @@ def data_info(
 
 # --------------------------------------------------------------------------- commands defined in privreid/commands/
 # (one line per command; keep this block sorted)
+from .commands.attack import attack_command  # noqa: E402
+app.command("attack")(attack_command)
+from .commands.corrupt import corrupt_command  # noqa: E402
+app.command("corrupt")(corrupt_command)
+from .commands.flower import flower_app  # noqa: E402
+app.add_typer(flower_app, name="flower")
+from .commands.invert import invert_command  # noqa: E402
+app.command("invert")(invert_command)
+from .commands.sweep import sweep_command  # noqa: E402
+app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(sweep_command)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -102,6 +102,7 @@ def _utility(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
+    from .attacks.inversion import InversionSettings
     from .attacks.inversion.campaign import invert_checkpoints
     from .attacks.retrieval import evaluate_under_attack
     from .checkpoint import load_checkpoint, load_model
@@ -115,12 +116,15 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
     pgd = evaluate_under_attack(load_model(ckpt, device=dev), testset, height=cfg.data.height, width=cfg.data.width,
                                 method="pgd", eps=settings.pgd_eps, steps=settings.pgd_steps,
                                 max_queries=settings.max_queries, seed=settings.seed, device=dev)
-    inv = invert_checkpoints([ckpt_path], n=settings.subjects, iterations=settings.iterations,
-                             attack=settings.attack, threat=settings.threat, seed=settings.seed, device=dev)[0]
+    inv = invert_checkpoints([ckpt_path], ckpt_path.parent / "inversion", n=settings.subjects, threat=settings.threat,
+                             seed=settings.seed, device=str(dev), progress=False,
+                             settings=InversionSettings(attack=settings.attack, iterations=settings.iterations))
+    summary = inv.models[0]["summary"]
     return {"PGD mAP": pgd.attacked["mAP"], "clean mAP (PGD set)": pgd.clean["mAP"],
-            "inversion PSNR": inv["summary"]["psnr"]["mean"], "inversion cosine": inv["summary"]["feature_cosine"]["mean"],
-            "random PSNR": inv["summary"]["random_psnr"]["mean"],
-            "random cosine": inv["summary"]["random_feature_cosine"]["mean"]}
+            "inversion PSNR": summary["attack"]["psnr"]["mean"],
+            "inversion cosine": summary["attack"]["feature_cosine"]["mean"],
+            "random PSNR": summary["random"]["psnr"]["mean"],
+            "random cosine": summary["random"]["feature_cosine"]["mean"]}
 
 
 def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from ..checkpoint import checkpoint_labels, label_file_stem
 from ..errors import ConfigError
 from .common import csv_list, run_or_exit
 
@@ -27,23 +27,6 @@ def parse_fraction(text: str, option: str) -> float:
     if len(values) not in (1, 2) or not all(map(math.isfinite, values)) or (len(values) == 2 and values[1] == 0):
         raise ConfigError(f"{option} must be a number or a fraction like 8/255, got {text!r}")
     return values[0] / values[1] if len(values) == 2 else values[0]
-
-
-def _labels(paths: list[Path], ckpts: list[dict]) -> list[str]:
-    """``method (run dir)`` per checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
-    labels: list[str] = []
-    for path, ckpt in zip(paths, ckpts):
-        base = f"{ckpt['method']} ({path.parent.name or path.stem})"
-        label, n = base, 1
-        while label in labels:
-            n += 1
-            label = f"{base} #{n}"
-        labels.append(label)
-    return labels
-
-
-def _file_stem(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "model"
 
 
 def attack_command(
@@ -126,7 +109,7 @@ def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries
     configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
     dev = resolve_device(device)
     nets = [load_model(c, client=client, device=dev) for c in ckpts]
-    labels = _labels(paths, ckpts)
+    labels = checkpoint_labels(paths, ckpts)
     first = configs[0]
     datasets = resolve_datasets(data or first.data.roots, first.data.format if not data else "auto",
                                 synth_seed=first.data.synth_seed)
@@ -163,6 +146,6 @@ def _write_outputs(out: Path, report: str, records: list[dict[str, Any]], pictur
          "checkpoints": [str(p) for p in settings["paths"]], "results": records}, indent=2))
     write_csv(records, out / "results.csv")
     for label, (clean, adversarial) in pictures.items():
-        plot_attack_examples(clean, adversarial, settings["eps"], out / f"examples_{_file_stem(label)}.png",
+        plot_attack_examples(clean, adversarial, settings["eps"], out / f"examples_{label_file_stem(label)}.png",
                              title=f"{label}: clean, adversarial, perturbation")
     typer.echo(f"wrote {out}")

@@ -93,10 +93,13 @@ class PrivacyLedger:
             if self.delta >= 1.0 / n:
                 raise ConfigError(f"--delta {self.delta:g} must be below 1/N = {1.0 / n:.3g} for N = {n} clients "
                                   "(delta >= 1/N allows publishing one client's data outright)")
+            from .client_dp import PRIVATISED_NOTE
+
             self.sample_rate = clients_per_round / n
+            self.notes.append(PRIVATISED_NOTE)
             self.notes.append("client-level DP: the server averages clipped updates with uniform weights "
                               "(DP-FedAvg), replacing data-volume weights where the method uses them; noise std "
-                              f"per shared parameter Z*S/m = {t.noise_multiplier * t.clip / clients_per_round:.3g}")
+                              f"per trainable parameter Z*S/m = {t.noise_multiplier * t.clip / clients_per_round:.3g}")
             if t.target_epsilon is not None:
                 self._check_first_round({"server": self._client_dp_epsilon(1)})
 

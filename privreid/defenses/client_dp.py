@@ -4,18 +4,37 @@ Private Recurrent Language Models", ICLR 2018, Algorithm 1 with the fixed-denomi
 ``--client-dp --clip S --noise-multiplier Z`` replaces the method's server
 aggregation (:func:`with_client_dp`):
 
-    Delta_k = clip_S(w_k - w)            every floating shared tensor, one joint L2 norm
-    w'      = w + (1/m) sum_k Delta_k + N(0, (Z S / m)^2)
+    Delta_k = clip_S(theta_k - theta)    the shared trainable parameters, one joint L2 norm
+    theta'  = theta + (1/m) sum_k Delta_k + N(0, (Z S / m)^2)
 
-over the ``m`` clients sampled this round, ``w`` the server's global state.
-Adding or removing one client changes the sum by at most ``S``, so the mean
-has sensitivity ``S / m`` and the noise is the Gaussian mechanism with
-multiplier ``Z``.  Integer buffers (BatchNorm's ``num_batches_tracked``)
-keep the server's value: they are counters, and averaging them would leak
-data sizes.  BatchNorm running statistics are floating shared tensors, so
-they are clipped and noised with the rest; a noisy ``running_var`` is then
-clamped at 0 (post-processing, no privacy cost), else BatchNorm would take
-the square root of a negative variance.
+over the ``m`` clients sampled this round, ``theta`` the server's global
+parameters.  Adding or removing one client changes the sum by at most ``S``,
+so the mean has sensitivity ``S / m`` and the noise is the Gaussian mechanism
+with multiplier ``Z``.
+
+What the mechanism privatises: the model's **trainable parameters**
+(``requires_grad``, :func:`trainable_parameter_names`), the ``theta`` of
+Algorithm 1 and what FLSim's user-update clipper clips
+(``model.parameters()``).  Every other shared entry keeps the server's value
+and is never computed from the uploads: BatchNorm's running statistics
+(``running_mean``, ``running_var``), its integer ``num_batches_tracked``, and
+frozen tensors (BNNeck's zero bias).  The running statistics are statistics of
+the clients' data, so averaging them un-noised would leak outside the
+guarantee; clipping and noising them with the parameters fails instead: their
+per-round changes are orders of magnitude larger than the parameters' (a
+running variance follows the activations' scale), so they take the whole
+clipping budget and starve the parameter update, and noise of std ``Z S / m``
+on a variance drives it to or below zero, where BatchNorm divides by
+``sqrt(eps)``; over a few layers the global model's features overflow to
+inf/NaN.  The global model therefore evaluates with the server's initial
+statistics (those of the initial weights: ImageNet's for a pretrained trunk),
+which costs accuracy and no privacy.  Clients still download them and
+re-estimate their own in local training; the ledger states the choice.
+Where ``Z S / m`` is as large as the weights themselves (few clients, small
+``S``), the noise on the weights alone still makes the global model's
+eval-mode activations grow layer by layer and round by round, until its
+evaluation stops with a float32 overflow error: the model is destroyed by
+the noise, as the accounting allows, not by a numerical fault.
 
 Accounting (:class:`~privreid.defenses.PrivacyLedger`): ``q = m / N``
 per round over the rounds run, Opacus RDP (:mod:`.accounting`).  privreid
@@ -43,6 +62,7 @@ cryptographically secure).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import torch
 
@@ -51,9 +71,15 @@ from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
 from ..federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
+from ..models import build_model
 
 #: inner strategies client DP may replace: plain (weighted) means of the uploads
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
+
+#: what the privacy ledger says about the privatised update (see the module docstring)
+PRIVATISED_NOTE = ("client-level DP: only trainable parameters are clipped, averaged and noised; BatchNorm running "
+                   "statistics and other buffers are not aggregated and keep the server's initial values, so the "
+                   "released global models carry no client statistics")
 
 
 def update_norm(update: StateDict) -> float:
@@ -69,14 +95,35 @@ def clip_update(update: StateDict, bound: float) -> StateDict:
     return {k: v * scale if torch.is_floating_point(v) else v for k, v in update.items()}
 
 
-class ClientLevelDP(Strategy):
-    """DP-FedAvg's server step: global + mean of clipped client updates + Gaussian noise (see the module docstring)."""
+def trainable_parameter_names(method: Method, config: RunConfig) -> frozenset[str]:
+    """Names of the trainable parameters (``requires_grad``) of the model the engine builds for ``method``.
 
-    def __init__(self, clip: float, noise_multiplier: float):
+    Built without initial weights (they change no name or flag) and with the
+    global RNG forked, so the run's random stream is untouched.
+    """
+    m = config.model
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
+                            **method.model_overrides_for(config))
+    return frozenset(name for name, p in model.named_parameters() if p.requires_grad)
+
+
+class ClientLevelDP(Strategy):
+    """DP-FedAvg's server step on the trainable parameters (see the module docstring).
+
+    Args:
+        clip: ``S``, the L2 bound of a client's update.
+        noise_multiplier: ``Z``.
+        trainable: the keys the mechanism privatises (:func:`trainable_parameter_names`); every other
+            key of the global state keeps the server's value.
+    """
+
+    def __init__(self, clip: float, noise_multiplier: float, trainable: Iterable[str]):
         if clip <= 0 or noise_multiplier <= 0:
             raise ConfigError(f"client-level DP needs clip > 0 and noise_multiplier > 0 (got {clip}, "
                               f"{noise_multiplier})")
         self.clip, self.noise_multiplier = float(clip), float(noise_multiplier)
+        self.trainable = frozenset(trainable)
 
     def noise_std(self, m: int) -> float:
         """``Z S / m``: the standard deviation of the noise on the mean of ``m`` updates."""
@@ -88,12 +135,15 @@ class ClientLevelDP(Strategy):
         for u in uploads:
             if u.state.keys() != global_state.keys():
                 raise ValueError(f"client {u.client} uploaded keys that differ from the global state")
-        floating = [k for k, v in global_state.items() if torch.is_floating_point(v)]
+        private = [k for k in global_state if k in self.trainable]
+        for k in private:
+            if not torch.is_floating_point(global_state[k]):
+                raise ValueError(f"trainable key {k} is not a floating tensor")
         m = len(uploads)
-        total = {k: torch.zeros_like(global_state[k], dtype=torch.float64) for k in floating}
+        total = {k: torch.zeros_like(global_state[k], dtype=torch.float64) for k in private}
         for u in uploads:
-            clipped = clip_update({k: u.state[k].double() - global_state[k].double() for k in floating}, self.clip)
-            for k in floating:
+            clipped = clip_update({k: u.state[k].double() - global_state[k].double() for k in private}, self.clip)
+            for k in private:
                 total[k] += clipped[k]
         std = self.noise_std(m)
         out: StateDict = {}
@@ -101,8 +151,6 @@ class ClientLevelDP(Strategy):
             if k in total:
                 noise = torch.randn(v.shape, dtype=torch.float64) * std
                 out[k] = (v.double() + total[k] / m + noise.to(v.device)).to(v.dtype)
-                if k.rpartition(".")[2] == "running_var":
-                    out[k].clamp_(min=0.0)
             else:
                 out[k] = v.clone()
         return out
@@ -122,6 +170,6 @@ def with_client_dp(method: Method) -> Method:
                               f"upload or reported scalars unclipped and un-noised, so no client-level guarantee "
                               f"would hold")
         t = config.train
-        return ClientLevelDP(t.clip, t.noise_multiplier)
+        return ClientLevelDP(t.clip, t.noise_multiplier, trainable_parameter_names(method, config))
 
     return dataclasses.replace(method, make_strategy=strategy)

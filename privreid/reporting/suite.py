@@ -11,8 +11,9 @@ sets of the first checkpoint's configuration, as in
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
 * ``drops.png``: the relative mAP drop per attack and per corruption, one bar
   per model (mean over the test sets);
-* ``inversion.png``: the reconstructions of every model (subject,
-  reconstruction, bilateral-filtered reconstruction, its Laplacian).
+* ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
+  reconstruction, bilateral-filtered reconstruction, its Laplacian), and
+  ``summary.md``.
 
 Choices: corruptions are reported per *family* by default (noise, blur,
 weather, digital: a random type of the family and a random severity per
@@ -223,16 +224,17 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         sections.append("![relative mAP drop per attack and corruption](drops.png)")
 
     if "inversion" in settings.suites:
-        from ..attacks.inversion.campaign import compare_inversion
+        from ..attacks.inversion import InversionSettings
+        from ..attacks.inversion.campaign import invert_checkpoints
 
-        inv = compare_inversion(paths, out, subjects=settings.inversion_subjects,
-                                iterations=settings.inversion_iterations, attack=settings.inversion_attack,
-                                threat=settings.inversion_threat, seed=settings.seed, device=dev, progress=progress)
-        result["inversion"] = inv
-        sections.append(f"## Gradient inversion ({settings.inversion_attack}, threat model "
-                        f"{settings.inversion_threat}, {settings.inversion_iterations} iterations, "
-                        f"{settings.inversion_subjects} subjects)\n\n{inv['table']}\n\n"
-                        f"![reconstructions]({Path(inv['grid']).name})")
+        inv = invert_checkpoints(paths, out / "inversion", n=settings.inversion_subjects,
+                                 threat=settings.inversion_threat, seed=settings.seed, device=str(dev),
+                                 progress=progress,
+                                 settings=InversionSettings(attack=settings.inversion_attack,
+                                                            iterations=settings.inversion_iterations))
+        result["inversion"] = {"table": inv.table, "models": inv.models}
+        grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv.models)
+        sections.append(f"## Gradient inversion (what one upload reveals)\n\n{inv.table}\n{grids}")
 
     (out / "report.md").write_text("\n\n".join(sections) + "\n")
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())

@@ -1,0 +1,34 @@
+"""Gradient inversion: how much a client's upload reveals of its training images.
+
+* :mod:`.threat_models` -- what the server observes (full gradient, shared
+  part only, the bottleneck's exact feature leak);
+* :mod:`.defences` -- beta white noise and DP clipping / noise on that view;
+* :mod:`.labels` -- iDLG's and the bias-gradient sign label rules;
+* :mod:`.optimise` -- DLG / iDLG / Inverting Gradients matching and feature inversion;
+* :mod:`.attack` -- one subject, end to end;
+* :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table.
+"""
+
+from .attack import Reconstruction, reconstruct
+from .defences import NO_DEFENCE, Defence, defence_as_trained, defend_gradient
+from .labels import bias_sign_label, idlg_label
+from .optimise import ATTACKS, MATCHES, InversionSettings
+from .threat_models import THREATS, Observation, leak_bottleneck_feature, observe
+
+__all__ = [
+    "ATTACKS",
+    "MATCHES",
+    "NO_DEFENCE",
+    "THREATS",
+    "Defence",
+    "InversionSettings",
+    "Observation",
+    "Reconstruction",
+    "bias_sign_label",
+    "defence_as_trained",
+    "defend_gradient",
+    "idlg_label",
+    "leak_bottleneck_feature",
+    "observe",
+    "reconstruct",
+]

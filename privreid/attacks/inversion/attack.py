@@ -1,0 +1,69 @@
+"""One gradient-inversion attack on one subject: observe, infer the label, reconstruct.
+
+:func:`reconstruct` runs the client's step under a threat model
+(:mod:`.threat_models`) with the defences in force (:mod:`.defences`),
+infers the label where the head is observed (:mod:`.labels`), and optimises
+a reconstruction (:mod:`.optimise`) from uniform noise.  That starting image
+is kept as the random-image baseline every metric is compared with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from privreid.losses import identity_loss
+
+from .defences import NO_DEFENCE, Defence
+from .optimise import InversionSettings, invert_feature, invert_gradients, random_image
+from .threat_models import infer_label, leak_bottleneck_feature, observe
+
+
+@dataclass
+class Reconstruction:
+    """A subject, its reconstruction and the random start, each ``(3, H, W)`` in ``[0, 1]`` on the CPU.
+
+    ``inferred_label`` / ``label_rule`` are ``None`` when the head is not
+    observed (shared threat models).
+    """
+
+    subject: torch.Tensor
+    reconstruction: torch.Tensor
+    baseline: torch.Tensor
+    label: int
+    inferred_label: int | None
+    label_rule: str | None
+
+
+def reconstruct(model: nn.Module, subject: torch.Tensor, label: int, *, threat: str, shared: set[str],
+                settings: InversionSettings, label_smoothing: float = 0.0, defence: Defence = NO_DEFENCE,
+                seed: int = 0, progress: bool = False) -> Reconstruction:
+    """Attack the client's step on ``subject`` (``(3, H, W)`` in ``[0, 1]``) with client label ``label``.
+
+    ``model`` is the client's model (head included, eval mode) as the attacker
+    knows it; ``shared`` names its shared parameters; ``label_smoothing`` is the
+    run's identity loss setting (the client's loss and the attacker's).
+    ``seed`` fixes the defence noise, the random start and DLG's soft label.
+    """
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    loss_fn = identity_loss(label_smoothing)
+    subject = subject.to(device)
+    observation = observe(model, subject, label, threat=threat, shared=shared, loss_fn=loss_fn,
+                          defence=defence, generator=generator)
+    start = random_image((1, *subject.shape), generator, device)
+    inferred, rule = None, None
+    if threat == "shared-feature":
+        image = invert_feature(model, leak_bottleneck_feature(observation.grads), start, settings=settings,
+                               progress=progress)
+    else:
+        if threat == "full" and settings.attack != "dlg":
+            inferred, rule = infer_label(model, observation)
+        image, found = invert_gradients(model, observation, start, settings=settings, loss_fn=loss_fn,
+                                        label=inferred, generator=generator, progress=progress)
+        if threat == "full" and settings.attack == "dlg":
+            inferred, rule = found, "dlg (optimised soft label)"
+    return Reconstruction(subject=subject.cpu(), reconstruction=image[0].cpu(), baseline=start[0].cpu(),
+                          label=label, inferred_label=inferred, label_rule=rule)

@@ -1,0 +1,214 @@
+"""An inversion campaign: several checkpoints attacked on the same subjects (``privreid invert``'s engine).
+
+Subjects are training images of one client of the first checkpoint (``--index``,
+``--n``) or an image file (``--image``).  Every checkpoint is attacked on the
+same subjects, each through the client that trained on the subject, with that
+client's label and classifier head; random starts are shared across
+checkpoints, so the random-image baselines match row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...checkpoint import checkpoint_labels, label_file_stem
+from ...errors import CheckpointError, ConfigError
+
+
+@dataclass
+class Subject:
+    """One image to reconstruct: its ``[0, 1]`` pixels and where it came from."""
+
+    image: torch.Tensor
+    path: str
+    index: int | None
+
+
+@dataclass
+class Target:
+    """One checkpoint ready to attack."""
+
+    name: str
+    path: Path
+    ckpt: dict
+    config: Any
+    clients: dict[str, Any]  # client name -> ClientData (after the method's client preparation)
+
+
+def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
+    import torchvision.transforms as T
+
+    return T.Compose([T.Resize((height, width)), T.ToTensor()])(pil_image)
+
+
+def load_targets(paths: list[Path]) -> list[Target]:
+    """Checkpoints with their run configs and their clients' training data."""
+    from ...checkpoint import load_checkpoint
+    from ...config import RunConfig
+    from ...data.catalog import federation_for_config
+    from ...federated.registry import get_method
+
+    ckpts = [load_checkpoint(p) for p in paths]
+    targets = []
+    for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(paths, ckpts)):
+        cfg = RunConfig.from_dict(ckpt["config"])
+        method = get_method(ckpt["method"])
+        clients = federation_for_config(cfg).clients
+        clients = method.prepare_clients(clients) if method.prepare_clients else clients
+        targets.append(Target(name, Path(path), ckpt, cfg, {c.name: c for c in clients}))
+    sizes = {(t.config.data.height, t.config.data.width) for t in targets}
+    if len(sizes) > 1:
+        raise ConfigError(f"the checkpoints take different input sizes ({sorted(sizes)}); attack them separately")
+    return targets
+
+
+def subject_indices(count: int, index: int, n: int) -> list[int]:
+    """``n`` indices into a client's ``count`` training images: ``index`` then evenly spaced (wrapping)."""
+    if not 0 <= index < count:
+        raise ConfigError(f"--index {index} is out of range: the client has {count} training images (0..{count - 1})")
+    if n > count:
+        raise ConfigError(f"--n {n} exceeds the client's {count} training images")
+    stride = count // n
+    return [(index + k * stride) % count for k in range(n)]
+
+
+def select_subjects(target: Target, client: str | None, index: int | None, image: Path | None,
+                    n: int) -> tuple[list[Subject], str]:
+    """The subjects and the client of the first checkpoint they belong to."""
+    from ...data.formats import read_image
+
+    height, width = target.config.data.height, target.config.data.width
+    name = client or sorted(target.clients)[0]
+    if name not in target.clients:
+        raise ConfigError(f"no client {name!r} in {target.path}; clients: {', '.join(sorted(target.clients))}")
+    if image is not None:
+        if index is not None:
+            raise ConfigError("give either --index or --image, not both")
+        if n != 1:
+            raise ConfigError("--n needs dataset subjects; --image attacks exactly one image")
+        if not image.is_file():
+            raise ConfigError(f"--image: no such file: {image}")
+        pil = read_image(image)
+        if pil.size != (width, height):
+            raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
+                              f"{height}x{width}; resize it first")
+        return [Subject(_to_unit_tensor(pil, height, width), str(image), None)], name
+    train = target.clients[name].train
+    return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
+            for i in subject_indices(len(train), index or 0, n)], name
+
+
+def client_of(target: Target, subject: Subject, client: str, label: int | None) -> tuple[str, int]:
+    """The client of ``target`` that trained on ``subject``, and the subject's label there.
+
+    An image file (no dataset path) is attacked through ``client`` (or the
+    checkpoint's only client) with ``label``.
+    """
+    if subject.index is None:
+        name = client if client in target.clients else (next(iter(target.clients)) if len(target.clients) == 1
+                                                        else None)
+        if name is None:
+            raise ConfigError(f"{target.path} has no client {client!r}; clients: {', '.join(sorted(target.clients))}")
+        classes = int(target.ckpt["client_classes"].get(name, 0))
+        if not 0 <= (label or 0) < classes:
+            raise ConfigError(f"--label {label} is out of range for client {name!r} ({classes} identities)")
+        return name, label or 0
+    for name in sorted(target.clients):
+        for path, pid, _ in target.clients[name].train:
+            if path == subject.path:
+                return name, pid
+    raise ConfigError(f"{subject.path} is not a training image of any client of {target.path}")
+
+
+def attacked_model(target: Target, client: str, threat: str, device):
+    """The client's model (head included) and the set of shared parameter names; refused when parts are missing."""
+    from .threat_models import check_model
+    from ...checkpoint import load_model
+
+    if client not in target.ckpt["client_states"]:
+        raise CheckpointError(f"{target.path} holds no state for client {client!r}: it cannot rebuild the "
+                              "client's model")
+    if not any(k.startswith("classifier.") for k in target.ckpt["client_states"][client]):
+        raise CheckpointError(f"{target.path} holds no classifier head for client {client!r}; the client's "
+                              "training step cannot be rebuilt")
+    net = load_model(target.ckpt, client=client, device=device)
+    shared = set(target.ckpt["global_state"]) & {n for n, _ in net.named_parameters()}
+    if threat != "full" and not shared:
+        raise CheckpointError(f"method {target.ckpt['method']!r} shares nothing: there is no upload to attack "
+                              "under a shared threat model")
+    check_model(net, threat, shared)
+    return net, shared
+
+
+@dataclass
+class CampaignResult:
+    """What :func:`invert_checkpoints` wrote: the Markdown table and, per model, its summary and output folder."""
+
+    table: str
+    models: list[dict[str, Any]]  # {"name", "summary" (report.summarise), "dir", "grid"}
+
+
+def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | None = None, index: int | None = None,
+                       image: Path | None = None, label: int | None = None, n: int = 1, threat: str = "full",
+                       defended: bool = True, seed: int = 0, device: str = "cpu",
+                       progress: bool = True) -> CampaignResult:
+    """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
+    from tqdm.auto import tqdm
+
+    from . import NO_DEFENCE, defence_as_trained, reconstruct
+    from .report import save_grid, score, summarise, summary_table, write_metrics_json
+    from ...federated.engine import resolve_device
+    from ...seeding import derive_seed
+
+    if n < 1:
+        raise ConfigError(f"--n must be >= 1 (got {n})")
+    if label is not None and image is None:
+        raise ConfigError("--label is for --image only; dataset subjects carry their client's label")
+    dev = resolve_device(device)
+    targets = load_targets(paths)
+    subjects, first_client = select_subjects(targets[0], client, index, image, n)
+    jobs = []  # (target, model, shared, [(subject, client, label)]) -- everything is checked before any attack
+    for target in targets:
+        owners = [client_of(target, s, first_client, label) for s in subjects]
+        models = {name: attacked_model(target, name, threat, dev) for name in dict.fromkeys(c for c, _ in owners)}
+        jobs.append((target, models, owners))
+    summaries, results = [], []
+    bar = tqdm(total=len(targets) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    for target, models, owners in jobs:
+        defence = defence_as_trained(target.config) if defended else NO_DEFENCE
+        recs, scores, described = [], [], []
+        for k, (subject, (name, pid)) in enumerate(zip(subjects, owners)):
+            net, shared = models[name]
+            rec = reconstruct(net, subject.image, pid, threat=threat, shared=shared, settings=settings,
+                              label_smoothing=target.config.train.label_smoothing, defence=defence,
+                              seed=derive_seed(seed, "invert", subject.path), progress=progress)
+            recs.append(rec)
+            scores.append(score(net, rec))
+            described.append({"index": subject.index, "path": subject.path, "client": name, "label": pid,
+                              "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+            bar.update()
+        where = out if len(targets) == 1 else out / label_file_stem(target.name)
+        meta = {"checkpoint": str(target.path), "method": target.ckpt["method"], "threat": threat,
+                "attack": settings.attack, "match": settings.distance, "tv": settings.tv_weight,
+                "iterations": settings.iterations, "lr": settings.lr, "seed": seed,
+                "defence": asdict(defence), "image_size": list(subjects[0].image.shape[1:])}
+        write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
+        save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" if d["index"] is not None
+                                                      else f"id {d['label']}" for d in described],
+                  title=f"{target.name}: {settings.attack}, threat {threat}")
+        summaries.append((target.name, summarise(scores)))
+        results.append({"name": target.name, "summary": summaries[-1][1], "dir": str(where),
+                        "grid": str(where / "grid.png")})
+    bar.close()
+    caption = (f"Gradient inversion ({settings.attack}, threat {threat}, {settings.distance} matching, "
+               f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
+               f"{'defences as trained' if defended else 'no defences'}; {len(subjects)} subject(s)); "
+               "mean ± std, each model above its random-image baseline.")
+    table = f"{caption}\n\n{summary_table(summaries)}\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(table)
+    return CampaignResult(table, results)

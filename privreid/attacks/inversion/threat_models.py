@@ -1,0 +1,198 @@
+"""What the server observes of a client's one-image training step.
+
+The client's step: its model in **eval mode** (BatchNorm with running
+statistics, dropout off, as in Geiping et al.'s evaluation; a BatchNorm1d neck
+cannot train on a single image anyway), one image ``x`` with its client label
+``y``, the run's identity loss (cross-entropy with the recorded label
+smoothing), and the gradient of every trainable parameter the loss reaches.
+
+Threat models (``THREATS``):
+
+* ``"full"``: the whole gradient, classifier head included, is observed: the
+  setting of DLG / iDLG and of L2RW+'s Fig. 8 (paper 003).
+* ``"shared"``: only the shared keys of the method's parameter policy (the
+  checkpoint's ``global_state``; the head and other local layers stay on the
+  client), the realistic federated ReID case.  The attacker does not know the
+  head, so it cannot evaluate the client's loss; but the shared bottleneck
+  ``neck.fc`` (``Linear(C, d)`` with bias, followed by ``BatchNorm1d``) hands
+  it the upstream gradient exactly: ``dL/d neck.fc.bias = dL/dz`` with
+  ``z = neck.fc(pool(trunk(x)))``.  The trunk's gradient is ``J_z(x)^T dL/dz``,
+  so the surrogate ``<z(x'), dL/dz>`` has the client's trunk and ``neck.fc``
+  gradients at ``x' = x`` (:func:`shared_surrogate_loss`).  ``neck.bn`` sits
+  after the leak point and is not matched.  Exact only when ``z`` is the
+  trunk's only path to the loss: models with FedARKS' part branch are refused.
+* ``"shared-feature"``: the same observation, attacked through the exact
+  feature leak of the bottleneck: for one image ``dL/dW_i = (dL/dz_i) h`` and
+  ``dL/db_i = dL/dz_i``, so every row ``i`` with ``dL/db_i != 0`` gives the
+  pooled trunk feature ``h = dL/dW_i / dL/db_i`` (DESIGN.md, "Gradient
+  inversion").  :func:`leak_bottleneck_feature` takes the least-squares
+  combination of all rows, exact without noise and the best linear estimate
+  under it; the image is then recovered by feature inversion.
+
+  The BNNeck (``neck="bnneck"``) has no linear layer and its BN bias is frozen:
+  it leaks ``dL/df * xhat`` only, and the two shared threat models refuse it.
+
+The attacker is assumed to know every non-head parameter of the client's model,
+local normalisation layers (SKA, FedBN) included: the strongest server, an
+upper bound on leakage.  Defences (:mod:`.defences`) act on the client's side
+before the observation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torchvision.transforms.functional as TF
+from torch import nn
+
+from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from privreid.errors import ConfigError
+
+from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
+from .labels import bias_sign_label, idlg_label
+
+THREATS = ("full", "shared", "shared-feature")
+
+#: the shared bottleneck Linear layer of privreid's linear neck (:class:`privreid.models.reid_net.LinearNeck`)
+BOTTLENECK = "neck.fc"
+
+
+def to_model_input(images: torch.Tensor) -> torch.Tensor:
+    """``[0, 1]`` pixels ``(B, 3, H, W)`` -> ImageNet-normalised model input (differentiable)."""
+    return TF.normalize(images, list(IMAGENET_MEAN), list(IMAGENET_STD))
+
+
+def check_threat(threat: str) -> None:
+    if threat not in THREATS:
+        raise ConfigError(f"unknown threat model {threat!r}; choose one of {', '.join(THREATS)}")
+
+
+def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
+    """Refuse a model the threat model cannot be applied to, with the reason."""
+    check_threat(threat)
+    if getattr(model, "classifier", None) is None:
+        raise ConfigError("the client's training step needs its classifier head; this model has none "
+                          "(load it with the client whose step is attacked)")
+    if threat == "full":
+        return
+    if not hasattr(getattr(model, "neck", None), "fc"):
+        raise ConfigError(f"threat {threat!r} needs the linear neck's bottleneck layer {BOTTLENECK}; "
+                          f"this model's neck is {getattr(model, 'neck_kind', '?')!r} (use --threat full)")
+    missing = [f"{BOTTLENECK}.{p}" for p in ("weight", "bias") if f"{BOTTLENECK}.{p}" not in shared]
+    if missing:
+        raise ConfigError(f"threat {threat!r} needs {', '.join(missing)} among the shared parameters, but the "
+                          "method keeps them on the client (use --threat full)")
+    if threat == "shared" and getattr(model, "part", None) is not None:
+        raise ConfigError("threat 'shared' needs the neck to be the trunk's only path to the loss; this model "
+                          "has a part branch (use --threat shared-feature)")
+
+
+def _client_loss(model: nn.Module, image: torch.Tensor, label: int, loss_fn: nn.Module) -> torch.Tensor:
+    logits = model.forward_train(to_model_input(image[None]))[2]
+    return loss_fn(logits, torch.tensor([label], device=logits.device))
+
+
+def parameter_gradients(loss: torch.Tensor, model: nn.Module, names: list[str], *,
+                        create_graph: bool = False) -> list[torch.Tensor]:
+    """``d loss / d p`` for the named parameters of ``model``, in ``names`` order."""
+    params = dict(model.named_parameters())
+    return list(torch.autograd.grad(loss, [params[n] for n in names], create_graph=create_graph))
+
+
+def client_gradient(model: nn.Module, image: torch.Tensor, label: int, loss_fn: nn.Module) -> Gradients:
+    """The gradient of the client's one-image step (eval mode) for every trainable parameter it reaches.
+
+    Parameters the loss does not reach (SKA's idle generalised norm copies)
+    get no entry.
+    """
+    model.eval()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(_client_loss(model, image, label, loss_fn), [p for _, p in named],
+                                allow_unused=True)
+    return {n: g.detach() for (n, _), g in zip(named, grads) if g is not None}
+
+
+@dataclass
+class Observation:
+    """What the attacker sees: the threat model and the observed gradients (after defences)."""
+
+    threat: str
+    grads: Gradients
+
+
+def observe(model: nn.Module, image: torch.Tensor, label: int, *, threat: str, shared: set[str],
+            loss_fn: nn.Module, defence: Defence = NO_DEFENCE,
+            generator: torch.Generator | None = None) -> Observation:
+    """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]``) as the attacker observes it.
+
+    Defences: the victim computes its step on the noisy download (Eq. 15), the
+    whole gradient is clipped and noised (DP, Eq. 14), then the threat model's
+    part of it is observed.  ``shared`` names the shared parameters.
+    """
+    check_model(model, threat, shared)
+    victim = noisy_download(model, shared, defence.download_beta, generator) if defence.download_beta > 0 \
+        else model
+    grads = client_gradient(victim, image, label, loss_fn)
+    if defence.active:
+        grads = defend_gradient(grads, beta=defence.beta, clip_norm=defence.clip_norm,
+                                noise_multiplier=defence.noise_multiplier, generator=generator)
+    if threat != "full":
+        grads = {n: g for n, g in grads.items() if n in shared}
+    return Observation(threat, grads)
+
+
+def leak_bottleneck_feature(grads: Gradients, layer: str = BOTTLENECK) -> torch.Tensor:
+    """The input of ``layer`` (a Linear with bias) from its gradients: ``h = sum_i b_i W_i / sum_i b_i^2``.
+
+    ``W_i`` is row ``i`` of the weight gradient and ``b_i`` the bias gradient.
+    For one image ``W_i = b_i h``, so this is exactly ``h``; with noise it is
+    the least-squares estimate.
+    """
+    try:
+        weight, bias = grads[f"{layer}.weight"], grads[f"{layer}.bias"]
+    except KeyError as exc:
+        raise ConfigError(f"the observation has no gradient of {exc.args[0]}; the feature leak needs it") from None
+    denom = (bias.double() ** 2).sum()
+    if float(denom) == 0.0:
+        raise ConfigError(f"the bias gradient of {layer} is zero: the step carries no feature information")
+    return ((bias.double() @ weight.double()) / denom).to(weight.dtype)
+
+
+def shared_surrogate_loss(model: nn.Module, images: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+    """``<neck.fc(pool(trunk(x))), dL/dz>``: its trunk and bottleneck gradients equal the client's at ``x``."""
+    z = model.neck.fc(model.backbone(to_model_input(images)))
+    return (z * upstream).sum()
+
+
+def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
+    """The classifier's last Linear layer and its parameter-name prefix."""
+    found = [(f"classifier.{n}" if n else "classifier", m) for n, m in model.classifier.named_modules()
+             if isinstance(m, nn.Linear)]
+    if not found:
+        raise ConfigError("the classifier head has no Linear layer to infer a label from")
+    return found[-1]
+
+
+def infer_label(model: nn.Module, observation: Observation) -> tuple[int, str]:
+    """The client's label from a full observation: ``(label, rule)``.
+
+    The bias-gradient sign rule when the head's last layer has a bias (FedReID's
+    mapping network); otherwise iDLG's rule, with the sign of the head input's
+    sum taken from the bottleneck leak when the head reads the neck output
+    directly (linear neck, no part branch; the feature is ``neck(h)``), else
+    iDLG's assumption of a positive sum.
+    """
+    if observation.threat != "full":
+        raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
+    prefix, layer = head_last_linear(model)
+    grads = observation.grads
+    if layer.bias is not None and f"{prefix}.bias" in grads:
+        return bias_sign_label(grads[f"{prefix}.bias"]), "bias-sign"
+    sign = 1.0
+    if prefix == "classifier" and hasattr(model.neck, "fc") and getattr(model, "part", None) is None \
+            and f"{BOTTLENECK}.bias" in grads:
+        with torch.no_grad():
+            head_input = model.neck(leak_bottleneck_feature(grads)[None])[0]
+        sign = 1.0 if float(head_input.sum()) >= 0 else -1.0
+    return idlg_label(grads[f"{prefix}.weight"], sign), "idlg" if sign > 0 else "idlg (sign from leak)"

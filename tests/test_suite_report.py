@@ -1,0 +1,82 @@
+"""``privreid compare --suite``: one report with clean, attack, corruption and inversion results on the same data."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from typer.testing import CliRunner
+
+from privreid.cli import app
+from privreid.data.catalog import federation_for_config
+from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine
+from privreid.reporting.suite import SuiteSettings, run_suite
+
+from conftest import tiny_config
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_synth, tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    paths = []
+    for method in ("centralized", "fedpav"):
+        cfg = tiny_config(tiny_synth, method, rounds=1)
+        FederatedEngine(cfg, federation_for_config(cfg), root / method, progress=False).run()
+        paths.append(root / method / "ckpt.pt")
+    return paths
+
+
+def _rows(path):
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_full_suite_writes_every_section_for_every_model(two_runs, tmp_path):
+    settings = SuiteSettings(testsets="unseen", attacks=["fgsm", "pgd"], steps=2, max_queries=5,
+                             corruptions=["noise", "all"], corruption_repeats=2, inversion_subjects=1,
+                             inversion_iterations=3)
+    result = run_suite(two_runs, tmp_path, settings, device="cpu")
+    report = (tmp_path / "report.md").read_text()
+    for heading in ("Clean retrieval", "Adversarial queries", "Corruptions", "Gradient inversion"):
+        assert heading in report
+    # 2 models x 1 unseen test set x 2 attacks / 2 corruption units
+    attacks, corruptions = _rows(tmp_path / "attacks.csv"), _rows(tmp_path / "corruptions.csv")
+    assert len(attacks) == 4 and len(corruptions) == 4
+    assert {r["model"] for r in attacks} == {"centralized (centralized)", "fedpav (fedpav)"}
+    for r in corruptions:  # the drop is the relative change of the mean over the repeats
+        clean, mean = float(r["clean_mAP"]), float(r["mAP"])
+        assert float(r["drop_mAP"]) == pytest.approx((clean - mean) / clean)
+        assert int(r["repeats"]) == 2
+    assert len(_rows(tmp_path / "clean.csv")) == 3  # untrained + 2 models
+    assert (tmp_path / "drops.png").stat().st_size > 0
+    assert [m["name"] for m in result["inversion"]["models"]] == ["centralized (centralized)", "fedpav (fedpav)"]
+    for m in result["inversion"]["models"]:
+        assert (tmp_path / "inversion").exists() and m["summary"]["subjects"] == 1
+        assert m["grid"] in {str(p) for p in (tmp_path / "inversion").rglob("grid.png")}
+
+
+def test_suite_settings_are_validated(two_runs, tmp_path):
+    with pytest.raises(ConfigError, match="unknown suite"):
+        run_suite(two_runs, tmp_path, SuiteSettings(suites=["clean", "weather"]))
+    with pytest.raises(ConfigError, match="testsets"):
+        run_suite(two_runs, tmp_path, SuiteSettings(testsets="nowhere"))
+    with pytest.raises(ConfigError, match="unknown corruption"):
+        run_suite(two_runs, tmp_path, SuiteSettings(corruptions=["hail"]))
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_compare_cli_suite_and_errors(two_runs, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "report"
+    res = runner.invoke(app, ["compare", "--models", str(two_runs[0]), str(two_runs[1]), "--suite", "clean,attacks",
+                              "--attacks", "fgsm", "--testsets", "unseen", "--max-queries", "4", "--out", str(out),
+                              "--device", "cpu", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "Table IX" in (out / "report.md").read_text() and len(_rows(out / "attacks.csv")) == 2
+    res = runner.invoke(app, ["compare", str(two_runs[0]), "--suite", "clean"])
+    assert res.exit_code == 2 and "--suite needs --out" in res.output
+    res = runner.invoke(app, ["compare", str(two_runs[0]), "--suite", "attacks", "--attacks", "cw", "--out", str(out)])
+    assert res.exit_code == 2 and "unknown attack" in res.output
+    res = runner.invoke(app, ["compare"])
+    assert res.exit_code == 2 and "at least one checkpoint" in res.output
