@@ -382,6 +382,7 @@ def compare(
     repeats: int = typer.Option(3, help="Suite corruption repeats (CIL-ReID: 10)."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
+    threat: str = typer.Option("full", help="Suite inversion threat model: full, shared or shared-feature."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP); optionally a full report.
@@ -417,7 +418,8 @@ def compare(
         settings = SuiteSettings(suites=names, testsets=testsets, attacks=resolve_methods(attacks),
                                  eps=parse_fraction(eps, "--eps"), steps=steps, max_queries=max_queries,
                                  corruptions=_csv(corruptions) or [], corruption_repeats=repeats,
-                                 inversion_subjects=subjects, inversion_iterations=iterations)
+                                 inversion_subjects=subjects, inversion_iterations=iterations,
+                                 inversion_threat=threat)
         return run_suite(paths, out, settings, device=device, progress=not quiet)
 
     result = _run(go)

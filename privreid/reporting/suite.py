@@ -79,6 +79,9 @@ class SuiteSettings:
                 resolve_corruptions(unit)
         if self.corruption_repeats < 1:
             raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
+        from ..attacks.inversion.threat_models import check_threat
+
+        check_threat(self.inversion_threat)
         if self.inversion_subjects < 1:
             raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
 
