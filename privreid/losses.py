@@ -5,6 +5,8 @@
 * Batch-hard triplet loss (Hermans et al. 2017): for each anchor, the hardest
   positive and hardest negative in the batch, ``max(0, d_ap - d_an + margin)``
   on Euclidean distances of the (pre-neck) features.
+* Circle loss (Sun et al. 2020), pairwise form on the cosine similarities of a
+  batch; see :func:`circle_loss`.
 """
 
 from __future__ import annotations
@@ -31,3 +33,41 @@ def batch_hard_triplet_loss(features: torch.Tensor, labels: torch.Tensor, margin
     hardest_pos = dist.masked_fill(~pos_mask, float("-inf")).amax(1)
     hardest_neg = dist.masked_fill(~neg_mask, float("inf")).amin(1)
     return F.relu(hardest_pos - hardest_neg + margin)[valid].mean()
+
+
+def circle_loss(features: torch.Tensor, labels: torch.Tensor, margin: float = 0.45,
+                gamma: float = 64.0) -> torch.Tensor:
+    """Pairwise circle loss (Sun et al., "Circle Loss: A Unified Perspective of Pair Similarity
+    Optimization", CVPR 2020, Eq. 6 with the self-paced weights of Eq. 8 and the margins of Eq. 7).
+
+    For every anchor of the batch, with ``s_p`` the cosine similarities to its
+    other same-label samples and ``s_n`` to its different-label samples::
+
+        L = log(1 + sum_n exp(gamma * a_n * (s_n - d_n)) * sum_p exp(-gamma * a_p * (s_p - d_p)))
+        a_p = [1 + m - s_p]_+,  a_n = [s_n + m]_+,  d_p = 1 - m,  d_n = m
+
+    computed as ``softplus(logsumexp(n-terms) + logsumexp(p-terms))``; the
+    weights ``a_p`` and ``a_n`` are treated as constants (no gradient), as in
+    the paper.  The result is the mean over anchors that have at least one
+    positive and one negative (0, with a gradient path, when none has).
+
+    Defaults ``margin=0.45`` and ``gamma=64`` are those of the L2RW / L2RW+
+    reference code (paper 003's baseline loss); Sun et al. report ``m=0.25``
+    for their experiments.  ``features`` need not be normalised: the loss
+    normalises them.
+    """
+    z = F.normalize(features, dim=1)
+    same = labels[:, None] == labels[None, :]
+    eye = torch.eye(len(labels), dtype=torch.bool, device=labels.device)
+    pos_mask, neg_mask = same & ~eye, ~same
+    valid = pos_mask.any(1) & neg_mask.any(1)
+    if not valid.any():
+        return features.sum() * 0.0
+    # only anchors with both kinds of pairs: a row of -inf would give NaN gradients in logsumexp
+    sim = (z[valid] @ z.T)
+    pos_mask, neg_mask = pos_mask[valid], neg_mask[valid]
+    alpha_p = (1 + margin - sim.detach()).clamp_min(0)
+    alpha_n = (sim.detach() + margin).clamp_min(0)
+    logit_p = (-gamma * alpha_p * (sim - (1 - margin))).masked_fill(~pos_mask, float("-inf"))
+    logit_n = (gamma * alpha_n * (sim - margin)).masked_fill(~neg_mask, float("-inf"))
+    return F.softplus(torch.logsumexp(logit_p, dim=1) + torch.logsumexp(logit_n, dim=1)).mean()

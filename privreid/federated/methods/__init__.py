@@ -9,3 +9,4 @@ from . import moon  # noqa: F401
 from . import fedpav_variants  # noqa: F401
 from . import fedarks  # noqa: F401
 from . import ska  # noqa: F401
+from . import dppt  # noqa: F401

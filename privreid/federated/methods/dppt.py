@@ -1,0 +1,390 @@
+"""DPPT: L2RW+'s decentralised privacy-preserved training (Jiang et al., paper 003, Sec. III-C and III-D).
+
+``--method dppt`` is I-DPPT (images); on a client whose samples are
+tracklets (``ClientData.tracklets``, video data) the same client update
+trains on P x K clips of ``T`` frames, batches ``(B, T, 3, H, W)`` whose
+clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
+:func:`temporal_forward`).  One round (Algorithm 1):
+
+1. Local training.  A one-stream ResNet (no modality information) on
+   identity-based P x K batches, whatever the modality of the images
+   (Sec. III-B: ``P = batch_size // K`` identities, ``K`` images each, option
+   ``instances``; the paper uses 8 x 8).  Channel augmentation (CA, option
+   ``ca``: ``channel``, the Table VII ablation ``gray``, or ``none``).  Loss
+   (Eq. 7)::
+
+       L = L_id + L_cir + lambda * L_mrb
+
+   ``L_id`` is the run's identity loss (cross-entropy with the configured
+   label smoothing; the reference code uses none), ``L_cir`` the circle loss
+   (:func:`privreid.losses.circle_loss`, margin 0.45, gamma 64) on the
+   retrieval feature ``z`` (the neck output the classifier reads), and
+   ``L_mrb`` the memory-rectification loss (Eq. 6,
+   :func:`privreid.federated.mrb.mrb_loss`) towards the previous round's
+   global centre of each sample's identity.  Meanwhile the client collects
+   its L2-normalised ``z`` and, at the end, computes its local memory: one
+   top-K refined centre per identity (Eq. 3-4, ``topk`` = 4).
+2. Upload: the shared model keys (the classifier stays local: identity
+   label spaces are per client in privreid) **and the local centres**.
+3. Aggregation: FedAvg of the model by sample count (Eq. 8,
+   :class:`~privreid.federated.strategy.DataVolumeAverage`); the global
+   memory is the per-identity mean over the clients holding the identity
+   (Eq. 5, the indicator handles identity missing), :class:`DPPTAggregate`.
+4. Download: the global model and the global memory; the client keeps the
+   centres of its own identities for the next round's ``L_mrb``.  In a
+   client's first round there is no global memory yet and ``L_mrb`` is off
+   (the reference code skips it in epoch 0).
+
+Identity correspondence.  The global memory is indexed by a
+client-independent identity key: ``(domain, domain-level train pid)`` from
+``ClientData.source_pids`` (by-camera and by-identity partitions record it),
+so the cameras of one dataset (CI) pool their centres of the same person,
+while different datasets (EI) never share an identity.  This assumes that
+sites share consistent identity labels, as a dataset's annotations provide;
+a real deployment would first need a cross-site identity agreement.
+
+Privacy (also in the method summary).  The server receives, besides
+weights, one centre per identity per client: the mean of that person's
+embeddings at that camera, i.e. a per-person template from which the
+identity's appearance can be matched or, with an inversion attack, partially
+reconstructed; it also learns which identities each camera saw.  Every
+client downloads the centres of all identities of the federation.  The
+white-noise defence (``--beta``) adds noise to the uploaded centres on
+aggregation (Eq. 14 noise on the aggregate covers them) but not to the
+downloaded global memory (download noise applies to the model weights).
+The ablations ``mrb=false`` exchange no centres.
+
+Options (``--opt key=value``; the Table VII ablations are options):
+
+* ``mrb`` (true), ``lambda_mrb`` (1.0, Eq. 7), ``topk`` (4, Eq. 4);
+* ``circle`` (true), ``circle_margin`` (0.45), ``circle_gamma`` (64);
+  ``L_cir`` is scaled by ``1 / batch size``, as the reference code does
+  (``criterion(feat, label) / B``), which keeps it at the scale of ``L_id``;
+* ``ca`` (``channel``), ``ca_p`` (0.5);
+* ``instances`` (K = 8); ``seq_len`` (T = 6, HITSZ-VCM's official value;
+  BUPTCampus uses 10): frames per training clip, one drawn from each of
+  ``T`` equal chunks of the tracklet (restricted random sampling); channel
+  augmentation is drawn per frame;
+* ``onecycle`` (true): the learning rates follow a linear one-cycle over the
+  whole run (Smith & Topin's OneCycle, as in the reference code: from
+  ``1e-4 *`` the configured rate to the configured rate at ``peak`` = 0.32 of
+  the run, epoch 16 of 50, then down to 0), updated every step;
+  it replaces the per-round step decay (``--lr-step``), which ``false``
+  keeps.  The schedule spans the configured ``rounds``: extending a finished
+  run with ``--resume --rounds N`` changes it;
+* ``base``: the federated algorithm DPPT is added to (Table II rows):
+  ``fedavg`` (default), ``fedprox`` (proximal term, ``prox_mu`` 0.01) or
+  ``moon`` (model-contrastive term, ``moon_mu`` 1, ``moon_tau`` 0.5); these
+  only change the local objective, the server always aggregates by Eq. 8.
+
+Table VII rows: B = ``mrb=false ca=none``; B+CA = ``mrb=false``; B+gray =
+``mrb=false ca=gray``; B+CA+MRB = the defaults.  Table II's baselines "FedAvg /
+FedProx / MOON with L_id + L_cir" are ``base=... mrb=false ca=none``.
+
+Deviations from the reference code (besides those listed in
+:mod:`privreid.federated.mrb` and :class:`privreid.data.transforms.ChannelAugmentation`):
+its backbone pools with GeM and its neck is a plain BatchNorm bottleneck
+(``--neck bnneck`` is the closest here, average pooling); its bottleneck
+trains at the classifier's rate, here at the backbone's.
+
+Cost: one feature copy (``D`` floats) per training image of the round is
+held until the centres are computed (ResNet-50, 2048-d: 8 KB per image),
+and a ``(classes, D)`` tensor of global centres per client in its memory
+(and checkpoint); the upload grows by ``classes x D`` floats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...centralized import _domain_pid
+from ...data.torch_dataset import ImageDataset, SequenceDataset
+from ...data.transforms import CHANNEL_AUG_MODES, build_transforms
+from ...data.types import ClientData
+from ...errors import ConfigError
+from ...losses import circle_loss
+from ..client import ClientContext, SupervisedUpdate, client_loader
+from ..mrb import FeatureBank, global_memory, mrb_loss
+from ..policy import CLASSIFIER_LOCAL, StateDict
+from ..registry import Method, register
+from ..strategy import DataVolumeAverage, Strategy, Upload
+from .fedprox import ProximalUpdate
+from .moon import ModelContrastiveUpdate
+
+#: prefix of the class-centre keys in uploads and in the global state
+CENTRE_PREFIX = "mrb/"
+#: ``ctx.memory`` keys: the downloaded global centres of the client's labels, and which exist
+GLOBAL_CENTRES, GLOBAL_KNOWN = "mrb_global_centres", "mrb_global_known"
+#: reference code: the peak of the one-cycle schedule at epoch 16 of 50
+ONECYCLE_PEAK = 0.32
+#: reference code: the one-cycle schedule starts at this fraction of the peak rate
+ONECYCLE_START = 1e-4
+
+
+def identity_key(client: ClientData, label: int) -> str:
+    """The client-independent key of client label ``label`` in the memory: ``mrb/<domain>/<domain pid>``."""
+    return f"{CENTRE_PREFIX}{client.domain}/{_domain_pid(client, label)}"
+
+
+def is_centre(key: str) -> bool:
+    return key.startswith(CENTRE_PREFIX)
+
+
+def model_state(state: StateDict) -> StateDict:
+    """``state`` without the class centres."""
+    return {k: v for k, v in state.items() if not is_centre(k)}
+
+
+def centre_state(state: StateDict) -> StateDict:
+    """Only the class centres of ``state``."""
+    return {k: v for k, v in state.items() if is_centre(k)}
+
+
+def one_cycle_factor(progress: float, total: float, peak: float = ONECYCLE_PEAK) -> float:
+    """Learning-rate multiplier after ``progress`` of ``total`` epochs: linear one-cycle.
+
+    ``ONECYCLE_START`` at 0, 1 at ``peak * total``, 0 at ``total`` (the
+    reference code's ``get_cyclic_lr``).  Hand-written because
+    ``torch.optim.lr_scheduler.OneCycleLR`` is a stateful scheduler over one
+    optimiser's life, while privreid builds a fresh optimiser every round: the
+    rate is a function of the run's global progress instead.
+    """
+    return float(np.interp(progress, [0.0, peak * total, total], [ONECYCLE_START, 1.0, 0.0]))
+
+
+def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """V-DPPT (Eq. 9): ``(pre_neck, z, logits)`` of clips ``(B, T, 3, H, W)``.
+
+    Frame features are averaged over ``T`` (the neck output, which the
+    classifier reads, and the pre-neck feature), and the classifier runs on the
+    clip feature ``z``.  The paper averages "l2-normalised" frame embeddings;
+    privreid averages the un-normalised ones the image path also feeds to the
+    classifier and normalises where features are compared (circle loss, MRB).
+    """
+    b, t = clips.shape[:2]
+    pre, feat, _ = model.forward_train(clips.flatten(0, 1))
+    pre, z = pre.view(b, t, -1).mean(1), feat.view(b, t, -1).mean(1)
+    return pre, z, model.classifier(z)
+
+
+@dataclass(frozen=True)
+class DPPTSettings:
+    """The method options, validated (see the module docstring)."""
+
+    mrb: bool = True
+    lambda_mrb: float = 1.0
+    topk: int = 4
+    circle: bool = True
+    circle_margin: float = 0.45
+    circle_gamma: float = 64.0
+    ca: str = "channel"
+    ca_p: float = 0.5
+    instances: int = 8
+    seq_len: int = 6
+    onecycle: bool = True
+    peak: float = ONECYCLE_PEAK
+    base: str = "fedavg"
+    prox_mu: float = 0.01
+    moon_mu: float = 1.0
+    moon_tau: float = 0.5
+
+
+class DPPTLocalTraining:
+    """The DPPT client update, mixed in before a :class:`SupervisedUpdate` (the base FL algorithm).
+
+    Extra metrics: ``circle`` and ``mrb`` (mean per step where applied),
+    ``mrb_steps``, ``centres`` (identities uploaded).
+    """
+
+    def __init__(self, config, settings: DPPTSettings, **base_options):
+        super().__init__(config, **base_options)
+        self.settings = settings
+        self._bank: FeatureBank | None = None
+        self._centres: torch.Tensor | None = None
+        self._known: torch.Tensor | None = None
+        self._sums = {"circle": 0.0, "mrb": 0.0}
+        self._steps = {"circle": 0, "mrb": 0}
+
+    def loader(self, ctx: ClientContext, epoch: int):
+        """P x K batches of channel-augmented images, or of clips of ``seq_len`` frames for a video client."""
+        t, d, s = self.config.train, self.config.data, self.settings
+        c = ctx.client
+        transform = build_transforms(d.height, d.width, train=True, random_erasing=t.random_erasing,
+                                     channel_aug=s.ca, channel_aug_p=s.ca_p)
+        dataset = (ImageDataset(c.train, transform) if c.tracklets is None
+                   else SequenceDataset(c.train, c.tracklets, transform, s.seq_len, sampling="random"))
+        return client_loader(c, self.config, ctx.seed + epoch, dataset=dataset, instances=s.instances)
+
+    def optimizer(self, model, round_index: int):
+        # one-cycle replaces the per-round step decay: the configured (round-0) rates are its peaks
+        return super().optimizer(model, 0 if self.settings.onecycle else round_index)
+
+    def forward(self, ctx: ClientContext, images: torch.Tensor):
+        if images.dim() == 5:
+            return temporal_forward(ctx.model, images)
+        return super().forward(ctx, images)
+
+    def schedule_step(self, ctx: ClientContext, opt, epoch: int, step: int, n_batches: int) -> None:
+        if not self.settings.onecycle:
+            return super().schedule_step(ctx, opt, epoch, step, n_batches)
+        t = self.config.train
+        progress = ctx.round * t.local_epochs + epoch + step / n_batches
+        factor = one_cycle_factor(progress, t.rounds * t.local_epochs, self.settings.peak)
+        for group in opt.param_groups:
+            group.setdefault("peak_lr", group["lr"])  # the configured rate (this round's fresh optimiser)
+            group["lr"] = group["peak_lr"] * factor
+
+    def _add(self, name: str, value: torch.Tensor) -> None:
+        self._sums[name] += float(value.detach())
+        self._steps[name] += 1
+
+    def extra_loss(self, ctx, pre_neck, feat, logits, labels):
+        s = self.settings
+        terms = [super().extra_loss(ctx, pre_neck, feat, logits, labels)]
+        if s.circle:
+            circle = circle_loss(feat, labels, s.circle_margin, s.circle_gamma) / len(labels)
+            self._add("circle", circle)
+            terms.append(circle)
+        if s.mrb:
+            self._bank.add(feat, labels)
+            if self._centres is not None:
+                loss = mrb_loss(feat, labels, self._centres, self._known)
+                self._add("mrb", loss)
+                terms.append(s.lambda_mrb * loss)
+        terms = [term for term in terms if term is not None]
+        return sum(terms) if terms else None
+
+    def __call__(self, ctx: ClientContext) -> dict[str, float]:
+        s = self.settings
+        self._bank = FeatureBank()
+        self._sums = {"circle": 0.0, "mrb": 0.0}
+        self._steps = {"circle": 0, "mrb": 0}
+        if s.mrb and GLOBAL_CENTRES in ctx.memory:
+            self._centres = ctx.memory[GLOBAL_CENTRES].to(ctx.device)
+            self._known = ctx.memory[GLOBAL_KNOWN].to(ctx.device)
+        try:
+            metrics = super().__call__(ctx)
+            centres = self._bank.centres(s.topk) if s.mrb else {}
+        finally:
+            self._bank = self._centres = self._known = None
+        ctx.upload_extra.update({identity_key(ctx.client, label): c.to("cpu") for label, c in centres.items()})
+        metrics.update({name: self._sums[name] / max(self._steps[name], 1) for name in self._sums})
+        metrics.update(mrb_steps=float(self._steps["mrb"]), centres=float(len(centres)))
+        return metrics
+
+
+class DPPTUpdate(DPPTLocalTraining, SupervisedUpdate):
+    """DPPT on FedAvg (the paper's default)."""
+
+
+class DPPTProxUpdate(DPPTLocalTraining, ProximalUpdate):
+    """DPPT on FedProx: the local objective also has ``(mu/2)||w - w_global||^2`` (Table II, FedProx + I-DPPT)."""
+
+
+class DPPTMoonUpdate(DPPTLocalTraining, ModelContrastiveUpdate):
+    """DPPT on MOON: the local objective also has MOON's model-contrastive term (Table II, Moon + I-DPPT)."""
+
+    def forward(self, ctx: ClientContext, images: torch.Tensor):
+        if images.dim() == 5:
+            raise ConfigError("dppt with base=moon does not support clip (video) input: MOON's reference "
+                              "features are computed per image")
+        return super().forward(ctx, images)
+
+
+class DPPTAggregate(Strategy):
+    """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean)."""
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        model = DataVolumeAverage().aggregate(
+            model_state(global_state), [dataclasses.replace(u, state=model_state(u.state)) for u in uploads])
+        memory = global_memory([centre_state(u.state) for u in uploads], previous=centre_state(global_state))
+        return {**model, **memory}
+
+
+def make_download(config):
+    """What the server transmits: the model and the global memory; the client keeps its identities' centres."""
+
+    def download(global_state: StateDict, client: ClientData, memory: dict, round_index: int) -> StateDict:
+        centres = [global_state.get(identity_key(client, label)) for label in range(client.num_classes)]
+        present = [c for c in centres if c is not None]
+        memory.pop(GLOBAL_CENTRES, None)
+        memory.pop(GLOBAL_KNOWN, None)
+        if present:
+            zero = torch.zeros_like(present[0])
+            memory[GLOBAL_CENTRES] = torch.stack([zero if c is None else c for c in centres])
+            memory[GLOBAL_KNOWN] = torch.tensor([c is not None for c in centres])
+        return model_state(global_state)
+
+    return download
+
+
+BASES = ("fedavg", "fedprox", "moon")
+
+
+def _flag(value) -> bool:
+    return isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def settings_for(config) -> DPPTSettings:
+    """The validated method options of ``config``; :class:`ConfigError` names a bad one."""
+
+    def opt(key: str, valid, expect: str):
+        value = DPPT.option(config, key)
+        if not valid(value):
+            raise ConfigError(f"dppt option {key} must be {expect}, got {value!r}")
+        return value
+
+    return DPPTSettings(
+        mrb=opt("mrb", _flag, "true or false"),
+        lambda_mrb=float(opt("lambda_mrb", lambda v: _number(v) and v >= 0, "a number >= 0")),
+        topk=opt("topk", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+        circle=opt("circle", _flag, "true or false"),
+        circle_margin=float(opt("circle_margin", lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)")),
+        circle_gamma=float(opt("circle_gamma", lambda v: _number(v) and v > 0, "a number > 0")),
+        ca=opt("ca", lambda v: v in CHANNEL_AUG_MODES, f"one of {', '.join(CHANNEL_AUG_MODES)}"),
+        ca_p=float(opt("ca_p", lambda v: _number(v) and 0 <= v <= 1, "a probability in [0, 1]")),
+        instances=opt("instances", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+        seq_len=opt("seq_len", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+        onecycle=opt("onecycle", _flag, "true or false"),
+        peak=float(opt("peak", lambda v: _number(v) and 0 < v < 1, "a number in (0, 1)")),
+        base=opt("base", lambda v: v in BASES, f"one of {', '.join(BASES)}"),
+        prox_mu=float(opt("prox_mu", lambda v: _number(v) and v >= 0, "a number >= 0")),
+        moon_mu=float(opt("moon_mu", lambda v: _number(v) and v >= 0, "a number >= 0")),
+        moon_tau=float(opt("moon_tau", lambda v: _number(v) and v > 0, "a number > 0")),
+    )
+
+
+def make_client_update(config) -> DPPTLocalTraining:
+    s = settings_for(config)
+    if s.base == "fedprox":
+        return DPPTProxUpdate(config, s, mu=s.prox_mu)
+    if s.base == "moon":
+        return DPPTMoonUpdate(config, s, mu=s.moon_mu, tau=s.moon_tau)
+    return DPPTUpdate(config, s)
+
+
+DPPT = register(
+    Method(
+        name="dppt",
+        summary="I-DPPT / V-DPPT (L2RW+, paper 003): id + circle loss, channel augmentation, memory rectification "
+                "bank, FedAvg; clients also upload per-identity feature centres (a per-person template)",
+        policy=CLASSIFIER_LOCAL,
+        make_client_update=make_client_update,
+        make_strategy=lambda config: DPPTAggregate(),
+        make_download=make_download,
+        global_eval_state=lambda global_state, client_states: model_state(global_state),
+        options={field.name: field.default for field in dataclasses.fields(DPPTSettings)},
+    )
+)

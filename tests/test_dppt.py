@@ -1,0 +1,299 @@
+"""DPPT (L2RW+, paper 003): federated runs on a CI-like by-camera federation, ablation options, V-DPPT."""
+
+import pytest
+import torch
+
+from privreid.checkpoint import load_checkpoint, load_model
+from privreid.data import PKSampler
+from privreid.data.catalog import federation_for_config
+from privreid.data.transforms import ChannelAugmentation
+from privreid.errors import ConfigError
+from privreid.evaluation.model_eval import evaluate_model
+from privreid.federated.client import ClientContext
+from privreid.federated.engine import FederatedEngine
+from privreid.federated.methods.dppt import (DPPTAggregate, DPPTUpdate, centre_state, identity_key,
+                                             make_client_update, one_cycle_factor, temporal_forward)
+from privreid.federated.mrb import global_memory
+from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state, state_nbytes
+from privreid.models import build_model
+from privreid.seeding import derive_seed, seed_everything
+
+from conftest import tiny_config
+
+CPU = torch.device("cpu")
+
+
+def dppt_config(root, rounds=1, max_steps=None, **opts):
+    """One training domain split by camera (3 clients sharing identities: CI-like), unseen synthC.
+
+    Whole PK epochs by default; evaluation after the last round only.
+    """
+    cfg = tiny_config(root, method="dppt", rounds=rounds, method_options=opts, max_steps_per_epoch=max_steps,
+                      eval_every=rounds)
+    cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
+    return cfg
+
+
+def drawn_labels(cfg, client, round_index):
+    """The labels of the PK epoch the engine's client ``round_index`` draws (P = 2, K = 8; a PK epoch may
+    leave an identity out when fewer than P identities have images left)."""
+    sampler = PKSampler(client.train, p=2, k=8, seed=derive_seed(cfg.train.seed, "client", round_index, client.name))
+    return {client.train[i][1] for i in sampler}
+
+
+# --------------------------------------------------------------------------- federated runs
+@pytest.fixture(scope="module")
+def two_rounds(tiny_synth, tmp_path_factory):
+    """2 rounds of dppt with every upload the server received."""
+    seen = []
+    original = DPPTAggregate.aggregate
+
+    def spy(self, global_state, uploads):
+        seen.append(uploads)
+        return original(self, global_state, uploads)
+
+    cfg = dppt_config(tiny_synth, rounds=2)
+    out = tmp_path_factory.mktemp("dppt")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DPPTAggregate, "aggregate", spy)
+        engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False)
+        summary = engine.run()
+    return cfg, engine, summary, seen, out
+
+
+def test_trains_by_camera_and_checkpoint_evaluates(two_rounds):
+    cfg, engine, summary, seen, out = two_rounds
+    assert [c.name for c in engine.clients] == ["synthA/c0", "synthA/c1", "synthA/c2"]
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    shared = set(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
+    assert set(ckpt["global_state"]) == shared  # model keys only: any reader can load it
+    model = load_model(ckpt)
+    res = evaluate_model(model, engine.federation.unseen[0], height=32, width=16)
+    assert 0.0 <= res["mAP"] <= 1.0
+    assert summary["global_unseen"]["rank1"] == pytest.approx(ckpt["metrics"][-1]["rank1"])
+
+
+def test_uploads_carry_model_and_one_centre_per_identity(two_rounds):
+    cfg, engine, summary, seen, out = two_rounds
+    shared = set(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
+    clients = {c.name: c for c in engine.clients}
+    assert len(seen) == 2
+    for r, uploads in enumerate(seen):
+        for u in uploads:
+            c = clients[u.client]
+            centres = {k for k in u.state if k.startswith("mrb/")}
+            assert centres == {identity_key(c, label) for label in drawn_labels(cfg, c, r)}
+            assert len(centres) >= c.num_classes - 1
+            assert set(u.state) - centres == shared
+            assert all(u.state[k].shape == (32,) for k in centres)
+            assert all(isinstance(v, float) for v in u.metrics.values())
+    # bytes up: the model and the centres
+    assert summary["comm_bytes_up"] == sum(state_nbytes(u.state) for uploads in seen for u in uploads)
+
+
+def test_global_memory_is_eq5_of_the_uploads_and_reaches_clients(two_rounds):
+    cfg, engine, summary, seen, out = two_rounds
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    rounds = [global_memory([centre_state(u.state) for u in uploads]) for uploads in seen]
+    last = ckpt["server_state"]
+    assert set(last) == set(rounds[1])
+    for key, centre in rounds[1].items():
+        assert torch.allclose(last[key], centre)
+    holders = [sum(key in u.state for u in seen[1]) for key in last]
+    assert max(holders) >= 2 and min(holders) >= 1  # identities seen by several cameras are pooled
+    # round 2 trained towards the round-1 global memory: each client holds its identities' centres
+    for c in engine.clients:
+        memory = ckpt["client_memory"][c.name]
+        for label in range(c.num_classes):
+            centre = rounds[0].get(identity_key(c, label))
+            assert bool(memory["mrb_global_known"][label]) == (centre is not None)
+            assert torch.allclose(memory["mrb_global_centres"][label], torch.zeros(32) if centre is None else centre)
+    train = [m for m in ckpt["metrics"] if m["scope"] == "train"]
+    assert all(m["mrb_steps"] == 0 for m in train if m["round"] == 1)  # no global memory yet
+    assert all(m["mrb_steps"] == m["steps"] > 0 and m["mrb"] > 0 for m in train if m["round"] == 2)
+
+
+def test_resume_continues_exactly(two_rounds, tmp_path):
+    """Killed in round 2 (after the round-1 checkpoint), resumed: same model and global memory."""
+    cfg, engine, summary, seen, out = two_rounds
+    calls = []
+    original = DPPTAggregate.aggregate
+
+    def crash_in_round_2(self, global_state, uploads):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, global_state, uploads)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DPPTAggregate, "aggregate", crash_in_round_2)
+        with pytest.raises(KeyboardInterrupt):
+            FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run()
+    assert load_checkpoint(tmp_path / "ckpt.pt")["round"] == 1
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run(resume=True)
+    full, resumed = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "ckpt.pt")
+    for part in ("global_state", "server_state"):
+        assert set(full[part]) == set(resumed[part]) and full[part]
+        assert all(torch.equal(full[part][k], resumed[part][k]) for k in full[part])
+
+
+# --------------------------------------------------------------------------- the client update
+@pytest.fixture(scope="module")
+def camera_client(tiny_synth):
+    """A camera with 6 identities: PK epochs with P = 2 draw every one of them."""
+    client = federation_for_config(dppt_config(tiny_synth)).clients[1]
+    assert client.num_classes == 6
+    return client
+
+
+def run_client(cfg, client, memory=None, round_index=0, update=None):
+    """One client update on a fresh tiny model; ``(update, ctx, metrics, model state)``."""
+    update = update or make_client_update(cfg)
+    seed_everything(0)
+    model = build_model(arch="resnet18", feat_dim=32, num_classes=client.num_classes)
+    ctx = ClientContext(model=model, client=client, round=round_index, config=cfg, device=CPU,
+                        global_state=clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())), seed=0, memory=memory or {})
+    metrics = update(ctx)
+    return update, ctx, metrics, model.state_dict()
+
+
+def known_centres(client, value=1.0):
+    return {"mrb_global_centres": torch.full((client.num_classes, 32), value),
+            "mrb_global_known": torch.ones(client.num_classes, dtype=torch.bool)}
+
+
+def test_loader_is_pk_with_the_chosen_channel_augmentation(tiny_synth, camera_client):
+    for ca, mode in (("channel", "channel"), ("gray", "gray"), ("none", None)):
+        cfg = dppt_config(tiny_synth, ca=ca, instances=4)
+        update = make_client_update(cfg)
+        ctx = ClientContext(model=None, client=camera_client, round=0, config=cfg, device=CPU, global_state={},
+                            seed=0)
+        loader = update.loader(ctx, 0)
+        assert isinstance(loader.sampler, PKSampler) and (loader.sampler.p, loader.sampler.k) == (2, 4)
+        augs = [t for t in loader.dataset.transform.transforms if isinstance(t, ChannelAugmentation)]
+        assert [a.mode for a in augs] == ([mode] if mode else [])
+
+
+def test_mrb_option_controls_centres_and_the_loss(tiny_synth, camera_client):
+    _, ctx, metrics, _ = run_client(dppt_config(tiny_synth), camera_client, memory=known_centres(camera_client))
+    assert set(ctx.upload_extra) == {identity_key(camera_client, k) for k in range(camera_client.num_classes)}
+    assert metrics["mrb_steps"] == metrics["steps"] == 3 and metrics["centres"] == camera_client.num_classes
+    assert 0.0 <= metrics["mrb"] <= 2.0
+    _, ctx, off, w_off = run_client(dppt_config(tiny_synth, max_steps=2, mrb=False), camera_client,
+                                    memory=known_centres(camera_client))
+    assert ctx.upload_extra == {} and off["mrb_steps"] == 0 and off["centres"] == 0
+    # lambda = 0 is the same objective as no MRB (same weights); lambda = 1 is not
+    _, _, _, w_zero = run_client(dppt_config(tiny_synth, max_steps=2, lambda_mrb=0.0), camera_client,
+                                 memory=known_centres(camera_client))
+    _, _, _, w_one = run_client(dppt_config(tiny_synth, max_steps=2), camera_client,
+                                memory=known_centres(camera_client))
+    key = "neck.fc.weight"
+    assert torch.equal(w_zero[key], w_off[key]) and not torch.equal(w_one[key], w_off[key])
+
+
+def test_circle_and_base_options(tiny_synth, camera_client):
+    _, _, on, w_on = run_client(dppt_config(tiny_synth, max_steps=2, mrb=False), camera_client)
+    _, _, off, w_off = run_client(dppt_config(tiny_synth, max_steps=2, mrb=False, circle=False), camera_client)
+    assert on["circle"] > 0 and off["circle"] == 0 and not torch.equal(w_on["neck.fc.weight"],
+                                                                          w_off["neck.fc.weight"])
+    _, _, prox, _ = run_client(dppt_config(tiny_synth, max_steps=2, mrb=False, base="fedprox", prox_mu=0.5),
+                               camera_client)
+    assert prox["prox"] > 0  # FedProx's term is in the local objective
+    cfg = dppt_config(tiny_synth, max_steps=2, mrb=False, base="moon")
+    update = make_client_update(cfg)
+    _, ctx, first, _ = run_client(cfg, camera_client, update=update)
+    _, _, second, _ = run_client(cfg, camera_client, memory=ctx.memory, round_index=1, update=update)
+    assert first["con_steps"] == 0 and second["con_steps"] == second["steps"]  # MOON's term from round 2
+
+
+def test_one_cycle_schedule():
+    assert one_cycle_factor(0.0, 50) == pytest.approx(1e-4)
+    assert one_cycle_factor(16.0, 50) == pytest.approx(1.0)  # peak at epoch 16 of 50 (0.32)
+    assert one_cycle_factor(50.0, 50) == pytest.approx(0.0)
+    assert one_cycle_factor(8.0, 50) == pytest.approx(1e-4 + (1 - 1e-4) * 0.5)
+    assert one_cycle_factor(33.0, 50) == pytest.approx(0.5)
+
+
+def test_schedule_step_sets_rates_from_global_progress(tiny_synth):
+    cfg = dppt_config(tiny_synth, rounds=2)
+    update = make_client_update(cfg)
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([{"params": [param], "lr": 0.1}, {"params": [], "lr": 0.2}])
+    ctx = ClientContext(model=None, client=None, round=1, config=cfg, device=CPU, global_state={}, seed=0)
+    for _ in range(2):  # the configured rate is the peak, not compounded
+        update.schedule_step(ctx, opt, epoch=0, step=1, n_batches=2)
+        factor = 1 - (1.5 - 0.64) / (2 - 0.64)  # progress 1.5 of 2 epochs, peak at 0.64
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.1 * factor, 0.2 * factor])
+    flat = make_client_update(dppt_config(tiny_synth, rounds=2, onecycle=False))
+    opt = torch.optim.SGD([param], lr=0.1)
+    flat.schedule_step(ctx, opt, epoch=0, step=1, n_batches=2)
+    assert opt.param_groups[0]["lr"] == 0.1
+    # one-cycle replaces the step decay: round 45 of a run with lr_step 40 still peaks at the configured rates
+    model = build_model(arch="resnet18", feat_dim=32, num_classes=3)
+    rates = {onecycle: [g["lr"] for g in make_client_update(dppt_config(tiny_synth, onecycle=onecycle))
+                        .optimizer(model, 45).param_groups] for onecycle in (True, False)}
+    assert rates[True] == pytest.approx([0.01, 0.05]) and rates[False] == pytest.approx([0.001, 0.005])
+
+
+def test_option_errors(tiny_synth):
+    for opts, message in (({"ca": "rgb"}, "ca must be one of"), ({"topk": 0}, "topk must be an integer"),
+                          ({"base": "fednova"}, "base must be one of"), ({"lambda_mrb": -1}, "lambda_mrb"),
+                          ({"mrb": "yes"}, "mrb must be true or false"), ({"instances": 2.5}, "instances")):
+        with pytest.raises(ConfigError, match=message):
+            make_client_update(dppt_config(tiny_synth, **opts))
+    with pytest.raises(ConfigError, match="has no option"):
+        FederatedEngine(dppt_config(tiny_synth, lamda=1), federation_for_config(dppt_config(tiny_synth)), "x")
+
+
+# --------------------------------------------------------------------------- V-DPPT
+def test_temporal_forward_is_the_mean_of_frame_features():
+    torch.manual_seed(0)
+    model = build_model(arch="resnet18", feat_dim=32, num_classes=5).eval()
+    clips = torch.randn(2, 3, 3, 32, 16)
+    with torch.no_grad():
+        pre, z, logits = temporal_forward(model, clips)
+        frames = model(clips.flatten(0, 1)).view(2, 3, -1)
+    assert pre.shape == (2, model.backbone.out_dim)
+    assert torch.allclose(z, frames.mean(1), atol=1e-5)
+    assert torch.allclose(logits, model.classifier(z), atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def video_config(tmp_path_factory):
+    """A tiny synthetic visible-infrared video federation (tracklets of 4 frames), CI protocol, 2 entities."""
+    from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
+
+    root = generate_synthetic_vi(tmp_path_factory.mktemp("vid") / "vi", SynthVIConfig(
+        num_entities=2, ids_per_entity=6, test_ids_per_entity=4, cams_per_entity=3, shots_per_id_per_cam=2,
+        video=True, frames_per_tracklet=4, height=32, width=16))
+    cfg = dppt_config(root, instances=4, seq_len=3)
+    cfg.data.protocol, cfg.data.train_domains, cfg.data.test_domains = "ci", ["vidA"], ["vidB"]
+    return cfg
+
+
+def test_v_dppt_trains_on_clips_of_tracklets(video_config, tmp_path):
+    fed = federation_for_config(video_config)
+    client = next(c for c in fed.clients if c.num_classes == 6)  # P = 2 draws every identity
+    assert client.tracklets is not None
+    shapes = []
+    original = DPPTUpdate.forward
+
+    def record(self, ctx, images):
+        shapes.append(tuple(images.shape))
+        return original(self, ctx, images)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DPPTUpdate, "forward", record)
+        _, ctx, metrics, _ = run_client(video_config, client, memory=known_centres(client))
+    assert shapes == [(8, 3, 3, 32, 16)] * 3  # P x K = 2 x 4 clips of T = 3 frames; 6 identities
+    assert metrics["mrb_steps"] == 3 and metrics["circle"] > 0
+    assert set(ctx.upload_extra) == {identity_key(client, k) for k in range(client.num_classes)}
+    # one federated round end to end; the checkpoint evaluates on the unseen entity (clip features)
+    summary = FederatedEngine(video_config, fed, tmp_path, progress=False).run()
+    assert load_checkpoint(tmp_path / "ckpt.pt")["server_state"]
+    assert 0.0 <= summary["global_unseen"]["mAP"] <= 1.0
+    moon_cfg = dppt_config(video_config.data.roots[0], base="moon")
+    moon = make_client_update(moon_cfg)
+    with pytest.raises(ConfigError, match="clip"):
+        moon.forward(ClientContext(model=None, client=None, round=0, config=moon_cfg, device=CPU,
+                                   global_state={}, seed=0), torch.zeros(1, 2, 3, 32, 16))
