@@ -22,7 +22,6 @@ change).  Writes ``OUT/sweep.csv`` and ``OUT/sweep.png``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -32,6 +31,7 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .errors import ConfigError
+from .reporting.files import save_figure, write_csv_rows
 
 #: CLI knob name -> TrainConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -168,17 +168,9 @@ def run_sweep(base: RunConfig, param: str, values: list[float], out: str | os.Pa
             echo(f"[{name}] measuring leakage (inversion, PGD)")
             row.update(_cached_leakage(run_dir, leakage, device))
         rows.append(row)
-    write_rows(rows, out / "sweep.csv")
+    write_csv_rows(rows, out / "sweep.csv")
     plot_sweep(rows, param, out / "sweep.png")
     return rows
-
-
-def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def plot_sweep(rows: list[dict[str, Any]], param: str, path: Path) -> Path:
@@ -217,7 +209,4 @@ def plot_sweep(rows: list[dict[str, Any]], param: str, path: Path) -> Path:
             ax.set_xlabel(param)
             ax.set_title("leakage and robustness vs " + param)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

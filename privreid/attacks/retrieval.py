@@ -23,7 +23,6 @@ the caller's RNG state is untouched.
 
 from __future__ import annotations
 
-import csv
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from privreid.errors import ConfigError
 from privreid.evaluation.features import extract_features
 from privreid.evaluation.metrics import evaluate
 from privreid.reporting import format_table
+from privreid.reporting.files import save_figure, write_csv_rows
 
 __all__ = ["ATTACK_LABELS", "METRIC_KEYS", "TARGETS", "AttackEvaluation", "evaluate_under_attack",
            "format_table_ix", "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods",
@@ -319,14 +319,8 @@ def format_table_ix(records: list[dict[str, Any]]) -> str:
 
 
 def write_csv(records: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write :meth:`AttackEvaluation.record` rows as CSV (columns of the first row)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(records[0]) if records else [])
-        writer.writeheader()
-        writer.writerows(records)
-    return path
+    """Write :meth:`AttackEvaluation.record` rows as CSV."""
+    return write_csv_rows(records, path)
 
 
 def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tensor], eps: float,
@@ -373,12 +367,5 @@ def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tenso
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(label, fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title=title)
 

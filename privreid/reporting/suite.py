@@ -25,7 +25,6 @@ first client on the same subjects.
 
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from ..data.types import TestSet
 from ..errors import ConfigError
 from ..evaluation.corrupted_eval import evaluate_corrupted
 from ..federated.engine import resolve_device
+from .files import save_figure, write_csv_rows
 from .tables import format_table
 
 SUITES = ("clean", "attacks", "corruptions", "inversion")
@@ -84,14 +84,6 @@ class SuiteSettings:
         check_threat(self.inversion_threat)
         if self.inversion_subjects < 1:
             raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
-
-
-def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _testsets(cfg: RunConfig, which: str) -> list[TestSet]:
@@ -151,10 +143,7 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
         ax.set_title(title)
         ax.axhline(0, color="black", linewidth=0.6)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: SuiteSettings | None = None, *,
@@ -192,7 +181,7 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     if "clean" in settings.suites:
         rows = compare_checkpoints(paths, device=device)
         result["clean"] = rows
-        _write_csv(rows, out / "clean.csv")
+        write_csv_rows(rows, out / "clean.csv")
         sections.append("## Clean retrieval (R1 / mAP / mINP, %)\n\n" + format_table(rows))
 
     if "attacks" in settings.suites or "corruptions" in settings.suites:
@@ -214,11 +203,11 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                         result["corruptions"].append(_corruption_record(label, ts.name, unit, res))
             del model
     if result["attacks"]:
-        _write_csv(result["attacks"], out / "attacks.csv")
+        write_csv_rows(result["attacks"], out / "attacks.csv")
         sections.append(f"## Adversarial queries (L2RW+ Table IX layout; eps {settings.eps * 255:.3g}/255, "
                         f"{settings.steps} steps, target {settings.target})\n\n" + format_table_ix(result["attacks"]))
     if result["corruptions"]:
-        _write_csv(result["corruptions"], out / "corruptions.csv")
+        write_csv_rows(result["corruptions"], out / "corruptions.csv")
         sections.append(f"## Corruptions (CIL-ReID protocol: random type and severity per image, query and "
                         f"gallery, mean (std) over {settings.corruption_repeats} repeats)\n\n"
                         + _as_table_ix(result["corruptions"]))

@@ -39,6 +39,7 @@ from skimage.metrics import mean_squared_error, peak_signal_noise_ratio, structu
 from torch import nn
 
 from privreid.reporting import format_table
+from privreid.reporting.files import save_figure
 
 from .attack import Reconstruction
 from .threat_models import to_model_input
@@ -150,14 +151,7 @@ def save_grid(path: str | Path, reconstructions: list[Reconstruction], captions:
                 ax.set_title(columns[c], fontsize=7)
         if captions:
             axes[r][0].set_ylabel(captions[r], fontsize=6)
-    if title:
-        fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title=title)
 
 
 #: summary-table columns: (metric, header, format)
