@@ -6,8 +6,11 @@ A checkpoint (``ckpt.pt``) is a dict of tensors and primitives:
 ``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the
 network), ``global_state`` (the shared keys of the global model; empty for
 methods without one), ``client_states`` (client name -> its local state dict),
-``client_classes`` (client name -> number of identities), ``metrics`` (list of
-metric records), ``comm`` (bytes per round), ``rng`` and ``extra``.
+``client_classes`` (client name -> number of identities), ``server_state``
+(server-held tensors that are not model weights, e.g. DPPT's global memory),
+``client_memory`` (per-client state kept between rounds, e.g. DP accountants),
+``metrics`` (list of metric records), ``comm`` (bytes per round), ``rng`` and
+``extra``.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``),
 so a crash never leaves a truncated checkpoint.  Reads use
