@@ -28,21 +28,11 @@ def pool_clients(clients: list[ClientData]) -> list[ClientData]:
     keyed = []
     for c in clients:
         for path, pid, camid in c.train:
-            keyed.append((path, (c.domain, _domain_pid(c, pid)), camid))
+            keyed.append((path, (c.domain, c.domain_pid(pid)), camid))
     labels = {key: i for i, key in enumerate(sorted({k for _, k, _ in keyed}, key=repr))}
     train = [(path, labels[key], camid) for path, key, camid in keyed]
     domains = sorted({c.domain for c in clients})
     return [ClientData(name="central", domain="+".join(domains), train=train)]
-
-
-def _domain_pid(client: ClientData, pid: int) -> object:
-    """A client-independent identity key within the client's domain.
-
-    Client pids are relabelled per client; the domain-level identity is
-    recovered from ``client.source_pids`` when the partition recorded it, else
-    the client name keeps identities of different clients distinct.
-    """
-    return client.source_pids[pid] if client.source_pids is not None else (client.name, pid)
 
 
 register(

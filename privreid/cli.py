@@ -16,6 +16,7 @@ import typer
 
 from . import __version__
 from .commands.common import csv_list as _csv
+from .commands.common import params_with_preset, parse_method_options
 from .commands.common import fail as _fail
 from .commands.common import run_or_exit as _run
 from .errors import ConfigError
@@ -36,53 +37,6 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
              "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17; visible-infrared: "
              "SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus; see docs/vi-datasets.md), or a folder of "
              "dataset roots. Repeat for several datasets.")
-
-
-def _options(pairs: Optional[list[str]]) -> dict:
-    """``["mu=0.01", "public=/data/x"]`` -> ``{"mu": 0.01, "public": "/data/x"}`` (JSON values where they parse)."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--opt expects key=value, got {pair!r}")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
-
-
-def _with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
-    """The command's parameters, with values from a YAML preset where no flag was given.
-
-    Preset keys are option names (``lr-backbone`` or ``lr_backbone``);
-    ``format`` maps to the ``--format`` option.
-    """
-    import yaml
-
-    params = dict(ctx.params)
-    if preset is None:
-        return params
-    if not preset.is_file():
-        raise ConfigError(f"preset not found: {preset}")
-    try:
-        values = yaml.safe_load(preset.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{preset} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(values, dict):
-        raise ConfigError(f"{preset} must hold a mapping of option names to values")
-    for key, value in values.items():
-        name = {"format": "fmt"}.get(str(key), str(key).replace("-", "_"))
-        if name not in params or name == "config_file":
-            raise ConfigError(f"{preset}: unknown option {key!r}")
-        source = ctx.get_parameter_source(name)
-        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):  # not given on the command line
-            if name in ("data", "opt") and isinstance(value, str):
-                value = [value]
-            if name == "opt" and isinstance(value, dict):
-                value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
-            params[name] = value
-    return params
 
 
 def _version(value: bool) -> None:
@@ -118,7 +72,7 @@ def train_config(p: dict):
                           delta=p["delta"],
                           eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
                           num_workers=p["workers"],
-                          method_options={**_options(p["opt"]),
+                          method_options={**parse_method_options(p["opt"]),
                                           **{k: False for k in ("an", "lsn", "dual") if p[f"no_{k}"]}}),
     )
 
@@ -206,7 +160,7 @@ def train(
     from .training import train_run
 
     def go() -> dict:
-        p = _with_preset(ctx, config_file)
+        p = params_with_preset(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
                          progress=not p["quiet"], echo=typer.echo)
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from privreid.attacks.feature_attacks import (ATTACKS, FeatureAttack, build_attack, check_budget,
                                               feature_objective)
 from privreid.attacks.retrieval import (evaluate_under_attack, format_table_ix, pixel_transforms,
-                                        plot_attack_examples, relative_drop, resolve_methods, write_csv)
+                                        plot_attack_examples, relative_drop, resolve_methods)
 from privreid.cli import app
 from privreid.data import ImageDataset, build_transforms
 from privreid.data.catalog import federation_for_config, resolve_datasets
@@ -22,6 +22,7 @@ from privreid.data.types import TestSet as QueryGallery  # not named Test*: pyte
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.models import build_model
+from privreid.reporting.files import write_csv_rows
 
 from conftest import tiny_config
 
@@ -262,7 +263,7 @@ def test_relative_drop_and_table_ix_layout(tmp_path):
     assert body[1][1:] == ["20.0"] * 3 + ["25.0"] * 3
     assert body[2][1:] == ["75.0%"] * 3 + ["50.0%"] * 3
     assert body[4][1:] == ["50.0%"] * 3 + ["-"] * 3
-    path = write_csv(records, tmp_path / "r.csv")
+    path = write_csv_rows(records, tmp_path / "r.csv")
     with path.open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 4 and float(rows[0]["drop_mAP"]) == pytest.approx(0.75) and rows[3]["drop_mAP"] == ""

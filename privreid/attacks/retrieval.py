@@ -40,11 +40,10 @@ from privreid.errors import ConfigError
 from privreid.evaluation.features import extract_features
 from privreid.evaluation.metrics import evaluate
 from privreid.reporting import format_table
-from privreid.reporting.files import save_figure, write_csv_rows
+from privreid.reporting.files import save_figure
 
 __all__ = ["ATTACK_LABELS", "METRIC_KEYS", "TARGETS", "AttackEvaluation", "evaluate_under_attack",
-           "format_table_ix", "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods",
-           "write_csv"]
+           "format_table_ix", "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
 
 #: Which images are attacked.
 TARGETS = ("query", "gallery", "both")
@@ -316,11 +315,6 @@ def format_table_ix(records: list[dict[str, Any]]) -> str:
             body += [table_row(ATTACK_LABELS.get(attack, attack), attacked), table_row("↓", drop)]
         sections.append(f"#### {testset}\n\n{format_table(body)}")
     return "\n\n".join(sections)
-
-
-def write_csv(records: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write :meth:`AttackEvaluation.record` rows as CSV."""
-    return write_csv_rows(records, path)
 
 
 def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tensor], eps: float,

@@ -137,14 +137,15 @@ def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries
 
 def _write_outputs(out: Path, report: str, records: list[dict[str, Any]], pictures: dict[str, tuple],
                    settings: dict[str, Any]) -> None:
-    from ..attacks.retrieval import plot_attack_examples, write_csv
+    from ..attacks.retrieval import plot_attack_examples
+    from ..reporting.files import write_csv_rows
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report)
     (out / "results.json").write_text(json.dumps(
         {"settings": {k: v for k, v in settings.items() if k != "paths"},
          "checkpoints": [str(p) for p in settings["paths"]], "results": records}, indent=2))
-    write_csv(records, out / "results.csv")
+    write_csv_rows(records, out / "results.csv")
     for label, (clean, adversarial) in pictures.items():
         plot_attack_examples(clean, adversarial, settings["eps"], out / f"examples_{label_file_stem(label)}.png",
                              title=f"{label}: clean, adversarial, perturbation")

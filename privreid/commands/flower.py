@@ -162,14 +162,14 @@ def run_command(
     """
     from tqdm.auto import tqdm
 
-    from ..cli import _options, _with_preset
+    from .common import params_with_preset, parse_method_options
     from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig
     from ..federated.engine import prepare_out_dir
     from ..flower.deployment import rounds_done, run_on_superlink
     from ..flower.server_app import ServerSettings, check_flower_support
 
     def go() -> dict:
-        p = _with_preset(ctx, config_file)
+        p = params_with_preset(ctx, config_file)
         if p["overwrite"] and p["resume"]:
             raise ConfigError("--overwrite and --resume exclude each other")
         if p["insecure"] == (p["root_certificates"] is not None):
@@ -185,7 +185,7 @@ def run_command(
                               batch_size=p["batch_size"], optimizer=p["optimizer"], lr_backbone=p["lr_backbone"],
                               lr_head=p["lr_head"], client_fraction=p["client_fraction"],
                               max_steps_per_epoch=p["max_steps"], eval_every=p["eval_every"],
-                              method_options=_options(p["opt"]), beta=p["beta"], beta_mode=p["beta_mode"],
+                              method_options=parse_method_options(p["opt"]), beta=p["beta"], beta_mode=p["beta_mode"],
                               seed=p["seed"], device=p["device"]))
         config = RunConfig.from_dict(_apply_sets(base.to_dict(), p["sets"] or [])).validate()
         check_flower_support(config)

@@ -18,7 +18,8 @@ def base_config(train_args: list[str]):
     """The :class:`RunConfig` that ``privreid train <train_args>`` would run (presets and flags applied)."""
     import click
 
-    from ..cli import _with_preset, app, train_config
+    from ..cli import app, train_config
+    from .common import params_with_preset
 
     owned = [a for a in train_args if a.split("=")[0] in OWNED_TRAIN_OPTIONS]
     if owned:
@@ -28,7 +29,7 @@ def base_config(train_args: list[str]):
         ctx = train.make_context("train", list(train_args))
     except click.UsageError as exc:
         raise ConfigError(f"train options: {exc.format_message()}") from None
-    return train_config(_with_preset(ctx, ctx.params["config_file"]))
+    return train_config(params_with_preset(ctx, ctx.params["config_file"]))
 
 
 def sweep_command(

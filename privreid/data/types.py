@@ -128,6 +128,15 @@ class ClientData:
     def num_samples(self) -> int:
         return len(self.train)
 
+    def domain_pid(self, label: int) -> object:
+        """A client-independent identity key of ``label`` within the client's domain.
+
+        Client labels are relabelled per client; the domain-level identity is
+        recovered from :attr:`source_pids` when the partition recorded it, else
+        the client name keeps identities of different clients distinct.
+        """
+        return self.source_pids[label] if self.source_pids is not None else (self.name, label)
+
 
 @dataclass
 class TestSet:

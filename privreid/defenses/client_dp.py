@@ -71,7 +71,6 @@ from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
 from ..federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
-from ..models import build_model
 
 #: inner strategies client DP may replace: plain (weighted) means of the uploads
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
@@ -101,10 +100,8 @@ def trainable_parameter_names(method: Method, config: RunConfig) -> frozenset[st
     Built without initial weights (they change no name or flag) and with the
     global RNG forked, so the run's random stream is untouched.
     """
-    m = config.model
     with torch.random.fork_rng(devices=[]):
-        model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
-                            **method.model_overrides_for(config))
+        model = method.build_model(config, initial_weights=False)
     return frozenset(name for name, p in model.named_parameters() if p.requires_grad)
 
 

@@ -40,7 +40,6 @@ from ..defenses import PrivacyLedger, apply_defenses
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from ..models import build_model
 from ..seeding import derive_seed, rng_states, seed_everything
 from .client import ClientContext
 from .policy import StateDict, clone_state, state_nbytes
@@ -116,10 +115,7 @@ class FederatedEngine:
     # -- state -----------------------------------------------------------------
     def _initial_state(self) -> None:
         seed_everything(derive_seed(self.config.train.seed, "init"))
-        m = self.config.model
-        self.model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
-                                 last_stride=m.last_stride, pretrained=m.pretrained, weights=m.weights,
-                                 **self.method.model_overrides_for(self.config))
+        self.model = self.method.build_model(self.config)
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
         self.global_state: StateDict = self.policy.shared(self.init_state)

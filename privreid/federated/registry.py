@@ -75,6 +75,20 @@ class Method:
     def model_overrides_for(self, config: RunConfig) -> Mapping[str, Any]:
         return self.model_overrides(config) if callable(self.model_overrides) else self.model_overrides
 
+    def build_model(self, config: RunConfig, *, initial_weights: bool = True):
+        """The network this method trains under ``config``: the configured architecture plus the method's overrides.
+
+        ``initial_weights=False`` skips ``--pretrained`` / ``--weights``: the
+        parameter names, shapes and trainable flags are the same, which is all
+        that callers asking "what does this method's model look like" need.
+        """
+        from ..models import build_model
+
+        m = config.model
+        return build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
+                           pretrained=m.pretrained if initial_weights else None,
+                           weights=m.weights if initial_weights else None, **self.model_overrides_for(config))
+
     def option(self, config: RunConfig, key: str) -> Any:
         """The value of option ``key``: ``--opt`` if given, else the method's default."""
         return config.train.method_options.get(key, self.options[key])

@@ -66,7 +66,6 @@ from ..federated.engine import FederatedEngine, write_json_atomic
 from ..federated.policy import StateDict, state_nbytes
 from ..federated.registry import get_method
 from ..federated.strategy import Upload
-from ..models import build_model
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError,
                        check_reply, ledger_keys, parse_eval_records, record_to_state, run_record, state_to_record)
@@ -87,11 +86,8 @@ def check_flower_support(config: RunConfig) -> None:
     elif not method.communicates:
         why = "its clients never communicate, so there is nothing to federate; train it with `privreid train`"
     elif method.global_eval_state is not None:
-        m = config.model
         with torch.random.fork_rng(devices=[]):
-            model = build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim,
-                                last_stride=m.last_stride, pretrained=None, weights=None,
-                                **method.model_overrides_for(config))
+            model = method.build_model(config, initial_weights=False)
         state = model.state_dict()
         try:
             evaluated = method.global_eval_state(method.policy_for(config).shared(state), {})

@@ -101,7 +101,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...centralized import _domain_pid
 from ...data.torch_dataset import ImageDataset, SequenceDataset
 from ...data.transforms import CHANNEL_AUG_MODES, build_transforms
 from ...data.types import ClientData
@@ -127,7 +126,7 @@ ONECYCLE_START = 1e-4
 
 def identity_key(client: ClientData, label: int) -> str:
     """The client-independent key of client label ``label`` in the memory: ``mrb/<domain>/<domain pid>``."""
-    return f"{CENTRE_PREFIX}{client.domain}/{_domain_pid(client, label)}"
+    return f"{CENTRE_PREFIX}{client.domain}/{client.domain_pid(label)}"
 
 
 def is_centre(key: str) -> bool:
