@@ -23,7 +23,8 @@ from .errors import ConfigError
 
 app = typer.Typer(
     name="privreid",
-    help="Privacy-preserving (federated) person re-identification: train, evaluate, compare.\n\n"
+    help="Privacy-preserving (federated) person re-identification: train (with DP defences), evaluate, "
+         "attack, invert, corrupt, compare and sweep; Flower for multi-machine runs.\n\n"
          "Example: privreid train --method fedpav --rounds 10 --out runs/fedpav",
     no_args_is_help=True,
     add_completion=False,
