@@ -301,7 +301,9 @@ def recipe_deviations(config: RunConfig) -> list[str]:
     for value in recipe.values:
         actual, expected = value.actual(config), value.expected(config)
         if not _same(actual, expected):
-            out.append(f"{value.option} {_show(actual)} ({recipe.paper}: {_show(expected)}; {value.source})")
+            setting = f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else \
+                f"{value.option} {_show(actual)}"
+            out.append(f"{setting} ({recipe.paper}: {_show(expected)}; {value.source})")
     return out
 
 
