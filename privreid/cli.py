@@ -61,12 +61,15 @@ def train_config(p: dict):
                         train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
                         num_clients=p["num_clients"], height=p["height"], width=p["width"]),
         model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
-                          pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"], weights=str(p["weights"]) if p["weights"] else None),
+                          pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"],
+                          weights=str(p["weights"]) if p["weights"] else None, dropout=p["dropout"]),
         train=TrainConfig(method=p["method"], rounds=p["rounds"], optimizer=p["optimizer"],
                           local_epochs=p["local_epochs"], batch_size=p["batch_size"],
-                          lr_backbone=p["lr_backbone"], lr_head=p["lr_head"], lr_step=p["lr_step"],
-                          lr_gamma=p["lr_gamma"], client_fraction=p["client_fraction"],
+                          lr_backbone=p["lr_backbone"], lr_head=p["lr_head"], lr_neck=p["lr_neck"],
+                          lr_step=p["lr_step"], lr_gamma=p["lr_gamma"], client_fraction=p["client_fraction"],
                           triplet_weight=p["triplet_weight"], random_erasing=p["random_erasing"],
+                          label_smoothing=p["label_smoothing"], eval_flip=p["eval_flip"],
+                          report_best=p["report_best"],
                           beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
                           dp_sgd=p["dp_sgd"], client_dp=p["client_dp"], noise_multiplier=p["noise_multiplier"],
                           max_grad_norm=p["max_grad_norm"], clip=p["clip"], target_epsilon=p["target_epsilon"],
@@ -107,15 +110,28 @@ def train(
     optimizer: str = typer.Option("sgd", help="sgd (FedPav: momentum 0.9, wd 5e-4) or adam."),
     lr_backbone: float = typer.Option(0.005, help="Backbone learning rate (FedPav: 0.005)."),
     lr_head: float = typer.Option(0.05, help="Classifier learning rate (FedPav: 0.05)."),
+    lr_neck: Optional[float] = typer.Option(None, help="Neck (embedding bottleneck) learning rate (default: "
+                                            "--lr-backbone; FedPav's and L2RW+'s reference code train it at "
+                                            "the classifier's rate)."),
     lr_step: int = typer.Option(40, help="Decay the learning rates by --lr-gamma every N rounds."),
     lr_gamma: float = typer.Option(0.1, help="Learning-rate decay factor."),
     client_fraction: Optional[float] = typer.Option(None, help="Fraction C of clients sampled per round "
                                                     "(default: the method's; 1.0, FedReID 0.5)."),
-    triplet_weight: float = typer.Option(0.0, help="Weight of the batch-hard triplet loss (0 = off; "
-                                         "on switches to PK sampling)."),
+    triplet_weight: Optional[float] = typer.Option(None, help="Weight of the batch-hard triplet loss (0 = off; "
+                                                   "on switches to PK sampling). Default: the method's (FedARKS 1, "
+                                                   "its Eq. 2; others 0)."),
+    label_smoothing: float = typer.Option(0.1, help="Label smoothing of the identity cross-entropy (0 = plain "
+                                          "cross-entropy, as in all five papers and their code)."),
     random_erasing: float = typer.Option(0.5, help="Random-erasing probability (data augmentation)."),
+    dropout: float = typer.Option(0.0, help="Dropout on the feature before the identity classifier, training "
+                                  "only (FedPav's reference code: 0.5)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch (quick runs)."),
     eval_every: int = typer.Option(1, help="Evaluate every k rounds (and always after the last)."),
+    eval_flip: bool = typer.Option(False, "--eval-flip", help="Evaluate with the mean feature of each image and "
+                                   "its mirror (FedPav's reference code does)."),
+    report_best: int = typer.Option(1, help="summary.json's `best` block: 1 = the last evaluation; K > 1 = the "
+                                    "mean of the K global evaluations with the highest mean seen rank-1 (FedPav "
+                                    "reports K = 3, evaluated every 10 rounds)."),
     opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable), "
                                             "e.g. --opt mu=0.01; `privreid methods` lists each method's options."),
     no_an: bool = typer.Option(False, "--no-an", help="SKA ablation (Table 4): plain BN instead of attentive norm."),
@@ -166,7 +182,15 @@ def train(
                          progress=not p["quiet"], echo=typer.echo)
 
     summary = _run(go)
-    typer.echo(json.dumps({k: v for k, v in summary.items() if not k.endswith("per_testset")}, indent=2))
+    typer.echo(json.dumps(_brief(summary), indent=2))
+
+
+def _brief(summary: dict) -> dict:
+    """``summary.json`` without its per-test-set tables (also inside the ``best`` block), for the terminal."""
+    def drop(d: dict) -> dict:
+        return {k: drop(v) if isinstance(v, dict) else v for k, v in d.items() if not k.endswith("per_testset")}
+
+    return drop(summary)
 
 
 # --------------------------------------------------------------------------- eval

@@ -12,6 +12,15 @@ the identity classifier and 0.005 for the backbone, step decay gamma 0.1 every
 40 rounds.  The paper starts from ImageNet weights; training from scratch (the
 only option offline) needs a larger backbone learning rate, which the demo
 passes explicitly.
+
+Recipe defaults that are not the papers' (each paper's preset in ``configs/``
+sets the paper's value, and :mod:`privreid.deviations` lists the active ones
+in every ``summary.json``): label smoothing 0.1 (all five papers use plain
+cross-entropy), random erasing 0.5, last stride 1, no dropout before the
+classifier, and the neck trained at the backbone's learning rate.
+
+``None`` in a field means "not given": a documented default applies
+(:func:`triplet_weight`, :func:`lr_neck`, :func:`dp_delta`, ...).
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ class ModelConfig:
     last_stride: int = 1
     pretrained: str | None = None
     weights: str | None = None
+    #: dropout on the feature before the identity classifier (training only; FedPav's reference code: 0.5)
+    dropout: float = 0.0
 
 
 #: DP-SGD's per-sample clipping bound C when --max-grad-norm is not given (Opacus' tutorials use 1.0)
@@ -71,6 +82,14 @@ class TrainConfig:
     derives its noise from ``target_epsilon`` when no noise multiplier is
     given.  ``None`` means "not given" (defaults :data:`DEFAULT_MAX_GRAD_NORM`
     and :data:`DEFAULT_DELTA` apply when the mechanism is on).
+
+    Learning-rate groups: ``lr_backbone`` (the trunk), ``lr_neck`` (the
+    embedding neck; ``None``: the backbone's rate, :func:`lr_neck`) and
+    ``lr_head`` (the identity classifier).  ``triplet_weight`` ``None`` is the
+    method's default (:func:`triplet_weight`: FedARKS 1, Eq. 2; others 0).
+    ``report_best`` K: the ``best`` block of ``summary.json`` is the last
+    evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
+    paper 004 Sec. 4: K = 3), see :func:`privreid.federated.best.best_block`.
     """
 
     method: str = "fedpav"
@@ -80,19 +99,21 @@ class TrainConfig:
     batch_size: int = 32
     lr_backbone: float = 0.005
     lr_head: float = 0.05
+    lr_neck: float | None = None
     lr_step: int = 40
     lr_gamma: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 5e-4
     label_smoothing: float = 0.1
     random_erasing: float = 0.5
-    triplet_weight: float = 0.0
+    triplet_weight: float | None = None
     triplet_margin: float = 0.3
     instances_per_id: int = 4
     client_fraction: float | None = None
     max_steps_per_epoch: int | None = None
     eval_every: int = 1
     eval_flip: bool = False
+    report_best: int = 1
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"
@@ -130,17 +151,21 @@ class RunConfig:
 
     def validate(self) -> "RunConfig":
         """Check value ranges; raise :class:`ConfigError` naming the bad field."""
-        t, d = self.train, self.data
+        t, d, m = self.train, self.data, self.model
         checks = [
             (t.rounds > 0, f"rounds must be > 0 (got {t.rounds})"),
             (t.local_epochs > 0, f"local_epochs must be > 0 (got {t.local_epochs})"),
             (t.batch_size > 0, f"batch_size must be > 0 (got {t.batch_size})"),
             (t.client_fraction is None or 0.0 < t.client_fraction <= 1.0,
              f"client_fraction must be in (0, 1] (got {t.client_fraction})"),
-            (t.lr_backbone >= 0 and t.lr_head >= 0, "learning rates must be >= 0"),
+            (t.lr_backbone >= 0 and t.lr_head >= 0 and (t.lr_neck is None or t.lr_neck >= 0),
+             "learning rates must be >= 0"),
+            (0.0 <= t.label_smoothing < 1.0, f"label_smoothing must lie in [0, 1) (got {t.label_smoothing})"),
+            (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
+            (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
             (t.eval_every > 0, f"eval_every must be > 0 (got {t.eval_every})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
-            (t.triplet_weight >= 0, "triplet_weight must be >= 0"),
+            (t.triplet_weight is None or t.triplet_weight >= 0, "triplet_weight must be >= 0"),
             (t.beta >= 0, f"beta must be >= 0 (got {t.beta})"),
             (t.beta_mode in ("upload", "download", "both"), f"beta_mode must be upload, download or both "
              f"(got {t.beta_mode!r})"),
@@ -151,10 +176,30 @@ class RunConfig:
             (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
              f"device must be auto, cpu or cuda (got {t.device!r})"),
         ]
-        for ok, msg in checks + _privacy_checks(t):
+        for ok, msg in checks + _privacy_checks(self):
             if not ok:
                 raise ConfigError(msg)
         return self
+
+
+def triplet_weight(config: RunConfig) -> float:
+    """The weight of the batch-hard triplet loss: ``--triplet-weight``, else the method's default.
+
+    The default is :attr:`privreid.federated.registry.Method.triplet_weight`
+    (FedARKS: 1, its local objective Eq. 2 includes the triplet loss; every
+    other method: 0).
+    """
+    if config.train.triplet_weight is not None:
+        return config.train.triplet_weight
+    from .federated.registry import get_method
+
+    return get_method(config.train.method).triplet_weight
+
+
+def lr_neck(config: RunConfig) -> float:
+    """The neck's learning rate: ``--lr-neck``, else the backbone's (``--lr-backbone``)."""
+    t = config.train
+    return t.lr_backbone if t.lr_neck is None else t.lr_neck
 
 
 def dp_delta(config: RunConfig) -> float:
@@ -176,8 +221,9 @@ def _positive(value: float | None) -> bool:
     return value is None or value > 0
 
 
-def _privacy_checks(t: TrainConfig) -> list[tuple[bool, str]]:
+def _privacy_checks(config: RunConfig) -> list[tuple[bool, str]]:
     """Ranges and combinations of the differential-privacy fields (flag names as on the CLI)."""
+    t = config.train
     knobs = {"--noise-multiplier": t.noise_multiplier, "--max-grad-norm": t.max_grad_norm, "--clip": t.clip,
              "--target-epsilon": t.target_epsilon, "--delta": t.delta}
     given = [flag for flag, value in knobs.items() if value is not None]
@@ -194,7 +240,7 @@ def _privacy_checks(t: TrainConfig) -> list[tuple[bool, str]]:
          "gradients with --max-grad-norm"),
         (not t.dp_sgd or t.noise_multiplier is not None or t.target_epsilon is not None,
          "--dp-sgd needs --noise-multiplier Z or --target-epsilon E"),
-        (not t.dp_sgd or t.triplet_weight == 0, "--dp-sgd cannot bound a sample's influence on the batch-hard "
+        (not t.dp_sgd or triplet_weight(config) == 0, "--dp-sgd cannot bound a sample's influence on the batch-hard "
          "triplet loss (it couples the samples of a batch); use --triplet-weight 0"),
         (not t.client_dp or t.max_grad_norm is None, "--max-grad-norm clips per-sample gradients (--dp-sgd); "
          "client-level DP clips client updates with --clip"),

@@ -1,5 +1,7 @@
 """DPPT (L2RW+, paper 003): federated runs on a CI-like by-camera federation, ablation options, V-DPPT."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,10 +13,13 @@ from privreid.errors import ConfigError
 from privreid.evaluation.model_eval import evaluate_model
 from privreid.federated.client import ClientContext
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.methods.dppt import (DPPTAggregate, DPPTUpdate, centre_state, identity_key,
-                                             make_client_update, one_cycle_factor, temporal_forward)
+from privreid.federated.methods.dppt import (DPPTAggregate, DPPTUpdate, GlobalLabelClient, centre_state,
+                                             global_label_clients, identity_key, initial_classifier,
+                                             make_client_update, make_download, model_state, one_cycle_factor,
+                                             temporal_forward)
 from privreid.federated.mrb import global_memory
 from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state, state_nbytes
+from privreid.federated.strategy import weighted_average
 from privreid.models import build_model
 from privreid.seeding import derive_seed, seed_everything
 
@@ -34,6 +39,11 @@ def dppt_config(root, rounds=1, max_steps=None, **opts):
     return cfg
 
 
+def held(client):
+    """The labels a client has images of (with the shared classifier, a subset of the global labels)."""
+    return {pid for _, pid, _ in client.train}
+
+
 def drawn_labels(cfg, client, round_index):
     """The labels of the PK epoch the engine's client ``round_index`` draws (P = 2, K = 8; a PK epoch may
     leave an identity out when fewer than P identities have images left)."""
@@ -44,7 +54,8 @@ def drawn_labels(cfg, client, round_index):
 # --------------------------------------------------------------------------- federated runs
 @pytest.fixture(scope="module")
 def two_rounds(tiny_synth, tmp_path_factory):
-    """2 rounds of dppt with every upload the server received."""
+    """2 rounds of dppt (default: one shared classifier over the global labels) with every upload the server
+    received."""
     seen = []
     original = DPPTAggregate.aggregate
 
@@ -75,7 +86,7 @@ def test_trains_by_camera_and_checkpoint_evaluates(two_rounds):
 
 def test_uploads_carry_model_and_one_centre_per_identity(two_rounds):
     cfg, engine, summary, seen, out = two_rounds
-    shared = set(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
+    every_key = set(engine.model.state_dict())  # the whole model, the global-label classifier included (Eq. 8)
     clients = {c.name: c for c in engine.clients}
     assert len(seen) == 2
     for r, uploads in enumerate(seen):
@@ -83,8 +94,9 @@ def test_uploads_carry_model_and_one_centre_per_identity(two_rounds):
             c = clients[u.client]
             centres = {k for k in u.state if k.startswith("mrb/")}
             assert centres == {identity_key(c, label) for label in drawn_labels(cfg, c, r)}
-            assert len(centres) >= c.num_classes - 1
-            assert set(u.state) - centres == shared
+            assert len(centres) >= len(held(c)) - 1
+            assert set(u.state) - centres == every_key
+            assert u.state["classifier.weight"].shape == (6, 32)  # the domain's 6 identities, on every camera
             assert all(u.state[k].shape == (32,) for k in centres)
             assert all(isinstance(v, float) for v in u.metrics.values())
     # bytes up: the model and the centres
@@ -95,7 +107,7 @@ def test_global_memory_is_eq5_of_the_uploads_and_reaches_clients(two_rounds):
     cfg, engine, summary, seen, out = two_rounds
     ckpt = load_checkpoint(out / "ckpt.pt")
     rounds = [global_memory([centre_state(u.state) for u in uploads]) for uploads in seen]
-    last = ckpt["server_state"]
+    last = centre_state(ckpt["server_state"])
     assert set(last) == set(rounds[1])
     for key, centre in rounds[1].items():
         assert torch.allclose(last[key], centre)
@@ -135,6 +147,73 @@ def test_resume_continues_exactly(two_rounds, tmp_path):
     for part in ("global_state", "server_state"):
         assert set(full[part]) == set(resumed[part]) and full[part]
         assert all(torch.equal(full[part][k], resumed[part][k]) for k in full[part])
+
+
+# --------------------------------------------------------------------------- the shared classifier
+def test_global_labels_key_identities_by_domain_and_pid(tiny_synth):
+    cams = federation_for_config(dppt_config(tiny_synth)).clients
+    relabelled = global_label_clients(cams)
+    for before, after in zip(cams, relabelled):
+        assert isinstance(after, GlobalLabelClient) and after.name == before.name
+        assert after.num_classes == 6 and after.identities == relabelled[0].identities  # one label space
+        for (path, local, cam), (path2, g, cam2) in zip(before.train, after.train):
+            assert (path, cam) == (path2, cam2)
+            assert after.identities[g] == ("synthA", before.source_pids[local])  # same person, same label
+            assert identity_key(after, g) == identity_key(before, local)  # memory keys unchanged
+    # entities (by-dataset clients) never share an identity: the label space is the union
+    cfg = tiny_config(tiny_synth, method="dppt")
+    datasets = federation_for_config(cfg).clients
+    union = global_label_clients(datasets)
+    assert union[0].num_classes == sum(c.num_classes for c in datasets) == 12
+    assert not held(union[0]) & held(union[1])
+
+
+def test_every_client_starts_from_the_same_classifier(tiny_synth):
+    cfg = dppt_config(tiny_synth)
+    heads = []
+    for state_seed in (1, 2):
+        torch.manual_seed(state_seed)
+        model = build_model(arch="resnet18", feat_dim=32, num_classes=6)
+        before = torch.rand(1)
+        torch.manual_seed(state_seed)
+        model = build_model(arch="resnet18", feat_dim=32, num_classes=6)
+        initial_classifier(model, cfg)
+        assert torch.equal(torch.rand(1), before)  # the client's random stream is untouched
+        heads.append(model.classifier.weight.detach().clone())
+    assert torch.equal(heads[0], heads[1]) and heads[0].shape == (6, 32)
+    cfg.train.seed = 1
+    other = build_model(arch="resnet18", feat_dim=32, num_classes=6)
+    initial_classifier(other, cfg)
+    assert not torch.equal(other.classifier.weight, heads[0])  # drawn from the run's seed
+
+
+def test_classifier_is_averaged_like_every_layer_and_downloaded(two_rounds):
+    cfg, engine, summary, seen, out = two_rounds
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    uploads = [dataclasses.replace(u, state=model_state(u.state)) for u in seen[1]]
+    expected = weighted_average(uploads, [float(u.num_samples) for u in uploads])  # Eq. 8
+    for key in ("classifier.weight", "neck.fc.weight"):
+        stored = ckpt["server_state"] if key.startswith("classifier.") else ckpt["global_state"]
+        assert torch.allclose(stored[key], expected[key])
+    received = make_download(cfg)({**ckpt["global_state"], **ckpt["server_state"]}, engine.clients[0], {}, 2)
+    assert torch.equal(received["classifier.weight"], ckpt["server_state"]["classifier.weight"])
+    assert ckpt["client_states"] == {c.name: {} for c in engine.clients}  # nothing stays local
+    assert not any("local classifier" in d for d in summary["deviations"])
+
+
+def test_local_classifier_variant_keeps_heads_on_the_clients(tiny_synth, tmp_path, monkeypatch):
+    from conftest import spy_on_uploads
+
+    rounds = spy_on_uploads(monkeypatch, DPPTAggregate)
+    cfg = dppt_config(tiny_synth, max_steps=1, shared_classifier=False)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
+    summary = engine.run()
+    assert not any(isinstance(c, GlobalLabelClient) for c in engine.clients)
+    assert all(not any(k.startswith("classifier.") for k in u.state) for u in rounds[0])
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert all(set(s) == {"classifier.weight"} for s in ckpt["client_states"].values())
+    assert ckpt["client_classes"] == {c.name: len(held(c)) for c in engine.clients}
+    assert any("local classifier" in d for d in summary["deviations"])
 
 
 # --------------------------------------------------------------------------- the client update
@@ -238,7 +317,8 @@ def test_schedule_step_sets_rates_from_global_progress(tiny_synth):
 def test_option_errors(tiny_synth):
     for opts, message in (({"ca": "rgb"}, "ca must be one of"), ({"topk": 0}, "topk must be an integer"),
                           ({"base": "fednova"}, "base must be one of"), ({"lambda_mrb": -1}, "lambda_mrb"),
-                          ({"mrb": "yes"}, "mrb must be true or false"), ({"instances": 2.5}, "instances")):
+                          ({"mrb": "yes"}, "mrb must be true or false"), ({"instances": 2.5}, "instances"),
+                          ({"shared_classifier": "no"}, "shared_classifier must be true or false")):
         with pytest.raises(ConfigError, match=message):
             make_client_update(dppt_config(tiny_synth, **opts))
     with pytest.raises(ConfigError, match="has no option"):

@@ -202,8 +202,12 @@ def test_privacy_gate_refuses_anything_beyond_shared_parameters_and_scalars():
 def test_methods_that_cannot_run_on_flower_say_why(tiny_synth, method, opts, why):
     with pytest.raises(ConfigError, match=f"cannot run on Flower: .*{why}"):
         check_flower_support(tiny_config(tiny_synth, method=method, method_options=opts))
-    for ok in ("fedpav", "fedreid", "ska", "fedpav-cdw", "dppt"):
+    for ok in ("fedpav", "fedreid", "ska", "fedpav-cdw"):
         check_flower_support(tiny_config(tiny_synth, method=ok))
+    # DPPT's shared classifier needs the federation's global identity labels in one place
+    with pytest.raises(ConfigError, match="cannot run on Flower: .*shared_classifier=false"):
+        check_flower_support(tiny_config(tiny_synth, method="dppt"))
+    check_flower_support(tiny_config(tiny_synth, method="dppt", method_options={"shared_classifier": False}))
 
 
 def test_site_is_one_dataset_and_its_client_matches_the_in_process_one(tiny_synth, tmp_path):
@@ -273,7 +277,8 @@ def test_flower_commands_fail_clearly_before_starting_anything(args, message, tm
     ("ska", {}),  # local norms, generalised norms shared
     ("fedpav-cdw", {}),  # public-set probe on the sites
     ("fedpav-cc", {}),  # cluster models parked server-side, sent by the download
-    ("dppt", {}),  # class centres beside the parameters, download writes client memory
+    ("dppt", {"method_options": {"shared_classifier": False}}),  # class centres beside the parameters, download
+    # writes client memory
     ("fedpav", {"dp_sgd": True, "noise_multiplier": 1.0, "max_grad_norm": 1.0}),  # accountant on the sites
     ("fedpav", {"client_dp": True, "clip": 10.0, "noise_multiplier": 0.001}),
     ("fedpav", {"beta": 0.01, "beta_mode": "upload"}),

@@ -48,13 +48,19 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
     """The command's parameters, with values from a YAML preset where no flag was given.
 
     Preset keys are option names (``lr-backbone`` or ``lr_backbone``);
-    ``format`` maps to the ``--format`` option.
+    ``format`` maps to the ``--format`` option.  Every value goes through the
+    option's own click type, exactly as if it had been typed on the command
+    line (:func:`preset_value`): ``lr-backbone: 5e-3`` (a string to YAML) is
+    the float 0.005, ``dp-sgd: "false"`` is False, ``rounds: 2.7`` is an
+    error.  A bad value raises :class:`ConfigError` naming the preset and the
+    key.
     """
     import yaml
 
     params = dict(ctx.params)
     if preset is None:
         return params
+    preset = Path(preset)  # typer converts to Path in the command's wrapper only; ctx.params hold strings
     if not preset.is_file():
         raise ConfigError(f"preset not found: {preset}")
     try:
@@ -63,15 +69,52 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
         raise ConfigError(f"{preset} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(values, dict):
         raise ConfigError(f"{preset} must hold a mapping of option names to values")
+    options = {p.name: p for p in ctx.command.params}
     for key, value in values.items():
         name = {"format": "fmt"}.get(str(key), str(key).replace("-", "_"))
-        if name not in params or name == "config_file":
+        if name not in params or name not in options or name == "config_file":
             raise ConfigError(f"{preset}: unknown option {key!r}")
         source = ctx.get_parameter_source(name)
         if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):  # not given on the command line
-            if name in ("data", "opt") and isinstance(value, str):
-                value = [value]
-            if name == "opt" and isinstance(value, dict):
-                value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
-            params[name] = value
+            try:
+                params[name] = preset_value(ctx, options[name], value)
+            except ConfigError as exc:
+                raise ConfigError(f"{preset}: {key}: {exc}") from None
     return params
+
+
+def _as_typed(value) -> str:
+    """A YAML scalar as a user would type it on the command line (``true``, ``300``, ``0.005``, ``market``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ConfigError(f"expected a single value, got {type(value).__name__} {value!r}")
+
+
+def preset_value(ctx, param, value):
+    """``value`` (from YAML) converted by ``param``'s click type, as the command line would convert it.
+
+    Scalars are rendered as the text a user would type (:func:`_as_typed`)
+    and parsed by the option's type: numbers, booleans, choices and paths are
+    checked the same way as flags.  Repeatable options (``--data``, ``--opt``)
+    take a scalar or a list; ``opt`` also takes a mapping (``{mu: 0.01}``).
+    ``null`` is accepted only for options whose default is "not given".
+    """
+    import click
+
+    if value is None:
+        if param.multiple or param.default is None:
+            return [] if param.multiple else None
+        raise ConfigError("a value is required (null given)")
+    if param.multiple:
+        if param.name == "opt" and isinstance(value, dict):
+            value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
+        items = value if isinstance(value, list) else [value]
+        text = [_as_typed(v) for v in items]
+    else:
+        text = _as_typed(value)
+    try:
+        return param.type_cast_value(ctx, text)
+    except click.BadParameter as exc:
+        raise ConfigError(exc.message) from None

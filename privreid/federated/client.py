@@ -8,13 +8,21 @@ returns scalar metrics.  Clients are the only code that touches images.
 :class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
 9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
 loss, with separate learning rates for the classifier (0.05) and the backbone
-(0.005), decayed by ``gamma`` every ``lr_step`` rounds.  ``optimizer="adam"``
-swaps SGD for Adam (same learning-rate groups), which trains from scratch
-much faster than the paper's SGD recipe, designed for ImageNet-initialised
-ResNet-50s; the CPU demo uses it.  Optionally a
-batch-hard triplet loss on the pre-neck features, with PK sampling.  Methods
-that change the local objective (FedProx's proximal term, KD, ...) subclass it
-and override :meth:`SupervisedUpdate.extra_loss`.
+(0.005), decayed by ``gamma`` every ``lr_step`` rounds.  The neck (the
+embedding bottleneck) trains at the backbone's rate unless ``--lr-neck`` is
+given (FedPav's reference code trains its 512-d bottleneck at the classifier's
+rate; the paper presets say so).  ``optimizer="adam"`` swaps SGD for Adam
+(same learning-rate groups), which trains from scratch much faster than the
+paper's SGD recipe, designed for ImageNet-initialised ResNet-50s; the CPU demo
+uses it.
+
+The identity loss is cross-entropy with ``--label-smoothing`` (default 0.1;
+the five papers and their released code use plain cross-entropy, 0).
+Optionally a batch-hard triplet loss on the pre-neck features, with PK
+sampling, weighted by :func:`privreid.config.triplet_weight` (the method's
+default unless ``--triplet-weight`` is given).  Methods that change the local
+objective (FedProx's proximal term, KD, ...) subclass it and override
+:meth:`SupervisedUpdate.extra_loss`.
 
 Optimiser state (momentum) is created fresh every round, as in the FedPav
 reference code; nothing but model weights persists between rounds.
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import RunConfig
+from ..config import RunConfig, lr_neck, triplet_weight
 from ..data import ImageDataset, PKSampler, build_transforms
 from ..data.types import ClientData
 from ..losses import batch_hard_triplet_loss, identity_loss
@@ -80,7 +88,7 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
         dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
                                                               random_erasing=t.random_erasing))
     generator = torch.Generator().manual_seed(seed)
-    if instances or t.triplet_weight > 0:
+    if instances or triplet_weight(config) > 0:
         k = instances or t.instances_per_id
         p = max(2, t.batch_size // k)
         sampler = PKSampler(client.train, p=p, k=k, seed=seed)
@@ -96,14 +104,27 @@ class SupervisedUpdate:
     def __init__(self, config: RunConfig):
         self.config = config
         self.criterion = identity_loss(config.train.label_smoothing)
+        self.triplet_weight = triplet_weight(config)
 
     def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
+        """SGD (or Adam) over the learning-rate groups, in this order (subclasses index them).
+
+        0. body: every trainable parameter not in another group, at ``lr_backbone``;
+        1. head: the classifier, at ``lr_head``;
+        2. neck (only when ``--lr-neck`` is given): ``model.neck``, at ``lr_neck``.
+
+        Without ``--lr-neck`` the neck is part of the body, so runs that do
+        not set it are unchanged (same groups, same parameter order).
+        """
         t = self.config.train
         factor = round_lr_factor(self.config, round_index)
         head = list(model.classifier.parameters())
-        head_ids = {id(p) for p in head}
-        body = [p for p in model.parameters() if p.requires_grad and id(p) not in head_ids]
+        neck = [p for p in model.neck.parameters() if p.requires_grad] if t.lr_neck is not None else []
+        grouped = {id(p) for p in head + neck}
+        body = [p for p in model.parameters() if p.requires_grad and id(p) not in grouped]
         groups = [{"params": body, "lr": t.lr_backbone * factor}, {"params": head, "lr": t.lr_head * factor}]
+        if neck:
+            groups.append({"params": neck, "lr": lr_neck(self.config) * factor})
         if t.optimizer == "adam":
             return torch.optim.Adam(groups, weight_decay=t.weight_decay)
         return torch.optim.SGD(groups, momentum=t.momentum, weight_decay=t.weight_decay, nesterov=t.momentum > 0)
@@ -150,8 +171,8 @@ class SupervisedUpdate:
                 ctx.images = images
                 pre_neck, feat, logits = self.forward(ctx, images)
                 loss = self.criterion(logits, labels)
-                if t.triplet_weight > 0:
-                    loss = loss + t.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
+                if self.triplet_weight > 0:
+                    loss = loss + self.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
                 extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
                 if extra is not None:
                     loss = loss + extra

@@ -37,10 +37,12 @@ from tqdm.auto import tqdm
 from ..checkpoint import load_checkpoint, save_checkpoint
 from ..config import RunConfig
 from ..defenses import PrivacyLedger, apply_defenses
+from ..deviations import deviations
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from ..seeding import derive_seed, rng_states, seed_everything
+from .best import best_block
 from .client import ClientContext
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method, get_method
@@ -92,9 +94,8 @@ class FederatedEngine:
         self.method: Method = apply_defenses(get_method(config.train.method), config)
         self.method.check_options(config)
         self.federation = federation
-        self.clients: list[ClientData] = (
-            self.method.prepare_clients(federation.clients) if self.method.prepare_clients else federation.clients
-        )
+        prepare = self.method.prepare_clients_for(config)
+        self.clients: list[ClientData] = prepare(federation.clients) if prepare else federation.clients
         if not self.clients:
             raise ConfigError("the federation has no clients")
         self.out_dir = Path(out_dir)
@@ -322,7 +323,13 @@ class FederatedEngine:
         return {k: v for k, v in state.items() if k not in self.global_state}
 
     def summary(self, wall_time: float) -> dict[str, Any]:
-        """Final-round metrics (global and mean local), communication totals."""
+        """Final-round metrics (global and mean local), communication totals, ``best`` and ``deviations``.
+
+        ``best`` is the last global evaluation or the mean of the
+        ``--report-best`` best ones (:func:`.best.best_block`; ``None``
+        without a global model); ``deviations`` lists where the run's recipe
+        differs from its method's paper (:func:`privreid.deviations.deviations`).
+        """
         last = max((m["round"] for m in self.metrics if m["scope"] in ("global", "local")), default=0)
         final = [m for m in self.metrics if m["round"] == last and m["scope"] in ("global", "local")]
         out: dict[str, Any] = {
@@ -345,4 +352,6 @@ class FederatedEngine:
                             {k: m[k] for k in SUMMARY_KEYS} for m in recs}
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
+        out["best"] = best_block(self.metrics, self.config.train.report_best)
+        out["deviations"] = deviations(self.config)
         return out

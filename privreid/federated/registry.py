@@ -39,6 +39,10 @@ class Method:
             for centralised training, whose "client" is the data centre).
         prepare_clients: optional rewrite of the client list before training
             (centralised training pools all clients into one).
+        make_prepare_clients: ``config -> prepare_clients or None``, for
+            methods whose client rewrite depends on their options (DPPT's
+            shared classifier relabels identities with the federation's global
+            labels); see :meth:`prepare_clients_for`.
         make_download: ``config -> Download``: what the server transmits to
             a client (default: the global state itself); download-side
             defences wrap it.  What a client then does with it (FedReID's
@@ -53,6 +57,8 @@ class Method:
             or ``config -> arguments``.
         client_fraction: the method's default fraction C of clients per round
             (``--client-fraction`` overrides it).
+        triplet_weight: the method's default weight of the batch-hard triplet
+            loss (``--triplet-weight`` overrides it; FedARKS Eq. 2: 1).
     """
 
     name: str
@@ -63,14 +69,20 @@ class Method:
     has_global_model: bool = True
     communicates: bool = True
     prepare_clients: Callable[[list[ClientData]], list[ClientData]] | None = None
+    make_prepare_clients: Callable[[RunConfig], Callable[[list[ClientData]], list[ClientData]] | None] | None = None
     make_download: Callable[[RunConfig], Download] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     model_overrides: Mapping[str, Any] | Callable[[RunConfig], Mapping[str, Any]] = field(default_factory=dict)
     client_fraction: float = 1.0
+    triplet_weight: float = 0.0
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)
+
+    def prepare_clients_for(self, config: RunConfig) -> Callable[[list[ClientData]], list[ClientData]] | None:
+        """The client rewrite under ``config`` (``None``: the clients train as partitioned)."""
+        return self.make_prepare_clients(config) if self.make_prepare_clients else self.prepare_clients
 
     def model_overrides_for(self, config: RunConfig) -> Mapping[str, Any]:
         return self.model_overrides(config) if callable(self.model_overrides) else self.model_overrides
@@ -86,6 +98,7 @@ class Method:
 
         m = config.model
         return build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
+                           dropout=m.dropout,
                            pretrained=m.pretrained if initial_weights else None,
                            weights=m.weights if initial_weights else None, **self.model_overrides_for(config))
 

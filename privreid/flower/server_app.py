@@ -80,9 +80,10 @@ def check_flower_support(config: RunConfig) -> None:
     method = apply_defenses(get_method(config.train.method), config)
     method.check_options(config)
     why = None
-    if method.prepare_clients is not None:
-        why = "it reshapes the clients' data before training (centralized pools every client's images), " \
-              "which needs all the data in one place"
+    if method.prepare_clients_for(config) is not None:
+        why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \
+              "shared classifier relabels them with the federation's global identities: --opt " \
+              "shared_classifier=false runs), which needs all the data in one place"
     elif not method.communicates:
         why = "its clients never communicate, so there is nothing to federate; train it with `privreid train`"
     elif method.global_eval_state is not None:

@@ -14,6 +14,11 @@ Necks:
 so the model can be handed as is to feature extractors and attack libraries;
 training code calls :meth:`ReIDModel.forward_train`.
 
+Dropout (``dropout=p``): ``nn.Dropout(p)`` on the feature before the identity
+classifier (:meth:`ReIDModel.classify`), active in training mode only; the
+retrieval feature never passes through it.  FedPav's reference code
+(cap-ntu/FedReID) drops 0.5 after the 512-d bottleneck's BatchNorm.
+
 Part branch (``part_branch=True``, FedARKS' body-part processing branch, Xu et
 al., paper 001): three horizontal bands of the ``layer4`` feature map (see
 :data:`PART_BANDS`), each average-pooled, concatenated and embedded by
@@ -208,6 +213,8 @@ class ReIDModel(nn.Module):
         part_branch: add FedARKS' body-part branch (:class:`PartBranch`,
             state keys ``part.*``); the retrieval / training feature becomes
             the fused theta of Eq. 1.
+        dropout: dropout probability on the feature the classifier reads
+            (:meth:`classify`); 0 = none.  No parameters, no state keys.
 
     Normalisation: BatchNorm; :meth:`use_group_norm` switches the model to
     GroupNorm (``norm_kind`` ``"group"``), which heads built later inherit.
@@ -231,8 +238,12 @@ class ReIDModel(nn.Module):
         an_components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
         an_act: str = "hsigmoid",
         dual_norm: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout must lie in [0, 1), got {dropout}")
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         if head not in HEADS:
             raise ConfigError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
         self.head_kind = head
@@ -343,12 +354,21 @@ class ReIDModel(nn.Module):
             return pre, feat
         return pre, fuse(feat, self.part(fmap), v)
 
+    def classify(self, feat: torch.Tensor) -> torch.Tensor:
+        """Identity logits of the feature ``feat``: dropout (training mode, if configured), then the classifier."""
+        if self.classifier is None:
+            raise ConfigError(
+                "this model has no classifier (num_classes=0); call reset_classifier(num_classes) first"
+            )
+        return self.classifier(feat if self.dropout is None else self.dropout(feat))
+
     def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(pre_neck_feat, feat, logits)``.
 
         ``pre_neck_feat`` is the pooled trunk feature ``(B, out_dim)`` (for the
         triplet loss), ``feat`` the neck output ``(B, feat_dim)``, ``logits``
-        the classifier output ``(B, num_classes)``.
+        the classifier output ``(B, num_classes)`` (:meth:`classify`: after
+        dropout, when configured).
 
         With a part branch (FedARKS Eq. 2) the metric feature is the fused
         theta: the method returns ``(theta, theta, classifier(theta))``, so the
@@ -361,10 +381,10 @@ class ReIDModel(nn.Module):
             )
         if self.part is not None:
             theta = self._fused(x)[1]
-            return theta, theta, self.classifier(theta)
+            return theta, theta, self.classify(theta)
         pre = self.backbone(x)
         feat = self.neck(pre)
-        return pre, feat, self.classifier(feat)
+        return pre, feat, self.classify(feat)
 
     def model_config(self) -> dict[str, Any]:
         """Keyword arguments for :func:`build_model` that rebuild this architecture."""
@@ -380,6 +400,7 @@ class ReIDModel(nn.Module):
                if self.attentive_norm else {}),
             **({"dual_norm": True} if self.dual_norm else {}),
             **({"norm": "group"} if self.norm_kind == "group" else {}),
+            **({"dropout": self.dropout.p} if self.dropout is not None else {}),
         }
         if self.part_branch:  # only when set: older configs / checkpoints stay unchanged
             config["part_branch"] = True
@@ -402,6 +423,7 @@ def build_model(
     an_act: str = "hsigmoid",
     dual_norm: bool = False,
     norm: str = "batch",
+    dropout: float = 0.0,
 ) -> ReIDModel:
     """Build a :class:`ReIDModel`, optionally initialised from weights.
 
@@ -425,7 +447,8 @@ def build_model(
         raise ConfigError(f"unknown pretrained weights {pretrained!r}; choose one of {', '.join(PRETRAINED)}")
     if pretrained is not None and weights is not None:
         raise ConfigError("give either pretrained or weights, not both")
-    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer, head, part_branch)
+    model = ReIDModel(arch, num_classes, neck, feat_dim, last_stride, norm_layer, head, part_branch,
+                      dropout=dropout)
     if pretrained is not None:
         loaded = load_imagenet_weights(model.backbone)
         _log.info("loaded %d ImageNet tensors into the %s trunk", len(loaded), arch)

@@ -58,7 +58,8 @@ def load_targets(paths: list[Path]) -> list[Target]:
         cfg = RunConfig.from_dict(ckpt["config"])
         method = get_method(ckpt["method"])
         clients = federation_for_config(cfg).clients
-        clients = method.prepare_clients(clients) if method.prepare_clients else clients
+        prepare = method.prepare_clients_for(cfg)
+        clients = prepare(clients) if prepare else clients
         targets.append(Target(name, Path(path), ckpt, cfg, {c.name: c for c in clients}))
     sizes = {(t.config.data.height, t.config.data.width) for t in targets}
     if len(sizes) > 1:

@@ -15,8 +15,10 @@ clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
 
        L = L_id + L_cir + lambda * L_mrb
 
-   ``L_id`` is the run's identity loss (cross-entropy with the configured
-   label smoothing; the reference code uses none), ``L_cir`` the circle loss
+   ``L_id`` is the run's identity loss (cross-entropy with
+   ``--label-smoothing``; the paper and its reference code use none, the
+   ``dppt-sysu-paper`` preset sets 0) on the classifier's logits of ``z``,
+   ``L_cir`` the circle loss
    (:func:`privreid.losses.circle_loss`, margin 0.45, gamma 64) on the
    retrieval feature ``z`` (the neck output the classifier reads), and
    ``L_mrb`` the memory-rectification loss (Eq. 6,
@@ -24,16 +26,35 @@ clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
    global centre of each sample's identity.  Meanwhile the client collects
    its L2-normalised ``z`` and, at the end, computes its local memory: one
    top-K refined centre per identity (Eq. 3-4, ``topk`` = 4).
-2. Upload: the shared model keys (the classifier stays local: identity
-   label spaces are per client in privreid) **and the local centres**.
+2. Upload: the whole model, classifier included (Eq. 8: ``theta^l``), **and
+   the local centres**.
 3. Aggregation: FedAvg of the model by sample count (Eq. 8,
-   :class:`~privreid.federated.strategy.DataVolumeAverage`); the global
-   memory is the per-identity mean over the clients holding the identity
-   (Eq. 5, the indicator handles identity missing), :class:`DPPTAggregate`.
+   :class:`~privreid.federated.strategy.DataVolumeAverage`), the classifier
+   averaged like every other layer; the global memory is the per-identity
+   mean over the clients holding the identity (Eq. 5, the indicator handles
+   identity missing), :class:`DPPTAggregate`.
 4. Download: the global model and the global memory; the client keeps the
    centres of its own identities for the next round's ``L_mrb``.  In a
    client's first round there is no global memory yet and ``L_mrb`` is off
    (the reference code skips it in epoch 0).
+
+Shared classifier (option ``shared_classifier``, default true).  L2RW+
+aggregates the whole local model (Eq. 8, Algorithm 1), and its reference code
+(Joey623/L2RW) trains every client with one classifier over the
+federation's global identity labels (CI: the dataset's identities; EI: the
+union of the entities' identities).  privreid does the same: the method's
+client preparation (:func:`global_label_clients`) relabels every client's
+training images with the federation's global labels (the identity keys
+below, in one fixed order), so every client's classifier has one output per
+identity of the federation, and the policy shares every key.  Round 1 starts
+all clients from the same classifier (seeded by the run seed, as the rest of
+the initial global model), which the server never needs to send.  Where the
+global model is stored: the checkpoint's ``global_state`` holds the model
+keys of the classifier-free initial model, so the averaged classifier is in
+``server_state`` with the class centres.  The global labels need every
+client's identity list in one place, so this variant does not run on Flower
+yet.  ``shared_classifier=false`` keeps one local classifier per client over
+its own identities (a deviation from the paper, listed in ``summary.json``).
 
 Identity correspondence.  The global memory is indexed by a
 client-independent identity key: ``(domain, domain-level train pid)`` from
@@ -61,6 +82,8 @@ Options (``--opt key=value``; the Table VII ablations are options):
   ``L_cir`` is scaled by ``1 / batch size``, as the reference code does
   (``criterion(feat, label) / B``), which keeps it at the scale of ``L_id``;
 * ``ca`` (``channel``), ``ca_p`` (0.5);
+* ``shared_classifier`` (true): one classifier over the federation's global
+  identity labels, aggregated (above); ``false``: local classifiers;
 * ``instances`` (K = 8); ``seq_len`` (T = 6, HITSZ-VCM's official value;
   BUPTCampus uses 10): frames per training clip, one drawn from each of
   ``T`` equal chunks of the tracklet (restricted random sampling); channel
@@ -83,9 +106,9 @@ FedProx / MOON with L_id + L_cir" are ``base=... mrb=false ca=none``.
 
 Deviations from the reference code (besides those listed in
 :mod:`privreid.federated.mrb` and :class:`privreid.data.transforms.ChannelAugmentation`):
-its backbone pools with GeM and its neck is a plain BatchNorm bottleneck
-(``--neck bnneck`` is the closest here, average pooling); its bottleneck
-trains at the classifier's rate, here at the backbone's.
+its backbone pools with GeM, privreid with the average (``--neck bnneck`` is
+its plain BatchNorm bottleneck).  Its bottleneck trains at the classifier's
+rate: ``--lr-neck`` (the ``dppt-sysu-paper`` preset sets it).
 
 Cost: one feature copy (``D`` floats) per training image of the round is
 held until the centres are computed (ResNet-50, 2048-d: 8 KB per image),
@@ -106,9 +129,10 @@ from ...data.transforms import CHANNEL_AUG_MODES, build_transforms
 from ...data.types import ClientData
 from ...errors import ConfigError
 from ...losses import circle_loss
+from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate, client_loader
 from ..mrb import FeatureBank, global_memory, mrb_loss
-from ..policy import CLASSIFIER_LOCAL, StateDict
+from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
 from ..strategy import DataVolumeAverage, Strategy, Upload
 from .fedprox import ProximalUpdate
@@ -124,9 +148,58 @@ ONECYCLE_PEAK = 0.32
 ONECYCLE_START = 1e-4
 
 
+#: the shared-classifier policy: every key leaves the client, the classifier included (Eq. 8)
+EVERYTHING_SHARED = ParameterPolicy(is_local=lambda key: False,
+                                    description="whole model shared, the global-label classifier included")
+
+
+@dataclass
+class GlobalLabelClient(ClientData):
+    """A client whose training labels index the federation's global identity list (``shared_classifier``).
+
+    ``identities[g]`` is the ``(domain, domain pid)`` key of global label
+    ``g``; every client of a run holds the same tuple, so ``num_classes`` is
+    the federation's identity count and every client's classifier has the
+    same shape.
+    """
+
+    identities: tuple = ()
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.identities)
+
+    def domain_pid(self, label: int) -> object:
+        return self.identities[label][1]
+
+
+def global_label_clients(clients: list[ClientData]) -> list[GlobalLabelClient]:
+    """``clients`` with their training labels replaced by the federation's global identity labels.
+
+    Identities are keyed by ``(domain, domain pid)`` (:meth:`ClientData.domain_pid`):
+    the cameras of one dataset (CI) share them, different datasets (EI) never
+    do.  Global labels number the keys in sorted order.  Images, cameras and
+    test splits are unchanged.
+    """
+    keys = sorted({(c.domain, c.domain_pid(pid)) for c in clients for _, pid, _ in c.train}, key=repr)
+    index = {key: g for g, key in enumerate(keys)}
+    return [GlobalLabelClient(name=c.name, domain=c.domain, query=c.query, gallery=c.gallery, tracklets=c.tracklets,
+                              train=[(path, index[(c.domain, c.domain_pid(pid))], cam) for path, pid, cam in c.train],
+                              identities=tuple(keys))
+            for c in clients]
+
+
+def identity(client: ClientData, label: int) -> tuple[str, object]:
+    """The client-independent identity of client label ``label``: ``(domain, domain pid)``."""
+    if isinstance(client, GlobalLabelClient):
+        return client.identities[label]
+    return client.domain, client.domain_pid(label)
+
+
 def identity_key(client: ClientData, label: int) -> str:
-    """The client-independent key of client label ``label`` in the memory: ``mrb/<domain>/<domain pid>``."""
-    return f"{CENTRE_PREFIX}{client.domain}/{client.domain_pid(label)}"
+    """The key of client label ``label`` in the memory: ``mrb/<domain>/<domain pid>`` (the same in both variants)."""
+    domain, pid = identity(client, label)
+    return f"{CENTRE_PREFIX}{domain}/{pid}"
 
 
 def is_centre(key: str) -> bool:
@@ -167,7 +240,7 @@ def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     b, t = clips.shape[:2]
     pre, feat, _ = model.forward_train(clips.flatten(0, 1))
     pre, z = pre.view(b, t, -1).mean(1), feat.view(b, t, -1).mean(1)
-    return pre, z, model.classifier(z)
+    return pre, z, model.classify(z)
 
 
 @dataclass(frozen=True)
@@ -182,6 +255,7 @@ class DPPTSettings:
     circle_gamma: float = 64.0
     ca: str = "channel"
     ca_p: float = 0.5
+    shared_classifier: bool = True
     instances: int = 8
     seq_len: int = 6
     onecycle: bool = True
@@ -259,6 +333,8 @@ class DPPTLocalTraining:
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         s = self.settings
+        if s.shared_classifier and not any(k.startswith("classifier.") for k in ctx.global_state):
+            initial_classifier(ctx.model, self.config)
         self._bank = FeatureBank()
         self._sums = {"circle": 0.0, "mrb": 0.0}
         self._steps = {"circle": 0, "mrb": 0}
@@ -274,6 +350,18 @@ class DPPTLocalTraining:
         metrics.update({name: self._sums[name] / max(self._steps[name], 1) for name in self._sums})
         metrics.update(mrb_steps=float(self._steps["mrb"]), centres=float(len(centres)))
         return metrics
+
+
+def initial_classifier(model, config) -> None:
+    """Give ``model`` the run's initial global classifier (round 1 of ``shared_classifier``).
+
+    A fresh head of the model's size drawn from a seed of the run alone, so
+    every client starts from the same classifier, as from the rest of the
+    initial global model; the global random state is left untouched.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(config.train.seed, "dppt-initial-classifier"))
+        model.reset_classifier(model.num_classes)
 
 
 class DPPTUpdate(DPPTLocalTraining, SupervisedUpdate):
@@ -354,6 +442,7 @@ def settings_for(config) -> DPPTSettings:
         circle_gamma=float(opt("circle_gamma", lambda v: _number(v) and v > 0, "a number > 0")),
         ca=opt("ca", lambda v: v in CHANNEL_AUG_MODES, f"one of {', '.join(CHANNEL_AUG_MODES)}"),
         ca_p=float(opt("ca_p", lambda v: _number(v) and 0 <= v <= 1, "a probability in [0, 1]")),
+        shared_classifier=opt("shared_classifier", _flag, "true or false"),
         instances=opt("instances", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
         seq_len=opt("seq_len", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
         onecycle=opt("onecycle", _flag, "true or false"),
@@ -379,9 +468,10 @@ DPPT = register(
         name="dppt",
         summary="I-DPPT / V-DPPT (L2RW+, paper 003): id + circle loss, channel augmentation, memory rectification "
                 "bank, FedAvg; clients also upload per-identity feature centres (a per-person template)",
-        policy=CLASSIFIER_LOCAL,
+        policy=lambda config: EVERYTHING_SHARED if settings_for(config).shared_classifier else CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DPPTAggregate(),
+        make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         make_download=make_download,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
         options={field.name: field.default for field in dataclasses.fields(DPPTSettings)},

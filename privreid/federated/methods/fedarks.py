@@ -12,11 +12,12 @@ RK, robust knowledge (client side)
     feature is fused with the global (neck) feature, ``theta = v * global +
     (1 - v) * part`` with ``v = 0.5`` (Eq. 1, option ``v``, stored in the state
     as the buffer ``part.fusion_weight``).  The local objective (Eq. 2) is
-    cross-entropy on ``classifier(theta)`` plus the batch-hard triplet loss on
-    theta; the triplet term and its PK sampling come from
-    ``--triplet-weight`` (Eq. 2 needs it > 0; privreid's default is 0, so a
-    plain ``--method fedarks`` trains on CE only and says so in its metrics,
-    ``triplet_on``).  The part branch (``part.*``) and the classifier stay on
+    cross-entropy on ``classifier(theta)`` (with ``--label-smoothing``; the
+    paper's is plain, 0) plus the batch-hard triplet loss on theta, with PK
+    sampling: the method's default ``--triplet-weight`` is 1
+    (``Method.triplet_weight``); ``--triplet-weight 0`` drops the term (a
+    deviation, listed in ``summary.json``; the metrics say ``triplet_on``).
+    The part branch (``part.*``) and the classifier stay on
     the client (policy); the part branch trains at the head learning rate,
     being freshly initialised like the classifier.
 
@@ -194,7 +195,7 @@ class FedARKSUpdate(SupervisedUpdate):
         metrics.update({RATIO: float(smoothed) if smoothed is not None else 1.0,
                         HAS_RATIO: float(smoothed is not None), UPDATE_NORM: float(update_norm),
                         "ks_raw_ratio": float(ratio) if ratio is not None else -1.0,
-                        "triplet_on": float(self.config.train.triplet_weight > 0)})
+                        "triplet_on": float(self.triplet_weight > 0)})
         return metrics
 
 
@@ -234,5 +235,6 @@ FEDARKS = register(
         global_eval_state=global_eval_state,
         options={"v": 0.5, "beta": 5.0, "gamma": 0.7, "epsilon": 1e-8},
         model_overrides={"part_branch": True},
+        triplet_weight=1.0,
     )
 )

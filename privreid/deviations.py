@@ -1,0 +1,312 @@
+"""Recipe deviations: where a run differs from the paper its method implements.
+
+Every ``summary.json`` carries ``"deviations": deviations(config)``, one
+sentence per active deviation, so that a number is never put next to a
+paper's without saying how its recipe differs.  Everything is derived from
+the :class:`~privreid.config.RunConfig` by the rules of this module, kept in
+one place so that method authors add theirs here:
+
+* :data:`PAPER_RECIPES`: per method, the settings its paper states and,
+  where the paper is silent, its authors' released code uses
+  (:class:`PaperValue`: the option, the paper's value, the source).  A run
+  whose effective value differs gets ``"--last-stride 1 (FedPav: 2;
+  reference code cap-ntu/FedReID)"``.  The paper presets in ``configs/``
+  set these values; a test checks that they produce no recipe deviation.
+* :data:`RULES`: other deviations, each a :class:`Rule` (a predicate on the
+  config and its sentence): label smoothing on the identity loss (all five
+  papers use plain cross-entropy), capped local epochs, DPPT's local
+  classifiers, FedARKS' fixed part bands, ...
+
+Scale settings (backbone, image size, rounds, learning rates) are listed like
+any other recipe value: a ResNet-18 trained from scratch for 5 rounds on
+64x32 images is not the paper's experiment, and the list says so.  Settings
+the paper leaves open and no reference code fixes are not deviations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import RunConfig, lr_neck, triplet_weight
+
+
+def _field(path: str) -> Callable[[RunConfig], Any]:
+    section, name = path.split(".")
+    return lambda config: getattr(getattr(config, section), name)
+
+
+def _option(key: str) -> Callable[[RunConfig], Any]:
+    def get(config: RunConfig) -> Any:
+        from .federated.registry import get_method
+
+        return get_method(config.train.method).option(config, key)
+
+    return get
+
+
+def _client_fraction(config: RunConfig) -> float:
+    from .federated.registry import get_method
+
+    given = config.train.client_fraction
+    return get_method(config.train.method).client_fraction if given is None else given
+
+
+#: options whose effective value is not the raw field (None = a default applies)
+_EFFECTIVE: dict[str, Callable[[RunConfig], Any]] = {
+    "--lr-neck": lr_neck,
+    "--triplet-weight": triplet_weight,
+    "--client-fraction": _client_fraction,
+}
+
+
+@dataclass(frozen=True)
+class PaperValue:
+    """One setting a paper fixes: the option (as a user sets it), the paper's value, where it is stated.
+
+    ``value`` may be a tuple of accepted values, or a function of the config
+    returning the value (or tuple); DPPT's epochs depend on the protocol.
+    ``get`` reads the run's effective value (default: the field named by the
+    option, or its effective value where ``None`` means a default applies).
+    """
+
+    option: str
+    value: Any
+    source: str
+    get: Callable[[RunConfig], Any] | None = None
+
+    def expected(self, config: RunConfig) -> Any:
+        return self.value(config) if callable(self.value) else self.value
+
+    def actual(self, config: RunConfig) -> Any:
+        if self.get is not None:
+            return self.get(config)
+        if self.option in _EFFECTIVE:
+            return _EFFECTIVE[self.option](config)
+        name = self.option.lstrip("-").replace("-", "_")
+        section = "model" if name in ("arch", "neck", "feat_dim", "last_stride", "pretrained", "dropout") else \
+            "data" if name in ("height", "width") else "train"
+        return _field(f"{section}.{name}")(config)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A paper's recipe: its name in the sentences and its :class:`PaperValue` s."""
+
+    paper: str
+    values: Sequence[PaperValue]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a`` is ``b`` (numbers to 1e-12 relative), or one of ``b`` when ``b`` is a tuple."""
+    if isinstance(b, tuple):
+        return any(_same(a, x) for x in b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(float(a) - float(b)) <= 1e-12 * max(1.0, abs(float(b)))
+    return a == b
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " or ".join(_show(v) for v in value)
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+FEDPAV_CODE = "reference code cap-ntu/FedReID"
+P004 = "paper 004"
+FEDPAV = Recipe("FedPav", (
+    PaperValue("--arch", "resnet50", f"{P004} Sec. 4"),
+    PaperValue("--pretrained", "imagenet", f"{P004} Sec. 4"),
+    PaperValue("--height", 256, FEDPAV_CODE),
+    PaperValue("--width", 128, FEDPAV_CODE),
+    PaperValue("--neck", "linear", FEDPAV_CODE),
+    PaperValue("--feat-dim", 512, FEDPAV_CODE),
+    PaperValue("--last-stride", 2, FEDPAV_CODE),
+    PaperValue("--dropout", 0.5, FEDPAV_CODE),
+    PaperValue("--random-erasing", 0.0, FEDPAV_CODE),
+    PaperValue("--triplet-weight", 0.0, f"{P004} Sec. 3.3, IDE: identity loss only"),
+    PaperValue("--optimizer", "sgd", f"{P004} Sec. 3.5"),
+    PaperValue("momentum", 0.9, f"{P004} Sec. 3.5"),
+    PaperValue("weight_decay", 5e-4, f"{P004} Sec. 3.5"),
+    PaperValue("--lr-backbone", 0.005, f"{P004} Sec. 3.5"),
+    PaperValue("--lr-head", 0.05, f"{P004} Sec. 3.5"),
+    PaperValue("--lr-neck", 0.05, f"{FEDPAV_CODE}: the 512-d bottleneck trains with the classifier"),
+    PaperValue("--lr-step", 40, f"{P004} Sec. 3.5"),
+    PaperValue("--lr-gamma", 0.1, f"{P004} Sec. 3.5"),
+    PaperValue("--batch-size", 32, f"{P004} Sec. 3.5"),
+    PaperValue("--local-epochs", 1, f"{P004} Sec. 3.5"),
+    PaperValue("--rounds", 300, f"{P004} Sec. 3.5"),
+    PaperValue("--client-fraction", 1.0, f"{FEDPAV_CODE}: every client trains every round"),
+    PaperValue("--eval-every", 10, f"{P004} Sec. 4.2.2"),
+    PaperValue("--report-best", 3, f"{P004} Sec. 4.2.2: the mean of the three best global models"),
+    PaperValue("--eval-flip", True, FEDPAV_CODE),
+))
+
+WU_GONG_CODE = "reference code SunTongtongtong/FedReid"
+P002 = "paper 002 Sec. IV-A"
+FEDREID = Recipe("FedReID", (
+    PaperValue("--arch", "resnet50", P002),
+    PaperValue("--pretrained", "imagenet", P002),
+    PaperValue("--neck", "bnneck", f"{P002}: a 2048-d feature"),
+    PaperValue("--height", 256, WU_GONG_CODE),
+    PaperValue("--width", 128, WU_GONG_CODE),
+    PaperValue("--last-stride", 2, WU_GONG_CODE),
+    PaperValue("--random-erasing", 0.0, WU_GONG_CODE),
+    PaperValue("--triplet-weight", 0.0, "paper 002 Sec. III: identity loss"),
+    PaperValue("--client-fraction", 0.5, P002),
+    PaperValue("--beta", 0.0, P002),
+    PaperValue("--optimizer", "sgd", P002),
+    PaperValue("momentum", 0.9, P002),
+    PaperValue("weight_decay", 5e-4, P002),
+    PaperValue("--lr-backbone", 0.01, P002),
+    PaperValue("--lr-head", 0.1, P002),
+    PaperValue("--lr-step", 20, P002),
+    PaperValue("--lr-gamma", 0.1, P002),
+    PaperValue("--batch-size", 32, P002),
+    PaperValue("--local-epochs", 1, P002),
+    PaperValue("--rounds", 100, P002),
+    PaperValue("--eval-flip", True, WU_GONG_CODE),
+))
+
+P000 = "paper 000 Sec. 4.2"
+SKA = Recipe("SKA", (
+    PaperValue("--arch", "resnet50", P000),
+    PaperValue("--pretrained", "imagenet", P000),
+    PaperValue("--height", 256, WU_GONG_CODE),
+    PaperValue("--width", 128, WU_GONG_CODE),
+    PaperValue("--last-stride", 2, WU_GONG_CODE),
+    PaperValue("--random-erasing", 0.0, WU_GONG_CODE),
+    PaperValue("--triplet-weight", 0.0, "paper 000 Algorithm 1: identity loss"),
+    PaperValue("--optimizer", "sgd", P000),
+    PaperValue("momentum", 0.9, P000),
+    PaperValue("weight_decay", 5e-4, P000),
+    PaperValue("--lr-backbone", 0.01, P000),
+    PaperValue("--lr-head", 0.1, P000),
+    PaperValue("--lr-step", 40, P000),
+    PaperValue("--lr-gamma", 0.1, P000),
+    PaperValue("--batch-size", 32, P000),
+    PaperValue("--local-epochs", 1, P000),
+    PaperValue("--rounds", 100, P000),
+    PaperValue("--eval-flip", True, WU_GONG_CODE),
+))
+
+FEDARKS = Recipe("FedARKS", (
+    PaperValue("--arch", "resnet50", "paper 001 Experimental Setup"),
+    PaperValue("--triplet-weight", 1.0, "paper 001 Eq. 2"),
+    PaperValue("--rounds", 40, "paper 001 Fig. 4"),
+    PaperValue("--opt v", 0.5, "paper 001 Eq. 1", _option("v")),
+    PaperValue("--opt beta", 5.0, "paper 001 Eq. 4", _option("beta")),
+    PaperValue("--opt gamma", 0.7, "paper 001 Eq. 6", _option("gamma")),
+))
+
+
+def _dppt_epochs(config: RunConfig) -> tuple[int, ...]:
+    """L2RW+ Sec. IV-B: 30 epochs for EI (images); 50 for CI images, 100 for video (CI-trained)."""
+    return (30,) if config.data.protocol in ("ei", "by-dataset") else (50, 100)
+
+
+L2RW_CODE = "reference code Joey623/L2RW"
+P003 = "paper 003 Sec. IV-B"
+DPPT = Recipe("L2RW+ DPPT", (
+    PaperValue("--arch", "resnet50", P003),
+    PaperValue("--pretrained", "imagenet", P003),
+    PaperValue("--height", 288, P003),
+    PaperValue("--width", 144, P003),
+    PaperValue("--neck", "bnneck", f"{L2RW_CODE}: a BatchNorm bottleneck"),
+    PaperValue("--last-stride", 1, L2RW_CODE),
+    PaperValue("--random-erasing", 0.0, L2RW_CODE),
+    PaperValue("--optimizer", "sgd", P003),
+    PaperValue("momentum", 0.9, P003),
+    PaperValue("weight_decay", 5e-4, P003),
+    PaperValue("--lr-head", 0.2, f"{P003}: the initial learning rate"),
+    PaperValue("--lr-neck", 0.2, f"{L2RW_CODE}: the bottleneck trains with the classifier"),
+    PaperValue("--lr-backbone", 0.02, f"{L2RW_CODE}: 0.1 x the learning rate"),
+    PaperValue("--opt onecycle", True, f"{P003}: OneCycleLR", _option("onecycle")),
+    PaperValue("--batch-size", 64, P003),
+    PaperValue("--opt instances", 8, f"{P003}: 8 identities x 8 images", _option("instances")),
+    PaperValue("--local-epochs", 1, L2RW_CODE),
+    PaperValue("--rounds", _dppt_epochs, f"{P003}: CI 50, EI 30, video 100"),
+    PaperValue("--opt topk", 4, P003, _option("topk")),
+    PaperValue("--opt lambda_mrb", 1.0, P003, _option("lambda_mrb")),
+    PaperValue("--opt base", "fedavg", P003, _option("base")),
+    PaperValue("--eval-flip", False, L2RW_CODE),
+))
+
+#: method -> the recipe of the paper it implements (baselines such as fedavg have none)
+PAPER_RECIPES: dict[str, Recipe] = {
+    **{name: FEDPAV for name in ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd",
+                                 "fedpav-cdw-cc")},
+    "fedreid": FEDREID,
+    "ska": SKA,
+    "fedarks": FEDARKS,
+    "dppt": DPPT,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A deviation that is not a single recipe value: ``applies(config)`` and its sentence ``text(config)``."""
+
+    name: str
+    applies: Callable[[RunConfig], bool]
+    text: Callable[[RunConfig], str]
+
+
+def _method(*names: str) -> Callable[[RunConfig], bool]:
+    return lambda config: config.train.method in names
+
+
+def _dppt_local_classifier(config: RunConfig) -> bool:
+    return config.train.method == "dppt" and not _option("shared_classifier")(config)
+
+
+#: every deviation that is not a recipe value; add a method's rules here
+RULES: tuple[Rule, ...] = (
+    Rule("label-smoothing", lambda c: c.train.label_smoothing > 0,
+         lambda c: f"identity loss with label smoothing {c.train.label_smoothing:g} (the five papers and their "
+                   "code use plain cross-entropy: --label-smoothing 0)"),
+    Rule("max-steps", lambda c: c.train.max_steps_per_epoch is not None,
+         lambda c: f"local epochs capped at {c.train.max_steps_per_epoch} batches (--max-steps; the papers train "
+                   "whole epochs)"),
+    Rule("dppt-local-classifier", _dppt_local_classifier,
+         lambda c: "DPPT with a local classifier per client over its own identities (--opt shared_classifier=false); "
+                   "L2RW+ Eq. 8 / Algorithm 1 and its code average one classifier over the federation's global "
+                   "identity labels"),
+    Rule("dppt-pooling", _method("dppt"),
+         lambda c: "DPPT pools the trunk by global average pooling (L2RW+ reference code: GeM pooling)"),
+    Rule("fedarks-part-bands", _method("fedarks"),
+         lambda c: "FedARKS body parts are fixed horizontal bands of the feature map (head 0-25%, torso 25-55%, "
+                   "legs 55-100%), not PifPaf keypoints (paper 001, RK)"),
+    Rule("ska-an-weights", lambda c: c.train.method == "ska" and c.model.pretrained is not None
+         and _option("an")(c),
+         lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
+                   "normalisation pretrained on ImageNet)"),
+)
+
+
+def recipe_deviations(config: RunConfig) -> list[str]:
+    """One sentence per setting where ``config`` differs from its method's paper recipe (none for baselines)."""
+    recipe = PAPER_RECIPES.get(config.train.method)
+    if recipe is None:
+        return []
+    out = []
+    for value in recipe.values:
+        actual, expected = value.actual(config), value.expected(config)
+        if not _same(actual, expected):
+            setting = f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else \
+                f"{value.option} {_show(actual)}"
+            out.append(f"{setting} ({recipe.paper}: {_show(expected)}; {value.source})")
+    return out
+
+
+def deviations(config: RunConfig) -> list[str]:
+    """Every active deviation of ``config`` from its method's paper: the :data:`RULES`, then the recipe values."""
+    return [rule.text(config) for rule in RULES if rule.applies(config)] + recipe_deviations(config)
