@@ -59,7 +59,8 @@ def train_config(p: dict):
     return RunConfig(
         data=DataConfig(roots=[str(d) for d in p["data"] or []], format=p["fmt"], protocol=p["protocol"],
                         train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
-                        num_clients=p["num_clients"], height=p["height"], width=p["width"]),
+                        num_clients=p["num_clients"], height=p["height"], width=p["width"],
+                        audit_holdout=p.get("audit_holdout") or 0.0),
         model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
                           pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"], weights=str(p["weights"]) if p["weights"] else None),
         train=TrainConfig(method=p["method"], rounds=p["rounds"], optimizer=p["optimizer"],
@@ -146,6 +147,9 @@ def train(
     weights: Optional[Path] = typer.Option(None, help="Initial weights from a local state-dict file."),
     height: int = typer.Option(128, help="Input height."),
     width: int = typer.Option(64, help="Input width."),
+    audit_holdout: float = typer.Option(0.0, help="Keep this seeded fraction of each client's training images "
+                                        "out of training, recorded in the checkpoint (image-level membership "
+                                        "audits: `privreid audit`)."),
     seed: int = typer.Option(0, help="Random seed (runs are deterministic for a seed)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     workers: int = typer.Option(0, help="Data-loading worker processes."),
