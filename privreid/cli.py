@@ -461,6 +461,8 @@ def data_info(
 # (one line per command; keep this block sorted)
 from .commands.attack import attack_command  # noqa: E402
 app.command("attack")(attack_command)
+from .commands.audit import audit_command  # noqa: E402
+app.command("audit")(audit_command)
 from .commands.corrupt import corrupt_command  # noqa: E402
 app.command("corrupt")(corrupt_command)
 from .commands.flower import flower_app  # noqa: E402

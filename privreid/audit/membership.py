@@ -25,6 +25,7 @@ candidate adds itself; an identity candidate adds its training images
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -136,19 +137,28 @@ def other_images(ckpt: dict, config: RunConfig, federation: Federation, extra_pe
 
 
 def build_membership(level: str, ckpt: dict, config: RunConfig, federation: Federation, *,
-                     client: str | None = None, probes_per_identity: int = 4, max_per_class: int | None = None,
-                     extra_per_cam: int | None = None, seed: int = 0) -> MembershipSet:
-    """The candidates of ``level`` for the audited scope (``client`` or every client); see the module docstring."""
+                     client: str | None = None, trained: list[ClientData] | None = None, probes_per_identity: int = 4,
+                     max_per_class: int | None = None, extra_per_cam: int | None = None, seed: int = 0
+                     ) -> MembershipSet:
+    """The candidates of ``level`` for the audited scope (``client`` or every client); see the module docstring.
+
+    ``trained`` are the clients as the method trained them (after its
+    ``prepare_clients``: centralised training pools every partition client
+    into ``central``); ``client`` names one of them, and its classifier labels
+    are those of that client.  Identities are always those of the partition.
+    """
     if level not in LEVELS:
         raise ConfigError(f"unknown audit level {level!r}; choose from {', '.join(LEVELS)}")
-    names = [c.name for c in federation.clients]
+    trained = trained or federation.clients
+    names = [c.name for c in trained]
     if client is not None and client not in names:
         raise ConfigError(f"no client {client!r} in the run's federation; clients: {', '.join(names)}")
-    scope = [c for c in federation.clients if client is None or c.name == client]
+    label_of_path = {p: lab for c in trained if c.name == client for p, lab, _ in c.train}
+    scope = [dataclasses.replace(c, train=[s for s in c.train if client is None or s[0] in label_of_path])
+             for c in federation.clients]
+    scope = [c for c in scope if c.train]
     source, others = other_images(ckpt, config, federation, extra_per_cam)
-    labels_of = {}
-    if client is not None:
-        labels_of = {_identity(scope[0], label): label for _, label, _ in scope[0].train}
+    labels_of = {_identity(c, label): label_of_path[p] for c in scope for p, label, _ in c.train if p in label_of_path}
     in_scope = {_identity(c, label) for c in scope for _, label, _ in c.train}
     rng = np.random.default_rng([seed, 0x5E7])
     if level == "image":

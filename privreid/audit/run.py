@@ -12,6 +12,7 @@ import numpy as np
 from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..federated.registry import get_method
 from .attacks import resolve_attacks
 from .membership import LEVELS, MembershipSet, build_membership
 from .metrics import summarise
@@ -96,6 +97,8 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     for path, label, ckpt in zip(paths, labels, ckpts):
         config = RunConfig.from_dict(ckpt["config"])
         federation = federation_for_config(config)
+        method = get_method(config.train.method)
+        trained = method.prepare_clients(federation.clients) if method.prepare_clients else federation.clients
         size = dict(height=config.data.height, width=config.data.width, device=dev)
         server_client = settings.client or sorted(ckpt["client_states"])[0]
         for level in settings.levels:
@@ -103,7 +106,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
 
             def membership(scope: str | None) -> MembershipSet:
                 if scope not in sets:
-                    sets[scope] = build_membership(level, ckpt, config, federation, client=scope,
+                    sets[scope] = build_membership(level, ckpt, config, federation, client=scope, trained=trained,
                                                    probes_per_identity=settings.probes_per_identity,
                                                    max_per_class=settings.max_per_class,
                                                    extra_per_cam=settings.extra_per_cam, seed=settings.seed)
