@@ -329,7 +329,7 @@ def compare(
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
-                                        "corruptions, inversion (or 'all'); needs --out."),
+                                        "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
     out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
     testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
     attacks: str = typer.Option("all", help="Suite attacks: fgsm, pgd, bim, mifgsm, tifgsm, all or a comma list."),
