@@ -33,6 +33,10 @@ def test_lira_trains_caches_and_resumes_shadows(tiny_synth, tmp_path, monkeypatc
     settings = AuditSettings(levels=["image"], attacks=["lira"], shadows=2, bootstrap=0)
     res = run_audit([tmp_path / "run" / "ckpt.pt"], tmp_path / "audit", settings, device="cpu")
     assert [r["attack"] for r in res["records"]] == ["lira-online", "lira-offline"]
+    from privreid.sweep import LeakageSettings, membership_leakage
+
+    leak = membership_leakage(tmp_path / "run" / "ckpt.pt", LeakageSettings(), "cpu")  # the sweep's MIA columns
+    assert set(leak) == {"MIA TPR@1% image", "MIA TPR@1% identity"} and all(0 <= v <= 1 for v in leak.values())
     shadow_root = next((tmp_path / "audit" / "cache" / "shadows").iterdir())
     assert sorted(p.name for p in shadow_root.iterdir()) == ["masks.npy", "shadow_0", "shadow_1"]
     # a second audit reuses the shadows: no training at all
