@@ -59,7 +59,8 @@ def train_config(p: dict):
     return RunConfig(
         data=DataConfig(roots=[str(d) for d in p["data"] or []], format=p["fmt"], protocol=p["protocol"],
                         train_domains=_csv(p["train_domains"]), test_domains=_csv(p["test_domains"]),
-                        num_clients=p["num_clients"], height=p["height"], width=p["width"]),
+                        num_clients=p["num_clients"], height=p["height"], width=p["width"],
+                        audit_holdout=p.get("audit_holdout") or 0.0),
         model=ModelConfig(arch=p["arch"], neck=p["neck"], feat_dim=p["feat_dim"], last_stride=p["last_stride"],
                           pretrained=None if p["pretrained"] in (None, "none") else p["pretrained"],
                           weights=str(p["weights"]) if p["weights"] else None, dropout=p["dropout"]),
@@ -162,6 +163,9 @@ def train(
     weights: Optional[Path] = typer.Option(None, help="Initial weights from a local state-dict file."),
     height: int = typer.Option(128, help="Input height."),
     width: int = typer.Option(64, help="Input width."),
+    audit_holdout: float = typer.Option(0.0, help="Keep this seeded fraction of each client's training images "
+                                        "out of training, recorded in the checkpoint (image-level membership "
+                                        "audits: `privreid audit`)."),
     seed: int = typer.Option(0, help="Random seed (runs are deterministic for a seed)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     workers: int = typer.Option(0, help="Data-loading worker processes."),
@@ -349,7 +353,7 @@ def compare(
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
-                                        "corruptions, inversion (or 'all'); needs --out."),
+                                        "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
     out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
     testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
     attacks: str = typer.Option("all", help="Suite attacks: fgsm, pgd, bim, mifgsm, tifgsm, all or a comma list."),
@@ -481,6 +485,8 @@ def data_info(
 # (one line per command; keep this block sorted)
 from .commands.attack import attack_command  # noqa: E402
 app.command("attack")(attack_command)
+from .commands.audit import audit_command  # noqa: E402
+app.command("audit")(audit_command)
 from .commands.corrupt import corrupt_command  # noqa: E402
 app.command("corrupt")(corrupt_command)
 from .commands.flower import flower_app  # noqa: E402

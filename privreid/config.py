@@ -48,6 +48,8 @@ class DataConfig:
     height: int = 128
     width: int = 64
     synth_seed: int = 0
+    #: fraction of each client's training images kept out of training for membership audits (privreid.data.holdout)
+    audit_holdout: float = 0.0
 
 
 @dataclass
@@ -172,6 +174,7 @@ class RunConfig:
             (t.optimizer in ("sgd", "adam"), f"optimizer must be sgd or adam (got {t.optimizer!r})"),
             (t.instances_per_id > 0, "instances_per_id must be > 0"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
+            (0.0 <= d.audit_holdout < 1.0, f"audit_holdout must lie in [0, 1) (got {d.audit_holdout})"),
             (d.height >= 16 and d.width >= 8, f"image size {d.height}x{d.width} is too small (min 16x8)"),
             (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
              f"device must be auto, cpu or cuda (got {t.device!r})"),

@@ -12,7 +12,10 @@ run with the same settings, then measures for every run, on the same data:
   (:mod:`privreid.attacks.inversion`) on the same subjects for every run,
   PSNR and feature cosine, with the random-image baseline;
 * adversarial robustness: mAP under PGD (:mod:`privreid.attacks.retrieval`)
-  on the first seen test set.
+  on the first seen test set;
+* membership leakage of the released model: TPR at 1% FPR of the ``loss``
+  attack at the image and the identity level (:mod:`privreid.audit`; capped
+  at ``mia_max_per_class`` members and non-members).
 
 Resumable: a run with a ``summary.json`` is finished and skipped, a run with
 only a checkpoint is resumed, and each run's measurements are cached in
@@ -50,6 +53,7 @@ class LeakageSettings:
     pgd_eps: float = 8 / 255
     pgd_steps: int = 10
     max_queries: int | None = 100
+    mia_max_per_class: int | None = 300
     seed: int = 0
 
 
@@ -120,11 +124,21 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
                              seed=settings.seed, device=str(dev), progress=False,
                              settings=InversionSettings(attack=settings.attack, iterations=settings.iterations))
     summary = inv.models[0]["summary"]
-    return {"PGD mAP": pgd.attacked["mAP"], "clean mAP (PGD set)": pgd.clean["mAP"],
+    return {**membership_leakage(ckpt_path, settings, device), "PGD mAP": pgd.attacked["mAP"],
+            "clean mAP (PGD set)": pgd.clean["mAP"],
             "inversion PSNR": summary["attack"]["psnr"]["mean"],
             "inversion cosine": summary["attack"]["feature_cosine"]["mean"],
             "random PSNR": summary["random"]["psnr"]["mean"],
             "random cosine": summary["random"]["feature_cosine"]["mean"]}
+
+
+def membership_leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
+    """``MIA TPR@1% <level>`` of the ``loss`` attack on the released model (:func:`privreid.audit.run_audit`)."""
+    from .audit import AuditSettings, run_audit
+
+    audit = run_audit([ckpt_path], ckpt_path.parent / "audit", AuditSettings(
+        attacks=["loss"], bootstrap=0, max_per_class=settings.mia_max_per_class, seed=settings.seed), device=device)
+    return {f"MIA TPR@1% {r['level']}": r["tpr_at_fpr"]["1%"] for r in audit["records"]}
 
 
 def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
@@ -206,6 +220,9 @@ def plot_sweep(rows: list[dict[str, Any]], param: str, path: Path) -> Path:
                 line, = ax.plot(xs, [scale * r[m] for r in knob], marker="o", label=label, color=f"C{i + 4}")
                 ax.axhline(scale * ref[m], color=line.get_color(), linestyle="--", linewidth=0.8)
             ax.axhline(ref["random PSNR"], color="grey", linestyle=":", linewidth=0.8, label="random-image PSNR")
+            for i, m in enumerate(k for k in ref if k.startswith("MIA TPR@1%")):
+                line, = ax.plot(xs, [100 * r[m] for r in knob], marker="s", label=m + " (%)", color=f"C{i + 7}")
+                ax.axhline(100 * ref[m], color=line.get_color(), linestyle="--", linewidth=0.8)
             ax.set_xlabel(param)
             ax.set_title("leakage and robustness vs " + param)
         ax.legend(fontsize=7)

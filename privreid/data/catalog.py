@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from .formats import load_dataset, verify_images
+from .holdout import apply_audit_holdout
 from .partition import make_federation
 from .types import Federation, ReIDDataset
 from .vi_formats import detect_vi_format, frame_dataset, is_vi_format, load_vi_dataset
@@ -113,11 +114,13 @@ def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:
 def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: str = "by-dataset",
                      train_domains: list[str] | None = None, test_domains: list[str] | None = None,
                      num_clients: int | None = None, seed: int = 0, synth_seed: int = 0,
-                     verify: bool = False) -> Federation:
+                     verify: bool = False, audit_holdout: float = 0.0) -> Federation:
     """Datasets -> federation; the synthetic default holds out its last domain.
 
     ``verify=True`` checks every image header first (:func:`verify_images`),
     so a corrupt file is reported before any output is written.
+    ``audit_holdout`` keeps that fraction of each client's training images
+    out of training (:func:`apply_audit_holdout`).
     """
     datasets = resolve_datasets(roots, fmt, synth_seed)
     if verify:
@@ -127,8 +130,9 @@ def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: st
     if using_synth and train_domains is None and test_domains is None:
         names = list(datasets)
         test_domains = names[-1:]
-    return make_federation(datasets, protocol, train_domains=train_domains, test_domains=test_domains,
-                           num_clients=num_clients, seed=seed)
+    federation = make_federation(datasets, protocol, train_domains=train_domains, test_domains=test_domains,
+                                 num_clients=num_clients, seed=seed)
+    return apply_audit_holdout(federation, audit_holdout, seed) if audit_holdout else federation
 
 
 def federation_for_config(config, *, verify: bool = False) -> Federation:
@@ -136,4 +140,4 @@ def federation_for_config(config, *, verify: bool = False) -> Federation:
     d = config.data
     return build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
                             test_domains=d.test_domains, num_clients=d.num_clients, seed=config.train.seed,
-                            synth_seed=d.synth_seed, verify=verify)
+                            synth_seed=d.synth_seed, verify=verify, audit_holdout=d.audit_holdout)

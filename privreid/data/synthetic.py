@@ -66,6 +66,10 @@ __all__ = [
     "domain_preset",
     "ensure_cached",
     "ensure_synthetic",
+    "ensure_synthetic_extra",
+    "extra_samples",
+    "generate_synthetic_extra",
+    "SynthExtraConfig",
     "generate_synthetic",
     "identity_appearance",
     "render_person",
@@ -1122,3 +1126,72 @@ def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
             return path
         raise
     return path
+
+
+# --------------------------------------------------------------------------- extra renders (membership audits)
+
+#: folder of the extra renders of training identities in each domain (:func:`generate_synthetic_extra`)
+EXTRA_SPLIT = "audit_extra"
+
+
+@dataclass(frozen=True)
+class SynthExtraConfig:
+    """Extra renders of the *training* identities of a synthetic federation (see :func:`generate_synthetic_extra`)."""
+
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    #: images per (training identity, camera that sees it)
+    per_cam: int = 2
+
+
+def generate_synthetic_extra(out_dir: str | os.PathLike, config: SynthExtraConfig, *, overwrite: bool = False) -> Path:
+    """Render ``per_cam`` new images of every training identity in each of its cameras, never in the train split.
+
+    They are the image-level non-members of a membership audit
+    (:mod:`privreid.audit`): same identities, same cameras, same renderer as
+    the training images, new poses and noise (seed keys ``(domain, pid, cam,
+    images_per_id_per_cam + j)``, which the federation itself never draws for
+    a training identity), so members and non-members are exchangeable for a
+    model that never trained on them.  Writes
+    ``out_dir/<domain>/audit_extra/<pid>_c<cam>s2_<j>_01.jpg`` (original pids,
+    as in the train split's file names) and ``manifest.json``.
+    """
+    config.synth.validate()
+    if config.per_cam < 1:
+        raise ConfigError(f"SynthExtraConfig: per_cam must be >= 1 (got {config.per_cam})")
+
+    def fill(tmp: Path) -> None:
+        s = config.synth
+        names = domain_names(s)
+        for d, dname in enumerate(names):
+            folder = tmp / dname / EXTRA_SPLIT
+            folder.mkdir(parents=True)
+            train = [it for it in _plan_domain(s, d) if it.split == "bounding_box_train"]
+            cams = [camera_style(s, d, c) for c in range(s.cams_per_domain)]
+            seen = sorted({(it.pid, it.cam) for it in train})
+            apps = {pid: identity_appearance(s, d, pid) for pid, _ in seen}
+            for pid, cam in seen:
+                for j in range(config.per_cam):
+                    key = (d, pid, cam, s.images_per_id_per_cam + j)
+                    arr = _render_item(s, d, _Item(EXTRA_SPLIT, "", "id", pid, cam, key), cams, apps)
+                    _save_jpeg(arr, folder / f"{pid:04d}_c{cam + 1}s2_{j:06d}_01.jpg", s.jpeg_quality)
+        write_manifest(tmp, "privreid-synthetic-extra", config, domains=names)
+
+    return write_atomically(out_dir, fill, overwrite=overwrite)
+
+
+def ensure_synthetic_extra(config: SynthExtraConfig, cache_root: str | os.PathLike | None = None) -> Path:
+    """The cached extra renders for ``config`` (:func:`generate_synthetic_extra`), generated once."""
+    return ensure_cached("synth-extra", config,
+                         lambda path, overwrite: generate_synthetic_extra(path, config, overwrite=overwrite), cache_root)
+
+
+def extra_samples(root: str | os.PathLike, domain: str) -> list[tuple[str, int, int]]:
+    """``(path, original pid, 0-based camid)`` of the extra renders of ``domain`` under ``root``."""
+    folder = Path(root) / domain / EXTRA_SPLIT
+    if not folder.is_dir():
+        raise DataError(f"no extra renders for domain {domain!r} under {root}")
+    out = []
+    for path in sorted(folder.glob("*.jpg")):
+        pid, cam = path.name.split("_")[:2]
+        out.append((str(path), int(pid), int(cam[1:cam.index("s")]) - 1))
+    return out

@@ -162,10 +162,13 @@ class Federation:
 
     ``clients`` train; ``seen`` holds one test set per training domain (shared
     by that domain's clients); ``unseen`` holds held-out domains, never trained
-    on (leave-one-domain-out / EI-style generalisation).
+    on (leave-one-domain-out / EI-style generalisation).  ``holdout`` maps a
+    client to its training images kept out of training for membership audits
+    (``--audit-holdout``, :mod:`privreid.data.holdout`), with client labels.
     """
 
     protocol: str
     clients: list[ClientData]
     seen: list[TestSet]
     unseen: list[TestSet]
+    holdout: dict[str, list[Sample]] = field(default_factory=dict)

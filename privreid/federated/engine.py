@@ -311,6 +311,7 @@ class FederatedEngine:
             "client_states": self.client_states,
             "client_memory": self.client_memory,
             "client_classes": {c.name: c.num_classes for c in self.clients},
+            "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
             "metrics": self.metrics,
             "comm": self.comm,
             "rng": rng_states(),

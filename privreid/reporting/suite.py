@@ -11,6 +11,8 @@ sets of the first checkpoint's configuration, as in
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
 * ``drops.png``: the relative mAP drop per attack and per corruption, one bar
   per model (mean over the test sets);
+* ``audit/``: membership inference (:mod:`privreid.audit`), ``audit.json``,
+  ``roc.png``, ``report.md``; its table is in ``report.md``;
 * ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
   reconstruction, bilateral-filtered reconstruction, its Laplacian), and
   ``summary.md``.
@@ -44,7 +46,7 @@ from ..federated.engine import resolve_device
 from .files import save_figure, write_csv_rows
 from .tables import format_table
 
-SUITES = ("clean", "attacks", "corruptions", "inversion")
+SUITES = ("clean", "attacks", "corruptions", "inversion", "audit")
 TESTSET_CHOICES = ("all", "seen", "unseen")
 
 
@@ -66,6 +68,9 @@ class SuiteSettings:
     inversion_iterations: int = 200
     inversion_attack: str = "ig"
     inversion_threat: str = "full"
+    #: membership audit (privreid.audit): attacks and the cap on members / non-members per level
+    audit_attacks: list[str] = field(default_factory=lambda: ["loss", "feature"])
+    audit_max_per_class: int | None = 300
     seed: int = 0
 
     def validate(self) -> None:
@@ -167,7 +172,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     testsets = _testsets(cfg, settings.testsets)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "files": []}
+    result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "audit": [],
+                              "files": []}
     sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
                 f"Test sets: {', '.join(t.name for t in testsets)} (from the first checkpoint's data)."]
 
@@ -227,6 +233,16 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         result["inversion"] = {"table": inv.table, "models": inv.models}
         grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv.models)
         sections.append(f"## Gradient inversion (what one upload reveals)\n\n{inv.table}\n{grids}")
+
+    if "audit" in settings.suites:
+        from ..audit import AuditSettings, run_audit
+        from ..audit.report import markdown_table, table_rows
+
+        audit = run_audit(paths, out / "audit", AuditSettings(attacks=settings.audit_attacks, seed=settings.seed,
+                                                              max_per_class=settings.audit_max_per_class), device=device)
+        result["audit"] = audit["records"]
+        sections.append("## Membership inference (privreid audit: image and identity level, released model)\n\n"
+                        + markdown_table(table_rows(audit["records"])) + "\n\n![log-log ROC](audit/roc.png)")
 
     (out / "report.md").write_text("\n\n".join(sections) + "\n")
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())

@@ -1,0 +1,87 @@
+"""Audit outputs: ``audit.json`` (one record per model, level, attack and view), ``roc.png``, ``report.md``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..reporting.files import save_figure
+from .metrics import FPR_TARGETS, fpr_label, roc_curve
+
+
+def record_label(rec: dict[str, Any]) -> str:
+    return f"{rec['model']} | {rec['level']} | {rec['attack']} | {rec['view']}"
+
+
+def plot_roc(curves: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> Path:
+    """ROC curves on log-log axes with the chance diagonal (Carlini et al., S&P 2022, Fig. 1 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    floor = 1e-4
+    for label, labels, scores in curves:
+        fpr, tpr, _ = roc_curve(labels, scores)
+        ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=label, linewidth=1.2)
+    ax.plot([floor, 1], [floor, 1], color="grey", linestyle="--", linewidth=0.8, label="chance")
+    for f in FPR_TARGETS:
+        ax.axvline(f, color="black", linestyle=":", linewidth=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(floor, 1)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title("membership inference (log-log ROC)")
+    ax.legend(fontsize=6, loc="lower right")
+    return save_figure(fig, path)
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        ci = r.get("ci", {})
+        row = {"model": r["model"], "level": r["level"], "attack": r["attack"], "view": r["view"],
+               "members": r["members"], "non-members": r["nonmembers"], "AUC": f"{r['auc']:.3f}"}
+        if ci:
+            row["AUC 95% CI"] = "[{:.3f}, {:.3f}]".format(*ci["auc"])
+        for f in FPR_TARGETS:
+            key = fpr_label(f)
+            flag = "" if r["tpr_at_fpr_achievable"][key] else "*"
+            row[f"TPR@{key}"] = f"{100 * r['tpr_at_fpr'][key]:.1f}%{flag}"
+        row["bal. acc"] = f"{100 * r['balanced_accuracy']:.1f}%"
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    from ..reporting.tables import format_table
+
+    return format_table(rows)
+
+
+def write_report(out: Path, records: list[dict[str, Any]], curves: list[tuple[str, np.ndarray, np.ndarray]],
+                 dp: list[dict[str, Any]] | None = None) -> list[Path]:
+    """Write ``audit.json``, ``roc.png`` (when there are MIA records) and ``report.md`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "audit.json").write_text(json.dumps({"records": records, "dp_audit": dp or []}, indent=2) + "\n")
+    files = [out / "audit.json"]
+    sections = ["# privreid membership audit"]
+    if records:
+        files.append(plot_roc(curves, out / "roc.png"))
+        sections.append(
+            "## Membership inference\n\nTPR at a fixed low FPR (Carlini et al.); `*`: fewer non-members than "
+            "1/FPR, so the value is the TPR at zero false positives. Intervals: stratified bootstrap.\n\n"
+            + markdown_table(table_rows(records)) + "\n\n![log-log ROC](roc.png)")
+    if dp:
+        from .dp_audit import dp_table
+
+        sections.append("## Empirical DP audit (Steinke, Nasr & Jagielski, one run)\n\n" + dp_table(dp))
+    (out / "report.md").write_text("\n\n".join(sections) + "\n")
+    files.append(out / "report.md")
+    return files

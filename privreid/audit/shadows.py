@@ -1,0 +1,88 @@
+"""LiRA's shadow models, trained by privreid itself with the audited run's configuration.
+
+Shadow ``i`` trains on the audited run's data with the candidate universe
+(members and non-members of :mod:`privreid.audit.membership`) re-drawn:
+each candidate is IN for exactly half of the K shadows
+(:func:`~privreid.audit.lira.balanced_masks`, Carlini et al.'s split).  An
+OUT member's images are removed from its client; an IN non-member's images
+are added to its home client (same domain; the client that held the image
+for held-out images and extra renders).  Everything else (method, rounds,
+defences, partition) is the audited run's configuration; only the seed
+differs per shadow (``seed + 1000 + i``), so that shadows sample the
+training randomness as well.
+
+Cached and resumable: ``DIR/shadows/<level>-<scope>-K<K>-<hash>/`` holds
+``masks.npy`` and one run directory per shadow; a finished shadow
+(``summary.json``) is reused, a partial one (``ckpt.pt``) is resumed.  The
+hash covers the configuration, the candidates and the seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..config import RunConfig
+from ..data.types import ClientData, Federation, relabel
+from .lira import balanced_masks
+from .membership import MembershipSet, _identity
+
+
+def shadow_federation(base: Federation, ms: MembershipSet, include: np.ndarray) -> Federation:
+    """``base`` with the candidates of ``ms`` included where ``include`` is true and excluded elsewhere."""
+    drop = {(client, path) for c, inc in zip(ms.candidates, include) if c.member and not inc
+            for client, path, _ in c.train}
+    add: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for c, inc in zip(ms.candidates, include):
+        if inc and not c.member:
+            for client, path, cam in c.train:
+                add[client].append((path, c.identity, cam))
+    clients = []
+    for client in base.clients:
+        keyed = [(path, _identity(client, label), cam) for path, label, cam in client.train
+                 if (client.name, path) not in drop] + add[client.name]
+        clients.append(dataclasses.replace(client, train=relabel(keyed), source_pids=None))
+    return dataclasses.replace(base, clients=clients, holdout={})
+
+
+def shadow_config(config: RunConfig, index: int) -> RunConfig:
+    t = config.train
+    return dataclasses.replace(config, train=dataclasses.replace(t, seed=t.seed + 1000 + index, eval_every=t.rounds))
+
+
+def shadow_dir(cache: Path, config: RunConfig, ms: MembershipSet, k: int, seed: int) -> Path:
+    payload = json.dumps({"config": config.to_dict(), "seed": seed, "level": ms.level, "scope": ms.scope,
+                          "candidates": [[c.key, c.member] for c in ms.candidates]}, sort_keys=True)
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:10]
+    scope = (ms.scope or "all").replace("/", "_")
+    return cache / "shadows" / f"{ms.level}-{scope}-K{k}-{digest}"
+
+
+def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int, cache: Path, *, seed: int = 0,
+                  progress: bool = False, echo: Callable[[str], None] = lambda _: None) -> tuple[np.ndarray, list[Path]]:
+    """Train (or reuse, or resume) the K shadow models; ``(masks (K, n), checkpoint paths)``."""
+    from ..federated.engine import FederatedEngine, prepare_out_dir
+
+    masks = balanced_masks(k, len(ms.candidates), seed)
+    root = shadow_dir(cache, config, ms, k, seed)
+    root.mkdir(parents=True, exist_ok=True)
+    np.save(root / "masks.npy", masks)
+    paths = []
+    for i in range(k):
+        run = root / f"shadow_{i}"
+        paths.append(run / "ckpt.pt")
+        if (run / "summary.json").is_file():
+            continue
+        resume = (run / "ckpt.pt").is_file()
+        echo(f"shadow {i + 1}/{k} ({'resuming' if resume else 'training'}) in {run}")
+        engine = FederatedEngine(shadow_config(config, i), shadow_federation(base, ms, masks[i]), run,
+                                 progress=progress, log=lambda _: None)
+        prepare_out_dir(run, overwrite=not resume, resume=resume)
+        engine.run(resume=resume)
+    return masks, paths

@@ -1,0 +1,102 @@
+"""``privreid audit``: membership inference (image / identity level) and the empirical DP audit.
+
+The audits themselves are :func:`privreid.audit.run_audit` and
+:func:`privreid.audit.dp_audit.run_dp_audit`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import csv_list, run_or_exit
+
+
+def audit_command(
+    models: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints to audit: --models a.pt b.pt "
+                                                "(or repeat --models)."),
+    more_models: Optional[list[Path]] = typer.Argument(None, metavar="[CKPT]...",
+                                                       help="More checkpoints (what follows --models a.pt)."),
+    level: str = typer.Option("image,identity", help="image (was this image trained on?), identity (was this "
+                              "person in the training data, judged from other images of them?), or both."),
+    attack: str = typer.Option("loss,feature", help="Comma list of loss, feature, lira-online, lira-offline; "
+                               "'lira' = both LiRA variants; 'all'."),
+    view: str = typer.Option("public", help="public (the released global model, or --client's personalised "
+                             "model) and/or server (the audited client's uploads, re-derived by replaying the run)."),
+    client: Optional[str] = typer.Option(None, help="The audited client (default: the global model; server view: "
+                                         "the first client)."),
+    round_: Optional[int] = typer.Option(None, "--round", help="Server view: only this round's upload (default: "
+                                         "all rounds, scores averaged)."),
+    shadows: int = typer.Option(4, help="LiRA: number K of shadow models (even); trained once and cached."),
+    probes_per_identity: int = typer.Option(4, help="Identity level: non-training images per person."),
+    max_per_class: Optional[int] = typer.Option(None, help="Cap members and non-members at N each (seeded)."),
+    extra_per_cam: Optional[int] = typer.Option(None, help="Synthetic data: extra renders per training identity "
+                                                "and camera (default: as many as in training)."),
+    bootstrap: int = typer.Option(200, help="Bootstrap resamples for the confidence intervals (0 = none)."),
+    dp_audit: bool = typer.Option(False, "--dp-audit", help="Instead: the empirical DP audit (Steinke et al. one "
+                                  "run): retrain each checkpoint's DP configuration with canaries, report the "
+                                  "epsilon lower bound next to the accounted epsilon."),
+    canaries: int = typer.Option(40, help="DP audit: canaries, each included with probability 1/2."),
+    confidence: float = typer.Option(0.95, help="DP audit: confidence of the epsilon lower bound."),
+    canary_norm: float = typer.Option(1000.0, help="DP audit, client level: canary update norm in units of --clip."),
+    seed: int = typer.Option(0, help="Seed of the samples, shadows and canaries."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    out: Path = typer.Option(Path("runs/audit"), help="Output directory: audit.json, roc.png, report.md, cache/."),
+    quiet: bool = typer.Option(False, help="No progress messages."),
+) -> None:
+    """Audit privacy: can an adversary tell that an image, or a person, was in a site's training data?
+
+    Membership inference (loss, feature statistics, LiRA with privreid-trained
+    shadow models) at the image and identity level, against the released
+    model or the server's view of one client's uploads; TPR at 0.1% and 1%
+    FPR on log-log ROC curves.  With --dp-audit, an empirical lower bound on
+    epsilon from one training run with canaries, next to the accounted epsilon.
+
+    Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --attack loss,feature,lira --out runs/audit
+    """
+    from ..audit import AuditSettings, run_audit
+
+    echo = (lambda _: None) if quiet else typer.echo
+    paths = list(models or []) + list(more_models or [])
+
+    def go():
+        if not paths:
+            raise ConfigError("give at least one checkpoint (--models)")
+        if dp_audit:
+            return _dp(paths)
+        settings = AuditSettings(levels=csv_list(level) or [], attacks=csv_list(attack) or [],
+                                 views=csv_list(view) or [], client=client, round=round_, shadows=shadows,
+                                 probes_per_identity=probes_per_identity, max_per_class=max_per_class,
+                                 extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
+        return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
+
+    def _dp(ckpt_paths):
+        from ..audit.dp_audit import DPAuditSettings, run_dp_audit
+        from ..audit.report import write_report
+        from ..checkpoint import checkpoint_labels, load_checkpoint
+        from ..config import RunConfig
+
+        settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
+                                   seed=seed).validate()
+        ckpts = [load_checkpoint(p) for p in ckpt_paths]
+        labels = checkpoint_labels(ckpt_paths, ckpts)
+        configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
+        for label, cfg in zip(labels, configs):
+            if not (cfg.train.dp_sgd or cfg.train.client_dp):
+                raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
+        records = []
+        for i, (label, cfg) in enumerate(zip(labels, configs)):
+            echo(f"[{label}] DP audit: training once with {canaries} canaries")
+            records.append(run_dp_audit(cfg, out / "cache" / "dp_audit" / f"run{i}", settings, label=label))
+        write_report(out, [], [], dp=records)
+        return records
+
+    records = run_or_exit(go)
+    from ..audit.report import table_rows, markdown_table
+    from ..audit.dp_audit import dp_table
+
+    typer.echo(dp_table(records) if dp_audit else markdown_table(table_rows(records)))
+    typer.echo(f"wrote {out / 'report.md'}")
