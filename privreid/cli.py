@@ -506,6 +506,8 @@ from .commands.flower import flower_app  # noqa: E402
 app.add_typer(flower_app, name="flower")
 from .commands.invert import invert_command  # noqa: E402
 app.command("invert")(invert_command)
+from .commands.reproduce import reproduce_command  # noqa: E402
+app.command("reproduce")(reproduce_command)
 from .commands.sweep import sweep_command  # noqa: E402
 app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(sweep_command)
 
