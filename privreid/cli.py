@@ -216,6 +216,14 @@ def eval_cmd(
                                           "for HITSZ-VCM, 10 for BUPTCampus)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
+    fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
+                            "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
+                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5) are "
+                            "ranked under their own protocol, mean (std) over --num-splits seeded splits "
+                            "written next to --json; see docs/datasets.md."),
+    splits: Optional[Path] = typer.Option(None, "--splits", help="Small DG benchmarks: reuse the splits of "
+                                          "this file (written by an earlier --json run)."),
+    num_splits: int = typer.Option(10, "--num-splits", help="Small DG benchmarks: random splits (Song et al.: 10)."),
     corruption: Optional[str] = typer.Option(None, "--corruption", help="Evaluate under corruptions with "
                                              "CIL-ReID's protocol: 'all', a family (noise, blur, weather, "
                                              "digital) or comma-separated names (`privreid corrupt` previews "
@@ -226,7 +234,8 @@ def eval_cmd(
                                 "gallery or both."),
     repeats: int = typer.Option(10, "--repeats", help="With --corruption: evaluations with fresh draws; "
                                 "the table shows their mean (std)."),
-    seed: int = typer.Option(0, "--seed", help="With --corruption: seed of the draws."),
+    seed: int = typer.Option(0, "--seed", help="With --corruption: seed of the draws; small DG benchmarks: "
+                             "seed of the splits."),
     pixel_scale: str = typer.Option("auto", "--pixel-scale", help="With --corruption: 'auto' scales "
                                     "ImageNet-C's pixel lengths to each image; 1 takes them literally."),
 ) -> None:
@@ -298,13 +307,15 @@ def eval_cmd(
         return {**row, "std": result["std"]} if "std" in result else row
 
     def go() -> list[dict]:
+        if is_dg_eval_format(fmt):
+            return dg_rows()
         corrupted = corruption_options() if corruption is not None else None
         check_vi_options([])
         ckpt = load_checkpoint(model)
         cfg = RunConfig.from_dict(ckpt["config"])
         dev = resolve_device(device)
         net = load_model(ckpt, client=client, device=dev)
-        datasets = resolve_datasets(data or cfg.data.roots, cfg.data.format if not data else "auto")
+        datasets = resolve_datasets(data or cfg.data.roots, cfg.data.format if not data else fmt)
         wanted = _csv(domains) or list(datasets)
         unknown = [d for d in wanted if d not in datasets]
         if unknown:
@@ -324,8 +335,40 @@ def eval_cmd(
                 rows.append({"testset": testset.name, **evaluate_model(net, testset, **common)})
         return rows
 
+    def dg_rows() -> list[dict]:
+        """Each --data root ranked under its small-benchmark protocol (privreid.evaluation.dg_protocol)."""
+        if not data:
+            raise ConfigError(f"--format {fmt} needs --data ROOT (the dataset's root folder)")
+        if corruption is not None or mode is not None or seq_len is not None or single_gallery_shot:
+            raise ConfigError(f"--format {fmt} is ranked under its own protocol; --corruption, --mode, --seq-len "
+                              "and --single-gallery-shot do not apply")
+        if num_splits < 1 or seed < 0:
+            raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
+        ckpt = load_checkpoint(model)
+        cfg = RunConfig.from_dict(ckpt["config"])
+        dev = resolve_device(device)
+        net = load_model(ckpt, client=client, device=dev)
+        rows = []
+        for root in data:
+            name = Path(root).name
+            written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
+            result = evaluate_dg_model(net, root, fmt, height=cfg.data.height, width=cfg.data.width, device=dev,
+                                       flip=flip, metric=metric, num_splits=num_splits, seed=seed,
+                                       splits_file=splits, write_splits_to=written)
+            rows.append({"testset": f"{name} ({result['protocol']})", **result})
+        return rows
+
+    from .evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+
     rows = _run(go)
-    if corruption is None:
+    if rows and "protocol" in rows[0]:
+        typer.echo(format_table([{"testset": r["testset"], **{key: f"{100 * r[k]:.1f}" + (
+            f" ({100 * r['std'][k]:.1f})" if "std" in r else "") for k, key in
+            (("rank1", "R1"), ("rank5", "R5"), ("rank10", "R10"), ("mAP", "mAP"), ("mINP", "mINP"))}}
+            for r in rows]))
+        typer.echo(f"mean (std) over {rows[0]['splits']} split(s), seed {rows[0]['seed']}" if "std" in rows[0]
+                   else "mean over the queries, each ranked against its own gallery")
+    elif corruption is None:
         typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
                                   "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],
                                   "mINP": r["mINP"]} for r in rows]))
@@ -493,6 +536,8 @@ from .commands.flower import flower_app  # noqa: E402
 app.add_typer(flower_app, name="flower")
 from .commands.invert import invert_command  # noqa: E402
 app.command("invert")(invert_command)
+from .commands.reproduce import reproduce_command  # noqa: E402
+app.command("reproduce")(reproduce_command)
 from .commands.sweep import sweep_command  # noqa: E402
 app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(sweep_command)
 

@@ -256,8 +256,8 @@ def test_folder_of_several_datasets_is_not_one_dataset(tmp_path):
 
 def test_unknown_name_and_bad_variants(tmp_path):
     make_market(tmp_path)
-    with pytest.raises(ConfigError, match="unknown dataset format 'viper'"):
-        load_dataset(tmp_path, "viper")
+    with pytest.raises(ConfigError, match="unknown dataset format 'mars'"):
+        load_dataset(tmp_path, "mars")
     with pytest.raises(ConfigError, match="only applies to cuhk03np"):
         load_dataset(tmp_path, "market1501", variant="labeled")
     with pytest.raises(ConfigError, match="only applies to cuhk03np"):

@@ -41,6 +41,10 @@ _EMBEDDED = (SYNTH, SYNTH_VI, SYNTH_VI_VIDEO)
 
 def _load_synthetic_root(root: Path) -> dict[str, ReIDDataset]:
     manifest = json.loads((root / "manifest.json").read_text())
+    if manifest.get("format") == "privreid-synthetic-dg":
+        from .synthetic_dg import load_standins
+
+        return load_standins(root)
     fmt = "vi-folders" if manifest.get("format") == "privreid-synthetic-vi" else "market1501"
     return {name: _named(load_with_format(root / name, fmt), name) for name in manifest["domains"]}
 
@@ -60,6 +64,10 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
     for spec in roots:
         if spec == SYNTH:
             found = _load_synthetic_root(ensure_synthetic(config=SynthConfig(seed=synth_seed)))
+        elif spec == "synth-dg":  # the small unseen-domain stand-ins (privreid.data.synthetic_dg)
+            from .synthetic_dg import SynthDGConfig, ensure_synthetic_dg
+
+            found = _load_synthetic_root(ensure_synthetic_dg(config=SynthDGConfig(seed=synth_seed)))
         elif spec in (SYNTH_VI, SYNTH_VI_VIDEO):
             config = SynthVIConfig(seed=synth_seed, video=spec == SYNTH_VI_VIDEO)
             found = _load_synthetic_root(ensure_synthetic_vi(config=config))

@@ -95,13 +95,20 @@ def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | 
     Raises :class:`ConfigError` for an unknown ``name`` or ``variant`` and
     :class:`DataError` for a missing, empty or malformed dataset.
     """
+    from privreid.data.formats_dg import DG_FORMATS, load_dg_dataset
+
+    if name in DG_FORMATS:
+        return load_dg_dataset(root, name)
     if name != "auto":
         if name not in DATASET_FORMATS:
-            raise ConfigError(f"unknown dataset format {name!r}; choose one of: auto, {', '.join(DATASET_FORMATS)}")
+            raise ConfigError(f"unknown dataset format {name!r}; choose one of: auto, "
+                              f"{', '.join([*DATASET_FORMATS, *DG_FORMATS])}")
         _check_variant(name, variant)
     root = _check_root(root)
     if name == "auto":
         name = detect_format(root)
+        if name in DG_FORMATS:
+            return load_dg_dataset(root, name)
         _check_variant(name, variant)
     if name == "msmt17":
         return _load_msmt17(root)
@@ -139,9 +146,15 @@ def detect_format(root: str | os.PathLike) -> str:
         raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
     if found:
         return found[0]
+    from privreid.data.formats_dg import DG_FORMATS, detect_dg_format
+
+    small = detect_dg_format(root)  # the small DG benchmarks (privreid.data.formats_dg)
+    if small is not None:
+        return small
     if any((root / folder).is_dir() for _, folder in _MARKET_SPLITS):
         return "dukemtmcreid" if _has_duke_names(root) else "market1501"
-    layouts = "; ".join(f"{name}: {layout}" for name, layout in DATASET_FORMATS.items())
+    layouts = "; ".join(f"{name}: {layout}" for name, layout in
+                        [*DATASET_FORMATS.items(), *((n, m.LAYOUT) for n, m in DG_FORMATS.items())])
     raise DataError(f"cannot recognise the dataset layout of {root}; expected one of: {layouts}")
 
 

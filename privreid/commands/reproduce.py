@@ -1,0 +1,53 @@
+"""``privreid reproduce``: regenerate a paper table (training runs and evaluations) beside its published numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import run_or_exit
+
+
+def reproduce_command(
+    table: Optional[str] = typer.Argument(None, help="The table to run (see --list), e.g. fedreid-table2."),
+    list_tables: bool = typer.Option(False, "--list", help="Name every reproducible table and figure, with its "
+                                     "paper, what it shows and its budget at each scale."),
+    scale: str = typer.Option("smoke", "--scale", help="smoke (synthetic data, tiny budgets: exercises the code "
+                              "path) or paper (the paper presets and the real datasets under --data-root)."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Paper scale: one folder per dataset, "
+                                             "named by its --format (e.g. DIR/viper, DIR/market1501)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output: runs/, table.md, table.csv (resumable)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+) -> None:
+    """Run every cell of a paper's table and write table.md / table.csv beside the published numbers.
+
+    Resumable: finished runs and evaluations are skipped, interrupted runs resumed.
+
+    Example: privreid reproduce --list
+    Example: privreid reproduce fedreid-table2 --scale smoke --out runs/fedreid-table2
+    """
+    from ..reproduce import list_tables as rows_of_list
+    from ..reproduce import run_table
+
+    if list_tables:
+        for r in rows_of_list():
+            typer.echo(f"{r['table']:15s} {r['paper']}: {r['title']}")
+            typer.echo(f"{'':15s}   shows: {r['shows']}")
+            typer.echo(f"{'':15s}   smoke: {r['smoke']}; paper: {r['paper budget']}")
+            if r["status"] != "runs":
+                typer.echo(f"{'':15s}   status: {r['status']}")
+        return
+
+    def go():
+        if table is None:
+            raise ConfigError("name a table (privreid reproduce --list shows them)")
+        if out is None:
+            raise ConfigError("--out is required")
+        return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo)
+
+    run_or_exit(go)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"wrote {out / 'table.md'} and {out / 'table.csv'}")

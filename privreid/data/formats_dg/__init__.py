@@ -1,0 +1,147 @@
+"""Loaders for the small unseen-domain benchmarks of domain-generalisable ReID (papers 002, 000, 004, 001).
+
+Each dataset is one self-contained module of this package that defines
+``LAYOUT`` (the expected tree, one line), ``find(root)`` (the folder holding
+the release inside ``root``, or ``None``) and ``read_pool(base)`` (a
+:class:`DGPool`); :data:`DG_FORMATS` registers them.  The layouts follow
+torchreid (``torchreid.data.datasets.image``) where torchreid has the dataset
+(VIPeR, GRID, PRID, i-LIDS, CUHK01, CUHK02, CUHK-SYSU crops, iLIDS-VID) and
+the original release otherwise (3DPeS, CAVIAR4REID); docs/datasets.md draws
+each tree.
+
+A :class:`DGPool` is the whole dataset before any split: the images of every
+identity in two *views* (the query camera and the gallery camera of the
+benchmarks' protocols) plus gallery-only distractors.  Train / test splits are
+drawn from it by :mod:`privreid.data.formats_dg.splits` (the DG-ReID protocol
+of Song et al., CVPR 2019, and FedPav's cross-camera protocol);
+:func:`load_dg_dataset` returns split 0 of seed 0 as a plain
+:class:`~privreid.data.types.ReIDDataset`, which is what training on one of
+these datasets uses (torchreid's ``split_id=0``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from privreid.data.types import ReIDDataset, Sample
+from privreid.errors import ConfigError, DataError
+
+__all__ = ["DGPool", "DG_FORMATS", "detect_dg_format", "dg_layout", "is_dg_format", "load_dg_dataset", "load_pool"]
+
+
+@dataclass
+class DGPool:
+    """A small benchmark before splitting.
+
+    ``views[pid] = (view_a, view_b)``: the identity's images in the query view
+    and in the gallery view (``view_b`` is ``view_a`` itself for i-LIDS, which
+    has no camera labels: query and gallery are then two distinct images).  An
+    identity with one empty view can only be trained on.  ``distractors`` are
+    gallery-only images of identities outside ``views`` (GRID's 775, PRID's
+    cam_b-only 549).  ``shared_view`` marks the i-LIDS / CUHK-SYSU case.
+    ``fixed_test`` lists the test identities of a dataset with one released
+    split (CUHK02: the P5 camera pair) instead of random splits.
+    """
+
+    name: str
+    root: str
+    views: dict[int, tuple[list[Sample], list[Sample]]]
+    distractors: list[Sample] = field(default_factory=list)
+    shared_view: bool = False
+    fixed_test: list[int] | None = None
+
+    @property
+    def paired_ids(self) -> list[int]:
+        """Identities that can be tested: seen in both views (twice, for a shared view)."""
+        need = 2 if self.shared_view else 1
+        return sorted(pid for pid, (a, b) in self.views.items()
+                      if len(a) >= need and len(b) >= 1)
+
+
+def is_dg_format(fmt: str) -> bool:
+    return fmt in DG_FORMATS
+
+
+def dg_layout(fmt: str) -> str:
+    """The expected tree of ``fmt``, one line (for error messages and ``--help``)."""
+    return DG_FORMATS[fmt].LAYOUT
+
+
+def detect_dg_format(root: str | os.PathLike) -> str | None:
+    """The :data:`DG_FORMATS` name whose layout ``root`` follows, or ``None``."""
+    root = Path(root)
+    found = [name for name, module in DG_FORMATS.items() if module.find(root) is not None]
+    if len(found) > 1:
+        raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
+    return found[0] if found else None
+
+
+def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
+    """Read ``root`` in format ``fmt``; :class:`DataError` naming the expected layout when it does not fit."""
+    if fmt not in DG_FORMATS:
+        raise ConfigError(f"unknown dataset format {fmt!r}; choose one of: {', '.join(DG_FORMATS)}")
+    root = Path(root).expanduser().absolute()
+    if not root.is_dir():
+        raise DataError(f"dataset root {root} does not exist; {fmt} expects {dg_layout(fmt)}")
+    base = DG_FORMATS[fmt].find(root)
+    if base is None:
+        raise DataError(f"{root} is not in the {fmt} layout; expected {dg_layout(fmt)}")
+    pool = DG_FORMATS[fmt].read_pool(base)
+    if len(pool.paired_ids) < 2:
+        raise DataError(f"{fmt} at {base}: fewer than two identities seen in both views; expected {dg_layout(fmt)}")
+    return pool
+
+
+def load_dg_dataset(root: str | os.PathLike, fmt: str) -> ReIDDataset:
+    """Split 0 (seed 0) of ``fmt``'s default protocol as a :class:`ReIDDataset` (train pids relabelled)."""
+    from .splits import default_protocol, make_splits, split_dataset
+
+    pool = load_pool(root, fmt)
+    return split_dataset(pool, make_splits(pool, default_protocol(fmt), num_splits=1, seed=0)[0])
+
+
+# --------------------------------------------------------------------------- helpers for the format modules
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+
+
+def first_dir(root: Path, *candidates: str) -> Path | None:
+    """The first ``root/<candidate>`` that is a directory (``""`` is ``root`` itself), or ``None``."""
+    for rel in candidates:
+        path = root / rel if rel else root
+        if path.is_dir():
+            return path
+    return None
+
+
+def images(folder: Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> list[Path]:
+    """The image files of ``folder``, sorted by name; :class:`DataError` when it is missing."""
+    if not folder.is_dir():
+        raise DataError(f"missing folder {folder}")
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in suffixes and p.is_file())
+
+
+def bad_name(path: Path, convention: str) -> DataError:
+    return DataError(f"file name {path} does not follow the {convention} naming convention")
+
+
+def two_views(samples: list[Sample], view_a: set[int]) -> dict[int, tuple[list[Sample], list[Sample]]]:
+    """Group ``(path, pid, camid)`` samples by identity into (cameras in ``view_a``, other cameras)."""
+    views: dict[int, tuple[list[Sample], list[Sample]]] = {}
+    for sample in samples:
+        a, b = views.setdefault(sample[1], ([], []))
+        (a if sample[2] in view_a else b).append(sample)
+    return views
+
+
+def _registry() -> dict[str, ModuleType]:
+    from . import caviar, cuhk01, cuhk02, cuhksysu, grid, ilids, ilidsvid, prid, threedpes, viper
+
+    return {"viper": viper, "grid": grid, "prid": prid, "ilids": ilids, "3dpes": threedpes, "caviar": caviar,
+            "cuhk01": cuhk01, "cuhk02": cuhk02, "cuhksysu": cuhksysu, "ilidsvid": ilidsvid}
+
+
+#: format name -> the module that reads it (see the module docstring)
+DG_FORMATS: dict[str, ModuleType] = _registry()

@@ -1,0 +1,46 @@
+"""CUHK02 (Li & Wang, CVPR 2013): 1,816 people in five camera pairs P1-P5.
+
+torchreid's layout: ``cuhk02/Dataset/P<k>/{cam1,cam2}/<pid>_<n>.png``; the
+identity is the first ``_`` field and identities of different pairs are
+different people, so privreid's pid is ``100000 * (k - 1) + pid``.  The
+camids run over the ten cameras (``P1/cam1`` -> 0, ``P1/cam2`` -> 1, ...), as in
+torchreid.  The one released split is torchreid's: P1-P4 train, P5 test
+(query ``cam1``, gallery ``cam2``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import DGPool, bad_name, images
+
+LAYOUT = "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)"
+PAIRS = ("P1", "P2", "P3", "P4", "P5")
+TEST_PAIR = "P5"
+_NAME = re.compile(r"(\d+)_")
+
+
+def find(root: Path) -> Path | None:
+    for base in (root / "cuhk02" / "Dataset", root / "Dataset"):
+        if (base / "P1" / "cam1").is_dir():
+            return base
+    return None
+
+
+def read_pool(base: Path) -> DGPool:
+    views: dict[int, tuple[list, list]] = {}
+    test = []
+    for k, pair in enumerate(PAIRS):
+        if not (base / pair).is_dir():
+            continue
+        for c, cam in enumerate(("cam1", "cam2")):
+            for path in images(base / pair / cam, (".png",)):
+                match = _NAME.match(path.name)
+                if match is None:
+                    raise bad_name(path, "<pid>_<n>.png")
+                pid = 100000 * k + int(match.group(1))
+                views.setdefault(pid, ([], []))[c].append((str(path), pid, 2 * k + c))
+                if pair == TEST_PAIR:
+                    test.append(pid)
+    return DGPool("cuhk02", str(base), views, fixed_test=sorted(set(test)))

@@ -1,0 +1,39 @@
+"""iLIDS-VID (Wang et al., ECCV 2014): 300 people, one sequence and one key image in each of 2 cameras.
+
+torchreid reads the sequences (``i-LIDS-VID/sequences/cam<k>/person<id>/``);
+FedPav uses the dataset as images, which privreid reads from the release's
+``i-LIDS-VID/images/cam<k>/person<id:03d>/cam<k>_person<id:03d>.png`` folder
+(view A = cam1, view B = cam2).  The release's ten splits
+(``train-test people splits/*.mat``) are not read: splits are drawn like the
+other datasets' (seeded random halves).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import DGPool, bad_name, images
+
+LAYOUT = ("root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level "
+          "is optional)")
+_PERSON = re.compile(r"person(\d+)")
+
+
+def find(root: Path) -> Path | None:
+    for base in (root / "ilids-vid" / "i-LIDS-VID" / "images", root / "i-LIDS-VID" / "images", root / "images"):
+        if (base / "cam1").is_dir() and (base / "cam2").is_dir():
+            return base
+    return None
+
+
+def read_pool(base: Path) -> DGPool:
+    views: dict[int, tuple[list, list]] = {}
+    for c, cam in enumerate(("cam1", "cam2")):
+        for person in sorted(p for p in (base / cam).iterdir() if p.is_dir()):
+            match = _PERSON.fullmatch(person.name)
+            if match is None:
+                raise bad_name(person, "person<id:03d>")
+            pid = int(match.group(1))
+            views.setdefault(pid, ([], []))[c].extend((str(p), pid, c) for p in images(person, (".png",)))
+    return DGPool("ilidsvid", str(base), views)

@@ -1,0 +1,163 @@
+"""Train / test splits of the small benchmarks: the DG-ReID protocol and FedPav's cross-camera protocol.
+
+``dg`` -- the small-set protocol of Song et al. (CVPR 2019, Sec. 4.1), used by
+FedReID (paper 002, Sec. 4) and SKA (paper 000, Sec. 4.1): each of 10 random
+splits tests on half of the identities seen in both views (rounded up: PRID
+100 of its 200 paired people, GRID 125 of 250, VIPeR 316 of 632, i-LIDS 60
+of 119), single-shot (one query image from view A and one gallery image from
+view B per test identity; two distinct images for i-LIDS), the gallery
+completed with the dataset's distractors (PRID 549 camera-B-only people ->
+649 gallery images, GRID 775 -> 900).  The other half (and identities seen
+in one view) is the split's train set.  Results are the mean and std over
+the splits (:mod:`privreid.evaluation.dg_protocol`).
+
+``crosscam`` -- FedPav's Table 5 protocol (paper 004, Sec. 5.4): a random
+draw of identities seen by both cameras (CAVIAR4REID 36, as [32, 38]; GRID
+all 250), every image of view A as query and every image of view B as the
+gallery, no distractors (the paper does not mention GRID's).  privreid draws
+10 such sets and averages, where the paper reports one draw.
+
+Datasets with one released split (:attr:`DGPool.fixed_test`: CUHK02's P5,
+CUHK-SYSU's query identities) test on it in every split.  Query images get
+camid 0 and gallery images camid 1 (the views are different cameras), so
+the Market-1501 same-camera rule never removes a true match.  A split is
+reproducible from ``(seed, index)`` and written to JSON by
+:func:`write_splits` for reuse (:func:`read_splits`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from privreid.data.types import ReIDDataset, Sample, relabel
+from privreid.errors import ConfigError, DataError
+
+from . import DGPool
+
+SPLIT_PROTOCOLS = ("dg", "crosscam")
+#: FedPav Table 5: identities drawn per cross-camera test (None: every paired identity)
+CROSSCAM_IDS = {"caviar": 36, "grid": None}
+NUM_SPLITS = 10
+
+
+@dataclass
+class DGSplit:
+    index: int
+    seed: int
+    protocol: str
+    train_ids: list[int]
+    test_ids: list[int]
+    query: list[Sample]
+    gallery: list[Sample]
+
+
+def default_protocol(fmt: str) -> str:
+    return "dg"
+
+
+def num_test_ids(pool: DGPool, protocol: str) -> int:
+    """How many identities a split of ``protocol`` tests on (see the module docstring)."""
+    paired = len(pool.paired_ids)
+    if protocol == "crosscam":
+        if pool.name not in CROSSCAM_IDS:
+            raise ConfigError(f"FedPav's cross-camera protocol is defined for {', '.join(CROSSCAM_IDS)}, "
+                              f"not {pool.name}")
+        wanted = CROSSCAM_IDS[pool.name] or paired
+        return min(wanted, paired)
+    return math.ceil(paired / 2)
+
+
+def make_splits(pool: DGPool, protocol: str = "dg", *, num_splits: int = NUM_SPLITS, seed: int = 0) -> list[DGSplit]:
+    """``num_splits`` splits of ``pool`` under ``protocol``; split ``i`` depends on ``(seed, i)`` only."""
+    if protocol not in SPLIT_PROTOCOLS:
+        raise ConfigError(f"unknown split protocol {protocol!r}; choose one of: {', '.join(SPLIT_PROTOCOLS)}")
+    if num_splits < 1:
+        raise ConfigError(f"the number of splits must be at least 1, got {num_splits}")
+    if seed < 0:
+        raise ConfigError(f"the split seed must be non-negative, got {seed}")
+    return [_split(pool, protocol, seed, index) for index in range(num_splits)]
+
+
+def _split(pool: DGPool, protocol: str, seed: int, index: int) -> DGSplit:
+    rng = np.random.default_rng([seed, index])
+    paired = pool.paired_ids
+    if pool.fixed_test is not None:
+        test = [pid for pid in pool.fixed_test if pid in set(paired)]
+    else:
+        order = rng.permutation(len(paired))
+        test = sorted(paired[i] for i in order[: num_test_ids(pool, protocol)])
+    if not test:
+        raise DataError(f"{pool.name} at {pool.root}: no identity to test on")
+    test_set = set(test)
+    single = protocol == "dg"
+    train_ids = sorted(pid for pid in pool.views if pid not in test_set)
+    query, gallery = [], []
+    for pid in test:
+        view_a, view_b = pool.views[pid]
+        if pool.shared_view:
+            first, second = rng.choice(len(view_a), size=2, replace=False)
+            q = [view_a[first]]
+            g = [view_a[second]] if single else [s for i, s in enumerate(view_a) if i != first]
+        elif single:
+            q, g = [view_a[rng.integers(len(view_a))]], [view_b[rng.integers(len(view_b))]]
+        else:
+            q, g = view_a, view_b
+        query += [(path, pid, 0) for path, _, _ in q]
+        gallery += [(path, pid, 1) for path, _, _ in g]
+    if protocol == "dg":
+        gallery += [(path, pid, 1) for path, pid, _ in pool.distractors]
+    return DGSplit(index, seed, protocol, train_ids, test, query, gallery)
+
+
+def train_samples(pool: DGPool, split: DGSplit) -> list[Sample]:
+    """Every image of the split's train identities, with its own camid (views A and B once each)."""
+    out = []
+    for pid in split.train_ids:
+        view_a, view_b = pool.views[pid]
+        out += view_a if pool.shared_view else view_a + view_b
+    return out
+
+
+def split_dataset(pool: DGPool, split: DGSplit) -> ReIDDataset:
+    """``split`` as a :class:`ReIDDataset`: train relabelled ``0..N-1``, query / gallery with their pids."""
+    return ReIDDataset(name=pool.name, train=relabel(train_samples(pool, split)), query=split.query, gallery=split.gallery,
+                       root=pool.root)
+
+
+def write_splits(path: str | os.PathLike, pool: DGPool, splits: list[DGSplit]) -> Path:
+    """Write ``splits`` as JSON, image paths relative to the dataset root (so the file moves with the data)."""
+    def rel(samples: list[Sample]) -> list[list]:
+        return [[os.path.relpath(p, pool.root), pid, cam] for p, pid, cam in samples]
+
+    body = {"dataset": pool.name, "splits": [{**asdict(s), "query": rel(s.query), "gallery": rel(s.gallery)}
+                                             for s in splits]}
+    path = Path(path)
+    path.write_text(json.dumps(body, indent=1))
+    return path
+
+
+def read_splits(path: str | os.PathLike, pool: DGPool) -> list[DGSplit]:
+    """The splits of :func:`write_splits`, checked against ``pool`` (same dataset, every image present)."""
+    try:
+        body = json.loads(Path(path).read_text())
+        if body["dataset"] != pool.name:
+            raise DataError(f"{path} holds splits of {body['dataset']}, not of {pool.name}")
+        splits = [DGSplit(index=s["index"], seed=s["seed"], protocol=s["protocol"], train_ids=s["train_ids"],
+                          test_ids=s["test_ids"],
+                          query=[(os.path.join(pool.root, p), pid, cam) for p, pid, cam in s["query"]],
+                          gallery=[(os.path.join(pool.root, p), pid, cam) for p, pid, cam in s["gallery"]])
+                  for s in body["splits"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"cannot read splits from {path}: {exc}") from exc
+    known = {pid for pid in pool.views}
+    for split in splits:
+        missing = [p for p, _, _ in split.query + split.gallery if not os.path.isfile(p)]
+        if missing or not set(split.train_ids) <= known:
+            raise DataError(f"{path}: split {split.index} does not match {pool.name} at {pool.root}")
+    return splits

@@ -1,0 +1,148 @@
+"""Synthetic stand-ins for the small unseen-domain benchmarks (``--data synth-dg``).
+
+Three small domains rendered by the synthetic generator
+(:mod:`privreid.data.synthetic`) with a seed the embedded federation never
+uses, so their scene and camera styles are unseen, each written in the real
+layout of the benchmark it stands in for and read by the real loader
+(:mod:`privreid.data.formats_dg`), so smoke-scale reproductions run the same
+loading, split and ranking code as paper-scale ones:
+
+``synth-viper``  (``viper`` layout)  2 cameras, one image per person per camera;
+``synth-grid``   (``grid`` layout)   probe / gallery cameras plus pid-0 distractors;
+``synth-ilids``  (``ilids`` layout)  several images per person, no camera labels.
+
+Each stand-in is tested under the DG-ReID protocol (half of the people,
+single-shot, distractors) like the benchmark.  The embedded federation
+(``--data synth``) is untouched: these domains come from their own cache entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from .synthetic import SynthConfig, ensure_cached, generate_synthetic, write_atomically, write_manifest
+
+SYNTH_DG = "synth-dg"
+#: stand-in name -> (the format it is written in, its folder inside the stand-in root)
+STANDINS = {
+    "synth-viper": ("viper", Path("VIPeR")),
+    "synth-grid": ("grid", Path("underground_reid")),
+    "synth-ilids": ("ilids", Path("i-LIDS_Pedestrian") / "Persons"),
+}
+#: added to the seed so that no stand-in domain is a domain of the embedded federation
+SEED_OFFSET = 7919
+
+
+@dataclass(frozen=True)
+class SynthDGConfig:
+    """What determines the stand-ins (and their cache key)."""
+
+    #: people per stand-in (GRID: paired people; VIPeR, i-LIDS: all people)
+    people: int = 32
+    #: GRID stand-in: pid-0 gallery distractors
+    distractors: int = 48
+    #: i-LIDS stand-in: images per person (split over its two rendered cameras)
+    ilids_images: int = 4
+    height: int = 128
+    width: int = 64
+    seed: int = 0
+
+    def render_config(self) -> SynthConfig:
+        return SynthConfig(num_domains=len(STANDINS), ids_per_domain=1, test_ids_per_domain=self.people,
+                           cams_per_domain=2, images_per_id_per_cam=max(1, self.ilids_images // 2),
+                           max_query_cams=1, distractors=self.distractors, junk=0, height=self.height,
+                           width=self.width, seed=SEED_OFFSET + self.seed)
+
+
+def generate_synthetic_dg(out_dir: str | os.PathLike, config: SynthDGConfig | None = None, *,
+                          overwrite: bool = False) -> Path:
+    """Write the stand-ins into ``out_dir/<stand-in>/`` in their benchmarks' layouts (plus ``manifest.json``)."""
+    config = config or SynthDGConfig()
+
+    def fill(tmp: Path) -> None:
+        rendered = generate_synthetic(tmp / ".render", config.render_config())
+        for (name, (fmt, folder)), domain in zip(STANDINS.items(), sorted(p for p in rendered.iterdir()
+                                                                           if p.is_dir())):
+            _WRITERS[fmt](_by_person(domain), tmp / name / folder, config)
+        shutil.rmtree(rendered)
+        write_manifest(tmp, "privreid-synthetic-dg", config, domains=list(STANDINS),
+                       formats={name: fmt for name, (fmt, _) in STANDINS.items()})
+
+    return write_atomically(out_dir, fill, overwrite=overwrite)
+
+
+def ensure_synthetic_dg(cache_root: str | os.PathLike | None = None, config: SynthDGConfig | None = None) -> Path:
+    """A cached copy of the stand-ins for ``config``, generated once (like ``ensure_synthetic``)."""
+    config = config or SynthDGConfig()
+    return ensure_cached(SYNTH_DG, config,
+                         lambda path, overwrite: generate_synthetic_dg(path, config, overwrite=overwrite), cache_root)
+
+
+def standin_roots(root: str | os.PathLike) -> dict[str, tuple[Path, str]]:
+    """``{stand-in name: (its root, its format)}`` of a directory written by :func:`generate_synthetic_dg`."""
+    return {name: (Path(root) / name, fmt) for name, (fmt, _) in STANDINS.items()}
+
+
+_NAME = re.compile(r"(\d+)_c(\d)")
+
+
+def _by_person(domain: Path) -> dict[int, dict[int, list[Path]]]:
+    """``{pid: {camera: [images]}}`` of a rendered Market-layout domain (pid 0 = distractors)."""
+    out: dict[int, dict[int, list[Path]]] = {}
+    for path in sorted(domain.glob("*/*.jpg")):
+        pid, cam = (int(g) for g in _NAME.match(path.name).groups())
+        if pid >= 0:
+            out.setdefault(pid, {}).setdefault(cam, []).append(path)
+    return out
+
+
+def _save(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(src) as img:
+        img.convert("RGB").save(dst)
+
+
+def _write_viper(people: dict, base: Path, config: SynthDGConfig) -> None:
+    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    for n, pid in enumerate(paired):
+        _save(people[pid][1][0], base / "cam_a" / f"{n:03d}_0.bmp")
+        _save(people[pid][2][0], base / "cam_b" / f"{n:03d}_90.bmp")
+
+
+def _write_grid(people: dict, base: Path, config: SynthDGConfig) -> None:
+    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    for n, pid in enumerate(paired, start=1):
+        _save(people[pid][1][0], base / "probe" / f"{n:04d}_1_{n:05d}_0_0_0_0.jpeg")
+        _save(people[pid][2][0], base / "gallery" / f"{n:04d}_2_{n:05d}_0_0_0_0.jpeg")
+    for k, path in enumerate(p for cams in people.get(0, {}).values() for p in cams):
+        _save(path, base / "gallery" / f"0000_{1 + k % 2}_{k:05d}_0_0_0_0.jpeg")
+
+
+def _write_ilids(people: dict, base: Path, config: SynthDGConfig) -> None:
+    persons = [pid for pid in sorted(people) if pid > 0][: config.people]
+    for n, pid in enumerate(persons, start=1):
+        shots = [p for cam in sorted(people[pid]) for p in people[pid][cam]][: config.ilids_images]
+        for k, path in enumerate(shots, start=1):
+            _save(path, base / f"{n:04d}{k:03d}.jpg")
+
+
+_WRITERS = {"viper": _write_viper, "grid": _write_grid, "ilids": _write_ilids}
+
+__all__ = ["SYNTH_DG", "STANDINS", "SynthDGConfig", "ensure_synthetic_dg", "generate_synthetic_dg", "standin_roots"]
+
+
+def load_standins(root: str | os.PathLike) -> dict:
+    """The stand-ins of ``root`` as datasets (split 0 of each, :func:`privreid.data.formats_dg.load_dg_dataset`)."""
+    from .formats_dg import load_dg_dataset
+
+    datasets = {}
+    for name, (path, fmt) in standin_roots(root).items():
+        datasets[name] = load_dg_dataset(path, fmt)
+        datasets[name].name = name
+    return datasets

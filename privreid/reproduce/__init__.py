@@ -1,0 +1,183 @@
+"""``privreid reproduce``: run every cell of a paper's table and write it beside the published numbers.
+
+:data:`~privreid.reproduce.tables.TABLES` lists the tables; ``published.yaml``
+(in this package) holds the papers' numbers, each with its table and row.
+:func:`run_table` trains every run of a table into ``OUT/runs/<run>/`` (a
+run with a ``summary.json`` is skipped, one with only a checkpoint resumed,
+as ``privreid sweep`` does), evaluates every cell (cached next to the run,
+with the DG splits it used), then writes ``OUT/table.md`` and
+``OUT/table.csv`` in the paper's layout: privreid's number, the published
+one and their difference.  Comparators privreid does not implement stay in
+the table as "not implemented" rows with their published numbers.
+
+``scale="smoke"`` trains on the embedded synthetic data with tiny budgets and
+tests on the synthetic stand-ins (:mod:`privreid.data.synthetic_dg`): it
+exercises the code path, its numbers are not comparable with the papers'.
+``scale="paper"`` uses the paper presets (``configs/*-paper.yaml``) and the
+real datasets under ``data_root`` (one folder per ``--format`` name), and
+refuses before any work when one is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..errors import ConfigError, DataError
+from .tables import SCALES, TABLES, Column, Row, TableSpec
+
+__all__ = ["TABLES", "list_tables", "published", "run_table"]
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def published() -> dict[str, Any]:
+    """The papers' numbers (``published.yaml``): table key -> rows of ``{row, label, values}``."""
+    return yaml.safe_load((Path(__file__).with_name("published.yaml")).read_text())
+
+
+def list_tables() -> list[dict[str, str]]:
+    """One line per table: key, paper, title, what it shows, budget per scale, status."""
+    return [{"table": s.key, "paper": s.paper, "title": s.title, "shows": s.shows, "smoke": s.budget["smoke"],
+             "paper budget": s.budget["paper"], "status": s.status} for s in TABLES.values()]
+
+
+def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
+              device: str = "auto", echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run table ``key`` at ``scale`` into ``out``; returns the rows written to ``table.csv``."""
+    spec = _check(key, scale, data_root)
+    out = Path(out)
+    values: dict[tuple[str, str], float | None] = {}
+    for row in spec.rows:
+        for column in spec.columns:
+            values[(row.name, column.name)] = _cell(spec, row, column, scale, out, data_root, device, echo)
+    rows = _rows(spec, values)
+    _write(spec, scale, rows, out)
+    return rows
+
+
+def _check(key: str, scale: str, data_root) -> TableSpec:
+    if key not in TABLES:
+        raise ConfigError(f"unknown table {key!r}; `privreid reproduce --list` names them: {', '.join(TABLES)}")
+    spec = TABLES[key]
+    if scale not in SCALES:
+        raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if not spec.rows:
+        raise ConfigError(f"{key} is {spec.status}")
+    if scale == "paper":
+        if data_root is None:
+            raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
+        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns if c.paper}
+        for folder, fmt in needed.items():
+            _check_dataset(Path(data_root) / folder, fmt)
+    return spec
+
+
+def _check_dataset(path: Path, fmt: str) -> None:
+    """Refuse, naming the expected layout, when ``path`` does not hold a ``fmt`` dataset."""
+    from ..data.catalog import load_with_format
+    from ..data.formats import DATASET_FORMATS
+    from ..data.formats_dg import DG_FORMATS, dg_layout, load_pool
+    from ..data.vi_formats import VI_FORMATS
+
+    layout = (dg_layout(fmt) if fmt in DG_FORMATS else VI_FORMATS.get(fmt)
+              or DATASET_FORMATS.get(fmt.split("-")[0], ""))
+    if not path.is_dir():
+        raise DataError(f"missing dataset {path.name}: expected {path} in the {fmt} layout: {layout}")
+    try:
+        load_pool(path, fmt) if fmt in DG_FORMATS else load_with_format(path, fmt)
+    except DataError as exc:
+        raise DataError(f"dataset {path} is not in the {fmt} layout ({layout}): {exc}") from None
+
+
+def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data_root, device: str,
+          echo) -> float | None:
+    if row.train is None or column.group not in row.train or row.train[column.group].get(scale) is None:
+        return None
+    dataset = column.smoke if scale == "smoke" else column.paper
+    if dataset is None:
+        return None
+    run_dir = _train(row, column.group, scale, out, data_root, device, echo)
+    kind, what = column.source
+    if kind == "seen":
+        summary = json.loads((run_dir / "summary.json").read_text())
+        metrics = summary.get("global_seen") or summary.get("local_seen") or {}
+        return None if metrics.get(what) is None else 100 * metrics[what]
+    cache = run_dir / f"eval-{column.name}.json"
+    if not cache.is_file():
+        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, column.name)))
+    return 100 * json.loads(cache.read_text())["rank1"]
+
+
+def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
+    from ..commands.sweep import base_config
+    from ..training import train_run
+
+    run_dir = out / "runs" / row.run_name(group)
+    if (run_dir / "summary.json").is_file():
+        return run_dir
+    args = [a.format(data_root=data_root, device=device) for a in row.train[group][scale]]
+    args = [str(CONFIGS / Path(a).name) if a.startswith("configs/") else a for a in args]
+    if scale == "smoke" and device != "auto":
+        args += ["--device", device]
+    echo(f"training {row.run_name(group)} ({scale})")
+    train_run(base_config(args), run_dir, resume=(run_dir / "ckpt.pt").is_file(), progress=False)
+    return run_dir
+
+
+def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
+    from ..checkpoint import load_checkpoint, load_model
+    from ..config import RunConfig
+    from ..data.synthetic_dg import ensure_synthetic_dg
+    from ..evaluation.dg_protocol import evaluate_dg_model
+    from ..federated.engine import resolve_device
+
+    root = ensure_synthetic_dg() / dataset if scale == "smoke" else Path(data_root) / dataset
+    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    cfg = RunConfig.from_dict(ckpt["config"])
+    dev = resolve_device(device)
+    return evaluate_dg_model(load_model(ckpt, device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
+                             device=dev, write_splits_to=run_dir / f"splits-{name}.json")
+
+
+def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
+    numbers = {r["row"]: r["values"] for r in published().get(spec.key, {}).get("rows", [])}
+    rows = []
+    for row in spec.rows:
+        for column in spec.columns:
+            ours, paper = values[(row.name, column.name)], numbers.get(row.name, {}).get(column.name)
+            rows.append({"row": row.name, "column": column.name,
+                         "privreid": None if ours is None else round(ours, 2),
+                         "published": paper, "difference": None if None in (ours, paper) else round(ours - paper, 2),
+                         "status": "not implemented" if row.train is None else "run"})
+    return rows
+
+
+def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
+    from ..reporting.files import write_csv_rows
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv_rows(rows, out / "table.csv")
+    by_cell = {(r["row"], r["column"]): r for r in rows}
+
+    def cell(r: dict) -> str:
+        paper = "-" if r["published"] is None else f"{r['published']:.1f}"
+        if r["status"] == "not implemented":
+            return f"n/i ({paper})"
+        if r["privreid"] is None:
+            return f"- ({paper})"
+        diff = "" if r["difference"] is None else f", {r['difference']:+.1f}"
+        return f"{r['privreid']:.1f} ({paper}{diff})"
+
+    head = ["Method", *[c.name for c in spec.columns]]
+    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
+             "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
+             "- = no such data at this scale.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in spec.rows:
+        lines.append("| " + " | ".join([row.name, *[cell(by_cell[(row.name, c.name)]) for c in spec.columns]]) + " |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
