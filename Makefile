@@ -1,11 +1,13 @@
 # privreid developer entry points.  `make demo` and `make test` create or refresh
-# .venv themselves; a second run reinstalls nothing unless pyproject.toml changed.
+# .venv themselves; a second run reinstalls nothing unless pyproject.toml or
+# constraints.txt changed.  PYTHON: 3.11 or 3.12 (README "Install").
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# Installed without its dependencies on purpose: see the comment in pyproject.toml.
-TORCHATTACKS := torchattacks==3.5.1
+# The extras the tests need, at the tested versions (constraints.txt).
+EXTRAS := test,flower,export
+PIP    := $(BIN)/python -m pip --disable-pip-version-check
 DEMO   := runs/demo
 # Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
 DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
@@ -14,12 +16,12 @@ DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 REPORT_ARGS := --suite attacks,corruptions,inversion --testsets unseen --attacks fgsm,pgd --steps 5 \
 	--max-queries 60 --corruptions all --repeats 3 --subjects 2 --iterations 100 --threat shared --quiet
 
-.PHONY: venv test test-all demo bench clean
+.PHONY: venv test test-all demo bench lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(TORCHATTACKS)
+	$(PIP) install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	$(PIP) check
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -39,5 +41,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/eval_metrics.py
 
+# Re-resolve constraints.txt from pyproject.toml's ranges in a fresh venv (then run make test-all).
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --disable-pip-version-check '.[$(EXTRAS),bench]'
+	.lock-venv/bin/python -m pip check
+	{ sed -n '/^#/p' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude privreid; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .lock-venv
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .lock-venv runs .pytest_cache

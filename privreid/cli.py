@@ -13,15 +13,28 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from . import __version__
 from .commands.common import csv_list as _csv
 from .commands.common import params_with_preset, parse_method_options
 from .commands.common import fail as _fail
 from .commands.common import run_or_exit as _run
-from .errors import ConfigError
+from .errors import ConfigError, MissingDependencyError
+
+
+class _Group(TyperGroup):
+    """Every command: a missing optional package (privreid.dependencies) is one ``error:`` line and exit 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except MissingDependencyError as exc:
+            _fail(str(exc))
+
 
 app = typer.Typer(
+    cls=_Group,
     name="privreid",
     help="Privacy-preserving (federated) person re-identification: train (with DP defences), evaluate, "
          "attack, invert, corrupt, compare and sweep; Flower for multi-machine runs.\n\n"
@@ -532,6 +545,8 @@ from .commands.audit import audit_command  # noqa: E402
 app.command("audit")(audit_command)
 from .commands.corrupt import corrupt_command  # noqa: E402
 app.command("corrupt")(corrupt_command)
+from .commands.export import export_command  # noqa: E402
+app.command("export")(export_command)
 from .commands.flower import flower_app  # noqa: E402
 app.add_typer(flower_app, name="flower")
 from .commands.invert import invert_command  # noqa: E402

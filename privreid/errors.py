@@ -20,3 +20,7 @@ class ConfigError(PrivreidError):
 
 class CheckpointError(PrivreidError):
     """A checkpoint is unreadable, unsafe or incompatible."""
+
+
+class MissingDependencyError(PrivreidError):
+    """A third-party package that a command needs is not installed (or fails to import); says what to install."""

@@ -1,6 +1,6 @@
 """Feature-space adversarial attacks on ReID retrieval models, built on torchattacks.
 
-torchattacks 3.5.1 hard-codes cross-entropy on class logits in every attack
+torchattacks (3.3.0, see pyproject.toml) hard-codes cross-entropy on class logits in every attack
 (the maintainer declined a pluggable loss), but a ReID model at test time has
 no classifier: it maps an image to a retrieval feature.  Each class here
 subclasses the torchattacks attack of the same name, keeps its constructor
@@ -63,11 +63,13 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-import torchattacks
-from torchattacks.attack import Attack
 
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from privreid.dependencies import require
 from privreid.errors import ConfigError
+
+torchattacks = require("torchattacks")  # missing: one-line install hint, no traceback
+from torchattacks.attack import Attack  # noqa: E402
 
 __all__ = ["ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
            "FeatureTIFGSM", "build_attack", "check_budget", "feature_objective"]
@@ -113,6 +115,10 @@ class FeatureAttack(Attack):
     """
 
     random_start = False
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor | None = None, *args, **kwargs) -> torch.Tensor:
+        """torchattacks' entry point with ``labels`` optional (unused; torchattacks 3.3.0 requires the argument)."""
+        return super().__call__(inputs, labels, *args, **kwargs)
 
     def perturb(self, images: torch.Tensor) -> torch.Tensor:
         """Adversarial versions of ``images`` (``(B, 3, H, W)`` in ``[0, 1]``), also in ``[0, 1]``.

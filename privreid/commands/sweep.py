@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..dependencies import require
 from ..errors import ConfigError
 from .common import fail, run_or_exit
 
@@ -56,6 +57,8 @@ def sweep_command(
     from ..sweep import LeakageSettings, parse_values, run_sweep
 
     def go():
+        if leakage:
+            require("torchattacks")  # fail before the reference run is trained
         base = base_config(ctx.args)
         settings = LeakageSettings(enabled=leakage, subjects=subjects, iterations=iterations, max_queries=max_queries)
         if subjects < 1 or iterations < 1:

@@ -11,3 +11,7 @@
 
 ``privreid flower superlink | supernode | run`` drive a deployment; see docs/flower.md.
 """
+
+from privreid.dependencies import require
+
+require("flwr")  # without privreid[flower]: a one-line install hint (privreid flower ...), not a traceback

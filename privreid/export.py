@@ -1,0 +1,223 @@
+"""Exporting a trained model for use outside privreid: a plain state dict, torchreid's ResNet, or ONNX.
+
+Every format holds the model that :func:`privreid.checkpoint.load_model`
+returns (the global model, or a client's personalised one) in eval mode.  The
+model takes images resized to the run's ``height x width`` and normalised with
+the ImageNet mean / std (:data:`privreid.data.transforms.IMAGENET_MEAN`), and
+returns the retrieval feature (``ReIDModel.forward``).  Each file records the
+input size, mean and std.
+
+``state-dict``
+    ``torch.save`` of a dict of plain tensors and primitives, loadable with
+    ``torch.load(path, weights_only=True)``: ``state_dict`` (privreid's keys,
+    ``backbone.*``, ``neck.*``, ``classifier.*`` ...), ``model_config`` (the
+    keyword arguments of :func:`privreid.models.build_model` that rebuild the
+    network, so ``build_model(**model_config).load_state_dict(state_dict)`` is
+    strict), ``input`` and ``source``.  ``privreid train --weights FILE`` reads
+    it too.
+
+``torchreid``
+    The same weights under the key names of torchreid's ``ResNet``
+    (``torchreid/models/resnet.py`` of deep-person-reid): the trunk's
+    ``backbone.`` prefix is dropped (``conv1``, ``bn1``, ``layer1`` ... are named
+    alike), the linear neck ``Linear -> BatchNorm1d`` becomes torchreid's
+    ``fc`` block (``fc.0``, ``fc.1``; ``fc_dims=[feat_dim]``), a linear
+    classifier keeps its name and gets torchreid's bias (zero).  The file is
+    ``{"state_dict": ..., "torchreid": {arch, last_stride, fc_dims, num_classes}, ...}``,
+    the layout torchreid's ``load_pretrained_weights`` reads; build
+    ``torchreid.models.resnet.ResNet(num_classes, loss, block, layers, last_stride=..., fc_dims=...)``
+    with those values (``fc_dims=[512], last_stride=1`` is torchreid's
+    ``resnet50_fc512``) and load it strictly.
+    Deviations, both torchreid's architecture: its ``fc`` block ends with a
+    ReLU that privreid's neck does not have, so torchreid's eval feature is
+    ``relu(f)`` for privreid's feature ``f``; torchreid has no BNNeck, so for a
+    ``bnneck`` model the file holds the trunk only (``fc_dims=None``) and
+    torchreid's feature is the pooled trunk feature before the BNNeck.  Models
+    whose layers torchreid's ResNet lacks (GroupNorm for DP, SKA's attentive
+    normalisation, FedARKS' part branch) are refused; FedReID's MLP
+    classifier and SKA's unused generalised norm copies are left out.
+
+``onnx``
+    ``torch.onnx.export`` (the ``torch.export``-based exporter; for graphs it
+    cannot capture, such as the data-dependent fusion switch of FedARKS' part
+    branch, the TorchScript tracer, which fixes that switch at the exported
+    value), input ``images`` ``(batch, 3, height, width)``, output
+    ``features`` ``(batch, feat_dim)``, dynamic batch size; input size,
+    mean, std and source are in the model's ``metadata_props``.  The written
+    file is checked with onnxruntime against the torch model before
+    :func:`export_model` returns.  Needs ``privreid[export]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__
+from .data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from .dependencies import require
+from .errors import ConfigError
+from .models import ReIDModel
+
+FORMATS = ("state-dict", "torchreid", "onnx")
+#: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)
+ONNX_TOLERANCE = 1e-4
+
+
+def check_format(fmt: str) -> None:
+    """Raise :class:`ConfigError` for an unknown format, :class:`MissingDependencyError` for a missing extra."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "onnx":
+        for name in ("onnx", "onnxscript", "onnxruntime"):
+            require(name)
+
+
+def input_spec(height: int, width: int) -> dict[str, Any]:
+    """What the exported model expects: image size and the normalisation applied to ``[0, 1]`` pixels."""
+    return {"height": int(height), "width": int(width), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+            "layout": "NCHW, RGB, (pixels / 255 - mean) / std"}
+
+
+def state_dict_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """The ``state-dict`` file's contents (see the module docstring)."""
+    return {"format": "privreid-state-dict-v1", "privreid_version": __version__,
+            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+            "model_config": model.model_config(), "input": spec, "source": source}
+
+
+def torchreid_config(model: ReIDModel) -> dict[str, Any]:
+    """Arguments of torchreid's ``ResNet`` that hold ``model``'s weights; ConfigError when it has none."""
+    unsupported = [what for what, present in (
+        ("GroupNorm layers (DP training)", model.norm_kind != "batch"),
+        ("SKA's attentive normalisation", model.attentive_norm),
+        ("FedARKS' part branch", model.part is not None)) if present]
+    if unsupported:
+        raise ConfigError(f"--format torchreid: torchreid's ResNet has no {' or '.join(unsupported)}; "
+                          "export this model as state-dict or onnx")
+    linear_head = isinstance(model.classifier, torch.nn.Linear)
+    return {"arch": model.arch, "last_stride": model.last_stride,
+            "fc_dims": [model.feat_dim] if model.neck_kind == "linear" else None,
+            "num_classes": model.num_classes if linear_head else 0}
+
+
+def torchreid_state_dict(model: ReIDModel) -> dict[str, torch.Tensor]:
+    """``model``'s weights under torchreid ``ResNet``'s key names (see the module docstring)."""
+    config = torchreid_config(model)
+    out: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        value = value.detach().cpu().clone()
+        if key.startswith("backbone."):
+            out[key.removeprefix("backbone.")] = value
+        elif key.startswith("neck.") and config["fc_dims"] is not None:
+            layer, _, rest = key.removeprefix("neck.").partition(".")
+            out[f"fc.{ {'fc': 0, 'bn': 1}[layer] }.{rest}"] = value
+        elif key == "classifier.weight" and config["num_classes"]:
+            out[key] = value
+            out["classifier.bias"] = torch.zeros(value.shape[0], dtype=value.dtype)
+    return out
+
+
+def torchreid_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """The ``torchreid`` file's contents (see the module docstring)."""
+    return {"state_dict": torchreid_state_dict(model), "torchreid": torchreid_config(model),
+            "privreid_version": __version__, "input": spec, "source": source}
+
+
+def _write_atomic(out: Path, write) -> None:
+    """``write(tmp_path)``, then rename onto ``out`` (no truncated file is ever left at ``out``)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporters' progress lines and deprecation warnings stay out of the command's output."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _onnx_export(model: ReIDModel, example: torch.Tensor, path: Path) -> str:
+    """Write ``model`` as ONNX; the exporter used (``torch.export``, else the TorchScript tracer)."""
+    names = dict(input_names=["images"], output_names=["features"])
+    try:
+        with _quiet():
+            torch.onnx.export(model, (example,), str(path), dynamo=True, external_data=False, verbose=False,
+                              dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1)}}, **names)
+        return "torch.export"
+    except torch.onnx.OnnxExporterError:  # a graph torch.export cannot capture (see the module docstring)
+        pass
+    with _quiet():
+        torch.onnx.export(model, (example,), str(path), dynamo=False, verbose=False,
+                          dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}}, **names)
+    return "torchscript"
+
+
+def _onnx_check(path: Path, model: ReIDModel, spec: dict[str, Any]) -> float:
+    """Largest |onnxruntime - torch| on a batch of 3 random images, relative to the largest |feature|."""
+    ort = require("onnxruntime")
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(3, 3, spec["height"], spec["width"], generator=generator)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = torch.from_numpy(session.run(["features"], {"images": images.numpy()})[0])
+    with torch.no_grad():
+        want = model(images)
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-12))
+
+
+def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: int, width: int,
+                 source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``model`` (a :class:`ReIDModel`, put in eval mode on the CPU) to ``out`` in ``fmt``.
+
+    Returns what was written: ``path``, ``format``, ``feat_dim``, ``input``
+    and, per format, ``torchreid`` (the ResNet arguments) or ``exporter`` and
+    ``onnx_max_rel_diff`` (the onnxruntime check).  Raises ConfigError for an
+    unknown format or a model the format cannot hold,
+    MissingDependencyError without ``privreid[export]`` for ONNX.
+    """
+    check_format(fmt)
+    out = Path(out)
+    model = model.cpu().eval()
+    spec = input_spec(height, width)
+    source = dict(source or {})
+    report: dict[str, Any] = {"path": str(out), "format": fmt, "feat_dim": model.feat_dim, "input": spec}
+    if fmt == "state-dict":
+        payload = state_dict_payload(model, spec, source)
+        _write_atomic(out, lambda tmp: torch.save(payload, tmp))
+    elif fmt == "torchreid":
+        payload = torchreid_payload(model, spec, source)
+        report["torchreid"] = payload["torchreid"]
+        _write_atomic(out, lambda tmp: torch.save(payload, tmp))
+    else:
+        onnx = require("onnx")
+
+        def write(tmp: Path) -> None:
+            report["exporter"] = _onnx_export(model, torch.zeros(2, 3, height, width), tmp)
+            proto = onnx.load(str(tmp))
+            meta = {"privreid_version": __version__, "input_height": height, "input_width": width,
+                    "mean": spec["mean"], "std": spec["std"], **{f"source_{k}": v for k, v in source.items()}}
+            for key, value in meta.items():
+                entry = proto.metadata_props.add()
+                entry.key, entry.value = key, ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            onnx.save(proto, str(tmp))
+            report["onnx_max_rel_diff"] = _onnx_check(tmp, model, spec)
+            if not report["onnx_max_rel_diff"] <= ONNX_TOLERANCE:
+                raise RuntimeError(f"the ONNX graph does not reproduce the model (relative difference "
+                                   f"{report['onnx_max_rel_diff']:.2e}); please report this")
+
+        _write_atomic(out, write)
+    return report
