@@ -26,8 +26,9 @@ clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
    global centre of each sample's identity.  Meanwhile the client collects
    its L2-normalised ``z`` and, at the end, computes its local memory: one
    top-K refined centre per identity (Eq. 3-4, ``topk`` = 4).
-2. Upload: the whole model, classifier included (Eq. 8: ``theta^l``), **and
-   the local centres**.
+2. Upload: the whole model, the classifier included (Eq. 8: ``theta^l``;
+   with ``shared_classifier=false`` the classifier stays local), **and the
+   local centres**.
 3. Aggregation: FedAvg of the model by sample count (Eq. 8,
    :class:`~privreid.federated.strategy.DataVolumeAverage`), the classifier
    averaged like every other layer; the global memory is the per-identity
@@ -467,7 +468,8 @@ DPPT = register(
     Method(
         name="dppt",
         summary="I-DPPT / V-DPPT (L2RW+, paper 003): id + circle loss, channel augmentation, memory rectification "
-                "bank, FedAvg; clients also upload per-identity feature centres (a per-person template)",
+                "bank, FedAvg of the whole model (one classifier over the global identity labels); clients also "
+                "upload per-identity feature centres (a per-person template)",
         policy=lambda config: EVERYTHING_SHARED if settings_for(config).shared_classifier else CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DPPTAggregate(),
