@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -80,20 +81,26 @@ def _run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
 def test_fresh_venv_from_the_wheel_gives_every_readme_command(tmp_path):
     """`pip install privreid-*.whl` in an empty venv (pip's own resolver, pyproject's ranges, no constraints)."""
     start = time.monotonic()
-    dist, venv = tmp_path / "dist", tmp_path / "venv"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, ROOT], timeout=600)
+    src, dist, venv = tmp_path / "src", tmp_path / "dist", tmp_path / "venv"
+    # a copy, so that the build's build/ and *.egg-info neither land in nor come from the working tree
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".lock-venv", "build", "dist", "runs",
+                                                             "*.egg-info", "__pycache__", ".pytest_cache"))
+    # nothing of the source tree or of the test run's environment on the path
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+           "PRIVREID_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, src], timeout=600, env=env)
     [wheel] = dist.glob("privreid-*.whl")
-    _run([sys.executable, "-m", "venv", venv], timeout=300)
-    python, cli = venv / "bin" / "python", venv / "bin" / "privreid"
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel], timeout=1500)
+    _run([sys.executable, "-m", "venv", venv], timeout=300, env=env)
+    python, exe = venv / "bin" / "python", venv / "bin" / "privreid"
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel], timeout=1500, env=env,
+         cwd=tmp_path)
     installed = time.monotonic()
-    assert _run([python, "-m", "pip", "check"]).stdout.strip() == "No broken requirements found."
-    env = {**os.environ, "PRIVREID_CACHE": str(tmp_path / "cache"), "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}
+    assert _run([python, "-m", "pip", "check"], env=env).stdout.strip() == "No broken requirements found."
     work = tmp_path / "work"
     work.mkdir()
 
     def cli(*args, status=0):
-        proc = subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True, env=env, cwd=work,
+        proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env, cwd=work,
                               timeout=600)
         assert proc.returncode == status, f"privreid {' '.join(map(str, args))}:\n{proc.stdout}\n{proc.stderr}"
         return proc
@@ -121,6 +128,6 @@ def test_fresh_venv_from_the_wheel_gives_every_readme_command(tmp_path):
     onnx = cli("export", "--model", work / "run" / "ckpt.pt", "--format", "onnx", "--out", work / "m.onnx",
                     status=2)
     assert len(onnx.stderr.strip().splitlines()) == 1 and "privreid[export]" in onnx.stderr
-    assert _run([python, "-m", "pip", "check"]).returncode == 0
+    assert _run([python, "-m", "pip", "check"], env=env).returncode == 0
     print(f"fresh venv: install {installed - start:.0f} s, commands {time.monotonic() - installed:.0f} s")
 
