@@ -150,8 +150,8 @@ def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
     for row in spec.rows:
         for column in spec.columns:
             ours, paper = values[(row.name, column.name)], numbers.get(row.name, {}).get(column.name)
-            rows.append({"row": row.name, "column": column.name,
-                         "privreid": None if ours is None else round(ours, 2),
+            ours = None if ours is None else round(ours, 2)
+            rows.append({"row": row.name, "column": column.name, "privreid": ours,
                          "published": paper, "difference": None if None in (ours, paper) else round(ours - paper, 2),
                          "status": "not implemented" if row.train is None else "run"})
     return rows

@@ -1,0 +1,80 @@
+"""published.yaml against the papers' texts, and `privreid reproduce` bad input / --list (no training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from privreid.cli import app
+from privreid.reproduce import published
+from privreid.reproduce.tables import TABLES
+
+PAPERS = Path("/work/shared/papers")
+runner = CliRunner()
+
+
+def _table_lines(paper: str, anchor: str) -> list[str]:
+    [path] = PAPERS.glob(f"{paper}_*.txt")
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(anchor))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("TABLE ")), len(lines))
+    return lines[start:end]
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason="the paper texts are not on this machine")
+def test_every_published_number_is_on_its_row_in_the_paper():
+    for key, table in published().items():
+        block = _table_lines(table["paper"], table["anchor"])
+        for row in table["rows"]:
+            [line] = [line for line in block if row["label"] in line]
+            for column, value in row["values"].items():
+                text = f"{value:.2f}" if table["metric"] == "%" else f"{value:.1f}"
+                assert text in line, (key, row["row"], column, value)
+
+
+def test_published_rows_and_columns_match_the_table_specs():
+    for key, table in published().items():
+        spec = TABLES[key]
+        assert {r["row"] for r in table["rows"]} == {r.name for r in spec.rows}
+        columns = {c.name for c in spec.columns}
+        assert all(set(r["values"]) <= columns for r in table["rows"])
+
+
+def test_list_names_every_table_of_the_issue():
+    res = runner.invoke(app, ["reproduce", "--list"])
+    assert res.exit_code == 0
+    for key in ("fedreid-table2", "fedreid-fig3", "ska-table2", "ska-table4", "fedpav-table3", "fedpav-table4",
+                "fedpav-table5", "fedarks-table1", "fedarks-table3", "l2rw-table2", "l2rw-table7", "l2rw-table9",
+                "l2rw-fig8"):
+        assert key in res.output
+    assert "smoke:" in res.output and "paper:" in res.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nosuch", "--out", "{out}"], "unknown table 'nosuch'"),
+    (["fedreid-table2", "--scale", "huge", "--out", "{out}"], "--scale must be one of smoke, paper"),
+    (["fedreid-table2", "--scale", "paper", "--out", "{out}"], "--scale paper needs --data-root"),
+    (["fedreid-table2", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
+     "missing dataset dukemtmcreid: expected"),
+    (["l2rw-table7", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
+     "missing dataset sysu-mm01: expected"),
+    (["fedpav-table4", "--out", "{out}"], "its runner is not written yet"),
+    (["fedreid-table2"], "--out is required"),
+])
+def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, args, message):
+    (tmp_path / "root").mkdir()
+    args = [a.format(out=tmp_path / "out", root=tmp_path / "root") for a in args]
+    res = runner.invoke(app, ["reproduce", *args])
+    assert res.exit_code == 2
+    assert message in res.output and res.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrong_layout_at_paper_scale_names_the_layout(tmp_path):
+    for name in ("dukemtmcreid", "market1501", "cuhk03np", "msmt17"):
+        (tmp_path / name).mkdir()
+    res = runner.invoke(app, ["reproduce", "fedreid-table2", "--scale", "paper", "--data-root", str(tmp_path),
+                              "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "is not in the dukemtmcreid layout" in res.output
