@@ -186,17 +186,20 @@ def train(
     overwrite: bool = typer.Option(False, help="Replace a run already in --out."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its checkpoint."),
     quiet: bool = typer.Option(False, help="No progress bars."),
+    logger: str = typer.Option("none", help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
+                               "pip install 'privreid[tensorboard]') or wandb ('privreid[wandb]'); none."),
 ) -> None:
     """Train a model (federated, centralised or standalone).
 
     Example: privreid train --method centralized --rounds 5 --out runs/central
     """
+    from .provenance import train_preset
     from .training import train_run
 
     def go() -> dict:
         p = params_with_preset(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
-                         progress=not p["quiet"], echo=typer.echo)
+                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"])
 
     summary = _run(go)
     typer.echo(json.dumps(_brief(summary), indent=2))

@@ -2,7 +2,8 @@
 
 ``pip install privreid`` installs everything the core commands use, torchattacks
 included (README, "Install").  Flower (``privreid[flower]``) and the ONNX
-exporter (``privreid[export]``) are extras.  A command that needs a package
+exporter (``privreid[export]``) are extras, and so are the metric mirrors of
+``privreid train --logger`` (``privreid[tensorboard]``, ``privreid[wandb]``).  A command that needs a package
 calls :func:`require` before any work is done; a missing package then becomes a
 :class:`~privreid.errors.MissingDependencyError` (one ``error:`` line, exit
 status 2) that says what to install.
@@ -26,6 +27,8 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "onnx": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxscript": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxruntime": ("privreid export --format onnx", "pip install 'privreid[export]'"),
+    "tensorboard": ("privreid train --logger tensorboard", "pip install 'privreid[tensorboard]'"),
+    "wandb": ("privreid train --logger wandb", "pip install 'privreid[wandb]'"),
 }
 
 

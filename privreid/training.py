@@ -8,29 +8,67 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .data.catalog import federation_for_config
-from .federated.engine import FederatedEngine, prepare_out_dir
+from .federated.engine import FederatedEngine, prepare_out_dir, write_json_atomic
 from .federated.registry import get_method
 
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False,
-              progress: bool = True, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+              progress: bool = True, echo: Callable[[str], None] | None = None, preset: dict | None = None,
+              logger: str = "none") -> dict[str, Any]:
     """Validate ``config``, build the federation and the engine, then train into ``out``; returns ``summary.json``.
 
-    Everything is validated (config, method, data, model) before ``out`` is
-    touched.  ``resume`` continues from ``out/ckpt.pt``; ``overwrite``
-    replaces a finished or partial run.
+    Everything is validated (config, method, data, model, ``out`` and
+    ``logger``) before ``out`` is touched.  ``resume`` continues from
+    ``out/ckpt.pt``; ``overwrite`` replaces a finished or partial run.  The
+    run holds ``out``'s lock and writes its provenance
+    (:func:`privreid.rundir.open_run`): ``preset`` is what ``config.yaml``
+    holds (``privreid train``'s options; default: the :class:`RunConfig`).
+    ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
+    ``summary.json``'s ``files`` block names every file of the run.
     """
     from .errors import ConfigError
+    from .provenance import check_logger, metric_logger, provenance_files
+    from .rundir import check_output_dir, open_run
 
     if overwrite and resume:
         raise ConfigError("--overwrite and --resume exclude each other")
+    out = check_output_dir(Path(out))
+    check_logger(logger)
     config.validate()
     get_method(config.train.method)
-    out = Path(out)
     federation = federation_for_config(config, verify=True)
     engine = FederatedEngine(config, federation, out, progress=progress)
-    prepare_out_dir(out, overwrite=overwrite, resume=resume)
-    if echo:
-        echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
-             f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; writing {out}")
-    return engine.run(resume=resume)
+    with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
+                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume)):
+        if echo:
+            echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
+                 f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; writing {out}")
+        mirror = metric_logger(logger, out, config.to_dict())
+        if mirror is not None:
+            engine.record_hooks.append(mirror)
+        try:
+            summary = engine.run(resume=resume)
+        except OSError as exc:
+            raise _write_failed(out, exc) from exc
+        finally:
+            if mirror is not None:
+                mirror.close()
+        summary["files"] = {"checkpoint": str(out / "ckpt.pt"), "metrics": str(out / "metrics.jsonl"),
+                            **provenance_files(out), **({"tensorboard": str(out / "tensorboard")}
+                                                        if logger == "tensorboard" else {})}
+        write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def _write_failed(out: Path, exc: OSError) -> Exception:
+    """A failed write (disk full ...) as one line saying which checkpoint is intact."""
+    from .checkpoint import load_checkpoint
+    from .errors import PrivreidError
+    from .rundir import OutputError, os_error_message
+
+    try:
+        kept = f"the checkpoint of round {load_checkpoint(out / 'ckpt.pt')['round']} ({out / 'ckpt.pt'}) is " \
+               "intact and loadable; fix the cause and pass --resume"
+    except PrivreidError:
+        kept = "no checkpoint was written yet"
+    return OutputError(f"{os_error_message(exc)}; {kept}")

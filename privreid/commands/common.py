@@ -23,11 +23,16 @@ def csv_list(value: Optional[str]) -> Optional[list[str]]:
 
 
 def run_or_exit(fn, *args, **kwargs):
-    """Call ``fn`` turning user-input errors (:class:`PrivreidError`) into a one-line message + exit 2."""
+    """Call ``fn`` turning user-input errors (:class:`PrivreidError`) and OS errors (a read-only or full
+    disk, a file in the way of an output) into a one-line message + exit 2."""
+    from ..rundir import os_error_message
+
     try:
         return fn(*args, **kwargs)
     except PrivreidError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(os_error_message(exc))
 
 
 def parse_method_options(pairs: Optional[list[str]]) -> dict:

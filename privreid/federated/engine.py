@@ -44,8 +44,11 @@ from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
 from .client import ClientContext
+from .divergence import check_finite_training, json_line
+from .early_stop import evaluate_after_stop
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method, get_method
+from .resume import check_resume
 from .strategy import Upload
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
@@ -60,15 +63,24 @@ def resolve_device(name: str) -> torch.device:
 
 
 def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
-    """Refuse to clobber an existing run unless asked to overwrite or resume."""
+    """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
+
+    A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
+    ``ckpt.pt``: it cannot be resumed, and both refusals say to start it
+    again with ``--overwrite``.
+    """
     existing = [f for f in RUN_FILES if (out_dir / f).exists()]
+    has_ckpt = (out_dir / "ckpt.pt").exists()
     if resume:
-        if not (out_dir / "ckpt.pt").exists():
-            raise ConfigError(f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
+        if not has_ckpt:
+            raise ConfigError(f"--resume: {out_dir} holds a run that stopped before its first checkpoint "
+                              f"({', '.join(existing)}); start it again with --overwrite" if existing else
+                              f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
         return
     if existing and not overwrite:
-        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); "
-                          "pass --overwrite to replace it or --resume to continue it")
+        hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
+                "it stopped before its first checkpoint; pass --overwrite to start it again")
+        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
     for f in existing:
         (out_dir / f).unlink()
 
@@ -109,6 +121,7 @@ class FederatedEngine:
         # differential privacy: settings checked against the federation, epsilon logged and budgeted
         self.privacy = PrivacyLedger(config, self.clients, self.clients_per_round())
         self.stopped: str | None = None
+        self.record_hooks: list[Callable[[dict[str, Any]], None]] = []  # e.g. privreid train --logger
         for note in self.privacy.notes:
             self.log(f"note: {note}")
         self._initial_state()  # builds the model (loading weights may fail) before anything is written
@@ -128,13 +141,7 @@ class FederatedEngine:
 
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.out_dir / "ckpt.pt")
-        saved = RunConfig.from_dict(ckpt["config"]).to_dict()
-        current = self.config.to_dict()
-        saved["train"].pop("rounds"), current["train"].pop("rounds")
-        if saved != current:
-            diffs = [f"{section}.{k}" for section in current for k in current[section]
-                     if current[section][k] != saved[section].get(k)]
-            raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")
+        check_resume(RunConfig.from_dict(ckpt["config"]), self.config, int(ckpt["round"]))
         self.global_state = {**ckpt["global_state"], **ckpt.get("server_state", {})}
         self.client_states = ckpt["client_states"]
         self.client_memory = ckpt.get("client_memory", {})
@@ -143,7 +150,7 @@ class FederatedEngine:
         self.start_round = int(ckpt["round"])
         with open(self.out_dir / "metrics.jsonl", "w") as fh:  # drop lines of a round killed mid-way
             for rec in self.metrics:
-                fh.write(json.dumps(rec) + "\n")
+                fh.write(json_line(rec))
         self.log(f"resuming {self.method.name} from round {self.start_round}")
 
     def _load_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> StateDict:
@@ -178,7 +185,9 @@ class FederatedEngine:
     def _record(self, rec: dict[str, Any]) -> None:
         self.metrics.append(rec)
         with open(self.out_dir / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+            fh.write(json_line(rec))
+        for hook in self.record_hooks:
+            hook(rec)
 
     def _eval_local(self, round_no: int, client: ClientData) -> None:
         """The client's model on its domain's seen test set and, without a global model, on the unseen ones.
@@ -257,6 +266,7 @@ class FederatedEngine:
             upload = self.train_client(client, round_index)
             uploads.append(upload)
             self._record({"round": round_no, "scope": "train", "client": client.name, **upload.metrics})
+            check_finite_training([upload], round_no, self.out_dir)
             if self.evaluates(round_no):
                 self._eval_local(round_no, client)
         return uploads
@@ -264,6 +274,7 @@ class FederatedEngine:
     def finish_round(self, round_index: int, uploads: list[Upload], down_bytes: int) -> None:
         """The server's part of a round: aggregate the uploads, count bytes, evaluate, checkpoint."""
         round_no = round_index + 1
+        check_finite_training(uploads, round_no, self.out_dir)
         seed_everything(derive_seed(self.config.train.seed, "server", round_index))
         self.global_state = self.strategy.aggregate(self.global_state, uploads)
         if self.method.communicates:
@@ -288,6 +299,7 @@ class FederatedEngine:
             self.stopped = self.privacy.stop_reason(r, selected, self.client_memory)
             if self.stopped:
                 self.log(self.stopped)
+                evaluate_after_stop(self, r)
                 break
             down_bytes = state_nbytes(self.global_state) * len(selected)
             uploads = self.collect_uploads(r, selected)

@@ -1,0 +1,33 @@
+"""What ``--resume`` accepts: the checkpoint's configuration, bar settings that do not change results.
+
+``rounds`` may grow (continue a finished run for more rounds) but not fall
+below the rounds the checkpoint has completed.  ``device`` may change
+between spellings of the same device (``auto`` on a machine without CUDA is
+``cpu``), and ``num_workers`` (data-loading processes) may change freely:
+neither changes the numbers.
+"""
+
+from __future__ import annotations
+
+from ..config import RunConfig
+from ..errors import ConfigError
+
+#: train fields a resume may change freely
+FREE_FIELDS = ("rounds", "num_workers", "device")
+
+
+def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
+    """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``."""
+    from .engine import resolve_device
+
+    if current.train.rounds < rounds_done:
+        raise ConfigError(f"--resume: the checkpoint has completed {rounds_done} rounds; --rounds "
+                          f"{current.train.rounds} would end before it (give --rounds {rounds_done} or more)")
+    a, b = saved.to_dict(), current.to_dict()
+    for field in FREE_FIELDS:
+        a["train"].pop(field), b["train"].pop(field)
+    diffs = [f"{section}.{k}" for section in b for k in b[section] if b[section][k] != a[section].get(k)]
+    if resolve_device(saved.train.device).type != resolve_device(current.train.device).type:
+        diffs.append("train.device")
+    if diffs:
+        raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")

@@ -1,0 +1,281 @@
+"""Provenance of a run directory: ``config.yaml``, ``env.json``, ``log.txt``, and metric mirrors.
+
+Every command that writes a run directory records, through
+:func:`privreid.rundir.open_run`:
+
+* ``config.yaml``: the fully resolved configuration.  For ``privreid
+  train`` it is a preset (option names as keys, :func:`train_preset`) that
+  ``privreid train --config config.yaml`` reads back to the same
+  :class:`~privreid.config.RunConfig`; for the other commands it is the
+  command's parameters, keyed by option name.
+* ``env.json``: privreid's version and git commit (when run from a git
+  checkout), Python, the versions of torch (and its CUDA), torchvision,
+  Opacus, Flower, kornia and torchattacks (``null`` where not installed,
+  read with :mod:`importlib.metadata`), the platform, the device, the seed
+  and the command line (:func:`environment`).
+* ``log.txt``: what the command printed, warnings included
+  (:func:`run_log`), appended to on ``--resume``.
+
+``privreid train --logger tensorboard|wandb`` also mirrors every metric
+record of ``metrics.jsonl`` to TensorBoard or Weights & Biases
+(:func:`metric_logger`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+#: role -> file name, as ``summary.json``'s ``files`` block names them
+PROVENANCE_FILES = {"config": "config.yaml", "environment": "env.json", "log": "log.txt"}
+#: distributions whose versions env.json records (absent ones are ``null``)
+PACKAGES = ("torch", "torchvision", "opacus", "flwr", "kornia", "torchattacks", "numpy", "tensorboard", "wandb")
+#: ``privreid train`` options that say where and how to run, not what: left out of the train preset
+NOT_CONFIG = ("config_file", "out", "overwrite", "resume", "quiet", "logger")
+
+
+# --------------------------------------------------------------------------- env.json
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """The commit of the git checkout privreid runs from (``+dirty`` with local changes); ``None`` otherwise."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if dirty else head
+
+
+def environment(*, device: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    """What ``env.json`` holds: versions, platform, device and seed."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "privreid": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: package_version(name) for name in PACKAGES},
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cuda_available": cuda,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "device": device,
+        "seed": seed,
+        "command": ["privreid", *sys.argv[1:]],
+    }
+
+
+# --------------------------------------------------------------------------- config.yaml
+def _plain(value: Any) -> Any:
+    """A parameter value as YAML-safe plain data (paths as strings, tuples as lists)."""
+    if isinstance(value, os.PathLike):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def option_name(param) -> str:
+    """The long option name of a click parameter without dashes (``lr_backbone`` -> ``lr-backbone``)."""
+    longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+    return longs[0][2:] if longs else param.name.replace("_", "-")
+
+
+def command_config(params: dict[str, Any] | None = None, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The running click command's parameters (``params``: resolved values), keyed by option name."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return dict(_plain(params or {}))
+    values = ctx.params if params is None else params
+    return {option_name(p): _plain(values.get(p.name)) for p in ctx.command.params
+            if p.name in values and p.name not in leave_out}
+
+
+def train_preset(params: dict[str, Any]) -> dict[str, Any]:
+    """``privreid train``'s resolved parameters as a preset that ``--config`` reads back (where/how left out)."""
+    return command_config(params, leave_out=NOT_CONFIG)
+
+
+def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None = None, device: str | None = None,
+                     seed: int | None = None) -> None:
+    """Write ``config.yaml`` and ``env.json`` into ``out``."""
+    import yaml
+
+    config = command_config() if config is None else config
+    header = (f"# privreid {command}: the resolved configuration of this run"
+              + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
+                 " (its parameters, by option name)") + "\n")
+    (out / PROVENANCE_FILES["config"]).write_text(header + yaml.safe_dump(config, sort_keys=False))
+    (out / PROVENANCE_FILES["environment"]).write_text(
+        json.dumps(environment(device=device, seed=seed), indent=2) + "\n")
+
+
+def provenance_files(out: Path) -> dict[str, str]:
+    """role -> path of each provenance file present in ``out`` (for ``summary.json``)."""
+    return {role: str(out / name) for role, name in PROVENANCE_FILES.items() if (out / name).exists()}
+
+
+# --------------------------------------------------------------------------- log.txt
+class _Tee(io.TextIOBase):
+    """A text stream that writes to ``stream`` and appends finished lines to ``log`` (progress bars dropped)."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log, self.pending = stream, log, ""
+
+    @property
+    def encoding(self):
+        return getattr(self.stream, "encoding", "utf-8")
+
+    @property
+    def errors(self):
+        return getattr(self.stream, "errors", "strict")
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            line = line.rsplit("\r", 1)[-1]  # a progress bar redraws with \r: keep only its last state
+            if line.strip():
+                self.log.write(line.rstrip() + "\n")
+        self.log.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.pending.rsplit("\r", 1)[-1].strip():
+            self.log.write(self.pending.rsplit("\r", 1)[-1].rstrip() + "\n")
+        self.pending = ""
+
+
+@contextmanager
+def run_log(out: Path) -> Iterator[None]:
+    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it."""
+    from .errors import PrivreidError
+
+    with open(out / PROVENANCE_FILES["log"], "a", encoding="utf-8") as log:
+        tees = [_Tee(sys.stdout, log), _Tee(sys.stderr, log)]
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = tees
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default")  # warnings go to sys.stderr, hence to the log
+                yield
+        except PrivreidError as exc:
+            log.write(f"error: {exc}\n")
+            raise
+        finally:
+            for tee in tees:
+                tee.finish()
+            sys.stdout, sys.stderr = saved
+
+
+# --------------------------------------------------------------------------- --logger
+LOGGERS = ("none", "tensorboard", "wandb")
+
+
+def record_scalars(rec: dict[str, Any]) -> tuple[int, dict[str, float]]:
+    """A metric record as ``(round, {tag: value})``: the tag is its text fields joined by ``/``, then the key.
+
+    ``{"round": 2, "scope": "global", "split": "seen", "testset": "synthA",
+    "rank1": 0.5}`` -> ``(2, {"global/seen/synthA/rank1": 0.5})``.
+    Non-finite values are skipped.
+    """
+    prefix = "/".join(str(v) for k, v in rec.items() if k != "round" and isinstance(v, str))
+    scalars = {f"{prefix}/{k}" if prefix else k: float(v) for k, v in rec.items()
+               if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(float(v))}
+    return int(rec.get("round", 0)), scalars
+
+
+class _TensorBoard:
+    def __init__(self, out: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        step, scalars = record_scalars(rec)
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _WandB:
+    def __init__(self, out: Path, config: dict[str, Any]):
+        from .dependencies import require
+
+        self.wandb = require("wandb")
+        self.run = self.wandb.init(project="privreid", dir=str(out), name=out.name, config=config)
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        step, scalars = record_scalars(rec)
+        self.run.log({**scalars, "round": step})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def metric_logger(kind: str, out: Path, config: dict[str, Any] | None = None):
+    """A callable mirroring each metric record to ``kind`` (``none``: ``None``), with ``close()``."""
+    check_logger(kind)
+    if kind == "tensorboard":
+        return _TensorBoard(out)
+    if kind == "wandb":
+        return _WandB(out, config or {})
+    return None
+
+
+def check_logger(kind: str) -> None:
+    """Refuse an unknown ``--logger`` or a missing package before any work is done."""
+    from .dependencies import require
+    from .errors import ConfigError
+
+    if kind not in LOGGERS:
+        raise ConfigError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
+    if kind != "none":
+        require(kind)

@@ -1,0 +1,173 @@
+"""Output paths and run directories: checked before any work, locked while a run writes, never left empty.
+
+Every command that writes a run directory (``train``, ``attack``, ``invert``,
+``audit``, ``compare --suite``, ``sweep``, ``reproduce``) enters
+:func:`open_run`, which
+
+1. checks that the directory can be written (not a file, no file on the
+   way, a writable parent; :func:`check_output_dir`) before anything is
+   computed;
+2. with ``lock=True`` takes an exclusive lock file (:data:`LOCK_FILE`,
+   ``fcntl.flock``, holding the owner's pid): a second process on the same
+   directory is refused with one line.  The kernel drops the lock when its
+   process dies, so the lock file of a killed run (a dead pid) is simply
+   taken over;
+3. removes the temporary files (``.ckpt.pt.*.tmp`` ...) that a run killed
+   during an atomic write left behind (only while holding the lock);
+4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
+   ``env.json``) and mirrors what is printed to ``log.txt``;
+5. on a failure, removes the directory again if it created it and nothing
+   but provenance was written to it.
+
+Files that are not directories (``eval --json``, ``compare --markdown``) are
+checked with :func:`check_output_file`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, PrivreidError
+
+#: the lock file a run holds in its directory while it writes
+LOCK_FILE = ".privreid.lock"
+
+
+class OutputError(PrivreidError):
+    """An output path cannot be written (a file in the way, read-only, disk full ...)."""
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in [path, *path.parents]:
+        if parent.exists() or parent.is_symlink():
+            return parent
+    return Path(".")
+
+
+def _check_writable_dir(existing: Path, option: str, path: Path) -> None:
+    if not existing.is_dir():
+        raise OutputError(f"{option} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: {existing} is not writable (read-only file system or no permission)")
+
+
+def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Refuse, with one line, a directory path that cannot be created or written (checked before any work)."""
+    path = Path(path)
+    _check_writable_dir(_nearest_existing(path.absolute()), option, path)
+    return path
+
+
+def check_output_file(path: str | os.PathLike | None, option: str) -> None:
+    """Refuse an output *file* path that is a directory or whose parent directory is missing or not writable."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{option} {path} is a directory; give a file name")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: the directory {path.parent} does not exist")
+    _check_writable_dir(parent, option, path)
+
+
+def os_error_message(exc: OSError) -> str:
+    """An OS error as one line: what failed and on which file (no traceback)."""
+    where = f" {exc.filename}" if exc.filename else ""
+    what = exc.strerror or str(exc)
+    hint = " (disk full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"cannot write or read{where}: {what}{hint}"
+
+
+# --------------------------------------------------------------------------- lock
+class RunLock:
+    """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(f"{self.path.parent} is in use by another privreid run (pid {owner}, lock "
+                              f"{self.path}); wait for it or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def remove_orphaned_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.<file>.*.tmp`` files that a killed atomic write left (call only while holding the lock)."""
+    removed = []
+    for tmp in Path(directory).glob(".*.tmp"):
+        if tmp.is_file():
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+# --------------------------------------------------------------------------- the context of every run
+@contextmanager
+def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config: dict[str, Any] | None = None,
+             device: str | None = None, seed: int | None = None, prepare=None) -> Iterator[Path]:
+    """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
+
+    ``config`` is what ``config.yaml`` holds (default: the parameters of the
+    running click command, :func:`privreid.provenance.command_config`);
+    ``prepare(out)`` runs under the lock before anything is written (e.g.
+    :func:`privreid.federated.engine.prepare_out_dir`).  If the block fails and ``out`` was created
+    here and holds only provenance, ``out`` is removed.
+    """
+    from . import provenance
+
+    out = check_output_dir(out)
+    created = not out.exists()
+    run_lock, failed = None, True
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if lock:
+            run_lock = RunLock(out).acquire()
+            remove_orphaned_temporaries(out)
+        if prepare is not None:
+            prepare(out)
+        provenance.write_provenance(out, command, config=config, device=device, seed=seed)
+        with provenance.run_log(out):
+            yield out
+        failed = False
+    except OSError as exc:
+        raise OutputError(os_error_message(exc)) from exc
+    finally:
+        if run_lock is not None:
+            run_lock.release()
+        if failed and created and out.is_dir():
+            _remove_if_only_provenance(out)
+
+
+def _remove_if_only_provenance(out: Path) -> None:
+    """Remove ``out`` if it holds nothing but the files :func:`open_run` wrote (the run produced nothing)."""
+    from .provenance import PROVENANCE_FILES
+
+    names = {p.name for p in out.iterdir()}
+    if names <= {*PROVENANCE_FILES.values(), LOCK_FILE}:
+        for name in names:
+            (out / name).unlink(missing_ok=True)
+        out.rmdir()
