@@ -91,7 +91,7 @@ class TrainConfig:
     method's default (:func:`triplet_weight`: FedARKS 1, Eq. 2; others 0).
     ``report_best`` K: the ``best`` block of ``summary.json`` is the last
     evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
-    paper 004 Sec. 4: K = 3), see :func:`privreid.federated.best.best_block`.
+    paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
     """
 
     method: str = "fedpav"
