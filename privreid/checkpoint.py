@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +61,17 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file; the error says it
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"refusing to load {path}: it contains objects that are not plain tensors/containers "
-            f"(weights_only load failed: {first})"
-        ) from exc
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        what = f"the global {found.group(1)}" if found else "objects that are not plain tensors/containers"
+        raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
+                              "(loaded with torch.load(weights_only=True); nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
+                              f"{type(exc).__name__})") from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]

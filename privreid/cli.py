@@ -19,6 +19,7 @@ from . import __version__
 from .commands.common import csv_list as _csv
 from .commands.common import params_with_preset, parse_method_options
 from .commands.common import fail as _fail
+from .commands.common import run_dir_or_exit
 from .commands.common import run_or_exit as _run
 from .errors import ConfigError, MissingDependencyError
 
@@ -375,7 +376,9 @@ def eval_cmd(
         return rows
 
     from .evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from .rundir import check_output_file
 
+    _run(check_output_file, json_out, "--json")
     rows = _run(go)
     if rows and "protocol" in rows[0]:
         typer.echo(format_table([{"testset": r["testset"], **{key: f"{100 * r[k]:.1f}" + (
@@ -438,9 +441,12 @@ def compare(
     from .comparison import compare_checkpoints
     from .reporting import format_table
 
+    from .rundir import check_output_file
+
     paths = list(models_opt or []) + list(models or [])
     if not paths:
         _fail("give at least one checkpoint")
+    _run(check_output_file, markdown, "--markdown")
     if suite is None:
         rows = _run(compare_checkpoints, paths, untrained=untrained, device=device)
         table = format_table(rows)
@@ -464,12 +470,13 @@ def compare(
                                  inversion_threat=threat)
         return run_suite(paths, out, settings, device=device, progress=not quiet)
 
-    result = _run(go)
-    if result["clean"]:
-        typer.echo(format_table(result["clean"]))
-        if markdown:
-            markdown.write_text(format_table(result["clean"]) + "\n")
-    typer.echo(f"wrote {out / 'report.md'}")
+    with run_dir_or_exit(out, "compare"):
+        result = _run(go)
+        if result["clean"]:
+            typer.echo(format_table(result["clean"]))
+            if markdown:
+                markdown.write_text(format_table(result["clean"]) + "\n")
+        typer.echo(f"wrote {out / 'report.md'}")
 
 
 # --------------------------------------------------------------------------- methods
@@ -518,6 +525,9 @@ def data_synth(
         config, generate = dataclasses.replace(SynthVIConfig(video=video), **changes), generate_synthetic_vi
     else:
         config, generate = dataclasses.replace(SynthConfig(), **changes), generate_synthetic
+    from .rundir import check_output_dir
+
+    _run(check_output_dir, out)
     path = _run(generate, out, config, progress=True, overwrite=overwrite)
     typer.echo(f"wrote {path}")
 
@@ -532,9 +542,10 @@ def data_info(
     Example: privreid data info ~/datasets/Market-1501
     """
     from .data import format_stats_table
-    from .data.catalog import resolve_datasets
+    from .data.catalog import resolve_datasets, verify_datasets
 
     datasets = _run(resolve_datasets, [str(root)], fmt)
+    _run(verify_datasets, datasets)
     for name, ds in datasets.items():
         typer.echo(f"== {name} ({ds.root})")
         typer.echo(format_stats_table(ds))

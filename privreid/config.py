@@ -26,6 +26,7 @@ classifier, and the neck trained at the backbone's learning rate.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,10 @@ class ModelConfig:
     #: dropout on the feature before the identity classifier (training only; FedPav's reference code: 0.5)
     dropout: float = 0.0
 
+
+#: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048);
+#: a larger one only exhausts memory
+MAX_FEAT_DIM = 65536
 
 #: DP-SGD's per-sample clipping bound C when --max-grad-norm is not given (Opacus' tutorials use 1.0)
 DEFAULT_MAX_GRAD_NORM = 1.0
@@ -154,14 +159,24 @@ class RunConfig:
     def validate(self) -> "RunConfig":
         """Check value ranges; raise :class:`ConfigError` naming the bad field."""
         t, d, m = self.train, self.data, self.model
+        lrs = [t.lr_backbone, t.lr_head] + ([] if t.lr_neck is None else [t.lr_neck])
         checks = [
             (t.rounds > 0, f"rounds must be > 0 (got {t.rounds})"),
             (t.local_epochs > 0, f"local_epochs must be > 0 (got {t.local_epochs})"),
             (t.batch_size > 0, f"batch_size must be > 0 (got {t.batch_size})"),
             (t.client_fraction is None or 0.0 < t.client_fraction <= 1.0,
              f"client_fraction must be in (0, 1] (got {t.client_fraction})"),
-            (t.lr_backbone >= 0 and t.lr_head >= 0 and (t.lr_neck is None or t.lr_neck >= 0),
-             "learning rates must be >= 0"),
+            (all(math.isfinite(v) and v >= 0 for v in lrs), f"learning rates must be finite and >= 0 (got "
+             f"--lr-backbone {t.lr_backbone}, --lr-head {t.lr_head}, --lr-neck {t.lr_neck})"),
+            (math.isfinite(t.lr_gamma) and 0.0 < t.lr_gamma <= 1.0, f"lr_gamma must lie in (0, 1] (a decay "
+             f"factor; got {t.lr_gamma})"),
+            (math.isfinite(t.beta), f"beta must be finite (got {t.beta})"),
+            (t.batch_size >= 2, f"batch_size must be >= 2: BatchNorm needs two samples per batch (got "
+             f"{t.batch_size})"),
+            (t.num_workers >= 0, f"workers must be >= 0 (got {t.num_workers})"),
+            (0.0 <= t.random_erasing <= 1.0, f"random_erasing must lie in [0, 1] (a probability; got "
+             f"{t.random_erasing})"),
+            (1 <= m.feat_dim <= MAX_FEAT_DIM, f"feat_dim must lie in [1, {MAX_FEAT_DIM}] (got {m.feat_dim})"),
             (0.0 <= t.label_smoothing < 1.0, f"label_smoothing must lie in [0, 1) (got {t.label_smoothing})"),
             (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
             (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
@@ -221,7 +236,7 @@ def model_norm(config: RunConfig) -> str:
 
 
 def _positive(value: float | None) -> bool:
-    return value is None or value > 0
+    return value is None or (math.isfinite(value) and value > 0)
 
 
 def _privacy_checks(config: RunConfig) -> list[tuple[bool, str]]:

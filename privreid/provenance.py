@@ -128,10 +128,26 @@ def train_preset(params: dict[str, Any]) -> dict[str, Any]:
 
 def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None = None, device: str | None = None,
                      seed: int | None = None) -> None:
-    """Write ``config.yaml`` and ``env.json`` into ``out``."""
+    """Write ``config.yaml`` and ``env.json`` into ``out``.
+
+    Defaults: ``config`` the running command's parameters (and the options it
+    passes on, e.g. ``sweep``'s train options); ``device`` and ``seed`` its
+    ``--device`` (``auto`` resolved) and ``--seed``.
+    """
+    import click
     import yaml
 
-    config = command_config() if config is None else config
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    if config is None:
+        config = command_config()
+        if ctx is not None and ctx.args:
+            config["passed-on"] = list(ctx.args)
+    if device is None and isinstance(params.get("device"), str):
+        from .federated.engine import resolve_device
+
+        device = str(resolve_device(params["device"]))
+    seed = params.get("seed") if seed is None else seed
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")

@@ -163,11 +163,15 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
 
 
 def _remove_if_only_provenance(out: Path) -> None:
-    """Remove ``out`` if it holds nothing but the files :func:`open_run` wrote (the run produced nothing)."""
+    """Remove ``out`` if it holds nothing but the files :func:`open_run` wrote and empty folders."""
     from .provenance import PROVENANCE_FILES
 
-    names = {p.name for p in out.iterdir()}
-    if names <= {*PROVENANCE_FILES.values(), LOCK_FILE}:
-        for name in names:
-            (out / name).unlink(missing_ok=True)
-        out.rmdir()
+    ours = {*PROVENANCE_FILES.values(), LOCK_FILE}
+    files = [p for p in out.rglob("*") if not p.is_dir()]
+    if any(p.parent != out or p.name not in ours for p in files):
+        return
+    for p in files:
+        p.unlink(missing_ok=True)
+    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        folder.rmdir()
+    out.rmdir()

@@ -11,7 +11,7 @@ import typer
 
 from ..checkpoint import checkpoint_labels, label_file_stem
 from ..errors import ConfigError
-from .common import csv_list, run_or_exit
+from .common import csv_list, run_dir_or_exit, run_or_exit
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -80,16 +80,17 @@ def attack_command(
         return settings
 
     settings = run_or_exit(validate)
-    records, pictures = run_or_exit(_run_attacks, settings, client=client, data=data, domains=csv_list(domains),
-                                    max_queries=max_queries, batch_size=batch_size, examples=examples,
-                                    seed=seed, device=device)
-    caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
-               f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
-               f"↓ is the relative drop (clean - attacked) / clean.")
-    report = f"{caption}\n\n{format_table_ix(records)}\n"
-    typer.echo(report)
-    if out is not None:
-        _write_outputs(out, report, records, pictures, settings)
+    with run_dir_or_exit(out, "attack"):
+        records, pictures = run_or_exit(_run_attacks, settings, client=client, data=data, domains=csv_list(domains),
+                                        max_queries=max_queries, batch_size=batch_size, examples=examples,
+                                        seed=seed, device=device)
+        caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
+                   f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
+                   f"↓ is the relative drop (clean - attacked) / clean.")
+        report = f"{caption}\n\n{format_table_ix(records)}\n"
+        typer.echo(report)
+        if out is not None:
+            _write_outputs(out, report, records, pictures, settings)
 
 
 def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_or_exit
+from .common import csv_list, run_dir_or_exit, run_or_exit
 
 
 def audit_command(
@@ -94,9 +94,10 @@ def audit_command(
         write_report(out, [], [], dp=records)
         return records
 
-    records = run_or_exit(go)
     from ..audit.report import table_rows, markdown_table
     from ..audit.dp_audit import dp_table
 
-    typer.echo(dp_table(records) if dp_audit else markdown_table(table_rows(records)))
-    typer.echo(f"wrote {out / 'report.md'}")
+    with run_dir_or_exit(out, "audit"):
+        records = run_or_exit(go)
+        typer.echo(dp_table(records) if dp_audit else markdown_table(table_rows(records)))
+        typer.echo(f"wrote {out / 'report.md'}")

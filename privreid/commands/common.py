@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -33,6 +35,19 @@ def run_or_exit(fn, *args, **kwargs):
         fail(str(exc))
     except OSError as exc:
         fail(os_error_message(exc))
+
+
+@contextmanager
+def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path]]:
+    """The block runs inside the run directory ``out`` (:func:`privreid.rundir.open_run`: checked, locked,
+    provenance and ``log.txt``); a refusal is one line and exit 2.  ``out=None``: no run directory."""
+    if out is None:
+        yield None
+        return
+    from ..rundir import open_run
+
+    with ExitStack() as stack:
+        yield run_or_exit(stack.enter_context, open_run(out, command))
 
 
 def parse_method_options(pairs: Optional[list[str]]) -> dict:

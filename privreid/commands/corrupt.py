@@ -57,8 +57,10 @@ def corrupt_command(
 
     from ..corruptions.preview import save_preview
     from ..data.formats import read_image
+    from ..rundir import check_output_file
 
     def go() -> list[str]:
+        check_output_file(out, "--out")
         if seed < 0:
             raise ConfigError(f"--seed must be non-negative, got {seed}")
         scale = parse_pixel_scale(pixel_scale)

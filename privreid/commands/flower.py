@@ -31,6 +31,27 @@ def _exec(cmd: list[str]) -> None:
     os.execve(cmd[0], cmd, flower_env())
 
 
+def require_loopback(address: str, option: str) -> None:
+    """``--insecure`` is for tests on one machine: refuse an address (``HOST`` or ``HOST:PORT``) off loopback.
+
+    Loopback: ``localhost`` and the addresses of 127.0.0.0/8 and ::1 (no name is resolved).
+    """
+    import ipaddress
+
+    host = address.strip()
+    if host.startswith("["):  # [::1]:8000
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(f"--insecure (no TLS) is only for tests on one machine; {option} {address} is not a "
+                          "loopback address (127.0.0.1, ::1, localhost): use TLS certificates")
+
+
 @flower_app.command("superlink")
 def superlink_command(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
@@ -54,6 +75,8 @@ def superlink_command(
                               "test on one machine")
         if insecure and not tls.insecure:
             raise ConfigError("--insecure excludes the --ssl-* files")
+        if insecure:
+            require_loopback(host, "--host")
         return command(host=host, port=port, tls=tls, database=database)
 
     _exec(run_or_exit(build))
@@ -76,6 +99,7 @@ def supernode_command(
 
     Example: privreid flower supernode --data /data/Market-1501 --superlink coordinator:8000 --root-certificates ca.pem
     """
+    from ..data.catalog import resolve_datasets, verify_datasets
     from ..flower.deployment import supernode_command as command
     from ..flower.site import NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR, Site
 
@@ -83,6 +107,9 @@ def supernode_command(
         if insecure == (root_certificates is not None):
             raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
                               "not both, not neither")
+        if insecure:
+            require_loopback(superlink, "--superlink")
+        verify_datasets(resolve_datasets([str(Path(data).expanduser())], fmt))
         site = Site.load(str(Path(data).expanduser().resolve()), fmt=fmt, name=name, state_dir=state_dir)
         typer.echo(f"site {site.client.name}: {site.client.num_samples} images of {site.client.num_classes} "
                    f"identities; local state in {site.state_dir}", err=True)
@@ -175,6 +202,8 @@ def run_command(
         if p["insecure"] == (p["root_certificates"] is not None):
             raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
                               "not both, not neither")
+        if p["insecure"]:
+            require_loopback(p["superlink"], "--superlink")
         roots = [d if d == "synth" or not Path(d).expanduser().exists() else str(Path(d).expanduser().resolve())
                  for d in p["data"] or []]
         base = RunConfig(

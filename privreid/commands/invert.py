@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import run_or_exit
+from .common import run_dir_or_exit, run_or_exit
 
 
 def invert_command(
@@ -69,7 +69,8 @@ def invert_command(
         return settings, paths
 
     settings, paths = run_or_exit(validate)
-    result = run_or_exit(invert_checkpoints, paths, out, client=client, index=index, image=image, label=label, n=n,
-                         threat=threat, defended=defended, settings=settings, seed=seed, device=device)
-    typer.echo(result.table)
-    typer.echo(f"wrote {out}")
+    with run_dir_or_exit(out, "invert"):
+        result = run_or_exit(invert_checkpoints, paths, out, client=client, index=index, image=image, label=label,
+                             n=n, threat=threat, defended=defended, settings=settings, seed=seed, device=device)
+        typer.echo(result.table)
+        typer.echo(f"wrote {out}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import run_or_exit
+from .common import run_dir_or_exit, run_or_exit
 
 
 def reproduce_command(
@@ -48,6 +48,7 @@ def reproduce_command(
             raise ConfigError("--out is required")
         return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo)
 
-    run_or_exit(go)
-    typer.echo((out / "table.md").read_text())
-    typer.echo(f"wrote {out / 'table.md'} and {out / 'table.csv'}")
+    with run_dir_or_exit(out, "reproduce"):
+        run_or_exit(go)
+        typer.echo((out / "table.md").read_text())
+        typer.echo(f"wrote {out / 'table.md'} and {out / 'table.csv'}")

@@ -9,7 +9,7 @@ import typer
 
 from ..dependencies import require
 from ..errors import ConfigError
-from .common import fail, run_or_exit
+from .common import fail, run_dir_or_exit, run_or_exit
 
 #: what a sweep decides itself, so the pass-through train options may not set it
 OWNED_TRAIN_OPTIONS = ("--out", "--resume", "--overwrite", "--quiet")
@@ -66,9 +66,14 @@ def sweep_command(
         return run_sweep(base, param, parse_values(values), out, leakage=settings, device=device,
                          progress=not quiet, echo=typer.echo)
 
-    rows = run_or_exit(go)
-    if rows is None:  # pragma: no cover - run_or_exit exits on errors
-        fail("sweep failed")
+    with run_dir_or_exit(out, "sweep"):
+        rows = run_or_exit(go)
+        if rows is None:  # pragma: no cover - run_or_exit exits on errors
+            fail("sweep failed")
+        _print(rows, out)
+
+
+def _print(rows: list[dict], out: Path) -> None:
     from ..reporting import format_table
 
     def display(r: dict) -> dict:

@@ -119,6 +119,13 @@ def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:
         return children
 
 
+def verify_datasets(datasets: dict[str, ReIDDataset]) -> None:
+    """Check every image (and tracklet frame) of every dataset: :class:`DataError` names the first corrupt,
+    empty or unreadable file (``privreid train``, ``data info`` and ``flower supernode`` call it first)."""
+    for ds in datasets.values():
+        verify_images(frame_dataset(ds))
+
+
 def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: str = "by-dataset",
                      train_domains: list[str] | None = None, test_domains: list[str] | None = None,
                      num_clients: int | None = None, seed: int = 0, synth_seed: int = 0,
@@ -132,8 +139,7 @@ def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: st
     """
     datasets = resolve_datasets(roots, fmt, synth_seed)
     if verify:
-        for ds in datasets.values():
-            verify_images(frame_dataset(ds))
+        verify_datasets(datasets)
     using_synth = not roots or (len(roots) == 1 and roots[0] in _EMBEDDED)
     if using_synth and train_domains is None and test_domains is None:
         names = list(datasets)

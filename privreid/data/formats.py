@@ -101,8 +101,10 @@ def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | 
         return load_dg_dataset(root, name)
     if name != "auto":
         if name not in DATASET_FORMATS:
+            from privreid.data.vi_formats import VI_FORMATS
+
             raise ConfigError(f"unknown dataset format {name!r}; choose one of: auto, "
-                              f"{', '.join([*DATASET_FORMATS, *DG_FORMATS])}")
+                              f"{', '.join([*DATASET_FORMATS, *DG_FORMATS, *VI_FORMATS])}, regdb-<trial>")
         _check_variant(name, variant)
     root = _check_root(root)
     if name == "auto":

@@ -1037,7 +1037,7 @@ def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} exists and is not a directory")
     if _is_nonempty_dir(out) and not overwrite:
-        raise DataError(f"{out} exists and is not empty (pass overwrite=True to replace it)")
+        raise DataError(f"{out} exists and is not empty (pass --overwrite, overwrite=True, to replace it)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

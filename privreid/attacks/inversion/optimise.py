@@ -66,12 +66,12 @@ class InversionSettings:
             raise ConfigError(f"unknown attack {self.attack!r}; choose one of {', '.join(ATTACKS)}")
         if self.match is not None and self.match not in MATCHES:
             raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
-        if self.tv is not None and self.tv < 0:
-            raise ConfigError(f"--tv must be >= 0 (got {self.tv})")
+        if self.tv is not None and not 0 <= self.tv < float("inf"):
+            raise ConfigError(f"--tv must be finite and >= 0 (got {self.tv})")
         if self.iterations < 1:
             raise ConfigError(f"--iterations must be >= 1 (got {self.iterations})")
-        if self.lr <= 0:
-            raise ConfigError(f"--lr must be > 0 (got {self.lr})")
+        if not 0 < self.lr < float("inf"):
+            raise ConfigError(f"--lr must be finite and > 0 (got {self.lr})")
 
     @property
     def distance(self) -> str:
