@@ -24,6 +24,7 @@ keys); checkpoints store them apart, under ``server_state``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -75,6 +76,15 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
     os.replace(tmp, path)
+
+
+def selection_size(fraction: float, n: int) -> int:
+    """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``).
+
+    ``C N`` is rounded to 9 decimals first, so that float error in a product
+    such as ``0.3 * 10 = 3.0000000000000004`` does not add a client.
+    """
+    return min(n, max(1, math.ceil(round(fraction * n, 9))))
 
 
 def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
@@ -209,9 +219,9 @@ class FederatedEngine:
 
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
-        """``m = max(1, round(C N))``: how many clients every round samples."""
+        """``m = max(1, ceil(C N))``: how many clients every round samples (paper 002, Eq. 5 / 9)."""
         fraction = self.config.train.client_fraction
-        return max(1, int(round((self.method.client_fraction if fraction is None else fraction) * len(self.clients))))
+        return selection_size(self.method.client_fraction if fraction is None else fraction, len(self.clients))
 
     def select_clients(self, round_index: int) -> list[ClientData]:
         """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
