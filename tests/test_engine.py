@@ -154,3 +154,44 @@ def test_standalone_has_no_global_model_and_evaluates_clients(tiny_synth, tmp_pa
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["global_state"] == {}
     assert "backbone.conv1.weight" in ckpt["client_states"]["synthA"]
+
+
+# ----------------------------------------------------------------------------- personalised models
+def _local_records(ckpt, round_no):
+    return {(m["client"], m["testset"]): m for m in ckpt["metrics"] if m["scope"] == "local" and m["round"] == round_no}
+
+
+@pytest.mark.parametrize("method,train", [
+    ("fedpav", {}),  # the trained local model (paper 004 Sec. 4.1)
+    ("ska", {}),  # the LS model after SelectUpdate (paper 000 Alg. 1)
+    ("fedreid", {"seed": 2}),  # C = 0.5: one client trained in round 1, the other scored all the same
+    ("fedavg", {}),
+    ("fedbn", {}),
+    ("fedprox", {}),
+    ("moon", {}),
+    ("fedarks", {}),
+    ("dppt", {}),
+    ("fedpav-cc", {}),
+    ("standalone", {}),
+])
+def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_synth, tmp_path, method, train):
+    from privreid.checkpoint import load_model
+    from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+
+    cfg = tiny_config(tiny_synth, method=method, rounds=1, **train)
+    fed = federation(cfg)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine.run()
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    records = _local_records(ckpt, 1)
+    assert {c for c, _ in records} == {c.name for c in engine.clients}  # trained this round or not
+    x = torch.rand(3, 3, 32, 16)
+    for client in engine.clients:
+        model = load_model(ckpt, client=client.name)
+        engine._load_personal(client)  # the model the engine scored
+        engine.model.eval()
+        with torch.no_grad():
+            assert torch.equal(model(x), engine.model(x)), client.name
+        seen = next(ts for ts in fed.seen if ts.name == client.domain)
+        res = evaluate_model(model, seen, height=32, width=16)  # what `privreid eval --client` computes
+        assert {k: res[k] for k in SUMMARY_KEYS} == {k: records[client.name, seen.name][k] for k in SUMMARY_KEYS}
