@@ -5,7 +5,9 @@ supplies the parameter policy, the client update and the server strategy.
 
 Memory.  Clients run one after another in one process; only one model is
 resident.  Between rounds a client keeps only its local state (its
-``policy.local`` keys), and the server keeps the global shared state.  Within
+``policy.local`` keys) and its memory (a method's extra tensors; for methods
+whose papers score the trained local model, ``keeps_trained_model``, one copy
+of its shared keys), and the server keeps the global shared state.  Within
 a round the server holds the uploads of the selected clients until it
 aggregates them (strategies are pure functions of all uploads).
 
@@ -268,7 +270,8 @@ class FederatedEngine:
         return round_no % t.eval_every == 0 or round_no == t.rounds
 
     def train_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> Upload:
-        """One client's part of a round: load its model, train it locally, keep its local keys; the upload.
+        """One client's part of a round: load its model, start (the method's client start), train it locally,
+        keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
         ``received`` is what the server transmitted to this client; ``None``
         computes it here with the method's download (in-process).  The Flower

@@ -15,8 +15,9 @@
   (temperature T) predictions of the server copy, Q, and of the client
   model, P, with T = 3 and gamma = T^2.  The server copy computes ``d'``
   with theta^f and the client's mapping network omega^c (Eq. 12).  It starts
-  from the received theta^f (noise-free: Eq. 15 noise goes on the client's
-  own start model, :mod:`privreid.defenses.beta_noise`) and theta^f is
+  from the received theta^f, free of Eq. 15's noise, which goes on the
+  client's own start model (:mod:`privreid.defenses.beta_noise`; with upload
+  noise theta^f is Eq. 14's noisy aggregate itself), and theta^f is
   "optimised on-the-fly with Eq. (10)": the copy's identity loss trains the
   copy's embedding only.  omega^c enters that loss detached, and its
   BatchNorm statistics are updated on a throw-away copy, so the mapping
