@@ -9,8 +9,13 @@ methods without one), ``client_states`` (client name -> its local state dict),
 ``client_classes`` (client name -> number of identities), ``server_state``
 (server-held tensors that are not model weights, e.g. DPPT's global memory),
 ``client_memory`` (per-client state kept between rounds, e.g. DP accountants),
+``initial_local_state`` (the local keys, classifier excluded, of the initial
+model: the local state of a client that has not trained yet),
 ``metrics`` (list of metric records), ``comm`` (bytes per round), ``rng`` and
 ``extra``.
+
+A client's personalised model is assembled from the checkpoint by
+:func:`personal_state`, the function the engine scores it with.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``),
 so a crash never leaves a truncated checkpoint.  Reads use
@@ -34,6 +39,9 @@ from . import __version__
 from .errors import CheckpointError
 
 FORMAT = "privreid-ckpt-v1"
+#: client-memory prefix of the shared keys a client keeps from its last local training
+#: (methods with ``keeps_trained_model``, see :class:`privreid.federated.registry.Method`)
+TRAINED_PREFIX = "trained/"
 REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
 
 
@@ -81,7 +89,23 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def checkpoint_clients(ckpt: dict[str, Any]) -> list[str]:
-    return sorted(ckpt["client_states"])
+    return sorted(set(ckpt["client_states"]) | (set(ckpt.get("client_classes", {}))
+                                                if "initial_local_state" in ckpt else set()))
+
+
+def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str, torch.Tensor],
+                   memory: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A client's personalised model: the global model's keys, then the trained ones, then its local keys.
+
+    ``global_state`` holds the global model's keys (no server-side method
+    state), ``local_state`` the client's local keys, ``memory`` its memory.
+    Shared keys the client kept from its last local training (memory entries
+    under :data:`TRAINED_PREFIX`, present for methods whose papers score the
+    trained local model) replace the global ones.  Without them this is the
+    model the client holds after the server's latest download.
+    """
+    trained = {k[len(TRAINED_PREFIX):]: v for k, v in memory.items() if k.startswith(TRAINED_PREFIX)}
+    return {**global_state, **trained, **local_state}
 
 
 def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str | None = None,
@@ -89,9 +113,12 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
     """Rebuild the model a checkpoint describes, in eval mode.
 
     ``client=None`` gives the global model (the shared state); ``client=NAME``
-    gives that client's personalised model (global shared state plus its local
-    state, classifier included).  Methods without a global model (standalone)
-    require a client.  Every evaluation subsystem loads models through here.
+    gives that client's personalised model, exactly the one the engine scores
+    in its ``scope: "local"`` records (:func:`personal_state` of the global
+    state, the client's memory and its local state, classifier included; a
+    client that has not trained yet has the initial local state and no
+    classifier).  Methods without a global model (standalone) require a
+    client.  Every evaluation subsystem loads models through here.
     """
     from .models import build_model
 
@@ -104,12 +131,15 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
             raise CheckpointError(f"method {ckpt['method']!r} has no global model; pick a client with --client "
                                   f"({', '.join(checkpoint_clients(ckpt))})")
     else:
-        if client not in ckpt["client_states"]:
+        if client in ckpt["client_states"]:
+            local = ckpt["client_states"][client]
+        elif client in ckpt.get("client_classes", {}) and "initial_local_state" in ckpt:
+            local = ckpt["initial_local_state"]  # not trained yet
+        else:
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(checkpoint_clients(ckpt))}")
-        local = ckpt["client_states"][client]
         if any(k.startswith("classifier.") for k in local):
             model.reset_classifier(int(ckpt["client_classes"][client]))
-        state.update(local)
+        state = personal_state(state, local, ckpt.get("client_memory", {}).get(client, {}))
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad_missing = [k for k in missing if not k.startswith("classifier.")]
     if unexpected or bad_missing:

@@ -4,7 +4,7 @@ import pickle
 import pytest
 import torch
 
-from privreid.checkpoint import load_checkpoint, load_model, save_checkpoint
+from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint, load_model, personal_state, save_checkpoint
 from privreid.errors import CheckpointError
 from privreid.models import build_model
 
@@ -82,3 +82,27 @@ def test_standalone_needs_a_client(tmp_path):
     path = save_checkpoint(minimal_ckpt(model, has_global_model=False), tmp_path / "ckpt.pt")
     with pytest.raises(CheckpointError, match="no global model"):
         load_model(path)
+
+
+def test_personal_state_is_global_then_trained_then_local_keys():
+    one, two, three = torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)
+    memory = {TRAINED_PREFIX + "b": two, TRAINED_PREFIX + "c": two, "prev_state": {"a": three}}
+    state = personal_state({"a": one, "b": one, "c": one}, {"c": three, "d": three}, memory)
+    assert state == {"a": one, "b": two, "c": three, "d": three}
+    assert personal_state({"a": one}, {"d": three}, {}) == {"a": one, "d": three}  # no trained copy: after download
+
+
+def test_client_models_from_memory_and_for_clients_not_trained_yet(tmp_path):
+    model = build_model("resnet18", feat_dim=16).eval()
+    ckpt = minimal_ckpt(model, client_classes={"a": 5, "b": 4})
+    trained = {k: v + 1 if torch.is_floating_point(v) else v for k, v in ckpt["global_state"].items()}
+    ckpt["client_memory"] = {"a": {TRAINED_PREFIX + k: v for k, v in trained.items()}}
+    with pytest.raises(CheckpointError, match="no client 'b'"):  # a checkpoint without initial local state
+        load_model(ckpt, client="b")
+    path = save_checkpoint({**ckpt, "initial_local_state": {}}, tmp_path / "ckpt.pt")
+    a = load_model(path, client="a")  # its trained model kept in memory, with its classifier
+    assert torch.equal(a.state_dict()["neck.fc.weight"], trained["neck.fc.weight"]) and a.num_classes == 5
+    b = load_model(path, client="b")  # not trained yet: the global model and the initial local keys
+    x = torch.randn(2, 3, 32, 16)
+    with torch.no_grad():
+        assert b.num_classes == 0 and torch.equal(b(x), model(x))

@@ -8,7 +8,7 @@ import torch
 from privreid.checkpoint import load_checkpoint
 from privreid.data.catalog import build_federation
 from privreid.errors import ConfigError
-from privreid.federated.engine import FederatedEngine, prepare_out_dir
+from privreid.federated.engine import FederatedEngine, prepare_out_dir, selection_size
 from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
 from privreid.federated.strategy import DataVolumeAverage
 
@@ -65,6 +65,24 @@ def test_client_fraction_samples_per_round(tiny_synth, tmp_path):
     assert all(len(p) == 1 for p in picks)
     assert set(picks) == {("synthA",), ("synthB",)}  # both get picked over 20 rounds
     assert picks == [tuple(c.name for c in engine.select_clients(r)) for r in range(20)]  # deterministic
+
+
+@pytest.mark.parametrize("fraction,n,expected", [
+    (0.5, 9, 5),  # round(4.5) = 4 (banker's rounding); Eq. 5 of paper 002: ceil = 5
+    (0.5, 5, 3),  # round(2.5) = 2
+    (0.75, 6, 5),  # round(4.5) = 4
+    (0.3, 10, 3),  # 0.3 * 10 = 3.0000000000000004 in floats: still 3
+    (0.1, 3, 1), (0.01, 4, 1), (1.0, 7, 7), (0.34, 3, 2)])
+def test_selection_size_is_the_ceiling_of_c_n(fraction, n, expected):
+    assert selection_size(fraction, n) == expected
+
+
+def test_engine_selects_ceil_c_n_clients(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, rounds=1, client_fraction=0.75)
+    fed = build_federation(cfg.data.roots, protocol="by-camera", test_domains=cfg.data.test_domains)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    assert len(engine.clients) == 6
+    assert engine.clients_per_round() == 5 and all(len(engine.select_clients(r)) == 5 for r in range(4))
 
 
 def run_metrics(path):
@@ -136,3 +154,44 @@ def test_standalone_has_no_global_model_and_evaluates_clients(tiny_synth, tmp_pa
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["global_state"] == {}
     assert "backbone.conv1.weight" in ckpt["client_states"]["synthA"]
+
+
+# ----------------------------------------------------------------------------- personalised models
+def _local_records(ckpt, round_no):
+    return {(m["client"], m["testset"]): m for m in ckpt["metrics"] if m["scope"] == "local" and m["round"] == round_no}
+
+
+@pytest.mark.parametrize("method,train", [
+    ("fedpav", {}),  # the trained local model (paper 004 Sec. 4.1)
+    ("ska", {}),  # the LS model after SelectUpdate (paper 000 Alg. 1)
+    ("fedreid", {"seed": 2}),  # C = 0.5: one client trained in round 1, the other scored all the same
+    ("fedavg", {}),
+    ("fedbn", {}),
+    ("fedprox", {}),
+    ("moon", {}),
+    ("fedarks", {}),
+    ("dppt", {}),
+    ("fedpav-cc", {}),
+    ("standalone", {}),
+])
+def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_synth, tmp_path, method, train):
+    from privreid.checkpoint import load_model
+    from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+
+    cfg = tiny_config(tiny_synth, method=method, rounds=1, **train)
+    fed = federation(cfg)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine.run()
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    records = _local_records(ckpt, 1)
+    assert {c for c, _ in records} == {c.name for c in engine.clients}  # trained this round or not
+    x = torch.rand(3, 3, 32, 16)
+    for client in engine.clients:
+        model = load_model(ckpt, client=client.name)
+        engine._load_personal(client)  # the model the engine scored
+        engine.model.eval()
+        with torch.no_grad():
+            assert torch.equal(model(x), engine.model(x)), client.name
+        seen = next(ts for ts in fed.seen if ts.name == client.domain)
+        res = evaluate_model(model, seen, height=32, width=16)  # what `privreid eval --client` computes
+        assert {k: res[k] for k in SUMMARY_KEYS} == {k: records[client.name, seen.name][k] for k in SUMMARY_KEYS}

@@ -282,6 +282,7 @@ def test_flower_commands_fail_clearly_before_starting_anything(args, message, tm
     ("fedpav", {"dp_sgd": True, "noise_multiplier": 1.0, "max_grad_norm": 1.0}),  # accountant on the sites
     ("fedpav", {"client_dp": True, "clip": 10.0, "noise_multiplier": 0.001}),
     ("fedpav", {"beta": 0.01, "beta_mode": "upload"}),
+    ("fedreid", {"beta": 0.01, "beta_mode": "download"}),  # Eq. 15 noise drawn on the site, as in-process
 ])
 def test_each_supported_method_gives_the_in_process_result_on_flower(tiny_synth, tmp_path, method, train):
     cfg = tiny_config(tiny_synth, method=method, rounds=2, eval_every=2, **train)

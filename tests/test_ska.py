@@ -273,3 +273,94 @@ def test_weights_file_seeds_the_an_layers(tmp_path):
     # initial mixture sums to about the loaded gamma (2.0): lambda = act(0) for every component
     gamma = an.attention_weights(torch.zeros(1, an.num_features, 2, 2)) @ an.mix_weight
     assert (gamma - 2.0).abs().max() < 0.5
+
+
+# --------------------------------------------------------------------------- personalised model, Table 4, label smoothing
+def test_personalised_model_is_the_ls_model_after_select_update(ska_run):
+    """Alg. 1 returns w_ls after SelectUpdate (lines 7-8): aggregated non-norm layers + the client's own norms."""
+    engine, seen, out, _ = ska_run
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    for name, local in ckpt["client_states"].items():
+        expected, _ = ska.select_update(ckpt["global_state"], local)
+        state = load_model(ckpt, client=name).state_dict()
+        assert state.keys() == expected.keys()
+        assert all(torch.equal(state[k], v) for k, v in expected.items()), name
+    # scored after the round's aggregation: the local record is this model's, for every client
+    scored = {m["client"] for m in ckpt["metrics"] if m["scope"] == "local" and m["round"] == 2}
+    assert scored == {"synthA", "synthB"}
+
+
+def _uploads():
+    return [Upload("a", {"w": torch.tensor([0.0]), "n": torch.tensor(1)}, 1),
+            Upload("b", {"w": torch.tensor([4.0]), "n": torch.tensor(2)}, 3)]
+
+
+def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
+    from privreid.errors import ConfigError
+    from privreid.federated.registry import get_method
+
+    ups = _uploads()
+    off = {"an": False, "lsn": False, "dual": False}
+    for opts, baseline in ((off, "fedavg"), ({"an": False, "dual": False}, "fedbn")):
+        cfg = ska_config(tiny_synth, **opts, weighting="volume")
+        base_cfg = tiny_config(tiny_synth, method=baseline)
+        got = ska.SKA.make_strategy(cfg).aggregate({}, ups)
+        want = get_method(baseline).make_strategy(base_cfg).aggregate({}, ups)
+        assert got["w"].item() == want["w"].item() == pytest.approx(3.0)  # (0 * 1 + 4 * 3) / 4
+        # same model and same split of its keys into shared and local
+        assert ska.SKA.model_overrides_for(cfg) == {}
+        state = build_model("resnet18", feat_dim=16, num_classes=3).state_dict()
+        mine, theirs = ska.SKA.policy_for(cfg), get_method(baseline).policy_for(base_cfg)
+        assert set(mine.local(state)) == set(theirs.local(state)) and set(mine.shared(state)) == set(theirs.shared(state))
+    assert ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups)["w"].item() == 2.0  # Alg. 1 line 6: 1/K
+    with pytest.raises(ConfigError, match="weighting must be one of uniform, volume"):
+        ska.SKA.make_strategy(ska_config(tiny_synth, weighting="cdw"))
+
+
+@pytest.mark.parametrize("opts,baseline", [({"an": False, "lsn": False, "dual": False}, "fedavg"),
+                                           ({"an": False, "dual": False}, "fedbn")])
+def test_table4_ablation_rows_coincide_with_the_baselines(tiny_synth, tmp_path, opts, baseline):
+    runs = {}
+    for name, cfg in (("ska", ska_config(tiny_synth, **opts, weighting="volume")),
+                      (baseline, tiny_config(tiny_synth, method=baseline, rounds=1))):
+        FederatedEngine(cfg, federation(cfg), tmp_path / name, progress=False).run()
+        runs[name] = load_checkpoint(tmp_path / name / "ckpt.pt")
+    a, b = runs["ska"], runs[baseline]
+    assert a["global_state"].keys() == b["global_state"].keys()
+    assert all(torch.equal(v, b["global_state"][k]) for k, v in a["global_state"].items())
+    evals = [[m for m in ckpt["metrics"] if m["scope"] in ("global", "local")] for ckpt in (a, b)]
+    assert evals[0] == evals[1] and evals[0]  # the same global and personalised scores
+
+
+def test_label_smoothing_reaches_the_lg_identity_loss(tiny_synth, monkeypatch):
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    from privreid.federated.client import ClientContext
+    from privreid.federated.policy import clone_state
+    from privreid.seeding import seed_everything
+
+    checked = []
+    original = ska.SKAUpdate.extra_loss
+
+    def spy(self, ctx, pre_neck, feat, logits, labels):
+        loss = original(self, ctx, pre_neck, feat, logits, labels)
+        lg_logits = self.lg_head(functional_call(ctx.model, self.lg_state, (ctx.images,), strict=False))
+        smoothing = self.config.train.label_smoothing
+        checked.append(smoothing)
+        assert loss.item() == pytest.approx(F.cross_entropy(lg_logits, labels, label_smoothing=smoothing).item(),
+                                            rel=1e-5)
+        assert loss.item() != pytest.approx(F.cross_entropy(lg_logits, labels, label_smoothing=0.5).item())
+        return loss
+
+    monkeypatch.setattr(ska.SKAUpdate, "extra_loss", spy)
+    for smoothing in (0.0, 0.3):
+        cfg = tiny_config(tiny_synth, method="ska", max_steps_per_epoch=1, label_smoothing=smoothing)
+        client = federation(cfg).clients[0]
+        seed_everything(0)
+        model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16, attentive_norm=True,
+                            an_components=2, dual_norm=True)
+        ctx = ClientContext(model=model, client=client, round=0, config=cfg, device=torch.device("cpu"),
+                            global_state=clone_state(update_policy_shared(model)), seed=1, memory={})
+        ska.SKA.make_client_update(cfg)(ctx)
+    assert checked == [0.0, 0.3]

@@ -5,8 +5,11 @@ run configuration, so every method gets them:
 
 * record-level DP-SGD on every client (:mod:`.dp_sgd`, ``--dp-sgd``);
 * client-level DP, DP-FedAvg (:mod:`.client_dp`, ``--client-dp``);
-* FedReID's beta white noise (:mod:`.beta_noise`, ``--beta``), no formal
-  guarantee.
+* FedReID's beta white noise (:mod:`.beta_noise`, ``--beta``,
+  ``--beta-mode``), no formal guarantee: on the server's aggregate (upload,
+  Eq. 14) and/or on the model each client starts training from (download,
+  Eq. 15), trainable parameters only; buffers (BatchNorm statistics) are
+  transmitted noise-free.
 
 :class:`PrivacyLedger` is the engine's view of the run's privacy: it checks
 the privacy settings against the federation before anything is written,

@@ -5,13 +5,23 @@ supplies the parameter policy, the client update and the server strategy.
 
 Memory.  Clients run one after another in one process; only one model is
 resident.  Between rounds a client keeps only its local state (its
-``policy.local`` keys), and the server keeps the global shared state.  Within
+``policy.local`` keys) and its memory (a method's extra tensors; for methods
+whose papers score the trained local model, ``keeps_trained_model``, one copy
+of its shared keys), and the server keeps the global shared state.  Within
 a round the server holds the uploads of the selected clients until it
 aggregates them (strategies are pure functions of all uploads).
 
 Determinism.  Every random draw is seeded from ``(seed, round, client)``
 (:mod:`privreid.seeding`), so ``--resume`` from the checkpoint of round ``r``
 continues exactly as the uninterrupted run.
+
+Evaluation.  At every evaluated round, after aggregation: the global model
+(if the method has one) on the seen and unseen test sets, then *every*
+client's current personalised model on its seen test set (and on the unseen
+ones when there is no global model), selected this round or not.  Which model
+is personalised is the method's choice (``Method.keeps_trained_model``); it
+is assembled by :func:`privreid.checkpoint.personal_state`, so
+``load_model(ckpt, client=NAME)`` returns exactly the model scored.
 
 Privacy boundary.  The only things that flow from a client to the server are
 :class:`~.strategy.Upload` objects: the shared keys, the sample count and
@@ -24,6 +34,7 @@ keys); checkpoints store them apart, under ``server_state``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -34,7 +45,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import TRAINED_PREFIX, load_checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig
 from ..defenses import PrivacyLedger, apply_defenses
 from ..deviations import deviations
@@ -91,6 +102,15 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def selection_size(fraction: float, n: int) -> int:
+    """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``).
+
+    ``C N`` is rounded to 9 decimals first, so that float error in a product
+    such as ``0.3 * 10 = 3.0000000000000004`` does not add a client.
+    """
+    return min(n, max(1, math.ceil(round(fraction * n, 9))))
+
+
 def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
     if not results:
         return {}
@@ -99,6 +119,9 @@ def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
 
 class FederatedEngine:
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``."""
+
+    #: whether this process holds the clients' local states (the Flower server does not: its sites do)
+    holds_client_states = True
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  progress: bool = True, log: Callable[[str], None] | None = None):
@@ -118,6 +141,7 @@ class FederatedEngine:
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
         self.download = self.method.make_download(config) if self.method.make_download else None
+        self.client_start = self.method.make_client_start(config) if self.method.make_client_start else None
         # differential privacy: settings checked against the federation, epsilon logged and budgeted
         self.privacy = PrivacyLedger(config, self.clients, self.clients_per_round())
         self.stopped: str | None = None
@@ -133,6 +157,9 @@ class FederatedEngine:
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
         self.global_state: StateDict = self.policy.shared(self.init_state)
+        #: the local state of a client that has not trained yet (its classifier does not exist yet)
+        self.initial_local = {k: v for k, v in self.policy.local(self.init_state).items()
+                              if not k.startswith("classifier.")}
         self.client_states: dict[str, StateDict] = {}
         self.client_memory: dict[str, dict] = {}
         self.metrics: list[dict[str, Any]] = []
@@ -189,8 +216,21 @@ class FederatedEngine:
         for hook in self.record_hooks:
             hook(rec)
 
+    def personal_state(self, client: ClientData) -> StateDict:
+        """The client's current personalised model (see the module docstring); classifier only once trained."""
+        model_keys = {k: v for k, v in self.global_state.items() if k in self.init_state}
+        return personal_state(model_keys, self.client_states.get(client.name, self.initial_local),
+                              self.client_memory.get(client.name, {}))
+
+    def _load_personal(self, client: ClientData) -> None:
+        state = self.personal_state(client)
+        self.model.reset_classifier(client.num_classes if any(k.startswith("classifier.") for k in state) else 0)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        assert not unexpected and not missing, (missing[:3], unexpected[:3])
+        self.model.to(self.device)
+
     def _eval_local(self, round_no: int, client: ClientData) -> None:
-        """The client's model on its domain's seen test set and, without a global model, on the unseen ones.
+        """The client's personalised model on its domain's seen test set and, without a global model, on the unseen ones.
 
         The seen test set is the domain's own from ``federation.seen`` (with its
         modality, VI protocol and tracklets), used when the client holds that
@@ -201,6 +241,9 @@ class FederatedEngine:
             sets += [("seen", ts) for ts in self.federation.seen if ts.name == client.domain]
         if not self.method.has_global_model:
             sets += [("unseen", ts) for ts in self.federation.unseen]
+        if not sets:
+            return
+        self._load_personal(client)
         for split, ts in sets:
             res = self._eval(ts)
             self._record({"round": round_no, "scope": "local", "client": client.name, "split": split,
@@ -219,9 +262,9 @@ class FederatedEngine:
 
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
-        """``m = max(1, round(C N))``: how many clients every round samples."""
+        """``m = max(1, ceil(C N))``: how many clients every round samples (paper 002, Eq. 5 / 9)."""
         fraction = self.config.train.client_fraction
-        return max(1, int(round((self.method.client_fraction if fraction is None else fraction) * len(self.clients))))
+        return selection_size(self.method.client_fraction if fraction is None else fraction, len(self.clients))
 
     def select_clients(self, round_index: int) -> list[ClientData]:
         """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
@@ -237,7 +280,8 @@ class FederatedEngine:
         return round_no % t.eval_every == 0 or round_no == t.rounds
 
     def train_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> Upload:
-        """One client's part of a round: load its model, train it locally, keep its local keys; the upload.
+        """One client's part of a round: load its model, start (the method's client start), train it locally,
+        keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
         ``received`` is what the server transmitted to this client; ``None``
         computes it here with the method's download (in-process).  The Flower
@@ -249,9 +293,13 @@ class FederatedEngine:
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
                             device=self.device, global_state=received, seed=seed,
                             progress=self.progress, memory=self.client_memory[client.name])
+        if self.client_start:
+            self.client_start(ctx)
         train_metrics = self.client_update(ctx)
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
+        if self.method.keeps_trained_model:
+            ctx.memory.update({TRAINED_PREFIX + k: v for k, v in clone_state(self.policy.shared(state)).items()})
         return Upload(client.name, {**clone_state(self.policy.shared(state)), **clone_state(ctx.upload_extra)},
                       client.num_samples, train_metrics)
 
@@ -266,10 +314,13 @@ class FederatedEngine:
             upload = self.train_client(client, round_index)
             uploads.append(upload)
             self._record({"round": round_no, "scope": "train", "client": client.name, **upload.metrics})
-            check_finite_training([upload], round_no, self.out_dir)
-            if self.evaluates(round_no):
-                self._eval_local(round_no, client)
         return uploads
+
+    def evaluate_round(self, round_no: int) -> None:
+        """The global model, then every client's personalised model (module docstring, "Evaluation")."""
+        self._eval_global(round_no)
+        for client in self.clients:
+            self._eval_local(round_no, client)
 
     def finish_round(self, round_index: int, uploads: list[Upload], down_bytes: int) -> None:
         """The server's part of a round: aggregate the uploads, count bytes, evaluate, checkpoint."""
@@ -283,7 +334,7 @@ class FederatedEngine:
         for rec in self.privacy.round_records(round_no, self.client_memory):
             self._record(rec)
         if self.evaluates(round_no):
-            self._eval_global(round_no)
+            self.evaluate_round(round_no)
         self._checkpoint(round_no)
 
     def run(self, *, resume: bool = False) -> dict[str, Any]:
@@ -322,6 +373,7 @@ class FederatedEngine:
             "global_eval_extra": self._global_eval_extra(),
             "client_states": self.client_states,
             "client_memory": self.client_memory,
+            **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},
             "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
             "metrics": self.metrics,

@@ -21,6 +21,10 @@ from .strategy import Strategy
 #: ``download(global_state, client, memory, round) -> state the client loads``
 Download = Callable[[StateDict, ClientData, dict, int], StateDict]
 
+#: ``start(ctx)``: turns the model the engine loaded (received state + the
+#: client's local state) into the model local training starts from, in place
+ClientStart = Callable[[Any], None]
+
 
 @dataclass(frozen=True)
 class Method:
@@ -44,9 +48,12 @@ class Method:
             shared classifier relabels identities with the federation's global
             labels); see :meth:`prepare_clients_for`.
         make_download: ``config -> Download``: what the server transmits to
-            a client (default: the global state itself); download-side
-            defences wrap it.  What a client then does with it (FedReID's
-            half-average, Eq. 8) belongs to its client update.
+            a client (default: the global state itself).
+        make_client_start: ``config -> ClientStart``: what a client does with
+            what it received before training, on its own side (FedReID's
+            half-average, paper 002 Eq. 8; default: train the loaded model as
+            it is).  Client-side defences wrap it (FedReID's Eq. 15 noise on
+            the start model, :mod:`privreid.defenses.beta_noise`).
         global_eval_state: ``(global_state, client_states) -> state`` loaded
             to evaluate the global model, for methods whose global model needs
             local keys (default: the global state).
@@ -59,6 +66,23 @@ class Method:
             (``--client-fraction`` overrides it).
         triplet_weight: the method's default weight of the batch-hard triplet
             loss (``--triplet-weight`` overrides it; FedARKS Eq. 2: 1).
+        keeps_trained_model: which model a client's personalised
+            (seen-domain, ``scope: "local"``) metrics score, and
+            ``load_model(ckpt, client=...)`` returns, at every evaluated round
+            and for every client (:func:`privreid.checkpoint.personal_state`):
+
+            * ``False`` (default): the global model with the client's local
+              keys, i.e. the model the client holds once it has received the
+              round's aggregate (SKA's LS model after SelectUpdate, paper 000
+              Alg. 1 lines 7-8; FedBN's local models);
+            * ``True``: the client's model as its last local training left it
+              (FedPav's "local model", paper 004 Sec. 4.1; FedReID's client
+              model).  The engine keeps the shared keys of that model in the
+              client's memory (:data:`privreid.checkpoint.TRAINED_PREFIX`):
+              one model copy per client, in host memory and in the checkpoint.
+
+            A client that has not trained yet is scored with the global
+            model and its initial local keys (what it would start from).
     """
 
     name: str
@@ -71,11 +95,13 @@ class Method:
     prepare_clients: Callable[[list[ClientData]], list[ClientData]] | None = None
     make_prepare_clients: Callable[[RunConfig], Callable[[list[ClientData]], list[ClientData]] | None] | None = None
     make_download: Callable[[RunConfig], Download] | None = None
+    make_client_start: Callable[[RunConfig], ClientStart] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     model_overrides: Mapping[str, Any] | Callable[[RunConfig], Mapping[str, Any]] = field(default_factory=dict)
     client_fraction: float = 1.0
     triplet_weight: float = 0.0
+    keeps_trained_model: bool = False
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)

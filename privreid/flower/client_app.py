@@ -9,13 +9,15 @@ shared, never re-implemented:
 * ``query``: describe the site (name, domain, sample and identity counts,
   the dataset's identity numbers); see :mod:`.messages` for what leaves;
 * ``train``: :meth:`FederatedEngine.train_client` on what the server
-  transmitted (the server already applied the method's download and the
-  download-side defences), then :meth:`FederatedEngine._eval_local` on the
-  site's seen-domain split when the round is evaluated; the reply holds the
-  upload (shared keys only) and scalar metrics (plus, under DP-SGD, the
-  accountant's mechanism parameters the coordinator's privacy ledger reads);
+  transmitted (the server already applied the method's download; the
+  client-side start, FedReID's half-average and Eq. 15 noise, runs here);
+  the reply holds the upload (shared keys only) and scalar metrics (plus,
+  under DP-SGD, the accountant's mechanism parameters the coordinator's
+  privacy ledger reads);
 * ``evaluate``: :meth:`FederatedEngine._eval_global` of the aggregated
-  global model on the site's seen-domain split (metrics only).
+  global model and :meth:`FederatedEngine._eval_local` of the client's
+  current personalised model (from the aggregate and the site's latest
+  local state, as in-process) on the site's seen-domain split (metrics only).
 
 The client's local state and memory are restored from and saved to
 :class:`~.site.SiteState` (``context.state``, mirrored on disk).
@@ -84,8 +86,6 @@ def train(msg: Message, context: Context) -> Message:
         memory.pop(key, None)
 
     upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
-    if bool(run["evaluate"]):
-        engine._eval_local(round_index + 1, client)
     store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
     content = RecordDict({
         UPLOAD: state_to_record(upload.state),
@@ -101,10 +101,19 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """The aggregated global model on the site's seen-domain split."""
-    config, _, run = parse_run_record(msg.content)
+    """The aggregated global model and the client's personalised model on the site's seen-domain split."""
+    config, run_key, run = parse_run_record(msg.content)
+    round_no = int(run["round"])
     site = Site.from_node_config(context.node_config)
+    client = site.client
     engine = SiteEngine(config, site)
     engine.global_state = record_to_state(msg.content.array_records[GLOBAL])
-    engine._eval_global(int(run["round"]))
-    return Message(RecordDict(eval_records("global", engine.records)), reply_to=msg)
+    engine._eval_global(round_no)
+    restored = SiteState(site, run_key, context.state).load(round_no)  # the state after its latest training
+    if restored is not None:
+        engine.client_states[client.name], engine.client_memory[client.name] = restored
+    global_records = list(engine.records)
+    engine.records.clear()
+    engine._eval_local(round_no, client)
+    return Message(RecordDict({**eval_records("global", global_records), **eval_records("local", engine.records)}),
+                   reply_to=msg)

@@ -6,9 +6,9 @@ Message contents are Flower ``RecordDict`` objects (flwr 1.41 Message API):
 server -> site            records
 ========================  =====================================================
 query (describe)          ``run`` ConfigRecord: the run configuration (JSON), the run key
-train                     ``run`` (+ ``round``, ``evaluate``); ``global``: the
-                          state the server transmits to this site (after the
-                          method's download and download-side defences);
+train                     ``run`` (+ ``round``); ``global``: the state the
+                          server transmits to this site (after the method's
+                          download);
                           ``memory`` / ``memory-removed``: entries the download
                           wrote into / removed from this client's memory
 evaluate                  ``run`` (+ ``round``); ``global``: the aggregated global state
@@ -23,14 +23,15 @@ query (describe)          ``site`` ConfigRecord (name, domain: strings; the
                           ``site-size`` MetricRecord (num_samples, num_classes)
 train                     ``upload`` ArrayRecord: the shared keys of the trained
                           model; ``train`` MetricRecord: the client update's
-                          scalar metrics; ``site-size``; one ``local/<split>/<testset>``
-                          MetricRecord per local evaluation; ``privacy-ledger``:
+                          scalar metrics; ``site-size``; ``privacy-ledger``:
                           the memory entries the privacy ledger reads (DP-SGD's
                           accountant: noise multiplier, sample rate and step
                           counts; mechanism parameters, no data), so the
                           coordinator logs epsilon and enforces ``--target-epsilon``
                           as in-process
-evaluate                  one ``global/<split>/<testset>`` MetricRecord per test set
+evaluate                  one ``global/<split>/<testset>`` MetricRecord per test
+                          set, and one ``local/<split>/<testset>`` per test set
+                          of the client's personalised model
 ========================  =====================================================
 
 :func:`check_reply` is the server's privacy gate: every reply is checked before

@@ -15,18 +15,18 @@ differs from one process:
   site's name, domain and sizes are all the server knows about it
   (:class:`RemoteClient`).
 * **Download.** The server computes what it transmits (the method's
-  ``download`` with the client's server-side memory, and download-side beta
-  noise), so a site never sees the clean model when ``--beta-mode download``
-  asks otherwise.  The noise is drawn from ``derive_seed(seed, "download",
-  round, client)``: beta-download runs are statistically, not bitwise, equal
-  to in-process ones (in-process the draw shares the client's stream).
-  Entries the download writes into the client's memory (DPPT's global
-  centres of the client's identities) travel with the model.
-* **Evaluation.** Seen domains: each site evaluates the global model on its
-  own test split (``evaluate`` message; metrics only) and, on evaluated
-  rounds, its personalised model right after training.  Unseen domains: the
-  coordinator evaluates the global model on the run configuration's
-  held-out domains if it has their data (``server_eval``).
+  ``download`` with the client's server-side memory).  Entries the download
+  writes into the client's memory (DPPT's global centres of the client's
+  identities) travel with the model.  What a client does with it before
+  training (the method's client start, and ``--beta-mode download`` noise,
+  paper 002 Eq. 15) runs on the site, in the client's seeded random stream,
+  as in-process.
+* **Evaluation.** Seen domains: on evaluated rounds every site evaluates the
+  global model and its current personalised model on its own test split
+  (``evaluate`` message; metrics only).  Unseen domains: the coordinator
+  evaluates the global model on the run configuration's held-out domains if
+  it has their data (``server_eval``).  The records come in the in-process
+  order: global seen, global unseen, then local per client.
 * **Faults.** A selected site that does not reply (killed, or past
   ``round_timeout``), or replies with an error, is dropped from the round.
   The round is aggregated if at least ``min_clients`` uploads arrived (0:
@@ -260,11 +260,11 @@ class SiteLink:
                                  + (f"; {'; '.join(failures)}" if failures else ""))
         return sorted(described.values(), key=lambda c: c.name)
 
-    def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict, StateDict, list[str]]],
-              evaluate: bool) -> list[SiteReply]:
+    def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict, StateDict, list[str]]]
+              ) -> list[SiteReply]:
         messages, clients = [], []
         for client, received, written, removed in transmissions:
-            content = RecordDict({RUN: self._run(round=round_index, evaluate=evaluate),
+            content = RecordDict({RUN: self._run(round=round_index),
                                   GLOBAL: state_to_record(received)})
             if written:
                 content[MEMORY] = state_to_record(written)
@@ -302,6 +302,8 @@ def _remote_client(node_id: int, content: RecordDict) -> RemoteClient:
 class FlowerServerEngine(FederatedEngine):
     """The engine whose clients are Flower sites (see the module docstring)."""
 
+    holds_client_states = False
+
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | Path, link: SiteLink, *,
                  min_clients: int = 0, log: Callable[[str], None] = print):
         super().__init__(config, federation, out_dir, progress=False, log=log)
@@ -325,8 +327,7 @@ class FlowerServerEngine(FederatedEngine):
 
     def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
         round_no = round_index + 1
-        evaluate = self.evaluates(round_no)
-        replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected], evaluate)
+        replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected])
         uploads, failures = [], []
         for rep in replies:
             if rep.content is None:
@@ -340,9 +341,6 @@ class FlowerServerEngine(FederatedEngine):
                 self.client_memory.setdefault(upload.client, {}).update(
                     record_to_state(rep.content.array_records[LEDGER]))
             self._record({"round": round_no, "scope": "train", "client": upload.client, **metrics})
-            for split, testset, res in parse_eval_records(rep.content, "local"):
-                self._record({"round": round_no, "scope": "local", "client": upload.client, "split": split,
-                              "testset": testset, **res})
         needed = self.min_clients or len(selected)
         if failures:
             self.log(f"round {round_no}: no upload from {', '.join(failures)}")
@@ -353,12 +351,13 @@ class FlowerServerEngine(FederatedEngine):
                 f"{self.out_dir / 'ckpt.pt'} holds round {round_index}; restart the sites and pass --resume")
         return uploads
 
-    def _eval_global(self, round_no: int) -> None:
-        """Seen domains on the sites, unseen domains here; records in the in-process order."""
+    def evaluate_round(self, round_no: int) -> None:
+        """Seen domains on the sites (global and personalised), unseen domains here; in the in-process order."""
         shared = {k: v for k, v in self.global_state.items() if k in self.init_state}
-        for rep in self.link.evaluate(round_no, shared, self.clients):
+        replies = [r for r in self.link.evaluate(round_no, shared, self.clients)]
+        for rep in replies:
             if rep.content is None:
-                self.log(f"round {round_no}: {rep.client.name} did not evaluate the global model ({rep.failure})")
+                self.log(f"round {round_no}: {rep.client.name} did not evaluate ({rep.failure})")
                 continue
             for split, testset, res in parse_eval_records(rep.content, "global"):
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": testset, **res})
@@ -371,6 +370,10 @@ class FlowerServerEngine(FederatedEngine):
                 self._record({"round": round_no, "scope": "global", "split": "unseen", "testset": ts.name, **res})
                 self.log(f"round {round_no} global unseen {ts.name:12s} "
                          f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+        for rep in replies:
+            for split, testset, res in parse_eval_records(rep.content, "local") if rep.content is not None else []:
+                self._record({"round": round_no, "scope": "local", "client": rep.client.name, "split": split,
+                              "testset": testset, **res})
         if self.comm and self.comm[-1]["round"] == round_no:
             self.comm[-1]["bytes_down_eval"] = self.link.eval_bytes.get(round_no, 0)
 

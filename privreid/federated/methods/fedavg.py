@@ -21,8 +21,15 @@ data-volume weights, and it also averages the BatchNorm statistics.  This
 module uses the very same policy (:data:`~privreid.federated.policy.CLASSIFIER_LOCAL`),
 client update (:class:`~privreid.federated.client.SupervisedUpdate`) and
 strategy (:class:`~privreid.federated.strategy.DataVolumeAverage`), so with the
-same configuration and seed ``fedavg`` and ``fedpav`` produce bit-identical
-runs (a test asserts it).  SKA says the same ("'FedAvg+D' and 'FedPav' share
+same configuration and seed ``fedavg`` and ``fedpav`` train bit-identical
+global models (a test asserts it).  They differ in the personalised model
+scored on seen domains: FedPav's paper scores each client's model after local
+training (paper 004 Sec. 4.1); here, as in SKA's comparison (Table 4's
+"Baseline" row has FedAvg+D's numbers and is SKA's LS model after
+SelectUpdate with nothing local but the classifier), it is the model the
+client holds after the round's aggregation: the global model with its
+classifier, scored after each evaluated round for every client and returned
+by ``load_model(ckpt, client=NAME)``.  SKA says the same ("'FedAvg+D' and 'FedPav' share
 the same principle but with different hyper-parameters").  SKA does not say
 which hyper-parameters differ; its common recipe (Sec. 4.2) uses learning
 rates 0.01 / 0.1 for backbone / classifier where FedPav uses 0.005 / 0.05.

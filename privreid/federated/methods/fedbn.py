@@ -22,7 +22,15 @@ server strategy (data-volume average of what is uploaded) are FedPav's; only
 the policy differs: FedPav shares and averages the BN layers (parameters and
 running statistics), FedBN keeps them on the client.  Consequences: uploads
 and downloads are smaller by the norm layers' size, and each client's
-personalised model (``load_model(ckpt, client=NAME)``) has its own BN.
+personalised model has its own BN.
+
+Personalised model (seen domains): the aggregated shared layers with the
+client's own norm layers and classifier, the model the client holds after the
+round's aggregation (FedBN evaluates its local models after communication;
+SKA's "Baseline+LSN", Table 4, the same numbers as FedBN+D in Table 2, is
+SKA's LS model after SelectUpdate).  The engine scores it after each
+evaluated round's aggregation, for every client, and ``load_model(ckpt,
+client=NAME)`` returns it.
 
 Global model for unseen domains (:func:`global_eval_state`).  FedBN has no
 global BN, so evaluating "the global model" on an unseen domain needs a

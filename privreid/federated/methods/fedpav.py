@@ -4,6 +4,14 @@
   size depends on the client's identities, stays on the client (line 10, 14).
 * Client update: E local epochs of SGD on the identity loss (line 11-13).
 * Server: average of the uploads weighted by data volume ``n_k / n`` (line 7).
+
+Evaluation (Sec. 4.1): the global model, and each client's "local model",
+"the specialized model trained after E local epochs in clients before
+uploading to the server": its trained backbone with its classifier, which the
+engine keeps in the client's memory (``keeps_trained_model``; one model copy
+per client, as the authors' code keeps every client's model) and scores at
+every evaluated round for every client (a client not selected yet: the global
+model).  ``load_model(ckpt, client=NAME)`` returns it.
 """
 
 from ..client import SupervisedUpdate
@@ -18,5 +26,6 @@ FEDPAV = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
         make_strategy=lambda config: DataVolumeAverage(),
+        keeps_trained_model=True,
     )
 )

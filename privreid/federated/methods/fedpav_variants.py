@@ -91,7 +91,9 @@ cluster it was in, and a client never clustered yet gets the global model.
   uploads of the round, which is also the cluster models averaged with their
   clusters' total weights -- what FedPav (or FedPav-CDW) would have produced.
   CC's headline numbers are the local (seen-domain) evaluations of the
-  clients' models, which the engine runs after each client's local training.
+  clients' personalised models: as for every method of this module, each
+  client's "local model" (Sec. 4.1: the model trained in the client before
+  uploading), kept by the engine (``keeps_trained_model``).
 * Delivery and resumability: the engine has no per-client, checkpointed
   server-to-client channel (it checkpoints ``global_state``,
   ``client_states`` and ``client_memory`` only; ``global_state`` must stay a
@@ -107,12 +109,10 @@ cluster it was in, and a client never clustered yet gets the global model.
   cluster share the same tensors, so memory holds one model per cluster, not
   per client.  Side effect: ``aggregate`` writes into the memories of the
   round's clients; :meth:`ClusteredAverage.cluster_aggregate` is the pure
-  part (unit-tested).  Limitations, which an engine-level personalised
+  part (unit-tested).  Limitation, which an engine-level personalised
   download would remove: upload-side beta noise (``--beta-mode upload``)
   noises the global state only, not the parked cluster models (download-side
-  noise does apply to them), and ``load_model(ckpt, client=NAME)`` rebuilds
-  the global backbone with the client's classifier, not its cluster model
-  (which is in ``ckpt["client_memory"][NAME]``).
+  noise, on the model each client starts from, does apply).
 
 Deviations from the printed algorithms: Alg. 2 line 23 returns ``w^t``, the
 copy saved *before* training, and line 22 stores ``v^t``; these are read as
@@ -512,6 +512,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
         make_download=(lambda config: mailbox_for(config).download) if server == "cc" else None,
         options=options,
+        keeps_trained_model=True,
     )
 
 

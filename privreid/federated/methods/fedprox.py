@@ -27,15 +27,20 @@ Details:
   Frozen parameters (``requires_grad=False``, e.g. BNNeck's bias) are left
   out; they cannot move.
 * The anchor ``w^t`` is ``ctx.global_state``, the global state as this client
-  received it (after any download defence such as beta noise, FedReID
-  Eq. 15: the client cannot know more than what it received).  It is moved
-  to the training device once per round, before the first step.  Memory: on
+  received it (download-side beta noise, FedReID Eq. 15, perturbs the model
+  the client starts from, not the anchor).  It is moved to the training
+  device once per round, before the first step.  Memory: on
   the CPU nothing (the anchors are the received tensors themselves, only
   read); on an accelerator one copy of the shared parameters for the round.
 * The term is added to the loss at every step (the gradient
   ``mu * (w - w^t)``), equivalent to FedProx's perturbed-gradient solver.  At
   the first step ``w = w^t``, so the term and its gradient are zero; it acts
   from the second local step on.
+
+Personalised model (seen domains), as for the other "+D" baselines of SKA's
+Table 2: the model the client holds after the round's aggregation (the global
+model with its classifier), scored after each evaluated round for every
+client; ``load_model(ckpt, client=NAME)`` returns it.
 
 Option ``mu`` (``--opt mu=...``, default 0.01).  The SKA paper does not state
 the value it used.  FedProx selects ``mu`` per dataset from

@@ -42,6 +42,11 @@ Choices:
   reported loss, not the training.  The metric ``con_steps`` counts the steps
   where the term was applied.
 
+Personalised model (seen domains), as for the other "+D" baselines of SKA's
+Table 2: the model the client holds after the round's aggregation (the global
+model with its classifier), scored after each evaluated round for every
+client; ``load_model(ckpt, client=NAME)`` returns it.
+
 Memory.  No extra model instance is built.  The reference features come from
 ``torch.func.functional_call(model, state, x)`` on the one resident model with
 two state dicts: the received global model (``ctx.global_state``; for this

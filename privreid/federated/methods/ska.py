@@ -2,7 +2,8 @@
 
 Three components, each switchable for the Table 4 / 5 ablations with
 ``--opt an=false``, ``--opt lsn=false``, ``--opt dual=false`` (all default
-true):
+true; ``--opt weighting=volume`` for the rows that equal Table 2's baselines,
+see "Ablations"):
 
 * **AN** (Sec. 3.2, Eq. 2): the second BatchNorm of every residual block is
   attentive normalisation (:class:`privreid.models.attentive_norm.
@@ -25,7 +26,8 @@ How Algorithm 1 maps onto privreid's engine (one resident model per client):
   (Alg. 1 lines 17-23: norm layers from LG, the rest from LS), named in the
   resident model's keys.
 * Server (line 6): the uniform mean ``1/K sum_k w_l^k``
-  (:class:`~..strategy.UniformAverage`).
+  (:class:`~..strategy.UniformAverage`); ``--opt weighting=volume`` uses
+  FedAvg's data-volume weights ``n_k / n`` instead (below, "Ablations").
 * Download (``SelectUpdate``, lines 25-31): the engine loads the global state
   plus the client's local keys into the resident model: LS gets every
   non-norm layer from the global model and keeps its own norms; LG's norms
@@ -40,7 +42,8 @@ How Algorithm 1 maps onto privreid's engine (one resident model per client):
   never uploaded; ``w_{t+1}`` has no classifier to update it with).
 * Local objective: ``CE(LS) + CE(LG)`` on each batch.  The two parameter sets
   are disjoint, so this is Alg. 1 lines 13-14 run simultaneously (plus the
-  triplet term on LS when ``--triplet-weight`` is set).
+  triplet term on LS when ``--triplet-weight`` is set).  Both identity losses
+  use ``--label-smoothing`` (the paper does not mention smoothing: 0).
 
 Evaluation (Sec. 3.1, 4.1):
 
@@ -50,16 +53,31 @@ Evaluation (Sec. 3.1, 4.1):
   ("Baseline+LSN(+AN)", Table 4 note) it is FedBN's construct: the average
   of the clients' local-specific norm layers at the end of training.
   Without LSN the global state already holds every layer.
-* Personalised model for seen domain ``k`` (``load_model(ckpt,
-  client=k)``; the engine's local evaluation): global non-norm layers +
-  client ``k``'s local-specific norm layers + its classifier.
+* Personalised model for seen domain ``k``: the LS model Algorithm 1
+  returns (line 8), i.e. after SelectUpdate (line 7): the aggregated
+  non-norm layers + client ``k``'s own local-specific norm layers (+ its
+  classifier, unused for retrieval).  The engine scores it after each
+  evaluated round's aggregation, for every client, and ``load_model(ckpt,
+  client=k)`` returns it (the engine's default personalisation,
+  ``keeps_trained_model=False``).  Without LSN it is the global model, so
+  "Baseline" rows score FedAvg+D's global model on seen domains.  LG's
+  norm layers are not part of it (Table 4's note: Dual does not affect
+  personalisation).
 
 Uploads per round: the shared non-norm layers plus one set of norm layers,
 the same size as FedPav's; ``dual`` costs about twice FedPav's local compute.
 
-The ablation options (``an``, ``lsn``, ``dual``; Table 4) change the policy
+Ablations.  The options ``an``, ``lsn``, ``dual`` (Table 4) change the policy
 and the model, so both are registered as functions of the run configuration
-(:func:`policy_for`, :func:`model_overrides_for`).
+(:func:`policy_for`, :func:`model_overrides_for`).  Table 4's "Baseline" and
+"Baseline+LSN" rows carry exactly the numbers of Table 2's FedAvg+D and
+FedBN+D, which weight by data volume, while Algorithm 1 (line 6) averages
+uniformly.  ``--opt weighting=volume`` makes the ablations coincide with
+those baselines: ``ska --opt an=false --opt lsn=false --opt dual=false
+--opt weighting=volume`` is ``fedavg`` (same model, policy, strategy and
+personalised model) and ``--opt an=false --opt dual=false --opt
+weighting=volume`` is ``fedbn`` (its global model too).  The default stays
+Algorithm 1's uniform mean; the two differ only with unequal client sizes.
 """
 
 from __future__ import annotations
@@ -76,7 +94,7 @@ from ...models.reid_net import make_head
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
-from ..strategy import UniformAverage
+from ..strategy import DataVolumeAverage, Strategy, UniformAverage
 from .fedbn import global_eval_state as fedbn_global_eval_state
 from .fedbn import is_norm_key
 
@@ -109,6 +127,18 @@ def _as_bool(key: str, value: Any) -> bool:
 
 def options_from_config(config) -> SKAOptions:
     return SKAOptions(**{k: _as_bool(k, SKA.option(config, k)) for k in ("an", "lsn", "dual")})
+
+
+#: ``--opt weighting=...``: the server's average (Alg. 1 line 6 is ``uniform``)
+WEIGHTINGS = {"uniform": UniformAverage, "volume": DataVolumeAverage}
+
+
+def make_strategy(config) -> Strategy:
+    """Alg. 1 line 6: the uniform mean, or FedAvg's data-volume average (``weighting=volume``)."""
+    weighting = SKA.option(config, "weighting")
+    if weighting not in WEIGHTINGS:
+        raise ConfigError(f"ska option weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+    return WEIGHTINGS[weighting]()
 
 
 # --------------------------------------------------------------------------- keys
@@ -259,9 +289,9 @@ SKA = register(
         summary="SKA (Wu & Gong): attentive norm, local-specific norms, dual local-generalised norms (paper 000)",
         policy=lambda config: policy_for(options_from_config(config)),
         make_client_update=lambda config: SKAUpdate(config, options_from_config(config)),
-        make_strategy=lambda config: UniformAverage(),
+        make_strategy=make_strategy,
         global_eval_state=global_eval_state,
-        options={"an": True, "lsn": True, "dual": True},
+        options={"an": True, "lsn": True, "dual": True, "weighting": "uniform"},
         model_overrides=lambda config: model_overrides_for(options_from_config(config)),
     )
 )
