@@ -81,12 +81,16 @@ def test_trains_by_camera_and_checkpoint_evaluates(two_rounds):
     model = load_model(ckpt)
     res = evaluate_model(model, engine.federation.unseen[0], height=32, width=16)
     assert 0.0 <= res["mAP"] <= 1.0
-    assert summary["global_unseen"]["rank1"] == pytest.approx(ckpt["metrics"][-1]["rank1"])
+    last_global = [m for m in ckpt["metrics"] if m["scope"] == "global" and m["split"] == "unseen"][-1]
+    assert summary["global_unseen"]["rank1"] == pytest.approx(last_global["rank1"])
+    assert res["rank1"] == pytest.approx(last_global["rank1"])  # the checkpoint's global model is the one scored
 
 
 def test_uploads_carry_model_and_one_centre_per_identity(two_rounds):
     cfg, engine, summary, seen, out = two_rounds
-    every_key = set(engine.model.state_dict())  # the whole model, the global-label classifier included (Eq. 8)
+    # the whole model, the global-label classifier included (Eq. 8); the engine's model was last loaded for
+    # evaluation, without a classifier
+    every_key = set(engine.model.state_dict()) | {"classifier.weight"}
     clients = {c.name: c for c in engine.clients}
     assert len(seen) == 2
     for r, uploads in enumerate(seen):
