@@ -137,8 +137,13 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
             local = ckpt["initial_local_state"]  # not trained yet
         else:
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(checkpoint_clients(ckpt))}")
+        # a classifier every client shares (DPPT's global-label classifier, L2RW+ Eq. 8) is server-side state
+        shared_head = {k: v for k, v in ckpt.get("server_state", {}).items() if k.startswith("classifier.")}
         if any(k.startswith("classifier.") for k in local):
             model.reset_classifier(int(ckpt["client_classes"][client]))
+        elif shared_head:
+            model.reset_classifier(int(shared_head["classifier.weight"].shape[0]))
+            state.update(shared_head)
         state = personal_state(state, local, ckpt.get("client_memory", {}).get(client, {}))
     missing, unexpected = model.load_state_dict(state, strict=False)
     bad_missing = [k for k in missing if not k.startswith("classifier.")]

@@ -381,3 +381,11 @@ def test_v_dppt_trains_on_clips_of_tracklets(video_config, tmp_path):
     with pytest.raises(ConfigError, match="clip"):
         moon.forward(ClientContext(model=None, client=None, round=0, config=moon_cfg, device=CPU,
                                    global_state={}, seed=0), torch.zeros(1, 2, 3, 32, 16))
+
+
+def test_personalised_model_carries_the_shared_classifier(two_rounds):
+    """load_model(client=...) of a shared-classifier run has the global-label classifier (needed by iDLG/IG)."""
+    cfg, engine, summary, seen, out = two_rounds
+    ckpt = load_checkpoint(out / "ckpt.pt")
+    model = load_model(ckpt, client=engine.clients[0].name)
+    assert torch.equal(model.state_dict()["classifier.weight"], ckpt["server_state"]["classifier.weight"])
