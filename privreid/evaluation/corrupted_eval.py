@@ -42,7 +42,7 @@ CORRUPT_SIDES = ("query", "gallery", "both")
 
 
 def corrupt_pil(image: Image.Image, name: str, severity: int, *, seed: int,
-                pixel_scale: float | str = "auto") -> Image.Image:
+                pixel_scale: float | str = 1.0) -> Image.Image:
     """Corrupt one PIL image at its own size and return it as an 8-bit RGB PIL image."""
     x = pil_to_tensor(image.convert("RGB")).float().div(255)[None]
     y = apply_corruption(x, name, severity, generator=seed, pixel_scale=pixel_scale)[0]
@@ -56,7 +56,7 @@ class CorruptedImageDataset(ImageDataset):
     """
 
     def __init__(self, samples: list[Sample], transform, jobs: list[tuple[str, int, int] | None], *,
-                 pixel_scale: float | str = "auto") -> None:
+                 pixel_scale: float | str = 1.0) -> None:
         super().__init__(samples, transform)
         if len(jobs) != len(self.samples):
             raise ValueError(f"{len(jobs)} jobs for {len(self.samples)} samples")
@@ -111,7 +111,7 @@ def evaluate_corrupted(
     num_workers: int = 0,
     metric: str = "euclidean",
     single_gallery_shot: bool = False,
-    pixel_scale: float | str = "auto",
+    pixel_scale: float | str = 1.0,
     progress: bool = False,
 ) -> dict:
     """R1 / mAP / mINP of ``model`` on ``testset`` under CIL-ReID's corruption protocol (module docstring).
