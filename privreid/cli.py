@@ -229,8 +229,8 @@ def eval_cmd(
                                        "(default; infrared queries, visible gallery, as L2RW+ reports) or "
                                        "visible-to-ir."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Video data only: frames T per tracklet "
-                                          "whose features are averaged (L2RW+ Eq. 9; default 6; L2RW+ uses 6 "
-                                          "for HITSZ-VCM, 10 for BUPTCampus)."),
+                                          "whose features are averaged (L2RW+ Eq. 9); default: the dataset's "
+                                          "(6 for HITSZ-VCM and vi-folders, 10 for BUPTCampus)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
@@ -253,8 +253,9 @@ def eval_cmd(
                                 "the table shows their mean (std)."),
     seed: int = typer.Option(0, "--seed", help="With --corruption: seed of the draws; small DG benchmarks: "
                              "seed of the splits."),
-    pixel_scale: str = typer.Option("auto", "--pixel-scale", help="With --corruption: 'auto' scales "
-                                    "ImageNet-C's pixel lengths to each image; 1 takes them literally."),
+    pixel_scale: str = typer.Option("1", "--pixel-scale", help="With --corruption: 1 (CIL-ReID) takes "
+                                    "ImageNet-C's pixel lengths literally at the stored image size; 'auto' (or a "
+                                    "factor) scales them, a variant labelled 'scaled' and listed as a deviation."),
 ) -> None:
     """Evaluate a checkpoint on the query/gallery split of each dataset, optionally under corruptions.
 
@@ -275,8 +276,8 @@ def eval_cmd(
     from .corruptions import resolve_corruptions
     from .data.catalog import resolve_datasets
     from .data.partition import as_test_set
-    from .evaluation.corrupted_eval import CORRUPT_SIDES, evaluate_corrupted
-    from .evaluation.cross_modality import IR_TO_VISIBLE, MODES, RESULT_KEYS, evaluate_cross_modality_model
+    from .evaluation.corrupted_eval import CORRUPT_SIDES, evaluate_corrupted, is_scaled
+    from .evaluation.cross_modality import IR_TO_VISIBLE, MODES
     from .evaluation.model_eval import evaluate_model
     from .federated.engine import resolve_device
     from .reporting import format_table
@@ -314,15 +315,6 @@ def eval_cmd(
                 raise ConfigError(f"--single-gallery-shot is the CUHK03 protocol; {ts.name} is visible-infrared "
                                   "or video data, ranked by its own benchmark protocol")
 
-    def cross_modality_row(net, ts, **size_device) -> dict:
-        """A VI / video test set ranked in --mode (tracklets: --seq-len frames) under its own protocol."""
-        result = evaluate_cross_modality_model(net, ts, mode=mode or IR_TO_VISIBLE, metric=metric, flip=flip,
-                                               **({} if seq_len is None else {"seq_len": seq_len}), **size_device,
-                                               progress=True)
-        row = {"testset": ts.name, "mode": mode or IR_TO_VISIBLE, **{k: result[k] for k in RESULT_KEYS},
-               "num_valid_queries": int(result["num_valid_queries"]), "trials": result["trials"]}
-        return {**row, "std": result["std"]} if "std" in result else row
-
     def go() -> list[dict]:
         if is_dg_eval_format(fmt):
             return dg_rows()
@@ -341,15 +333,14 @@ def eval_cmd(
         check_vi_options(testsets)
         rows = []
         for testset in testsets:
-            size_device = dict(height=cfg.data.height, width=cfg.data.width, device=dev)
-            common = dict(**size_device, flip=flip, metric=metric, single_gallery_shot=single_gallery_shot)
+            common = dict(height=cfg.data.height, width=cfg.data.width, device=dev, flip=flip, metric=metric,
+                          single_gallery_shot=single_gallery_shot, progress=True)
             if corrupted is not None:
-                rows.append({"testset": testset.name, **evaluate_corrupted(net, testset, **common, **corrupted,
-                                                                           progress=True)})
-            elif testset.modality is not None or testset.tracklets is not None:
-                rows.append(cross_modality_row(net, testset, **size_device))
-            else:
-                rows.append({"testset": testset.name, **evaluate_model(net, testset, **common)})
+                rows.append({"testset": testset.name, **evaluate_corrupted(net, testset, **common, **corrupted)})
+                continue
+            row = {"testset": testset.name, **evaluate_model(net, testset, mode=mode or IR_TO_VISIBLE,
+                                                             seq_len=seq_len, **common)}
+            rows.append({**row, "mode": mode or IR_TO_VISIBLE} if testset.modality is not None else row)
         return rows
 
     def dg_rows() -> list[dict]:
@@ -399,8 +390,12 @@ def eval_cmd(
                                   "clean mAP": r["clean"]["mAP"], "clean mINP": r["clean"]["mINP"],
                                   "R1": mean_std(r, "rank1"), "mAP": mean_std(r, "mAP"),
                                   "mINP": mean_std(r, "mINP")} for r in rows]))
-        typer.echo(f"corrupted {corrupt}: {', '.join(rows[0]['corruptions']) if rows else '-'}; severity "
-                   f"{severity}; mean (std) over {repeats} repeat(s), seed {seed}")
+        deviations = rows[0]["deviations"] if rows else []
+        protocol = "CIL-ReID protocol" + (", scaled" if rows and is_scaled(rows[0]["pixel_scale"]) else "")
+        typer.echo(f"corrupted {corrupt} ({protocol}): {', '.join(rows[0]['corruptions']) if rows else '-'}; "
+                   f"severity {severity}; pixel scale {pixel_scale}; mean (std) over {repeats} repeat(s), seed {seed}")
+        for line in deviations:
+            typer.echo(f"deviation: {line}")
     if json_out:
         json_out.write_text(json.dumps(rows, indent=2))
 
@@ -424,7 +419,10 @@ def compare(
     max_queries: Optional[int] = typer.Option(None, help="Suite: attack at most N queries per test set."),
     corruptions: str = typer.Option("noise,blur,weather,digital,all", help="Suite corruption units: families, "
                                     "names, or 'all' (the full CIL-ReID mix)."),
-    repeats: int = typer.Option(3, help="Suite corruption repeats (CIL-ReID: 10)."),
+    repeats: int = typer.Option(10, help="Suite corruption repeats (CIL-ReID: 10; other counts are listed "
+                                "as a deviation)."),
+    pixel_scale: str = typer.Option("1", "--pixel-scale", help="Suite corruptions: 1 (CIL-ReID: literal pixel "
+                                    "lengths) or 'auto' / a factor (the scaled variant, titled 'scaled')."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
     threat: str = typer.Option("full", help="Suite inversion threat model: full, shared or shared-feature."),
@@ -457,6 +455,7 @@ def compare(
 
     from .attacks.retrieval import resolve_methods
     from .commands.attack import parse_fraction
+    from .commands.corrupt import parse_pixel_scale
     from .reporting.suite import SUITES, SuiteSettings, run_suite
 
     def go():
@@ -466,6 +465,7 @@ def compare(
         settings = SuiteSettings(suites=names, testsets=testsets, attacks=resolve_methods(attacks),
                                  eps=parse_fraction(eps, "--eps"), steps=steps, max_queries=max_queries,
                                  corruptions=_csv(corruptions) or [], corruption_repeats=repeats,
+                                 pixel_scale=parse_pixel_scale(pixel_scale),
                                  inversion_subjects=subjects, inversion_iterations=iterations,
                                  inversion_threat=threat)
         return run_suite(paths, out, settings, device=device, progress=not quiet)

@@ -12,7 +12,7 @@ from privreid.data import INFRARED, VISIBLE
 from privreid.data.catalog import resolve_datasets
 from privreid.data.partition import as_test_set
 from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
-from privreid.evaluation.cross_modality import evaluate_cross_modality_model
+from privreid.evaluation.model_eval import evaluate_model
 
 runner = CliRunner()
 TINY_VI = SynthVIConfig(ids_per_entity=6, test_ids_per_entity=4, height=32, width=16)
@@ -65,7 +65,7 @@ def test_eval_ranks_both_modes_of_the_unseen_entity(vi_run, tmp_path):
     assert rows["ir-to-visible"]["num_valid_queries"] == valid_queries(infrared, visible)
     assert rows["visible-to-ir"]["num_valid_queries"] == valid_queries(visible, infrared)
     # and the numbers are the library's for that mode
-    expected = evaluate_cross_modality_model(load_model(run / "ckpt.pt"), as_test_set("viC", ds), height=32, width=16,
+    expected = evaluate_model(load_model(run / "ckpt.pt"), as_test_set("viC", ds), height=32, width=16,
                                              mode="visible-to-ir")
     for key in ("rank1", "rank5", "rank10", "rank20", "mAP", "mINP"):
         assert rows["visible-to-ir"][key] == pytest.approx(expected[key], abs=1e-6)
@@ -89,7 +89,7 @@ def test_eval_video_tracklets_with_seq_len(vi_run, tmp_path):
     for key in ("rank1", "mAP", "mINP"):
         assert six[key] == pytest.approx(three[key], abs=1e-6)
     ds = resolve_datasets([str(video)])["vidA"]
-    expected = evaluate_cross_modality_model(load_model(run / "ckpt.pt"), as_test_set("vidA", ds), height=32, width=16,
+    expected = evaluate_model(load_model(run / "ckpt.pt"), as_test_set("vidA", ds), height=32, width=16,
                                              seq_len=1)
     assert one["mAP"] == pytest.approx(expected["mAP"], abs=1e-6)
     res = invoke("eval", "--model", run / "ckpt.pt", "--data", video, "--corruption", "noise", "--device", "cpu")

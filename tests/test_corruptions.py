@@ -138,8 +138,11 @@ def test_images_of_a_batch_get_independent_draws():
 SSIM_MEASURED = {"frost", "fog", "glass_blur"}
 #: ImageNet-C's own tables are not ordered step by step here: pixelate's 0.6 resamples off the pixel grid
 #: and looks worse than its 0.5 (exact 2x2 blocks); saturate's severity 2 desaturates (x0.1) and 3
-#: oversaturates (x2).  For them only the overall growth is checked.
-NOT_STEPWISE = {"pixelate", "saturate"}
+#: oversaturates (x2); glass blur's severity 2 (one shuffle of reach 2) and 4 (two of reach 3) are no
+#: farther than 1 (two of reach 1) and 3 (three of reach 2), in the ``imagecorruptions`` package too
+#: (1 - SSIM at 128x64, pixel scale 1: 0.428, 0.431, 0.532, 0.525, 0.530).  For them only the overall
+#: growth is checked.
+NOT_STEPWISE = {"pixelate", "saturate", "glass_blur"}
 
 
 def _distance(name: str, a: torch.Tensor, b: torch.Tensor) -> float:
@@ -159,7 +162,7 @@ def test_distance_from_the_clean_image_grows_with_severity(name):
     at least 10 % farther than severity 1 and within 3 % of the largest distance.
     """
     x = structured_images(128, 64)
-    d = [np.mean([_distance(name, corrupt(x, name, s, generator=seed), x) for seed in range(3)])
+    d = [np.mean([_distance(name, corrupt(x, name, s, generator=seed, pixel_scale="auto"), x) for seed in range(3)])
          for s in range(1, 6)]
     assert d[4] >= 1.1 * d[0], d
     assert d[4] >= 0.97 * max(d), d

@@ -27,13 +27,12 @@ from privreid.evaluation.cross_modality import (
     VISIBLE_TO_IR,
     TemporalMean,
     evaluate_cross_modality,
-    evaluate_cross_modality_model,
     mode_split,
     single_shot_gallery,
     temporal_mean,
 )
 from privreid.evaluation.metrics import evaluate
-from privreid.evaluation.model_eval import evaluate_model
+from privreid.evaluation.model_eval import evaluate_model, sample_features
 
 SMALL = SynthVIConfig(num_entities=1, ids_per_entity=2, test_ids_per_entity=4, height=32, width=16)
 
@@ -198,15 +197,15 @@ def test_evaluate_model_dispatches_vi_test_sets(small_vi):
     assert vi == plain and vi["num_valid_queries"] <= len(ts.query)
     unrestricted = evaluate_model(MeanColour(), TestSet("viA", polluted.query, polluted.gallery), height=32, width=16)
     assert unrestricted["num_valid_queries"] > vi["num_valid_queries"]  # the pollution would count without modes
-    direct = evaluate_cross_modality_model(MeanColour(), ts, height=32, width=16)
+    direct = evaluate_model(MeanColour(), ts, height=32, width=16)
     assert direct["rank1"] == vi["rank1"] and direct["rank20"] >= direct["rank10"] >= direct["rank1"]
-    reverse = evaluate_cross_modality_model(MeanColour(), ts, height=32, width=16, mode=VISIBLE_TO_IR)
+    reverse = evaluate_model(MeanColour(), ts, height=32, width=16, mode=VISIBLE_TO_IR)
     assert 0 < reverse["num_valid_queries"] <= len(ts.gallery)
 
 
 def test_video_features_are_the_temporal_mean(small_video):
     ts = as_test_set("vidA", small_video)
-    res = evaluate_cross_modality_model(MeanColour(), ts, height=32, width=16, seq_len=4, batch_size=8)
+    res = evaluate_model(MeanColour(), ts, height=32, width=16, seq_len=4, batch_size=8)
     transform = build_transforms(32, 16, train=False)
 
     def tracklet_features(samples):
@@ -220,8 +219,22 @@ def test_video_features_are_the_temporal_mean(small_video):
     gf, gp, gc = tracklet_features(ts.gallery)
     expected = evaluate_cross_modality(qf, gf, qp, gp, qc, gc)
     assert {k: res[k] for k in RESULT_KEYS} == pytest.approx({k: expected[k] for k in RESULT_KEYS}, abs=1e-6)
-    assert evaluate_model(MeanColour(), ts, height=32, width=16)["mAP"] == pytest.approx(
-        evaluate_cross_modality_model(MeanColour(), ts, height=32, width=16)["mAP"])
+
+
+def test_video_evaluation_averages_the_test_sets_own_t(small_video):
+    """T defaults to the test set's protocol (L2RW+: 6 for HITSZ-VCM, 10 for BUPTCampus); --seq-len overrides it."""
+    ts = as_test_set("vidA", small_video)
+    assert ts.vi_protocol.seq_len == 6  # vi-folders
+    two = replace(ts, vi_protocol=replace(ts.vi_protocol, seq_len=2))
+    size = dict(height=32, width=16)
+    by_protocol, _, _ = sample_features(MeanColour(), two, two.query, **size)
+    explicit, _, _ = sample_features(MeanColour(), ts, ts.query, seq_len=2, **size)
+    every_frame, _, _ = sample_features(MeanColour(), ts, ts.query, seq_len=4, **size)
+    assert torch.equal(by_protocol, explicit) and not torch.allclose(by_protocol, every_frame)
+    transform = build_transforms(32, 16, train=False)
+    key = ts.query[0][0]
+    frames = [transform(read_image(ts.tracklets[key][i])) for i in frame_indices(len(ts.tracklets[key]), 2)]
+    assert torch.allclose(by_protocol[0], MeanColour()(torch.stack(frames)).mean(0), atol=1e-6)
 
 
 def test_temporal_mean_and_wrapper():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -49,6 +50,12 @@ def test_full_suite_writes_every_section_for_every_model(two_runs, tmp_path):
         assert float(r["drop_mAP"]) == pytest.approx((clean - mean) / clean)
         assert int(r["repeats"]) == 2
     assert len(_rows(tmp_path / "clean.csv")) == 3  # untrained + 2 models
+    # CIL-ReID's pixel scale, but not its 10 repeats: the title and the deviations say so
+    assert "## Corruptions (CIL-ReID protocol: " in report and "over 2 repeats (CIL-ReID: 10)" in report
+    assert result["deviations"] == ["corrupted evaluation repeated 2 time(s) (CIL-ReID: 10)"]
+    assert "## Deviations\n\n- corrupted evaluation repeated 2 time(s)" in report
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["deviations"] == result["deviations"] and saved["settings"]["pixel_scale"] == 1.0
     assert (tmp_path / "drops.png").stat().st_size > 0
     assert [m["name"] for m in result["inversion"]["models"]] == ["centralized (centralized)", "fedpav (fedpav)"]
     for m in result["inversion"]["models"]:
@@ -80,3 +87,16 @@ def test_compare_cli_suite_and_errors(two_runs, tmp_path):
     assert res.exit_code == 2 and "unknown attack" in res.output
     res = runner.invoke(app, ["compare"])
     assert res.exit_code == 2 and "at least one checkpoint" in res.output
+
+
+def test_scaled_corruptions_are_titled_scaled_and_listed_as_deviations(two_runs, tmp_path):
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["compare", str(two_runs[0]), "--suite", "corruptions", "--corruptions", "fog",
+                                   "--repeats", "10", "--pixel-scale", "auto", "--testsets", "unseen", "--out",
+                                   str(out), "--device", "cpu", "--quiet"])
+    assert res.exit_code == 0, res.output
+    report = (out / "report.md").read_text()
+    assert "## Corruptions (CIL-ReID corruptions, scaled (pixel scale sqrt(H*W)/224; CIL-ReID: 1)" in report
+    assert "over 10 repeats)" in report and "CIL-ReID protocol" not in report
+    [line] = json.loads((out / "report.json").read_text())["deviations"]
+    assert line.startswith("corruptions scaled: ImageNet-C pixel lengths multiplied by sqrt(H*W)/224") and line in report

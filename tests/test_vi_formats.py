@@ -36,19 +36,27 @@ def modalities(ds, samples):
 # --------------------------------------------------------------------------- SYSU-MM01
 
 
-@pytest.fixture
-def sysu(tmp_path):
-    base = tmp_path / "sysu" / "SYSU-MM01"
-    for name, ids in (("train_id", "1,2"), ("val_id", "3"), ("test_id", "4,5")):
-        (base / "exp").mkdir(parents=True, exist_ok=True)
-        (base / "exp" / f"{name}.txt").write_text(ids + "\n")
-    for pid in range(1, 6):
+def write_sysu(root: Path, train=(1, 2), val=(3,), test=(4, 5), missing=((5, 3), (5, 4)), write=image) -> Path:
+    """A SYSU-MM01 tree under ``root``: two images per (identity, camera) except the ``missing`` pairs.
+
+    ``write(path, grey)`` writes one image (infrared cameras 3 and 6 are grey).
+    """
+    base = root / "SYSU-MM01"
+    (base / "exp").mkdir(parents=True, exist_ok=True)
+    for name, ids in (("train_id", train), ("val_id", val), ("test_id", test)):
+        (base / "exp" / f"{name}.txt").write_text(",".join(map(str, ids)) + "\n")
+    for pid in (*train, *val, *test):
         for cam in range(1, 7):
-            if pid == 5 and cam in (3, 4):  # identity missing from two cameras
+            if (pid, cam) in missing:  # identity missing from a camera
                 continue
             for n in (1, 2):
-                image(base / f"cam{cam}" / f"{pid:04d}" / f"{n:04d}.jpg", grey=cam in (3, 6))
-    return tmp_path / "sysu"
+                write(base / f"cam{cam}" / f"{pid:04d}" / f"{n:04d}.jpg", grey=cam in (3, 6))
+    return root
+
+
+@pytest.fixture
+def sysu(tmp_path):
+    return write_sysu(tmp_path / "sysu")
 
 
 def test_sysu_all_search(sysu):

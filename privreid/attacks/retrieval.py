@@ -4,8 +4,11 @@ Protocol (L2RW+, paper 003, Sec. IV-F and Table IX; the ReID attacks of
 DESIGN.md): the query images, the gallery images or both are replaced by
 their adversarial versions (:mod:`privreid.attacks.feature_attacks`, an
 untargeted feature-space attack that needs no labels), features are
-re-extracted, and the ranking metrics of :func:`privreid.evaluation.metrics.evaluate`
-are compared with the clean ones.  The *relative drop*
+re-extracted, and clean and attacked features are ranked by the test set's
+own protocol (:func:`privreid.evaluation.model_eval.rank_testset`; a
+visible-infrared test set infrared to visible, with its gallery trials,
+co-located cameras and identity CMC), so the clean row equals
+``privreid eval``.  Video test sets are refused.  The *relative drop*
 ``(clean - attacked) / clean`` is what Table IX prints in its "↓" rows.
 
 Images are loaded with the test transform (:func:`privreid.data.build_transforms`)
@@ -38,7 +41,7 @@ from privreid.data import ImageDataset, build_transforms
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.features import extract_features
-from privreid.evaluation.metrics import evaluate
+from privreid.evaluation.model_eval import evaluation_split, rank_testset
 from privreid.reporting import format_table
 from privreid.reporting.files import save_figure
 
@@ -47,7 +50,7 @@ __all__ = ["ATTACK_LABELS", "METRIC_KEYS", "TARGETS", "AttackEvaluation", "evalu
 
 #: Which images are attacked.
 TARGETS = ("query", "gallery", "both")
-#: Metrics reported (keys of :func:`privreid.evaluation.metrics.evaluate`) and their column labels.
+#: Metrics reported (keys of :func:`privreid.evaluation.model_eval.rank_testset`) and their column labels.
 METRIC_KEYS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
 #: Row labels of Table IX.
 ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "bim": "BIM", "mifgsm": "MIFGSM", "tifgsm": "TIFGSM"}
@@ -155,18 +158,21 @@ def evaluate_under_attack(
 
     Raises:
         ConfigError: bad method / budget / target / ``max_queries`` /
-            ``batch_size`` / ``examples``.
+            ``batch_size`` / ``examples``, or a video test set.
         DataError: an empty query or gallery list, or an unreadable image.
     """
     if target not in TARGETS:
         raise ConfigError(f"unknown attack target {target!r}; choose from {', '.join(TARGETS)}")
+    if testset.tracklets is not None:
+        raise ConfigError(f"the attacks perturb images; {testset.name} holds video tracklets")
     for name, value, low in (("max_queries", max_queries, 1), ("batch_size", batch_size, 1),
                              ("examples", examples, 0)):
         if value is not None and (isinstance(value, bool) or int(value) != value or value < low):
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
     attack = build_attack(method, model, eps=eps, alpha=alpha, steps=steps)
     transform = pixel_transforms(height, width)
-    sets = {"query": _evenly_spaced(testset.query, max_queries), "gallery": list(testset.gallery)}
+    query, gallery = evaluation_split(testset)
+    sets = {"query": _evenly_spaced(query, max_queries), "gallery": gallery}
 
     def loader(samples: list[Sample]) -> DataLoader:
         return DataLoader(ImageDataset(samples, transform), batch_size=batch_size, shuffle=False)
@@ -190,8 +196,8 @@ def evaluate_under_attack(
             attacked[name] = extract_features(model, stream, device=device)
     seconds = time.perf_counter() - start
 
-    clean_metrics = _retrieval_metrics(clean, metric)
-    attacked_metrics = _retrieval_metrics(attacked, metric)
+    clean_metrics = _retrieval_metrics(testset, clean, metric)
+    attacked_metrics = _retrieval_metrics(testset, attacked, metric)
     shift = torch.cat([_relative_shift(clean[name][0], attacked[name][0]) for name in attacked_sets])
     return AttackEvaluation(
         method=method, target=target, eps=float(eps), alpha=float(attack.alpha), steps=int(attack.steps),
@@ -241,10 +247,8 @@ def _attacked(attack: FeatureAttack, loader: DataLoader, device, stats: _AttackS
         yield attack.normalize(adversarial), pids, camids
 
 
-def _retrieval_metrics(features: dict[str, tuple], metric: str) -> dict[str, float]:
-    qf, q_pids, q_cams = features["query"]
-    gf, g_pids, g_cams = features["gallery"]
-    result = evaluate(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
+def _retrieval_metrics(testset: TestSet, features: dict[str, tuple], metric: str) -> dict[str, float]:
+    result = rank_testset(testset, features["query"], features["gallery"], metric=metric)
     return {key: float(result[key]) for key, _ in METRIC_KEYS}
 
 

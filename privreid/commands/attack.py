@@ -102,7 +102,7 @@ def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries
     from ..checkpoint import load_checkpoint, load_model
     from ..config import RunConfig
     from ..data.catalog import resolve_datasets
-    from ..data.types import TestSet
+    from ..data.partition import as_test_set
     from ..federated.engine import resolve_device
 
     paths = settings["paths"]
@@ -118,15 +118,17 @@ def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries
     unknown = [d for d in wanted if d not in datasets]
     if unknown:
         raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+    video = [d for d in wanted if datasets[d].tracklets is not None]
+    if video:
+        raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
 
     jobs = [(name, i, m) for name in wanted for i in range(len(nets)) for m in settings["methods"]]
     records: list[dict[str, Any]] = []
     pictures: dict[str, tuple] = {}
     for name, i, m in tqdm(jobs, desc="attacks", unit="attack"):
-        ds = datasets[name]
         keep = examples if name == wanted[0] else 0
         result = evaluate_under_attack(
-            nets[i], TestSet(name, ds.query, ds.gallery), height=configs[i].data.height,
+            nets[i], as_test_set(name, datasets[name]), height=configs[i].data.height,
             width=configs[i].data.width, method=m, eps=settings["eps"], alpha=settings["alpha"],
             steps=settings["steps"], target=settings["target"], device=dev, progress=True, batch_size=batch_size,
             max_queries=max_queries, examples=keep, seed=seed)

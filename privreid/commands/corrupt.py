@@ -45,8 +45,9 @@ def corrupt_command(
                                              "(default: all five)."),
     size: Optional[str] = typer.Option(None, "--size", help="Resize the image to HxW first (e.g. 128x64); "
                                        "default: its own size, as the evaluation corrupts it."),
-    pixel_scale: str = typer.Option("auto", "--pixel-scale", help="'auto' scales ImageNet-C's pixel lengths "
-                                    "to the image (sqrt(H*W)/224); 1 takes them literally (as CIL-ReID ran them)."),
+    pixel_scale: str = typer.Option("1", "--pixel-scale", help="1 (default) takes ImageNet-C's pixel lengths "
+                                    "literally, as CIL-ReID ran them; 'auto' scales them to the image "
+                                    "(sqrt(H*W)/224; the scaled variant) and a number by that factor."),
     seed: int = typer.Option(0, help="Seed of the random corruptions (the same seed draws the same grid)."),
 ) -> None:
     """Draw an image under every corruption (rows) at every severity (columns), next to the clean image.

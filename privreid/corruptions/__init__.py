@@ -9,11 +9,15 @@ Re-identification", NeurIPS 2021 D&B): the 19 ImageNet-C types (Hendrycks & Diet
 
 Every corruption takes the whole batch at once (torch and kornia, on the
 images' device).  Parameters follow ImageNet-C's severity tables as the
-``imagecorruptions`` package (the one CIL-ReID runs) gives them; lengths in
-pixels are scaled to the image size (``pixel_scale``, see
-:mod:`privreid.corruptions.common`).  Where an implementation departs from
-ImageNet-C's (vectorised glass-blur shuffle, procedural frost textures,
-centred zoom, ...) the function's docstring says how.
+``imagecorruptions`` package (the one CIL-ReID runs) gives them.  By default
+lengths in pixels are taken literally at the image's own size
+(``pixel_scale=1``, CIL-ReID's setting); ``pixel_scale="auto"`` or a number
+scales them (the *scaled* variant, see :mod:`privreid.corruptions.common`).
+Glass blur's shuffle and fog's plasma fractal are the package's algorithms
+(``tests/test_corruption_parity.py`` checks them against it, given the same
+random draws); where an implementation departs from the package's
+(procedural frost textures, centred zoom, ...) the function's docstring
+says how.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def check_severity(severity) -> int:
 
 
 def corrupt(images: torch.Tensor, name: str, severity: int, *,
-            generator: torch.Generator | int | None = None, pixel_scale: float | str = "auto") -> torch.Tensor:
+            generator: torch.Generator | int | None = None, pixel_scale: float | str = 1.0) -> torch.Tensor:
     """Apply corruption ``name`` at ``severity`` (1-5) to a batch of images.
 
     Args:
@@ -97,9 +101,10 @@ def corrupt(images: torch.Tensor, name: str, severity: int, *,
             integer seed (a fresh CPU generator: the same seed gives the same
             output) or ``None`` (torch's global generator).  Images of one
             batch get independent draws.
-        pixel_scale: ``"auto"`` (``sqrt(H * W) / 224``) or the factor applied
-            to ImageNet-C's pixel lengths (``1`` = literal, as CIL-ReID ran
-            them on 128x64 crops); see :mod:`privreid.corruptions.common`.
+        pixel_scale: the factor applied to ImageNet-C's pixel lengths: ``1``
+            (the default) takes them literally, as CIL-ReID ran them on the
+            stored 128x64 crops; ``"auto"`` is ``sqrt(H * W) / 224`` (the
+            scaled variant); see :mod:`privreid.corruptions.common`.
 
     Returns:
         The corrupted images: same shape, dtype and device, clamped to [0, 1].

@@ -10,6 +10,7 @@ as they are.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import numpy as np
@@ -37,31 +38,48 @@ def defocus_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 
 
 def glass_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """Gaussian blur, local pixel shuffling, Gaussian blur again (frosted glass).
+    """Gaussian blur, 8-bit truncation, local pixel shuffling, Gaussian blur again (frosted glass).
 
-    ImageNet-C shuffles by a raster scan of sequential swaps with offsets
-    ``o`` drawn by ``randint(-d, d)`` (a Python loop over every pixel, tens
-    of seconds per image); a swap moves one pixel by ``o`` and the other by
-    ``-o``.  Here each iteration is one vectorised gather: every pixel takes
-    the value at its own random offset ``+-o`` (``o`` drawn as ImageNet-C
-    draws it, the sign at random, so a pixel moves as one end of a swap does
-    and the image does not drift), scaled by the pixel scale and rounded
-    stochastically to whole pixels (``floor(o * s + U(0, 1))``: the expected
-    offset is ``o * s``, and at scale 1 the offsets are ImageNet-C's).
-    Offsets are clamped at the border.  A gather can repeat or drop a value
-    where swaps only permute; at these offsets the two look alike.
-    ImageNet-C's rounding to 8 bits between the steps is left out.
+    The shuffle is ImageNet-C's, step for step: a backward raster scan over
+    rows ``H - d .. d + 1`` and columns ``W - d .. d + 1`` in which every
+    pixel takes the *current* value at a random offset ``(dy, dx)``, each
+    drawn by ``randint(-d, d)`` (so in ``[-d, d - 1]``), ``iterations``
+    times.  ImageNet-C writes that step as a tuple swap of two numpy views,
+    which copies one pixel onto the other rather than swapping them; values
+    that land on a position still to be scanned move again, so the
+    displacement compounds.  That copy is reproduced here (the scan only
+    moves indices, so it runs once per image on a flat index list, about
+    2 ms for a 128x64 image, and one gather applies it to every channel);
+    an earlier one-gather approximation was 15-25 % weaker than the package
+    (mean absolute change at pixel scale 1).  At pixel scale ``s`` the
+    border ``d`` becomes ``ceil(d * s)`` and each offset ``o`` becomes
+    ``floor(o * s + U(0, 1))`` (expected value ``o * s``; exactly ``o`` at
+    ``s = 1``), clamped to the image.  Draws come from the call's generator,
+    not numpy's, so results equal the package's in distribution, not pixel
+    for pixel.
     """
     sigma, delta, iterations = GLASS[severity - 1]
     b, c, h, w = x.shape
-    out = _gaussian(x, ctx.px(sigma))
-    rows = torch.arange(h, device=x.device)[:, None]
-    cols = torch.arange(w, device=x.device)[None, :]
-    for _ in range(iterations):
-        swap = ctx.integers(-delta, delta, (2, b, h, w), x) * (2 * ctx.integers(0, 2, (2, b, h, w), x) - 1)
-        dy, dx = torch.floor(ctx.px(swap.to(x.dtype)) + ctx.uniform((2, b, h, w), x)).long()
-        src = (rows + dy).clamp(0, h - 1) * w + (cols + dx).clamp(0, w - 1)
-        out = out.flatten(2).gather(2, src.flatten(1)[:, None].expand(b, c, h * w)).view(b, c, h, w)
+    out = torch.floor(_gaussian(x, ctx.px(sigma)) * 255) / 255  # ImageNet-C's np.uint8(... * 255)
+    reach = math.ceil(ctx.px(delta))
+    rows = torch.arange(h - reach, reach, -1)
+    cols = torch.arange(w - reach, reach, -1)
+    if len(rows) and len(cols):
+        ry, cx = (t.reshape(-1) for t in torch.meshgrid(rows, cols, indexing="ij"))  # scan order
+        targets = (ry * w + cx).tolist()
+        n = len(targets)
+        sources = []
+        for _ in range(b):
+            flat = list(range(h * w))
+            for _ in range(iterations):
+                offset = ctx.integers(-delta, delta, (2, n), ry).to(torch.float64)
+                dy, dx = torch.floor(offset * ctx.pixel_scale + ctx.uniform((2, n), offset)).long()
+                src = ((ry + dy).clamp(0, h - 1) * w + (cx + dx).clamp(0, w - 1)).tolist()
+                for t, s in zip(targets, src):
+                    flat[t] = flat[s]
+            sources.append(flat)
+        index = torch.tensor(sources, device=x.device)[:, None].expand(b, c, h * w)
+        out = out.flatten(2).gather(2, index).view(b, c, h, w)
     return _gaussian(out, ctx.px(sigma))
 
 
@@ -116,7 +134,9 @@ def zoom_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     ImageNet-C crops ``ceil(H / z)`` rows at ``(H - ceil(H / z)) // 2`` and
     zooms them with scipy, which is off-centre by under a pixel; here the
     zoom is exactly centred.  Zoom factors are ratios: no pixel scaling.
-    Applied as one sparse matrix product (:func:`zoom_operator`).
+    Applied as one sparse matrix product (:func:`zoom_operator`).  Measured
+    against ``imagecorruptions`` 1.1.2 (mean absolute change, 128x64 crops)
+    it is 4-10 % weaker, the most at severity 1.
     """
     b, c, h, w = x.shape
     operator = zoom_operator(h, w, severity, x.device)

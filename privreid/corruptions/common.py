@@ -5,12 +5,15 @@ radii, noise-field correlation lengths, streak lengths and texture sizes in
 pixels of a 224x224 image.  privreid treats an ``H x W`` image as a
 downscaled view of an ImageNet-C-sized scene: with pixel scale ``s`` the
 reference image is ``(H / s) x (W / s)`` and every length given in pixels is
-multiplied by ``s``.  ``pixel_scale="auto"`` picks ``s = sqrt(H * W) / 224``,
-so that the reference image has the area of a 224x224 ImageNet-C image (0.40
-for a 128x64 ReID crop, 0.81 at 256x128).  ``pixel_scale=1`` takes the
+multiplied by ``s``.  ``pixel_scale=1``, the default everywhere, takes the
 table's pixel values literally, which is what CIL-ReID (Chen et al.,
 NeurIPS 2021 D&B) did when it ran the ``imagecorruptions`` package on
-Market-1501's stored 128x64 images.
+Market-1501's stored 128x64 images: it is the only setting whose numbers
+compare with CIL-ReID's.  ``pixel_scale="auto"`` picks
+``s = sqrt(H * W) / 224``, so that the reference image has the area of a
+224x224 ImageNet-C image (0.40 for a 128x64 ReID crop, 0.81 at 256x128):
+a *scaled* variant (lengths shrink with the image, so corruptions are milder
+on small crops), which reports label as such and list as a deviation.
 
 Parameters that are not lengths (noise strengths, contrast, JPEG quality,
 zoom factors, pixelation ratios, severities of the fog fractal) are used as

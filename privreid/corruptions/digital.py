@@ -107,7 +107,14 @@ def elastic_transform(x: torch.Tensor, severity: int, ctx: Context) -> torch.Ten
 
 
 def pixelate(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """Box-average down to ``c`` of the size (PIL ``BOX``), nearest-neighbour back up (PIL ``NEAREST``)."""
+    """Box-average down to ``c`` of the size (PIL ``BOX``), nearest-neighbour back up (PIL ``NEAREST``).
+
+    torch's ``area`` mode equals PIL's ``BOX`` only at whole-number ratios
+    (severity 2, 0.5, and 5, 0.25, on even sizes); at 0.6, 0.4 and 0.3 its
+    bins differ, and against ``imagecorruptions`` 1.1.2 on 128x64 crops the
+    mean absolute change was 28 %, 10 % and 9 % larger at severities 1, 3
+    and 4 (``tests/test_corruption_parity.py`` leaves pixelate out).
+    """
     c = PIXELATE[severity - 1]
     h, w = x.shape[-2:]
     small = F.interpolate(x, size=(max(1, int(h * c)), max(1, int(w * c))), mode="area")
@@ -198,6 +205,10 @@ def spatter(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 
     Mud: the wet mask is blurred (sigma 1.5 px), values under 0.8 dropped,
     and the image is mixed with mud brown by that weight.
+
+    Measured against ``imagecorruptions`` 1.1.2 (mean absolute change, 64
+    crops of 128x64, pixel scale 1): severities 1, 4 and 5 within 3 %,
+    water at severities 2 and 3 about 18 % weaker.
     """
     import kornia
 

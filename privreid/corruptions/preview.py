@@ -17,7 +17,7 @@ PREVIEW_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
 
 def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | Sequence[str] = "all",
                  severities: Sequence[int] = (1, 2, 3, 4, 5), seed: int = 0,
-                 pixel_scale: float | str = "auto", progress: bool = False) -> list[str]:
+                 pixel_scale: float | str = 1.0, progress: bool = False) -> list[str]:
     """Draw ``image`` (``(3, H, W)`` in [0, 1]) under every corruption and severity; write the grid to ``path``.
 
     Every cell of a row uses the generator seed ``seed`` so columns differ by

@@ -53,6 +53,11 @@ class VIProtocol:
         the *whole* gallery of the other, whatever the identity (SYSU-MM01:
         infrared camera 3 and visible camera 2 are in one room).
 
+    ``seq_len``
+        video: the frames ``T`` averaged into a tracklet's feature at
+        evaluation (L2RW+ Eq. 9 and Sec. IV-B: 6 for HITSZ-VCM, 10 for
+        BUPTCampus).
+
     Every protocol also drops gallery items of the query's identity seen by
     the query's camera (the Market-1501 rule of :func:`privreid.evaluation.metrics.evaluate`);
     it only matters for cameras that record both modalities (LLCM, synthetic VI).
@@ -61,6 +66,7 @@ class VIProtocol:
     gallery_trials: int = 1
     cmc_by_identity: bool = False
     colocated_cameras: tuple[tuple[int, int], ...] = ()
+    seq_len: int = 6
 
 
 def relabel(samples: Iterable[Sample]) -> list[Sample]:

@@ -46,6 +46,7 @@ layouts are in ``docs/vi-datasets.md``.
     ``min_seq_len`` = 12 frames are dropped (the released MITML loader).
     Query = the query rows that are infrared, gallery = the other rows that
     are visible.  A tracklet's key is ``<frame folder>/tracklet<row>``.
+    Evaluation averages T = 6 frames per tracklet (the official setting).
 ``buptcampus`` (Du et al., 2023), video
     ``DATA/<pid>/{RGB,IR,FakeIR}/<camera>/...jpg``, ``data_paths.json``
     (``{pid: {RGB|IR: {camera: {tracklet: [relpath under DATA, ...]}}}}``),
@@ -56,10 +57,12 @@ layouts are in ``docs/vi-datasets.md``.
     TSG1, TSG2 are camids 0-5.  Query = the infrared tracklets of
     ``query.txt``, gallery = the visible tracklets of ``gallery.txt``.  A
     tracklet's key is ``DATA/<pid>/<modality>/<camera>/<tracklet>``.
+    Evaluation averages T = 10 frames per tracklet (the official setting).
 ``vi-folders`` (privreid's own; written by ``privreid data synth --vi``)
     ``{train,test}/{visible,infrared}/c<cam>/<pid>/`` holding images (image
     data) or one folder of frames per tracklet (video).  Query = ``test/infrared``,
-    gallery = ``test/visible``; whole gallery, image CMC.
+    gallery = ``test/visible``; whole gallery, image CMC; T = 6 frames per
+    tracklet.
 
 Visible-to-infrared evaluation swaps query and gallery
 (:func:`privreid.evaluation.cross_modality.mode_split`).  For BUPTCampus
@@ -115,6 +118,9 @@ _SYSU_GALLERY = {"all": (1, 2, 4, 5), "indoor": (1, 2)}
 #: the released evaluation code of SYSU-MM01 and LLCM: 10 single-shot trials, CMC over identities
 _SYSU_PROTOCOL = VIProtocol(gallery_trials=10, cmc_by_identity=True, colocated_cameras=((1, 2),))
 _LLCM_PROTOCOL = VIProtocol(gallery_trials=10, cmc_by_identity=True)
+#: video: whole gallery, image CMC, tracklet features averaged over T frames (L2RW+ Sec. IV-B)
+_VCM_PROTOCOL = VIProtocol(seq_len=6)
+_BUPT_PROTOCOL = VIProtocol(seq_len=10)
 _REGDB_TRIALS = range(1, 11)
 _VCM_MODALITIES = {1: (INFRARED, "ir"), 2: (VISIBLE, "rgb")}
 _VCM_NAME = re.compile(r"(\d{4})M(\d)(D\d+)T(\d+)F(.+)")
@@ -277,7 +283,7 @@ def load_hitsz_vcm(root: str | os.PathLike, min_seq_len: int = 12) -> ReIDDatase
     queries = set(_read_int_tokens(info / "query_IDX.txt"))
     query = [s for row, s in test if row in queries and modality[s[0]] == INFRARED]
     gallery = [s for row, s in test if row not in queries and modality[s[0]] == VISIBLE]
-    ds = _vi_dataset("hitsz-vcm", base, train, query, gallery, modality, VIProtocol())
+    ds = _vi_dataset("hitsz-vcm", base, train, query, gallery, modality, _VCM_PROTOCOL)
     ds.tracklets = tracklets
     return ds
 
@@ -320,7 +326,7 @@ def load_buptcampus(root: str | os.PathLike) -> ReIDDataset:
         return out
 
     ds = _vi_dataset("buptcampus", base, listed("train"), listed("query", INFRARED), listed("gallery", VISIBLE),
-                     modality, VIProtocol())
+                     modality, _BUPT_PROTOCOL)
     ds.tracklets = tracklets
     return ds
 

@@ -12,8 +12,23 @@ test images on the fly:
   (CIL-ReID's ``Image.fromarray(np.uint8(...))``; privreid rounds where
   numpy truncates);
 * query, gallery or both are corrupted, the other side stays clean;
+* ImageNet-C's pixel lengths are taken literally at the stored image size
+  (``pixel_scale=1``): CIL-ReID ran ``imagecorruptions`` on Market-1501's
+  128x64 images as they are;
 * the evaluation is repeated (10 times) with fresh draws and reported as the
   mean (std) of R1, mAP and mINP.
+
+Any other ``pixel_scale`` (``"auto"``: lengths scaled to the image, see
+:mod:`privreid.corruptions.common`) is the *scaled* variant, and fewer or
+more repeats are not CIL-ReID's either: the result's ``deviations`` list
+says so (:func:`corruption_deviations`), and reports built from it carry
+that list and say "scaled" in their titles.
+
+Ranking: clean and corrupted features are ranked by the test set's own
+protocol (:func:`privreid.evaluation.model_eval.rank_testset`: a
+visible-infrared test set in infrared-to-visible mode with its gallery
+trials, co-located cameras and identity CMC), so the clean row equals
+``privreid eval``.  Video test sets are refused (corruptions act on images).
 
 Reproducibility: image ``i`` of a side in repeat ``r`` draws its type,
 severity and noise from seeds derived from ``(seed, r, side, i)``
@@ -29,20 +44,40 @@ import torch
 from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
-from ..corruptions import check_severity, resolve_corruptions
+from ..corruptions import check_severity, resolve_corruptions, resolve_pixel_scale
 from ..corruptions import corrupt as apply_corruption
 from ..data import ImageDataset, build_transforms
 from ..data.formats import read_image
 from ..data.types import Sample, TestSet
 from ..errors import ConfigError
 from ..seeding import derive_seed
-from .model_eval import SUMMARY_KEYS, dataset_features, rank_summary
+from .model_eval import SUMMARY_KEYS, check_protocol, dataset_features, evaluation_split, rank_testset
 
 CORRUPT_SIDES = ("query", "gallery", "both")
+#: CIL-ReID's settings: literal pixel lengths, 10 repeats
+CIL_REID_PIXEL_SCALE = 1.0
+CIL_REID_REPEATS = 10
+
+
+def is_scaled(pixel_scale: float | str) -> bool:
+    """Whether ``pixel_scale`` is the scaled variant (anything but CIL-ReID's literal lengths)."""
+    return pixel_scale != CIL_REID_PIXEL_SCALE
+
+
+def corruption_deviations(pixel_scale: float | str, repeats: int) -> list[str]:
+    """One line per way these settings depart from CIL-ReID's corruption protocol (empty: none)."""
+    out = []
+    if is_scaled(pixel_scale):
+        scale = "sqrt(H*W)/224" if pixel_scale == "auto" else f"{pixel_scale:g}"
+        out.append(f"corruptions scaled: ImageNet-C pixel lengths multiplied by {scale} (CIL-ReID: 1, "
+                   "the literal lengths at the stored image size)")
+    if repeats != CIL_REID_REPEATS:
+        out.append(f"corrupted evaluation repeated {repeats} time(s) (CIL-ReID: {CIL_REID_REPEATS})")
+    return out
 
 
 def corrupt_pil(image: Image.Image, name: str, severity: int, *, seed: int,
-                pixel_scale: float | str = "auto") -> Image.Image:
+                pixel_scale: float | str = 1.0) -> Image.Image:
     """Corrupt one PIL image at its own size and return it as an 8-bit RGB PIL image."""
     x = pil_to_tensor(image.convert("RGB")).float().div(255)[None]
     y = apply_corruption(x, name, severity, generator=seed, pixel_scale=pixel_scale)[0]
@@ -56,7 +91,7 @@ class CorruptedImageDataset(ImageDataset):
     """
 
     def __init__(self, samples: list[Sample], transform, jobs: list[tuple[str, int, int] | None], *,
-                 pixel_scale: float | str = "auto") -> None:
+                 pixel_scale: float | str = 1.0) -> None:
         super().__init__(samples, transform)
         if len(jobs) != len(self.samples):
             raise ValueError(f"{len(jobs)} jobs for {len(self.samples)} samples")
@@ -83,7 +118,11 @@ def draw_jobs(count: int, names: list[str], severity: int | str, *, seed: int, r
             for i, (k, s) in enumerate(zip(kinds, levels))]
 
 
-def _check(corrupt: str, severity, repeats, seed) -> None:
+def _check(testset: TestSet, corrupt: str, severity, repeats, seed, pixel_scale, single_gallery_shot) -> None:
+    if testset.tracklets is not None:
+        raise ConfigError(f"corruptions act on images; {testset.name} holds video tracklets")
+    check_protocol(testset, single_gallery_shot)
+    resolve_pixel_scale(pixel_scale, 2, 2)
     if corrupt not in CORRUPT_SIDES:
         raise ConfigError(f"corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
     if severity != "random":
@@ -111,7 +150,7 @@ def evaluate_corrupted(
     num_workers: int = 0,
     metric: str = "euclidean",
     single_gallery_shot: bool = False,
-    pixel_scale: float | str = "auto",
+    pixel_scale: float | str = CIL_REID_PIXEL_SCALE,
     progress: bool = False,
 ) -> dict:
     """R1 / mAP / mINP of ``model`` on ``testset`` under CIL-ReID's corruption protocol (module docstring).
@@ -124,28 +163,35 @@ def evaluate_corrupted(
         corrupt: ``"query"``, ``"gallery"`` or ``"both"``.
         repeats: number of evaluations with fresh draws (CIL-ReID: 10).
         seed: non-negative integer; the same seed gives the same result.
-        pixel_scale: see :func:`privreid.corruptions.corrupt`.
+        pixel_scale: 1 (CIL-ReID), ``"auto"`` or a factor: see
+            :func:`privreid.corruptions.corrupt`; anything but 1 is the
+            scaled variant.
         progress: show a progress bar over the feature-extraction passes.
 
         ``height``, ``width``, ``batch_size``, ``device``, ``flip``,
         ``num_workers``, ``metric`` and ``single_gallery_shot`` are as for
-        :func:`privreid.evaluation.model_eval.evaluate_model`.
+        :func:`privreid.evaluation.model_eval.evaluate_model` (visible-infrared
+        test sets are ranked in its default mode, infrared to visible).
 
     Returns:
         ``{"clean": metrics, "repeats": [metrics, ...], "mean": {...},
         "std": {...}, "corruptions": [...], "severity": ..., "corrupt": ...,
-        "type_counts": {name: images}, "severity_counts": {level: images}}``
-        where ``metrics`` holds R1/R5/R10/mAP/mINP (fractions) and
-        ``num_valid_queries``; the counts are over all repeats.  The clean
-        run uses the same test transform as ``evaluate_model``.
+        "pixel_scale": ..., "deviations": [...], "type_counts": {name:
+        images}, "severity_counts": {level: images}}`` where ``metrics`` is
+        :func:`~privreid.evaluation.model_eval.rank_testset`'s dict and
+        ``mean`` / ``std`` cover R1/R5/R10/mAP/mINP; the counts are over all
+        repeats; ``deviations`` is :func:`corruption_deviations`.  The clean
+        run is exactly ``evaluate_model``'s.
 
     Raises:
-        ConfigError: bad corruption name, severity, side, repeats or seed.
+        ConfigError: bad corruption name, severity, side, repeats, seed or
+            pixel scale, or a video test set.
     """
     names = resolve_corruptions(corruptions)
-    _check(corrupt, severity, repeats, seed)
+    _check(testset, corrupt, severity, repeats, seed, pixel_scale, single_gallery_shot)
     transform = build_transforms(height, width, train=False)
-    sides = {"query": testset.query, "gallery": testset.gallery}
+    query, gallery = evaluation_split(testset)
+    sides = {"query": query, "gallery": gallery}
     corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]
     extract = dict(batch_size=batch_size, device=device, flip=flip, num_workers=num_workers)
     passes = 1 + repeats
@@ -162,7 +208,7 @@ def evaluate_corrupted(
     try:
         clean = {side: dataset_features(model, ImageDataset(samples, transform), **extract)
                  for side, samples in sides.items()}
-        clean_metrics = rank_summary(clean["query"], clean["gallery"], metric=metric,
+        clean_metrics = rank_testset(testset, clean["query"], clean["gallery"], metric=metric,
                                      single_gallery_shot=single_gallery_shot)
         step()
         results, type_counts, severity_counts = [], dict.fromkeys(names, 0), dict.fromkeys(range(1, 6), 0)
@@ -175,7 +221,7 @@ def evaluate_corrupted(
                     severity_counts[level] += 1
                 dataset = CorruptedImageDataset(sides[side], transform, jobs, pixel_scale=pixel_scale)
                 feats[side] = dataset_features(model, dataset, **extract)
-            results.append(rank_summary(feats["query"], feats["gallery"], metric=metric,
+            results.append(rank_testset(testset, feats["query"], feats["gallery"], metric=metric,
                                         single_gallery_shot=single_gallery_shot))
             step()
     finally:
@@ -191,6 +237,8 @@ def evaluate_corrupted(
         "corruptions": names,
         "severity": severity,
         "corrupt": corrupt,
+        "pixel_scale": pixel_scale,
+        "deviations": corruption_deviations(pixel_scale, repeats),
         "type_counts": type_counts,
         "severity_counts": {k: v for k, v in severity_counts.items() if v},
     }

@@ -17,9 +17,15 @@ identities.  Reported: rank-1/5/10/20, mAP and mINP (Ye et al.), each the
 mean over the gallery trials (their standard deviation under ``"std"``).
 
 Video.  A tracklet's feature is the temporal mean of its frame features,
-``z = (1/T) sum_t z^t`` (Eq. 9), over ``T = seq_len`` frames chosen evenly
-along the tracklet (:func:`privreid.data.torch_dataset.frame_indices`).  The
-L2RW+ settings are T = 6 for HITSZ-VCM and T = 10 for BUPTCampus (Sec. IV-B).
+``z = (1/T) sum_t z^t`` (Eq. 9, :class:`TemporalMean`), over ``T`` frames
+chosen evenly along the tracklet
+(:func:`privreid.data.torch_dataset.frame_indices`).  ``T`` is the test
+set's ``vi_protocol.seq_len`` unless given: the L2RW+ settings (Sec. IV-B),
+6 for HITSZ-VCM and 10 for BUPTCampus, set by their loaders.
+
+Models are evaluated on a test set through
+:func:`privreid.evaluation.model_eval.evaluate_model`, which extracts the
+features (frames or tracklets) and ranks them under this protocol.
 
 Randomness: trial ``t``'s gallery is drawn with
 ``numpy.random.default_rng([seed, t])``, so results depend on ``seed`` only;
@@ -34,12 +40,9 @@ from collections import defaultdict
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
-from ..data import ImageDataset, SequenceDataset, build_transforms
 from ..data.types import INFRARED, VISIBLE, Sample, TestSet, VIProtocol
 from ..errors import ConfigError, DataError
-from .features import extract_features
 from .metrics import evaluate
 
 __all__ = [
@@ -48,8 +51,8 @@ __all__ = [
     "RESULT_KEYS",
     "VISIBLE_TO_IR",
     "TemporalMean",
+    "colocated_skips",
     "evaluate_cross_modality",
-    "evaluate_cross_modality_model",
     "mode_split",
     "single_shot_gallery",
     "temporal_mean",
@@ -138,12 +141,18 @@ def evaluate_cross_modality(qf, gf, q_pids, g_pids, q_camids, g_camids, *, proto
     return out
 
 
-def _rank(qf, gf, q_pids, g_pids, q_camids, g_camids, protocol: VIProtocol, metric: str) -> dict:
-    """One gallery: queries grouped by the co-located cameras they ignore, each group ranked by ``evaluate``."""
+def colocated_skips(protocol: VIProtocol) -> dict[int, frozenset[int]]:
+    """Camera -> the cameras whose whole gallery its queries ignore (``protocol.colocated_cameras``, both ways)."""
     skip: dict[int, set[int]] = defaultdict(set)
     for a, b in protocol.colocated_cameras:
         skip[a].add(b)
         skip[b].add(a)
+    return {cam: frozenset(others) for cam, others in skip.items()}
+
+
+def _rank(qf, gf, q_pids, g_pids, q_camids, g_camids, protocol: VIProtocol, metric: str) -> dict:
+    """One gallery: queries grouped by the co-located cameras they ignore, each group ranked by ``evaluate``."""
+    skip = colocated_skips(protocol)
     groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, cam in enumerate(q_camids):
         groups[tuple(sorted(skip.get(int(cam), ())))].append(i)
@@ -244,38 +253,3 @@ class TemporalMean(torch.nn.Module):
             raise ConfigError(f"TemporalMean expects (B, T, C, H, W) clips, got shape {tuple(clips.shape)}")
         b, t = clips.shape[:2]
         return temporal_mean(self.frame_model(clips.flatten(0, 1)), seq_len=t).reshape(b, -1)
-
-
-def evaluate_cross_modality_model(model: torch.nn.Module, testset: TestSet, *, height: int, width: int,
-                                  mode: str = IR_TO_VISIBLE, batch_size: int = 128,
-                                  device: torch.device | str = "cpu", flip: bool = False, metric: str = "euclidean",
-                                  seq_len: int = 6, num_workers: int = 0, seed: int = 0,
-                                  progress: bool = False) -> dict:
-    """Extract features of ``testset`` in ``mode`` (tracklets: Eq. 9 over ``seq_len`` frames) and rank them.
-
-    ``batch_size`` counts images, so a video batch holds
-    ``max(1, batch_size // seq_len)`` tracklets.  Returns
-    :func:`evaluate_cross_modality`'s dict.
-    """
-    query, gallery = mode_split(testset, mode)
-    transform = build_transforms(height, width, train=False)
-    if testset.tracklets is not None:
-        net: torch.nn.Module = TemporalMean(model)
-        batch = max(1, batch_size // seq_len)
-
-        def dataset(samples):
-            return SequenceDataset(samples, testset.tracklets, transform, seq_len)
-    else:
-        net, batch = model, batch_size
-
-        def dataset(samples):
-            return ImageDataset(samples, transform)
-
-    def features(samples):
-        loader = DataLoader(dataset(samples), batch_size=batch, shuffle=False, num_workers=num_workers)
-        return extract_features(net, loader, device=device, flip=flip, progress=progress)
-
-    qf, q_pids, q_cams = features(query)
-    gf, g_pids, g_cams = features(gallery)
-    return evaluate_cross_modality(qf, gf, q_pids, g_pids, q_cams, g_cams, protocol=testset.vi_protocol,
-                                   metric=metric, seed=seed)

@@ -1,16 +1,149 @@
-"""Evaluate a model on a query/gallery test set (extract features, then rank)."""
+"""The one way privreid scores a model on a test set: the test set's own ranking protocol.
+
+Every evaluation path (training-time evaluation, ``privreid eval``, the
+clean and attacked rankings of ``privreid attack``, the clean and corrupted
+rankings of corrupted evaluation, ``privreid compare`` and its report
+suite) ranks through :func:`rank_testset`, and extracts features of a test
+set's samples with :func:`sample_features` or, for images it transforms
+itself (adversarial, corrupted), :func:`dataset_features`.  The test set
+decides the protocol, here and nowhere else (:func:`is_cross_modality`):
+
+* a test set with a modality map or tracklets (visible-infrared or video)
+  is ranked by :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`
+  under its ``vi_protocol`` (single-shot gallery trials, co-located cameras,
+  CMC over identities), its query restricted to one modality and its gallery
+  to the other (:func:`evaluation_split`, ``mode``); video tracklets are the
+  temporal mean of ``T = vi_protocol.seq_len`` frame features (Eq. 9 of
+  L2RW+);
+* any other test set by the Market-1501 rules
+  (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
+  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`).
+
+A model whose features are not all finite cannot rank: it is scored at
+chance level, the exact expectation under a uniformly random ranking
+(:mod:`privreid.evaluation.chance`), with a :class:`NonFiniteFeaturesWarning`,
+and the result carries ``"non_finite_features": True``.  Finite features so
+large that squared distances would overflow float32 are first multiplied by
+a power of two, which leaves every ranking unchanged.
+"""
 
 from __future__ import annotations
+
+import math
+import warnings
 
 import torch
 from torch.utils.data import DataLoader
 
-from ..data import ImageDataset, build_transforms
-from ..data.types import TestSet
+from ..data import ImageDataset, SequenceDataset, build_transforms
+from ..data.types import Sample, TestSet
+from ..errors import ConfigError
+from .chance import chance_metrics
+from .cross_modality import IR_TO_VISIBLE, TemporalMean, evaluate_cross_modality, mode_split
 from .features import extract_features
 from .metrics import evaluate, evaluate_cuhk03
 
+__all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_protocol", "dataset_features", "evaluate_model",
+           "evaluation_split", "is_cross_modality", "rank_testset", "sample_features"]
+
+#: the metrics every evaluation record holds (fractions in [0, 1])
 SUMMARY_KEYS = ("rank1", "rank5", "rank10", "mAP", "mINP")
+#: every scalar metric :func:`rank_testset` returns
+RESULT_KEYS = ("rank1", "rank5", "rank10", "rank20", "mAP", "mINP")
+#: features larger than this (in absolute value) are scaled down by a power of two before ranking
+_LARGEST_FEATURE = 2.0 ** 40
+
+
+class NonFiniteFeaturesWarning(RuntimeWarning):
+    """A model produced NaN or infinite features; it was scored at chance level."""
+
+
+def is_cross_modality(testset: TestSet) -> bool:
+    """Whether ``testset`` is ranked by its visible-infrared / video protocol (it has modalities or tracklets)."""
+    return testset.modality is not None or testset.tracklets is not None
+
+
+def evaluation_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[Sample], list[Sample]]:
+    """The (query, gallery) samples that are ranked: :func:`~privreid.evaluation.cross_modality.mode_split`."""
+    return mode_split(testset, mode)
+
+
+def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean", single_gallery_shot: bool = False,
+                 seed: int = 0) -> dict:
+    """Rank ``query`` against ``gallery`` features of ``testset`` under its protocol (module docstring).
+
+    ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as
+    :func:`extract_features` returns), e.g. of :func:`evaluation_split`'s
+    samples, possibly a subset or transformed.  ``seed`` draws the single-shot
+    gallery trials of a VI protocol.
+
+    Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``,
+    ``rank20``, ``mAP``, ``mINP``, ``num_valid_queries``; with several
+    gallery trials also ``trials`` and ``std`` (per metric, over the trials);
+    and ``non_finite_features: True`` when the features were not finite
+    (chance-level metrics).
+    """
+    check_protocol(testset, single_gallery_shot)
+    cross = is_cross_modality(testset)
+    (qf, q_pids, q_cams), (gf, g_pids, g_cams) = query, gallery
+    qf, gf = torch.as_tensor(qf, dtype=torch.float32), torch.as_tensor(gf, dtype=torch.float32)
+    protocol = testset.vi_protocol if cross else None
+    if not (bool(torch.isfinite(qf).all()) and bool(torch.isfinite(gf).all())):
+        warnings.warn(f"{testset.name}: the model's features contain NaN or infinite values, so it cannot rank; "
+                      "reporting chance-level metrics (the expectation under a uniformly random ranking)",
+                      NonFiniteFeaturesWarning, stacklevel=2)
+        result = chance_metrics(q_pids, g_pids, q_cams, g_cams, protocol=protocol,
+                                single_gallery_shot=single_gallery_shot, seed=seed)
+        return {**result, "non_finite_features": True}
+    largest = max(float(qf.abs().max()) if qf.numel() else 0.0, float(gf.abs().max()) if gf.numel() else 0.0)
+    if largest > _LARGEST_FEATURE:
+        scale = 2.0 ** -math.ceil(math.log2(largest))
+        qf, gf = qf * scale, gf * scale
+    if cross:
+        result = evaluate_cross_modality(qf, gf, q_pids, g_pids, q_cams, g_cams, protocol=protocol, metric=metric,
+                                         seed=seed)
+    else:
+        rank = evaluate_cuhk03 if single_gallery_shot else evaluate
+        result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
+    out = {k: float(result[k]) for k in RESULT_KEYS}
+    out["num_valid_queries"] = int(result["num_valid_queries"])
+    if result.get("trials", 1) > 1:
+        out["trials"] = int(result["trials"])
+        out["std"] = dict(result["std"])
+    return out
+
+
+def check_protocol(testset: TestSet, single_gallery_shot: bool) -> None:
+    """Refuse the CUHK03 protocol on a test set ranked by its own visible-infrared / video protocol."""
+    if single_gallery_shot and is_cross_modality(testset):
+        raise ConfigError(f"the CUHK03 single-gallery-shot protocol does not apply to {testset.name}, a "
+                          "visible-infrared or video test set ranked by its own protocol")
+
+
+def dataset_features(model: torch.nn.Module, dataset, *, batch_size: int = 128, device: torch.device | str = "cpu",
+                     flip: bool = False, num_workers: int = 0, progress: bool = False):
+    """``(feats, pids, camids)`` of a dataset of ``(image, pid, camid)`` items, in order (:func:`extract_features`)."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    return extract_features(model, loader, device=device, flip=flip, progress=progress)
+
+
+def sample_features(model: torch.nn.Module, testset: TestSet, samples: list[Sample], *, height: int, width: int,
+                     seq_len: int | None = None, batch_size: int = 128, device: torch.device | str = "cpu",
+                     flip: bool = False, num_workers: int = 0, progress: bool = False):
+    """``(feats, pids, camids)`` of ``samples`` of ``testset`` with the test transform.
+
+    Images one by one; tracklets (a test set with ``tracklets``) as the mean
+    of ``seq_len`` frame features (default ``testset.vi_protocol.seq_len``),
+    ``max(1, batch_size // seq_len)`` tracklets per batch.
+    """
+    transform = build_transforms(height, width, train=False)
+    if testset.tracklets is None:
+        return dataset_features(model, ImageDataset(samples, transform), batch_size=batch_size, device=device,
+                                flip=flip, num_workers=num_workers, progress=progress)
+    seq_len = testset.vi_protocol.seq_len if seq_len is None else seq_len
+    return dataset_features(TemporalMean(model), SequenceDataset(samples, testset.tracklets, transform, seq_len),
+                            batch_size=max(1, batch_size // seq_len), device=device, flip=flip,
+                            num_workers=num_workers, progress=progress)
 
 
 def evaluate_model(
@@ -19,46 +152,28 @@ def evaluate_model(
     *,
     height: int,
     width: int,
+    mode: str = IR_TO_VISIBLE,
+    seq_len: int | None = None,
     batch_size: int = 128,
     device: torch.device | str = "cpu",
     flip: bool = False,
     num_workers: int = 0,
     metric: str = "euclidean",
     single_gallery_shot: bool = False,
-) -> dict[str, float]:
-    """R1/R5/R10/mAP/mINP of ``model`` on ``testset``.
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
+    """R1/R5/R10/R20/mAP/mINP of ``model`` on ``testset`` under its protocol (:func:`rank_testset`).
 
-    The Market-1501 protocol of torchreid by default; ``single_gallery_shot``
-    uses the CUHK03 protocol (one gallery image per identity, 10 repeats).
-    A visible-infrared or video test set (with ``modality`` or ``tracklets``)
-    is evaluated infrared-to-visible under its own protocol by
-    :func:`privreid.evaluation.cross_modality.evaluate_cross_modality_model`.
+    ``mode`` applies to visible-infrared test sets (``ir-to-visible``, the
+    L2RW+ tables' mode, or ``visible-to-ir``) and ``seq_len`` to video ones;
+    ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets
+    only).  ``flip`` averages each feature with that of the flipped image.
     """
-    if testset.modality is not None or testset.tracklets is not None:
-        from .cross_modality import evaluate_cross_modality_model
-
-        result = evaluate_cross_modality_model(model, testset, height=height, width=width, batch_size=batch_size,
-                                               device=device, flip=flip, metric=metric, num_workers=num_workers)
-        return {**{k: float(result[k]) for k in SUMMARY_KEYS}, "num_valid_queries": int(result["num_valid_queries"])}
-    transform = build_transforms(height, width, train=False)
-    query, gallery = (dataset_features(model, ImageDataset(samples, transform), batch_size=batch_size,
-                                       device=device, flip=flip, num_workers=num_workers)
-                      for samples in (testset.query, testset.gallery))
-    return rank_summary(query, gallery, metric=metric, single_gallery_shot=single_gallery_shot)
-
-
-def dataset_features(model: torch.nn.Module, dataset, *, batch_size: int = 128, device: torch.device | str = "cpu",
-                     flip: bool = False, num_workers: int = 0):
-    """``(feats, pids, camids)`` of a dataset of ``(image, pid, camid)`` items, in order (:func:`extract_features`)."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
-    return extract_features(model, loader, device=device, flip=flip)
-
-
-def rank_summary(query, gallery, *, metric: str = "euclidean", single_gallery_shot: bool = False) -> dict[str, float]:
-    """R1/R5/R10/mAP/mINP and ``num_valid_queries`` from query and gallery ``(feats, pids, camids)`` triples."""
-    (qf, q_pids, q_cams), (gf, g_pids, g_cams) = query, gallery
-    rank = evaluate_cuhk03 if single_gallery_shot else evaluate
-    result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
-    out = {k: float(result[k]) for k in SUMMARY_KEYS}
-    out["num_valid_queries"] = int(result["num_valid_queries"])
-    return out
+    check_protocol(testset, single_gallery_shot)
+    query, gallery = evaluation_split(testset, mode)
+    extract = dict(height=height, width=width, seq_len=seq_len, batch_size=batch_size, device=device, flip=flip,
+                   num_workers=num_workers, progress=progress)
+    return rank_testset(testset, sample_features(model, testset, query, **extract),
+                        sample_features(model, testset, gallery, **extract), metric=metric,
+                        single_gallery_shot=single_gallery_shot, seed=seed)

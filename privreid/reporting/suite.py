@@ -7,7 +7,9 @@ sets of the first checkpoint's configuration, as in
 
 * ``report.md``: the clean table; L2RW+'s Table IX layout (paper 003) for the
   attacks and, in the same layout, for the corruptions (mean (std) over the
-  repeats of CIL-ReID's protocol); the inversion summary;
+  repeats of CIL-ReID's protocol); the inversion summary; and a
+  "Deviations" list of every setting that departs from the cited protocols
+  (also in ``report.json``, with the settings);
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
 * ``drops.png``: the relative mAP drop per attack and per corruption, one bar
   per model (mean over the test sets);
@@ -17,18 +19,26 @@ sets of the first checkpoint's configuration, as in
   reconstruction, bilateral-filtered reconstruction, its Laplacian), and
   ``summary.md``.
 
+Every ranking, clean, attacked or corrupted, follows the test set's own
+protocol (:func:`privreid.evaluation.model_eval.rank_testset`), so the
+"Clean" rows equal ``privreid eval``.  Attacks and corruptions act on
+images: a video test set is refused.
+
 Choices: corruptions are reported per *family* by default (noise, blur,
 weather, digital: a random type of the family and a random severity per
 image, CIL-ReID's protocol restricted to the family) and as the full mix
-(``all``), which keeps the report affordable on a CPU; pass names to
-:class:`SuiteSettings` for single types.  Inversion attacks each model's
-first client on the same subjects.
+(``all``); pass names to :class:`SuiteSettings` for single types.  They run
+CIL-ReID's settings by default (pixel scale 1, 10 repeats); a scaled pixel
+scale or another repeat count is titled "scaled" / states its repeats and
+is listed under the deviations.  Inversion attacks each model's first
+client on the same subjects.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +47,12 @@ from ..attacks.feature_attacks import ATTACKS
 from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, evaluate_under_attack, format_table_ix, relative_drop
 from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
 from ..config import RunConfig
-from ..corruptions import resolve_corruptions
+from ..corruptions import resolve_corruptions, resolve_pixel_scale
 from ..data.catalog import federation_for_config
 from ..data.types import TestSet
 from ..errors import ConfigError
-from ..evaluation.corrupted_eval import evaluate_corrupted
+from ..evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
+                                        evaluate_corrupted, is_scaled)
 from ..federated.engine import resolve_device
 from .files import save_figure, write_csv_rows
 from .tables import format_table
@@ -63,7 +74,8 @@ class SuiteSettings:
     target: str = "query"
     max_queries: int | None = None
     corruptions: list[str] = field(default_factory=lambda: ["noise", "blur", "weather", "digital", "all"])
-    corruption_repeats: int = 3
+    corruption_repeats: int = CIL_REID_REPEATS
+    pixel_scale: float | str = CIL_REID_PIXEL_SCALE
     inversion_subjects: int = 2
     inversion_iterations: int = 200
     inversion_attack: str = "ig"
@@ -84,6 +96,7 @@ class SuiteSettings:
                 resolve_corruptions(unit)
         if self.corruption_repeats < 1:
             raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
+        resolve_pixel_scale(self.pixel_scale, 2, 2)
         from ..attacks.inversion.threat_models import check_threat
 
         check_threat(self.inversion_threat)
@@ -91,12 +104,38 @@ class SuiteSettings:
             raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
 
 
-def _testsets(cfg: RunConfig, which: str) -> list[TestSet]:
+def _testsets(cfg: RunConfig, settings: SuiteSettings) -> list[TestSet]:
     fed = federation_for_config(cfg)
+    which = settings.testsets
     sets = {"seen": fed.seen, "unseen": fed.unseen, "all": fed.seen + fed.unseen}[which]
     if not sets:
         raise ConfigError(f"the first checkpoint's data has no {which} test sets")
+    video = [ts.name for ts in sets if ts.tracklets is not None]
+    image_suites = [s for s in ("attacks", "corruptions") if s in settings.suites]
+    if video and image_suites:
+        raise ConfigError(f"the {' and '.join(image_suites)} suite(s) act on images; {', '.join(video)} hold(s) "
+                          "video tracklets (run --suite clean,inversion on video data)")
     return sets
+
+
+def suite_deviations(settings: SuiteSettings) -> list[str]:
+    """The settings of ``settings`` that depart from the protocols the report cites (one line each)."""
+    if "corruptions" not in settings.suites:
+        return []
+    return corruption_deviations(settings.pixel_scale, settings.corruption_repeats)
+
+
+def _corruption_title(settings: SuiteSettings) -> str:
+    scale = settings.pixel_scale
+    if is_scaled(scale):
+        what = (f"CIL-ReID corruptions, scaled (pixel scale {'sqrt(H*W)/224' if scale == 'auto' else scale}; "
+                "CIL-ReID: 1)")
+    else:
+        what = "CIL-ReID protocol"
+    repeats = settings.corruption_repeats
+    note = "" if repeats == CIL_REID_REPEATS else f" (CIL-ReID: {CIL_REID_REPEATS})"
+    return (f"## Corruptions ({what}: random type and severity per image, query and gallery, "
+            f"mean (std) over {repeats} repeats{note})")
 
 
 def _corruption_record(model: str, testset: str, unit: str, result: dict) -> dict[str, Any]:
@@ -156,7 +195,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     """Run the selected evaluations on every checkpoint and write the report into ``out`` (see module docstring).
 
     Returns ``{"clean": rows, "attacks": records, "corruptions": records,
-    "inversion": {...}, "files": [...]}`` (absent suites are empty).
+    "inversion": {...}, "deviations": [...], "files": [...]}`` (absent
+    suites are empty).
     """
     from ..comparison import compare_checkpoints
 
@@ -169,10 +209,11 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     labels = checkpoint_labels(paths, ckpts)
     cfg = RunConfig.from_dict(ckpts[0]["config"])
     dev = resolve_device(device)
-    testsets = _testsets(cfg, settings.testsets)
+    testsets = _testsets(cfg, settings)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "audit": [],
+                              "deviations": [],
                               "files": []}
     sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
                 f"Test sets: {', '.join(t.name for t in testsets)} (from the first checkpoint's data)."]
@@ -205,7 +246,7 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                     for unit in settings.corruptions:
                         res = evaluate_corrupted(model, ts, corruptions=unit, severity="random", corrupt="both",
                                                  repeats=settings.corruption_repeats, seed=settings.seed,
-                                                 progress=progress, **size)
+                                                 pixel_scale=settings.pixel_scale, progress=progress, **size)
                         result["corruptions"].append(_corruption_record(label, ts.name, unit, res))
             del model
     if result["attacks"]:
@@ -214,9 +255,7 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                         f"{settings.steps} steps, target {settings.target})\n\n" + format_table_ix(result["attacks"]))
     if result["corruptions"]:
         write_csv_rows(result["corruptions"], out / "corruptions.csv")
-        sections.append(f"## Corruptions (CIL-ReID protocol: random type and severity per image, query and "
-                        f"gallery, mean (std) over {settings.corruption_repeats} repeats)\n\n"
-                        + _as_table_ix(result["corruptions"]))
+        sections.append(f"{_corruption_title(settings)}\n\n" + _as_table_ix(result["corruptions"]))
     if result["attacks"] or result["corruptions"]:
         plot_drops(result["attacks"], result["corruptions"], out / "drops.png")
         sections.append("![relative mAP drop per attack and corruption](drops.png)")
@@ -244,6 +283,12 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         sections.append("## Membership inference (privreid audit: image and identity level, released model)\n\n"
                         + markdown_table(table_rows(audit["records"])) + "\n\n![log-log ROC](audit/roc.png)")
 
+    result["deviations"] = suite_deviations(settings)
+    sections.append("## Deviations\n\n" + ("\n".join(f"- {line}" for line in result["deviations"])
+                                            or "None: every section follows the protocol it cites."))
     (out / "report.md").write_text("\n\n".join(sections) + "\n")
+    (out / "report.json").write_text(json.dumps(
+        {"checkpoints": [str(p) for p in paths], "settings": asdict(settings), "deviations": result["deviations"]},
+        indent=2))
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())
     return result
