@@ -80,6 +80,13 @@ def _run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(1800)
 def test_fresh_venv_from_the_wheel_gives_every_readme_command(tmp_path):
     """`pip install privreid-*.whl` in an empty venv (pip's own resolver, pyproject's ranges, no constraints)."""
+    try:
+        _fresh_venv(tmp_path)
+    finally:  # the venv holds about 6 GB (CUDA torch): never left behind in pytest's kept tmp dirs
+        shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def _fresh_venv(tmp_path: Path) -> None:
     start = time.monotonic()
     src, dist, venv = tmp_path / "src", tmp_path / "dist", tmp_path / "venv"
     # a copy, so that the build's build/ and *.egg-info neither land in nor come from the working tree
