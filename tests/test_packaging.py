@@ -80,6 +80,13 @@ def _run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(1800)
 def test_fresh_venv_from_the_wheel_gives_every_readme_command(tmp_path):
     """`pip install privreid-*.whl` in an empty venv (pip's own resolver, pyproject's ranges, no constraints)."""
+    try:
+        _fresh_venv(tmp_path)
+    finally:  # the venv holds about 6 GB (CUDA torch): never left behind in pytest's kept tmp dirs
+        shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def _fresh_venv(tmp_path: Path) -> None:
     start = time.monotonic()
     src, dist, venv = tmp_path / "src", tmp_path / "dist", tmp_path / "venv"
     # a copy, so that the build's build/ and *.egg-info neither land in nor come from the working tree
@@ -131,3 +138,16 @@ def test_fresh_venv_from_the_wheel_gives_every_readme_command(tmp_path):
     assert _run([python, "-m", "pip", "check"], env=env).returncode == 0
     print(f"fresh venv: install {installed - start:.0f} s, commands {time.monotonic() - installed:.0f} s")
 
+
+
+def test_committed_notebooks_carry_their_outputs():
+    """notebooks/*.ipynb are committed executed top to bottom (they read on a website without running)."""
+    import nbformat
+
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), path.name
+        outputs = [o for c in cells for o in c.outputs]
+        assert outputs and not [o for o in outputs if o.output_type == "error"], path.name
