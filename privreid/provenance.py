@@ -205,6 +205,10 @@ class _Tee(io.TextIOBase):
         self.pending = ""
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 @contextmanager
 def run_log(out: Path) -> Iterator[None]:
     """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it."""
@@ -216,7 +220,8 @@ def run_log(out: Path) -> Iterator[None]:
         sys.stdout, sys.stderr = tees
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("default")  # warnings go to sys.stderr, hence to the log
+                warnings.simplefilter("default")
+                warnings.showwarning = _show_warning  # to sys.stderr, hence to the log too
                 yield
         except PrivreidError as exc:
             log.write(f"error: {exc}\n")

@@ -77,12 +77,12 @@ def check_output_file(path: str | os.PathLike | None, option: str) -> None:
     _check_writable_dir(parent, option, path)
 
 
-def os_error_message(exc: OSError) -> str:
+def os_error_message(exc: OSError, where: str | os.PathLike | None = None) -> str:
     """An OS error as one line: what failed and on which file (no traceback)."""
-    where = f" {exc.filename}" if exc.filename else ""
+    place = exc.filename or where
     what = exc.strerror or str(exc)
     hint = " (disk full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    return f"cannot write or read{where}: {what}{hint}"
+    return f"cannot write or read{f' {place}' if place else ''}: {what}{hint}"
 
 
 # --------------------------------------------------------------------------- lock

@@ -71,4 +71,4 @@ def _write_failed(out: Path, exc: OSError) -> Exception:
                "intact and loadable; fix the cause and pass --resume"
     except PrivreidError:
         kept = "no checkpoint was written yet"
-    return OutputError(f"{os_error_message(exc)}; {kept}")
+    return OutputError(f"{os_error_message(exc, out)}; {kept}")
