@@ -7,7 +7,7 @@ run with a ``summary.json`` is skipped, one with only a checkpoint resumed,
 as ``privreid sweep`` does), evaluates every cell (cached next to the run,
 with the DG splits it used), then writes ``OUT/table.md`` and
 ``OUT/table.csv`` in the paper's layout: privreid's number, the published
-one and their difference.  Comparators privreid does not implement stay in
+one and their difference (and ``OUT/figure.png`` where the paper has a figure).  Comparators privreid does not implement stay in
 the table as "not implemented" rows with their published numbers.
 
 ``scale="smoke"`` trains on the embedded synthetic data with tiny budgets and
@@ -181,3 +181,5 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     for row in spec.rows:
         lines.append("| " + " | ".join([row.name, *[cell(by_cell[(row.name, c.name)]) for c in spec.columns]]) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
+    if spec.figure is not None:
+        spec.figure(spec, rows, out / "figure.png")
