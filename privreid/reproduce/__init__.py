@@ -71,7 +71,8 @@ def _check(key: str, scale: str, data_root) -> TableSpec:
     if scale == "paper":
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
-        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns if c.paper}
+        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns
+                                           if c.paper and c.source[0] == "dg"}
         for folder, fmt in needed.items():
             _check_dataset(Path(data_root) / folder, fmt)
     return spec
@@ -103,14 +104,18 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
         return None
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
     kind, what = column.source
+    summary = json.loads((run_dir / "summary.json").read_text())
     if kind == "seen":
-        summary = json.loads((run_dir / "summary.json").read_text())
         metrics = summary.get("global_seen") or summary.get("local_seen") or {}
         return None if metrics.get(what) is None else 100 * metrics[what]
-    cache = run_dir / f"eval-{column.name}.json"
+    if kind == "local":  # the personalised model of the client(s) holding this seen domain
+        found = [m[what] for key, m in summary.get("local_seen_per_testset", {}).items()
+                 if key.split("@")[-1] == dataset]
+        return None if not found else 100 * sum(found) / len(found)
+    cache = run_dir / f"eval-{dataset}.json"
     if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, column.name)))
-    return 100 * json.loads(cache.read_text())["rank1"]
+        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, dataset)))
+    return 100 * json.loads(cache.read_text())[column.metric]
 
 
 def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
