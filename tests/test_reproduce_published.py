@@ -15,18 +15,24 @@ PAPERS = Path("/work/shared/papers")
 runner = CliRunner()
 
 
-def _table_lines(paper: str, anchor: str) -> list[str]:
+def _table_lines(paper: str, anchor: str, caption_below: bool = False) -> list[str]:
+    """The table's lines: from its heading to the next one, or (caption below the table) from the caption
+    before it to its own."""
     [path] = PAPERS.glob(f"{paper}_*.txt")
     lines = path.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip().startswith(anchor))
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("TABLE ")), len(lines))
-    return lines[start:end]
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(anchor))
+    if caption_below:
+        prefix = anchor.split()[0] + " "
+        start = max((i for i in range(at) if lines[i].strip().startswith(prefix)), default=0)
+        return lines[start + 1:at]
+    end = next((i for i in range(at + 1, len(lines)) if lines[i].strip().startswith("TABLE ")), len(lines))
+    return lines[at:end]
 
 
 @pytest.mark.skipif(not PAPERS.is_dir(), reason="the paper texts are not on this machine")
 def test_every_published_number_is_on_its_row_in_the_paper():
     for key, table in published().items():
-        block = _table_lines(table["paper"], table["anchor"])
+        block = _table_lines(table["paper"], table["anchor"], table.get("caption_below", False))
         for row in table["rows"]:
             [line] = [line for line in block if row["label"] in line]
             for column, value in row["values"].items():
@@ -70,6 +76,16 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     assert res.exit_code == 2
     assert message in res.output and res.output.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_paper_scale_checks_the_training_data_in_its_own_layout(tmp_path):
+    """Regression: a column filled from the run's own test set (its source names a metric) once replaced the
+    training dataset's format, and the check asked for an "mINP layout"."""
+    for name in ("sysu-mm01", "llcm"):
+        (tmp_path / name).mkdir()
+    res = runner.invoke(app, ["reproduce", "l2rw-table7", "--scale", "paper", "--data-root", str(tmp_path),
+                              "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "is not in the sysu-mm01 layout" in res.output
 
 
 def test_wrong_layout_at_paper_scale_names_the_layout(tmp_path):

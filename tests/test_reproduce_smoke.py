@@ -20,9 +20,11 @@ def test_fedreid_table2_smoke_end_to_end_and_resumes(tmp_path):
     for column in ("iLIDS", "VIPeR", "GRID"):  # the stand-ins, ranked under the DG protocol
         cell = by[("FedReID", column)]
         assert 0 <= cell["privreid"] <= 100 and cell["difference"] == round(cell["privreid"] - cell["published"], 2)
-        evaluation = json.loads((out / "runs" / "FedReID" / f"eval-{column}.json").read_text())
+        stand_in = f"synth-{column.lower()}"
+        evaluation = json.loads((out / "runs" / "FedReID" / f"eval-{stand_in}.json").read_text())
         assert evaluation["protocol"] == "dg" and len(evaluation["per_split"]) == 10
-        assert len(json.loads((out / "runs" / "FedReID" / f"splits-{column}.json").read_text())["splits"]) == 10
+        assert cell["privreid"] == round(100 * evaluation["rank1"], 2)
+        assert len(json.loads((out / "runs" / "FedReID" / f"splits-{stand_in}.json").read_text())["splits"]) == 10
     assert by[("FedReID", "PRID")]["privreid"] is None  # no PRID stand-in
     assert by[("DIMN", "VIPeR")] | {} == {"row": "DIMN", "column": "VIPeR", "privreid": None, "published": 51.2,
                                          "difference": None, "status": "not implemented"}

@@ -7,7 +7,7 @@ run with a ``summary.json`` is skipped, one with only a checkpoint resumed,
 as ``privreid sweep`` does), evaluates every cell (cached next to the run,
 with the DG splits it used), then writes ``OUT/table.md`` and
 ``OUT/table.csv`` in the paper's layout: privreid's number, the published
-one and their difference.  Comparators privreid does not implement stay in
+one and their difference (and ``OUT/figure.png`` where the paper has a figure).  Comparators privreid does not implement stay in
 the table as "not implemented" rows with their published numbers.
 
 ``scale="smoke"`` trains on the embedded synthetic data with tiny budgets and
@@ -71,7 +71,8 @@ def _check(key: str, scale: str, data_root) -> TableSpec:
     if scale == "paper":
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
-        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns if c.paper}
+        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns
+                                           if c.paper and c.source[0] == "dg"}
         for folder, fmt in needed.items():
             _check_dataset(Path(data_root) / folder, fmt)
     return spec
@@ -103,14 +104,18 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
         return None
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
     kind, what = column.source
+    summary = json.loads((run_dir / "summary.json").read_text())
     if kind == "seen":
-        summary = json.loads((run_dir / "summary.json").read_text())
         metrics = summary.get("global_seen") or summary.get("local_seen") or {}
         return None if metrics.get(what) is None else 100 * metrics[what]
-    cache = run_dir / f"eval-{column.name}.json"
+    if kind == "local":  # the personalised model of the client(s) holding this seen domain
+        found = [m[what] for key, m in summary.get("local_seen_per_testset", {}).items()
+                 if key.split("@")[-1] == dataset]
+        return None if not found else 100 * sum(found) / len(found)
+    cache = run_dir / f"eval-{dataset}.json"
     if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, column.name)))
-    return 100 * json.loads(cache.read_text())["rank1"]
+        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, dataset)))
+    return 100 * json.loads(cache.read_text())[column.metric]
 
 
 def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
@@ -181,3 +186,5 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     for row in spec.rows:
         lines.append("| " + " | ".join([row.name, *[cell(by_cell[(row.name, c.name)]) for c in spec.columns]]) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
+    if spec.figure is not None:
+        spec.figure(spec, rows, out / "figure.png")

@@ -12,11 +12,16 @@ its runner is not written yet (``status`` says so).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 SCALES = ("smoke", "paper")
 #: smoke-scale training budget shared by every run (tiny images and steps: exercises the code path only)
 SMOKE_TRAIN = ["--rounds", "1", "--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8",
                "--max-steps", "2", "--eval-every", "1", "--device", "cpu"]
+
+#: the four source domains of FedReID and SKA at paper scale: --data-root folder -> format
+RGB_SOURCES = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk03np": "cuhk03np-detected",
+               "msmt17": "msmt17"}
 
 
 @dataclass(frozen=True)
@@ -24,10 +29,13 @@ class Column:
     """A column of the paper: ``name`` as printed, and what fills it at each scale.
 
     ``source`` is ``("dg", dataset format)`` (the DG-ReID protocol on a small
-    benchmark), or ``("seen", metric)`` (the run's own seen-domain test set,
-    from its ``summary.json``).  ``smoke`` / ``paper`` name the dataset
-    (a ``--data-root`` folder at paper scale, a synthetic stand-in at smoke
-    scale); ``None``: no such data at that scale, the cell stays empty.
+    benchmark), ``("seen", metric)`` (the run's own seen-domain test sets,
+    the global model's mean, from its ``summary.json``) or ``("local",
+    metric)`` (the personalised model of the client on the seen test set
+    that ``smoke`` / ``paper`` name, from ``summary.json``).  ``smoke`` /
+    ``paper`` name the dataset (a ``--data-root`` folder at paper scale, a
+    synthetic stand-in at smoke scale); ``None``: no such data at that
+    scale, the cell stays empty.
     """
 
     name: str
@@ -36,6 +44,8 @@ class Column:
     paper: str | None
     #: the run group that fills the column (L2RW+ Table VII: one run per dataset and row)
     group: str = ""
+    #: the DG protocol's metric a "dg" column shows (one evaluation per run and dataset fills them all)
+    metric: str = "rank1"
 
 
 @dataclass(frozen=True)
@@ -61,13 +71,14 @@ class TableSpec:
     #: paper-scale training data: --data-root folder -> format (checked before any work)
     paper_train: dict[str, str] = field(default_factory=dict)
     status: str = "runs"
+    #: the paper's figure, drawn from the written rows into OUT/figure.png (None: the paper has none)
+    figure: Optional[Callable] = None
 
 
 def _fedreid_table2() -> TableSpec:
     tests = (("iLIDS", "ilids", "synth-ilids"), ("VIPeR", "viper", "synth-viper"), ("3DPeS", "3dpes", None),
              ("CAVIAR", "caviar", None), ("PRID", "prid", None), ("GRID", "grid", "synth-grid"))
-    sources = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk03np": "cuhk03np-detected",
-               "msmt17": "msmt17"}
+    sources = RGB_SOURCES
     paper_data = [a for root in sources for a in ("--data", "{data_root}/" + root)]
     fedreid = Row("FedReID", train={"": {
         "smoke": ["--method", "fedreid", "--data", "synth", *SMOKE_TRAIN],
@@ -111,6 +122,82 @@ def _l2rw_table7() -> TableSpec:
     )
 
 
+def _ska_table4() -> TableSpec:
+    """Seen domains: each client's personalised model (global layers + its own norms) on its own test set."""
+    variants = (("Baseline", "false", "false", "false"), ("Baseline+AN", "true", "false", "false"),
+                ("Baseline+LSN", "false", "true", "false"), ("Baseline+LSN+Dual", "false", "true", "true"),
+                ("Baseline+LSN+AN", "true", "true", "false"), ("Baseline+LSN+AN+Dual", "true", "true", "true"))
+    paper_data = [a for root in RGB_SOURCES for a in ("--data", "{data_root}/" + root)]
+    rows = []
+    for name, an, lsn, dual in variants:
+        opts = ["--opt", f"an={an}", "--opt", f"lsn={lsn}", "--opt", f"dual={dual}"]
+        rows.append(Row(name, train={"": {
+            "smoke": ["--method", "ska", "--data", "synth", *SMOKE_TRAIN, *opts],
+            "paper": ["--config", "configs/ska-paper.yaml", *paper_data, *opts, "--device", "{device}"]}}))
+    seen = tuple(Column(f"{name} {label}", ("local", metric), smoke, paper)
+                 for name, smoke, paper in (("Duke", "synthA", "dukemtmcreid"), ("Market", "synthB", "market1501"))
+                 for label, metric in (("mAP", "mAP"), ("R1", "rank1")))
+    unseen = tuple(Column(f"{name} {label}", ("dg", fmt), smoke, fmt, metric=metric)
+                   for name, fmt, smoke in (("VIPeR", "viper", "synth-viper"), ("iLIDS", "ilids", "synth-ilids"))
+                   for label, metric in (("mAP", "mAP"), ("R1", "rank1")))
+    return TableSpec(
+        key="ska-table4", paper="000 SKA", title="Table 4: the AN / LSN / dual-model ablation",
+        shows="what each SKA component adds on seen (personalised) and unseen (global) domains",
+        budget={"smoke": "6 runs, 1 round, 32x16, synthetic seen domains and stand-ins; a few minutes on a CPU",
+                "paper": "6 runs, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17; GPU, days"},
+        columns=seen + unseen, rows=tuple(rows), paper_train=RGB_SOURCES,
+    )
+
+
+#: the beta grid of FedReID Fig. 3.  The paper's text names beta = 0 and 0.0005 (where FedReID just beats the
+#: supervised model) but not the figure's other ticks; privreid's grid brackets those two by a decade each way.
+FIG3_BETAS = ("0", "0.0005", "0.005")
+
+
+def _fedreid_fig3() -> TableSpec:
+    sources = RGB_SOURCES
+    paper_data = [a for root in sources for a in ("--data", "{data_root}/" + root)]
+    rows = [Row(name) for name in ("Supervised", "Random-Guess")]
+    for name, mode in (("Single (Eq. 14)", "upload"), ("Double (Eq. 14+15)", "both")):
+        noise = ["--beta-mode", mode]
+        rows.append(Row(name, train={f"beta={b}": {
+            "smoke": ["--method", "fedreid", "--data", "synth", *SMOKE_TRAIN, "--beta", b, *noise],
+            "paper": ["--config", "configs/fedreid-paper.yaml", *paper_data, "--beta", b, *noise,
+                      "--device", "{device}"]} for b in FIG3_BETAS}))
+    return TableSpec(
+        key="fedreid-fig3", paper="002 FedReID", title="Fig. 3: VIPeR R1 against the white-noise scale beta",
+        shows="the utility cost of single (Eq. 14) and double (Eq. 14+15) protection",
+        budget={"smoke": f"{2 * len(FIG3_BETAS)} runs, 1 round, 32x16, synthetic VIPeR stand-in; "
+                         "about a minute on a CPU",
+                "paper": f"{2 * len(FIG3_BETAS)} runs, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17; GPU, days"},
+        columns=tuple(Column(f"beta={b}", ("dg", "viper"), "synth-viper", "viper", group=f"beta={b}")
+                      for b in FIG3_BETAS),
+        rows=tuple(rows), paper_train=sources, figure=beta_figure,
+    )
+
+
+def beta_figure(spec: TableSpec, rows: list[dict], path) -> None:
+    """R1 against beta, one line per protection mode (FedReID Fig. 3); rows without a number are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..reporting.files import save_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    for row in spec.rows:
+        points = [(float(r["column"].split("=")[1]), r["privreid"]) for r in rows
+                  if r["row"] == row.name and r["privreid"] is not None]
+        if points:
+            ax.plot(range(len(points)), [y for _, y in points], marker="o", label=row.name)
+            ax.set_xticks(range(len(points)), [f"{x:g}" for x, _ in points])
+    ax.set_xlabel("beta")
+    ax.set_ylabel("VIPeR R1 (%)")
+    ax.legend(fontsize=7)
+    save_figure(fig, path, title=f"{spec.paper}, {spec.title}")
+
+
 _PENDING = "listed; its runner is not written yet (the cells need the loaders and protocols above)"
 
 
@@ -121,13 +208,10 @@ def _pending(key: str, paper: str, title: str, shows: str, smoke: str, paper_bud
 
 TABLES: dict[str, TableSpec] = {spec.key: spec for spec in (
     _fedreid_table2(),
-    _pending("fedreid-fig3", "002 FedReID", "Fig. 3: R1 against the white-noise scale beta",
-             "the utility cost of single (Eq. 14) and double (Eq. 14+15) protection", "6 runs, 1 round",
-             "12 runs, 100 rounds ResNet-50"),
+    _fedreid_fig3(),
     _pending("ska-table2", "000 SKA", "Table 2: unseen-domain R1 / mAP", "SKA against FedPav, FedReID and "
              "centralised DG methods on the four DG-ReID test sets", "3 runs, 1 round", "3 runs, GPU"),
-    _pending("ska-table4", "000 SKA", "Table 4: the AN / LSN / dual-model ablation",
-             "what each SKA component adds on unseen domains", "4 runs, 1 round", "4 runs, GPU"),
+    _ska_table4(),
     _pending("fedpav-table3", "004 FedPav", "Table 3: FedPav against local training on nine clients",
              "federated versus standalone R1 / mAP per client dataset", "2 runs, 1 round", "10 runs, GPU"),
     _pending("fedpav-table4", "004 FedPav", "Table 4: CDW, KD and CC optimisations",

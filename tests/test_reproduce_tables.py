@@ -1,0 +1,84 @@
+"""The further reproducible tables: their cells build the intended runs (fast), and each runs end to end at smoke
+scale (slow: every one trains several runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privreid.commands.sweep import base_config
+from privreid.reproduce import run_table
+from privreid.reproduce.tables import FIG3_BETAS, TABLES
+
+
+def _smoke_config(key: str, row: str, group: str):
+    [spec_row] = [r for r in TABLES[key].rows if r.name == row]
+    return base_config(spec_row.train[group]["smoke"])
+
+
+def test_fedreid_fig3_cells_are_fedreid_runs_with_the_cell_beta_and_mode():
+    for row, mode in (("Single (Eq. 14)", "upload"), ("Double (Eq. 14+15)", "both")):
+        for beta in FIG3_BETAS:
+            cfg = _smoke_config("fedreid-fig3", row, f"beta={beta}")
+            assert (cfg.train.method, cfg.train.beta, cfg.train.beta_mode) == ("fedreid", float(beta), mode)
+    assert [c.source for c in TABLES["fedreid-fig3"].columns] == [("dg", "viper")] * len(FIG3_BETAS)
+
+
+@pytest.mark.slow
+def test_fedreid_fig3_smoke_end_to_end(tmp_path):
+    out = tmp_path / "fig3"
+    rows = run_table("fedreid-fig3", scale="smoke", out=out, device="cpu", echo=lambda _: None)
+    ran = [r for r in rows if r["status"] == "run"]
+    assert len(ran) == 2 * len(FIG3_BETAS) and all(0 <= r["privreid"] <= 100 for r in ran)
+    for r in ran:
+        run = out / "runs" / f"{r['column']}-{r['row']}"
+        evaluation = json.loads((run / "eval-synth-viper.json").read_text())
+        assert r["privreid"] == round(100 * evaluation["rank1"], 2) and len(evaluation["per_split"]) == 10
+    assert {r["privreid"] for r in rows if r["row"] in ("Supervised", "Random-Guess")} == {None}
+    assert (out / "figure.png").stat().st_size > 0
+
+
+def test_ska_table4_rows_switch_the_three_components():
+    from privreid.federated.methods.ska import options_from_config
+
+    expected = {"Baseline": (False, False, False), "Baseline+AN": (True, False, False),
+                "Baseline+LSN": (False, True, False), "Baseline+LSN+Dual": (False, True, True),
+                "Baseline+LSN+AN": (True, True, False), "Baseline+LSN+AN+Dual": (True, True, True)}
+    for row, (an, lsn, dual) in expected.items():
+        cfg = _smoke_config("ska-table4", row, "")
+        assert cfg.train.method == "ska"
+        opts = options_from_config(cfg)
+        assert (opts.an, opts.lsn, opts.dual) == (an, lsn, dual)
+    sources = {c.name: (c.source, c.smoke, c.metric) for c in TABLES["ska-table4"].columns}
+    assert sources["Duke R1"] == (("local", "rank1"), "synthA", "rank1")
+    assert sources["VIPeR mAP"] == (("dg", "viper"), "synth-viper", "mAP")
+
+
+def test_local_columns_read_the_personalised_model_of_that_domain(tmp_path):
+    """A "local" cell is the mean of the clients' personalised metrics on the named seen test set."""
+    from privreid.reproduce import _cell
+    from privreid.reproduce.tables import Column, Row, TableSpec
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    run.joinpath("summary.json").write_text(json.dumps({"local_seen_per_testset": {
+        "c1@synthA": {"rank1": 0.5}, "c2@synthA": {"rank1": 0.25}, "c3@synthB": {"rank1": 1.0}}}))
+    row = Row("r", train={"": {"smoke": ["--method", "fedavg"]}})
+    spec = TableSpec("t", "p", "t", "s", {})
+    cell = _cell(spec, row, Column("A R1", ("local", "rank1"), "synthA", "a"), "smoke", tmp_path, None, "cpu", print)
+    assert cell == 37.5
+    assert _cell(spec, row, Column("D R1", ("local", "rank1"), "synthD", "d"), "smoke", tmp_path, None, "cpu",
+                 print) is None
+
+
+@pytest.mark.slow
+def test_ska_table4_smoke_end_to_end(tmp_path):
+    out = tmp_path / "ska4"
+    rows = run_table("ska-table4", scale="smoke", out=out, device="cpu", echo=lambda _: None)
+    assert len(rows) == 6 * 8 and all(0 <= r["privreid"] <= 100 for r in rows if r["column"] != "Duke R1")
+    summary = json.loads((out / "runs" / "Baseline" / "summary.json").read_text())
+    [duke] = [m for k, m in summary["local_seen_per_testset"].items() if k.endswith("@synthA")]
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("Baseline", "Duke R1")]["privreid"] == round(100 * duke["rank1"], 2)
+    assert by[("Baseline", "Duke R1")]["published"] == 70.8
