@@ -148,3 +148,26 @@ def test_fedreid_trains_end_to_end_and_scores_every_client(tiny_synth, tmp_path,
     idle = [u.client for u in uploads[0] if u.client not in {v.client for v in uploads[1]}]
     assert idle and not torch.equal(load_model(ckpt, client=idle[0]).state_dict()["neck.fc.weight"],
                                     ckpt["global_state"]["neck.fc.weight"])
+
+
+def test_recorded_local_metrics_reproduce_through_privreid_eval_client(tiny_synth, tmp_path):
+    """Round 1 with C = 0.5: one client trained, the other not; both records reproduce with `eval --client`."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from privreid.cli import app
+
+    cfg = tiny_config(tiny_synth, method="fedreid", rounds=1)
+    FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path, progress=False).run()
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert len(ckpt["client_states"]) == 1  # the other client has not trained yet
+    records = [m for m in ckpt["metrics"] if m["scope"] == "local"]
+    assert sorted(m["client"] for m in records) == ["synthA", "synthB"]  # yet it is scored too
+    for rec in records:
+        out = tmp_path / f"{rec['client']}.json"
+        res = CliRunner().invoke(app, ["eval", "--model", str(tmp_path / "ckpt.pt"), "--client", rec["client"],
+                                       "--domains", rec["testset"], "--device", "cpu", "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        (row,) = json.loads(out.read_text())
+        assert {k: row[k] for k in ("rank1", "mAP", "mINP")} == {k: rec[k] for k in ("rank1", "mAP", "mINP")}
