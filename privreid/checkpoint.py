@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -73,10 +72,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"GLOBAL (\S+)", str(exc))
-        what = f"the global {found.group(1)}" if found else "objects that are not plain tensors/containers"
+        from .pickle_scan import unsafe_global
+
+        found = unsafe_global(path)
+        what = f"the global {found}" if found else "objects that are not plain tensors/containers"
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
-                              "(loaded with torch.load(weights_only=True); nothing was executed)") from exc
+                              "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
         raise CheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
                               f"{type(exc).__name__})") from exc

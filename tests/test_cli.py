@@ -205,3 +205,176 @@ def test_every_method_trains_and_its_checkpoint_evaluates(method, tiny_synth, tm
     assert res.exit_code == 0, res.output
     row = json.loads((tmp_path / "eval.json").read_text())[0]
     assert row["testset"] == "synthC" and 0.0 <= row["mAP"] <= 1.0 and row["num_valid_queries"] > 0
+
+
+# --------------------------------------------------------------------------- issue 13, section 4a: one case per row
+def _held_lock(tmp_path, monkeypatch):
+    from privreid.rundir import RunLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    lock = RunLock(out).acquire()
+    monkeypatch.setattr("privreid.rundir.RunLock.release", lambda self: None)  # keep the lock held
+    return lock
+
+
+def _preset(tmp_path, text):
+    path = tmp_path / "preset.yaml"
+    path.write_text(text)
+    return ["--config", path]
+
+
+def _read_only(monkeypatch):
+    """A read-only file system as os.access reports it (tests run as root, so chmod would not do)."""
+    monkeypatch.setattr("privreid.rundir.os.access", lambda path, mode: False)
+
+
+def _unreadable(root, monkeypatch):
+    real = Path.iterdir
+
+    def iterdir(self):
+        if str(self).startswith(str(root)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+
+
+def _pickle(path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    import pickle
+    path.write_bytes(pickle.dumps({"x": Evil()}))
+    return path
+
+
+def _file(path, text="x"):
+    path.write_text(text)
+    return path
+
+
+TRAIN = ["train", "--rounds", "1", *TINY]
+CASES = {
+    # 4a.1 no lock on --out
+    "4a.1-locked-out": lambda t, s, m: ([*TRAIN, "--data", s, "--out", _held_lock(t, m) and t / "run"],
+                                        "in use by another privreid run"),
+    # 4a.2 typed YAML presets
+    "4a.2-preset-rounds-abc": lambda t, s, m: ([*TRAIN[:1], *_preset(t, 'rounds: "abc"\n'), "--out", t / "o"],
+                                               "rounds"),
+    "4a.2-preset-rounds-float": lambda t, s, m: ([*TRAIN[:1], *_preset(t, "rounds: 2.7\n"), "--out", t / "o"],
+                                                 "rounds"),
+    "4a.2-preset-data-int": lambda t, s, m: ([*TRAIN[:1], *_preset(t, "data: 5\n"), "--out", t / "o"], "5"),
+    # 4a.4 bad output paths, checked before any work
+    "4a.4-train-out-is-file": lambda t, s, m: ([*TRAIN, "--data", s, "--out", _file(t / "f")], "is a file"),
+    "4a.4-train-out-read-only": lambda t, s, m: ([*TRAIN, "--data", s, "--out", t / "o"], _read_only(m) or
+                                                 "not writable"),
+    "4a.4-eval-json-directory": lambda t, s, m: (["eval", "--model", t / "x.pt", "--json", t], "is a directory"),
+    "4a.4-eval-json-missing-parent": lambda t, s, m: (["eval", "--model", t / "x.pt", "--json", t / "no" / "x.json"],
+                                                      "does not exist"),
+    "4a.4-compare-markdown": lambda t, s, m: (["compare", t / "x.pt", "--markdown", "/nonexistent/x.md"],
+                                              "does not exist"),
+    "4a.4-compare-suite-out-file": lambda t, s, m: (["compare", t / "x.pt", "--suite", "clean", "--out",
+                                                     _file(t / "f")], "is a file"),
+    "4a.4-attack-out-file": lambda t, s, m: (["attack", "--model", t / "x.pt", "--out", _file(t / "f")], "is a file"),
+    "4a.4-invert-out-file": lambda t, s, m: (["invert", "--model", t / "x.pt", "--out", _file(t / "f")], "is a file"),
+    "4a.4-sweep-out-file": lambda t, s, m: (["sweep", "--param", "beta", "--values", "0", "--no-leakage", "--out",
+                                             _file(t / "f")], "is a file"),
+    "4a.4-corrupt-out-directory": lambda t, s, m: (["corrupt", "--image", t / "x.jpg", "--out", t],
+                                                   "is a directory"),
+    "4a.4-synth-out-read-only": lambda t, s, m: (["data", "synth", "--out", t / "o"], _read_only(m) or
+                                                 "not writable"),
+    # 4a.5 numeric sanity
+    "4a.5-lr-head-inf": lambda t, s, m: ([*TRAIN, "--data", s, "--lr-head", "inf", "--out", t / "o"],
+                                         "finite"),
+    "4a.5-lr-gamma-nan": lambda t, s, m: ([*TRAIN, "--data", s, "--lr-gamma", "nan", "--out", t / "o"], "lr_gamma"),
+    "4a.5-lr-gamma-negative": lambda t, s, m: ([*TRAIN, "--data", s, "--lr-gamma", "-1", "--out", t / "o"],
+                                               "lr_gamma"),
+    # 4a.6 values that passed validation and crashed
+    "4a.6-batch-size-1": lambda t, s, m: ([*TRAIN, "--data", s, "--batch-size", "1", "--out", t / "o"],
+                                          "batch_size"),
+    "4a.6-workers-negative": lambda t, s, m: ([*TRAIN, "--data", s, "--workers", "-1", "--out", t / "o"], "workers"),
+    "4a.6-feat-dim-huge": lambda t, s, m: ([*TRAIN, "--data", s, "--feat-dim", "100000000", "--out", t / "o"],
+                                           "feat_dim"),
+    "4a.6-invert-lr-nan": lambda t, s, m: (["invert", "--model", t / "x.pt", "--lr", "nan", "--out", t / "o"],
+                                           "--lr must be finite"),
+    "4a.6-unreadable-root": lambda t, s, m: ([*TRAIN, "--data", s, "--out", t / "o"], _unreadable(s, m) or
+                                             "Permission denied"),
+    # 4a.8 --insecure only on loopback
+    "4a.8-superlink-any-interface": lambda t, s, m: (["flower", "superlink", "--host", "0.0.0.0", "--insecure"],
+                                                     "not a loopback address"),
+    "4a.8-supernode-remote": lambda t, s, m: (["flower", "supernode", "--data", s, "--insecure", "--superlink",
+                                               "203.0.113.5:8000"], "not a loopback address"),
+    # 4a.9 corrupt, zero-byte images found by data info
+    "4a.9-info-corrupt-image": lambda t, s, m: (["data", "info", market_tree(t / "m", bad="0001_c1s1_000002_00.jpg")],
+                                                "corrupt image"),
+    "4a.9-info-empty-image": lambda t, s, m: (["data", "info", _file(market_tree(t / "m") / "bounding_box_train" /
+                                                                     "0001_c1s1_000009_00.jpg", "").parents[1]],
+                                              "corrupt image"),
+    # 4a.10 late validation errors leave no empty output directory
+    "4a.10-random-erasing": lambda t, s, m: ([*TRAIN, "--data", s, "--random-erasing", "2", "--out", t / "o"],
+                                             "random_erasing"),
+    "4a.10-compare-suite-eps": lambda t, s, m: (["compare", t / "x.pt", "--suite", "attacks", "--eps", "2", "--out",
+                                                 t / "o"], ""),
+    "4a.10-sweep-unknown-method": lambda t, s, m: (["sweep", "--param", "beta", "--values", "0", "--no-leakage",
+                                                    "--out", t / "o", "--method", "nosuch"], "nosuch"),
+    # 4a.12 messages
+    "4a.12-format-lists-vi": lambda t, s, m: (["data", "info", market_tree(t / "m"), "--format", "nosuch"],
+                                              "sysu-mm01"),
+    "4a.12-synth-overwrite-flag": lambda t, s, m: (["data", "synth", "--out", _file(t / "d" / "x").parent],
+                                                   "--overwrite"),
+    "4a.12-text-checkpoint": lambda t, s, m: (["eval", "--model", _file(t / "c.pt", "just text\n" * 9)],
+                                              "not a privreid checkpoint"),
+    "4a.12-pickle-names-global": lambda t, s, m: (["eval", "--model", _pickle(t / "evil.pkl")],
+                                                  "the global posix.system"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hardening_bad_input_is_one_line_and_leaves_nothing(case, tmp_path, tiny_synth, monkeypatch):
+    (tmp_path / "d").mkdir()
+    args, needle = CASES[case](tmp_path, tiny_synth, monkeypatch)
+    res = invoke(*args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.output  # no warning, no traceback before it
+    assert needle in lines[0], lines[0]
+    assert not (tmp_path / "o").exists()  # nothing written, not even an empty directory
+    if case == "4a.12-pickle-names-global":
+        assert "PyTorch" not in lines[0] and len(lines[0].replace(str(tmp_path), "")) < 150
+
+
+def test_killed_first_write_hints_agree_and_temporaries_are_cleaned(tiny_synth, tmp_path):
+    """4a.7: a kill during the first checkpoint write leaves metrics.jsonl and a .tmp, no ckpt.pt."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"round": 1, "scope": "train"}\n')
+    (out / ".ckpt.pt.abc123.tmp").write_bytes(b"half a checkpoint")
+    args = ["train", "--data", tiny_synth, "--rounds", "1", *TINY, "--out", out]
+    for extra in ([], ["--resume"]):
+        res = invoke(*args, *extra)
+        assert res.exit_code == 2 and "stopped before its first checkpoint" in res.output, res.output
+        assert "--overwrite" in res.output and "or --resume" not in res.output
+    assert invoke(*args, "--overwrite").exit_code == 0
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_resume_accepts_device_and_workers_refuses_fewer_rounds(tiny_synth, tmp_path):
+    """4a.11: --device auto -> cpu and --workers do not change results; --rounds below the checkpoint's is refused."""
+    base = ["train", "--data", tiny_synth, *TINY, "--out", tmp_path]
+    assert invoke(*base, "--rounds", "1").exit_code == 0
+    before = (tmp_path / "summary.json").read_text()
+    res = invoke(*base, "--rounds", "1", "--resume", "--device", "auto", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    res = invoke(*base, "--rounds", "2", "--resume")
+    assert res.exit_code == 0, res.output
+    res = invoke(*base, "--rounds", "1", "--resume")
+    assert res.exit_code == 2 and "has completed 2 rounds" in res.output, res.output
+    assert json.loads((tmp_path / "summary.json").read_text())["rounds"] == 2 != json.loads(before)["rounds"]
+
+
+def test_eval_of_a_pickle_prints_no_torch_warning(tmp_path):
+    """4a.12: the refusal is the only line (torch's pickle-protocol UserWarning is not shown)."""
+    res = invoke("eval", "--model", _pickle(tmp_path / "evil.pkl"))
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "Warning" not in res.output, res.output

@@ -54,12 +54,14 @@ def sweep_command(
 
     Example: privreid sweep --param noise-multiplier --values 0.5,1,2 --out runs/sweep --method fedpav --rounds 5 --dp-sgd
     """
+    from ..federated.registry import get_method
     from ..sweep import LeakageSettings, parse_values, run_sweep
 
     def go():
         if leakage:
             require("torchattacks")  # fail before the reference run is trained
         base = base_config(ctx.args)
+        get_method(base.train.method)  # before the sweep directory gets its first run
         settings = LeakageSettings(enabled=leakage, subjects=subjects, iterations=iterations, max_queries=max_queries)
         if subjects < 1 or iterations < 1:
             raise ConfigError("--subjects and --iterations must be >= 1")
