@@ -105,3 +105,15 @@ def test_fedpav_table4_cells_are_increases_over_the_standalone_run(tmp_path):
         "Benchmark": "fedpav", "FedProx": "fedprox", "CC": "fedpav-cc", "CDW": "fedpav-cdw",
         "CC & CDW": "fedpav-cdw-cc"}
     assert "increase over it" in (tmp_path / "table.md").read_text()
+
+
+def test_l2rw_table2_rows_put_dppt_on_each_fl_base():
+    from privreid.federated.methods.dppt import DPPT
+
+    for base, name in (("fedprox", "FedProx"), ("moon", "MOON"), ("fedavg", "FedAvg")):
+        plain, dppt = _smoke_config("l2rw-table2", name, "SYSU"), _smoke_config("l2rw-table2", f"{name} +I-DPPT", "SYSU")
+        assert plain.train.method == dppt.train.method == "dppt"
+        assert [DPPT.option(plain, k) for k in ("base", "mrb", "ca")] == [base, False, "none"]
+        assert [DPPT.option(dppt, k) for k in ("base", "mrb", "ca")] == [base, True, "channel"]
+    not_implemented = {r.name for r in TABLES["l2rw-table2"].rows if r.train is None}
+    assert {"FedNova", "FedNova +I-DPPT", "FedAvg +AGW", "MOON +DNS"} <= not_implemented
