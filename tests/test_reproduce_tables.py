@@ -76,9 +76,44 @@ def test_local_columns_read_the_personalised_model_of_that_domain(tmp_path):
 def test_ska_table4_smoke_end_to_end(tmp_path):
     out = tmp_path / "ska4"
     rows = run_table("ska-table4", scale="smoke", out=out, device="cpu", echo=lambda _: None)
-    assert len(rows) == 6 * 8 and all(0 <= r["privreid"] <= 100 for r in rows if r["column"] != "Duke R1")
+    assert len(rows) == 6 * 8 and all(0 <= r["privreid"] <= 100 for r in rows)
     summary = json.loads((out / "runs" / "Baseline" / "summary.json").read_text())
     [duke] = [m for k, m in summary["local_seen_per_testset"].items() if k.endswith("@synthA")]
     by = {(r["row"], r["column"]): r for r in rows}
     assert by[("Baseline", "Duke R1")]["privreid"] == round(100 * duke["rank1"], 2)
     assert by[("Baseline", "Duke R1")]["published"] == 70.8
+
+
+def test_fedpav_table4_cells_are_increases_over_the_standalone_run(tmp_path):
+    """With every run's summary in place (nothing trains), each cell is the run's local R1 minus standalone's."""
+    spec = TABLES["fedpav-table4"]
+    local = {"Standalone": 0.25, "Benchmark": 0.5, "FedProx": 0.125, "CC": 0.25, "CDW": 0.75, "CC & CDW": 1.0}
+    for name, r1 in local.items():
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        run.joinpath("summary.json").write_text(json.dumps({"local_seen_per_testset": {
+            f"{d}@{d}": {"rank1": r1 + i / 8} for i, d in enumerate(("synthA", "synthB", "synthC"))}}))
+    rows = run_table("fedpav-table4", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    for name, r1 in local.items():
+        if name != "Standalone":
+            for column in ("MSMT17", "DukeMTMC", "Market"):
+                assert by[(name, column)]["privreid"] == round(100 * (r1 - local["Standalone"]), 2)
+    assert by[("CDW", "VIPeR")]["privreid"] is None and by[("CDW", "VIPeR")]["published"] == 26.0
+    assert by[("FedNova", "MSMT17")]["status"] == "not implemented"
+    assert {r.name: _smoke_config("fedpav-table4", r.name, "").train.method for r in spec.rows if r.train} == {
+        "Benchmark": "fedpav", "FedProx": "fedprox", "CC": "fedpav-cc", "CDW": "fedpav-cdw",
+        "CC & CDW": "fedpav-cdw-cc"}
+    assert "increase over it" in (tmp_path / "table.md").read_text()
+
+
+def test_l2rw_table2_rows_put_dppt_on_each_fl_base():
+    from privreid.federated.methods.dppt import DPPT
+
+    for base, name in (("fedprox", "FedProx"), ("moon", "MOON"), ("fedavg", "FedAvg")):
+        plain, dppt = _smoke_config("l2rw-table2", name, "SYSU"), _smoke_config("l2rw-table2", f"{name} +I-DPPT", "SYSU")
+        assert plain.train.method == dppt.train.method == "dppt"
+        assert [DPPT.option(plain, k) for k in ("base", "mrb", "ca")] == [base, False, "none"]
+        assert [DPPT.option(dppt, k) for k in ("base", "mrb", "ca")] == [base, True, "channel"]
+    not_implemented = {r.name for r in TABLES["l2rw-table2"].rows if r.train is None}
+    assert {"FedNova", "FedNova +I-DPPT", "FedAvg +AGW", "MOON +DNS"} <= not_implemented

@@ -55,6 +55,12 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     for row in spec.rows:
         for column in spec.columns:
             values[(row.name, column.name)] = _cell(spec, row, column, scale, out, data_root, device, echo)
+    if spec.reference is not None:  # every cell relative to the reference run's
+        for column in spec.columns:
+            ref = _cell(spec, spec.reference, column, scale, out, data_root, device, echo)
+            for row in spec.rows:
+                ours = values[(row.name, column.name)]
+                values[(row.name, column.name)] = None if None in (ours, ref) else ours - ref
     rows = _rows(spec, values)
     _write(spec, scale, rows, out)
     return rows
@@ -68,6 +74,8 @@ def _check(key: str, scale: str, data_root) -> TableSpec:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if not spec.rows:
         raise ConfigError(f"{key} is {spec.status}")
+    if scale == "paper" and spec.paper_refusal:
+        raise ConfigError(f"{key}: {spec.paper_refusal}")
     if scale == "paper":
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
@@ -108,6 +116,9 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
     if kind == "seen":
         metrics = summary.get("global_seen") or summary.get("local_seen") or {}
         return None if metrics.get(what) is None else 100 * metrics[what]
+    if kind == "global":
+        metrics = summary.get("global_seen_per_testset", {}).get(dataset)
+        return None if metrics is None else 100 * metrics[what]
     if kind == "local":  # the personalised model of the client(s) holding this seen domain
         found = [m[what] for key, m in summary.get("local_seen_per_testset", {}).items()
                  if key.split("@")[-1] == dataset]
@@ -181,7 +192,9 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     head = ["Method", *[c.name for c in spec.columns]]
     lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
              "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
-             "- = no such data at this scale.", "",
+             "- = no such data at this scale." + (f" Every privreid cell is relative to the {spec.reference.name} "
+                                                  "run's (its increase over it), as in the paper."
+                                                  if spec.reference else ""), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in spec.rows:
         lines.append("| " + " | ".join([row.name, *[cell(by_cell[(row.name, c.name)]) for c in spec.columns]]) + " |")
