@@ -327,3 +327,28 @@ def test_gradient_matching_beats_the_random_baseline_by_a_clear_margin(trained, 
             for i, (x, y) in enumerate(subjects)]
     gain, _ = mean_gain(model, recs)
     assert gain["psnr"] > psnr_gain and gain["feature_cosine"] > cosine_gain, gain
+
+
+def test_ssim_uses_wang_et_al_gaussian_window():
+    """SSIM of the leakage metrics is Wang et al.'s (Gaussian window, sigma 1.5), hand-checked on a constant shift.
+
+    For images a and b = a + d (no clipping), every local mean shifts by d and the (co)variances are equal, so
+    SSIM = (2 mu (mu + d) + C1) / (mu^2 + (mu + d)^2 + C1) per pixel; with a constant image both windows agree,
+    so a textured image tells them apart: the Gaussian value must equal skimage's Gaussian call, not its default.
+    """
+    from skimage.metrics import structural_similarity
+
+    from privreid.attacks.inversion.report import image_metrics
+
+    mu, d, c1 = 0.4, 0.1, (0.01 * 1.0) ** 2
+    flat = torch.full((3, 24, 12), mu)
+    expected = (2 * mu * (mu + d) + c1) / (mu ** 2 + (mu + d) ** 2 + c1)
+    assert image_metrics(flat, flat + d)["ssim"] == pytest.approx(expected, rel=1e-6)  # float32 images
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(3, 24, 12, generator=g), torch.rand(3, 24, 12, generator=g)
+    hwc = [x.permute(1, 2, 0).double().numpy() for x in (a, b)]
+    gaussian = structural_similarity(*hwc, data_range=1.0, channel_axis=2, gaussian_weights=True, sigma=1.5,
+                                     use_sample_covariance=False)
+    uniform = structural_similarity(*hwc, data_range=1.0, channel_axis=2)
+    assert image_metrics(a, b)["ssim"] == pytest.approx(gaussian, rel=1e-12)
+    assert abs(gaussian - uniform) > 1e-4
