@@ -13,6 +13,7 @@ from privreid.attacks.inversion import (
     defence_as_trained,
     defend_gradient,
     idlg_label,
+    matched_sign_label,
     leak_bottleneck_feature,
     observe,
     reconstruct,
@@ -157,6 +158,47 @@ def test_infer_label_from_the_full_gradient(tiny_model):
         assert inferred == label and rule.startswith("idlg")
     with pytest.raises(ConfigError, match="full"):
         infer_label(model, observe(model, subject(), 0, threat="shared", shared=shared, loss_fn=identity_loss()))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_infer_label_recovers_the_label_of_a_bnneck_model_whatever_the_feature_sign(smoothing):
+    """BNNeck (bias-free head on a BatchNorm-ed feature): iDLG's fixed positive sign fails where the sum is negative."""
+    torch.manual_seed(4)
+    model = build_model("resnet18", num_classes=6, neck="bnneck").eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d | nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+        # centre the neck as training would: its running mean is the mean pooled feature of the subjects
+        pooled = model.backbone(to_model_input(torch.stack([subject(seed) for seed in range(16)])))
+        model.neck.bn.running_mean.copy_(pooled.mean(0))
+        model.neck.bn.running_var.copy_(pooled.var(0) + 1e-3)
+    assert model.classifier.bias is None
+    shared = {n for n, _ in model.named_parameters() if not n.startswith("classifier.")}
+    negative = 0
+    for label in range(6):
+        for seed in (label, label + 10):
+            x = subject(seed)
+            obs = observe(model, x, label, threat="full", shared=shared, loss_fn=identity_loss(smoothing))
+            assert infer_label(model, obs, smoothing) == (label, "idlg (sign by gradient matching)")
+            with torch.no_grad():
+                head_input = model.neck(model.backbone(to_model_input(x[None])))[0]
+            if float(head_input.sum()) < 0:
+                negative += 1
+                assert idlg_label(obs.grads["classifier.weight"]) != label  # the fixed-sign rule is fooled
+    assert negative >= 2  # the subjects cover the case that fooled the old rule
+
+
+def test_matched_sign_label_on_a_bare_head():
+    torch.manual_seed(5)
+    for trial in range(20):
+        head = nn.Linear(12, 9, bias=False)
+        features, label = torch.randn(12) * 2, trial % 9
+        (weight_grad,) = head_gradients(head, features, label, 0.1)
+        assert matched_sign_label(weight_grad, head.weight, 0.1) == label
+    with pytest.raises(ConfigError, match="equal"):
+        matched_sign_label(torch.zeros(3, 4), torch.zeros(4, 3))
 
 
 def test_infer_label_uses_the_bias_rule_for_the_mlp_head():

@@ -3,7 +3,7 @@
 * :mod:`.threat_models` -- what the server observes (full gradient, shared
   part only, the bottleneck's exact feature leak);
 * :mod:`.defences` -- beta white noise and DP clipping / noise on that view;
-* :mod:`.labels` -- iDLG's and the bias-gradient sign label rules;
+* :mod:`.labels` -- iDLG's rule (with its sign chosen by gradient matching) and the bias-gradient sign rule;
 * :mod:`.optimise` -- DLG / iDLG / Inverting Gradients matching and feature inversion;
 * :mod:`.attack` -- one subject, end to end;
 * :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table.
@@ -11,7 +11,7 @@
 
 from .attack import Reconstruction, reconstruct
 from .defences import NO_DEFENCE, Defence, defence_as_trained, defend_gradient
-from .labels import bias_sign_label, idlg_label
+from .labels import bias_sign_label, idlg_label, matched_sign_label
 from .optimise import ATTACKS, MATCHES, InversionSettings
 from .threat_models import THREATS, Observation, leak_bottleneck_feature, observe
 
@@ -29,6 +29,7 @@ __all__ = [
     "defend_gradient",
     "idlg_label",
     "leak_bottleneck_feature",
+    "matched_sign_label",
     "observe",
     "reconstruct",
 ]

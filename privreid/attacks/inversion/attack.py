@@ -60,7 +60,7 @@ def reconstruct(model: nn.Module, subject: torch.Tensor, label: int, *, threat: 
                                progress=progress)
     else:
         if threat == "full" and settings.attack != "dlg":
-            inferred, rule = infer_label(model, observation)
+            inferred, rule = infer_label(model, observation, label_smoothing)
         image, found = invert_gradients(model, observation, start, settings=settings, loss_fn=loss_fn,
                                         label=inferred, generator=generator, progress=progress)
         if threat == "full" and settings.attack == "dlg":

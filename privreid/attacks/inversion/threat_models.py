@@ -50,7 +50,7 @@ from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.errors import ConfigError
 
 from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
-from .labels import bias_sign_label, idlg_label
+from .labels import bias_sign_label, matched_sign_label
 
 THREATS = ("full", "shared", "shared-feature")
 
@@ -174,14 +174,14 @@ def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
     return found[-1]
 
 
-def infer_label(model: nn.Module, observation: Observation) -> tuple[int, str]:
+def infer_label(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[int, str]:
     """The client's label from a full observation: ``(label, rule)``.
 
     The bias-gradient sign rule when the head's last layer has a bias (FedReID's
-    mapping network); otherwise iDLG's rule, with the sign of the head input's
-    sum taken from the bottleneck leak when the head reads the neck output
-    directly (linear neck, no part branch; the feature is ``neck(h)``), else
-    iDLG's assumption of a positive sum.
+    mapping network); otherwise iDLG's rule with the sign of the head input's
+    sum chosen by gradient matching (:func:`.labels.matched_sign_label`, with
+    the run's ``label_smoothing``), which needs no assumption on that sign: a
+    BNNeck's or a linear neck's BatchNorm-ed embedding can sum to either.
     """
     if observation.threat != "full":
         raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
@@ -189,10 +189,5 @@ def infer_label(model: nn.Module, observation: Observation) -> tuple[int, str]:
     grads = observation.grads
     if layer.bias is not None and f"{prefix}.bias" in grads:
         return bias_sign_label(grads[f"{prefix}.bias"]), "bias-sign"
-    sign = 1.0
-    if prefix == "classifier" and hasattr(model.neck, "fc") and getattr(model, "part", None) is None \
-            and f"{BOTTLENECK}.bias" in grads:
-        with torch.no_grad():
-            head_input = model.neck(leak_bottleneck_feature(grads)[None])[0]
-        sign = 1.0 if float(head_input.sum()) >= 0 else -1.0
-    return idlg_label(grads[f"{prefix}.weight"], sign), "idlg" if sign > 0 else "idlg (sign from leak)"
+    return (matched_sign_label(grads[f"{prefix}.weight"], layer.weight, label_smoothing),
+            "idlg (sign by gradient matching)")
