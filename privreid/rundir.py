@@ -64,14 +64,21 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     return path
 
 
-def check_output_file(path: str | os.PathLike | None, option: str) -> None:
-    """Refuse an output *file* path that is a directory or whose parent directory is missing or not writable."""
+def check_output_file(path: str | os.PathLike | None, option: str, *, create_parents: bool = False) -> None:
+    """Refuse an output *file* path that is a directory or whose parent directory is missing or not writable.
+
+    ``create_parents=True`` is for writers that create the missing parent directories themselves: the nearest
+    existing ancestor must then be a writable directory.
+    """
     if path is None:
         return
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"{option} {path} is a directory; give a file name")
     parent = path.absolute().parent
+    if create_parents:
+        _check_writable_dir(_nearest_existing(parent), option, path)
+        return
     if not parent.is_dir():
         raise OutputError(f"{option} {path}: the directory {path.parent} does not exist")
     _check_writable_dir(parent, option, path)

@@ -61,7 +61,7 @@ def corrupt_command(
     from ..rundir import check_output_file
 
     def go() -> list[str]:
-        check_output_file(out, "--out")
+        check_output_file(out, "--out", create_parents=True)  # save_preview creates them
         if seed < 0:
             raise ConfigError(f"--seed must be non-negative, got {seed}")
         scale = parse_pixel_scale(pixel_scale)
