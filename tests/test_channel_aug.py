@@ -80,3 +80,26 @@ def test_errors():
         build_transforms(4, 2, train=True, channel_aug="gray", channel_aug_p=1.5)
     with pytest.raises(ValueError, match="3, H, W"):
         ChannelAugmentation("channel", p=1.0)(torch.rand(1, 4, 2))
+
+
+def test_one_channel_draw_per_clip():
+    """V-DPPT: within one_draw_per_clip every frame of a clip gets the same channel (or none); outside, frames differ."""
+    import torchvision.transforms as T
+
+    from privreid.data.transforms import ChannelAugmentation, one_draw_per_clip
+
+    ca = ChannelAugmentation("channel", p=1.0)
+    frames = [torch.rand(3, 8, 4, generator=torch.Generator().manual_seed(i)) for i in range(12)]
+
+    def chosen(x, out):  # which input channel was replicated
+        return next(c for c in range(3) if torch.equal(out[0], x[c]))
+
+    torch.manual_seed(0)
+    per_frame = {chosen(x, ca(x)) for x in frames}
+    assert len(per_frame) > 1  # independent draws differ across 12 frames
+    for seed in range(6):
+        torch.manual_seed(seed)
+        with one_draw_per_clip(T.Compose([ca])):
+            per_clip = {chosen(x, ca(x)) for x in frames}
+        assert len(per_clip) == 1
+    assert ca._held is None  # released after the block

@@ -9,6 +9,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from privreid.data.formats import read_image
+from privreid.data.transforms import one_draw_per_clip
 from privreid.data.types import Sample
 from privreid.errors import ConfigError, DataError
 
@@ -85,4 +86,5 @@ class SequenceDataset(Dataset):
         key, pid, camid = self.samples[index]
         frames = self.tracklets[key]
         chosen = frame_indices(len(frames), self.seq_len, self.sampling)
-        return torch.stack([self.transform(read_image(frames[j])) for j in chosen]), pid, camid
+        with one_draw_per_clip(self.transform):  # channel augmentation: one draw per clip (V-DPPT)
+            return torch.stack([self.transform(read_image(frames[j])) for j in chosen]), pid, camid

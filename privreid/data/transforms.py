@@ -5,7 +5,8 @@ Also channel augmentation for visible-infrared ReID (:class:`ChannelAugmentation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torchvision.transforms as T
@@ -18,6 +19,26 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 #: ``ChannelAugmentation`` modes: off, one random colour channel replicated, grayscale
 CHANNEL_AUG_MODES = ("none", "channel", "gray")
+
+
+@contextmanager
+def one_draw_per_clip(transform) -> Iterator[None]:
+    """Within the block, every :class:`ChannelAugmentation` step of ``transform`` applies one draw to every frame.
+
+    L2RW+'s V-DPPT augments a clip, not its frames independently: the channel
+    (or grayscale) is drawn once per clip (one torch draw per step, as for an
+    image) and held for all its frames.  Other random steps (flip, crop,
+    erasing) keep their per-frame draws.
+    """
+    steps = [t for t in getattr(transform, "transforms", [transform]) if isinstance(t, ChannelAugmentation)]
+    for step in steps:
+        decision = step.decide()
+        step._held = "none" if decision is None else decision
+    try:
+        yield
+    finally:
+        for step in steps:
+            step._held = None
 
 
 class ChannelAugmentation:
@@ -52,15 +73,24 @@ class ChannelAugmentation:
             raise ConfigError(f"channel augmentation probability must be in [0, 1], got {p}")
         self.mode, self.p = mode, float(p)
 
+    #: a decision held for every call while :func:`one_draw_per_clip` is active
+    _held: object = None
+
+    def decide(self) -> str | int | None:
+        """One draw: ``None`` (leave the image), ``"gray"``, or the channel index that replaces the others."""
+        if self.mode == "none" or float(torch.rand(())) >= self.p:
+            return None
+        return "gray" if self.mode == "gray" else int(torch.randint(3, ()))
+
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         if image.dim() < 3 or image.shape[-3] != 3:
             raise ValueError(f"channel augmentation needs (..., 3, H, W) images, got shape {tuple(image.shape)}")
-        if self.mode == "none" or float(torch.rand(())) >= self.p:
+        decision = self._held if self._held is not None else self.decide()
+        if decision is None or decision == "none":
             return image
-        if self.mode == "gray":
+        if decision == "gray":
             return TF.rgb_to_grayscale(image, num_output_channels=3)
-        channel = int(torch.randint(3, ()))
-        return image.narrow(-3, channel, 1).expand_as(image).clone()
+        return image.narrow(-3, int(decision), 1).expand_as(image).clone()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode!r}, p={self.p})"
