@@ -70,6 +70,36 @@ def test_license_citation_changelog_agree_with_pyproject():
     assert f"## [{privreid.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
 
 
+def _imported_top_level_modules() -> set[str]:
+    """Top-level names of the absolute imports anywhere in privreid's source (lazy imports included)."""
+    import ast
+
+    names: set[str] = set()
+    for path in (ROOT / "privreid").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"privreid", "__future__"}
+
+
+def test_every_imported_package_is_a_declared_dependency():
+    """A package privreid imports but does not declare works here only while something else pulls it in
+    (click came with typer until typer 0.26 vendored its own copy; a fresh install then failed)."""
+    from importlib.metadata import packages_distributions
+
+    def normal(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    declared = {normal(re.match(r"[A-Za-z0-9_.-]+", req).group(0))
+                for req in [*PYPROJECT["dependencies"], *sum(PYPROJECT["optional-dependencies"].values(), [])]}
+    owners = packages_distributions()
+    undeclared = {module: owners.get(module) for module in _imported_top_level_modules()
+                  if not declared & {normal(d) for d in owners.get(module, [])}}
+    assert undeclared == {}
+
+
 def _run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
