@@ -65,7 +65,7 @@ then learnable but far below same-modality retrieval, the regime of the
 real benchmarks.  Commands: ``privreid train --data synth-vi --protocol es
 --method centralized --rounds 30 --eval-every 10 --height 64 --width 32
 --lr-backbone 0.05 --lr-head 0.05 --out RUN``, then ``privreid compare
-RUN/ckpt.pt`` and :func:`privreid.evaluation.cross_modality.evaluate_cross_modality_model`
+RUN/ckpt.pt`` and :func:`privreid.evaluation.model_eval.evaluate_model` (``mode=``)
 in each mode (same-modality rows: query and gallery the same visible, or
 infrared, test images).  The 0 rows used this generator with
 ``ir_reflectance=0``.
