@@ -12,7 +12,7 @@ from privreid.data.catalog import federation_for_config, resolve_datasets
 from privreid.data.types import TestSet as ReIDTestSet
 from privreid.errors import ConfigError
 from privreid.evaluation import corrupted_eval
-from privreid.evaluation.corrupted_eval import corruption_deviations, evaluate_corrupted
+from privreid.evaluation.corrupted_eval import IMPLEMENTATION_DEVIATION, corruption_deviations, evaluate_corrupted
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from privreid.federated.engine import FederatedEngine
 
@@ -113,7 +113,7 @@ def test_eval_command_reports_mean_and_std_under_corruption(trained, tmp_path):
     assert row["testset"] == "synthA" and len(row["repeats"]) == 2
     # CIL-ReID's literal pixel lengths by default; 2 repeats (not 10) are stated as a deviation
     assert row["pixel_scale"] == 1.0 and "(CIL-ReID protocol)" in res.output
-    assert row["deviations"] == ["corrupted evaluation repeated 2 time(s) (CIL-ReID: 10)"]
+    assert row["deviations"] == [IMPLEMENTATION_DEVIATION, "corrupted evaluation repeated 2 time(s) (CIL-ReID: 10)"]
     assert "deviation: corrupted evaluation repeated 2 time(s)" in res.output
     assert f"{100 * row['mean']['mAP']:.1f} ({100 * row['std']['mAP']:.1f})" in res.output
     # without --corruption the clean evaluation is unchanged
@@ -142,7 +142,8 @@ def test_scaled_corruptions_are_labelled_and_listed(trained, tmp_path):
     assert res.exit_code == 0, res.output
     [row] = json.loads((tmp_path / "out.json").read_text())
     assert row["pixel_scale"] == "auto" and "(CIL-ReID protocol, scaled)" in res.output
-    assert row["deviations"] == ["corruptions scaled: ImageNet-C pixel lengths multiplied by sqrt(H*W)/224 "
+    assert row["deviations"] == [IMPLEMENTATION_DEVIATION,
+                                 "corruptions scaled: ImageNet-C pixel lengths multiplied by sqrt(H*W)/224 "
                                  "(CIL-ReID: 1, the literal lengths at the stored image size)"]
-    assert corruption_deviations(1.0, 10) == [] and corruption_deviations(0.5, 10)[0].startswith(
+    assert corruption_deviations(1.0, 10) == [IMPLEMENTATION_DEVIATION] and corruption_deviations(0.5, 10)[1].startswith(
         "corruptions scaled: ImageNet-C pixel lengths multiplied by 0.5")

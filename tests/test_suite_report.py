@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from privreid.cli import app
 from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
+from privreid.evaluation.corrupted_eval import IMPLEMENTATION_DEVIATION
 from privreid.federated.engine import FederatedEngine
 from privreid.reporting.suite import SuiteSettings, run_suite
 
@@ -52,8 +53,9 @@ def test_full_suite_writes_every_section_for_every_model(two_runs, tmp_path):
     assert len(_rows(tmp_path / "clean.csv")) == 3  # untrained + 2 models
     # CIL-ReID's pixel scale, but not its 10 repeats: the title and the deviations say so
     assert "## Corruptions (CIL-ReID protocol: " in report and "over 2 repeats (CIL-ReID: 10)" in report
-    assert result["deviations"] == ["corrupted evaluation repeated 2 time(s) (CIL-ReID: 10)"]
-    assert "## Deviations\n\n- corrupted evaluation repeated 2 time(s)" in report
+    assert result["deviations"] == [IMPLEMENTATION_DEVIATION, "corrupted evaluation repeated 2 time(s) (CIL-ReID: 10)"]
+    assert "## Deviations\n\n- corruptions: frost uses procedural textures" in report
+    assert "\n- corrupted evaluation repeated 2 time(s)" in report
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["deviations"] == result["deviations"] and saved["settings"]["pixel_scale"] == 1.0
     assert (tmp_path / "drops.png").stat().st_size > 0
@@ -98,5 +100,5 @@ def test_scaled_corruptions_are_titled_scaled_and_listed_as_deviations(two_runs,
     report = (out / "report.md").read_text()
     assert "## Corruptions (CIL-ReID corruptions, scaled (pixel scale sqrt(H*W)/224; CIL-ReID: 1)" in report
     assert "over 10 repeats)" in report and "CIL-ReID protocol" not in report
-    [line] = json.loads((out / "report.json").read_text())["deviations"]
+    [_, line] = json.loads((out / "report.json").read_text())["deviations"]
     assert line.startswith("corruptions scaled: ImageNet-C pixel lengths multiplied by sqrt(H*W)/224") and line in report
