@@ -21,6 +21,7 @@ from .commands.common import params_with_preset, parse_method_options
 from .commands.common import fail as _fail
 from .commands.common import run_dir_or_exit
 from .commands.common import run_or_exit as _run
+from .attacks.inversion.threat_models import THREATS
 from .data.formats import format_help
 from .errors import ConfigError, MissingDependencyError
 
@@ -423,7 +424,7 @@ def compare(
                                     "lengths) or 'auto' / a factor (the scaled variant, titled 'scaled')."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
-    threat: str = typer.Option("full", help="Suite inversion threat model: full, shared or shared-feature."),
+    threat: str = typer.Option("full", help=f"Suite inversion threat model: {', '.join(THREATS)}."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP); optionally a full report.
