@@ -21,6 +21,8 @@ from .commands.common import params_with_preset, parse_method_options
 from .commands.common import fail as _fail
 from .commands.common import run_dir_or_exit
 from .commands.common import run_or_exit as _run
+from .attacks.inversion.threat_models import THREATS
+from .data.formats import format_help
 from .errors import ConfigError, MissingDependencyError
 
 
@@ -105,11 +107,8 @@ def train(
                                                "command line override it. See configs/."),
     method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP),
-    fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots: auto, market1501, "
-                            "dukemtmcreid, cuhk03np-detected, cuhk03np-labeled, msmt17; visible-infrared: "
-                            "sysu-mm01, sysu-mm01-indoor, regdb (trial 1) or regdb-<n>, llcm, vi-folders "
-                            "(`privreid data synth --vi`); video: hitsz-vcm, buptcampus, vi-folders "
-                            "(`privreid data synth --video`). See docs/vi-datasets.md."),
+    fmt: str = typer.Option("auto", "--format", help=f"Dataset layout for --data roots: {format_help()}. "
+                            "See docs/formats.md."),
     protocol: str = typer.Option("by-dataset", help="Partition: by-dataset, by-camera or by-identity; the "
                                  "L2RW+ privacy protocols ci (camera independence: one client per camera), "
                                  "ei (entity independence: one client per dataset) or es (entity sharing: "
@@ -425,7 +424,7 @@ def compare(
                                     "lengths) or 'auto' / a factor (the scaled variant, titled 'scaled')."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
-    threat: str = typer.Option("full", help="Suite inversion threat model: full, shared or shared-feature."),
+    threat: str = typer.Option("full", help=f"Suite inversion threat model: {', '.join(THREATS)}."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP); optionally a full report.
@@ -535,7 +534,7 @@ def data_synth(
 @data_app.command("info")
 def data_info(
     root: Path = typer.Argument(..., help="A dataset root, a `data synth` directory, or a folder of datasets."),
-    fmt: str = typer.Option("auto", "--format", help="Dataset layout (auto-detected by default)."),
+    fmt: str = typer.Option("auto", "--format", help=f"Dataset layout (auto-detected by default): {format_help()}."),
 ) -> None:
     """Print per-split statistics (identities / images / cameras), like Table 1 of the papers.
 

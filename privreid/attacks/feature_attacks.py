@@ -115,18 +115,24 @@ class FeatureAttack(Attack):
     """
 
     random_start = False
+    #: the row label of L2RW+'s Table IX (``ATTACK_LABELS``)
+    label = ""
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor | None = None, *args, **kwargs) -> torch.Tensor:
         """torchattacks' entry point with ``labels`` optional (unused; torchattacks 3.3.0 requires the argument)."""
         return super().__call__(inputs, labels, *args, **kwargs)
 
-    def perturb(self, images: torch.Tensor) -> torch.Tensor:
+    def perturb(self, images: torch.Tensor, clean_features: torch.Tensor | None = None) -> torch.Tensor:
         """Adversarial versions of ``images`` (``(B, 3, H, W)`` in ``[0, 1]``), also in ``[0, 1]``.
 
         Like torchattacks' ``__call__`` (model in eval mode during the attack,
         its mode restored afterwards), but the inputs are already pixels: the
         normalisation set by ``set_normalization_used`` is applied only in
-        front of the model.
+        front of the model.  ``clean_features``: the model's features of
+        ``images`` when the caller already has them (the clean evaluation of
+        :func:`privreid.attacks.retrieval.evaluate_under_attack`), which saves
+        the attack's own clean forward pass (half of FGSM's work); they must be
+        exactly ``model(normalise(images))`` in eval mode.
         """
         given_training = self.model.training
         self._change_model_mode(given_training)
@@ -134,19 +140,25 @@ class FeatureAttack(Attack):
         if self.normalization_used is not None:
             self._set_normalization_applied(False)  # get_logits() now normalises
         try:
-            return self.forward(images)
+            return self._ascend(images, clean_features)
         finally:
             self._set_normalization_applied(applied)
             self._recover_model_mode(given_training)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Overridden: ascend :func:`feature_objective` (``labels`` are not needed and ignored)."""
+        return self._ascend(images, None)
+
+    def _ascend(self, images: torch.Tensor, clean_features: torch.Tensor | None) -> torch.Tensor:
         images = images.clone().detach().to(self.device)
         # Gradients are needed even when called under torch.no_grad() (e.g. from
         # a feature extractor pulling attacked batches).
         with torch.enable_grad():
-            with torch.no_grad():
-                clean = self.get_logits(images)
+            if clean_features is None:
+                with torch.no_grad():
+                    clean = self.get_logits(images)
+            else:
+                clean = clean_features.to(self.device)
             adv = images.clone()
             if self.random_start:
                 adv = torch.clamp(adv + torch.empty_like(adv).uniform_(-self.eps, self.eps), 0, 1)
@@ -175,6 +187,8 @@ class FeatureAttack(Attack):
 class FeatureFGSM(FeatureAttack, torchattacks.FGSM):
     """FGSM (Goodfellow et al. 2015): one step of size ``eps`` along ``sign(grad J)``."""
 
+    label = "FGSM"
+
     steps = 1
 
     @property
@@ -189,13 +203,19 @@ class FeatureBIM(FeatureAttack, torchattacks.BIM):
     clip used here is the same projection onto the eps-ball and ``[0, 1]``.
     """
 
+    label = "BIM"
+
 
 class FeaturePGD(FeatureAttack, torchattacks.PGD):
     """PGD (Madry et al. 2018): BIM from a uniform random start in the eps-ball (``random_start=True``)."""
 
+    label = "PGD"
+
 
 class FeatureMIFGSM(FeatureAttack, torchattacks.MIFGSM):
     """MI-FGSM (Dong et al. 2018): BIM with L1-normalised gradient momentum (``decay``)."""
+
+    label = "MIFGSM"
 
     def _direction(self, grad: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
         return _momentum_direction(grad, previous, self.decay)
@@ -208,6 +228,8 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
     (``kernel_generation()``), then accumulated as in MI-FGSM with ``decay``
     (torchattacks' default 0: no momentum), exactly as torchattacks' TIFGSM.
     """
+
+    label = "TIFGSM"
 
     def _model_view(self, adv: torch.Tensor) -> torch.Tensor:
         return self.input_diversity(adv)

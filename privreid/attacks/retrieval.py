@@ -52,8 +52,8 @@ __all__ = ["ATTACK_LABELS", "METRIC_KEYS", "TARGETS", "AttackEvaluation", "evalu
 TARGETS = ("query", "gallery", "both")
 #: Metrics reported (keys of :func:`privreid.evaluation.model_eval.rank_testset`) and their column labels.
 METRIC_KEYS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
-#: Row labels of Table IX.
-ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "bim": "BIM", "mifgsm": "MIFGSM", "tifgsm": "TIFGSM"}
+#: Row labels of Table IX, from the attack registry (:data:`~privreid.attacks.feature_attacks.ATTACKS`).
+ATTACK_LABELS = {name: cls.label for name, cls in ATTACKS.items()}
 
 
 def relative_drop(clean: float, attacked: float) -> float | None:
@@ -187,7 +187,8 @@ def evaluate_under_attack(
         start = time.perf_counter()
         for name in attacked_sets:
             batches = loader(sets[name])
-            stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0])
+            stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0],
+                               clean_features=clean[name][0])
             if progress:
                 from tqdm.auto import tqdm
 
@@ -238,11 +239,18 @@ def _normalised(attack: FeatureAttack, loader: DataLoader, device) -> Iterator:
 
 
 def _attacked(attack: FeatureAttack, loader: DataLoader, device, stats: _AttackStats,
-              keep_examples: bool) -> Iterator:
-    """``(normalise(x'), pids, camids)`` batches of adversarial images, attacked as they are pulled."""
+              keep_examples: bool, clean_features: torch.Tensor) -> Iterator:
+    """``(normalise(x'), pids, camids)`` batches of adversarial images, attacked as they are pulled.
+
+    ``clean_features`` are the clean evaluation's features of the same images in the same order (the
+    same loader and batches, the model in eval mode): the attack reuses them instead of running its
+    own clean forward pass (bit-identical: the same model on the same batch).
+    """
+    offset = 0
     for images, pids, camids in loader:
         images = images.to(device)
-        adversarial = attack.perturb(images)
+        adversarial = attack.perturb(images, clean_features[offset:offset + len(images)])
+        offset += len(images)
         stats.update(images, adversarial, keep_examples)
         yield attack.normalize(adversarial), pids, camids
 

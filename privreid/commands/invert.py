@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from ..attacks.inversion.optimise import attacks_help
+from ..attacks.inversion.threat_models import threats_help
 from ..errors import ConfigError
 from .common import run_dir_or_exit, run_or_exit
 
@@ -31,14 +33,12 @@ def invert_command(
     label: Optional[int] = typer.Option(None, help="With --image: its label in the client's classifier (default 0)."),
     n: int = typer.Option(1, "--n", help="Number of subjects: --index, then evenly spaced through the client's "
                                          "training list."),
-    attack: str = typer.Option("idlg", help="idlg, dlg or ig (Inverting Gradients)."),
-    threat: str = typer.Option("full", help="full (whole gradient, head included), shared (shared keys only) or "
-                                            "shared-feature (the bottleneck's exact feature leak, then feature "
-                                            "inversion)."),
+    attack: str = typer.Option("idlg", help=f"Inversion attack (matching distance, TV weight): {attacks_help()}."),
+    threat: str = typer.Option("full", help=f"Threat model: {threats_help()}."),
     defended: bool = typer.Option(True, "--defended/--no-defended",
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
-    match: Optional[str] = typer.Option(None, help="l2 or cosine (default: l2 for dlg/idlg, cosine for ig)."),
-    tv: Optional[float] = typer.Option(None, help="Total-variation weight (default: 0 for dlg/idlg, 1e-4 for ig)."),
+    match: Optional[str] = typer.Option(None, help="l2 or cosine (default: the attack's, see --attack)."),
+    tv: Optional[float] = typer.Option(None, help="Total-variation weight (default: the attack's, see --attack)."),
     iterations: int = typer.Option(200, help="Adam iterations per subject."),
     lr: float = typer.Option(0.01, help="Adam learning rate (pixels in [0, 1])."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),

@@ -1,6 +1,14 @@
 """Datasets: real-benchmark loaders, statistics, federated partitions, sampling and transforms."""
 
-from privreid.data.formats import DATASET_FORMATS, detect_format, load_dataset, verify_images
+from privreid.data.formats import (
+    DATASET_FORMATS,
+    DatasetFormat,
+    available_formats,
+    detect_format,
+    load_dataset,
+    register_format,
+    verify_images,
+)
 from privreid.data.partition import PROTOCOLS, make_federation
 from privreid.data.sampler import PKSampler
 from privreid.data.stats import dataset_stats, format_stats_table
@@ -25,6 +33,7 @@ __all__ = [
     "INFRARED",
     "PROTOCOLS",
     "ClientData",
+    "DatasetFormat",
     "Federation",
     "ImageDataset",
     "PKSampler",
@@ -34,12 +43,14 @@ __all__ = [
     "TestSet",
     "VISIBLE",
     "VIProtocol",
+    "available_formats",
     "build_transforms",
     "dataset_stats",
     "detect_format",
     "format_stats_table",
     "load_dataset",
     "make_federation",
+    "register_format",
     "relabel",
     "verify_images",
 ]

@@ -10,10 +10,10 @@ Each ``--data`` value is one of:
 * a directory written by ``privreid data synth`` (with or without ``--vi`` /
   ``--video``; it holds ``manifest.json``): each of its domains (entities) is
   one dataset;
-* a dataset root in a supported layout (Market-1501, DukeMTMC-reID,
-  CUHK03-NP, MSMT17, or a visible-infrared layout of
-  :data:`privreid.data.vi_formats.VI_FORMATS`: SYSU-MM01, RegDB, LLCM,
-  HITSZ-VCM, BUPTCampus): one dataset named after the directory;
+* a dataset root in a registered layout (:func:`privreid.data.formats.available_formats`:
+  Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17, the small DG benchmarks,
+  SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus, or a user's own format):
+  one dataset named after the directory;
 * a directory whose sub-directories are dataset roots: one dataset each.
 
 When an embedded synthetic federation is used and no domains are named, the
@@ -31,7 +31,7 @@ from .formats import load_dataset, verify_images
 from .holdout import apply_audit_holdout
 from .partition import make_federation
 from .types import Federation, ReIDDataset
-from .vi_formats import detect_vi_format, frame_dataset, is_vi_format, load_vi_dataset
+from .vi_formats import frame_dataset
 
 SYNTH = "synth"
 SYNTH_VI = "synth-vi"
@@ -88,18 +88,9 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
     return out
 
 
-def load_with_format(root: Path, fmt: str) -> ReIDDataset:
-    """:func:`load_dataset`, also accepting ``cuhk03np-detected`` / ``cuhk03np-labeled`` and the VI formats.
-
-    ``auto`` recognises the VI layouts (:func:`detect_vi_format`) before the RGB ones.
-    """
-    if fmt == "auto":
-        fmt = detect_vi_format(root) or fmt
-    if is_vi_format(fmt):
-        return load_vi_dataset(root, fmt)
-    if fmt.startswith("cuhk03np-"):
-        return load_dataset(root, "cuhk03np", variant=fmt.split("-", 1)[1])
-    return load_dataset(root, fmt)
+#: ``--format`` loading: :func:`privreid.data.formats.load_dataset` (every registered format, ``<name>-<variant>``
+#: and ``auto``, which tries the visible-infrared layouts first)
+load_with_format = load_dataset
 
 
 def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:

@@ -78,11 +78,13 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from privreid.data.formats import _check_ids, _check_root, _make_dataset, _subfolder
+from privreid.data.formats.base import DETECT_FIRST, IMAGE_SUFFIXES, DatasetFormat, check_ids, check_root, \
+    make_dataset, subfolder
 from privreid.data.types import INFRARED, VISIBLE, ReIDDataset, Sample, VIProtocol
 from privreid.errors import ConfigError, DataError
 
 __all__ = [
+    "VI_DATASET_FORMATS",
     "VI_FORMATS",
     "detect_vi_format",
     "frame_dataset",
@@ -127,7 +129,6 @@ _VCM_NAME = re.compile(r"(\d{4})M(\d)(D\d+)T(\d+)F(.+)")
 _BUPT_CAMERAS = {"LS3": 0, "G25": 1, "CQ1": 2, "W4": 3, "TSG1": 4, "TSG2": 5}
 _BUPT_MODALITIES = {"RGB": VISIBLE, "IR": INFRARED}
 _FOLDER_MODALITIES = (VISIBLE, INFRARED)
-_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
 
 def is_vi_format(fmt: str) -> bool:
@@ -157,18 +158,9 @@ def detect_vi_format(root: str | os.PathLike) -> str | None:
     root = Path(root).expanduser()
     if not root.is_dir():
         return None
-    checks = (
-        ("sysu-mm01", _subfolder(root, ("SYSU-MM01",)) / "exp" / "test_id.txt"),
-        ("regdb", _subfolder(root, ("RegDB",)) / "idx" / "train_visible_1.txt"),
-        ("llcm", _subfolder(root, ("LLCM",)) / "idx" / "train_vis.txt"),
-        ("hitsz-vcm", _subfolder(root, ("info",)) / "track_train_info.txt"),
-        ("buptcampus", _subfolder(root, ("BUPTCampus",)) / "data_paths.json"),
-    )
-    for fmt, marker in checks:
-        if marker.is_file():
-            return fmt
-    if any((root / "train" / modality).is_dir() for modality in _FOLDER_MODALITIES):
-        return "vi-folders"
+    for fmt in VI_DATASET_FORMATS:
+        if fmt.detect is not None and fmt.detect(root):
+            return fmt.name
     return None
 
 
@@ -190,7 +182,7 @@ def load_sysu_mm01(root: str | os.PathLike, mode: str = "all") -> ReIDDataset:
     """SYSU-MM01, ``mode`` ``"all"`` (all-search) or ``"indoor"`` (indoor-search); see the module docstring."""
     if mode not in _SYSU_GALLERY:
         raise ConfigError(f"SYSU-MM01 mode must be 'all' or 'indoor', got {mode!r}")
-    base = _subfolder(_check_root(root), ("SYSU-MM01",))
+    base = subfolder(check_root(root), ("SYSU-MM01",))
     train_ids = _read_ids(base / "exp" / "train_id.txt") + _read_ids(base / "exp" / "val_id.txt")
     test_ids = _read_ids(base / "exp" / "test_id.txt")
     modality: dict[str, str] = {}
@@ -210,7 +202,7 @@ def load_regdb(root: str | os.PathLike, trial: int = 1) -> ReIDDataset:
     """RegDB trial ``trial`` (1-10): thermal query, visible gallery; see the module docstring."""
     if trial not in _REGDB_TRIALS:
         raise ConfigError(f"RegDB trial must be in 1..10, got {trial}")
-    base = _subfolder(_check_root(root), ("RegDB",))
+    base = subfolder(check_root(root), ("RegDB",))
     modality: dict[str, str] = {}
 
     def listed(split: str, kind: str, camid: int, mod: str) -> list[Sample]:
@@ -225,7 +217,7 @@ def load_regdb(root: str | os.PathLike, trial: int = 1) -> ReIDDataset:
 
 def load_llcm(root: str | os.PathLike) -> ReIDDataset:
     """LLCM: infrared (NIR) query, visible gallery, 10 single-shot trials; see the module docstring."""
-    base = _subfolder(_check_root(root), ("LLCM",))
+    base = subfolder(check_root(root), ("LLCM",))
     modality: dict[str, str] = {}
 
     def camid(rel: str) -> int:
@@ -254,21 +246,21 @@ def load_llcm(root: str | os.PathLike) -> ReIDDataset:
 
 def load_hitsz_vcm(root: str | os.PathLike, min_seq_len: int = 12) -> ReIDDataset:
     """HITSZ-VCM tracklets (video); see the module docstring."""
-    base = _check_root(root)
-    info = _subfolder(base, ("info",))
+    base = check_root(root)
+    info = subfolder(base, ("info",))
     modality: dict[str, str] = {}
     tracklets: dict[str, list[str]] = {}
 
     def rows(split: str, folder: str) -> list[tuple[int, Sample]]:
         names = _read_lines(info / f"{split}_name.txt")
-        image_root = _subfolder(base, (folder,))
+        image_root = subfolder(base, (folder,))
         out = []
         for row, fields in enumerate(_read_int_rows(info / f"track_{split}_info.txt", 5), start=1):
             m, start, end, pid, cam = fields
             if m not in _VCM_MODALITIES or not 1 <= start <= end <= len(names):
                 raise DataError(f"{info / f'track_{split}_info.txt'}:{row}: expected 'modality(1|2) start end pid "
                                 f"camera' with 1 <= start <= end <= {len(names)}, got {fields}")
-            _check_ids(info / f"track_{split}_info.txt", pid, cam)
+            check_ids(info / f"track_{split}_info.txt", pid, cam)
             if end - start + 1 < min_seq_len:
                 continue
             mod, folder_name = _VCM_MODALITIES[m]
@@ -290,7 +282,7 @@ def load_hitsz_vcm(root: str | os.PathLike, min_seq_len: int = 12) -> ReIDDatase
 
 def load_buptcampus(root: str | os.PathLike) -> ReIDDataset:
     """BUPTCampus tracklets (video), without the auxiliary identities; see the module docstring."""
-    base = _subfolder(_check_root(root), ("BUPTCampus",))
+    base = subfolder(check_root(root), ("BUPTCampus",))
     info_path = base / "data_paths.json"
     try:
         info = json.loads(info_path.read_text())
@@ -333,7 +325,7 @@ def load_buptcampus(root: str | os.PathLike) -> ReIDDataset:
 
 def load_vi_folders(root: str | os.PathLike) -> ReIDDataset:
     """privreid's ``vi-folders`` layout (images or tracklet folders); see the module docstring."""
-    base = _check_root(root)
+    base = check_root(root)
     modality: dict[str, str] = {}
     tracklets: dict[str, list[str]] = {}
 
@@ -350,7 +342,7 @@ def load_vi_folders(root: str | os.PathLike) -> ReIDDataset:
                     if not pid_dir.name.isdigit():
                         raise DataError(f"folder {pid_dir} should be named by the identity number")
                     pid = int(pid_dir.name)
-                    _check_ids(pid_dir, pid, cam)
+                    check_ids(pid_dir, pid, cam)
                     for path, frames in _shots(pid_dir):
                         if frames is not None:
                             tracklets[path] = frames
@@ -372,7 +364,7 @@ def load_vi_folders(root: str | os.PathLike) -> ReIDDataset:
 
 def _vi_dataset(name: str, base: Path, train: list[Sample], query: list[Sample], gallery: list[Sample],
                 modality: dict[str, str], protocol: VIProtocol) -> ReIDDataset:
-    ds = _make_dataset(name, base, train=train, query=query, gallery=gallery)
+    ds = make_dataset(name, base, train=train, query=query, gallery=gallery)
     ds.modality, ds.vi_protocol = modality, protocol
     return ds
 
@@ -421,7 +413,7 @@ def _read_label_list(base: Path, path: Path, camid: Callable[[str], int], mod: s
             raise DataError(f"{path}:{lineno}: expected '<relpath> <label>', got {' '.join(fields)!r}")
         image = str(base / fields[0])
         cam = camid(fields[0])
-        _check_ids(Path(image), int(fields[1]), cam + 1)
+        check_ids(Path(image), int(fields[1]), cam + 1)
         modality[image] = mod
         out.append((image, int(fields[1]), cam))
     return out
@@ -437,7 +429,7 @@ def _walk_identity_folders(folders: list[tuple[Path, int, str]], ids: list[int],
             if not pid_dir.is_dir():
                 continue
             for path in sorted(pid_dir.iterdir()):
-                if path.suffix.lower() in _IMAGE_SUFFIXES:
+                if path.suffix.lower() in IMAGE_SUFFIXES:
                     modality[str(path)] = mod
                     out.append((str(path), pid, cam))
     return out
@@ -460,14 +452,50 @@ def _sorted_dirs(folder: Path) -> list[Path]:
 
 def _shots(pid_dir: Path) -> list[tuple[str, list[str] | None]]:
     """The images of an identity folder (frames None), or its tracklet folders with their sorted frames."""
-    images = sorted(str(p) for p in pid_dir.iterdir() if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES)
+    images = sorted(str(p) for p in pid_dir.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     folders = _sorted_dirs(pid_dir)
     if images and folders:
         raise DataError(f"{pid_dir} mixes image files and tracklet folders; use one or the other")
     out: list[tuple[str, list[str] | None]] = [(path, None) for path in images]
     for folder in folders:
-        frames = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES)
+        frames = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
         if not frames:
             raise DataError(f"tracklet folder {folder} holds no image")
         out.append((str(folder), frames))
     return out
+
+
+# --------------------------------------------------------------------------- the registry entries
+
+
+def _marker(folder: str, *rel: str) -> Callable[[Path], bool]:
+    """Detection by a marker file ``root[/<folder>]/<rel...>`` (the release's top folder is optional)."""
+    return lambda root: subfolder(root, (folder,)).joinpath(*rel).is_file()
+
+
+def _load_regdb_variant(root: Path, variant: str | None) -> ReIDDataset:
+    return load_regdb(root, int(variant or 1))
+
+
+def _has_folder_modalities(root: Path) -> bool:
+    return any((root / "train" / modality).is_dir() for modality in _FOLDER_MODALITIES)
+
+
+#: the VI formats as registry entries (:mod:`privreid.data.formats`), in the order ``auto`` tries them;
+#: ``sysu-mm01-indoor`` is only chosen by name (auto-detection reads SYSU-MM01 as all-search)
+VI_DATASET_FORMATS: tuple[DatasetFormat, ...] = (
+    DatasetFormat("sysu-mm01", VI_FORMATS["sysu-mm01"], _marker("SYSU-MM01", "exp", "test_id.txt"),
+                  lambda root, variant=None: load_sysu_mm01(root, "all"), priority=DETECT_FIRST, family="vi"),
+    DatasetFormat("sysu-mm01-indoor", VI_FORMATS["sysu-mm01-indoor"], None,
+                  lambda root, variant=None: load_sysu_mm01(root, "indoor"), family="vi"),
+    DatasetFormat("regdb", VI_FORMATS["regdb"], _marker("RegDB", "idx", "train_visible_1.txt"), _load_regdb_variant,
+                  priority=DETECT_FIRST + 1, family="vi", variant_pattern=r"\d+", variant_doc="<trial>"),
+    DatasetFormat("llcm", VI_FORMATS["llcm"], _marker("LLCM", "idx", "train_vis.txt"),
+                  lambda root, variant=None: load_llcm(root), priority=DETECT_FIRST + 2, family="vi"),
+    DatasetFormat("hitsz-vcm", VI_FORMATS["hitsz-vcm"], _marker("info", "track_train_info.txt"),
+                  lambda root, variant=None: load_hitsz_vcm(root), priority=DETECT_FIRST + 3, family="video"),
+    DatasetFormat("buptcampus", VI_FORMATS["buptcampus"], _marker("BUPTCampus", "data_paths.json"),
+                  lambda root, variant=None: load_buptcampus(root), priority=DETECT_FIRST + 4, family="video"),
+    DatasetFormat("vi-folders", VI_FORMATS["vi-folders"], _has_folder_modalities,
+                  lambda root, variant=None: load_vi_folders(root), priority=DETECT_FIRST + 5, family="vi"),
+)

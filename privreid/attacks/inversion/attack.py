@@ -1,9 +1,10 @@
 """One gradient-inversion attack on one subject: observe, infer the label, reconstruct.
 
 :func:`reconstruct` runs the client's step under a threat model
-(:mod:`.threat_models`) with the defences in force (:mod:`.defences`),
-infers the label where the head is observed (:mod:`.labels`), and optimises
-a reconstruction (:mod:`.optimise`) from uniform noise.  That starting image
+(:mod:`.threat_models`) with the defences in force (:mod:`.defences`), and
+lets the threat model reconstruct from uniform noise (inferring the label
+where the head is observed, :mod:`.labels`, with the registered attack of
+:mod:`.optimise`).  That starting image
 is kept as the random-image baseline every metric is compared with.
 """
 
@@ -17,8 +18,8 @@ from torch import nn
 from privreid.losses import identity_loss
 
 from .defences import NO_DEFENCE, Defence
-from .optimise import InversionSettings, invert_feature, invert_gradients, random_image
-from .threat_models import infer_label, leak_bottleneck_feature, observe
+from .optimise import InversionSettings, random_image
+from .threat_models import get_threat, observe
 
 
 @dataclass
@@ -54,16 +55,8 @@ def reconstruct(model: nn.Module, subject: torch.Tensor, label: int, *, threat: 
     observation = observe(model, subject, label, threat=threat, shared=shared, loss_fn=loss_fn,
                           defence=defence, generator=generator)
     start = random_image((1, *subject.shape), generator, device)
-    inferred, rule = None, None
-    if threat == "shared-feature":
-        image = invert_feature(model, leak_bottleneck_feature(observation.grads), start, settings=settings,
-                               progress=progress)
-    else:
-        if threat == "full" and settings.attack != "dlg":
-            inferred, rule = infer_label(model, observation, label_smoothing)
-        image, found = invert_gradients(model, observation, start, settings=settings, loss_fn=loss_fn,
-                                        label=inferred, generator=generator, progress=progress)
-        if threat == "full" and settings.attack == "dlg":
-            inferred, rule = found, "dlg (optimised soft label)"
+    image, inferred, rule = get_threat(threat).reconstruct(
+        model, observation, start, settings=settings, loss_fn=loss_fn, label_smoothing=label_smoothing,
+        generator=generator, progress=progress)
     return Reconstruction(subject=subject.cpu(), reconstruction=image[0].cpu(), baseline=start[0].cpu(),
                           label=label, inferred_label=inferred, label_rule=rule)

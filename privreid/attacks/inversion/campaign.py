@@ -127,7 +127,7 @@ def client_of(target: Target, subject: Subject, client: str, label: int | None) 
 
 def attacked_model(target: Target, client: str, threat: str, device):
     """The client's model (head included) and the set of shared parameter names; refused when parts are missing."""
-    from .threat_models import check_model
+    from .threat_models import check_model, get_threat
     from ...checkpoint import load_model
 
     if client not in target.ckpt["client_states"]:
@@ -138,7 +138,7 @@ def attacked_model(target: Target, client: str, threat: str, device):
                               "training step cannot be rebuilt")
     net = load_model(target.ckpt, client=client, device=device)
     shared = set(target.ckpt["global_state"]) & {n for n, _ in net.named_parameters()}
-    if threat != "full" and not shared:
+    if get_threat(threat).needs_shared and not shared:
         raise CheckpointError(f"method {target.ckpt['method']!r} shares nothing: there is no upload to attack "
                               "under a shared threat model")
     check_model(net, threat, shared)

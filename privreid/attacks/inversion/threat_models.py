@@ -6,7 +6,8 @@ cannot train on a single image anyway), one image ``x`` with its client label
 ``y``, the run's identity loss (cross-entropy with the recorded label
 smoothing), and the gradient of every trainable parameter the loss reaches.
 
-Threat models (``THREATS``):
+Threat models (``THREATS``, a registry of :class:`ThreatModel` objects; a new
+one is a subclass and one :func:`register_threat`):
 
 * ``"full"``: the whole gradient, classifier head included, is observed: the
   setting of DLG / iDLG and of L2RW+'s Fig. 8 (paper 003).
@@ -52,8 +53,6 @@ from privreid.errors import ConfigError
 from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
 from .labels import bias_sign_label, matched_sign_label
 
-THREATS = ("full", "shared", "shared-feature")
-
 #: the shared bottleneck Linear layer of privreid's linear neck (:class:`privreid.models.reid_net.LinearNeck`)
 BOTTLENECK = "neck.fc"
 
@@ -63,19 +62,40 @@ def to_model_input(images: torch.Tensor) -> torch.Tensor:
     return TF.normalize(images, list(IMAGENET_MEAN), list(IMAGENET_STD))
 
 
-def check_threat(threat: str) -> None:
-    if threat not in THREATS:
-        raise ConfigError(f"unknown threat model {threat!r}; choose one of {', '.join(THREATS)}")
+class ThreatModel:
+    """What the server observes of a client's step and how an attacker reconstructs the image from it.
+
+    ``name`` is the ``--threat`` value and ``summary`` its one-line help.
+    Subclasses say which gradients are observed (:meth:`visible`), refuse the
+    models they cannot be applied to (:meth:`check`), which observed gradients
+    a gradient-matching attack compares (:meth:`matched_names`) and how the
+    reconstruction runs (:meth:`reconstruct`).  ``needs_shared``: the threat
+    observes the shared upload only, so a method that shares nothing cannot be attacked.
+    """
+
+    name: str = ""
+    summary: str = ""
+    needs_shared: bool = True
+
+    def check(self, model: nn.Module, shared: set[str]) -> None:
+        """Raise :class:`ConfigError` with the reason when ``model`` cannot be attacked under this threat."""
+
+    def visible(self, grads: Gradients, shared: set[str]) -> Gradients:
+        """The part of the client's (defended) gradient the attacker observes: the shared keys by default."""
+        return {n: g for n, g in grads.items() if n in shared}
+
+    def matched_names(self, grads: Gradients) -> list[str]:
+        raise ConfigError(f"threat {self.name!r} is attacked by feature inversion, not gradient matching")
+
+    def reconstruct(self, model: nn.Module, observation: "Observation", start: torch.Tensor, *, settings,
+                    loss_fn: nn.Module, label_smoothing: float, generator: torch.Generator,
+                    progress: bool) -> tuple[torch.Tensor, int | None, str | None]:
+        """``(image (1, 3, H, W) in [0, 1], inferred label or None, label rule or None)``."""
+        raise NotImplementedError
 
 
-def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
-    """Refuse a model the threat model cannot be applied to, with the reason."""
-    check_threat(threat)
-    if getattr(model, "classifier", None) is None:
-        raise ConfigError("the client's training step needs its classifier head; this model has none "
-                          "(load it with the client whose step is attacked)")
-    if threat == "full":
-        return
+def _check_bottleneck(model: nn.Module, threat: str, shared: set[str]) -> None:
+    """The shared threat models read the linear neck's bottleneck, which must be shared."""
     if not hasattr(getattr(model, "neck", None), "fc"):
         raise ConfigError(f"threat {threat!r} needs the linear neck's bottleneck layer {BOTTLENECK}; "
                           f"this model's neck is {getattr(model, 'neck_kind', '?')!r} (use --threat full)")
@@ -83,9 +103,104 @@ def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
     if missing:
         raise ConfigError(f"threat {threat!r} needs {', '.join(missing)} among the shared parameters, but the "
                           "method keeps them on the client (use --threat full)")
-    if threat == "shared" and getattr(model, "part", None) is not None:
-        raise ConfigError("threat 'shared' needs the neck to be the trunk's only path to the loss; this model "
-                          "has a part branch (use --threat shared-feature)")
+
+
+class FullGradient(ThreatModel):
+    """The whole gradient, head included (DLG / iDLG; L2RW+ Fig. 8): the attack infers or optimises the label."""
+
+    name = "full"
+    summary = "whole gradient, head included"
+    needs_shared = False
+
+    def visible(self, grads: Gradients, shared: set[str]) -> Gradients:
+        return grads
+
+    def matched_names(self, grads: Gradients) -> list[str]:
+        return list(grads)
+
+    def reconstruct(self, model, observation, start, *, settings, loss_fn, label_smoothing, generator, progress):
+        return settings.inversion_attack.invert_full(model, observation, start, settings=settings, loss_fn=loss_fn,
+                                                     label_smoothing=label_smoothing, generator=generator,
+                                                     progress=progress)
+
+
+class SharedGradient(ThreatModel):
+    """The shared keys only, attacked through the bottleneck's upstream gradient (:func:`shared_surrogate_loss`)."""
+
+    name = "shared"
+    summary = "shared keys only"
+
+    def check(self, model: nn.Module, shared: set[str]) -> None:
+        _check_bottleneck(model, self.name, shared)
+        if getattr(model, "part", None) is not None:
+            raise ConfigError("threat 'shared' needs the neck to be the trunk's only path to the loss; this model "
+                              "has a part branch (use --threat shared-feature)")
+
+    def matched_names(self, grads: Gradients) -> list[str]:
+        """The trunk and the bottleneck: the parameters the surrogate loss reaches."""
+        return [n for n in grads if n.startswith(("backbone.", f"{BOTTLENECK}."))]
+
+    def reconstruct(self, model, observation, start, *, settings, loss_fn, label_smoothing, generator, progress):
+        from .optimise import invert_shared_gradients
+
+        return invert_shared_gradients(model, observation, start, settings=settings, progress=progress), None, None
+
+
+class SharedFeature(ThreatModel):
+    """The shared keys, attacked through the bottleneck's exact feature leak, then feature inversion."""
+
+    name = "shared-feature"
+    summary = "the bottleneck's exact feature leak, then feature inversion"
+
+    def check(self, model: nn.Module, shared: set[str]) -> None:
+        _check_bottleneck(model, self.name, shared)
+
+    def reconstruct(self, model, observation, start, *, settings, loss_fn, label_smoothing, generator, progress):
+        from .optimise import invert_feature
+
+        feature = leak_bottleneck_feature(observation.grads)
+        return invert_feature(model, feature, start, settings=settings, progress=progress), None, None
+
+
+#: ``--threat`` name -> threat model, in ``--help`` order
+THREATS: dict[str, ThreatModel] = {}
+
+
+def register_threat(threat: ThreatModel) -> ThreatModel:
+    """Add ``threat`` to :data:`THREATS` (``--threat <name>`` then selects it everywhere); returns it."""
+    if not threat.name or threat.name in THREATS:
+        raise ConfigError(f"threat model name {threat.name!r} is empty or already registered")
+    THREATS[threat.name] = threat
+    return threat
+
+
+for _threat in (FullGradient(), SharedGradient(), SharedFeature()):
+    register_threat(_threat)
+
+
+def get_threat(threat: str) -> ThreatModel:
+    """The registered threat model ``threat``; :class:`ConfigError` listing the choices otherwise."""
+    check_threat(threat)
+    return THREATS[threat]
+
+
+def check_threat(threat: str) -> None:
+    if threat not in THREATS:
+        raise ConfigError(f"unknown threat model {threat!r}; choose one of {', '.join(THREATS)}")
+
+
+def threats_help() -> str:
+    """``--threat``'s help: every registered threat model with its summary."""
+    return "; ".join(f"{name}: {t.summary}" for name, t in THREATS.items())
+
+
+def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
+    """Refuse a model the threat model cannot be applied to, with the reason."""
+    model_threat = get_threat(threat)
+    if getattr(model, "classifier", None) is None:
+        raise ConfigError("the client's training step needs its classifier head; this model has none "
+                          "(load it with the client whose step is attacked)")
+    model_threat.check(model, shared)
 
 
 def _client_loss(model: nn.Module, image: torch.Tensor, label: int, loss_fn: nn.Module) -> torch.Tensor:
@@ -137,9 +252,7 @@ def observe(model: nn.Module, image: torch.Tensor, label: int, *, threat: str, s
     if defence.active:
         grads = defend_gradient(grads, beta=defence.beta, clip_norm=defence.clip_norm,
                                 noise_multiplier=defence.noise_multiplier, generator=generator)
-    if threat != "full":
-        grads = {n: g for n, g in grads.items() if n in shared}
-    return Observation(threat, grads)
+    return Observation(threat, THREATS[threat].visible(grads, shared))
 
 
 def leak_bottleneck_feature(grads: Gradients, layer: str = BOTTLENECK) -> torch.Tensor:

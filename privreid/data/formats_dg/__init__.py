@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from privreid.data.formats.base import DETECT_SMALL, IMAGE_SUFFIXES, DatasetFormat
 from privreid.data.types import ReIDDataset, Sample
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["DGPool", "DG_FORMATS", "detect_dg_format", "dg_layout", "is_dg_format", "load_dg_dataset", "load_pool"]
+__all__ = ["DGPool", "DG_FORMATS", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format", "load_dg_dataset",
+           "load_pool"]
 
 
 @dataclass
@@ -103,8 +105,14 @@ def load_dg_dataset(root: str | os.PathLike, fmt: str) -> ReIDDataset:
     return split_dataset(pool, make_splits(pool, default_protocol(fmt), num_splits=1, seed=0)[0])
 
 
+def dataset_format(fmt: str) -> DatasetFormat:
+    """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks)."""
+    module = DG_FORMATS[fmt]
+    return DatasetFormat(fmt, module.LAYOUT, lambda root: module.find(root) is not None,
+                         lambda root, variant=None: load_dg_dataset(root, fmt), priority=DETECT_SMALL, family="dg")
+
+
 # --------------------------------------------------------------------------- helpers for the format modules
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
 
 def first_dir(root: Path, *candidates: str) -> Path | None:

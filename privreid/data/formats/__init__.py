@@ -1,0 +1,237 @@
+"""The dataset formats: one registry of :class:`DatasetFormat` records, one module per layout.
+
+Like fast-reid's ``DATASET_REGISTRY`` and torchreid's
+``register_image_dataset``, every layout privreid reads is one
+:class:`DatasetFormat` (name, one-line layout, ``detect``, ``load``) in one
+table, :func:`available_formats`.  ``--format auto`` iterates that table
+(:func:`detect_format`), and ``--help``, error messages and the README /
+docs tables are generated from it (:func:`format_table`).  A user adds a
+layout from Python with :func:`register_format` (README, "Use your own
+dataset"; ``docs/extending.md``).
+
+The built-in formats (the one table is :func:`_builtin_formats`):
+
+* the large RGB benchmarks, one module each: :mod:`.market1501`,
+  :mod:`.dukemtmcreid`, :mod:`.cuhk03np`, :mod:`.msmt17`; parsed as torchreid
+  (``torchreid.data.datasets.image``) parses the same release: junk (pid -1)
+  dropped, distractors (pid 0) kept, cameras 0-based, ``train`` pids
+  relabelled ``0..N-1`` in sorted order of the original pid, ``query`` /
+  ``gallery`` keeping the original pids;
+* the small DG benchmarks, one module each in :mod:`privreid.data.formats_dg`;
+* the visible-infrared benchmarks (images and video) of
+  :mod:`privreid.data.vi_formats`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from privreid.data.types import ReIDDataset
+from privreid.errors import ConfigError, DataError
+
+from . import cuhk03np, dukemtmcreid, market1501, msmt17
+from .base import (
+    DETECT_FIRST,
+    DETECT_LAST,
+    DETECT_RELEASE,
+    DETECT_SMALL,
+    DETECT_USER,
+    IMAGE_SUFFIXES,
+    DatasetFormat,
+    check_ids,
+    check_root,
+    make_dataset,
+    read_image,
+    read_market_folder,
+    subfolder,
+    verify_images,
+)
+
+__all__ = [
+    "CUHK03NP_VARIANTS",
+    "DATASET_FORMATS",
+    "DETECT_FIRST",
+    "DETECT_LAST",
+    "DETECT_RELEASE",
+    "DETECT_SMALL",
+    "DETECT_USER",
+    "IMAGE_SUFFIXES",
+    "DatasetFormat",
+    "available_formats",
+    "check_ids",
+    "check_root",
+    "detect_format",
+    "format_choices",
+    "format_help",
+    "format_table",
+    "formats_markdown",
+    "get_format",
+    "load_dataset",
+    "make_dataset",
+    "read_image",
+    "read_market_folder",
+    "register_format",
+    "subfolder",
+    "unregister_format",
+    "verify_images",
+]
+
+_RGB = (market1501.FORMAT, dukemtmcreid.FORMAT, cuhk03np.FORMAT, msmt17.FORMAT)
+#: the large RGB benchmarks' layouts (name -> one line), as the README lists them
+DATASET_FORMATS: dict[str, str] = {fmt.name: fmt.layout for fmt in _RGB}
+CUHK03NP_VARIANTS = cuhk03np.VARIANTS
+
+_REGISTRY: dict[str, DatasetFormat] = {}
+
+
+def _builtin_formats() -> list[DatasetFormat]:
+    """The one table of built-in formats, in listing order (detection order is each format's ``priority``)."""
+    from privreid.data.formats_dg import DG_FORMATS, dataset_format
+    from privreid.data.vi_formats import VI_DATASET_FORMATS
+
+    return [*_RGB, *(dataset_format(name) for name in DG_FORMATS), *VI_DATASET_FORMATS]
+
+
+def _registry() -> dict[str, DatasetFormat]:
+    if not _REGISTRY:
+        for fmt in _builtin_formats():
+            _REGISTRY[fmt.name] = fmt
+    return _REGISTRY
+
+
+def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetFormat:
+    """Add ``fmt`` to the registry (``--format <name>`` and ``auto`` detection then know it); returns it.
+
+    :class:`ConfigError` when the name is taken (``replace=True`` overrides),
+    is ``auto``, or is not lower-case letters, digits, ``_`` and ``-``.
+    """
+    if not isinstance(fmt, DatasetFormat):
+        raise ConfigError(f"register_format takes a DatasetFormat, got {type(fmt).__name__}")
+    if fmt.name == "auto" or not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", fmt.name):
+        raise ConfigError(f"invalid dataset format name {fmt.name!r} (lower-case letters, digits, '_' and '-')")
+    registry = _registry()
+    if fmt.name in registry and not replace:
+        raise ConfigError(f"dataset format {fmt.name!r} is already registered")
+    registry[fmt.name] = fmt
+    return fmt
+
+
+def unregister_format(name: str) -> None:
+    """Remove a format added with :func:`register_format` (tests; a built-in can be re-registered)."""
+    _registry().pop(name, None)
+
+
+def available_formats() -> dict[str, DatasetFormat]:
+    """Every registered format, by name, in listing order."""
+    return dict(_registry())
+
+
+def format_choices() -> list[str]:
+    """The ``--format`` values: ``auto`` then every format's spellings (``regdb``, ``regdb-<trial>``...)."""
+    return ["auto", *(s for fmt in _registry().values() for s in fmt.spellings)]
+
+
+def get_format(name: str) -> tuple[DatasetFormat, str | None]:
+    """The format and the variant that ``--format name`` selects (``cuhk03np-labeled`` -> cuhk03np, ``labeled``).
+
+    :class:`ConfigError` listing the choices for an unknown name.
+    """
+    registry = _registry()
+    if name in registry:
+        return registry[name], None
+    base, _, variant = name.rpartition("-")
+    fmt = registry.get(base)
+    if fmt is not None and fmt.variant_pattern is not None and re.fullmatch(fmt.variant_pattern, variant):
+        return fmt, variant
+    raise ConfigError(f"unknown dataset format {name!r}; choose one of: {', '.join(format_choices())}")
+
+
+def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | None = None) -> ReIDDataset:
+    """Load the dataset at ``root`` in format ``name`` (a registered format, ``<name>-<variant>``, or ``"auto"``).
+
+    ``variant`` selects e.g. the CUHK03-NP images (``"detected"``, the default,
+    or ``"labeled"``) and is refused for formats without variants.
+    ``ReIDDataset.name`` is the format name (``"cuhk03np-detected"`` /
+    ``"cuhk03np-labeled"`` for CUHK03-NP) and ``ReIDDataset.root`` the folder
+    the splits were read from.
+
+    Raises :class:`ConfigError` for an unknown ``name`` or ``variant`` and
+    :class:`DataError` for a missing, empty or malformed dataset.
+    """
+    if name == "auto":
+        fmt = get_format(detect_format(root))[0]
+    else:
+        fmt, suffix = get_format(name)
+        if suffix is not None:
+            if variant is not None:
+                raise ConfigError(f"format {name!r} already names a variant; do not also give variant={variant!r}")
+            variant = suffix
+    if variant is not None and fmt.variant_pattern is None:
+        with_variants = [f.name for f in _registry().values() if f.variant_pattern is not None]
+        raise ConfigError(f"variant={variant!r} only applies to {', '.join(with_variants)}, not to {fmt.name}")
+    return fmt.load(Path(root), variant)
+
+
+def detect_format(root: str | os.PathLike) -> str:
+    """The name of the registered format whose layout ``root`` follows.
+
+    Formats are tried in increasing :attr:`DatasetFormat.priority` (the VI
+    marker files, the large benchmarks' release folders, the small DG
+    benchmarks, user formats, then the bare Market-1501 folders, DukeMTMC-reID
+    when the file names follow its ``<pid>_c<cam>_f<frame>.jpg`` convention).
+    Two formats recognising ``root`` at the same priority are refused: a folder
+    holding the releases of several datasets is not one dataset.
+    """
+    root = check_root(root)
+    candidates = [(fmt.priority, fmt.name, fmt.detect) for fmt in _registry().values() if fmt.detect]
+    candidates += [(DETECT_LAST, fmt.name, fmt.loose_detect) for fmt in _registry().values() if fmt.loose_detect]
+    for priority in sorted({p for p, _, _ in candidates}):
+        found = sorted(name for p, name, detect in candidates if p == priority and detect(root))
+        if len(found) > 1:
+            raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
+        if found:
+            return found[0]
+    layouts = "; ".join(f"{fmt.name}: {fmt.layout}" for fmt in _registry().values())
+    raise DataError(f"cannot recognise the dataset layout of {root}; expected one of: {layouts}")
+
+
+def format_table(families: tuple[str, ...] | None = None) -> str:
+    """A Markdown list of the registered formats (``* `name`: layout``), optionally of some families only.
+
+    The README's "Preparing real datasets" list is this table for the ``rgb`` family.
+    """
+    return "\n".join(f"* `{fmt.name}`: {fmt.layout}" for fmt in _registry().values()
+                     if families is None or fmt.family in families)
+
+
+_FAMILY_TITLES = {"rgb": "", "dg": "small DG benchmarks: ", "vi": "visible-infrared: ", "video": "video: ",
+                  "user": "user formats: "}
+
+
+def format_help() -> str:
+    """The ``--format`` values grouped by family, for ``--help`` (``auto; market1501, ...; video: ...``)."""
+    groups: dict[str, list[str]] = {}
+    for fmt in _registry().values():
+        groups.setdefault(fmt.family, []).extend(fmt.spellings)
+    return "; ".join(["auto", *(_FAMILY_TITLES.get(family, f"{family}: ") + ", ".join(names)
+                                for family, names in groups.items())])
+
+
+def formats_markdown() -> str:
+    """``docs/formats.md``: every registered format, generated from the registry (a test keeps the file in sync)."""
+    return "\n".join([
+        "# Dataset formats",
+        "",
+        "<!-- generated by privreid.data.formats.formats_markdown(); do not edit by hand -->",
+        "",
+        "`--format` values (`--format auto`, the default, recognises every format that has a detector): "
+        f"{format_help()}.",
+        "",
+        "Small DG benchmarks: [datasets.md](datasets.md); visible-infrared and video: "
+        "[vi-datasets.md](vi-datasets.md); your own layout: [extending.md](extending.md).",
+        "",
+        format_table(),
+        "",
+    ])
