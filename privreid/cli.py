@@ -140,7 +140,7 @@ def train(
     dropout: float = typer.Option(0.0, help="Dropout on the feature before the identity classifier, training "
                                   "only (FedPav's reference code: 0.5)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch (quick runs)."),
-    eval_every: int = typer.Option(1, help="Evaluate every k rounds (and always after the last)."),
+    eval_every: int = typer.Option(0, help="Evaluate every k rounds and after the last; 0 = after the last only."),
     eval_flip: bool = typer.Option(False, "--eval-flip", help="Evaluate with the mean feature of each image and "
                                    "its mirror (FedPav's reference code does)."),
     report_best: int = typer.Option(1, help="summary.json's `best` block: 1 = the last evaluation; K > 1 = the "

@@ -97,6 +97,7 @@ class TrainConfig:
     ``report_best`` K: the ``best`` block of ``summary.json`` is the last
     evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
     paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
+    ``eval_every`` k: evaluate after every k-th round and after the last; 0 (the default) after the last only.
     """
 
     method: str = "fedpav"
@@ -118,7 +119,7 @@ class TrainConfig:
     instances_per_id: int = 4
     client_fraction: float | None = None
     max_steps_per_epoch: int | None = None
-    eval_every: int = 1
+    eval_every: int = 0
     eval_flip: bool = False
     report_best: int = 1
     num_workers: int = 0
@@ -180,7 +181,7 @@ class RunConfig:
             (0.0 <= t.label_smoothing < 1.0, f"label_smoothing must lie in [0, 1) (got {t.label_smoothing})"),
             (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
             (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
-            (t.eval_every > 0, f"eval_every must be > 0 (got {t.eval_every})"),
+            (t.eval_every >= 0, f"eval_every must be >= 0 (got {t.eval_every})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
             (t.triplet_weight is None or t.triplet_weight >= 0, "triplet_weight must be >= 0"),
             (t.beta >= 0, f"beta must be >= 0 (got {t.beta})"),

@@ -42,7 +42,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
                   seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume)):
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
-                 f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; writing {out}")
+                 f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
         mirror = metric_logger(logger, out, config.to_dict())
         if mirror is not None:
             engine.record_hooks.append(mirror)
@@ -58,6 +58,16 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
                                                         if logger == "tensorboard" else {})}
         write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def eval_cadence(config: RunConfig) -> str:
+    """The evaluation cadence in words, as ``privreid train`` prints it at the start of a run."""
+    t = config.train
+    if t.eval_every == 0 or t.eval_every >= t.rounds:
+        return f"evaluating after the last round ({t.rounds}) only"
+    if t.eval_every == 1:
+        return "evaluating after every round"
+    return f"evaluating every {t.eval_every} rounds and after the last ({t.rounds})"
 
 
 def _write_failed(out: Path, exc: OSError) -> Exception:

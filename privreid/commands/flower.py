@@ -154,7 +154,7 @@ def run_command(
     lr_head: float = typer.Option(0.05, help="Classifier learning rate."),
     client_fraction: Optional[float] = typer.Option(None, help="Fraction C of sites selected per round."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch."),
-    eval_every: int = typer.Option(1, help="Evaluate every k rounds (and after the last)."),
+    eval_every: int = typer.Option(0, help="Evaluate every k rounds and after the last; 0 = after the last only."),
     opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable)."),
     beta: float = typer.Option(0.0, help="FedReID white-noise scale (Eq. 14/15); 0 = off."),
     beta_mode: str = typer.Option("upload", help="upload, download or both."),

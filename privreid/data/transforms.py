@@ -1,12 +1,15 @@
 """Image transforms of the standard ReID baseline (torchreid / "Bag of Tricks" style).
 
-Also channel augmentation for visible-infrared ReID (:class:`ChannelAugmentation`).
+Also channel augmentation for visible-infrared ReID (:class:`ChannelAugmentation`),
+and :class:`TensorPipeline`, which runs these transforms on a batch of decoded
+images with the random stream and the output of the per-image PIL pipeline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torchvision.transforms as T
@@ -82,15 +85,25 @@ class ChannelAugmentation:
             return None
         return "gray" if self.mode == "gray" else int(torch.randint(3, ()))
 
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+    def draw(self) -> str | int | None:
+        """The decision of one call: the held one inside :func:`one_draw_per_clip`, else :meth:`decide`."""
+        return self._held if self._held is not None else self.decide()
+
+    @staticmethod
+    def apply(image: torch.Tensor, decision: str | int | None) -> torch.Tensor:
+        """``image`` under ``decision`` (one of :meth:`draw`'s results)."""
         if image.dim() < 3 or image.shape[-3] != 3:
             raise ValueError(f"channel augmentation needs (..., 3, H, W) images, got shape {tuple(image.shape)}")
-        decision = self._held if self._held is not None else self.decide()
         if decision is None or decision == "none":
             return image
         if decision == "gray":
             return TF.rgb_to_grayscale(image, num_output_channels=3)
         return image.narrow(-3, int(decision), 1).expand_as(image).clone()
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        if image.dim() < 3 or image.shape[-3] != 3:
+            raise ValueError(f"channel augmentation needs (..., 3, H, W) images, got shape {tuple(image.shape)}")
+        return self.apply(image, self.draw())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode!r}, p={self.p})"
@@ -149,3 +162,158 @@ def build_transforms(
     if train and random_erasing > 0:
         steps.append(T.RandomErasing(p=random_erasing))
     return T.Compose(steps)
+
+
+class TensorPipeline:
+    """A :func:`build_transforms` pipeline run on a batch of decoded images: same random stream, same bits.
+
+    The pipeline is split at its deterministic first step: :meth:`decode`
+    resizes a PIL image with the pipeline's own ``Resize`` into a ``uint8``
+    ``(3, H, W)`` tensor, which callers may keep (decoded once per run,
+    :class:`privreid.data.torch_dataset.DecodedImages`); :meth:`__call__` then
+    runs the remaining steps on a ``(B, 3, H, W)`` batch of them as tensor
+    operations.  Random parameters are drawn image after image, each image's
+    steps in pipeline order, with exactly the global-RNG calls of the
+    torchvision / :class:`ChannelAugmentation` steps themselves (their own
+    ``get_params``), so a batch equals, bit for bit, the per-image pipeline run
+    on its images in order from the same random state; flip, pad and crop act
+    on the ``uint8`` pixels as on PIL's, and conversion, channel augmentation,
+    normalisation and erasing are the same element-wise float operations.
+    Augmentation therefore stays seeded by the global RNG (per client and
+    round) and resumable.  The input batch is never written to.
+    """
+
+    def __init__(self, resize: T.Resize, steps: list[tuple[str, Any, tuple[int, int]]]) -> None:
+        self.resize = resize
+        #: ``(kind, step, (height, width) of its input)``
+        self.steps = steps
+
+    @property
+    def key(self) -> tuple:
+        """What :meth:`decode`'s output depends on besides the image (a cache key)."""
+        r = self.resize
+        return tuple(r.size), str(r.interpolation), r.max_size, r.antialias
+
+    def decode(self, image) -> torch.Tensor:
+        """The pipeline's ``Resize`` of a PIL image, as a ``uint8`` ``(3, H, W)`` tensor."""
+        return TF.pil_to_tensor(self.resize(image))
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """``(B, 3, H, W)`` ``uint8`` images (:meth:`decode`'s) -> the pipeline's ``(B, 3, h, w)`` float images."""
+        if images.dim() != 4 or images.dtype != torch.uint8:
+            raise ValueError(f"TensorPipeline needs a (B, 3, H, W) uint8 batch, got {images.dtype} "
+                             f"{tuple(images.shape)}")
+        plans = [[self._draw(kind, step, size) for kind, step, size in self.steps] for _ in range(len(images))]
+        x = images
+        for n, (kind, step, _) in enumerate(self.steps):
+            draws = [plan[n] for plan in plans]
+            if kind == "flip":
+                flipped = torch.tensor(draws, dtype=torch.bool).view(-1, 1, 1, 1)
+                x = torch.where(flipped, x.flip(-1), x)
+            elif kind == "pad":
+                x = torch.nn.functional.pad(x, (step.padding,) * 4, value=0)
+            elif kind == "crop":
+                th, tw = step.size
+                x = torch.stack([image[:, i:i + th, j:j + tw] for image, (i, j) in zip(x, draws)])
+            elif kind == "to_tensor":
+                x = x.to(torch.get_default_dtype()).div(255)  # torchvision's ToTensor of 8-bit pixels
+            elif kind == "channel":
+                for b, decision in enumerate(draws):
+                    if decision is not None and decision != "none":
+                        x[b] = ChannelAugmentation.apply(x[b], decision)
+            elif kind == "normalize":
+                x = TF.normalize(x, step.mean, step.std)
+            else:  # erase
+                for b, params in enumerate(draws):
+                    if params is not None:
+                        i, j, h, w, v = params
+                        x[b, :, i:i + h, j:j + w] = v
+        return x
+
+    @staticmethod
+    def _draw(kind: str, step, size: tuple[int, int]):
+        """One image's random parameters of ``step``: the global-RNG calls of the step's own forward."""
+        if kind == "flip":
+            return bool(torch.rand(1) < step.p)
+        if kind == "crop":
+            i, j, _, _ = T.RandomCrop.get_params(_shaped(size), step.size)
+            return i, j
+        if kind == "channel":
+            return step.draw()
+        if kind == "erase":
+            if not torch.rand(1) < step.p:
+                return None
+            shaped = _shaped(size)
+            i, j, h, w, v = T.RandomErasing.get_params(shaped, scale=step.scale, ratio=step.ratio,
+                                                       value=_erasing_value(step.value))
+            return None if v is shaped else (i, j, h, w, v)  # no box fits: the image is left as it is
+        return None
+
+
+def _shaped(size: tuple[int, int]) -> torch.Tensor:
+    """A memory-free ``(3, *size)`` tensor: the ``get_params`` functions read only the shape."""
+    return torch.empty(()).expand(3, *size)
+
+
+def _erasing_value(value) -> list[float] | None:
+    """``RandomErasing.forward``'s cast of its ``value`` (``"random"``: ``None``, noise)."""
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, str):
+        return None
+    return [float(v) for v in value]
+
+
+def tensor_pipeline(transform) -> TensorPipeline | None:
+    """The :class:`TensorPipeline` of ``transform``, or ``None`` when it has a step the tensor path does not run.
+
+    Runs a ``Compose`` of a fixed-size ``Resize``, then any of
+    ``RandomHorizontalFlip``, ``Pad`` (one int, black) and ``RandomCrop``
+    (no padding of its own), ``ToTensor``, then any of
+    :class:`ChannelAugmentation`, ``Normalize`` and ``RandomErasing`` (3-value
+    or scalar ``value``): every pipeline :func:`build_transforms` returns.
+    Other transforms keep the per-image path.
+    """
+    steps = getattr(transform, "transforms", None)
+    if not isinstance(transform, T.Compose) or not steps or type(steps[0]) is not T.Resize:
+        return None
+    resize = steps[0]
+    if not (isinstance(resize.size, (tuple, list)) and len(resize.size) == 2):
+        return None
+    size = tuple(int(v) for v in resize.size)
+    compiled: list[tuple[str, Any, tuple[int, int]]] = []
+    tensors = False
+    for step in steps[1:]:
+        kind = _kind(step, tensors)
+        if kind is None:
+            return None
+        compiled.append((kind, step, size))
+        if kind == "to_tensor":
+            tensors = True
+        elif kind == "pad":
+            size = (size[0] + 2 * step.padding, size[1] + 2 * step.padding)
+        elif kind == "crop":
+            if size[0] < step.size[0] or size[1] < step.size[1]:
+                return None
+            size = tuple(step.size)
+    return TensorPipeline(resize, compiled) if tensors else None
+
+
+def _kind(step, tensors: bool) -> str | None:
+    """The :class:`TensorPipeline` step kind of a transform, ``None`` if it is not one the tensor path runs."""
+    if not tensors:
+        if type(step) is T.RandomHorizontalFlip:
+            return "flip"
+        if type(step) is T.Pad and type(step.padding) is int and step.fill == 0 and step.padding_mode == "constant":
+            return "pad"
+        if type(step) is T.RandomCrop and step.padding is None and not step.pad_if_needed:
+            return "crop"
+        return "to_tensor" if type(step) is T.ToTensor else None
+    if type(step) is ChannelAugmentation:
+        return "channel"
+    if type(step) is T.Normalize:
+        return "normalize"
+    if type(step) is T.RandomErasing and (isinstance(step.value, (int, float, str))
+                                          or len(step.value) in (1, 3)):
+        return "erase"
+    return None

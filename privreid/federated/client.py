@@ -40,6 +40,7 @@ from ..data import ImageDataset, PKSampler, build_transforms
 from ..data.types import ClientData
 from ..losses import batch_hard_triplet_loss, identity_loss
 from ..models import ReIDModel
+from . import fast_optim
 from .policy import StateDict
 
 
@@ -114,7 +115,9 @@ class SupervisedUpdate:
         2. neck (only when ``--lr-neck`` is given): ``model.neck``, at ``lr_neck``.
 
         Without ``--lr-neck`` the neck is part of the body, so runs that do
-        not set it are unchanged (same groups, same parameter order).
+        not set it are unchanged (same groups, same parameter order).  The
+        implementation (fused, foreach or per-tensor) is the fastest one that
+        trains the per-tensor loop's weights bit for bit (:mod:`.fast_optim`).
         """
         t = self.config.train
         factor = round_lr_factor(self.config, round_index)
@@ -125,9 +128,11 @@ class SupervisedUpdate:
         groups = [{"params": body, "lr": t.lr_backbone * factor}, {"params": head, "lr": t.lr_head * factor}]
         if neck:
             groups.append({"params": neck, "lr": lr_neck(self.config) * factor})
+        device = next(model.parameters()).device
         if t.optimizer == "adam":
-            return torch.optim.Adam(groups, weight_decay=t.weight_decay)
-        return torch.optim.SGD(groups, momentum=t.momentum, weight_decay=t.weight_decay, nesterov=t.momentum > 0)
+            return fast_optim.build("adam", groups, device, weight_decay=t.weight_decay)
+        return fast_optim.build("sgd", groups, device, momentum=t.momentum, weight_decay=t.weight_decay,
+                                nesterov=t.momentum > 0)
 
     def extra_loss(self, ctx: ClientContext, pre_neck: torch.Tensor, feat: torch.Tensor,
                    logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:

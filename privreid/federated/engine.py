@@ -275,9 +275,9 @@ class FederatedEngine:
         return [self.clients[i] for i in chosen]
 
     def evaluates(self, round_no: int) -> bool:
-        """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every``, and the last)."""
+        """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every`` if > 0, and the last)."""
         t = self.config.train
-        return round_no % t.eval_every == 0 or round_no == t.rounds
+        return (t.eval_every > 0 and round_no % t.eval_every == 0) or round_no == t.rounds
 
     def train_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> Upload:
         """One client's part of a round: load its model, start (the method's client start), train it locally,
