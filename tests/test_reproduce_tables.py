@@ -225,3 +225,30 @@ def test_fedpav_table5_smoke_end_to_end(tmp_path):
         cell = next(r for r in rows if r["row"] == row and r["column"] == "CAVIAR")
         assert cell["privreid"] == round(100 * evaluation["rank1"], 2)
         assert (out / "runs" / row / "splits-synth-caviar-crosscam.json").is_file()
+
+
+def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tmp_path):
+    """Every row reads the column's one run ("SYSU Ours-model"): the attack / corruption evaluation cached next
+    to it; a "↓" row is the relative drop 100 * (clean - attacked) / clean, as the paper prints it."""
+    from privreid.reproduce.tables import TABLE9_ATTACKS
+
+    for group in ("SYSU DNS", "SYSU Ours"):
+        run = tmp_path / "runs" / f"{group}-model"
+        _summary(run)
+        for _, attack in TABLE9_ATTACKS:
+            run.joinpath(f"attack-{attack}-viA.json").write_text(json.dumps(
+                {"clean_rank1": 0.5, "clean_mAP": 0.4, "rank1": 0.125, "mAP": 0.1}))
+        run.joinpath("corruption-viA.json").write_text(json.dumps(
+            {"clean": {"rank1": 0.5, "mAP": 0.4}, "mean": {"rank1": 0.25, "mAP": 0.5}}))
+    rows = run_table("l2rw-table9", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("Clean", "SYSU Ours R1")]["privreid"] == 50.0 and by[("Clean", "SYSU Ours R1")]["published"] == 51.27
+    assert by[("PGD", "SYSU DNS mAP")]["privreid"] == 10.0
+    assert by[("PGD ↓", "SYSU DNS R1")]["privreid"] == 75.0 and by[("PGD ↓", "SYSU DNS R1")]["published"] == 85.9
+    assert by[("Corruption ↓", "SYSU Ours R1")]["privreid"] == 50.0
+    assert by[("Corruption ↓", "SYSU Ours mAP")]["privreid"] == -25.0  # mAP rose under corruption
+    assert by[("Clean", "LLCM Ours R1")]["privreid"] is None  # no LLCM stand-in
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["SYSU DNS-model", "SYSU Ours-model"]
+    dns = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU DNS"]["smoke"])
+    ours = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU Ours"]["smoke"])
+    assert (dns.train.method, ours.train.method) == ("centralized", "dppt")

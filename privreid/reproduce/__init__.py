@@ -119,6 +119,8 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
     if dataset is None:
         return None
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
+    if row.measure is not None:
+        return _robustness_cell(run_dir, row.measure, column.source[1], dataset, scale, device)
     kind, what = column.source
     if row.scope is not None and kind in ("local", "global"):
         kind = row.scope
@@ -156,6 +158,52 @@ def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, 
     echo(f"training {row.run_name(group)} ({scale})")
     train_run(base_config(args), run_dir, resume=(run_dir / "ckpt.pt").is_file(), progress=False)
     return run_dir
+
+
+def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, dataset: str, scale: str,
+                     device: str) -> float | None:
+    """L2RW+ Table IX: the run's global model under an attack or CIL-ReID corruptions (cached next to the run)."""
+    from ..attacks.retrieval import relative_drop
+
+    kind, what = measure
+    family = kind.split("-")[0]
+    cache = run_dir / (f"attack-{what}-{dataset}.json" if family == "attack" else f"corruption-{dataset}.json")
+    if not cache.is_file():
+        cache.write_text(json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
+    result = json.loads(cache.read_text())
+    if family == "attack":
+        clean, attacked = result[f"clean_{metric}"], result[metric]
+    else:
+        clean, attacked = result["clean"][metric], result["mean"][metric]
+    if kind.endswith("-drop"):
+        drop = relative_drop(clean, attacked)
+        return None if drop is None else 100 * drop
+    return 100 * (clean if kind.endswith("-clean") else attacked)
+
+
+def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, scale: str, device: str) -> dict:
+    from ..attacks.retrieval import evaluate_under_attack
+    from ..checkpoint import load_checkpoint, load_model
+    from ..config import RunConfig
+    from ..data.catalog import resolve_datasets
+    from ..data.partition import as_test_set
+    from ..evaluation.corrupted_eval import evaluate_corrupted
+    from ..federated.engine import resolve_device
+    from .tables import TABLE9_SMOKE_REPEATS
+
+    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    cfg = RunConfig.from_dict(ckpt["config"])
+    dev = resolve_device(device)
+    model = load_model(ckpt, device=dev)
+    datasets = resolve_datasets(cfg.data.roots, cfg.data.format, synth_seed=cfg.data.synth_seed)
+    testset = as_test_set(dataset, datasets[dataset])
+    size = {"height": cfg.data.height, "width": cfg.data.width}
+    if family == "attack":
+        return evaluate_under_attack(model, testset, method=attack, device=dev, **size).record(testset=dataset)
+    result = evaluate_corrupted(model, testset, repeats=TABLE9_SMOKE_REPEATS if scale == "smoke" else 10,
+                                device=dev, **size)
+    return {k: result[k] for k in ("clean", "mean", "std", "corruptions", "severity", "corrupt", "pixel_scale",
+                                   "deviations")}
 
 
 def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
