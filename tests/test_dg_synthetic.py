@@ -22,14 +22,19 @@ def _digest(root):
 def test_standins_follow_the_real_layouts_and_protocol(tmp_path):
     root = generate_synthetic_dg(tmp_path / "dg", SMALL)
     roots = standin_roots(root)
-    assert set(roots) == {"synth-viper", "synth-grid", "synth-ilids"}
+    assert set(roots) == {"synth-viper", "synth-grid", "synth-ilids", "synth-prid", "synth-3dpes", "synth-caviar"}
     sizes = {}
     for name, (path, fmt) in roots.items():
         assert detect_format(path) == fmt  # read by the real loader
         pool = load_pool(path, fmt)
         split = make_splits(pool, "dg", num_splits=1)[0]
         sizes[name] = (len(pool.paired_ids), len(split.query), len(split.gallery))
-    assert sizes == {"synth-viper": (8, 4, 4), "synth-grid": (8, 4, 10), "synth-ilids": (8, 4, 4)}
+    assert sizes == {"synth-viper": (8, 4, 4), "synth-grid": (8, 4, 10), "synth-ilids": (8, 4, 4),
+                     "synth-prid": (8, 4, 10), "synth-3dpes": (8, 4, 4), "synth-caviar": (8, 4, 4)}
+    prid_b = roots["synth-prid"][0] / "prid_2011" / "single_shot" / "cam_b"
+    assert sorted(p.name for p in prid_b.iterdir())[-1] == "person_0014.png"  # 6 distractors after the 8 paired
+    crosscam = make_splits(load_pool(*roots["synth-caviar"]), "crosscam", num_splits=1)[0]
+    assert {c for _, _, c in crosscam.query} == {0} and len(crosscam.test_ids) == 8  # every image of view A
     assert sum(1 for _ in (roots["synth-ilids"][0] / "i-LIDS_Pedestrian" / "Persons").iterdir()) == 8 * 4
 
 
@@ -44,8 +49,21 @@ def test_standins_never_share_the_embedded_federations_seed():
     assert SMALL.render_config().seed == SEED_OFFSET != SynthConfig().seed
 
 
-def test_data_synth_dg_resolves_to_the_three_standins(tmp_path):
+def test_data_synth_dg_resolves_to_the_six_standins(tmp_path):
     root = generate_synthetic_dg(tmp_path / "dg", SMALL)
     datasets = resolve_datasets([str(root)])
-    assert list(datasets) == ["synth-viper", "synth-grid", "synth-ilids"]
+    assert list(datasets) == ["synth-viper", "synth-grid", "synth-ilids", "synth-prid", "synth-3dpes", "synth-caviar"]
     assert all(ds.num_train_pids == 4 for ds in datasets.values())
+
+
+def test_adding_standins_left_the_first_three_unchanged(tmp_path, monkeypatch):
+    """The domains are rendered from per-domain seeds: the VIPeR / GRID / i-LIDS stand-ins are the images a
+    generator with only those three writes (as before PRID / 3DPeS / CAVIAR joined)."""
+    from privreid.data import synthetic_dg
+
+    root = generate_synthetic_dg(tmp_path / "six", SMALL)
+    first = {n: synthetic_dg.STANDINS[n] for n in ("synth-viper", "synth-grid", "synth-ilids")}
+    monkeypatch.setattr(synthetic_dg, "STANDINS", first)
+    three = generate_synthetic_dg(tmp_path / "three", SMALL)
+    assert sorted(p.name for p in three.iterdir() if p.is_dir()) == sorted(first)
+    assert all(_digest(root / n) == _digest(three / n) for n in first)

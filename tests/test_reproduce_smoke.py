@@ -17,7 +17,7 @@ def test_fedreid_table2_smoke_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "t2"
     rows = run_table("fedreid-table2", scale="smoke", out=out, device="cpu", echo=lambda _: None)
     by = {(r["row"], r["column"]): r for r in rows}
-    for column in ("iLIDS", "VIPeR", "GRID"):  # the stand-ins, ranked under the DG protocol
+    for column in ("iLIDS", "VIPeR", "3DPeS", "CAVIAR", "PRID", "GRID"):  # the stand-ins, under the DG protocol
         cell = by[("FedReID", column)]
         assert 0 <= cell["privreid"] <= 100 and cell["difference"] == round(cell["privreid"] - cell["published"], 2)
         stand_in = f"synth-{column.lower()}"
@@ -25,7 +25,6 @@ def test_fedreid_table2_smoke_end_to_end_and_resumes(tmp_path):
         assert evaluation["protocol"] == "dg" and len(evaluation["per_split"]) == 10
         assert cell["privreid"] == round(100 * evaluation["rank1"], 2)
         assert len(json.loads((out / "runs" / "FedReID" / f"splits-{stand_in}.json").read_text())["splits"]) == 10
-    assert by[("FedReID", "PRID")]["privreid"] is None  # no PRID stand-in
     assert by[("DIMN", "VIPeR")] | {} == {"row": "DIMN", "column": "VIPeR", "privreid": None, "published": 51.2,
                                          "difference": None, "status": "not implemented"}
     table = (out / "table.md").read_text()

@@ -117,3 +117,138 @@ def test_l2rw_table2_rows_put_dppt_on_each_fl_base():
         assert [DPPT.option(dppt, k) for k in ("base", "mrb", "ca")] == [base, True, "channel"]
     not_implemented = {r.name for r in TABLES["l2rw-table2"].rows if r.train is None}
     assert {"FedNova", "FedNova +I-DPPT", "FedAvg +AGW", "MOON +DNS"} <= not_implemented
+
+
+def _summary(run, **blocks):
+    run.mkdir(parents=True, exist_ok=True)
+    run.joinpath("summary.json").write_text(json.dumps(blocks))
+
+
+def _r1(value):
+    return {"rank1": value, "mAP": value / 2}
+
+
+def test_ska_table2_rows_are_the_papers_comparators_on_four_source_domains():
+    expected = {"local supervised": "standalone", "FedAvg+D": "fedavg", "FedProx+D": "fedprox", "FedPav": "fedpav",
+                "FedPav+AddData": "fedpav-cdw-kd", "FedReID": "fedreid", "MOON+D": "moon", "FedBN+D": "fedbn",
+                "SKA": "ska"}
+    for row, method in expected.items():
+        cfg = _smoke_config("ska-table2", row, "")
+        assert cfg.train.method == method and cfg.data.train_domains == ["synthA", "synthB", "synthC", "synthD"]
+        [spec_row] = [r for r in TABLES["ska-table2"].rows if r.name == row]
+        paper = spec_row.train[""]["paper"]
+        assert paper[:2] == ["--config", "configs/ska-paper.yaml"] and paper[paper.index("--method") + 1] == method
+    assert {c.source for c in TABLES["ska-table2"].columns} == {("local", "mAP"), ("local", "rank1")}
+
+
+def test_fedpav_table3_global_and_local_rows_read_one_fedpav_run(tmp_path):
+    """Global Model and Local Model share the FedPav run; a global cell is the run's reported global model (its
+    ``best`` block: FedPav's mean of the 3 best evaluations), never the last evaluation at the top."""
+    clients = {"synthA": 0.5, "synthB": 0.25, "synthC": 0.75}
+    best = {"global_seen_per_testset": {d: _r1(v / 2) for d, v in clients.items()}}
+    _summary(tmp_path / "runs" / "FedPav", best=best,
+             global_seen_per_testset={d: _r1(0.0) for d in clients},
+             local_seen_per_testset={f"{d}@{d}": _r1(v) for d, v in clients.items()})
+    _summary(tmp_path / "runs" / "Centralized Training", best={"global_seen_per_testset": {
+        d: _r1(1.0) for d in clients}})
+    _summary(tmp_path / "runs" / "Standalone Training", best=None,
+             local_seen_per_testset={f"{d}@{d}": _r1(v / 4) for d, v in clients.items()})
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r["privreid"] for r in rows}
+    for column, domain in (("MSMT17", "synthA"), ("DukeMTMC", "synthB"), ("Market", "synthC")):
+        assert by[("Global Model", column)] == 100 * clients[domain] / 2
+        assert by[("Local Model", column)] == 100 * clients[domain]
+        assert by[("Standalone Training", column)] == 100 * clients[domain] / 4
+        assert by[("Centralized Training", column)] == 100.0
+    assert by[("Local Model", "VIPeR")] is None
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["Centralized Training", "FedPav",
+                                                                     "Standalone Training"]
+    assert "Deviations from the paper's protocol:" in (tmp_path / "table.md").read_text()
+
+
+def test_fedarks_table1_cells_are_the_global_model_on_the_held_out_domain_and_savg_their_mean(tmp_path):
+    spec = TABLES["fedarks-table1"]
+    held_out = {"MS+C2+C3→M": ("synthA", 0.5), "M+C2+C3→MS": ("synthD", 0.25), "MS+C2+M→C3": ("synthC", 0.125)}
+    for row in (r for r in spec.rows if r.train):
+        for task, (domain, r1) in held_out.items():
+            cfg = base_config(row.train[task]["smoke"])
+            assert cfg.data.test_domains == [domain]
+            _summary(tmp_path / "runs" / row.run_name(task), global_seen_per_testset={"synthB": _r1(1.0)},
+                     global_unseen_per_testset={domain: _r1(r1)})
+    rows = run_table("fedarks-table1", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    for task, (_, r1) in held_out.items():
+        assert by[("FedARKS", f"{task} R1")]["privreid"] == 100 * r1
+        assert by[("FedARKS", f"{task} mAP")]["privreid"] == 100 * r1 / 2
+    assert by[("FedARKS", "SAvg R1")]["privreid"] == round(100 * (0.5 + 0.25 + 0.125) / 3, 2)
+    assert by[("FedARKS", "SAvg R1")]["published"] == 45.9
+    assert by[("DACS", "SAvg R1")] | {} == {"row": "DACS", "column": "SAvg R1", "privreid": None, "published": 37.1,
+                                           "difference": None, "status": "not implemented"}
+    assert {r.name for r in spec.rows if r.train} == {"MOON", "FedProx", "FedPav", "FedReID", "FedARKS"}
+
+
+def test_fedarks_table3_switches_rk_with_v_and_ks_with_beta():
+    from privreid.federated.methods.fedarks import FEDARKS
+
+    expected = {"-RK -KS": (1.0, 0.0), "+RK": (0.5, 0.0), "+KS": (1.0, 5.0), "+RK +KS (FedARKS)": (0.5, 5.0)}
+    for row, (v, beta) in expected.items():
+        cfg = _smoke_config("fedarks-table3", row, "MS+C2+C3→M")
+        assert cfg.train.method == "fedarks"
+        assert (float(FEDARKS.option(cfg, "v")), float(FEDARKS.option(cfg, "beta"))) == (v, beta)
+    assert not any(c.name.startswith("SAvg") for c in TABLES["fedarks-table3"].columns)
+
+
+def test_fedpav_table5_reads_crosscam_evaluations_and_prints_the_papers_orientation(tmp_path):
+    """Cells evaluate the global model under FedPav's cross-camera protocol (cached per run); table.md has the
+    datasets as lines and the methods as columns, as the paper prints it."""
+    for name, value in (("CC & CDW", 0.25), ("KD & CDW", 0.5)):
+        _summary(tmp_path / "runs" / name)
+        for stand_in in ("synth-caviar", "synth-grid"):
+            (tmp_path / "runs" / name / f"eval-{stand_in}-crosscam.json").write_text(json.dumps(
+                {"protocol": "crosscam", "rank1": value, "mAP": value}))
+    rows = run_table("fedpav-table5", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("KD & CDW", "CAVIAR")]["privreid"] == 50.0 and by[("KD & CDW", "CAVIAR")]["published"] == 53.2
+    table = (tmp_path / "table.md").read_text()
+    assert "| Dataset | DSTML | UMDL |" in table
+    assert "| GRID | n/i (-) | n/i (-) | n/i (9.0) |" in table and table.count("25.0 (") == 2
+    assert [c.source for c in TABLES["fedpav-table5"].columns] == [("dg", "caviar-crosscam"), ("dg", "grid-crosscam")]
+
+
+@pytest.mark.slow
+def test_fedpav_table5_smoke_end_to_end(tmp_path):
+    out = tmp_path / "t5"
+    rows = run_table("fedpav-table5", scale="smoke", out=out, device="cpu", echo=lambda _: None)
+    for row in ("CC & CDW", "KD & CDW"):
+        evaluation = json.loads((out / "runs" / row / "eval-synth-caviar-crosscam.json").read_text())
+        assert evaluation["protocol"] == "crosscam" and len(evaluation["per_split"]) == 10
+        cell = next(r for r in rows if r["row"] == row and r["column"] == "CAVIAR")
+        assert cell["privreid"] == round(100 * evaluation["rank1"], 2)
+        assert (out / "runs" / row / "splits-synth-caviar-crosscam.json").is_file()
+
+
+def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tmp_path):
+    """Every row reads the column's one run ("SYSU Ours-model"): the attack / corruption evaluation cached next
+    to it; a "↓" row is the relative drop 100 * (clean - attacked) / clean, as the paper prints it."""
+    from privreid.reproduce.tables import TABLE9_ATTACKS
+
+    for group in ("SYSU DNS", "SYSU Ours"):
+        run = tmp_path / "runs" / f"{group}-model"
+        _summary(run)
+        for _, attack in TABLE9_ATTACKS:
+            run.joinpath(f"attack-{attack}-viA.json").write_text(json.dumps(
+                {"clean_rank1": 0.5, "clean_mAP": 0.4, "rank1": 0.125, "mAP": 0.1}))
+        run.joinpath("corruption-viA.json").write_text(json.dumps(
+            {"clean": {"rank1": 0.5, "mAP": 0.4}, "mean": {"rank1": 0.25, "mAP": 0.5}}))
+    rows = run_table("l2rw-table9", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("Clean", "SYSU Ours R1")]["privreid"] == 50.0 and by[("Clean", "SYSU Ours R1")]["published"] == 51.27
+    assert by[("PGD", "SYSU DNS mAP")]["privreid"] == 10.0
+    assert by[("PGD ↓", "SYSU DNS R1")]["privreid"] == 75.0 and by[("PGD ↓", "SYSU DNS R1")]["published"] == 85.9
+    assert by[("Corruption ↓", "SYSU Ours R1")]["privreid"] == 50.0
+    assert by[("Corruption ↓", "SYSU Ours mAP")]["privreid"] == -25.0  # mAP rose under corruption
+    assert by[("Clean", "LLCM Ours R1")]["privreid"] is None  # no LLCM stand-in
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["SYSU DNS-model", "SYSU Ours-model"]
+    dns = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU DNS"]["smoke"])
+    ours = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU Ours"]["smoke"])
+    assert (dns.train.method, ours.train.method) == ("centralized", "dppt")

@@ -1,6 +1,6 @@
 """Synthetic stand-ins for the small unseen-domain benchmarks (``--data synth-dg``).
 
-Three small domains rendered by the synthetic generator
+Six small domains rendered by the synthetic generator
 (:mod:`privreid.data.synthetic`) with a seed the embedded federation never
 uses, so their scene and camera styles are unseen, each written in the real
 layout of the benchmark it stands in for and read by the real loader
@@ -9,10 +9,19 @@ loading, split and ranking code as paper-scale ones:
 
 ``synth-viper``  (``viper`` layout)  2 cameras, one image per person per camera;
 ``synth-grid``   (``grid`` layout)   probe / gallery cameras plus pid-0 distractors;
-``synth-ilids``  (``ilids`` layout)  several images per person, no camera labels.
+``synth-ilids``  (``ilids`` layout)  several images per person, no camera labels;
+``synth-prid``   (``prid`` layout)   2 cameras, one image each, camera-B-only distractors (person numbers
+                                      above the paired ones, as PRID2011's 201-749);
+``synth-3dpes``  (``3dpes`` layout)  2 cameras, several images per person per camera;
+``synth-caviar`` (``caviar`` layout) 2 cameras, several images per person per camera (images 001-010 the
+                                      first camera, 011-020 the second, as CAVIAR4REID numbers them).
+
+The domains are rendered in this order, each from its own per-domain seed,
+so adding a stand-in leaves the images of the earlier ones unchanged.
 
 Each stand-in is tested under the DG-ReID protocol (half of the people,
-single-shot, distractors) like the benchmark.  The embedded federation
+single-shot, distractors) like the benchmark; GRID and CAVIAR also under
+FedPav's cross-camera protocol (paper 004, Table 5).  The embedded federation
 (``--data synth``) is untouched: these domains come from their own cache entry.
 """
 
@@ -34,7 +43,12 @@ STANDINS = {
     "synth-viper": ("viper", Path("VIPeR")),
     "synth-grid": ("grid", Path("underground_reid")),
     "synth-ilids": ("ilids", Path("i-LIDS_Pedestrian") / "Persons"),
+    "synth-prid": ("prid", Path("prid_2011") / "single_shot"),
+    "synth-3dpes": ("3dpes", Path("3DPeS") / "RGB"),
+    "synth-caviar": ("caviar", Path("CAVIAR4REID") / "CAVIARa"),
 }
+#: the stand-ins' cache format: 2 since PRID / 3DPeS / CAVIAR joined (an older cached copy is regenerated)
+DG_FORMAT_VERSION = 2
 #: added to the seed so that no stand-in domain is a domain of the embedded federation
 SEED_OFFSET = 7919
 
@@ -45,9 +59,10 @@ class SynthDGConfig:
 
     #: people per stand-in (GRID: paired people; VIPeR, i-LIDS: all people)
     people: int = 32
-    #: GRID stand-in: pid-0 gallery distractors
+    #: GRID and PRID stand-ins: gallery distractors (the rendered domain's pid-0 images)
     distractors: int = 48
-    #: i-LIDS stand-in: images per person (split over its two rendered cameras)
+    #: i-LIDS stand-in: images per person (split over its two rendered cameras); 3DPeS and CAVIAR stand-ins:
+    #: half of it per person per camera
     ilids_images: int = 4
     height: int = 128
     width: int = 64
@@ -71,8 +86,8 @@ def generate_synthetic_dg(out_dir: str | os.PathLike, config: SynthDGConfig | No
                                                                            if p.is_dir())):
             _WRITERS[fmt](_by_person(domain), tmp / name / folder, config)
         shutil.rmtree(rendered)
-        write_manifest(tmp, "privreid-synthetic-dg", config, domains=list(STANDINS),
-                       formats={name: fmt for name, (fmt, _) in STANDINS.items()})
+        write_manifest(tmp, "privreid-synthetic-dg", config, format_version=DG_FORMAT_VERSION,
+                       domains=list(STANDINS), formats={name: fmt for name, (fmt, _) in STANDINS.items()})
 
     return write_atomically(out_dir, fill, overwrite=overwrite)
 
@@ -81,7 +96,8 @@ def ensure_synthetic_dg(cache_root: str | os.PathLike | None = None, config: Syn
     """A cached copy of the stand-ins for ``config``, generated once (like ``ensure_synthetic``)."""
     config = config or SynthDGConfig()
     return ensure_cached(SYNTH_DG, config,
-                         lambda path, overwrite: generate_synthetic_dg(path, config, overwrite=overwrite), cache_root)
+                         lambda path, overwrite: generate_synthetic_dg(path, config, overwrite=overwrite), cache_root,
+                         format_version=DG_FORMAT_VERSION)
 
 
 def standin_roots(root: str | os.PathLike) -> dict[str, tuple[Path, str]]:
@@ -124,6 +140,32 @@ def _write_grid(people: dict, base: Path, config: SynthDGConfig) -> None:
         _save(path, base / "gallery" / f"0000_{1 + k % 2}_{k:05d}_0_0_0_0.jpeg")
 
 
+def _write_prid(people: dict, base: Path, config: SynthDGConfig) -> None:
+    """Paired people are persons 1..n in both cameras; the distractors are camera B's persons after them."""
+    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    for n, pid in enumerate(paired, start=1):
+        _save(people[pid][1][0], base / "cam_a" / f"person_{n:04d}.png")
+        _save(people[pid][2][0], base / "cam_b" / f"person_{n:04d}.png")
+    for k, path in enumerate(p for cams in people.get(0, {}).values() for p in cams):
+        _save(path, base / "cam_b" / f"person_{len(paired) + 1 + k:04d}.png")
+
+
+def _write_3dpes(people: dict, base: Path, config: SynthDGConfig) -> None:
+    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    for n, pid in enumerate(paired, start=1):
+        for cam in (1, 2):
+            for k, path in enumerate(people[pid][cam], start=1):
+                _save(path, base / f"{n:03d}_{cam}_20100611_{k:04d}.bmp")
+
+
+def _write_caviar(people: dict, base: Path, config: SynthDGConfig) -> None:
+    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    for n, pid in enumerate(paired, start=1):
+        for cam in (1, 2):
+            for k, path in enumerate(people[pid][cam][:10], start=1):
+                _save(path, base / f"{n:04d}{10 * (cam - 1) + k:03d}.jpg")
+
+
 def _write_ilids(people: dict, base: Path, config: SynthDGConfig) -> None:
     persons = [pid for pid in sorted(people) if pid > 0][: config.people]
     for n, pid in enumerate(persons, start=1):
@@ -132,7 +174,8 @@ def _write_ilids(people: dict, base: Path, config: SynthDGConfig) -> None:
             _save(path, base / f"{n:04d}{k:03d}.jpg")
 
 
-_WRITERS = {"viper": _write_viper, "grid": _write_grid, "ilids": _write_ilids}
+_WRITERS = {"viper": _write_viper, "grid": _write_grid, "ilids": _write_ilids, "prid": _write_prid,
+            "3dpes": _write_3dpes, "caviar": _write_caviar}
 
 __all__ = ["SYNTH_DG", "STANDINS", "SynthDGConfig", "ensure_synthetic_dg", "generate_synthetic_dg", "standin_roots"]
 

@@ -52,15 +52,21 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     spec = _check(key, scale, data_root)
     out = Path(out)
     values: dict[tuple[str, str], float | None] = {}
+    measured = [c for c in spec.columns if c.source[0] != "mean"]
     for row in spec.rows:
-        for column in spec.columns:
+        for column in measured:
             values[(row.name, column.name)] = _cell(spec, row, column, scale, out, data_root, device, echo)
     if spec.reference is not None:  # every cell relative to the reference run's
-        for column in spec.columns:
+        for column in measured:
             ref = _cell(spec, spec.reference, column, scale, out, data_root, device, echo)
             for row in spec.rows:
                 ours = values[(row.name, column.name)]
                 values[(row.name, column.name)] = None if None in (ours, ref) else ours - ref
+    for column in spec.columns:
+        if column.source[0] == "mean":  # FedARKS' SAvg: the mean of other columns of the row
+            for row in spec.rows:
+                parts = [values[(row.name, name)] for name in column.of]
+                values[(row.name, column.name)] = None if None in parts else sum(parts) / len(parts)
     rows = _rows(spec, values)
     _write(spec, scale, rows, out)
     return rows
@@ -79,7 +85,9 @@ def _check(key: str, scale: str, data_root) -> TableSpec:
     if scale == "paper":
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
-        needed = dict(spec.paper_train) | {c.paper: c.source[1] for c in spec.columns
+        from ..evaluation.dg_protocol import resolve_eval_format
+
+        needed = dict(spec.paper_train) | {c.paper: resolve_eval_format(c.source[1])[0] for c in spec.columns
                                            if c.paper and c.source[0] == "dg"}
         for folder, fmt in needed.items():
             _check_dataset(Path(data_root) / folder, fmt)
@@ -111,21 +119,28 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
     if dataset is None:
         return None
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
+    if row.measure is not None:
+        return _robustness_cell(run_dir, row.measure, column.source[1], dataset, scale, device)
     kind, what = column.source
+    if row.scope is not None and kind in ("local", "global"):
+        kind = row.scope
     summary = json.loads((run_dir / "summary.json").read_text())
     if kind == "seen":
         metrics = summary.get("global_seen") or summary.get("local_seen") or {}
         return None if metrics.get(what) is None else 100 * metrics[what]
-    if kind == "global":
-        metrics = summary.get("global_seen_per_testset", {}).get(dataset)
+    if kind == "global":  # as the run reports its global model: the ``best`` block (last or best-K evaluations)
+        reported = summary.get("best") or summary
+        metrics = (reported.get("global_seen_per_testset", {}) | reported.get("global_unseen_per_testset", {})
+                   ).get(dataset)
         return None if metrics is None else 100 * metrics[what]
     if kind == "local":  # the personalised model of the client(s) holding this seen domain
         found = [m[what] for key, m in summary.get("local_seen_per_testset", {}).items()
                  if key.split("@")[-1] == dataset]
         return None if not found else 100 * sum(found) / len(found)
-    cache = run_dir / f"eval-{dataset}.json"
+    name = dataset + ("-crosscam" if what.endswith("-crosscam") else "")
+    cache = run_dir / f"eval-{name}.json"
     if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, dataset)))
+        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, name)))
     return 100 * json.loads(cache.read_text())[column.metric]
 
 
@@ -145,6 +160,52 @@ def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, 
     return run_dir
 
 
+def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, dataset: str, scale: str,
+                     device: str) -> float | None:
+    """L2RW+ Table IX: the run's global model under an attack or CIL-ReID corruptions (cached next to the run)."""
+    from ..attacks.retrieval import relative_drop
+
+    kind, what = measure
+    family = kind.split("-")[0]
+    cache = run_dir / (f"attack-{what}-{dataset}.json" if family == "attack" else f"corruption-{dataset}.json")
+    if not cache.is_file():
+        cache.write_text(json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
+    result = json.loads(cache.read_text())
+    if family == "attack":
+        clean, attacked = result[f"clean_{metric}"], result[metric]
+    else:
+        clean, attacked = result["clean"][metric], result["mean"][metric]
+    if kind.endswith("-drop"):
+        drop = relative_drop(clean, attacked)
+        return None if drop is None else 100 * drop
+    return 100 * (clean if kind.endswith("-clean") else attacked)
+
+
+def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, scale: str, device: str) -> dict:
+    from ..attacks.retrieval import evaluate_under_attack
+    from ..checkpoint import load_checkpoint, load_model
+    from ..config import RunConfig
+    from ..data.catalog import resolve_datasets
+    from ..data.partition import as_test_set
+    from ..evaluation.corrupted_eval import evaluate_corrupted
+    from ..federated.engine import resolve_device
+    from .tables import TABLE9_SMOKE_REPEATS
+
+    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    cfg = RunConfig.from_dict(ckpt["config"])
+    dev = resolve_device(device)
+    model = load_model(ckpt, device=dev)
+    datasets = resolve_datasets(cfg.data.roots, cfg.data.format, synth_seed=cfg.data.synth_seed)
+    testset = as_test_set(dataset, datasets[dataset])
+    size = {"height": cfg.data.height, "width": cfg.data.width}
+    if family == "attack":
+        return evaluate_under_attack(model, testset, method=attack, device=dev, **size).record(testset=dataset)
+    result = evaluate_corrupted(model, testset, repeats=TABLE9_SMOKE_REPEATS if scale == "smoke" else 10,
+                                device=dev, **size)
+    return {k: result[k] for k in ("clean", "mean", "std", "corruptions", "severity", "corrupt", "pixel_scale",
+                                   "deviations")}
+
+
 def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
     from ..checkpoint import load_checkpoint, load_model
     from ..config import RunConfig
@@ -161,7 +222,7 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
 
 
 def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
-    numbers = {r["row"]: r["values"] for r in published().get(spec.key, {}).get("rows", [])}
+    numbers = published_by_row(spec.key)
     rows = []
     for row in spec.rows:
         for column in spec.columns:
@@ -171,6 +232,20 @@ def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
                          "published": paper, "difference": None if None in (ours, paper) else round(ours - paper, 2),
                          "status": "not implemented" if row.train is None else "run"})
     return rows
+
+
+def published_by_row(key: str) -> dict[str, dict[str, float]]:
+    """Table ``key``'s published numbers as ``{row: {column: value}}`` in privreid's orientation (a transposed
+    paper table, FedPav Table 5, is stored as the paper prints it: its lines are privreid's columns)."""
+    table = published().get(key, {})
+    numbers: dict[str, dict[str, float]] = {}
+    for line in table.get("rows", []):
+        if table.get("transposed"):
+            for row, value in line["values"].items():
+                numbers.setdefault(row, {})[line["row"]] = value
+        else:
+            numbers[line["row"]] = dict(line["values"])
+    return numbers
 
 
 def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
@@ -189,15 +264,22 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
         diff = "" if r["difference"] is None else f", {r['difference']:+.1f}"
         return f"{r['privreid']:.1f} ({paper}{diff})"
 
-    head = ["Method", *[c.name for c in spec.columns]]
+    names = [c.name for c in spec.columns]
+    if spec.transpose:  # the paper's layout: one line per column of privreid's, one column per row
+        head = ["Dataset", *[r.name for r in spec.rows]]
+        body = [[name, *[cell(by_cell[(r.name, name)]) for r in spec.rows]] for name in names]
+    else:
+        head = ["Method", *names]
+        body = [[r.name, *[cell(by_cell[(r.name, name)]) for name in names]] for r in spec.rows]
     lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
              "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
              "- = no such data at this scale." + (f" Every privreid cell is relative to the {spec.reference.name} "
                                                   "run's (its increase over it), as in the paper."
                                                   if spec.reference else ""), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in spec.rows:
-        lines.append("| " + " | ".join([row.name, *[cell(by_cell[(row.name, c.name)]) for c in spec.columns]]) + " |")
+    lines += ["| " + " | ".join(line) + " |" for line in body]
+    if spec.deviations:
+        lines += ["", "Deviations from the paper's protocol:", *[f"* {d}" for d in spec.deviations]]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     if spec.figure is not None:
         spec.figure(spec, rows, out / "figure.png")
