@@ -49,13 +49,21 @@ def tiny_config(root, method: str = "fedpav", rounds: int = 2, **train) -> RunCo
 
 
 def spy_on_uploads(monkeypatch, strategy_cls) -> list:
-    """Record the uploads of every round as ``strategy_cls.aggregate`` receives them: the server's whole view."""
+    """Record the uploads of every round as ``strategy_cls``'s accumulator receives them: the server's whole view."""
     rounds: list = []
-    original = strategy_cls.aggregate
+    original = strategy_cls.accumulator
 
-    def spy(self, global_state, uploads):
-        rounds.append(uploads)
-        return original(self, global_state, uploads)
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.uploads = inner, []
+            rounds.append(self.uploads)
 
-    monkeypatch.setattr(strategy_cls, "aggregate", spy)
+        def add(self, upload):
+            self.uploads.append(upload)
+            self.inner.add(upload)
+
+        def result(self):
+            return self.inner.result()
+
+    monkeypatch.setattr(strategy_cls, "accumulator", lambda self, global_state: Spy(original(self, global_state)))
     return rounds

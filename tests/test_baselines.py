@@ -145,14 +145,24 @@ def test_fedbn_global_eval_state_by_hand():
 
 
 class UploadSpy:
-    """Wraps an engine's strategy and records every upload the server receives."""
+    """Wraps an engine's strategy and records every upload the server receives (one list per round)."""
 
     def __init__(self, inner):
         self.inner, self.uploads = inner, []
 
-    def aggregate(self, global_state, uploads):
-        self.uploads.append(uploads)
-        return self.inner.aggregate(global_state, uploads)
+    def accumulator(self, global_state):
+        inner, received = self.inner.accumulator(global_state), []
+        self.uploads.append(received)
+
+        class Spy:
+            def add(self, upload):
+                received.append(upload)
+                inner.add(upload)
+
+            def result(self):
+                return inner.result()
+
+        return Spy()
 
 
 @pytest.fixture(scope="module")

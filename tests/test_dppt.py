@@ -23,7 +23,7 @@ from privreid.federated.strategy import weighted_average
 from privreid.models import build_model
 from privreid.seeding import derive_seed, seed_everything
 
-from conftest import tiny_config
+from conftest import spy_on_uploads, tiny_config
 
 CPU = torch.device("cpu")
 
@@ -56,17 +56,10 @@ def drawn_labels(cfg, client, round_index):
 def two_rounds(tiny_synth, tmp_path_factory):
     """2 rounds of dppt (default: one shared classifier over the global labels) with every upload the server
     received."""
-    seen = []
-    original = DPPTAggregate.aggregate
-
-    def spy(self, global_state, uploads):
-        seen.append(uploads)
-        return original(self, global_state, uploads)
-
     cfg = dppt_config(tiny_synth, rounds=2)
     out = tmp_path_factory.mktemp("dppt")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(DPPTAggregate, "aggregate", spy)
+        seen = spy_on_uploads(mp, DPPTAggregate)
         engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False)
         summary = engine.run()
     return cfg, engine, summary, seen, out
@@ -133,16 +126,16 @@ def test_resume_continues_exactly(two_rounds, tmp_path):
     """Killed in round 2 (after the round-1 checkpoint), resumed: same model and global memory."""
     cfg, engine, summary, seen, out = two_rounds
     calls = []
-    original = DPPTAggregate.aggregate
+    original = DPPTAggregate.accumulator
 
-    def crash_in_round_2(self, global_state, uploads):
+    def crash_in_round_2(self, global_state):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, global_state, uploads)
+        return original(self, global_state)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(DPPTAggregate, "aggregate", crash_in_round_2)
+        mp.setattr(DPPTAggregate, "accumulator", crash_in_round_2)
         with pytest.raises(KeyboardInterrupt):
             FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run()
     assert load_checkpoint(tmp_path / "ckpt.pt")["round"] == 1

@@ -195,3 +195,27 @@ def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_syn
         seen = next(ts for ts in fed.seen if ts.name == client.domain)
         res = evaluate_model(model, seen, height=32, width=16)  # what `privreid eval --client` computes
         assert {k: res[k] for k in SUMMARY_KEYS} == {k: records[client.name, seen.name][k] for k in SUMMARY_KEYS}
+
+
+def test_server_streams_uploads_holding_none_once_folded(tiny_synth, tmp_path):
+    """Each upload is folded into the round's running sum as it arrives and dropped (issue 14, part 1)."""
+    import gc
+    import weakref
+
+    class Watch(FederatedEngine):
+        alive_at_arrival: list = []
+
+        def receive(self, inbox, upload):
+            gc.collect()
+            self.alive_at_arrival.append(sum(r() is not None for r in self.refs))
+            self.refs = [weakref.ref(v) for v in upload.state.values()]
+            super().receive(inbox, upload)
+
+    cfg = tiny_config(tiny_synth, rounds=1)
+    engine = Watch(cfg, federation(cfg), tmp_path, progress=False)
+    engine.refs = []
+    engine.run()
+    assert engine.alive_at_arrival == [0, 0]  # the first upload was gone when the second arrived
+    gc.collect()
+    assert all(r() is None for r in engine.refs)
+    assert engine.comm[0]["bytes_up"] == 2 * state_nbytes(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))

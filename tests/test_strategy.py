@@ -50,3 +50,62 @@ def test_policies_split_state():
     copy = clone_state(state)
     copy["neck.fc.bias"] += 1
     assert state["neck.fc.bias"].sum() == 0
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def _streaming_strategies():
+    from privreid.defenses.beta_noise import NoisyAggregate
+    from privreid.defenses.client_dp import ClientLevelDP
+    from privreid.federated.methods.dppt import DPPTAggregate
+    from privreid.federated.strategy import UniformAverage
+
+    return {"volume": DataVolumeAverage(), "uniform": UniformAverage(), "dppt": DPPTAggregate(),
+            "client-dp": ClientLevelDP(1.0, 0.5, trainable={"w"}),
+            "beta": NoisyAggregate(DataVolumeAverage(), 0.1, {"w"})}
+
+
+@pytest.mark.parametrize("name", sorted(_streaming_strategies()))
+def test_streaming_strategies_drop_each_upload_once_folded(name):
+    import gc
+    import weakref
+
+    strategy = _streaming_strategies()[name]
+    assert not strategy.needs_all_uploads
+    g = {"w": torch.zeros(4), "bn.num_batches_tracked": torch.tensor(0)}
+    acc = strategy.accumulator(g)
+    refs = []
+    for i in range(3):
+        upload = up(f"c{i}", i + 1, [float(i)] * 4)
+        refs.append(weakref.ref(upload.state["w"]))
+        acc.add(upload)
+        del upload
+    gc.collect()
+    assert all(r() is None for r in refs)  # the accumulator kept no upload tensor
+    torch.manual_seed(0)
+    streamed = acc.result()
+    torch.manual_seed(0)
+    listed = strategy.aggregate(g, [up(f"c{i}", i + 1, [float(i)] * 4) for i in range(3)])
+    assert streamed.keys() == listed.keys() and all(torch.equal(streamed[k], listed[k]) for k in streamed)
+
+
+def test_strategies_needing_every_upload_keep_the_list_and_aggregate_once():
+    from privreid.federated.strategy import KeepUploads, Strategy
+
+    calls = []
+
+    class Median(Strategy):  # not linear: needs every upload
+        def aggregate(self, global_state, uploads):
+            calls.append([u.client for u in uploads])
+            return {"w": torch.stack([u.state["w"] for u in uploads]).median(dim=0).values}
+
+    strategy = Median()
+    assert strategy.needs_all_uploads
+    acc = strategy.accumulator({})
+    assert isinstance(acc, KeepUploads)
+    for i, w in enumerate([1.0, 9.0, 2.0]):
+        acc.add(up(f"c{i}", 1, [w]))
+    assert calls == [] and acc.result()["w"].item() == 2.0 and calls == [["c0", "c1", "c2"]]
+    with pytest.raises(NotImplementedError, match="neither"):
+        Strategy().accumulator({})

@@ -12,7 +12,7 @@ How the server view gets the uploads: the checkpoint holds only the final
 state, so privreid **re-derives them deterministically**.  Training is seeded
 from ``(seed, round, client)`` (:mod:`privreid.seeding`), so replaying the
 run from its configuration (:class:`UploadRecorder`, the engine with a
-recording ``collect_uploads``) reproduces every upload; the replay is
+recording ``receive``) reproduces every upload; the replay is
 **verified** against the checkpoint (its final global state must equal the
 checkpoint's, tensor for tensor) and the record says so
 (``replay_verified``).  Cost: one training run per audited checkpoint,
@@ -45,12 +45,10 @@ class UploadRecorder(FederatedEngine):
         self.audited = audited
         self.recorded: dict[int, dict[str, torch.Tensor]] = {}
 
-    def collect_uploads(self, round_index, selected):
-        uploads = super().collect_uploads(round_index, selected)
-        for u in uploads:
-            if u.client == self.audited:
-                self.recorded[round_index + 1] = {k: v.detach().clone() for k, v in u.state.items()}
-        return uploads
+    def receive(self, inbox, upload):
+        if upload.client == self.audited:
+            self.recorded[inbox.round_no] = {k: v.detach().clone() for k, v in upload.state.items()}
+        super().receive(inbox, upload)
 
 
 def replay_uploads(ckpt: dict, client: str, cache: Path, *, progress: bool = False,

@@ -33,7 +33,7 @@ import torch
 
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import Strategy, Upload
+from ..federated.strategy import Accumulator, Strategy, Upload
 from .client_dp import trainable_parameter_names
 
 
@@ -48,13 +48,28 @@ def add_white_noise(state: StateDict, beta: float, keys: Collection[str] | None 
 
 
 class NoisyAggregate(Strategy):
-    """Eq. 14: the inner strategy's aggregate plus white noise on the trainable parameters ``parameters``."""
+    """Eq. 14: the inner strategy's aggregate plus white noise on the trainable parameters ``parameters``.
+
+    Streams when the inner strategy does: the uploads go to the inner
+    accumulator as they arrive, the noise is added to its result.
+    """
 
     def __init__(self, inner: Strategy, beta: float, parameters: Collection[str]):
         self.inner, self.beta, self.parameters = inner, beta, frozenset(parameters)
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        return add_white_noise(self.inner.aggregate(global_state, uploads), self.beta, self.parameters)
+    def accumulator(self, global_state: StateDict) -> Accumulator:
+        return _NoisyResult(self.inner.accumulator(global_state), self.beta, self.parameters)
+
+
+class _NoisyResult(Accumulator):
+    def __init__(self, inner: Accumulator, beta: float, parameters: frozenset[str]):
+        self.inner, self.beta, self.parameters = inner, beta, parameters
+
+    def add(self, upload: Upload) -> None:
+        self.inner.add(upload)
+
+    def result(self) -> StateDict:
+        return add_white_noise(self.inner.result(), self.beta, self.parameters)
 
 
 class NoisyStart:

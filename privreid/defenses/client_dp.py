@@ -70,7 +70,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
+from ..federated.strategy import Accumulator, DataVolumeAverage, Strategy, UniformAverage, Upload
 
 #: inner strategies client DP may replace: plain (weighted) means of the uploads
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
@@ -126,28 +126,42 @@ class ClientLevelDP(Strategy):
         """``Z S / m``: the standard deviation of the noise on the mean of ``m`` updates."""
         return self.noise_multiplier * self.clip / m
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        if not uploads:
-            raise ValueError("cannot aggregate zero uploads")
-        for u in uploads:
-            if u.state.keys() != global_state.keys():
-                raise ValueError(f"client {u.client} uploaded keys that differ from the global state")
-        private = [k for k in global_state if k in self.trainable]
-        for k in private:
+    def accumulator(self, global_state: StateDict) -> Accumulator:
+        """Streams: each upload's update is clipped and summed as it arrives; the noise goes on the mean."""
+        return _ClippedSum(self, global_state)
+
+
+class _ClippedSum(Accumulator):
+    """``sum_k clip_S(theta_k - theta)`` over the trainable keys, in float64; ``result`` is the noisy mean."""
+
+    def __init__(self, strategy: ClientLevelDP, global_state: StateDict):
+        self.strategy, self.global_state = strategy, global_state
+        self.private = [k for k in global_state if k in strategy.trainable]
+        for k in self.private:
             if not torch.is_floating_point(global_state[k]):
                 raise ValueError(f"trainable key {k} is not a floating tensor")
-        m = len(uploads)
-        total = {k: torch.zeros_like(global_state[k], dtype=torch.float64) for k in private}
-        for u in uploads:
-            clipped = clip_update({k: u.state[k].double() - global_state[k].double() for k in private}, self.clip)
-            for k in private:
-                total[k] += clipped[k]
-        std = self.noise_std(m)
+        self.total = {k: torch.zeros_like(global_state[k], dtype=torch.float64) for k in self.private}
+        self.m = 0
+
+    def add(self, upload: Upload) -> None:
+        g = self.global_state
+        if upload.state.keys() != g.keys():
+            raise ValueError(f"client {upload.client} uploaded keys that differ from the global state")
+        clipped = clip_update({k: upload.state[k].double() - g[k].double() for k in self.private},
+                              self.strategy.clip)
+        for k in self.private:
+            self.total[k] += clipped[k]
+        self.m += 1
+
+    def result(self) -> StateDict:
+        if self.m == 0:
+            raise ValueError("cannot aggregate zero uploads")
+        std = self.strategy.noise_std(self.m)
         out: StateDict = {}
-        for k, v in global_state.items():
-            if k in total:
+        for k, v in self.global_state.items():
+            if k in self.total:
                 noise = torch.randn(v.shape, dtype=torch.float64) * std
-                out[k] = (v.double() + total[k] / m + noise.to(v.device)).to(v.dtype)
+                out[k] = (v.double() + self.total[k] / self.m + noise.to(v.device)).to(v.dtype)
             else:
                 out[k] = v.clone()
         return out

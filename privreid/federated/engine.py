@@ -8,8 +8,11 @@ resident.  Between rounds a client keeps only its local state (its
 ``policy.local`` keys) and its memory (a method's extra tensors; for methods
 whose papers score the trained local model, ``keeps_trained_model``, one copy
 of its shared keys), and the server keeps the global shared state.  Within
-a round the server holds the uploads of the selected clients until it
-aggregates them (strategies are pure functions of all uploads).
+a round the server streams: each upload is checked, counted and folded into
+the strategy's accumulator as it arrives (:class:`RoundInbox`,
+:class:`~.strategy.Accumulator`) and then dropped, so a linear strategy
+holds one running sum whatever the number of clients; only strategies that
+need every upload at once (:class:`~.strategy.KeepUploads`) hold the list.
 
 Determinism.  Every random draw is seeded from ``(seed, round, client)``
 (:mod:`privreid.seeding`), so ``--resume`` from the checkpoint of round ``r``
@@ -60,7 +63,7 @@ from .early_stop import evaluate_after_stop
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method, get_method
 from .resume import check_resume
-from .strategy import Upload
+from .strategy import Accumulator, Upload
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
@@ -109,6 +112,32 @@ def selection_size(fraction: float, n: int) -> int:
     such as ``0.3 * 10 = 3.0000000000000004`` does not add a client.
     """
     return min(n, max(1, math.ceil(round(fraction * n, 9))))
+
+
+class RoundInbox:
+    """The server's receiving end of one round: every upload is checked, counted and aggregated as it arrives.
+
+    :meth:`add` stops the run on a non-finite training loss
+    (:func:`~.divergence.check_finite_training`: before the upload reaches
+    the aggregate or a checkpoint), adds the upload's size to the round's
+    upload bytes and folds it into ``accumulator``; the caller then drops
+    the upload.  ``result()`` is the strategy's aggregate of everything
+    added.
+    """
+
+    def __init__(self, accumulator: Accumulator, round_no: int, out_dir: Path):
+        self.accumulator, self.round_no, self.out_dir = accumulator, round_no, out_dir
+        self.bytes_up = 0
+        self.received = 0
+
+    def add(self, upload: Upload) -> None:
+        check_finite_training([upload], self.round_no, self.out_dir)
+        self.bytes_up += state_nbytes(upload.state)
+        self.received += 1
+        self.accumulator.add(upload)
+
+    def result(self) -> StateDict:
+        return self.accumulator.result()
 
 
 def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
@@ -303,18 +332,22 @@ class FederatedEngine:
         return Upload(client.name, {**clone_state(self.policy.shared(state)), **clone_state(ctx.upload_extra)},
                       client.num_samples, train_metrics)
 
-    def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
-        """Train the selected clients one after another and record their metrics; their uploads.
+    def open_inbox(self, round_index: int) -> RoundInbox:
+        """The round's inbox, folding into a fresh accumulator of the strategy against the current global state."""
+        return RoundInbox(self.strategy.accumulator(self.global_state), round_index + 1, self.out_dir)
+
+    def receive(self, inbox: RoundInbox, upload: Upload) -> None:
+        """One upload arrives at the server: record the client's training metrics, then hand it to ``inbox``."""
+        self._record({"round": inbox.round_no, "scope": "train", "client": upload.client, **upload.metrics})
+        inbox.add(upload)
+
+    def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
+        """Train the selected clients one after another; each upload goes to :meth:`receive` as it is made.
 
         The Flower ServerApp overrides this to dispatch the round to the sites.
         """
-        round_no = round_index + 1
-        uploads: list[Upload] = []
         for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
-            upload = self.train_client(client, round_index)
-            uploads.append(upload)
-            self._record({"round": round_no, "scope": "train", "client": client.name, **upload.metrics})
-        return uploads
+            self.receive(inbox, self.train_client(client, round_index))
 
     def evaluate_round(self, round_no: int) -> None:
         """The global model, then every client's personalised model (module docstring, "Evaluation")."""
@@ -322,15 +355,13 @@ class FederatedEngine:
         for client in self.clients:
             self._eval_local(round_no, client)
 
-    def finish_round(self, round_index: int, uploads: list[Upload], down_bytes: int) -> None:
-        """The server's part of a round: aggregate the uploads, count bytes, evaluate, checkpoint."""
+    def finish_round(self, round_index: int, inbox: RoundInbox, down_bytes: int) -> None:
+        """The server's part of a round once every upload is in: aggregate, count bytes, evaluate, checkpoint."""
         round_no = round_index + 1
-        check_finite_training(uploads, round_no, self.out_dir)
         seed_everything(derive_seed(self.config.train.seed, "server", round_index))
-        self.global_state = self.strategy.aggregate(self.global_state, uploads)
+        self.global_state = inbox.result()
         if self.method.communicates:
-            self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
-                              "bytes_down": down_bytes})
+            self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
         for rec in self.privacy.round_records(round_no, self.client_memory):
             self._record(rec)
         if self.evaluates(round_no):
@@ -353,8 +384,9 @@ class FederatedEngine:
                 evaluate_after_stop(self, r)
                 break
             down_bytes = state_nbytes(self.global_state) * len(selected)
-            uploads = self.collect_uploads(r, selected)
-            self.finish_round(r, uploads, down_bytes)
+            inbox = self.open_inbox(r)
+            self.collect_uploads(r, selected, inbox)
+            self.finish_round(r, inbox, down_bytes)
         summary = self.summary(time.time() - started)
         write_json_atomic(self.out_dir / "summary.json", summary)
         return summary

@@ -26,43 +26,83 @@ class Upload:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class Strategy:
-    """Base class; subclasses implement :meth:`aggregate`.
-
-    Streaming.  A strategy that is linear in the uploads (a weighted mean)
-    also returns an :class:`Accumulator` from :meth:`accumulator`: the engine
-    then folds each upload into it as it arrives and drops the upload, so the
-    server holds one running sum instead of one shared state per client (the
-    shape secure aggregation needs as well: the server sees only a sum).
-    Strategies that need every upload at once (CDW, KS, clustering, KD)
-    return ``None`` and receive the list.  For a streaming strategy,
-    ``aggregate(g, uploads)`` is defined as the fold, so both paths give
-    bit-identical results.
-    """
-
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        acc = self.accumulator(global_state)
-        if acc is None:
-            raise NotImplementedError
-        if not uploads:
-            raise ValueError("cannot aggregate zero uploads")
-        for up in uploads:
-            acc.add(up)
-        return acc.result()
-
-    def accumulator(self, global_state: StateDict) -> "Accumulator | None":
-        """A fresh streaming fold of this round's uploads, or ``None`` if the strategy needs them all at once."""
-        return None
-
-
 class Accumulator:
-    """A streaming aggregation: :meth:`add` each upload once, then :meth:`result`."""
+    """One round's aggregation on the server: :meth:`add` each upload once, as it arrives, then :meth:`result`.
+
+    This is the seam between the engine and a strategy.  The engine never
+    holds a round's uploads itself: it asks the strategy for a fresh
+    accumulator (:meth:`Strategy.accumulator`), hands it every upload as it
+    arrives (after its own per-upload checks and byte counting) and drops the
+    upload; ``result()`` is called once, after every upload of the round,
+    with the server's random stream seeded for the round.  What an
+    accumulator keeps is its own business: a running sum
+    (:class:`WeightedSum`), or the whole list (:class:`KeepUploads`).
+
+    Wrapper strategies (defences, secure aggregation) return their own
+    accumulator around the inner strategy's: they may transform each upload
+    before passing it on (clip it, mask it), or the result (add noise), and a
+    wrapper that must see only the sum can require a streaming inner
+    accumulator (``not isinstance(inner, KeepUploads)``).
+    """
 
     def add(self, upload: Upload) -> None:
         raise NotImplementedError
 
     def result(self) -> StateDict:
         raise NotImplementedError
+
+
+class KeepUploads(Accumulator):
+    """The accumulator of a strategy that needs every upload at once: keeps the list, then calls ``aggregate``."""
+
+    def __init__(self, aggregate: Callable[[list[Upload]], StateDict]):
+        self.aggregate = aggregate
+        self.uploads: list[Upload] = []
+
+    def add(self, upload: Upload) -> None:
+        self.uploads.append(upload)
+
+    def result(self) -> StateDict:
+        uploads, self.uploads = self.uploads, []
+        return self.aggregate(uploads)
+
+
+class Strategy:
+    """Base class: how the server combines the uploads of one round.
+
+    Streaming.  A strategy that is linear in the uploads (a weighted mean)
+    overrides :meth:`accumulator` with a streaming fold (:class:`WeightedSum`):
+    the engine folds each upload into it as it arrives and drops the upload,
+    so the server holds one running sum instead of one shared state per
+    client (the shape secure aggregation needs as well: the server sees only
+    a sum).  Its :meth:`aggregate` is that fold over a list, so both paths
+    give bit-identical results.
+
+    Strategies that need every upload at once (CDW and KS weights, client
+    clustering, KD) override :meth:`aggregate` instead, and so declare it:
+    the default :meth:`accumulator` keeps the round's uploads
+    (:class:`KeepUploads`) and calls :meth:`aggregate` on the list.
+    """
+
+    def accumulator(self, global_state: StateDict) -> Accumulator:
+        """A fresh fold of one round's uploads against ``global_state`` (see :class:`Accumulator`)."""
+        if type(self).aggregate is Strategy.aggregate:
+            raise NotImplementedError(f"{type(self).__name__} defines neither accumulator() nor aggregate()")
+        return KeepUploads(lambda uploads: self.aggregate(global_state, uploads))
+
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+        """The new global state from the round's ``uploads`` (pure: inputs are not modified)."""
+        if not uploads:
+            raise ValueError("cannot aggregate zero uploads")
+        acc = self.accumulator(global_state)
+        for up in uploads:
+            acc.add(up)
+        return acc.result()
+
+    @property
+    def needs_all_uploads(self) -> bool:
+        """Whether the server must hold every upload of a round (a strategy that does not stream)."""
+        return isinstance(self.accumulator({}), KeepUploads)
 
 
 class WeightedSum(Accumulator):
@@ -150,5 +190,18 @@ class UniformAverage(Strategy):
 class KeepGlobal(Strategy):
     """No aggregation: the global state is returned unchanged (standalone training)."""
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        return dict(global_state)
+    def accumulator(self, global_state: StateDict) -> Accumulator:
+        return _Discard(global_state)
+
+
+class _Discard(Accumulator):
+    """Drops every upload; the result is the global state (a new dict, same tensors)."""
+
+    def __init__(self, global_state: StateDict):
+        self.global_state = global_state
+
+    def add(self, upload: Upload) -> None:
+        pass
+
+    def result(self) -> StateDict:
+        return dict(self.global_state)

@@ -62,7 +62,7 @@ from ..data.catalog import federation_for_config
 from ..data.types import ClientData, Federation, TestSet
 from ..defenses import apply_defenses
 from ..errors import ConfigError, PrivreidError
-from ..federated.engine import FederatedEngine, write_json_atomic
+from ..federated.engine import FederatedEngine, RoundInbox, write_json_atomic
 from ..federated.policy import StateDict, state_nbytes
 from ..federated.registry import get_method
 from ..federated.strategy import Upload
@@ -325,31 +325,31 @@ class FlowerServerEngine(FederatedEngine):
                                  f"non-tensor memory entries ({', '.join(bad[:3])}) that a site would need")
         return received, written, [k for k in before if k not in memory]
 
-    def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
+    def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
+        """The round on the selected sites; each reply becomes an upload handed to :meth:`receive`, then dropped."""
         round_no = round_index + 1
         replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected])
-        uploads, failures = [], []
-        for rep in replies:
+        failures = []
+        for i, rep in enumerate(replies):
+            replies[i] = None  # the reply's arrays are folded and released one site at a time
             if rep.content is None:
                 failures.append(f"{rep.client.name} ({rep.failure})")
                 continue
             metrics = {k: v for k, v in rep.content.metric_records[TRAIN].items()}
             upload = Upload(rep.client.name, record_to_state(rep.content.array_records[UPLOAD]),
                             int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics)
-            uploads.append(upload)
             if LEDGER in rep.content.array_records:  # the privacy ledger's view of the site's accountant
                 self.client_memory.setdefault(upload.client, {}).update(
                     record_to_state(rep.content.array_records[LEDGER]))
-            self._record({"round": round_no, "scope": "train", "client": upload.client, **metrics})
+            self.receive(inbox, upload)
         needed = self.min_clients or len(selected)
         if failures:
             self.log(f"round {round_no}: no upload from {', '.join(failures)}")
-        if len(uploads) < needed:
+        if inbox.received < needed:
             raise FlowerRunError(
-                f"round {round_no}: {len(uploads)} of {len(selected)} selected sites uploaded, "
+                f"round {round_no}: {inbox.received} of {len(selected)} selected sites uploaded, "
                 f"{needed} needed (--min-clients {self.min_clients}); failed: {', '.join(failures)}. "
                 f"{self.out_dir / 'ckpt.pt'} holds round {round_index}; restart the sites and pass --resume")
-        return uploads
 
     def evaluate_round(self, round_no: int) -> None:
         """Seen domains on the sites (global and personalised), unseen domains here; in the in-process order."""

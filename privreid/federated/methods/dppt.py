@@ -135,7 +135,7 @@ from ..client import ClientContext, SupervisedUpdate, client_loader
 from ..mrb import FeatureBank, global_memory, mrb_loss
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
-from ..strategy import DataVolumeAverage, Strategy, Upload
+from ..strategy import Accumulator, DataVolumeAverage, Strategy, Upload
 from .fedprox import ProximalUpdate
 from .moon import ModelContrastiveUpdate
 
@@ -384,13 +384,28 @@ class DPPTMoonUpdate(DPPTLocalTraining, ModelContrastiveUpdate):
 
 
 class DPPTAggregate(Strategy):
-    """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean)."""
+    """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean).
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        model = DataVolumeAverage().aggregate(
-            model_state(global_state), [dataclasses.replace(u, state=model_state(u.state)) for u in uploads])
-        memory = global_memory([centre_state(u.state) for u in uploads], previous=centre_state(global_state))
-        return {**model, **memory}
+    Streams the model: each upload's model keys are folded into a running
+    data-volume sum as it arrives; only its class centres (one feature vector
+    per identity) are kept until the round's end.
+    """
+
+    def accumulator(self, global_state: StateDict) -> Accumulator:
+        return _DPPTSum(model_state(global_state), centre_state(global_state))
+
+
+class _DPPTSum(Accumulator):
+    def __init__(self, model_global: StateDict, previous_centres: StateDict):
+        self.model = DataVolumeAverage().accumulator(model_global)
+        self.previous, self.centres = previous_centres, []
+
+    def add(self, upload: Upload) -> None:
+        self.model.add(dataclasses.replace(upload, state=model_state(upload.state)))
+        self.centres.append(centre_state(upload.state))
+
+    def result(self) -> StateDict:
+        return {**self.model.result(), **global_memory(self.centres, previous=self.previous)}
 
 
 def make_download(config):
