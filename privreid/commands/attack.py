@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from ..checkpoint import checkpoint_labels, label_file_stem
 from ..errors import ConfigError
 from .common import csv_list, run_dir_or_exit, run_or_exit
 
@@ -61,6 +59,7 @@ def attack_command(
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
     from ..attacks.feature_attacks import check_budget
+    from ..attacks.campaign import attack_checkpoints, write_attack_report
     from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
 
     def validate() -> dict[str, Any]:
@@ -81,75 +80,14 @@ def attack_command(
 
     settings = run_or_exit(validate)
     with run_dir_or_exit(out, "attack"):
-        records, pictures = run_or_exit(_run_attacks, settings, client=client, data=data, domains=csv_list(domains),
-                                        max_queries=max_queries, batch_size=batch_size, examples=examples,
-                                        seed=seed, device=device)
+        records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
+                                        domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
+                                        examples=examples, seed=seed, device=device)
         caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
                    f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
                    f"↓ is the relative drop (clean - attacked) / clean.")
         report = f"{caption}\n\n{format_table_ix(records)}\n"
         typer.echo(report)
         if out is not None:
-            _write_outputs(out, report, records, pictures, settings)
-
-
-def _run_attacks(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,
-                 device) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
-    """Attack every (test set, model, method); return the records and the example images per model."""
-    from tqdm.auto import tqdm
-
-    from ..attacks.retrieval import evaluate_under_attack
-    from ..checkpoint import load_checkpoint, load_model
-    from ..config import RunConfig
-    from ..data.catalog import resolve_datasets
-    from ..data.partition import as_test_set
-    from ..federated.engine import resolve_device
-
-    paths = settings["paths"]
-    ckpts = [load_checkpoint(p) for p in paths]
-    configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
-    dev = resolve_device(device)
-    nets = [load_model(c, client=client, device=dev) for c in ckpts]
-    labels = checkpoint_labels(paths, ckpts)
-    first = configs[0]
-    datasets = resolve_datasets(data or first.data.roots, first.data.format if not data else "auto",
-                                synth_seed=first.data.synth_seed)
-    wanted = domains or list(datasets)
-    unknown = [d for d in wanted if d not in datasets]
-    if unknown:
-        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
-    video = [d for d in wanted if datasets[d].tracklets is not None]
-    if video:
-        raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
-
-    jobs = [(name, i, m) for name in wanted for i in range(len(nets)) for m in settings["methods"]]
-    records: list[dict[str, Any]] = []
-    pictures: dict[str, tuple] = {}
-    for name, i, m in tqdm(jobs, desc="attacks", unit="attack"):
-        keep = examples if name == wanted[0] else 0
-        result = evaluate_under_attack(
-            nets[i], as_test_set(name, datasets[name]), height=configs[i].data.height,
-            width=configs[i].data.width, method=m, eps=settings["eps"], alpha=settings["alpha"],
-            steps=settings["steps"], target=settings["target"], device=dev, progress=True, batch_size=batch_size,
-            max_queries=max_queries, examples=keep, seed=seed)
-        records.append(result.record(testset=name, model=labels[i]))
-        if result.example_clean is not None:
-            pictures.setdefault(labels[i], (result.example_clean, {}))[1][m] = result.example_adversarial
-    return records, pictures
-
-
-def _write_outputs(out: Path, report: str, records: list[dict[str, Any]], pictures: dict[str, tuple],
-                   settings: dict[str, Any]) -> None:
-    from ..attacks.retrieval import plot_attack_examples
-    from ..reporting.files import write_csv_rows
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report)
-    (out / "results.json").write_text(json.dumps(
-        {"settings": {k: v for k, v in settings.items() if k != "paths"},
-         "checkpoints": [str(p) for p in settings["paths"]], "results": records}, indent=2))
-    write_csv_rows(records, out / "results.csv")
-    for label, (clean, adversarial) in pictures.items():
-        plot_attack_examples(clean, adversarial, settings["eps"], out / f"examples_{label_file_stem(label)}.png",
-                             title=f"{label}: clean, adversarial, perturbation")
-    typer.echo(f"wrote {out}")
+            write_attack_report(out, report, records, pictures, settings)
+            typer.echo(f"wrote {out}")

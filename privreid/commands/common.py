@@ -13,6 +13,14 @@ import typer
 from ..errors import ConfigError, PrivreidError
 
 
+#: ``--data``'s help, shared by the commands that read datasets
+DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'synth-vi' / 'synth-vi-video' "
+             "(the embedded synthetic visible-infrared entities, as images / tracklets), a `privreid data synth` "
+             "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17; visible-infrared: "
+             "SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus; see docs/vi-datasets.md), or a folder of "
+             "dataset roots. Repeat for several datasets.")
+
+
 def fail(msg: str) -> None:
     """Print ``error: msg`` to stderr and exit with status 2."""
     typer.echo(f"error: {msg}", err=True)

@@ -19,13 +19,15 @@ def base_config(train_args: list[str]):
     """The :class:`RunConfig` that ``privreid train <train_args>`` would run (presets and flags applied)."""
     import click
 
-    from ..cli import app, train_config
     from .common import params_with_preset
+    from .train import train_command, train_config
 
     owned = [a for a in train_args if a.split("=")[0] in OWNED_TRAIN_OPTIONS]
     if owned:
         raise ConfigError(f"{', '.join(owned)}: the sweep sets these itself (use --out of the sweep)")
-    train = typer.main.get_command(app).get_command(None, "train")
+    single = typer.Typer()
+    single.command("train")(train_command)
+    train = typer.main.get_command(single)  # the train command alone (no import of privreid.cli)
     try:
         ctx = train.make_context("train", list(train_args))
     except click.UsageError as exc:

@@ -39,12 +39,13 @@ from ..data import ImageDataset, SequenceDataset, build_transforms
 from ..data.types import Sample, TestSet
 from ..errors import ConfigError
 from .chance import chance_metrics
-from .cross_modality import IR_TO_VISIBLE, TemporalMean, evaluate_cross_modality, mode_split
+from .cross_modality import IR_TO_VISIBLE, MODES, TemporalMean, evaluate_cross_modality, mode_split
 from .features import extract_features
 from .metrics import evaluate, evaluate_cuhk03
 
-__all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_protocol", "dataset_features", "evaluate_model",
-           "evaluation_split", "is_cross_modality", "rank_testset", "sample_features"]
+__all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
+           "dataset_features", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
+           "rank_testset", "sample_features"]
 
 #: the metrics every evaluation record holds (fractions in [0, 1])
 SUMMARY_KEYS = ("rank1", "rank5", "rank10", "mAP", "mINP")
@@ -177,3 +178,51 @@ def evaluate_model(
     return rank_testset(testset, sample_features(model, testset, query, **extract),
                         sample_features(model, testset, gallery, **extract), metric=metric,
                         single_gallery_shot=single_gallery_shot, seed=seed)
+
+
+def check_eval_options(testsets: list[TestSet], *, mode: str | None = None, seq_len: int | None = None,
+                       corrupted: bool = False, single_gallery_shot: bool = False) -> None:
+    """Refuse evaluation options on test sets they do not apply to (before any evaluation).
+
+    ``mode`` is for visible-infrared test sets, ``seq_len`` for video ones,
+    corruptions (``corrupted``) for image ones and the CUHK03
+    ``single_gallery_shot`` for Market-style ones (``privreid eval``'s
+    ``--mode``, ``--seq-len``, ``--corruption``, ``--single-gallery-shot``).
+    """
+    if mode is not None and mode not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if seq_len is not None and seq_len < 1:
+        raise ConfigError(f"--seq-len must be at least 1, got {seq_len}")
+    if corrupted and (mode is not None or seq_len is not None):
+        raise ConfigError("--mode and --seq-len do not combine with --corruption (it ranks each dataset's "
+                          "query/gallery split as given: infrared-to-visible for VI data)")
+    for ts in testsets:
+        if mode is not None and ts.modality is None:
+            raise ConfigError(f"--mode applies to visible-infrared data only; {ts.name} has no modality map")
+        if seq_len is not None and ts.tracklets is None:
+            raise ConfigError(f"--seq-len applies to video data only; {ts.name} holds images")
+        if corrupted and ts.tracklets is not None:
+            raise ConfigError(f"--corruption corrupts images; {ts.name} holds video tracklets")
+        if single_gallery_shot and is_cross_modality(ts):
+            raise ConfigError(f"--single-gallery-shot is the CUHK03 protocol; {ts.name} is visible-infrared "
+                              "or video data, ranked by its own benchmark protocol")
+
+
+def evaluate_testset(model: torch.nn.Module, testset: TestSet, *, corrupted: dict | None = None,
+                     mode: str | None = None, seq_len: int | None = None, **common) -> dict:
+    """One ``privreid eval`` row: ``{"testset": name, **metrics}`` of ``model`` on ``testset``.
+
+    With ``corrupted`` (the keyword arguments of
+    :func:`~privreid.evaluation.corrupted_eval.evaluate_corrupted`): the
+    corrupted evaluation; otherwise :func:`evaluate_model`, in ``mode``
+    (default infrared to visible) with the row's ``"mode"`` for a
+    visible-infrared test set.  ``common``: height, width, device, flip,
+    metric, single_gallery_shot, progress.
+    """
+    if corrupted is not None:
+        from .corrupted_eval import evaluate_corrupted
+
+        return {"testset": testset.name, **evaluate_corrupted(model, testset, **common, **corrupted)}
+    row = {"testset": testset.name, **evaluate_model(model, testset, mode=mode or IR_TO_VISIBLE, seq_len=seq_len,
+                                                     **common)}
+    return {**row, "mode": mode or IR_TO_VISIBLE} if testset.modality is not None else row

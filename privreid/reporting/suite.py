@@ -44,7 +44,8 @@ from typing import Any
 
 
 from ..attacks.feature_attacks import ATTACKS
-from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, evaluate_under_attack, format_table_ix, relative_drop
+from ..attacks.campaign import attack_models
+from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
 from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
@@ -236,12 +237,12 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         for label, model in evaluated_models():
             for ts in testsets:
                 if "attacks" in settings.suites:
-                    for method in settings.attacks:
-                        ev = evaluate_under_attack(model, ts, method=method, eps=settings.eps, alpha=settings.alpha,
-                                                   steps=settings.steps, target=settings.target,
-                                                   max_queries=settings.max_queries, seed=settings.seed,
-                                                   progress=progress, **size)
-                        result["attacks"].append(ev.record(model=label, testset=ts.name))
+                    records, _ = attack_models([(label, model, cfg.data.height, cfg.data.width)], [ts],
+                                               methods=settings.attacks, eps=settings.eps, alpha=settings.alpha,
+                                               steps=settings.steps, target=settings.target, device=dev,
+                                               max_queries=settings.max_queries, seed=settings.seed,
+                                               progress=progress, record_labels=("model", "testset"))
+                    result["attacks"] += records
                 if "corruptions" in settings.suites:
                     for unit in settings.corruptions:
                         res = evaluate_corrupted(model, ts, corruptions=unit, severity="random", corrupt="both",

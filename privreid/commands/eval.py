@@ -1,0 +1,172 @@
+"""``privreid eval``: a checkpoint on the query/gallery split of each dataset, clean or corrupted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+from .common import DATA_HELP, csv_list, run_or_exit
+
+
+def eval_command(
+    model: Path = typer.Option(..., "--model", help="Checkpoint (ckpt.pt) to evaluate."),
+    data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the checkpoint's data."),
+    domains: Optional[str] = typer.Option(None, help="Comma-separated domains to test on (default: all)."),
+    client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
+    flip: bool = typer.Option(False, help="Average features of the image and its mirror."),
+    metric: str = typer.Option("euclidean", help="euclidean or cosine."),
+    single_gallery_shot: bool = typer.Option(False, help="CUHK03 protocol: one gallery image per identity, "
+                                             "averaged over 10 repeats."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Visible-infrared data only: ir-to-visible "
+                                       "(default; infrared queries, visible gallery, as L2RW+ reports) or "
+                                       "visible-to-ir."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Video data only: frames T per tracklet "
+                                          "whose features are averaged (L2RW+ Eq. 9); default: the dataset's "
+                                          "(6 for HITSZ-VCM and vi-folders, 10 for BUPTCampus)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
+    fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
+                            "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
+                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5) are "
+                            "ranked under their own protocol, mean (std) over --num-splits seeded splits "
+                            "written next to --json; see docs/datasets.md."),
+    splits: Optional[Path] = typer.Option(None, "--splits", help="Small DG benchmarks: reuse the splits of "
+                                          "this file (written by an earlier --json run)."),
+    num_splits: int = typer.Option(10, "--num-splits", help="Small DG benchmarks: random splits (Song et al.: 10)."),
+    corruption: Optional[str] = typer.Option(None, "--corruption", help="Evaluate under corruptions with "
+                                             "CIL-ReID's protocol: 'all', a family (noise, blur, weather, "
+                                             "digital) or comma-separated names (`privreid corrupt` previews "
+                                             "them). Without it: clean evaluation."),
+    severity: str = typer.Option("random", "--severity", help="With --corruption: 1-5, or 'random' "
+                                 "(drawn per image)."),
+    corrupt: str = typer.Option("both", "--corrupt", help="With --corruption: corrupt the query, the "
+                                "gallery or both."),
+    repeats: int = typer.Option(10, "--repeats", help="With --corruption: evaluations with fresh draws; "
+                                "the table shows their mean (std)."),
+    seed: int = typer.Option(0, "--seed", help="With --corruption: seed of the draws; small DG benchmarks: "
+                             "seed of the splits."),
+    pixel_scale: str = typer.Option("1", "--pixel-scale", help="With --corruption: 1 (CIL-ReID) takes "
+                                    "ImageNet-C's pixel lengths literally at the stored image size; 'auto' (or a "
+                                    "factor) scales them, a variant labelled 'scaled' and listed as a deviation."),
+) -> None:
+    """Evaluate a checkpoint on the query/gallery split of each dataset, optionally under corruptions.
+
+    With --corruption, every corrupted image gets a random type (and severity) at its stored size, before
+    resizing, and the evaluation is repeated (CIL-ReID's protocol); the table gives clean R1 / mAP / mINP and
+    the corrupted mean (std) over the repeats.
+
+    Visible-infrared and video datasets are ranked cross-modality under their benchmark's protocol
+    (docs/vi-datasets.md), in --mode; a tracklet's feature is the mean of --seq-len frame features.
+
+    Example: privreid eval --model runs/fedpav/ckpt.pt --data synth
+    Example: privreid eval --model runs/dppt/ckpt.pt --data synth-vi --mode visible-to-ir
+    Example: privreid eval --model runs/fedpav/ckpt.pt --corruption all --severity random --repeats 10
+    """
+    from ..checkpoint import load_checkpoint, load_model
+    from ..commands.corrupt import parse_pixel_scale
+    from ..config import RunConfig
+    from ..corruptions import resolve_corruptions
+    from ..data.catalog import resolve_datasets
+    from ..data.partition import as_test_set
+    from ..evaluation.corrupted_eval import CORRUPT_SIDES, is_scaled
+    from ..evaluation.model_eval import check_eval_options, evaluate_testset
+    from ..federated.engine import resolve_device
+    from ..reporting import format_table
+
+    def corruption_options() -> dict:
+        if severity != "random" and not (severity.isdigit() and 1 <= int(severity) <= 5):
+            raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
+        if corrupt not in CORRUPT_SIDES:
+            raise ConfigError(f"--corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
+        if repeats < 1:
+            raise ConfigError(f"--repeats must be at least 1, got {repeats}")
+        if seed < 0:
+            raise ConfigError(f"--seed must be non-negative, got {seed}")
+        return dict(corruptions=resolve_corruptions(csv_list(corruption) or []),
+                    severity=severity if severity == "random" else int(severity), corrupt=corrupt,
+                    repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+
+    kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
+
+    def go() -> list[dict]:
+        if is_dg_eval_format(fmt):
+            return dg_rows()
+        corrupted = corruption_options() if corruption is not None else None
+        check_eval_options([], **kinds)
+        ckpt = load_checkpoint(model)
+        cfg = RunConfig.from_dict(ckpt["config"])
+        dev = resolve_device(device)
+        net = load_model(ckpt, client=client, device=dev)
+        datasets = resolve_datasets(data or cfg.data.roots, cfg.data.format if not data else fmt)
+        wanted = csv_list(domains) or list(datasets)
+        unknown = [d for d in wanted if d not in datasets]
+        if unknown:
+            raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+        testsets = [as_test_set(name, datasets[name]) for name in wanted]
+        check_eval_options(testsets, **kinds)
+        rows = []
+        for testset in testsets:
+            rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len,
+                                         height=cfg.data.height, width=cfg.data.width, device=dev, flip=flip,
+                                         metric=metric, single_gallery_shot=single_gallery_shot, progress=True))
+        return rows
+
+    def dg_rows() -> list[dict]:
+        """Each --data root ranked under its small-benchmark protocol (privreid.evaluation.dg_protocol)."""
+        if not data:
+            raise ConfigError(f"--format {fmt} needs --data ROOT (the dataset's root folder)")
+        if corruption is not None or mode is not None or seq_len is not None or single_gallery_shot:
+            raise ConfigError(f"--format {fmt} is ranked under its own protocol; --corruption, --mode, --seq-len "
+                              "and --single-gallery-shot do not apply")
+        if num_splits < 1 or seed < 0:
+            raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
+        ckpt = load_checkpoint(model)
+        cfg = RunConfig.from_dict(ckpt["config"])
+        dev = resolve_device(device)
+        net = load_model(ckpt, client=client, device=dev)
+        rows = []
+        for root in data:
+            name = Path(root).name
+            written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
+            result = evaluate_dg_model(net, root, fmt, height=cfg.data.height, width=cfg.data.width, device=dev,
+                                       flip=flip, metric=metric, num_splits=num_splits, seed=seed,
+                                       splits_file=splits, write_splits_to=written)
+            rows.append({"testset": f"{name} ({result['protocol']})", **result})
+        return rows
+
+    from ..evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from ..rundir import check_output_file
+
+    run_or_exit(check_output_file, json_out, "--json")
+    rows = run_or_exit(go)
+    if rows and "protocol" in rows[0]:
+        typer.echo(format_table([{"testset": r["testset"], **{key: f"{100 * r[k]:.1f}" + (
+            f" ({100 * r['std'][k]:.1f})" if "std" in r else "") for k, key in
+            (("rank1", "R1"), ("rank5", "R5"), ("rank10", "R10"), ("mAP", "mAP"), ("mINP", "mINP"))}}
+            for r in rows]))
+        typer.echo(f"mean (std) over {rows[0]['splits']} split(s), seed {rows[0]['seed']}" if "std" in rows[0]
+                   else "mean over the queries, each ranked against its own gallery")
+    elif corruption is None:
+        typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
+                                  "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],
+                                  "mINP": r["mINP"]} for r in rows]))
+    else:
+        def mean_std(r: dict, key: str) -> str:
+            return f"{100 * r['mean'][key]:.1f} ({100 * r['std'][key]:.1f})"
+
+        typer.echo(format_table([{"testset": r["testset"], "clean R1": r["clean"]["rank1"],
+                                  "clean mAP": r["clean"]["mAP"], "clean mINP": r["clean"]["mINP"],
+                                  "R1": mean_std(r, "rank1"), "mAP": mean_std(r, "mAP"),
+                                  "mINP": mean_std(r, "mINP")} for r in rows]))
+        deviations = rows[0]["deviations"] if rows else []
+        protocol = "CIL-ReID protocol" + (", scaled" if rows and is_scaled(rows[0]["pixel_scale"]) else "")
+        typer.echo(f"corrupted {corrupt} ({protocol}): {', '.join(rows[0]['corruptions']) if rows else '-'}; "
+                   f"severity {severity}; pixel scale {pixel_scale}; mean (std) over {repeats} repeat(s), seed {seed}")
+        for line in deviations:
+            typer.echo(f"deviation: {line}")
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
