@@ -87,7 +87,8 @@ def test_ska_table4_smoke_end_to_end(tmp_path):
 def test_fedpav_table4_cells_are_increases_over_the_standalone_run(tmp_path):
     """With every run's summary in place (nothing trains), each cell is the run's local R1 minus standalone's."""
     spec = TABLES["fedpav-table4"]
-    local = {"Standalone": 0.25, "Benchmark": 0.5, "FedProx": 0.125, "CC": 0.25, "CDW": 0.75, "CC & CDW": 1.0}
+    local = {"Standalone": 0.25, "Benchmark": 0.5, "FedNova": 0.375, "FedProx": 0.125, "CC": 0.25, "CDW": 0.75,
+             "CC & CDW": 1.0}
     for name, r1 in local.items():
         run = tmp_path / "runs" / name
         run.mkdir(parents=True)
@@ -100,9 +101,9 @@ def test_fedpav_table4_cells_are_increases_over_the_standalone_run(tmp_path):
             for column in ("MSMT17", "DukeMTMC", "Market"):
                 assert by[(name, column)]["privreid"] == round(100 * (r1 - local["Standalone"]), 2)
     assert by[("CDW", "VIPeR")]["privreid"] is None and by[("CDW", "VIPeR")]["published"] == 26.0
-    assert by[("FedNova", "MSMT17")]["status"] == "not implemented"
+    assert by[("FedNova", "MSMT17")]["status"] == "run"
     assert {r.name: _smoke_config("fedpav-table4", r.name, "").train.method for r in spec.rows if r.train} == {
-        "Benchmark": "fedpav", "FedProx": "fedprox", "CC": "fedpav-cc", "CDW": "fedpav-cdw",
+        "Benchmark": "fedpav", "FedNova": "fednova", "FedProx": "fedprox", "CC": "fedpav-cc", "CDW": "fedpav-cdw",
         "CC & CDW": "fedpav-cdw-cc"}
     assert "increase over it" in (tmp_path / "table.md").read_text()
 

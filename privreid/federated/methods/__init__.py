@@ -10,3 +10,4 @@ from . import fedpav_variants  # noqa: F401
 from . import fedarks  # noqa: F401
 from . import ska  # noqa: F401
 from . import dppt  # noqa: F401
+from . import fednova  # noqa: F401
