@@ -328,6 +328,8 @@ class FederatedEngine:
         check_finite_training(uploads, round_no, self.out_dir)
         seed_everything(derive_seed(self.config.train.seed, "server", round_index))
         self.global_state = self.strategy.aggregate(self.global_state, uploads)
+        for rec in getattr(self.strategy, "round_records", lambda n: [])(round_no):  # e.g. secure aggregation
+            self._record(rec)
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": sum(state_nbytes(u.state) for u in uploads),
                               "bytes_down": down_bytes})

@@ -386,6 +386,10 @@ class DPPTMoonUpdate(DPPTLocalTraining, ModelContrastiveUpdate):
 class DPPTAggregate(Strategy):
     """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean)."""
 
+    def upload_weight(self, upload: Upload) -> float:
+        """Eq. 8's weight of an upload, its data volume (what secure aggregation pre-scales the model by)."""
+        return float(upload.num_samples)
+
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
         model = DataVolumeAverage().aggregate(
             model_state(global_state), [dataclasses.replace(u, state=model_state(u.state)) for u in uploads])
@@ -473,6 +477,7 @@ DPPT = register(
         policy=lambda config: EVERYTHING_SHARED if settings_for(config).shared_classifier else CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DPPTAggregate(),
+        needs_per_client_uploads=False,
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         make_download=make_download,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
