@@ -263,3 +263,70 @@ def test_one_round_matches_the_plain_run_within_the_bound(tiny_synth, tmp_path):
     summary = json.loads((tmp_path / "secure" / "summary.json").read_text())
     assert summary["privacy"]["secure_aggregation"]["saturated_values"] == 0
     assert "Not an individual update" in summary["privacy"]["server_view"]
+
+
+# ----------------------------------------------------------------------------- inversion of the aggregate
+@pytest.fixture(scope="module")
+def fedpav_ckpt(tiny_synth, tmp_path_factory):
+    cfg = tiny_config(tiny_synth, "fedpav", rounds=1, max_steps_per_epoch=1, secure_aggregation=True)
+    out = tmp_path_factory.mktemp("fedpav-secagg")
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None).run()
+    return out / "ckpt.pt"
+
+
+def test_invert_aggregate_rows_and_the_single_upload_reference(fedpav_ckpt, tmp_path):
+    out = tmp_path / "inv"
+    res = CliRunner().invoke(app, ["invert", "--model", str(fedpav_ckpt), "--threat", "aggregate", "--clients", "1,2",
+                                   "--clients", "3", "--iterations", "3", "--no-defended", "--device", "cpu",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "aggregate of 3" in res.output and "single upload" in res.output
+    reports = {d: json.loads((out / d / "metrics.json").read_text()) for d in ("single", "m1", "m2", "m3")}
+    # without defences the aggregate of one client is the single upload, reconstruction for reconstruction
+    assert reports["m1"]["subjects"][0]["attack"] == reports["single"]["subjects"][0]["attack"]
+    assert reports["m3"]["settings"]["clients"] == 3 and len(reports["m3"]["subjects"][0]["aggregated_with"]) == 2
+    assert reports["m2"]["subjects"][0]["attack"] != reports["m1"]["subjects"][0]["attack"]
+    assert reports["m2"]["subjects"][0]["client"] not in reports["m2"]["subjects"][0]["aggregated_with"][0]
+
+
+def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
+    from privreid.attacks.inversion import NO_DEFENCE
+    from privreid.attacks.inversion.aggregate import BASE_THREAT, aggregate_observation
+    from privreid.attacks.inversion.campaign import attacked_model, load_targets
+    from privreid.attacks.inversion.threat_models import leak_bottleneck_feature, observe
+    from privreid.losses import identity_loss
+
+    (target,) = load_targets([fedpav_ckpt])
+    net, shared = attacked_model(target, "synthA", BASE_THREAT, torch.device("cpu"))
+    images = torch.rand(2, 3, 32, 16, generator=torch.Generator().manual_seed(0))
+    loss_fn = identity_loss(0.1)
+    single = [observe(net, images[i], i, threat=BASE_THREAT, shared=shared, loss_fn=loss_fn).grads for i in (0, 1)]
+    total = aggregate_observation([(net, images[0], 0), (net, images[1], 1)], shared=shared, loss_fn=loss_fn,
+                                  defence=NO_DEFENCE,
+                                  generator=torch.Generator())
+    for k in single[0]:
+        torch.testing.assert_close(total.grads[k], single[0][k] + single[1][k])
+    # one step leaks its pooled feature exactly; the sum leaks a mixture of both
+    h0 = leak_bottleneck_feature(single[0])
+    mix = leak_bottleneck_feature(total.grads)
+    assert torch.nn.functional.cosine_similarity(mix, h0, dim=0) < 0.9999
+
+
+def test_client_dp_share_per_client(tiny_synth):
+    from privreid.attacks.inversion.aggregate import client_defence, parse_clients
+
+    cfg = tiny_config(tiny_synth, client_dp=True, clip=2.0, noise_multiplier=3.0)
+    assert client_defence(cfg, 4, True).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
+    assert client_defence(cfg, 4, True).clip_norm == 2.0 and client_defence(cfg, 4, False).clip_norm is None
+    assert parse_clients(["8,1", "2"]) == [1, 2, 8]
+    with pytest.raises(ConfigError, match="positive integers"):
+        parse_clients(["0"])
+
+
+def test_invert_bad_clients_options(fedpav_ckpt, tmp_path):
+    for args, match in ((["--threat", "shared", "--clients", "2"], "--clients is for --threat aggregate"),
+                        (["--threat", "aggregate", "--clients", "3,x"], "positive integers"),
+                        (["--threat", "aggregate", "--clients", "99"], "has only")):
+        res = CliRunner().invoke(app, ["invert", "--model", str(fedpav_ckpt), *args, "--out", str(tmp_path / "x")])
+        assert res.exit_code == 2 and res.output.startswith("error: ") and match in res.output, res.output
+        assert not (tmp_path / "x").exists()
