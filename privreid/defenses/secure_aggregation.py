@@ -233,7 +233,8 @@ class SecureAggregate(Strategy):
                      "saturated": result.saturated, "values": result.values,
                      "saturated_fraction": result.saturated / max(result.values, 1),
                      "quantisation_error_bound": result.error_bound,
-                     "masked_bytes_per_client": result.masked_bytes, "total_weight": result.total_weight}
+                     "masked_bytes_per_client": result.masked_bytes, "protocol_bytes_up": result.protocol_bytes_up,
+                     "protocol_bytes_down": result.protocol_bytes_down, "total_weight": result.total_weight}
         aggregate = Upload("secure-aggregate", state, result.total_weight)  # type: ignore[arg-type]
         return self.inner.aggregate(global_state, [aggregate])
 

@@ -148,6 +148,8 @@ class SecureSum:
     dropped: list[str]
     error_bound: float                     #: ``|mean - sum_k q_k x_k / sum_k q_k|`` per value, if unsaturated
     masked_bytes: int                      #: bytes of one masked vector (what each client uploads)
+    protocol_bytes_up: int = 0             #: keys, encrypted shares and unmask shares sent by all clients
+    protocol_bytes_down: int = 0           #: keys and encrypted shares the server forwards to all clients
 
 
 @dataclass
@@ -267,10 +269,13 @@ def secure_sum(inputs: dict[str, tuple[list[np.ndarray], float, list[np.ndarray]
     order = list(nodes)
     random.Random(derive_seed(seed, "ring")).shuffle(order)
     graph = ring_neighbours(order, params.num_shares)
+    up = sum(len(a) + len(b) for a, b in public.values())
+    down = sum(len(public[n][0]) + len(public[n][1]) for nid in nodes for n in graph[nid])
     routed: dict[int, dict[int, bytes]] = {nid: {} for nid in nodes}                 # stage 1
     for nid, node in nodes.items():
         for dst, ct in node.share_keys({n: public[n] for n in graph[nid]}, params).items():
             routed[dst][nid] = ct
+            up, down = up + len(ct), down + len(ct)
     for nid, node in nodes.items():
         node.receive_shares(routed[nid])
     dead = {nid_of[n] for n in dropped if n in nid_of}
@@ -289,6 +294,7 @@ def secure_sum(inputs: dict[str, tuple[list[np.ndarray], float, list[np.ndarray]
         shares = nodes[nid].unmask_shares([n for n in nb if n not in dead], [n for n in nb if n in dead])
         for owner, share in shares.items():
             collected[owner].append(share)
+            up += len(share)
     shapes = [a.shape for a in total]
     for nid, shares in collected.items():
         if len(shares) < params.threshold:
@@ -322,4 +328,4 @@ def secure_sum(inputs: dict[str, tuple[list[np.ndarray], float, list[np.ndarray]
                      extra_sum=values[n_vec:], extra_count=counts, saturated=saturated, values=n_values,
                      survivors=[names[n - 1] for n in active], dropped=[names[n - 1] for n in sorted(dead)],
                      error_bound=k * params.quantum() * params.quantization_range / q_total,
-                     masked_bytes=masked_bytes)
+                     masked_bytes=masked_bytes, protocol_bytes_up=up, protocol_bytes_down=down)
