@@ -330,3 +330,10 @@ def test_invert_bad_clients_options(fedpav_ckpt, tmp_path):
         res = CliRunner().invoke(app, ["invert", "--model", str(fedpav_ckpt), *args, "--out", str(tmp_path / "x")])
         assert res.exit_code == 2 and res.output.startswith("error: ") and match in res.output, res.output
         assert not (tmp_path / "x").exists()
+
+
+def test_flower_refuses_secure_aggregation_rather_than_fake_it(tiny_synth):
+    from privreid.flower.server_app import check_flower_support
+
+    with pytest.raises(ConfigError, match="does not run on privreid's Flower runtime yet"):
+        check_flower_support(tiny_config(tiny_synth, secure_aggregation=True))

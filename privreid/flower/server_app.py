@@ -80,7 +80,10 @@ def check_flower_support(config: RunConfig) -> None:
     method = apply_defenses(get_method(config.train.method), config)
     method.check_options(config)
     why = None
-    if method.prepare_clients_for(config) is not None:
+    if config.train.secure_aggregation:  # in-process only: here the server would hold every upload in the clear
+        why = ("secure aggregation does not run on privreid's Flower runtime yet (the sites would send their "
+               "updates in the clear); use `privreid train --secure-aggregation`")
+    elif method.prepare_clients_for(config) is not None:
         why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \
               "shared classifier relabels them with the federation's global identities: --opt " \
               "shared_classifier=false runs), which needs all the data in one place"
