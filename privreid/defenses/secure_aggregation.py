@@ -152,6 +152,19 @@ def _without_client_dp(strategy: Strategy) -> tuple[Strategy, ClientLevelDP | No
     return outer, dp
 
 
+class AggregatedUpload(Upload):
+    """What a secure-aggregation runtime (privreid's Flower runtime) hands the strategy: one round's sum, done.
+
+    ``state`` is the global state moved by the dequantised weighted mean of the
+    updates (:meth:`SecureAggregate.aggregate_state`); ``report`` the round's
+    ``secagg`` record.
+    """
+
+    def __init__(self, state: StateDict, weight: float, report: dict[str, Any]):
+        super().__init__("secure-aggregate", state, weight)  # type: ignore[arg-type]
+        self.report = report
+
+
 def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).numpy()
 
@@ -201,9 +214,24 @@ class SecureAggregate(Strategy):
         indicators = [np.array([k in upload.state for k in extra_keys], dtype=np.int64)] if extra_keys else []
         return [_numpy(delta[k]) for k in keys], float(self.weight(upload)), extras, indicators
 
+    def aggregate_state(self, global_state: StateDict, keys: list[str], mean: list[np.ndarray]) -> StateDict:
+        """The model keys of ``global_state`` with ``mean`` (the weighted mean update of ``keys``) added.
+
+        The model keys outside the vector (integer buffers; untrainable ones
+        under client DP) keep the server's values.
+        """
+        state: StateDict = {k: v for k, v in global_state.items() if k in self.model_keys}
+        for k, update in zip(keys, mean):
+            g = global_state[k]
+            state[k] = (g.double() + torch.from_numpy(np.asarray(update, dtype=np.float64)).to(g.device)).to(g.dtype)
+        return state
+
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
         if not uploads:
             raise ValueError("cannot aggregate zero uploads")
+        if len(uploads) == 1 and isinstance(uploads[0], AggregatedUpload):  # summed by the runtime already
+            self.last = dict(uploads[0].report)
+            return self.inner.aggregate(global_state, uploads)
         keys = self._vector_keys(global_state, uploads[0])
         for u in uploads[1:]:
             if self._vector_keys(global_state, u) != keys:
@@ -219,12 +247,8 @@ class SecureAggregate(Strategy):
         inputs = {u.client: self.client_input(global_state, u, keys, extra_keys, extra_like, m, seed)
                   for u in uploads}
         result = secure_sum(inputs, params, seed=seed, dropped=self.drop)
-        # the model keys outside the vector (integer buffers; untrainable ones under client DP) keep the
-        # server's values; extras nobody sent are absent (the inner strategy keeps what it had)
-        state: StateDict = {k: v for k, v in global_state.items() if k in self.model_keys}
-        for k, mean in zip(keys, result.mean):
-            g = global_state[k]
-            state[k] = (g.double() + torch.from_numpy(mean).to(g.device)).to(g.dtype)
+        # extras nobody sent are absent (the inner strategy keeps what it had)
+        state = self.aggregate_state(global_state, keys, result.mean)
         counts = result.extra_count[0] if extra_keys else []
         for k, total, count in zip(extra_keys, result.extra_sum, counts):
             if count > 0:
