@@ -332,8 +332,77 @@ def test_invert_bad_clients_options(fedpav_ckpt, tmp_path):
         assert not (tmp_path / "x").exists()
 
 
-def test_flower_refuses_secure_aggregation_rather_than_fake_it(tiny_synth):
-    from privreid.flower.server_app import check_flower_support
+# ----------------------------------------------------------------------------- Flower (loopback Grid, one process)
+@pytest.fixture(scope="module")
+def synth3(tmp_path_factory):
+    """Three training domains (three sites) and a held-out one, 32x16."""
+    from privreid.data.synthetic import SynthConfig, generate_synthetic
 
-    with pytest.raises(ConfigError, match="does not run on privreid's Flower runtime yet"):
-        check_flower_support(tiny_config(tiny_synth, secure_aggregation=True))
+    from conftest import TINY_SYNTH
+
+    return generate_synthetic(tmp_path_factory.mktemp("synth3") / "s", SynthConfig(**{**TINY_SYNTH, "num_domains": 4}))
+
+
+def secure_flower_run(root, tmp, cfg, *, drop=None, **settings):
+    from privreid.flower.client_app import app as client_app
+    from privreid.flower.loopback import LoopbackGrid
+    from privreid.flower.server_app import ServerSettings, run_server
+
+    nodes = {10 + i: {"data": str(root / f"synth{d}"), "state-dir": str(tmp / f"state-{d}")} for i, d in enumerate("ABC")}
+    grid = LoopbackGrid(client_app, nodes, **({"drop": drop} if drop else {}))
+    summary = run_server(grid, ServerSettings(cfg, tmp / "flower", sites=3, poll=0.0, **settings), log=lambda m: None)
+    return grid, summary
+
+
+def flower_cfg(root, **train):
+    cfg = tiny_config(root, rounds=1, max_steps_per_epoch=1, secure_aggregation=True, **train)
+    cfg.data.test_domains = ["synthD"]
+    return cfg
+
+
+def test_flower_secaggplus_gives_the_plain_aggregate_within_the_bound_and_no_update_in_the_clear(synth3, tmp_path):
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+
+    cfg = flower_cfg(synth3)
+    grid, summary = secure_flower_run(synth3, tmp_path, cfg)
+    plain_cfg = flower_cfg(synth3)
+    plain_cfg.train.secure_aggregation = False
+    FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False,
+                    log=lambda s: None).run()
+    flower, plain = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "plain" / "ckpt.pt")
+    (rec,) = [r for r in flower["metrics"] if r["scope"] == "secagg"]
+    assert rec["runtime"] == "flower" and rec["clients"] == 3 and rec["dropped"] == [] and rec["saturated"] == 0
+    worst = max((flower["global_state"][k].double() - plain["global_state"][k].double()).abs().max().item()
+                for k in plain["global_state"] if plain["global_state"][k].is_floating_point())
+    assert 0 < worst <= rec["quantisation_error_bound"] + 1e-5
+    trains = [m for m in grid.received if m.metadata.message_type == "train"]
+    assert len(trains) == 4 * 3  # setup, share keys, collect masked vectors, unmask; three sites each
+    for msg in trains:  # the server's whole view of the round: no tensor, only protocol bytes and scalars
+        assert all(len(r) == 0 for r in msg.content.array_records.values())
+        assert RECORD_KEY_CONFIGS in msg.content.config_records
+    assert "Not an individual update" in summary["privacy"]["server_view"]
+
+
+def test_flower_site_dropping_out_after_sharing_keys_is_recovered_by_the_protocol(synth3, tmp_path):
+    def collect_stage_of_c(node, msg):
+        configs = msg.content.config_records.get("secaggplus_configs", {})
+        return node == 12 and configs.get("stage") == "collect_masked_vectors"
+
+    grid, summary = secure_flower_run(synth3, tmp_path, flower_cfg(synth3), drop=collect_stage_of_c, min_clients=2)
+    ckpt = load_checkpoint(tmp_path / "flower" / "ckpt.pt")
+    (rec,) = [r for r in ckpt["metrics"] if r["scope"] == "secagg"]
+    assert ckpt["round"] == 1 and rec["clients"] == 2 and rec["dropped"] == ["synthC"]
+    assert [m["client"] for m in ckpt["metrics"] if m["scope"] == "train"] == ["synthA", "synthB"]
+    assert all(torch.isfinite(v).all() for v in ckpt["global_state"].values() if v.is_floating_point())
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--secagg-threshold", "3"], "2 clients per round is fewer than the reconstruction threshold 3"),
+    (["--sites", "1"], "at least 2 clients per round"),
+    (["--method", "fedarks"], "method 'fedarks' cannot run on the sum of the uploads"),
+])
+def test_flower_run_refuses_bad_secure_settings_before_starting(tmp_path, extra, match):
+    res = CliRunner().invoke(app, ["flower", "run", "--insecure", "--secure-aggregation", *extra,
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and match in res.output, res.output
+    assert not (tmp_path / "out").exists()

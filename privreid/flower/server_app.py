@@ -80,10 +80,7 @@ def check_flower_support(config: RunConfig) -> None:
     method = apply_defenses(get_method(config.train.method), config)
     method.check_options(config)
     why = None
-    if config.train.secure_aggregation:  # in-process only: here the server would hold every upload in the clear
-        why = ("secure aggregation does not run on privreid's Flower runtime yet (the sites would send their "
-               "updates in the clear); use `privreid train --secure-aggregation`")
-    elif method.prepare_clients_for(config) is not None:
+    if method.prepare_clients_for(config) is not None:
         why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \
               "shared classifier relabels them with the federation's global identities: --opt " \
               "shared_classifier=false runs), which needs all the data in one place"
@@ -329,6 +326,10 @@ class FlowerServerEngine(FederatedEngine):
         return received, written, [k for k in before if k not in memory]
 
     def collect_uploads(self, round_index: int, selected: list[ClientData]) -> list[Upload]:
+        if self.config.train.secure_aggregation:  # Flower's SecAgg+ workflow; the sites' mod masks
+            from ..secagg.flower import collect_secure
+
+            return collect_secure(self, round_index, selected)
         round_no = round_index + 1
         replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected])
         uploads, failures = [], []
