@@ -23,8 +23,9 @@ Ratios are secure / plain, measured in the same process one after the other.
     python benchmarks/secagg.py                           # 3 clients, ResNet-18, 64x32, 2 rounds
     python benchmarks/secagg.py --domains 5 --rounds 3    # more clients a round
 
-The loopback Flower deployment is not measured: privreid's Flower runtime does
-not run SecAgg+ yet (see ``privreid/defenses/secure_aggregation.py``).
+The Flower runtime (``privreid flower run --secure-aggregation``) is not
+measured here; ``tests/test_secagg_deployment.py`` runs it on a loopback
+deployment.
 
 Measured here (2-core CPU shared with other agents; one thread; ResNet-18 at
 64x32, 512-d neck, one local step of batch 16, 4 clients a round, 11.5 M

@@ -35,6 +35,12 @@ Integer buffers (BatchNorm's ``num_batches_tracked``) are not summed; the
 global model keeps the server's value (plain aggregation takes them from the
 heaviest client, a per-client value the server does not see here).
 
+On Flower (``privreid flower run --secure-aggregation``) the same client-side
+vector goes through Flower's own ``secaggplus_mod`` and ``SecAggPlusWorkflow``
+(:mod:`privreid.secagg.flower`), and the strategy receives the result as one
+:class:`AggregatedUpload`; in-process, :func:`~privreid.secagg.protocol.secure_sum`
+runs the same steps on Flower's primitives.
+
 Composition (:func:`with_secure_aggregation` is applied after DP and beta noise):
 
 * ``--client-dp``: distributed DP.  Each client clips its update to ``S``
@@ -79,6 +85,11 @@ SERVER_VIEW = ("per round: the quantised sum of the selected clients' pre-scaled
                "many sent it, and the number of values the clipping range saturated; masked vectors, public keys "
                "and encrypted key shares of single clients; which clients took part and which dropped out. "
                "Not an individual update, weight or sample count.")
+
+
+#: what Flower's SecAgg+ messages add to the server's view
+FLOWER_VIEW = (" On Flower, each site's FitRes also carries in the clear its weight (num_examples: its sample "
+               "count, public here, or 1), its scalar training metrics and its count of saturated values.")
 
 
 def round_parameters(config: RunConfig, clients: int, max_weight: float) -> Parameters:
@@ -295,8 +306,10 @@ def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any
     rounds = [r for r in metrics if r.get("scope") == "secagg"]
     saturated = sum(r["saturated"] for r in rounds)
     values = sum(r["values"] for r in rounds)
-    return {"protocol": "SecAgg+ (Bell et al. 2020) on Flower's primitives, in-process",
-            "server_view": SERVER_VIEW,
+    flower = any(r.get("runtime") == "flower" for r in rounds)
+    return {"protocol": ("SecAgg+ (Bell et al. 2020): Flower's secaggplus_mod and SecAggPlusWorkflow" if flower else
+                         "SecAgg+ (Bell et al. 2020) on Flower's primitives, in-process"),
+            "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else ""),
             "shares": t.secagg_shares or "clients per round", "threshold": t.secagg_threshold or "shares // 2 + 1",
             "clipping_range": t.secagg_clip, "quantization_range": t.secagg_quantization,
             "max_weight": t.secagg_max_weight or "largest client weight of the round",
