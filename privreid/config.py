@@ -98,6 +98,12 @@ class TrainConfig:
     evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
     paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
     ``eval_every`` k: evaluate after every k-th round and after the last; 0 (the default) after the last only.
+
+    ``secure_aggregation``: the server learns only the sum of a round's
+    uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation`), with
+    ``secagg_shares`` / ``secagg_threshold`` (``None``: the round's clients /
+    a majority of the shares), the clipping and quantisation ranges and the
+    public bound of a client's weight (``None``: the round's largest).
     """
 
     method: str = "fedpav"
@@ -135,6 +141,12 @@ class TrainConfig:
     clip: float | None = None
     target_epsilon: float | None = None
     delta: float | None = None
+    secure_aggregation: bool = False
+    secagg_shares: int | None = None
+    secagg_threshold: int | None = None
+    secagg_clip: float = 8.0
+    secagg_quantization: int = 2**22
+    secagg_max_weight: float | None = None
 
 
 @dataclass
@@ -266,4 +278,20 @@ def _privacy_checks(config: RunConfig) -> list[tuple[bool, str]]:
         (not t.client_dp or t.clip is not None, "--client-dp needs --clip S (the L2 bound of a client update)"),
         (not t.client_dp or t.noise_multiplier is not None, "--client-dp needs --noise-multiplier Z "
          "(--target-epsilon then stops training before the budget is exceeded)"),
+    ] + _secagg_checks(t)
+
+
+def _secagg_checks(t: TrainConfig) -> list[tuple[bool, str]]:
+    """Ranges of the secure-aggregation settings; the federation-dependent checks run in the privacy ledger."""
+    knobs = {"--secagg-shares": t.secagg_shares, "--secagg-threshold": t.secagg_threshold,
+             "--secagg-max-weight": t.secagg_max_weight,
+             "--secagg-clip": None if t.secagg_clip == 8.0 else t.secagg_clip,
+             "--secagg-quantization": None if t.secagg_quantization == 2**22 else t.secagg_quantization}
+    given = [flag for flag, value in knobs.items() if value is not None]
+    return [
+        (t.secure_aggregation or not given, f"{', '.join(given)} given without --secure-aggregation"),
+        (_positive(t.secagg_clip), f"secagg_clip must be > 0 (got {t.secagg_clip})"),
+        (_positive(t.secagg_max_weight), f"secagg_max_weight must be > 0 (got {t.secagg_max_weight})"),
+        (isinstance(t.secagg_quantization, int) and t.secagg_quantization >= 2,
+         f"secagg_quantization must be an integer >= 2 (got {t.secagg_quantization})"),
     ]

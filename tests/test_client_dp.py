@@ -180,7 +180,9 @@ def test_statement_never_claims_epsilon_for_beta_noise(tiny_synth):
     assert both["epsilon"] == 2.5 and both["level"] == "client"  # the DP mechanism's epsilon, nothing for beta
     assert any("beta white noise is added on top" in n for n in both["notes"])
     assert PrivacyLedger(tiny_config(tiny_synth), clients, 2).statement([]) == {
-        "notes": [], "stopped": None, "defense": None, "epsilon": None, "guarantee": "none"}
+        "notes": [], "stopped": None, "defense": None, "epsilon": None, "guarantee": "none",
+        "secure_aggregation": None,
+        "server_view": "every selected client's upload (shared keys, sample count, metrics) in the clear"}
 
 
 def test_global_model_stays_finite_under_strong_client_noise(tiny_synth, tmp_path):

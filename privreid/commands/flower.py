@@ -158,6 +158,18 @@ def run_command(
     opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable)."),
     beta: float = typer.Option(0.0, help="FedReID white-noise scale (Eq. 14/15); 0 = off."),
     beta_mode: str = typer.Option("upload", help="upload, download or both."),
+    secure_aggregation: bool = typer.Option(False, "--secure-aggregation", help="Flower's SecAgg+ (secaggplus_mod "
+                                            "on the sites, SecAggPlusWorkflow on the server): the server learns "
+                                            "only the sum of each round's updates; a site that drops out after "
+                                            "sharing its keys is recovered by the protocol."),
+    secagg_shares: Optional[int] = typer.Option(None, help="SecAgg+ shares per client (default: all sites of "
+                                                "the round)."),
+    secagg_threshold: Optional[int] = typer.Option(None, help="SecAgg+ reconstruction threshold (default: a "
+                                                   "majority of the shares)."),
+    secagg_clip: float = typer.Option(8.0, help="SecAgg+ clipping range (Flower's 8)."),
+    secagg_quantization: int = typer.Option(2**22, help="SecAgg+ quantisation range (Flower's 2**22)."),
+    secagg_max_weight: Optional[float] = typer.Option(None, help="SecAgg+ public bound of a client's weight "
+                                                      "(default: the largest of the round)."),
     arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
     feat_dim: int = typer.Option(512, help="Embedding size."),
     height: int = typer.Option(128, help="Input height."),
@@ -215,13 +227,23 @@ def run_command(
                               lr_head=p["lr_head"], client_fraction=p["client_fraction"],
                               max_steps_per_epoch=p["max_steps"], eval_every=p["eval_every"],
                               method_options=parse_method_options(p["opt"]), beta=p["beta"], beta_mode=p["beta_mode"],
-                              seed=p["seed"], device=p["device"]))
+                              seed=p["seed"], device=p["device"], secure_aggregation=p["secure_aggregation"],
+                              secagg_shares=p["secagg_shares"], secagg_threshold=p["secagg_threshold"],
+                              secagg_clip=p["secagg_clip"], secagg_quantization=p["secagg_quantization"],
+                              secagg_max_weight=p["secagg_max_weight"]))
         config = RunConfig.from_dict(_apply_sets(base.to_dict(), p["sets"] or [])).validate()
         check_flower_support(config)
         out_dir = Path(p["out"]).expanduser().resolve()
         settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],
                                   round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
                                   server_eval=p["server_eval"], resume=p["resume"]).validate()
+        if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
+            from ..defenses.secure_aggregation import check_secure_aggregation
+            from ..federated.engine import selection_size
+            from ..federated.registry import get_method
+
+            fraction = config.train.client_fraction or get_method(config.train.method).client_fraction
+            check_secure_aggregation(config, selection_size(fraction, settings.sites))
         prepare_out_dir(out_dir, overwrite=p["overwrite"], resume=p["resume"])
         typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at {p['superlink']}; "
                    f"writing {out_dir}")

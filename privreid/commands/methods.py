@@ -10,10 +10,11 @@ def methods_command() -> None:
 
     Example: privreid methods
     """
-    from ..federated.registry import available_methods, get_method
+    from ..federated.registry import available_methods, get_method, secure_aggregation_support
 
     for name in available_methods():
         method = get_method(name)
         typer.echo(f"{name:14s} {method.summary}")
+        typer.echo(" " * 15 + f"secure aggregation: {secure_aggregation_support(method)}")
         if method.options:
             typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in method.options.items()))

@@ -34,7 +34,10 @@ def train_config(p: dict):
                           beta=p["beta"], beta_mode=p["beta_mode"], max_steps_per_epoch=p["max_steps"],
                           dp_sgd=p["dp_sgd"], client_dp=p["client_dp"], noise_multiplier=p["noise_multiplier"],
                           max_grad_norm=p["max_grad_norm"], clip=p["clip"], target_epsilon=p["target_epsilon"],
-                          delta=p["delta"],
+                          delta=p["delta"], secure_aggregation=p.get("secure_aggregation", False),
+                          secagg_shares=p.get("secagg_shares"), secagg_threshold=p.get("secagg_threshold"),
+                          secagg_clip=p.get("secagg_clip", 8.0), secagg_quantization=p.get("secagg_quantization", 2**22),
+                          secagg_max_weight=p.get("secagg_max_weight"),
                           eval_every=p["eval_every"], seed=p["seed"], device=p["device"],
                           num_workers=p["workers"],
                           method_options={**parse_method_options(p["opt"]),
@@ -110,6 +113,19 @@ def train_command(
                                                    "exceed it; with --dp-sgd and no --noise-multiplier the "
                                                    "noise is derived from it for the planned rounds."),
     delta: Optional[float] = typer.Option(None, help="DP delta (default 1e-5; must be below 1/N)."),
+    secure_aggregation: bool = typer.Option(False, "--secure-aggregation", help="The server learns only the sum "
+                                            "of each round's uploads (SecAgg+ on Flower's primitives); methods "
+                                            "whose server reads each upload are refused (`privreid methods`). "
+                                            "With --client-dp: distributed DP."),
+    secagg_shares: Optional[int] = typer.Option(None, help="Secure aggregation: shares of each client's secrets "
+                                                "(default: all clients of the round)."),
+    secagg_threshold: Optional[int] = typer.Option(None, help="Secure aggregation: shares that reconstruct a "
+                                                   "secret (default: a majority of the shares)."),
+    secagg_clip: float = typer.Option(8.0, help="Secure aggregation: clipping range of the pre-scaled update "
+                                      "values (Flower's 8); values beyond it are counted as saturated."),
+    secagg_quantization: int = typer.Option(2**22, help="Secure aggregation: quantisation range (Flower's 2**22)."),
+    secagg_max_weight: Optional[float] = typer.Option(None, help="Secure aggregation: public bound of a client's "
+                                                      "weight (default: the largest of the round)."),
     arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
     neck: str = typer.Option("linear", help="Neck: linear (Linear+BN embedding) or bnneck."),
     feat_dim: int = typer.Option(512, help="Embedding size of the linear neck."),

@@ -61,6 +61,10 @@ def apply_defenses(method: Method, config: RunConfig) -> Method:
         method = with_client_dp(method)
     if t.beta > 0:
         method = with_beta_noise(method, t.beta, t.beta_mode)
+    if t.secure_aggregation:  # outermost: the strategies above run on the secure sum
+        from .secure_aggregation import with_secure_aggregation
+
+        method = with_secure_aggregation(method)
     return method
 
 
@@ -82,6 +86,10 @@ class PrivacyLedger:
         t = config.train
         self.delta = dp_delta(config)
         self.notes: list[str] = []
+        if t.secure_aggregation:
+            from .secure_aggregation import check_secure_aggregation
+
+            check_secure_aggregation(config, clients_per_round)
         if t.dp_sgd:
             from .dp_sgd import plan_for
 
@@ -211,6 +219,13 @@ class PrivacyLedger:
                             "none: beta noise without clipping has no formal differential-privacy guarantee"})
             else:
                 out["notes"].append("beta white noise is added on top; it claims no extra guarantee")
+        out["secure_aggregation"] = None
+        if t.secure_aggregation:
+            from .secure_aggregation import statement
+
+            out["secure_aggregation"] = statement(metrics, self.config)
+        out["server_view"] = (out["secure_aggregation"]["server_view"] if t.secure_aggregation else
+                              "every selected client's upload (shared keys, sample count, metrics) in the clear")
         return out
 
 

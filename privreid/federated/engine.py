@@ -360,6 +360,8 @@ class FederatedEngine:
         round_no = round_index + 1
         seed_everything(derive_seed(self.config.train.seed, "server", round_index))
         self.global_state = inbox.result()
+        for rec in getattr(self.strategy, "round_records", lambda n: [])(round_no):  # e.g. secure aggregation
+            self._record(rec)
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
         for rec in self.privacy.round_records(round_no, self.client_memory):

@@ -83,6 +83,12 @@ class Method:
 
             A client that has not trained yet is scored with the global
             model and its initial local keys (what it would start from).
+        needs_per_client_uploads: whether the server strategy reads each
+            client's upload on its own (CDW and KS weights, KD soft labels,
+            clustering) rather than only their weighted sum; ``True`` methods
+            cannot run under ``--secure-aggregation``
+            (:mod:`privreid.defenses.secure_aggregation`).  ``None``: not
+            declared (refused); non-federated methods leave it ``None``.
     """
 
     name: str
@@ -102,6 +108,7 @@ class Method:
     client_fraction: float = 1.0
     triplet_weight: float = 0.0
     keeps_trained_model: bool = False
+    needs_per_client_uploads: bool | None = None
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)
@@ -137,6 +144,15 @@ class Method:
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
             raise ConfigError(f"method {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
+
+
+def secure_aggregation_support(method: Method) -> str:
+    """The support-matrix entry of ``method``: whether ``--secure-aggregation`` can run it, and why not."""
+    if not method.communicates or not method.has_global_model:
+        return "n/a (no model is shared between clients)"
+    if method.needs_per_client_uploads is None:
+        return "no (undeclared)"
+    return "no (its server reads each client's upload)" if method.needs_per_client_uploads else "yes"
 
 
 _REGISTRY: dict[str, Method] = {}

@@ -32,11 +32,12 @@ from flwr.clientapp import ClientApp
 
 from ..config import RunConfig
 from ..federated.engine import FederatedEngine
-from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
+from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
                        ledger_keys, parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from .site import Site, SiteState
+from ..secagg.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
 
-app = ClientApp()
+app = ClientApp(mods=[secure_aggregation_mod])  # SecAgg+ stages go through Flower's secaggplus_mod
 
 
 class SiteEngine(FederatedEngine):
@@ -48,6 +49,11 @@ class SiteEngine(FederatedEngine):
 
     def _record(self, rec: dict[str, Any]) -> None:
         self.records.append(rec)
+
+    def clients_per_round(self) -> int:
+        """One client here; under secure aggregation the server, which selects the round, checks its size."""
+        n = super().clients_per_round()
+        return max(n, 2) if self.config.train.secure_aggregation else n
 
 
 def _size_record(site: Site):
@@ -69,8 +75,18 @@ def describe(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One round of local training on the site's data; the upload and scalar metrics."""
-    config, run_key, run = parse_run_record(msg.content)
+    """One round of local training on the site's data; the upload and scalar metrics.
+
+    Under secure aggregation (the SecAgg+ collect stage), the reply is the
+    ``FitRes`` that Flower's mod masks (:func:`~privreid.secagg.flower.secure_fit_reply`).
+    """
+    secure = is_secure(msg)
+    if secure:
+        fields, received = fit_message_content(msg.content)
+        run_fields = {k: v for k, v in fields.items() if not str(k).startswith("secagg-")}
+        config, run_key, run = parse_run_record(RecordDict({RUN: ConfigRecord(run_fields)}))
+    else:
+        config, run_key, run = parse_run_record(msg.content)
     round_index = int(run["round"])
     site = Site.from_node_config(context.node_config)
     client = site.client
@@ -85,6 +101,10 @@ def train(msg: Message, context: Context) -> Message:
     for key in msg.content.config_records.get(MEMORY_REMOVED, {}).get("keys", []):
         memory.pop(key, None)
 
+    if secure:
+        reply = secure_fit_reply(engine, client, round_index, fields, received)
+        store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
+        return Message(reply, reply_to=msg)
     upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
     store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
     content = RecordDict({

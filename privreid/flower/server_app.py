@@ -327,6 +327,12 @@ class FlowerServerEngine(FederatedEngine):
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """The round on the selected sites; each reply becomes an upload handed to :meth:`receive`, then dropped."""
+        if self.config.train.secure_aggregation:  # Flower's SecAgg+ workflow; the sites' mod masks
+            from ..secagg.flower import collect_secure
+
+            for upload in collect_secure(self, round_index, selected):  # one AggregatedUpload
+                inbox.add(upload)
+            return
         round_no = round_index + 1
         replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected])
         failures = []

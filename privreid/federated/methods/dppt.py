@@ -391,6 +391,10 @@ class DPPTAggregate(Strategy):
     per identity) are kept until the round's end.
     """
 
+    def upload_weight(self, upload: Upload) -> float:
+        """Eq. 8's weight of an upload, its data volume (what secure aggregation pre-scales the model by)."""
+        return float(upload.num_samples)
+
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _DPPTSum(model_state(global_state), centre_state(global_state))
 
@@ -488,6 +492,7 @@ DPPT = register(
         policy=lambda config: EVERYTHING_SHARED if settings_for(config).shared_classifier else CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DPPTAggregate(),
+        needs_per_client_uploads=False,
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         make_download=make_download,
         global_eval_state=lambda global_state, client_states: model_state(global_state),

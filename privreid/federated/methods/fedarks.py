@@ -232,6 +232,7 @@ FEDARKS = register(
         policy=POLICY,
         make_client_update=FedARKSUpdate,
         make_strategy=_make_strategy,
+        needs_per_client_uploads=True,
         global_eval_state=global_eval_state,
         options={"v": 0.5, "beta": 5.0, "gamma": 0.7, "epsilon": 1e-8},
         model_overrides={"part_branch": True},

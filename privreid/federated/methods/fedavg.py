@@ -51,5 +51,6 @@ FEDAVG = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
         make_strategy=lambda config: DataVolumeAverage(),
+        needs_per_client_uploads=False,
     )
 )

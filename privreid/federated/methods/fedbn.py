@@ -112,6 +112,7 @@ FEDBN = register(
         policy=FEDBN_POLICY,
         make_client_update=SupervisedUpdate,
         make_strategy=lambda config: DataVolumeAverage(),
+        needs_per_client_uploads=False,
         global_eval_state=global_eval_state,
     )
 )

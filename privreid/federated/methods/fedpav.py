@@ -26,6 +26,7 @@ FEDPAV = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
         make_strategy=lambda config: DataVolumeAverage(),
+        needs_per_client_uploads=False,
         keeps_trained_model=True,
     )
 )

@@ -511,6 +511,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         make_client_update=_client_update(cdw),
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
         make_download=(lambda config: mailbox_for(config).download) if server == "cc" else None,
+        needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
         options=options,
         keeps_trained_model=True,
     )

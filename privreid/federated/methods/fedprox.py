@@ -126,6 +126,7 @@ FEDPROX = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DataVolumeAverage(),
+        needs_per_client_uploads=False,
         options={"mu": 0.01},
     )
 )

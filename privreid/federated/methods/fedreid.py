@@ -152,6 +152,7 @@ FEDREID = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=FedReIDUpdate,
         make_strategy=lambda config: UniformAverage(),
+        needs_per_client_uploads=False,
         make_client_start=lambda config: half_average_start,
         options={"temperature": 3.0, "gamma": None},
         model_overrides={"head": "mlp"},

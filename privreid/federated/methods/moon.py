@@ -164,6 +164,7 @@ MOON = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
         make_strategy=lambda config: DataVolumeAverage(),
+        needs_per_client_uploads=False,
         options={"mu": 1.0, "tau": 0.5},
     )
 )

@@ -290,6 +290,7 @@ SKA = register(
         policy=lambda config: policy_for(options_from_config(config)),
         make_client_update=lambda config: SKAUpdate(config, options_from_config(config)),
         make_strategy=make_strategy,
+        needs_per_client_uploads=False,
         global_eval_state=global_eval_state,
         options={"an": True, "lsn": True, "dual": True, "weighting": "uniform"},
         model_overrides=lambda config: model_overrides_for(options_from_config(config)),

@@ -1,0 +1,267 @@
+"""Secure aggregation on privreid's Flower runtime: Flower's own ``secaggplus_mod`` and ``SecAggPlusWorkflow``.
+
+flwr 1.41's SecAgg+ is written for the legacy path: the workflow drives a
+``flwr.server.strategy.Strategy`` through a ``LegacyContext``, and the client
+mod wraps a ClientApp whose train handler speaks ``FitIns`` / ``FitRes``.
+privreid's runtime uses the Message API, so this module adapts, one round at a
+time, without re-implementing any of the protocol:
+
+* server (:func:`secure_round`): a one-round legacy strategy
+  (:class:`_RoundStrategy`) hands the workflow the round's selected sites
+  and what each receives (``FitIns``: the download's tensors, the run record
+  and the key order); the workflow runs setup, share keys, collect masked
+  vectors and unmask through the Grid, every reply checked by
+  :func:`check_secure_reply`, and returns the dequantised weighted mean of
+  the sites' vectors; :class:`~privreid.defenses.secure_aggregation.AggregatedUpload`
+  carries it to the method's strategy.  Sites that drop out after sharing
+  their keys are recovered by the protocol (their masks are removed with
+  the survivors' shares); fewer survivors than the threshold abort the round.
+* site (:func:`secure_aggregation_mod`, :func:`secure_fit_reply`): train
+  messages that carry SecAgg+ stages go through Flower's ``secaggplus_mod``;
+  at the collect stage the site trains with the engine's own code and
+  returns, as ``FitRes``, the vector
+  :meth:`~privreid.defenses.secure_aggregation.SecureAggregate.client_input`
+  builds (its update, clipped and noised under distributed DP) with its
+  weight as ``num_examples``; the mod pre-scales, quantises and masks it and
+  drops the tensors before the reply leaves.
+
+What the server sees beyond the in-process run: Flower's ``FitRes`` carries
+``num_examples`` (here the client's weight: its sample count, public in
+privreid's threat model, or 1) and the scalar training metrics in the clear.
+Extra upload tensors (DPPT's class centres) have no place in Flower's vector
+and are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
+from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy as LegacyStrategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+
+#: FitIns config keys privreid adds (everything else in it is the run record)
+KEYS, CLIENTS, SEED, SCALE, CLIP = "secagg-keys", "secagg-clients", "secagg-seed", "secagg-scale", "secagg-clip"
+#: what a site's reply may hold in each SecAgg+ stage
+ALLOWED_CONFIGS = {RECORD_KEY_CONFIGS, "fitres.metrics", "fitres.status"}
+
+
+def is_secure(msg: Message) -> bool:
+    return msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records
+
+
+def secure_aggregation_mod(msg: Message, ctxt: Context, call_next) -> Message:
+    """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes."""
+    return secaggplus_mod(msg, ctxt, call_next) if is_secure(msg) else call_next(msg, ctxt)
+
+
+def fit_message_content(content: RecordDict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``(run record fields, received state)`` of a collect-stage message (legacy ``FitIns``)."""
+    fitins = compat.recorddict_to_fitins(content, keep_input=True)
+    names = str(fitins.config[KEYS]).split(",")
+    arrays = parameters_to_ndarrays(fitins.parameters)
+    state = {n: torch.from_numpy(np.array(a, copy=True)) for n, a in zip(names, arrays)}
+    return dict(fitins.config), state
+
+
+def secure_fit_reply(engine, client, round_index: int, fields: dict[str, Any], received) -> RecordDict:
+    """Train like the in-process engine; the ``FitRes`` the mod masks: the client's vector and weight."""
+    upload = engine.train_client(client, round_index, received=received)
+    strategy = engine.strategy
+    keys = strategy._vector_keys(received, upload)
+    extras = [k for k in upload.state if k not in strategy.model_keys]
+    if extras:
+        raise ValueError(f"secure aggregation on Flower sums model updates only; this method also uploads "
+                         f"{extras[:2]}")
+    vector, weight, _, _ = strategy.client_input(received, upload, keys, [], {}, int(fields[CLIENTS]),
+                                                 int(fields[SEED]))
+    scale, clip = float(fields[SCALE]) * weight, float(fields[CLIP])  # the mod pre-scales by weight / max_weight
+    metrics = {k: float(v) for k, v in upload.metrics.items()}
+    metrics.update({"secagg_saturated": float(sum(int(np.count_nonzero(np.abs(v * scale) > clip)) for v in vector)),
+                    "secagg_values": float(sum(v.size for v in vector))})
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), int(round(weight)), metrics)
+    return compat.fitres_to_recorddict(fitres, keep_input=True)
+
+
+def check_secure_reply(reply: Message) -> None:
+    """The privacy gate for SecAgg+ replies: no tensor leaves a site, only protocol bytes and scalars."""
+    from ..flower.messages import FlowerRunError
+
+    if reply.has_error():
+        return
+    content, src = reply.content, reply.metadata.src_node_id
+    for name, record in content.array_records.items():
+        if len(record):
+            raise FlowerRunError(f"site {src} sent parameters ({name!r}) in a secure-aggregation reply")
+    for name, record in content.config_records.items():
+        if name not in ALLOWED_CONFIGS:
+            raise FlowerRunError(f"site {src} sent an unexpected record {name!r} in a secure-aggregation reply")
+        if name == RECORD_KEY_CONFIGS and Key.MASKED_PARAMETERS in record:
+            continue
+        for key, value in record.items():
+            if isinstance(value, list) and any(isinstance(v, bytes) and len(v) > 4096 for v in value):
+                raise FlowerRunError(f"site {src} sent a large byte string {name}.{key} in a secure-aggregation "
+                                     "reply")
+    for name, record in content.metric_records.items():
+        for key, value in record.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise FlowerRunError(f"site {src} sent a non-scalar metric {name}.{key}")
+
+
+class _GatedGrid:
+    """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept."""
+
+    def __init__(self, grid):
+        self.grid, self.replies = grid, []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        for reply in replies:
+            check_secure_reply(reply)
+        self.replies.extend(replies)
+        return replies
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+
+class _Proxy(ClientProxy):
+    """A selected site as the legacy workflow addresses it (only its node id is used)."""
+
+    def __init__(self, name: str, node_id: int):
+        super().__init__(name)
+        self.node_id = node_id
+
+    def get_properties(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def get_parameters(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def fit(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def evaluate(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def reconnect(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+
+class _RoundStrategy(LegacyStrategy):
+    """One round's legacy strategy: the selection and what each site receives; keeps the aggregate."""
+
+    def __init__(self, instructions: list[tuple[_Proxy, FitIns]]):
+        self.instructions, self.results, self.failures = instructions, [], []
+
+    def initialize_parameters(self, client_manager):
+        return None
+
+    def configure_fit(self, server_round, parameters, client_manager):
+        return list(self.instructions)
+
+    def aggregate_fit(self, server_round, results, failures):
+        self.results, self.failures = list(results), list(failures)
+        return (results[0][1].parameters if results else None), {}
+
+    def configure_evaluate(self, server_round, parameters, client_manager):
+        return []
+
+    def aggregate_evaluate(self, server_round, results, failures):
+        return None, {}
+
+    def evaluate(self, server_round, parameters):
+        return None
+
+
+def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any], params, *, seed: int,
+                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict]]:
+    """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics)``.
+
+    ``transmissions``: ``[(client (name, node_id), received state)]``;
+    ``params``: :class:`~privreid.secagg.protocol.Parameters` (checked by the caller).
+    """
+    from ..flower.messages import FlowerRunError
+
+    m = len(transmissions)
+    instructions = []
+    for client, received in transmissions:
+        config = {**run_fields, KEYS: ",".join(received), CLIENTS: m, SEED: seed, SCALE: 1.0 / params.max_weight,
+                  CLIP: params.clipping_range}
+        arrays = [v.detach().cpu().numpy() for v in received.values()]
+        instructions.append((_Proxy(client.name, client.node_id), FitIns(ndarrays_to_parameters(arrays), config)))
+    strategy = _RoundStrategy(instructions)
+    state = RecordDict({MAIN_CONFIGS_RECORD: ConfigRecord({"current_round": round_no}),
+                        MAIN_PARAMS_RECORD: ArrayRecord()})
+    context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=state, run_config={}),
+                            strategy=strategy)
+    shares = params.num_shares / m if params.num_shares < m else 1.0
+    workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=params.threshold / params.num_shares,
+                                  max_weight=params.max_weight, clipping_range=params.clipping_range,
+                                  quantization_range=params.quantization_range, modulus_range=params.modulus_range,
+                                  timeout=timeout)
+    workflow(_GatedGrid(grid), context)
+    if not strategy.results:
+        raise FlowerRunError(f"round {round_no}: secure aggregation aborted (fewer than "
+                             f"{params.threshold} sites survived to unmask)")
+    names = {p.node_id: p.cid for p, _ in instructions}
+    survivors = [names[p.node_id] for p, _ in strategy.results]
+    dropped = [n for n in names.values() if n not in survivors]
+    mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
+    metrics = [dict(res.metrics) for _, res in strategy.results]
+    return mean, survivors, dropped, metrics
+
+
+def collect_secure(engine, round_index: int, selected) -> list:
+    """:meth:`FlowerServerEngine.collect_uploads` under ``--secure-aggregation``: one :class:`AggregatedUpload`."""
+    from ..defenses.secure_aggregation import AggregatedUpload, round_parameters
+    from ..federated.strategy import Upload
+    from ..flower.messages import FlowerRunError
+    from ..seeding import derive_seed
+
+    round_no = round_index + 1
+    strategy = engine.strategy
+    transmissions = []
+    for client in selected:
+        received, written, removed = engine.transmission(client, round_index)
+        if written or removed:
+            raise FlowerRunError(f"method {engine.method.name!r}: its download writes the client's memory, which "
+                                 "secure aggregation on Flower does not carry")
+        transmissions.append((client, received))
+    weights = {c.name: float(strategy.weight(Upload(c.name, {}, c.num_samples))) for c in selected}
+    max_weight = engine.config.train.secagg_max_weight or max(weights.values())
+    params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
+    params.check(len(selected))
+    seed = derive_seed(engine.config.train.seed, "secagg", round_index)
+    mean, survivors, dropped, metrics = secure_round(
+        engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,
+        timeout=engine.link.settings.round_timeout or None)
+    saturated = values = 0
+    for name, met in zip(survivors, metrics):
+        saturated += int(met.pop("secagg_saturated", 0))
+        values += int(met.pop("secagg_values", 0))
+        engine._record({"round": round_no, "scope": "train", "client": name, **met})
+    needed = engine.min_clients or len(selected)
+    if dropped:
+        engine.log(f"round {round_no}: {', '.join(dropped)} dropped out; the protocol removed their masks")
+    if len(survivors) < needed:
+        raise FlowerRunError(f"round {round_no}: {len(survivors)} of {len(selected)} selected sites sent a masked "
+                             f"vector, {needed} needed (--min-clients {engine.min_clients})")
+    keys = strategy._vector_keys(engine.global_state, Upload("", transmissions[0][1], 0))
+    q_total = sum(round(weights[n] / params.max_weight * params.quantization_range) for n in survivors)
+    report = {"scope": "secagg", "runtime": "flower", "clients": len(survivors), "dropped": dropped,
+              "saturated": saturated, "values": values, "saturated_fraction": saturated / max(values, 1),
+              "quantisation_error_bound": len(survivors) * params.quantum() * params.quantization_range / q_total,
+              "total_weight": q_total / params.quantization_range * params.max_weight}
+    state = strategy.aggregate_state(engine.global_state, keys, mean)
+    return [AggregatedUpload(state, report["total_weight"], report)]
