@@ -203,7 +203,7 @@ def test_same_epsilon_as_central_client_dp(tiny_synth):
 # ----------------------------------------------------------------------------- support matrix
 EXPECTED = {"fedpav": "yes", "fedavg": "yes", "fedprox": "yes", "moon": "yes", "fedbn": "yes", "ska": "yes",
             "dppt": "yes", "fedreid": "yes", "fedarks": "no", "fedpav-cdw": "no", "fedpav-kd": "no",
-            "fedpav-cc": "no", "fedpav-cdw-kd": "no", "fedpav-cdw-cc": "no", "centralized": "n/a",
+            "fedpav-cc": "no", "fedpav-cdw-kd": "no", "fedpav-cdw-cc": "no", "fednova": "no", "centralized": "n/a",
             "standalone": "n/a"}
 
 
