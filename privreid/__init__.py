@@ -1,3 +1,62 @@
-"""privreid: privacy-preserving (federated, decentralised) person re-identification."""
+"""privreid: privacy-preserving (federated, decentralised) person re-identification.
+
+The public API (imported on first use, so ``import privreid`` stays light)::
+
+    import privreid
+
+    config = privreid.RunConfig()                     # data / model / train sections, see privreid.config
+    summary = privreid.train_run(config, "runs/x")   # the `privreid train` run, as a function
+    model = privreid.load_model("runs/x/ckpt.pt")    # the global model (client=... for a personalised one)
+    metrics = privreid.evaluate_model(model, testset, height=128, width=64)
+
+Registries (one registration adds a dataset format, a training method, an
+inversion attack or a threat model; ``docs/extending.md``):
+``register_format`` / ``available_formats`` (:mod:`privreid.data.formats`),
+``register_method`` / ``available_methods`` (:mod:`privreid.federated.registry`),
+``INVERSION_ATTACKS`` / ``register_inversion_attack`` and ``THREATS`` /
+``register_threat`` (:mod:`privreid.attacks.inversion`), ``RETRIEVAL_ATTACKS``
+(:mod:`privreid.attacks.feature_attacks`, needs torchattacks).
+"""
+
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+#: public name -> (module, attribute)
+_PUBLIC = {
+    "RunConfig": ("privreid.config", "RunConfig"),
+    "DataConfig": ("privreid.config", "DataConfig"),
+    "ModelConfig": ("privreid.config", "ModelConfig"),
+    "TrainConfig": ("privreid.config", "TrainConfig"),
+    "train_run": ("privreid.training", "train_run"),
+    "evaluate_model": ("privreid.evaluation.model_eval", "evaluate_model"),
+    "load_checkpoint": ("privreid.checkpoint", "load_checkpoint"),
+    "save_checkpoint": ("privreid.checkpoint", "save_checkpoint"),
+    "load_model": ("privreid.checkpoint", "load_model"),
+    "load_dataset": ("privreid.data.formats", "load_dataset"),
+    "build_federation": ("privreid.data.catalog", "build_federation"),
+    "DatasetFormat": ("privreid.data.formats", "DatasetFormat"),
+    "register_format": ("privreid.data.formats", "register_format"),
+    "available_formats": ("privreid.data.formats", "available_formats"),
+    "register_method": ("privreid.federated.registry", "register"),
+    "available_methods": ("privreid.federated.registry", "available_methods"),
+    "get_method": ("privreid.federated.registry", "get_method"),
+    "INVERSION_ATTACKS": ("privreid.attacks.inversion.optimise", "ATTACKS"),
+    "register_inversion_attack": ("privreid.attacks.inversion.optimise", "register_inversion_attack"),
+    "THREATS": ("privreid.attacks.inversion.threat_models", "THREATS"),
+    "register_threat": ("privreid.attacks.inversion.threat_models", "register_threat"),
+    "RETRIEVAL_ATTACKS": ("privreid.attacks.feature_attacks", "ATTACKS"),
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        module, attribute = _PUBLIC[name]
+        return getattr(import_module(module), attribute)
+    raise AttributeError(f"module 'privreid' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

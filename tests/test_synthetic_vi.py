@@ -15,13 +15,9 @@ from privreid.cli import app
 from privreid.data import INFRARED, VISIBLE
 from privreid.data.catalog import resolve_datasets
 from privreid.data.formats import read_image
-from privreid.data.synthetic import (
-    _draw_labels,
-    _rng,
-    camera_style,
-    sample_appearance,
-    sample_pose,
-)
+from privreid.data.synthetic import camera_style, sample_appearance, sample_pose
+from privreid.data.synthetic_config import _rng
+from privreid.data.synthetic_render import _draw_labels
 from privreid.data.synthetic_vi import (
     BOTH,
     SynthVIConfig,

@@ -81,22 +81,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from privreid.data.synthetic import (
-    _LUMA,
-    Appearance,
-    CameraStyle,
-    Pose,
-    SynthConfig,
-    _rng,
-    _save_jpeg,
-    camera_style,
-    ensure_cached,
-    render_person,
-    sample_appearance,
-    sample_pose,
-    write_atomically,
-    write_manifest,
-)
+from privreid.data.synthetic_cache import _save_jpeg, ensure_cached, write_atomically, write_manifest
+from privreid.data.synthetic_cameras import _LUMA, CameraStyle, camera_style
+from privreid.data.synthetic_config import SynthConfig, _rng
+from privreid.data.synthetic_render import Appearance, Pose, render_person, sample_appearance, sample_pose
 from privreid.data.types import INFRARED, VISIBLE
 from privreid.errors import ConfigError
 

@@ -1,0 +1,126 @@
+"""Writing and caching generated datasets: JPEG files, ``manifest.json``, atomic directories and the
+content-addressed cache (:mod:`privreid.data.synthetic`, :mod:`.synthetic_vi`, :mod:`.synthetic_dg`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from privreid import __version__
+from privreid.errors import DataError
+from privreid.data.synthetic_config import FORMAT_VERSION, RENDER_VERSION, config_hash
+
+
+def _save_jpeg(arr: np.ndarray, path: Path, quality: int) -> None:
+    """Write one JPEG (no metadata, fixed settings: same pixels -> same bytes)."""
+    Image.fromarray(arr).save(path, format="JPEG", quality=quality, optimize=False,
+                              subsampling=2)
+
+
+def _is_nonempty_dir(p: Path) -> bool:
+    return p.is_dir() and any(p.iterdir())
+
+
+def write_manifest(root: Path, fmt: str, config, *, format_version: int = FORMAT_VERSION,
+                   render_version: int = RENDER_VERSION, **extra) -> None:
+    """Write ``root/manifest.json``: format, versions, the generator config and its hash, plus ``extra``."""
+    manifest = {
+        "format": fmt,
+        "format_version": format_version,
+        "render_version": render_version,
+        "privreid_version": __version__,
+        "config": asdict(config),
+        "config_hash": config_hash(config, format_version, render_version),
+        **extra,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
+    """Run ``fill(tmp)`` on a fresh temporary sibling directory of ``out_dir``, then rename it to ``out_dir``.
+
+    Nothing is left behind if ``fill`` raises.  Raises
+    :class:`~privreid.errors.DataError` if ``out_dir`` is a file, or a
+    non-empty directory and ``overwrite`` is false.  Returns the absolute path.
+    """
+    out = Path(out_dir).expanduser().absolute()
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out} exists and is not a directory")
+    if _is_nonempty_dir(out) and not overwrite:
+        raise DataError(f"{out} exists and is not empty (pass --overwrite, overwrite=True, to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        fill(tmp)
+        _move_into_place(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+    if out.exists():
+        if _is_nonempty_dir(out):
+            if not overwrite:
+                raise DataError(f"{out} was filled by someone else while generating")
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, trash / "old")
+            try:
+                os.replace(tmp, out)
+            finally:
+                shutil.rmtree(trash, ignore_errors=True)
+            return
+        out.rmdir()
+    os.replace(tmp, out)
+
+
+def read_manifest(path: str | os.PathLike) -> dict | None:
+    """The manifest of a generated directory, or None if missing / unreadable."""
+    try:
+        return json.loads((Path(path) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _default_cache_root() -> Path:
+    env = os.environ.get("PRIVREID_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "privreid"
+
+
+def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
+                  cache_root: str | os.PathLike | None = None, *, format_version: int = FORMAT_VERSION,
+                  render_version: int = RENDER_VERSION) -> Path:
+    """The cache directory ``cache_root / f"{prefix}-{config_hash(...)}"``, filled by ``generate`` once.
+
+    ``generate(path, overwrite)`` writes the dataset (a broken cached copy is
+    overwritten).  A copy is valid when its manifest holds the same config and
+    versions; a concurrent process that wins the race is accepted.
+    """
+    root = Path(cache_root).expanduser() if cache_root is not None else _default_cache_root()
+    path = root / f"{prefix}-{config_hash(config, format_version, render_version)}"
+    expected = json.loads(json.dumps(asdict(config)))  # as the manifest stores it (tuples become lists)
+
+    def valid() -> bool:
+        m = read_manifest(path)
+        return (m is not None and m.get("config") == expected
+                and m.get("format_version") == format_version
+                and m.get("render_version") == render_version)
+
+    if valid():
+        return path
+    try:
+        generate(path, path.exists())
+    except DataError:
+        if valid():  # a concurrent process won the race
+            return path
+        raise
+    return path
