@@ -308,7 +308,7 @@ SKA_TABLE2_ROWS = (("local supervised", "standalone"), ("FedAvg+D", "fedavg"), (
 
 
 def _ska_table2() -> TableSpec:
-    """Seen domains, every row: each client's model after its local training on its own test set (Table 4's)."""
+    """Seen domains, every row: each client's personalised model on its own test set (as in Table 4)."""
     paper_data = [a for root in RGB_SOURCES for a in ("--data", "{data_root}/" + root)]
     smoke_domains = ",".join(smoke for _, smoke, _ in SKA_SOURCES)
     rows = []
@@ -326,9 +326,11 @@ def _ska_table2() -> TableSpec:
                       for name, smoke, paper in SKA_SOURCES for label, metric in (("mAP", "mAP"), ("R1", "rank1"))),
         rows=tuple(rows), paper_train=RGB_SOURCES,
         deviations=(
-            "every row's seen-domain cell is the client's model after its local training (its own classifier, and "
-            "its own norms where the method keeps them) on its own test set; the paper does not say which model it "
-            "tests on source domains (its Table 4 Baseline prints FedAvg+D's numbers, so privreid reads both alike)",
+            "every row's seen-domain cell is each client's personalised model as its method defines it (privreid's "
+            "local evaluation: FedPav's after local training, FedAvg+D's the global model with the client's "
+            "classifier, FedBN's and SKA's with the client's own norms) on its own test set; the paper does not say "
+            "which model it tests on source domains (its Table 4 Baseline prints FedAvg+D's numbers, so privreid "
+            "reads both tables alike)",
             "'+D' (domain-specific classifiers kept out of aggregation) is how every privreid method treats the "
             "classifier",
             "FedPav+AddData is FedPav + CDW + KD (paper 004, Alg. 3) on privreid's public set (a synthetic domain, "
