@@ -5,8 +5,12 @@ training run of privreid (``train`` holds its `privreid train` options at
 each scale) or a comparator privreid does not implement (``train`` is
 ``None``: the row is shown as "not implemented" with its published numbers).
 ``columns`` map a column of the paper to the test set that fills it at each
-scale.  A spec without rows is listed by ``privreid reproduce --list`` but
-its runner is not written yet (``status`` says so).
+scale.  Rows may share one run (``Row.run``: FedPav Table 3's global and
+local models), read another model of it (``Row.scope``) or measure something
+else on the column's run (``Row.measure``: L2RW+ Table IX's attacks and
+corruptions).  ``TableSpec.deviations`` are written under the table.  A spec
+without rows is listed by ``privreid reproduce --list`` but its runner is not
+written yet (``status`` says so).
 """
 
 from __future__ import annotations
