@@ -5,8 +5,12 @@ training run of privreid (``train`` holds its `privreid train` options at
 each scale) or a comparator privreid does not implement (``train`` is
 ``None``: the row is shown as "not implemented" with its published numbers).
 ``columns`` map a column of the paper to the test set that fills it at each
-scale.  A spec without rows is listed by ``privreid reproduce --list`` but
-its runner is not written yet (``status`` says so).
+scale.  Rows may share one run (``Row.run``: FedPav Table 3's global and
+local models), read another model of it (``Row.scope``) or measure something
+else on the column's run (``Row.measure``: L2RW+ Table IX's attacks and
+corruptions).  ``TableSpec.deviations`` are written under the table.  A spec
+without rows is listed by ``privreid reproduce --list`` but its runner is not
+written yet (``status`` says so).
 """
 
 from __future__ import annotations
@@ -308,7 +312,7 @@ SKA_TABLE2_ROWS = (("local supervised", "standalone"), ("FedAvg+D", "fedavg"), (
 
 
 def _ska_table2() -> TableSpec:
-    """Seen domains, every row: each client's model after its local training on its own test set (Table 4's)."""
+    """Seen domains, every row: each client's personalised model on its own test set (as in Table 4)."""
     paper_data = [a for root in RGB_SOURCES for a in ("--data", "{data_root}/" + root)]
     smoke_domains = ",".join(smoke for _, smoke, _ in SKA_SOURCES)
     rows = []
@@ -326,9 +330,11 @@ def _ska_table2() -> TableSpec:
                       for name, smoke, paper in SKA_SOURCES for label, metric in (("mAP", "mAP"), ("R1", "rank1"))),
         rows=tuple(rows), paper_train=RGB_SOURCES,
         deviations=(
-            "every row's seen-domain cell is the client's model after its local training (its own classifier, and "
-            "its own norms where the method keeps them) on its own test set; the paper does not say which model it "
-            "tests on source domains (its Table 4 Baseline prints FedAvg+D's numbers, so privreid reads both alike)",
+            "every row's seen-domain cell is each client's personalised model as its method defines it (privreid's "
+            "local evaluation: FedPav's after local training, FedAvg+D's the global model with the client's "
+            "classifier, FedBN's and SKA's with the client's own norms) on its own test set; the paper does not say "
+            "which model it tests on source domains (its Table 4 Baseline prints FedAvg+D's numbers, so privreid "
+            "reads both tables alike)",
             "'+D' (domain-specific classifiers kept out of aggregation) is how every privreid method treats the "
             "classifier",
             "FedPav+AddData is FedPav + CDW + KD (paper 004, Alg. 3) on privreid's public set (a synthetic domain, "
