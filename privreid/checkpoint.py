@@ -8,7 +8,10 @@ network), ``global_state`` (the shared keys of the global model; empty for
 methods without one), ``client_states`` (client name -> its local state dict),
 ``client_classes`` (client name -> number of identities), ``server_state``
 (server-held tensors that are not model weights, e.g. DPPT's global memory),
-``client_memory`` (per-client state kept between rounds, e.g. DP accountants),
+``client_memory`` (per-client state kept between rounds, e.g. DP accountants;
+an in-process run keeps each in a file under ``client_memory/`` next to the
+checkpoint, named by ``client_memory_files``, and :func:`load_checkpoint`
+reads them back: :mod:`privreid.federated.memory_store`),
 ``initial_local_state`` (the local keys, classifier excluded, of the initial
 model: the local state of a client that has not trained yet),
 ``metrics`` (list of metric records), ``comm`` (bytes per round), ``rng`` and
@@ -62,8 +65,13 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise."""
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    client_memory: bool = True) -> dict[str, Any]:
+    """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
+
+    ``client_memory=False`` leaves the client memories kept in files
+    (``client_memory_files``) unread: the engine resumes them lazily.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -86,7 +94,29 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
+    if client_memory and "client_memory_files" in ckpt:
+        ckpt["client_memory"] = _read_client_memories(path.parent, ckpt["client_memory_files"])
     return ckpt
+
+
+def _read_client_memories(run_dir: Path, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    from .federated.memory_store import MEMORY_DIR, load_memory_file
+
+    out = {}
+    for name, file in files.items():
+        if not file:
+            out[name] = {}
+            continue
+        path = run_dir / MEMORY_DIR / file
+        try:
+            out[name] = load_memory_file(path)
+        except FileNotFoundError:
+            raise CheckpointError(f"{run_dir / 'ckpt.pt'} keeps client {name}'s memory in {path}, which is "
+                                  f"missing; copy the run directory whole") from None
+        except pickle.UnpicklingError as exc:
+            raise CheckpointError(f"refusing to load {path}: it holds objects that are not plain "
+                                  "tensors/containers (nothing was executed)") from exc
+    return out
 
 
 def checkpoint_clients(ckpt: dict[str, Any]) -> list[str]:

@@ -49,7 +49,7 @@ momentum (MI, TI).  Images are in ``[0, 1]`` pixel space, so ``eps`` and
 is applied inside the attack via torchattacks' ``set_normalization_used``.
 
 Defaults (:func:`build_attack`): ``eps = 8/255``, ``alpha = 1/255`` for
-every iterative attack (the step of the published ReID attacks, DESIGN.md;
+every iterative attack (the step of the published ReID attacks, docs/architecture.md;
 torchattacks' own default is 2/255), ``steps = 10``; PGD starts at a uniform
 random point of the eps-ball (Madry et al.), MI-FGSM uses ``decay = 1.0``
 (Dong et al. 2018); TI-FGSM keeps all of torchattacks' defaults (Gaussian

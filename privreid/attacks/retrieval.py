@@ -1,7 +1,7 @@
 """ReID retrieval under adversarial attack: clean vs attacked R1 / mAP / mINP, tables and pictures.
 
 Protocol (L2RW+, paper 003, Sec. IV-F and Table IX; the ReID attacks of
-DESIGN.md): the query images, the gallery images or both are replaced by
+docs/architecture.md): the query images, the gallery images or both are replaced by
 their adversarial versions (:mod:`privreid.attacks.feature_attacks`, an
 untargeted feature-space attack that needs no labels), features are
 re-extracted, and clean and attacked features are ranked by the test set's

@@ -23,7 +23,7 @@ training recipe is the demo's: ResNet-18 from scratch, 64x32 input, SGD lr
     0.7 (default) fedpav       5       65.2 / 55.7 / 81.1    40.6
     0.7 (default) untrained    -       mean 4.2              1.4
 
-The default (0.7) meets the targets of DESIGN.md: trained seen-domain R1 in
+The default (0.7) meets the targets of docs/architecture.md: trained seen-domain R1 in
 50-90% (FedPav; centralised slightly above on average, 92.0%), unseen R1 in
 20-70%, untrained below 10%.  The last three rows are ``make demo`` (each run
 about 110 s); the others are ``privreid train --data DIR --test-domains synthD

@@ -33,7 +33,7 @@ gradient; the model is built with ``norm="group"``
 (:func:`privreid.models.reid_net.use_group_norm`: fresh GroupNorm, 32 groups
 on feature maps, 1 on embeddings), and Opacus' ``ModuleValidator`` confirms
 the model before training.  privreid's ResNet has no in-place residual
-operations, which Opacus' hooks need (DESIGN.md).
+operations, which Opacus' hooks need (docs/architecture.md).
 
 Grad-sample mode: Opacus' hooks (:class:`~opacus.GradSampleModule`), the
 fastest mode for the batches DP-SGD draws (``benchmarks/dp_overhead.py``,

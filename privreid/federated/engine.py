@@ -7,7 +7,10 @@ Memory.  Clients run one after another in one process; only one model is
 resident.  Between rounds a client keeps only its local state (its
 ``policy.local`` keys) and its memory (a method's extra tensors; for methods
 whose papers score the trained local model, ``keeps_trained_model``, one copy
-of its shared keys), and the server keeps the global shared state.  Within
+of its shared keys), and the server keeps the global shared state.  Client
+memories live in files under the run directory, loaded one at a time when
+used (:mod:`.memory_store`), so they do not grow the process with the number
+of clients.  Within
 a round the server streams: each upload is checked, counted and folded into
 the strategy's accumulator as it arrives (:class:`RoundInbox`,
 :class:`~.strategy.Accumulator`) and then dropped, so a linear strategy
@@ -39,8 +42,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,7 @@ from .best import best_block
 from .client import ClientContext
 from .divergence import check_finite_training, json_line
 from .early_stop import evaluate_after_stop
+from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method, get_method
 from .resume import check_resume
@@ -97,6 +102,8 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
         raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
     for f in existing:
         (out_dir / f).unlink()
+    if overwrite:
+        shutil.rmtree(out_dir / MEMORY_DIR, ignore_errors=True)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -151,6 +158,8 @@ class FederatedEngine:
 
     #: whether this process holds the clients' local states (the Flower server does not: its sites do)
     holds_client_states = True
+    #: whether client memories are kept in files under the run directory (:mod:`.memory_store`) or in RAM
+    client_memory_on_disk = True
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  progress: bool = True, log: Callable[[str], None] | None = None):
@@ -190,17 +199,25 @@ class FederatedEngine:
         self.initial_local = {k: v for k, v in self.policy.local(self.init_state).items()
                               if not k.startswith("classifier.")}
         self.client_states: dict[str, StateDict] = {}
-        self.client_memory: dict[str, dict] = {}
+        self.client_memory: MutableMapping[str, MutableMapping] = (
+            ClientMemories(self.out_dir / MEMORY_DIR) if self.client_memory_on_disk else {})
         self.metrics: list[dict[str, Any]] = []
         self.comm: list[dict[str, int]] = []
         self.start_round = 0
 
     def _restore(self) -> None:
-        ckpt = load_checkpoint(self.out_dir / "ckpt.pt")
+        ckpt = load_checkpoint(self.out_dir / "ckpt.pt", client_memory=False)
         check_resume(RunConfig.from_dict(ckpt["config"]), self.config, int(ckpt["round"]))
         self.global_state = {**ckpt["global_state"], **ckpt.get("server_state", {})}
         self.client_states = ckpt["client_states"]
-        self.client_memory = ckpt.get("client_memory", {})
+        if not self.client_memory_on_disk:
+            self.client_memory = ckpt.get("client_memory", {})
+        elif "client_memory_files" in ckpt:
+            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt["client_memory_files"])
+        else:  # memories stored in the checkpoint itself
+            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
+            for name, memory in ckpt.get("client_memory", {}).items():
+                self.client_memory[name] = memory
         self.metrics = list(ckpt["metrics"])
         self.comm = list(ckpt["comm"])
         self.start_round = int(ckpt["round"])
@@ -325,6 +342,8 @@ class FederatedEngine:
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)
+        if isinstance(ctx.memory, ClientMemory):  # the update may have changed entries in place
+            ctx.memory.mark_dirty()
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
         if self.method.keeps_trained_model:
@@ -379,6 +398,8 @@ class FederatedEngine:
         rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                       total=t.rounds, disable=not self.progress, dynamic_ncols=True)
         for r in rounds:
+            if isinstance(self.client_memory, ClientMemories):
+                self.client_memory.round = r + 1
             selected = self.select_clients(r)
             self.stopped = self.privacy.stop_reason(r, selected, self.client_memory)
             if self.stopped:
@@ -394,6 +415,9 @@ class FederatedEngine:
         return summary
 
     def _checkpoint(self, round_no: int) -> None:
+        memories = self.client_memory
+        on_disk = isinstance(memories, ClientMemories)
+        files = memories.flush() if on_disk else None
         save_checkpoint({
             "method": self.method.name,
             "round": round_no,
@@ -406,7 +430,7 @@ class FederatedEngine:
             # local keys the global model needs for evaluation (FedBN's averaged norms)
             "global_eval_extra": self._global_eval_extra(),
             "client_states": self.client_states,
-            "client_memory": self.client_memory,
+            **({"client_memory_files": files} if on_disk else {"client_memory": memories}),
             **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},
             "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
@@ -414,6 +438,8 @@ class FederatedEngine:
             "comm": self.comm,
             "rng": rng_states(),
         }, self.out_dir / "ckpt.pt")
+        if on_disk:
+            memories.prune(files)
 
     def _global_eval_extra(self) -> StateDict:
         if not self.method.global_eval_state or not self.client_states:

@@ -1,6 +1,6 @@
 """Method registry.
 
-A method = parameter policy + client update + server strategy (DESIGN.md).
+A method = parameter policy + client update + server strategy (docs/architecture.md).
 Each method module builds a :class:`Method` and calls :func:`register`; the
 engine looks methods up by name and never imports a method module.
 """
@@ -79,7 +79,8 @@ class Method:
               (FedPav's "local model", paper 004 Sec. 4.1; FedReID's client
               model).  The engine keeps the shared keys of that model in the
               client's memory (:data:`privreid.checkpoint.TRAINED_PREFIX`):
-              one model copy per client, in host memory and in the checkpoint.
+              one model copy per client, on disk with the checkpoint and in
+              RAM only while used (:mod:`privreid.federated.memory_store`).
 
             A client that has not trained yet is scored with the global
             model and its initial local keys (what it would start from).

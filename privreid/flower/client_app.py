@@ -43,6 +43,8 @@ app = ClientApp(mods=[secure_aggregation_mod])  # SecAgg+ stages go through Flow
 class SiteEngine(FederatedEngine):
     """The engine on one site: its one client; metric records are collected for the reply, not written."""
 
+    client_memory_on_disk = False  # the site keeps its one client's state in its own store (SiteState)
+
     def __init__(self, config: RunConfig, site: Site):
         super().__init__(config, site.federation, site.state_dir, progress=False, log=lambda msg: None)
         self.records: list[dict[str, Any]] = []

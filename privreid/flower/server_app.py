@@ -303,6 +303,7 @@ class FlowerServerEngine(FederatedEngine):
     """The engine whose clients are Flower sites (see the module docstring)."""
 
     holds_client_states = False
+    client_memory_on_disk = False
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | Path, link: SiteLink, *,
                  min_clients: int = 0, log: Callable[[str], None] = print):

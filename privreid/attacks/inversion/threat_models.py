@@ -25,7 +25,7 @@ one is a subclass and one :func:`register_threat`):
 * ``"shared-feature"``: the same observation, attacked through the exact
   feature leak of the bottleneck: for one image ``dL/dW_i = (dL/dz_i) h`` and
   ``dL/db_i = dL/dz_i``, so every row ``i`` with ``dL/db_i != 0`` gives the
-  pooled trunk feature ``h = dL/dW_i / dL/db_i`` (DESIGN.md, "Gradient
+  pooled trunk feature ``h = dL/dW_i / dL/db_i`` (docs/architecture.md, "Gradient
   inversion").  :func:`leak_bottleneck_feature` takes the least-squares
   combination of all rows, exact without noise and the best linear estimate
   under it; the image is then recovered by feature inversion.

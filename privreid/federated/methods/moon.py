@@ -57,9 +57,10 @@ only read) and none of the previous state (already on the CPU); on an
 accelerator two copies of the backbone+neck state; in every case two extra
 forward passes per step without activations kept for backward (roughly
 two thirds more compute per step).  Between rounds each client keeps one backbone+neck state
-in ``ctx.memory["prev_state"]`` on the CPU; it is written into the checkpoint
-(``client_memory``), so host memory and checkpoint size grow by one model per
-client (ResNet-18 with a 512-d neck: about 45 MB; ResNet-50: about 100 MB).
+in ``ctx.memory["prev_state"]``, in a file under the run directory
+(:mod:`privreid.federated.memory_store`, loaded while the client trains), so
+disk use, not host memory, grows by one model per client (ResNet-18 with a
+512-d neck: about 45 MB; ResNet-50: about 100 MB).
 It never leaves the client.
 """
 
