@@ -209,7 +209,7 @@ def run_child(approach: str, data_dir: str, metric: str) -> None:
     cpu_seconds = (cpu_end.ru_utime - cpu.ru_utime) + (cpu_end.ru_stime - cpu.ru_stime)
     metrics = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in result.items()}
     print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_mb": _rss_mb("VmHWM"),
-                      "base_rss_mb": base, "metrics": metrics}))
+                      "base_rss_mb": base, "threads": torch.get_num_threads(), "metrics": metrics}))
 
 
 # --------------------------------------------------------------------------
@@ -281,7 +281,8 @@ def main(argv=None) -> int:
                     r = run_approach(approach, tmp, args.metric)
                     row[approach] = r
                     print(f"  {approach:9s} {r['seconds']:8.2f} s wall {r['cpu_seconds']:8.2f} s CPU  peak RSS {r['peak_rss_mb']:8.0f} MB"
-                          f"  (+{r['peak_rss_mb'] - r['base_rss_mb']:.0f} MB over loaded data)",
+                          f"  (+{r['peak_rss_mb'] - r['base_rss_mb']:.0f} MB over loaded data), "
+                          f"{r['threads']} thread(s)",
                           flush=True)
             pr, fs, mm = row["privreid"], row["fullsort"], row["matmul"]
             row["privreid_over_matmul"] = pr["seconds"] / mm["seconds"]
@@ -308,8 +309,10 @@ def print_table(rows) -> None:
     header = (f"{'scale':6s} {'dim':>4s} {'Q x G':>12s} | {'privreid':>20s} | {'fullsort':>20s} | "
               f"{'matmul':>20s} | {'full/priv':>11s} | {'priv/mm':>11s} | {'mAP':>5s} {'R1':>5s} "
               f"{'max|diff|':>9s}")
+    threads = sorted({row[a]["threads"] for row in rows for a in APPROACHES if "threads" in row[a]})
     print("\nwall s, CPU s, peak RSS MB per approach (each in a fresh process); "
-          "ratios as wall (CPU)")
+          f"ratios as wall (CPU); torch threads: {', '.join(map(str, threads))} "
+          f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     print(header)
     print("-" * len(header))
 
