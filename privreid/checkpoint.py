@@ -69,8 +69,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                     client_memory: bool = True) -> dict[str, Any]:
     """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
 
-    ``client_memory=False`` leaves the client memories kept in files
-    (``client_memory_files``) unread: the engine resumes them lazily.
+    The client memories kept in files (``client_memory_files``) are read into
+    ``client_memory``, and ``client_memory_files`` is dropped, so the result
+    saved anywhere with :func:`save_checkpoint` is a complete checkpoint.
+    ``client_memory=False`` leaves them unread: the engine resumes them lazily.
     """
     path = Path(path)
     if not path.is_file():
@@ -95,7 +97,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
     if client_memory and "client_memory_files" in ckpt:
-        ckpt["client_memory"] = _read_client_memories(path.parent, ckpt["client_memory_files"])
+        # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
+        ckpt["client_memory"] = _read_client_memories(path.parent, ckpt.pop("client_memory_files"))
     return ckpt
 
 

@@ -23,7 +23,7 @@ TORCHATTACKS = "torchattacks>=3.3.0,<3.4"
 PACKAGES: dict[str, tuple[str, str]] = {
     "torchattacks": ("the adversarial attacks (privreid attack, compare --suite attacks, sweep)",
                      f"pip install '{TORCHATTACKS}'"),
-    "flwr": ("privreid flower", "pip install 'privreid[flower]'"),
+    "flwr": ("privreid flower and --secure-aggregation (Flower's SecAgg+)", "pip install 'privreid[flower]'"),
     "onnx": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxscript": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxruntime": ("privreid export --format onnx", "pip install 'privreid[export]'"),

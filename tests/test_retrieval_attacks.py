@@ -3,6 +3,7 @@
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -300,8 +301,7 @@ def invoke(*args):
 
 def test_cli_compares_models_in_table_ix_layout(checkpoint, tmp_path):
     copy = tmp_path / "copy" / "ckpt.pt"
-    copy.parent.mkdir()
-    shutil.copy(checkpoint, copy)
+    shutil.copytree(Path(checkpoint).parent, copy.parent)  # a run directory is copied whole (client_memory/)
     out = tmp_path / "out"
     res = invoke("--models", checkpoint, copy, "--method", "fgsm,pgd", "--domains", "synthA", "--max-queries", 4,
                  "--eps", "4/255", "--device", "cpu", "--examples", 2, "--out", out)

@@ -12,7 +12,9 @@ from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
 BEFORE_SPLIT = {
     "rgb": "add0d7b7da89f389fc0eddb854df72c0fe266075218855a0141aefa10394271d",
     "vi": "10ced35073faeca2235809207a6fe910ff6a11c888d7fc4d15dceaac630c9bc7",
-    "dg": "1b086ad07939b6063696f9d93d55cf5a94168f2eb619ce738085a3067e5f1fb2",
+    # synth-dg gained the PRID / 3DPeS / CAVIAR stand-ins in the same release; this hash is the unsplit
+    # generator's with them (taken on that branch's code, and equal on the split code)
+    "dg": "29ea1b661d1d85c639c840588d72f9e460c74d6f0ef75df49a979c8ae202b42b",
 }
 
 
