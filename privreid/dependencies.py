@@ -23,7 +23,7 @@ TORCHATTACKS = "torchattacks>=3.3.0,<3.4"
 PACKAGES: dict[str, tuple[str, str]] = {
     "torchattacks": ("the adversarial attacks (privreid attack, compare --suite attacks, sweep)",
                      f"pip install '{TORCHATTACKS}'"),
-    "flwr": ("privreid flower and --secure-aggregation (Flower's SecAgg+)", "pip install 'privreid[flower]'"),
+    "flwr": ("privreid flower", "pip install 'privreid[flower]'"),
     "onnx": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxscript": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxruntime": ("privreid export --format onnx", "pip install 'privreid[export]'"),
@@ -32,14 +32,17 @@ PACKAGES: dict[str, tuple[str, str]] = {
 }
 
 
-def require(name: str) -> ModuleType:
+def require(name: str, needed_by: str | None = None) -> ModuleType:
     """Import the package ``name`` (a key of :data:`PACKAGES`), or raise :class:`MissingDependencyError`.
+
+    ``needed_by`` names what needs it when that is not the package's usual user.
 
     Only a *missing* module is turned into the hint (the package itself, or a
     module it imports, e.g. scipy for torchattacks); any other import error
     is a bug and propagates.
     """
-    needed_by, install = PACKAGES[name]
+    usual, install = PACKAGES[name]
+    needed_by = needed_by or usual
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:

@@ -149,3 +149,12 @@ def test_flower_without_the_extra_is_one_line_but_its_help_works(tmp_path):
 def test_a_broken_torchattacks_names_what_it_misses(tmp_path):
     [(code, lines)] = run_without("scipy", ["attack", "--model", tmp_path / "ckpt.pt"])
     assert code == 2 and len(lines) == 1 and "torchattacks (it cannot import scipy)" in lines[0], lines
+
+
+def test_secure_aggregation_without_flower_is_one_line_before_anything_is_written(tiny_synth, tmp_path):
+    [(code, lines)] = run_without("flwr", ["train", "--data", tiny_synth, "--secure-aggregation", "--rounds", "1",
+                                           "--height", "32", "--width", "16", "--max-steps", "1", "--device", "cpu",
+                                           "--quiet", "--out", tmp_path / "run"])
+    assert code == 2 and lines == ["error: --secure-aggregation (SecAgg+ on Flower's primitives) needs flwr, which "
+                                   "is not installed: pip install 'privreid[flower]'"], lines
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

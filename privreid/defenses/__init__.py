@@ -63,7 +63,7 @@ def apply_defenses(method: Method, config: RunConfig) -> Method:
     if t.beta > 0:
         method = with_beta_noise(method, t.beta, t.beta_mode)
     if t.secure_aggregation:  # outermost: the strategies above run on the secure sum
-        require("flwr")  # SecAgg+ runs on Flower's primitives (privreid[flower])
+        require("flwr", "--secure-aggregation (SecAgg+ on Flower's primitives)")
         from .secure_aggregation import with_secure_aggregation
 
         method = with_secure_aggregation(method)
@@ -89,7 +89,7 @@ class PrivacyLedger:
         self.delta = dp_delta(config)
         self.notes: list[str] = []
         if t.secure_aggregation:
-            require("flwr")  # SecAgg+ runs on Flower's primitives (privreid[flower])
+            require("flwr", "--secure-aggregation (SecAgg+ on Flower's primitives)")
             from .secure_aggregation import check_secure_aggregation
 
             check_secure_aggregation(config, clients_per_round)
