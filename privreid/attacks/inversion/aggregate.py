@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ConfigError
-from .campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects
+from .campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects, write_summary
 from .defences import NO_DEFENCE, Defence, defence_as_trained
 from .optimise import invert_feature, random_image
 from .threat_models import Observation, leak_bottleneck_feature, observe
@@ -113,7 +113,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     from ...seeding import derive_seed
     from .attack import Reconstruction, reconstruct
     from .campaign import _to_unit_tensor
-    from .report import save_grid, score, summarise, summary_table, write_metrics_json
+    from .report import save_grid, score, summarise, write_metrics_json
 
     if len(paths) != 1:
         raise ConfigError("--threat aggregate attacks one checkpoint (--model)")
@@ -184,7 +184,4 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                f"matching, TV {settings.tv_weight:g}; {'defences as trained, per client' if defended else 'no defences'}"
                f"; {len(subjects)} subject(s)); reference: the single upload (threat {BASE_THREAT}). "
                "Mean ± std against the victim's image, each row above its random-image baseline.")
-    table = f"{caption}\n\n{summary_table(rows)}\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(table)
-    return CampaignResult(table, results)
+    return write_summary(out, caption, rows, results)

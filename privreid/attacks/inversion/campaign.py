@@ -153,6 +153,16 @@ class CampaignResult:
     models: list[dict[str, Any]]  # {"name", "summary" (report.summarise), "dir", "grid"}
 
 
+def write_summary(out: Path, caption: str, rows, results: list[dict]) -> CampaignResult:
+    """``out/summary.md``: the caption over the summary table of ``rows``; the campaign's result."""
+    from .report import summary_table
+
+    table = f"{caption}\n\n{summary_table(rows)}\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(table)
+    return CampaignResult(table, results)
+
+
 def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | None = None, index: int | None = None,
                        image: Path | None = None, label: int | None = None, n: int = 1, threat: str = "full",
                        defended: bool = True, seed: int = 0, device: str = "cpu",
@@ -161,7 +171,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     from tqdm.auto import tqdm
 
     from . import NO_DEFENCE, defence_as_trained, reconstruct
-    from .report import save_grid, score, summarise, summary_table, write_metrics_json
+    from .report import save_grid, score, summarise, write_metrics_json
     from ...federated.engine import resolve_device
     from ...seeding import derive_seed
 
@@ -209,7 +219,4 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
                f"{'defences as trained' if defended else 'no defences'}; {len(subjects)} subject(s)); "
                "mean ± std, each model above its random-image baseline.")
-    table = f"{caption}\n\n{summary_table(summaries)}\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(table)
-    return CampaignResult(table, results)
+    return write_summary(out, caption, summaries, results)
