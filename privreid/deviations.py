@@ -280,6 +280,12 @@ RULES: tuple[Rule, ...] = (
          lambda c: "DPPT with a local classifier per client over its own identities (--opt shared_classifier=false); "
                    "L2RW+ Eq. 8 / Algorithm 1 and its code average one classifier over the federation's global "
                    "identity labels"),
+    Rule("secure-aggregation", lambda c: c.train.secure_aggregation,
+         lambda c: "secure aggregation sums pre-scaled updates, not parameters as Flower's SecAgg+ mod does, with "
+                   "max_weight the round's largest client weight (Flower: 1000); integer buffers keep the server's "
+                   "values" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
+                               "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
+                               else "")),
     Rule("dppt-pooling", _method("dppt"),
          lambda c: "DPPT pools the trunk by global average pooling (L2RW+ reference code: GeM pooling)"),
     Rule("fedarks-part-bands", _method("fedarks"),

@@ -157,3 +157,14 @@ def test_deviation_rules_and_recipe_values(tiny_synth):
     # every method a recipe names exists, every rule has a unique name
     assert all(get_method(name) for name in PAPER_RECIPES)
     assert len({r.name for r in RULES}) == len(RULES)
+
+
+def test_secure_aggregation_states_its_deviations_and_distributed_dp_adds_its_accounting():
+    plain = RunConfig()
+    secure = dataclasses.replace(plain, train=dataclasses.replace(plain.train, secure_aggregation=True))
+    with_dp = dataclasses.replace(secure, train=dataclasses.replace(secure.train, client_dp=True))
+    assert not any("secure aggregation" in d for d in deviations(plain))
+    [text] = [d for d in deviations(secure) if d.startswith("secure aggregation")]
+    assert "not parameters" in text and "Flower: 1000" in text and "continuous Gaussian" not in text
+    [text_dp] = [d for d in deviations(with_dp) if d.startswith("secure aggregation")]
+    assert "continuous Gaussian" in text_dp
