@@ -9,9 +9,12 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+#: the two longest (about 90 s each on 2 cores) run in `make test-all`, keeping `make test` under 15 minutes
+SLOW = {"02_leakage.ipynb", "03_robustness.ipynb"}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW else [])
+                                  for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVREID_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
