@@ -429,7 +429,7 @@ def _fedarks_table1() -> TableSpec:
     return TableSpec(
         key="fedarks-table1", paper="001 FedARKS", title="Table 1: leave-one-domain-out mAP / R1 (FedDG-ReID)",
         shows="FedARKS against FL, DG and FedDG-ReID methods, each source domain a client, one domain held out",
-        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; ~10 minutes on a CPU",
+        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; one or two minutes on a CPU",
                 "paper": "15 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
         columns=_fedarks_columns(), rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
@@ -458,7 +458,7 @@ def _fedarks_table3() -> TableSpec:
         key="fedarks-table3", paper="001 FedARKS", title="Table 3: the robust-knowledge (RK) / knowledge-selection "
                                                          "(KS) ablation",
         shows="what the body-part branch (RK) and the direction-consistency weights (KS) each add",
-        budget={"smoke": "12 runs, 1 round, 32x16, three synthetic sources and one held out; ~8 minutes on a CPU",
+        budget={"smoke": "12 runs, 1 round, 32x16, three synthetic sources and one held out; about a minute on a CPU",
                 "paper": "12 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
         columns=_fedarks_columns()[:-2], rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
@@ -552,7 +552,7 @@ def _l2rw_fig8() -> TableSpec:
         key="l2rw-fig8", paper="003 L2RW+", title="Fig. 8: iDLG gradient-inversion leakage, DNS against I-DPPT",
         shows="how much of one visible and one infrared training image iDLG recovers from each model's gradient",
         budget={"smoke": f"2 runs, 1 round, 32x16, synthetic visible-infrared (viA), 2 subjects x 2 models x "
-                         f"{FIG8_ATTACK['iterations']} iDLG steps; about a minute on a CPU",
+                         f"{FIG8_ATTACK['iterations']} iDLG steps; a few minutes on a CPU",
                 "paper": "1 I-DPPT run, 50 rounds ResNet-50 on SYSU-MM01 + 2 inversions; GPU, days (DNS empty)"},
         columns=columns, rows=tuple(rows), paper_train={"sysu-mm01": "sysu-mm01"}, figure=leakage_figure,
         deviations=(
