@@ -72,6 +72,13 @@ def test_fig8_table_reads_each_runs_inversions_in_the_papers_layout(tmp_path):
     assert (tmp_path / "figure.png").stat().st_size > 0
 
 
+def test_fig8_is_listed_as_runnable():
+    from privreid.reproduce import list_tables
+
+    [fig8] = [t for t in list_tables() if t["table"] == "l2rw-fig8"]
+    assert fig8["status"] == "runs" and "iDLG" in fig8["smoke"]
+
+
 def test_fig8_runs_are_table9s_dns_stand_in_and_i_dppt():
     from privreid.commands.sweep import base_config
 
