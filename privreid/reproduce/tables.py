@@ -8,7 +8,7 @@ each scale) or a comparator privreid does not implement (``train`` is
 scale.  Rows may share one run (``Row.run``: FedPav Table 3's global and
 local models), read another model of it (``Row.scope``) or measure something
 else on the column's run (``Row.measure``: L2RW+ Table IX's attacks and
-corruptions).  ``TableSpec.deviations`` are written under the table.  A spec
+corruptions, Fig. 8's gradient inversions).  ``TableSpec.deviations`` are written under the table.  A spec
 without rows is listed by ``privreid reproduce --list`` but its runner is not
 written yet (``status`` says so).
 """
@@ -429,7 +429,7 @@ def _fedarks_table1() -> TableSpec:
     return TableSpec(
         key="fedarks-table1", paper="001 FedARKS", title="Table 1: leave-one-domain-out mAP / R1 (FedDG-ReID)",
         shows="FedARKS against FL, DG and FedDG-ReID methods, each source domain a client, one domain held out",
-        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; one or two minutes on a CPU",
+        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; a minute or two on a CPU",
                 "paper": "15 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
         columns=_fedarks_columns(), rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
