@@ -43,13 +43,18 @@ def test_every_published_number_is_on_its_row_in_the_paper():
                 assert text in line, (key, row["row"], column, value)
 
 
+#: rows privreid adds to a table, with no published counterpart (FedARKS Table 3: its own -RK -KS baseline, the
+#: paper's being FedSupWA)
+PRIVREID_ONLY_ROWS = {"fedarks-table3": {"-RK -KS (both off)"}}
+
+
 def test_published_rows_and_columns_match_the_table_specs():
     for key, table in published().items():
         spec = TABLES[key]
         rows, columns = {r.name for r in spec.rows}, {c.name for c in spec.columns}
         if table.get("transposed"):  # the paper's lines are privreid's columns
             rows, columns = columns, rows
-        assert {r["row"] for r in table["rows"]} == rows, key
+        assert {r["row"] for r in table["rows"]} | PRIVREID_ONLY_ROWS.get(key, set()) == rows, key
         assert all(set(r["values"]) <= columns for r in table["rows"]), key
 
 
@@ -91,7 +96,8 @@ def test_list_names_every_table_of_the_issue():
      "missing dataset dukemtmcreid: expected"),
     (["l2rw-table7", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
      "missing dataset sysu-mm01: expected"),
-    (["l2rw-fig8", "--out", "{out}"], "its runner is not written yet"),
+    (["l2rw-fig8", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
+     "missing dataset sysu-mm01: expected"),
     (["l2rw-table9", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
      "missing dataset sysu-mm01: expected"),
     (["fedpav-table5", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],

@@ -119,6 +119,10 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
     if dataset is None:
         return None
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
+    if row.measure is not None and row.measure[0].startswith("inversion"):  # L2RW+ Fig. 8
+        from .leakage import inversion_cell
+
+        return inversion_cell(run_dir, row.measure, column.source[1], device)
     if row.measure is not None:
         return _robustness_cell(run_dir, row.measure, column.source[1], dataset, scale, device)
     kind, what = column.source
@@ -227,9 +231,10 @@ def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
     for row in spec.rows:
         for column in spec.columns:
             ours, paper = values[(row.name, column.name)], numbers.get(row.name, {}).get(column.name)
-            ours = None if ours is None else round(ours, 2)
+            ours = None if ours is None else round(ours, max(2, column.decimals))
             rows.append({"row": row.name, "column": column.name, "privreid": ours,
-                         "published": paper, "difference": None if None in (ours, paper) else round(ours - paper, 2),
+                         "published": paper,
+                         "difference": None if None in (ours, paper) else round(ours - paper, max(2, column.decimals)),
                          "status": "not implemented" if row.train is None else "run"})
     return rows
 
@@ -255,14 +260,17 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     write_csv_rows(rows, out / "table.csv")
     by_cell = {(r["row"], r["column"]): r for r in rows}
 
+    decimals = {c.name: c.decimals for c in spec.columns}
+
     def cell(r: dict) -> str:
-        paper = "-" if r["published"] is None else f"{r['published']:.1f}"
+        d = decimals[r["column"]]
+        paper = "-" if r["published"] is None else f"{r['published']:.{d}f}"
         if r["status"] == "not implemented":
             return f"n/i ({paper})"
         if r["privreid"] is None:
             return f"- ({paper})"
-        diff = "" if r["difference"] is None else f", {r['difference']:+.1f}"
-        return f"{r['privreid']:.1f} ({paper}{diff})"
+        diff = "" if r["difference"] is None else f", {r['difference']:+.{d}f}"
+        return f"{r['privreid']:.{d}f} ({paper}{diff})"
 
     names = [c.name for c in spec.columns]
     if spec.transpose:  # the paper's layout: one line per column of privreid's, one column per row

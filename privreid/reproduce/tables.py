@@ -8,7 +8,7 @@ each scale) or a comparator privreid does not implement (``train`` is
 scale.  Rows may share one run (``Row.run``: FedPav Table 3's global and
 local models), read another model of it (``Row.scope``) or measure something
 else on the column's run (``Row.measure``: L2RW+ Table IX's attacks and
-corruptions).  ``TableSpec.deviations`` are written under the table.  A spec
+corruptions, Fig. 8's gradient inversions).  ``TableSpec.deviations`` are written under the table.  A spec
 without rows is listed by ``privreid reproduce --list`` but its runner is not
 written yet (``status`` says so).
 """
@@ -64,6 +64,8 @@ class Column:
     metric: str = "rank1"
     #: a "mean" column: the columns it averages
     of: tuple[str, ...] = ()
+    #: decimals table.md prints (L2RW+ Fig. 8's cosines and SSIMs need more than the percentages' one)
+    decimals: int = 1
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,9 @@ class Row:
     run: Optional[str] = None
     #: L2RW+ Table IX: what this row measures on the column's run and test set instead of the column's source:
     #: ("attack" | "attack-clean" | "attack-drop", attack name) or ("corruption" | "corruption-clean" |
-    #: "corruption-drop", ""); the metric is the column's (a drop is 100 * (clean - attacked) / clean)
+    #: "corruption-drop", ""); the metric is the column's (a drop is 100 * (clean - attacked) / clean);
+    #: L2RW+ Fig. 8: ("inversion" | "inversion-random", modality), the column's metric of the reconstruction of
+    #: that modality's subject (or of its random start), see :mod:`privreid.reproduce.leakage`
     measure: Optional[tuple[str, str]] = None
 
     def run_name(self, group: str) -> str:
@@ -425,11 +429,13 @@ def _fedarks_table1() -> TableSpec:
     return TableSpec(
         key="fedarks-table1", paper="001 FedARKS", title="Table 1: leave-one-domain-out mAP / R1 (FedDG-ReID)",
         shows="FedARKS against FL, DG and FedDG-ReID methods, each source domain a client, one domain held out",
-        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; ~10 minutes on a CPU",
+        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; a minute or two on a CPU",
                 "paper": "15 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
         columns=_fedarks_columns(), rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
             "privreid has no ViT backbone: the ViT rows stay n/i",
+            "FedSupWA (AAAI'26) is named but neither defined nor cited by the paper, and its code is not released: "
+            "n/i (the paper's SAvg for it, 29.2 / 45.3, is not the mean of its tasks, 28.6 / 45.4)",
             "each cell is the global model on the held-out domain's test set (query / gallery of its own "
             "protocol), the last evaluation",
             "FedARKS' body parts are fixed horizontal bands, not PifPaf keypoints (see the method's deviations)",
@@ -438,24 +444,30 @@ def _fedarks_table1() -> TableSpec:
 
 
 #: FedARKS Table 3: RK off is theta = the global feature (v = 1, Eq. 1); KS off is beta = 0 (Eq. 4: equal weights)
-FEDARKS_ABLATION = (("-RK -KS", ("v=1.0", "beta=0.0")), ("+RK", ("v=0.5", "beta=0.0")),
+FEDARKS_ABLATION = (("-RK -KS (both off)", ("v=1.0", "beta=0.0")), ("+RK", ("v=0.5", "beta=0.0")),
                     ("+KS", ("v=1.0", "beta=5.0")), ("+RK +KS (FedARKS)", ("v=0.5", "beta=5.0")))
+#: the paper's own -RK -KS row: its numbers are Table 1's FedSupWA row, a method privreid does not implement
+FEDARKS_BASELINE = "-RK -KS (FedSupWA)"
 
 
 def _fedarks_table3() -> TableSpec:
-    rows = tuple(Row(name, _fedarks_run("fedarks", *(a for o in opts for a in ("--opt", o))))
-                 for name, opts in FEDARKS_ABLATION)
+    rows = (Row(FEDARKS_BASELINE),) + tuple(Row(name, _fedarks_run("fedarks", *(a for o in opts
+                                                                                  for a in ("--opt", o))))
+                                            for name, opts in FEDARKS_ABLATION)
     return TableSpec(
         key="fedarks-table3", paper="001 FedARKS", title="Table 3: the robust-knowledge (RK) / knowledge-selection "
                                                          "(KS) ablation",
         shows="what the body-part branch (RK) and the direction-consistency weights (KS) each add",
-        budget={"smoke": "12 runs, 1 round, 32x16, three synthetic sources and one held out; ~8 minutes on a CPU",
+        budget={"smoke": "12 runs, 1 round, 32x16, three synthetic sources and one held out; about a minute on a CPU",
                 "paper": "12 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
         columns=_fedarks_columns()[:-2], rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
-            "the paper's -RK -KS row is its FedSupWA baseline (the numbers of Table 1's FedSupWA row); privreid's is "
-            "FedARKS with both parts off: theta = the global feature (v = 1; the part branch stays in the model "
-            "but gets no gradient) and equal aggregation weights (beta = 0 in Eq. 4)",
+            "the paper's -RK -KS row prints Table 1's FedSupWA numbers: its ablation starts from FedSupWA (AAAI'26: "
+            "domain-aware parameter suppression and domain-invariant weighted aggregation), which the paper neither "
+            "defines nor cites and whose code is not released, so that row is n/i; privreid's own baseline, "
+            "'-RK -KS (both off)', is FedARKS with both parts off: theta = the global feature (v = 1; the part "
+            "branch stays in the model but gets no gradient) and equal aggregation weights (beta = 0 in Eq. 4), "
+            "and has no published counterpart; the +RK / +KS rows' published numbers are FedSupWA plus each part",
             "each cell is the global model on the held-out domain's test set, the last evaluation",
         ),
     )
@@ -467,9 +479,16 @@ TABLE9_ATTACKS = (("FGSM", "fgsm"), ("PGD", "pgd"), ("BIM", "bim"), ("MIFGSM", "
 TABLE9_SMOKE_REPEATS = 2
 
 
-def _l2rw_table9() -> TableSpec:
-    """Every row measures the same two runs per dataset (the column's): DNS's stand-in and I-DPPT (FedAvg base)."""
-    datasets = (("SYSU", "sysu-mm01", "viA"), ("LLCM", "llcm", None))
+#: L2RW+'s robustness and privacy experiments (Table IX, Fig. 8): dataset, --data-root folder, smoke stand-in
+L2RW_VI_DATASETS = (("SYSU", "sysu-mm01", "viA"), ("LLCM", "llcm", None))
+#: the DNS deviation shared by Table IX and Fig. 8
+L2RW_DNS_DEVIATION = ("DNS [16] is not implemented in privreid: at smoke scale its columns are privreid's centralised "
+                      "training (`--method centralized`, ERM over the pooled clients with privreid's supervised loss), "
+                      "a centralised stand-in, not DNS; at paper scale they stay empty")
+
+
+def _l2rw_dns_and_ours(datasets=L2RW_VI_DATASETS) -> dict:
+    """Run group -> scale -> options: per dataset, DNS's centralised stand-in and I-DPPT (FedAvg base, CI)."""
     smoke = ["--data", "synth-vi", "--protocol", "ci", "--train-domains", "viA", "--test-domains", "viC",
              *SMOKE_TRAIN]
     ours = ["--method", "dppt", "--opt", "instances=2", "--opt", "mrb=true", "--opt", "ca=channel"]
@@ -480,6 +499,13 @@ def _l2rw_table9() -> TableSpec:
             "smoke": [*ours, *smoke] if stand_in else None,
             "paper": ["--config", "configs/dppt-sysu-paper.yaml", "--data", "{data_root}/" + fmt, "--format", fmt,
                       "--opt", "mrb=true", "--opt", "ca=channel", "--device", "{device}"]}
+    return train
+
+
+def _l2rw_table9() -> TableSpec:
+    """Every row measures the same two runs per dataset (the column's): DNS's stand-in and I-DPPT (FedAvg base)."""
+    datasets = L2RW_VI_DATASETS
+    train = _l2rw_dns_and_ours()
     measures = [("Clean", ("attack-clean", "pgd"))]
     for label, name in TABLE9_ATTACKS:
         measures += [(label, ("attack", name)), (f"{label} ↓", ("attack-drop", name))]
@@ -497,9 +523,7 @@ def _l2rw_table9() -> TableSpec:
         columns=columns, rows=tuple(Row(name, train, run="model", measure=m) for name, m in measures),
         paper_train={"sysu-mm01": "sysu-mm01", "llcm": "llcm"},
         deviations=(
-            "DNS [16] is not implemented in privreid: at smoke scale its columns are privreid's centralised "
-            "training (`--method centralized`, ERM over the pooled clients with privreid's supervised loss), a "
-            "centralised stand-in, not DNS; at paper scale they stay empty",
+            L2RW_DNS_DEVIATION,
             "the paper does not state the attacks' budget: privreid uses `privreid attack`'s defaults (L_inf eps "
             "8/255, step 1/255, 10 steps, queries attacked, feature-space loss; see privreid.attacks)",
             "Corruption is CIL-ReID's protocol (privreid.evaluation.corrupted_eval: every image a random one of the "
@@ -510,12 +534,41 @@ def _l2rw_table9() -> TableSpec:
     )
 
 
-_PENDING = "listed; its runner is not written yet (the cells need the loaders and protocols above)"
+def _l2rw_fig8() -> TableSpec:
+    """Both rows of a subject invert the column's run: the reconstruction and, as a floor, its random start."""
+    from .leakage import FIG8_ATTACK, FIG8_METRICS, leakage_figure
 
-
-def _pending(key: str, paper: str, title: str, shows: str, smoke: str, paper_budget: str) -> TableSpec:
-    return TableSpec(key=key, paper=paper, title=title, shows=shows, budget={"smoke": smoke, "paper": paper_budget},
-                     status=_PENDING)
+    datasets = L2RW_VI_DATASETS[:1]
+    train = _l2rw_dns_and_ours(datasets)
+    rows = []
+    for modality in ("visible", "infrared"):
+        label = modality.capitalize()
+        rows += [Row(f"{label} subject", train, run="model", measure=("inversion", modality)),
+                 Row(f"{label}: random image", train, run="model", measure=("inversion-random", modality))]
+    columns = tuple(Column(f"{group} {label}", ("seen", metric), stand_in, fmt, group=group,
+                           decimals=1 if metric in ("psnr", "label_correct") else 3)
+                    for _, fmt, stand_in in datasets for group in train for metric, label in FIG8_METRICS)
+    return TableSpec(
+        key="l2rw-fig8", paper="003 L2RW+", title="Fig. 8: iDLG gradient-inversion leakage, DNS against I-DPPT",
+        shows="how much of one visible and one infrared training image iDLG recovers from each model's gradient",
+        budget={"smoke": f"2 runs, 1 round, 32x16, synthetic visible-infrared (viA), 2 subjects x 2 models x "
+                         f"{FIG8_ATTACK['iterations']} iDLG steps; a few minutes on a CPU",
+                "paper": "1 I-DPPT run, 50 rounds ResNet-50 on SYSU-MM01 + 2 inversions; GPU, days (DNS empty)"},
+        columns=columns, rows=tuple(rows), paper_train={"sysu-mm01": "sysu-mm01"}, figure=leakage_figure,
+        deviations=(
+            L2RW_DNS_DEVIATION,
+            "the paper prints its cosine similarities inside the figure's images only, not in its text, so no "
+            "published values are shown; its reading is the ordering: DNS's cosine above I-DPPT's for every subject",
+            "the paper does not say which training round's gradient it inverts, nor which dataset and image: "
+            "privreid inverts the final checkpoint's one-image gradient (threat `full`: the whole model, head "
+            "included, as iDLG assumes), for a client that trained on the subject, on SYSU-MM01 (its Table IX's "
+            "first dataset), and fixes the subjects by the data: the first training image in path order of each "
+            "modality, the same images for both models",
+            "iDLG as in the paper (Adam, lr 0.01, 200 iterations, label inferred from the head's gradient); the "
+            "filters' parameters are privreid's (the paper gives none; privreid.attacks.inversion.report); PSNR, "
+            "SSIM and label recovery are privreid's additions; a random image's row is each metric's floor",
+        ),
+    )
 
 
 TABLES: dict[str, TableSpec] = {spec.key: spec for spec in (
@@ -531,6 +584,5 @@ TABLES: dict[str, TableSpec] = {spec.key: spec for spec in (
     _l2rw_table2(),
     _l2rw_table7(),
     _l2rw_table9(),
-    _pending("l2rw-fig8", "003 L2RW+", "Fig. 8: gradient-inversion leakage", "reconstructions from CI / EI "
-             "uploads", "1 run + inversion", "1 run + inversion, GPU"),
+    _l2rw_fig8(),
 )}
