@@ -238,13 +238,13 @@ def camera_client(tiny_synth):
 
 
 def run_client(cfg, client, memory=None, round_index=0, update=None, received=None):
-    """One client update on a fresh tiny model (``received``: extras from the server); ``(update, ctx, metrics, state)``."""
+    """One client update on a fresh tiny model, ``received`` the server's extras; ``(update, ctx, metrics, state)``."""
     update = update or make_client_update(cfg)
     seed_everything(0)
     model = build_model(arch="resnet18", feat_dim=32, num_classes=client.num_classes)
     ctx = ClientContext(model=model, client=client, round=round_index, config=cfg, device=CPU,
-                        global_state=clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())), seed=0, memory=memory or {},
-                        received_extra=received or {})
+                        global_state=clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())), seed=0,
+                        memory=memory or {}, received_extra=received or {})
     metrics = update(ctx)
     return update, ctx, metrics, model.state_dict()
 

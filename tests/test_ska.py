@@ -312,7 +312,8 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
         state = build_model("resnet18", feat_dim=16, num_classes=3).state_dict()
         mine, theirs = ska.SKA.policy_for(cfg), get_method(baseline).policy_for(base_cfg)
         assert set(mine.local(state)) == set(theirs.local(state)) and set(mine.shared(state)) == set(theirs.shared(state))
-    assert ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups).global_state["w"].item() == 2.0  # Alg. 1 line 6: 1/K
+    out = ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups).global_state
+    assert out["w"].item() == 2.0  # Alg. 1 line 6: 1/K
     with pytest.raises(ConfigError, match="weighting must be one of uniform, volume"):
         ska.SKA.make_strategy(ska_config(tiny_synth, weighting="cdw"))
 

@@ -125,7 +125,7 @@ class Strategy:
 
     def configure(self, global_state: StateDict, client, client_server_state: Mapping[str, Any],
                   round_index: int) -> StateDict:
-        """What the server transmits to ``client`` (a :class:`~privreid.data.types.ClientData`) in round ``round_index``.
+        """What the server transmits to ``client`` (a ``ClientData``) in round ``round_index``.
 
         ``client_server_state`` is the client's entry of the per-client
         server state (empty before a strategy kept one).  The result's model
