@@ -8,6 +8,8 @@ network), ``global_state`` (the shared keys of the global model; empty for
 methods without one), ``client_states`` (client name -> its local state dict),
 ``client_classes`` (client name -> number of identities), ``server_state``
 (server-held tensors that are not model weights, e.g. DPPT's global memory),
+``server_client_state`` (client name -> what the server strategy keeps about
+that client, e.g. FedPav-CC's cluster model; absent in older checkpoints),
 ``client_memory`` (per-client state kept between rounds, e.g. DP accountants;
 an in-process run keeps each in a file under ``client_memory/`` next to the
 checkpoint, named by ``client_memory_files``, and :func:`load_checkpoint`

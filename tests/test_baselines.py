@@ -150,6 +150,9 @@ class UploadSpy:
     def __init__(self, inner):
         self.inner, self.uploads = inner, []
 
+    def configure(self, *args):
+        return self.inner.configure(*args)
+
     def accumulator(self, global_state):
         inner, received = self.inner.accumulator(global_state), []
         self.uploads.append(received)

@@ -42,7 +42,7 @@ def test_noise_variance_is_z_s_over_m_squared():
     g = {"w": torch.zeros(200_000), "steps": torch.tensor(3)}
     uploads = [Upload(f"c{i}", {k: v.clone() for k, v in g.items()}, 10) for i in range(4)]  # no update at all
     torch.manual_seed(0)
-    out = ClientLevelDP(clip=0.5, noise_multiplier=1.2, trainable={"w"}).aggregate(g, uploads)
+    out = ClientLevelDP(clip=0.5, noise_multiplier=1.2, trainable={"w"}).aggregate(g, uploads).global_state
     noise = out["w"].double()
     assert abs(noise.mean().item()) < 0.01 * 0.15
     assert noise.var().item() == pytest.approx((1.2 * 0.5 / 4) ** 2, rel=0.02)  # (Z S / m)^2
@@ -61,7 +61,7 @@ def test_aggregate_is_global_plus_uniform_mean_of_clipped_parameter_updates_plus
                for name, u, n in (("small", updates[0], 1), ("big", updates[1], 1000))]
     strategy = ClientLevelDP(clip=1.0, noise_multiplier=0.5, trainable=trainable)
     torch.manual_seed(7)
-    out = strategy.aggregate(g, uploads)
+    out = strategy.aggregate(g, uploads).global_state
     # the clipping norm runs over the trainable parameters only: the huge statistics do not shrink them
     clipped = [clip_update({k: v.double() for k, v in u.items()}, 1.0) for u in updates]
     assert torch.equal(clipped[0]["w"], updates[0]["w"].double())  # the small update is below the bound

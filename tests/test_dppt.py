@@ -15,7 +15,7 @@ from privreid.federated.client import ClientContext
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import (DPPTAggregate, DPPTUpdate, GlobalLabelClient, centre_state,
                                              global_label_clients, identity_key, initial_classifier,
-                                             make_client_update, make_download, model_state, one_cycle_factor,
+                                             make_client_update, model_state, one_cycle_factor,
                                              temporal_forward)
 from privreid.federated.mrb import global_memory
 from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state, state_nbytes
@@ -58,10 +58,20 @@ def two_rounds(tiny_synth, tmp_path_factory):
     received."""
     cfg = dppt_config(tiny_synth, rounds=2)
     out = tmp_path_factory.mktemp("dppt")
+    received = []  # (round, client, what the server transmitted)
+    configure = FederatedEngine.configure
+
+    def spy(self, client, round_index):
+        state = configure(self, client, round_index)
+        received.append((round_index, client.name, state))
+        return state
+
     with pytest.MonkeyPatch.context() as mp:
         seen = spy_on_uploads(mp, DPPTAggregate)
+        mp.setattr(FederatedEngine, "configure", spy)
         engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False)
         summary = engine.run()
+    engine.received = received
     return cfg, engine, summary, seen, out
 
 
@@ -110,13 +120,18 @@ def test_global_memory_is_eq5_of_the_uploads_and_reaches_clients(two_rounds):
         assert torch.allclose(last[key], centre)
     holders = [sum(key in u.state for u in seen[1]) for key in last]
     assert max(holders) >= 2 and min(holders) >= 1  # identities seen by several cameras are pooled
-    # round 2 trained towards the round-1 global memory: each client holds its identities' centres
-    for c in engine.clients:
-        memory = ckpt["client_memory"][c.name]
+    # round 2 trained towards the round-1 global memory: each client received its identities' centres
+    assert [(r, name) for r, name, _ in engine.received] == [(r, c.name) for r in (0, 1) for c in engine.clients]
+    for (r, name, state), c in zip(engine.received, engine.clients * 2):
+        assert not any(k.startswith("mrb/") for k in state)  # never another client's centres
+        if r == 0:
+            assert "mrb_global_centres" not in state  # no global memory yet
+            continue
         for label in range(c.num_classes):
             centre = rounds[0].get(identity_key(c, label))
-            assert bool(memory["mrb_global_known"][label]) == (centre is not None)
-            assert torch.allclose(memory["mrb_global_centres"][label], torch.zeros(32) if centre is None else centre)
+            assert bool(state["mrb_global_known"][label]) == (centre is not None)
+            assert torch.allclose(state["mrb_global_centres"][label], torch.zeros(32) if centre is None else centre)
+    assert not any("mrb_global_centres" in m for m in ckpt["client_memory"].values())  # the server writes none
     train = [m for m in ckpt["metrics"] if m["scope"] == "train"]
     assert all(m["mrb_steps"] == 0 for m in train if m["round"] == 1)  # no global memory yet
     assert all(m["mrb_steps"] == m["steps"] > 0 and m["mrb"] > 0 for m in train if m["round"] == 2)
@@ -192,7 +207,7 @@ def test_classifier_is_averaged_like_every_layer_and_downloaded(two_rounds):
     for key in ("classifier.weight", "neck.fc.weight"):
         stored = ckpt["server_state"] if key.startswith("classifier.") else ckpt["global_state"]
         assert torch.allclose(stored[key], expected[key])
-    received = make_download(cfg)({**ckpt["global_state"], **ckpt["server_state"]}, engine.clients[0], {}, 2)
+    received = DPPTAggregate().configure({**ckpt["global_state"], **ckpt["server_state"]}, engine.clients[0], {}, 2)
     assert torch.equal(received["classifier.weight"], ckpt["server_state"]["classifier.weight"])
     assert ckpt["client_states"] == {c.name: {} for c in engine.clients}  # nothing stays local
     assert not any("local classifier" in d for d in summary["deviations"])
@@ -222,13 +237,14 @@ def camera_client(tiny_synth):
     return client
 
 
-def run_client(cfg, client, memory=None, round_index=0, update=None):
-    """One client update on a fresh tiny model; ``(update, ctx, metrics, model state)``."""
+def run_client(cfg, client, memory=None, round_index=0, update=None, received=None):
+    """One client update on a fresh tiny model, ``received`` the server's extras; ``(update, ctx, metrics, state)``."""
     update = update or make_client_update(cfg)
     seed_everything(0)
     model = build_model(arch="resnet18", feat_dim=32, num_classes=client.num_classes)
     ctx = ClientContext(model=model, client=client, round=round_index, config=cfg, device=CPU,
-                        global_state=clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())), seed=0, memory=memory or {})
+                        global_state=clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())), seed=0,
+                        memory=memory or {}, received_extra=received or {})
     metrics = update(ctx)
     return update, ctx, metrics, model.state_dict()
 
@@ -251,18 +267,18 @@ def test_loader_is_pk_with_the_chosen_channel_augmentation(tiny_synth, camera_cl
 
 
 def test_mrb_option_controls_centres_and_the_loss(tiny_synth, camera_client):
-    _, ctx, metrics, _ = run_client(dppt_config(tiny_synth), camera_client, memory=known_centres(camera_client))
+    _, ctx, metrics, _ = run_client(dppt_config(tiny_synth), camera_client, received=known_centres(camera_client))
     assert set(ctx.upload_extra) == {identity_key(camera_client, k) for k in range(camera_client.num_classes)}
     assert metrics["mrb_steps"] == metrics["steps"] == 3 and metrics["centres"] == camera_client.num_classes
     assert 0.0 <= metrics["mrb"] <= 2.0
     _, ctx, off, w_off = run_client(dppt_config(tiny_synth, max_steps=2, mrb=False), camera_client,
-                                    memory=known_centres(camera_client))
+                                    received=known_centres(camera_client))
     assert ctx.upload_extra == {} and off["mrb_steps"] == 0 and off["centres"] == 0
     # lambda = 0 is the same objective as no MRB (same weights); lambda = 1 is not
     _, _, _, w_zero = run_client(dppt_config(tiny_synth, max_steps=2, lambda_mrb=0.0), camera_client,
-                                 memory=known_centres(camera_client))
+                                 received=known_centres(camera_client))
     _, _, _, w_one = run_client(dppt_config(tiny_synth, max_steps=2), camera_client,
-                                memory=known_centres(camera_client))
+                                received=known_centres(camera_client))
     key = "neck.fc.weight"
     assert torch.equal(w_zero[key], w_off[key]) and not torch.equal(w_one[key], w_off[key])
 
@@ -361,7 +377,7 @@ def test_v_dppt_trains_on_clips_of_tracklets(video_config, tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DPPTUpdate, "forward", record)
-        _, ctx, metrics, _ = run_client(video_config, client, memory=known_centres(client))
+        _, ctx, metrics, _ = run_client(video_config, client, received=known_centres(client))
     assert shapes == [(8, 3, 3, 32, 16)] * 3  # P x K = 2 x 4 clips of T = 3 frames; 6 identities
     assert metrics["mrb_steps"] == 3 and metrics["circle"] > 0
     assert set(ctx.upload_extra) == {identity_key(client, k) for k in range(client.num_classes)}

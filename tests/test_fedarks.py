@@ -93,12 +93,12 @@ def test_knowledge_selection_aggregates_with_ks_weights():
 
     ups = [up("a", 0.0, 1.0, 1.0), up("b", 10.0, 1.2, 1.0)]
     wa, wb = 1.0, math.exp(-1.0)
-    out = KnowledgeSelection(5.0, 1e-8).aggregate({"w": torch.tensor([5.0]), "n": torch.tensor(0)}, ups)
+    out = KnowledgeSelection(5.0, 1e-8).aggregate({"w": torch.tensor([5.0]), "n": torch.tensor(0)}, ups).global_state
     assert out["w"].item() == pytest.approx(10.0 * wb / (wa + wb), rel=1e-6)
     assert out["n"].item() == 7  # integer buffer from the heaviest client
     # every client gated: the global state is kept
     still = [up("a", 0.0, 1.0, 0.0), up("b", 10.0, 1.0, 1e-12)]
-    assert KnowledgeSelection().aggregate({"w": torch.tensor([5.0])}, still)["w"].item() == 5.0
+    assert KnowledgeSelection().aggregate({"w": torch.tensor([5.0])}, still).global_state["w"].item() == 5.0
     with pytest.raises(ValueError, match="ks_update_norm"):
         KnowledgeSelection().aggregate({}, [Upload("a", {"w": torch.tensor([1.0])}, 1, {})])
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import privreid.federated.methods.fedpav_variants as fv
-from privreid.checkpoint import load_checkpoint, load_model
+from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint, load_model
 from privreid.data.catalog import build_federation
 from privreid.data.synthetic import read_manifest
 from privreid.federated.client import ClientContext
@@ -42,7 +42,7 @@ def test_cdw_weights_are_normalised_cosine_distances():
     ups = [toy("a", 1000, [1.0, 0.0], cdw_distance=0.1), toy("b", 1, [0.0, 1.0], cdw_distance=0.3),
            toy("c", 1, [2.0, 2.0], cdw_distance=0.6)]
     assert fv.cosine_distance_weights(ups) == pytest.approx([0.1, 0.3, 0.6])
-    out = fv.WeightedAverage(fv.cosine_distance_weights).aggregate({}, ups)
+    out = fv.WeightedAverage(fv.cosine_distance_weights).aggregate({}, ups).global_state
     assert torch.allclose(out["w"], torch.tensor([0.1 * 1 + 0.6 * 2, 0.3 * 1 + 0.6 * 2]))
     # every distance zero (nothing learnt): data-volume weights
     flat = [toy("a", 3, [0.0], cdw_distance=0.0), toy("b", 1, [4.0], cdw_distance=0.0)]
@@ -145,7 +145,7 @@ def test_kd_fine_tuning_moves_the_aggregate_towards_the_averaged_soft_labels():
     before_call = {k: v.clone() for k, v in ups[0].state.items()}
     server = fv.ServerModel(dict(TINY_MODEL))
     strategy = fv.DistilledAverage(fv.data_volume_weights, server, images, lr=0.0005, epochs=1, batch_size=8)
-    out = strategy.aggregate({}, ups)
+    out = strategy.aggregate({}, ups).global_state
 
     model = server.build()
     targets = fv.soft_labels(server, model, [u.state for u in ups], images, 8)
@@ -159,22 +159,21 @@ def test_kd_fine_tuning_moves_the_aggregate_towards_the_averaged_soft_labels():
 
     assert set(out) == set(ups[0].state) and all(out[k].dtype == ups[0].state[k].dtype for k in out)
     assert all(torch.equal(before_call[k], ups[0].state[k]) for k in before_call)  # uploads untouched
-    again = strategy.aggregate({}, ups)
+    again = strategy.aggregate({}, ups).global_state
     assert all(torch.equal(out[k], again[k]) for k in out)  # pure: same inputs, same output
 
 
 # ----------------------------------------------------------------------------- CC
 
 
-def test_cluster_aggregate_and_mailbox_delivery_survive_a_checkpoint(tmp_path):
+def test_cluster_models_are_per_client_server_state_that_survives_a_checkpoint(tmp_path):
     class Client:
         def __init__(self, name):
             self.name = name
 
     ups = [toy("a", 1, [1.0], cdw_distance=0.2), toy("b", 3, [5.0], cdw_distance=0.6),
            toy("c", 2, [10.0], cdw_distance=0.1), toy("d", 2, [20.0], cdw_distance=0.3)]
-    mailbox = fv.ClusterMailbox()
-    strategy = fv.ClusteredAverage(fv.cosine_distance_weights, server=None, batch=None, mailbox=mailbox)
+    strategy = fv.ClusteredAverage(fv.cosine_distance_weights, server=None, batch=None)
     strategy.cluster_labels = lambda uploads: np.array([0, 1, 0, 1])  # {a, c}, {b, d}
     glob, clusters = strategy.cluster_aggregate(ups, [0, 1, 0, 1])
     assert [m for m, _ in clusters] == [["a", "c"], ["b", "d"]]
@@ -183,23 +182,21 @@ def test_cluster_aggregate_and_mailbox_delivery_survive_a_checkpoint(tmp_path):
     assert clusters[1][1]["w"].item() == pytest.approx((0.6 * 5 + 0.3 * 20) / 0.9)
     assert glob["w"].item() == pytest.approx((0.2 * 1 + 0.6 * 5 + 0.1 * 10 + 0.3 * 20) / 1.2)
 
-    memories = {name: {} for name in "abcd"}
     g = {"w": torch.tensor([-1.0])}
-    for name in "abcd":  # the engine asks for each selected client's download before aggregating
-        assert mailbox.download(g, Client(name), memories[name], 0) is g  # never clustered: global model
+    for name in "abcd":
+        assert strategy.configure(g, Client(name), {}, 0) is g  # never clustered: the global model
     out = strategy.aggregate(g, ups)
-    assert out["w"].item() == pytest.approx(glob["w"].item())
-    assert memories["a"]["fedpav_cc/members"] == ["a", "c"]
-    assert memories["a"]["fedpav_cc/model/w"] is memories["c"]["fedpav_cc/model/w"]  # one copy per cluster
+    assert out.global_state["w"].item() == pytest.approx(glob["w"].item())
+    assert set(out.client_state) == set("abcd")
+    assert out.client_state["a"][fv.CC_MEMBERS] == ["a", "c"]
+    assert out.client_state["a"][fv.CC_MODEL] is out.client_state["c"][fv.CC_MODEL]  # one copy per cluster
 
-    # the engine checkpoints client_memory; a resumed run downloads the parked cluster models
-    torch.save(memories, tmp_path / "memory.pt")
-    restored = torch.load(tmp_path / "memory.pt", weights_only=True)
-    fresh = fv.ClusterMailbox()
-    assert fresh.download(g, Client("b"), restored["b"], 1)["w"].item() == pytest.approx(clusters[1][1]["w"].item())
-    assert fresh.download(g, Client("c"), restored["c"], 1)["w"].item() == pytest.approx(clusters[0][1]["w"].item())
-    with pytest.raises(RuntimeError, match="no download"):
-        fresh.deliver("a", ["a"], g)
+    # the engine checkpoints the per-client server state; a resumed run transmits the cluster models
+    torch.save(out.client_state, tmp_path / "state.pt")
+    restored = torch.load(tmp_path / "state.pt", weights_only=True)
+    fresh = fv.ClusteredAverage(fv.cosine_distance_weights, server=None, batch=None)
+    assert fresh.configure(g, Client("b"), restored["b"], 1)["w"].item() == pytest.approx(clusters[1][1]["w"].item())
+    assert fresh.configure(g, Client("c"), restored["c"], 1)["w"].item() == pytest.approx(clusters[0][1]["w"].item())
 
 
 def test_clients_are_clustered_by_their_features_on_the_public_batch():
@@ -257,23 +254,25 @@ def test_variant_trains_and_its_checkpoint_loads(tiny_synth, tmp_path, method):
     if "cdw" in method:
         assert all(0.0 < m["cdw_distance"] <= 2.0 for m in train)
     if method == "fedpav-cc":  # two clients are each other's first neighbours: one cluster
-        assert ckpt["client_memory"]["synthA"]["fedpav_cc/members"] == ["synthA", "synthB"]
+        assert ckpt["server_client_state"]["synthA"][fv.CC_MEMBERS] == ["synthA", "synthB"]
+    # client memory is the client's own: only what its training kept (its trained model), nothing from the server
+    assert all(k.startswith(TRAINED_PREFIX) for memory in ckpt["client_memory"].values() for k in memory)
 
 
 def test_clustered_run_resumes_exactly(tiny_synth, tmp_path, monkeypatch):
-    """fedpav-cdw-cc: cluster models parked in client memory survive a crash between rounds."""
+    """fedpav-cdw-cc: the cluster models (per-client server state) survive a crash between rounds."""
     monkeypatch.setattr(fv, "first_partition", lambda x: np.arange(len(x)))  # singleton clusters: w_c != w
     cfg = tiny_run(tiny_synth, "fedpav-cdw-cc", rounds=2, eval_every=2)
     fed = federation(cfg)
     received = []
-    real_download = fv.ClusterMailbox.download
+    real_configure = fv.ClusteredAverage.configure
 
-    def spy(self, global_state, client, memory, round_index):
-        state = real_download(self, global_state, client, memory, round_index)
+    def spy(self, global_state, client, client_server_state, round_index):
+        state = real_configure(self, global_state, client, client_server_state, round_index)
         received.append((round_index, client.name, state is global_state))
         return state
 
-    monkeypatch.setattr(fv.ClusterMailbox, "download", spy)
+    monkeypatch.setattr(fv.ClusteredAverage, "configure", spy)
     FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
     # round 0: nobody is clustered yet; round 1: each client starts from its own cluster's model
     assert received == [(0, "synthA", True), (0, "synthB", True), (1, "synthA", False), (1, "synthB", False)]
@@ -294,6 +293,6 @@ def test_clustered_run_resumes_exactly(tiny_synth, tmp_path, monkeypatch):
     full, cut = load_checkpoint(tmp_path / "full" / "ckpt.pt"), load_checkpoint(tmp_path / "cut" / "ckpt.pt")
     assert full["metrics"] == cut["metrics"]
     assert all(torch.equal(full["global_state"][k], cut["global_state"][k]) for k in full["global_state"])
-    a, b = full["client_memory"]["synthA"], cut["client_memory"]["synthA"]
-    assert a["fedpav_cc/members"] == ["synthA"] and set(a) == set(b)
-    assert all(torch.equal(a[k], b[k]) for k in a if k.startswith("fedpav_cc/model/"))
+    a, b = full["server_client_state"]["synthA"], cut["server_client_state"]["synthA"]
+    assert a[fv.CC_MEMBERS] == b[fv.CC_MEMBERS] == ["synthA"] and a[fv.CC_MODEL].keys() == b[fv.CC_MODEL].keys()
+    assert all(torch.equal(a[fv.CC_MODEL][k], b[fv.CC_MODEL][k]) for k in a[fv.CC_MODEL])

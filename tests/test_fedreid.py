@@ -43,7 +43,7 @@ def test_server_regularisation_matches_hand_computation():
 
 def test_uniform_average_is_eq9():
     ups = [Upload("a", {"w": torch.tensor([0.0])}, 10), Upload("b", {"w": torch.tensor([3.0])}, 990)]
-    assert UniformAverage().aggregate({}, ups)["w"].item() == pytest.approx(1.5)
+    assert UniformAverage().aggregate({}, ups).global_state["w"].item() == pytest.approx(1.5)
 
 
 def test_client_start_is_the_half_average_of_received_and_own_trained_embedding(tiny_synth, client):

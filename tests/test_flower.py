@@ -276,9 +276,8 @@ def test_flower_commands_fail_clearly_before_starting_anything(args, message, tm
     ("fedreid", {}),  # C = 0.5: one site per round
     ("ska", {}),  # local norms, generalised norms shared
     ("fedpav-cdw", {}),  # public-set probe on the sites
-    ("fedpav-cc", {}),  # cluster models parked server-side, sent by the download
-    ("dppt", {"method_options": {"shared_classifier": False}}),  # class centres beside the parameters, download
-    # writes client memory
+    ("fedpav-cc", {}),  # cluster models: per-client server state, transmitted by configure
+    ("dppt", {"method_options": {"shared_classifier": False}}),  # class centres beside the parameters, both ways
     ("fedpav", {"dp_sgd": True, "noise_multiplier": 1.0, "max_grad_norm": 1.0}),  # accountant on the sites
     ("fedpav", {"client_dp": True, "clip": 10.0, "noise_multiplier": 0.001}),
     ("fedpav", {"beta": 0.01, "beta_mode": "upload"}),
@@ -292,3 +291,4 @@ def test_each_supported_method_gives_the_in_process_result_on_flower(tiny_synth,
     for key, value in a["global_state"].items():
         assert torch.equal(value, b["global_state"][key]), key
     assert a["metrics"] == b["metrics"]  # DP runs: the epsilon records too
+    assert a["server_client_state"].keys() == b["server_client_state"].keys()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from privreid.data.types import ClientData
-from privreid.federated.methods.dppt import DPPTAggregate, identity_key, make_download
+from privreid.federated.methods.dppt import DPPTAggregate, identity_key
 from privreid.federated.mrb import FeatureBank, global_memory, local_memory, mrb_loss, refined_centre
 from privreid.federated.strategy import DataVolumeAverage, Upload
 
@@ -117,10 +117,10 @@ def test_aggregate_averages_model_by_volume_and_centres_by_indicator():
                          "mrb/A/5": torch.tensor([0.0, 1.0])}, num_samples=1),
            Upload("c1", {w: torch.tensor([4.0]), "mrb/A/5": torch.tensor([0.0, 3.0])}, num_samples=3)]
     previous = {w: torch.tensor([100.0]), "mrb/A/9": torch.tensor([7.0, 7.0])}
-    out = DPPTAggregate().aggregate(previous, ups)
+    out = DPPTAggregate().aggregate(previous, ups).global_state
     assert out[w].item() == pytest.approx(3.0)  # Eq. 8: (1*0 + 3*4) / 4
     plain = DataVolumeAverage().aggregate({w: previous[w]}, [Upload(u.client, {w: u.state[w]}, u.num_samples)
-                                                             for u in ups])
+                                                             for u in ups]).global_state
     assert torch.equal(out[w], plain[w])
     assert torch.allclose(out["mrb/A/3"], torch.tensor([1.0, 0.0]))
     assert torch.allclose(out["mrb/A/5"], torch.tensor([0.0, 2.0]))  # unweighted over holders (Eq. 5)
@@ -132,11 +132,10 @@ def test_download_keeps_the_clients_own_centres_by_label():
     cam = client("A/c1", "A", [5, 8, 9])
     state = {"neck.fc.weight": torch.ones(1), "mrb/A/5": torch.tensor([1.0, 2.0]),
              "mrb/A/9": torch.tensor([3.0, 4.0]), "mrb/A/3": torch.tensor([9.0, 9.0])}
-    memory = {"prev_state": "kept"}
-    received = make_download(None)(state, cam, memory, 0)
-    assert received == {"neck.fc.weight": state["neck.fc.weight"]}  # the model only
-    assert torch.equal(memory["mrb_global_centres"], torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 4.0]]))
-    assert torch.equal(memory["mrb_global_known"], torch.tensor([True, False, True]))
-    assert memory["prev_state"] == "kept"
-    make_download(None)({"neck.fc.weight": torch.ones(1)}, cam, memory, 1)  # no centres for this client
-    assert "mrb_global_centres" not in memory and "mrb_global_known" not in memory
+    received = DPPTAggregate().configure(state, cam, {}, 0)
+    assert set(received) == {"neck.fc.weight", "mrb_global_centres", "mrb_global_known"}  # no other centre
+    assert received["neck.fc.weight"] is state["neck.fc.weight"]
+    assert torch.equal(received["mrb_global_centres"], torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 4.0]]))
+    assert torch.equal(received["mrb_global_known"], torch.tensor([True, False, True]))
+    model_only = {"neck.fc.weight": torch.ones(1)}
+    assert DPPTAggregate().configure(model_only, cam, {}, 1) == model_only  # no centres for this client

@@ -19,17 +19,17 @@ def test_updates_are_normalised_by_local_steps():
     tau_eff = 1/4 + 9/4 = 5/2, d = (-1, -2): x_new = 0 - 5/2 (-1/4 - 6/4) = 4.375 (FedAvg: 1/4 + 18/4 = 4.75)."""
     uploads = [_up("a", 1.0, 1, 1), _up("b", 6.0, 3, 3)]
     glob = {"w": torch.tensor([0.0]), "bn.num_batches_tracked": torch.tensor(0)}
-    out = NormalisedAverage().aggregate(glob, uploads)
+    out = NormalisedAverage().aggregate(glob, uploads).global_state
     assert out["w"].item() == pytest.approx(4.375)
-    assert DataVolumeAverage().aggregate(glob, uploads)["w"].item() == pytest.approx(4.75)
+    assert DataVolumeAverage().aggregate(glob, uploads).global_state["w"].item() == pytest.approx(4.75)
     assert out["bn.num_batches_tracked"].item() == 3  # integers from the client with the most samples
 
 
 def test_equal_steps_is_fedavg():
     uploads = [_up("a", 1.0, 2, 4), _up("b", -3.0, 6, 4)]
     glob = {"w": torch.tensor([0.5]), "bn.num_batches_tracked": torch.tensor(0)}
-    assert NormalisedAverage(0.9).aggregate(glob, uploads)["w"].item() == pytest.approx(
-        DataVolumeAverage().aggregate(glob, uploads)["w"].item())
+    assert NormalisedAverage(0.9).aggregate(glob, uploads).global_state["w"].item() == pytest.approx(
+        DataVolumeAverage().aggregate(glob, uploads).global_state["w"].item())
 
 
 def test_momentum_step_norm_is_the_sum_of_the_step_weights():

@@ -141,16 +141,17 @@ def test_wrapper_gives_the_inner_strategy_one_aggregate_upload(tiny_synth):
     glob, ups = states()
     recorder = Recorder(DataVolumeAverage())
     secure = SecureAggregate(recorder, frozenset(glob), tiny_config(tiny_synth, secure_aggregation=True))
-    out = secure.aggregate(glob, ups)
+    result = secure.aggregate(glob, ups)
+    out, (report,) = result.global_state, result.records
     (only,) = recorder.received[0]
     assert only.client == "secure-aggregate" and only.num_samples == pytest.approx(59.0, abs=1e-4)
-    plain = DataVolumeAverage().aggregate(glob, ups)
-    bound = secure.last["quantisation_error_bound"]
+    plain = DataVolumeAverage().aggregate(glob, ups).global_state
+    bound = report["quantisation_error_bound"]
     weight_rounding = 2 * 0.05 * 4 * (0.5 / Q) * 40 / (7 / 40)  # |q_k - n_k/max| <= 1/(2Q), |Delta| < 4 sigma
     assert (out["w"] - plain["w"]).abs().max() <= bound + weight_rounding
     assert not torch.equal(out["w"], plain["w"])
     assert out["bn.num_batches_tracked"] == 5  # integer buffers keep the server's value
-    assert secure.round_records(3) == [{"round": 3, **secure.last}] and secure.last["clients"] == 3
+    assert report["scope"] == "secagg" and report["clients"] == 3  # the round's record, in the result
 
 
 def test_wrapper_refuses_strategies_that_are_not_weighted_means(tiny_synth):
@@ -166,8 +167,9 @@ def test_dppt_centres_are_averaged_over_the_clients_that_hold_the_identity(tiny_
                         "mrb/synthA/2": torch.full((4,), 1.0)}, 10),
            Upload("b", {"w": torch.tensor([0, 1.0, 0]), "mrb/synthA/2": torch.full((4,), 2.0),
                         "mrb/synthB/7": torch.full((4,), -1.0)}, 30)]
-    plain = DPPTAggregate().aggregate(glob, ups)
-    secure = SecureAggregate(DPPTAggregate(), frozenset({"w"}), tiny_config(tiny_synth)).aggregate(glob, ups)
+    plain = DPPTAggregate().aggregate(glob, ups).global_state
+    secure = SecureAggregate(DPPTAggregate(), frozenset({"w"}), tiny_config(tiny_synth)).aggregate(glob,
+                                                                                                     ups).global_state
     assert secure.keys() == plain.keys()
     for k in plain:
         torch.testing.assert_close(secure[k], plain[k], atol=1e-5, rtol=0)
@@ -181,7 +183,7 @@ def test_distributed_dp_noise_totals_central_dp_noise(tiny_synth):
     cfg = tiny_config(tiny_synth, client_dp=True, clip=s, noise_multiplier=z, secure_aggregation=True)
     secure = SecureAggregate(ClientLevelDP(s, z, {"w"}), frozenset(glob), cfg, trainable=frozenset({"w"}))
     torch.manual_seed(0)
-    out = secure.aggregate(glob, ups)
+    out = secure.aggregate(glob, ups).global_state
     assert out["w"].std().item() == pytest.approx(z * s / m, rel=0.02)
     assert abs(out["w"].mean().item()) < 4 * z * s / m / 200
     assert torch.equal(out["buf"], glob["buf"])  # not privatised, so not aggregated (as under central DP)

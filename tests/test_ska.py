@@ -110,7 +110,7 @@ def test_select_agg_and_select_update_by_hand():
     ls2 = {"conv.w": torch.tensor([3.0]), "bn.w": torch.tensor([4.0])}
     lg2 = {"conv.w": torch.tensor([30.0]), "bn.w": torch.tensor([40.0])}
     ups = [Upload("a", agg, 1), Upload("b", ska.select_agg(ls2, lg2, is_norm), 99)]
-    glob = UniformAverage().aggregate({}, ups)
+    glob = UniformAverage().aggregate({}, ups).global_state
     assert torch.equal(glob["conv.w"], torch.tensor([2.0])) and torch.equal(glob["bn.w"], torch.tensor([30.0]))
     new_ls, new_lg = ska.select_update(glob, ls, is_norm)
     assert new_lg == glob
@@ -304,15 +304,16 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
     for opts, baseline in ((off, "fedavg"), ({"an": False, "dual": False}, "fedbn")):
         cfg = ska_config(tiny_synth, **opts, weighting="volume")
         base_cfg = tiny_config(tiny_synth, method=baseline)
-        got = ska.SKA.make_strategy(cfg).aggregate({}, ups)
-        want = get_method(baseline).make_strategy(base_cfg).aggregate({}, ups)
+        got = ska.SKA.make_strategy(cfg).aggregate({}, ups).global_state
+        want = get_method(baseline).make_strategy(base_cfg).aggregate({}, ups).global_state
         assert got["w"].item() == want["w"].item() == pytest.approx(3.0)  # (0 * 1 + 4 * 3) / 4
         # same model and same split of its keys into shared and local
         assert ska.SKA.model_overrides_for(cfg) == {}
         state = build_model("resnet18", feat_dim=16, num_classes=3).state_dict()
         mine, theirs = ska.SKA.policy_for(cfg), get_method(baseline).policy_for(base_cfg)
         assert set(mine.local(state)) == set(theirs.local(state)) and set(mine.shared(state)) == set(theirs.shared(state))
-    assert ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups)["w"].item() == 2.0  # Alg. 1 line 6: 1/K
+    out = ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups).global_state
+    assert out["w"].item() == 2.0  # Alg. 1 line 6: 1/K
     with pytest.raises(ConfigError, match="weighting must be one of uniform, volume"):
         ska.SKA.make_strategy(ska_config(tiny_synth, weighting="cdw"))
 

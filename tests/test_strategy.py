@@ -11,7 +11,7 @@ def up(name, n, w, count=3):
 
 def test_data_volume_average_matches_hand_computation():
     # FedPav Alg. 1 line 7: n = 10 + 30 -> weights 0.25 / 0.75
-    out = DataVolumeAverage().aggregate({}, [up("a", 10, [1.0, 2.0], 5), up("b", 30, [3.0, 6.0], 9)])
+    out = DataVolumeAverage().aggregate({}, [up("a", 10, [1.0, 2.0], 5), up("b", 30, [3.0, 6.0], 9)]).global_state
     assert torch.allclose(out["w"], torch.tensor([2.5, 5.0]))
     assert out["w"].dtype == torch.float32
     # integer buffers are taken from the heaviest client, not averaged
@@ -21,7 +21,7 @@ def test_data_volume_average_matches_hand_computation():
 def test_aggregate_is_pure():
     a, b = up("a", 1, [1.0]), up("b", 1, [3.0])
     before = (a.state["w"].clone(), b.state["w"].clone())
-    out = DataVolumeAverage().aggregate({"w": torch.zeros(1)}, [a, b])
+    out = DataVolumeAverage().aggregate({"w": torch.zeros(1)}, [a, b]).global_state
     out["w"] += 100
     assert torch.equal(a.state["w"], before[0]) and torch.equal(b.state["w"], before[1])
 
@@ -38,7 +38,7 @@ def test_weighted_average_errors():
 
 def test_keep_global_returns_global():
     g = {"w": torch.ones(2)}
-    assert torch.equal(KeepGlobal().aggregate(g, [up("a", 1, [5.0, 5.0])])["w"], g["w"])
+    assert torch.equal(KeepGlobal().aggregate(g, [up("a", 1, [5.0, 5.0])]).global_state["w"], g["w"])
 
 
 def test_policies_split_state():
@@ -84,21 +84,21 @@ def test_streaming_strategies_drop_each_upload_once_folded(name):
     gc.collect()
     assert all(r() is None for r in refs)  # the accumulator kept no upload tensor
     torch.manual_seed(0)
-    streamed = acc.result()
+    streamed = acc.result().global_state
     torch.manual_seed(0)
-    listed = strategy.aggregate(g, [up(f"c{i}", i + 1, [float(i)] * 4) for i in range(3)])
+    listed = strategy.aggregate(g, [up(f"c{i}", i + 1, [float(i)] * 4) for i in range(3)]).global_state
     assert streamed.keys() == listed.keys() and all(torch.equal(streamed[k], listed[k]) for k in streamed)
 
 
 def test_strategies_needing_every_upload_keep_the_list_and_aggregate_once():
-    from privreid.federated.strategy import KeepUploads, Strategy
+    from privreid.federated.strategy import KeepUploads, RoundResult, Strategy
 
     calls = []
 
     class Median(Strategy):  # not linear: needs every upload
         def aggregate(self, global_state, uploads):
             calls.append([u.client for u in uploads])
-            return {"w": torch.stack([u.state["w"] for u in uploads]).median(dim=0).values}
+            return RoundResult({"w": torch.stack([u.state["w"] for u in uploads]).median(dim=0).values})
 
     strategy = Median()
     assert strategy.needs_all_uploads
@@ -106,6 +106,6 @@ def test_strategies_needing_every_upload_keep_the_list_and_aggregate_once():
     assert isinstance(acc, KeepUploads)
     for i, w in enumerate([1.0, 9.0, 2.0]):
         acc.add(up(f"c{i}", 1, [w]))
-    assert calls == [] and acc.result()["w"].item() == 2.0 and calls == [["c0", "c1", "c2"]]
+    assert calls == [] and acc.result().global_state["w"].item() == 2.0 and calls == [["c0", "c1", "c2"]]
     with pytest.raises(NotImplementedError, match="neither"):
         Strategy().accumulator({})

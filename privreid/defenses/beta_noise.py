@@ -33,7 +33,7 @@ import torch
 
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import Accumulator, Strategy, Upload
+from ..federated.strategy import Accumulator, RoundResult, Strategy, Upload
 from .client_dp import trainable_parameter_names
 
 
@@ -51,11 +51,16 @@ class NoisyAggregate(Strategy):
     """Eq. 14: the inner strategy's aggregate plus white noise on the trainable parameters ``parameters``.
 
     Streams when the inner strategy does: the uploads go to the inner
-    accumulator as they arrive, the noise is added to its result.
+    accumulator as they arrive, the noise is added to its global state (not to
+    its per-client server state).  What clients receive is the inner
+    strategy's ``configure``.
     """
 
     def __init__(self, inner: Strategy, beta: float, parameters: Collection[str]):
         self.inner, self.beta, self.parameters = inner, beta, frozenset(parameters)
+
+    def configure(self, global_state, client, client_server_state, round_index):
+        return self.inner.configure(global_state, client, client_server_state, round_index)
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _NoisyResult(self.inner.accumulator(global_state), self.beta, self.parameters)
@@ -68,8 +73,9 @@ class _NoisyResult(Accumulator):
     def add(self, upload: Upload) -> None:
         self.inner.add(upload)
 
-    def result(self) -> StateDict:
-        return add_white_noise(self.inner.result(), self.beta, self.parameters)
+    def result(self) -> RoundResult:
+        inner = self.inner.result()
+        return dataclasses.replace(inner, global_state=add_white_noise(inner.global_state, self.beta, self.parameters))
 
 
 class NoisyStart:

@@ -70,7 +70,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import Accumulator, DataVolumeAverage, Strategy, UniformAverage, Upload
+from ..federated.strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, UniformAverage, Upload
 
 #: inner strategies client DP may replace: plain (weighted) means of the uploads
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
@@ -153,7 +153,7 @@ class _ClippedSum(Accumulator):
             self.total[k] += clipped[k]
         self.m += 1
 
-    def result(self) -> StateDict:
+    def result(self) -> RoundResult:
         if self.m == 0:
             raise ValueError("cannot aggregate zero uploads")
         std = self.strategy.noise_std(self.m)
@@ -164,7 +164,7 @@ class _ClippedSum(Accumulator):
                 out[k] = (v.double() + self.total[k] / self.m + noise.to(v.device)).to(v.dtype)
             else:
                 out[k] = v.clone()
-        return out
+        return RoundResult(out)
 
 
 def with_client_dp(method: Method) -> Method:

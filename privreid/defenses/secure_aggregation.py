@@ -74,7 +74,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import Strategy, Upload, WeightedSum
+from ..federated.strategy import RoundResult, Strategy, Upload, WeightedSum
 from ..secagg.protocol import Parameters, secure_sum
 from ..seeding import derive_seed
 from .client_dp import ClientLevelDP, clip_update, trainable_parameter_names
@@ -144,9 +144,9 @@ def upload_weight(strategy: Strategy) -> Callable[[Upload], float] | None:
 class _TakeAggregate(Strategy):
     """Stands in for DP-FedAvg's server step inside wrappers: the secure sum already is its result."""
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         (only,) = uploads
-        return dict(only.state)
+        return RoundResult(dict(only.state))
 
 
 def _without_client_dp(strategy: Strategy) -> tuple[Strategy, ClientLevelDP | None]:
@@ -199,7 +199,9 @@ class SecureAggregate(Strategy):
             raise ConfigError(f"--secure-aggregation: the server strategy {type(inner).__name__} is not a "
                               "weighted mean of the uploads, so it cannot run on their sum")
         self.model_keys, self.config, self.trainable, self.drop = model_keys, config, trainable, drop
-        self.last: dict[str, Any] | None = None
+
+    def configure(self, global_state: StateDict, client, client_server_state, round_index: int) -> StateDict:
+        return self.inner.configure(global_state, client, client_server_state, round_index)
 
     def _vector_keys(self, global_state: StateDict, upload: Upload) -> list[str]:
         keys = [k for k in upload.state if k in self.model_keys and torch.is_floating_point(upload.state[k])]
@@ -237,12 +239,11 @@ class SecureAggregate(Strategy):
             state[k] = (g.double() + torch.from_numpy(np.asarray(update, dtype=np.float64)).to(g.device)).to(g.dtype)
         return state
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         if not uploads:
             raise ValueError("cannot aggregate zero uploads")
         if len(uploads) == 1 and isinstance(uploads[0], AggregatedUpload):  # summed by the runtime already
-            self.last = dict(uploads[0].report)
-            return self.inner.aggregate(global_state, uploads)
+            return _reported(self.inner.aggregate(global_state, uploads), uploads[0].report)
         keys = self._vector_keys(global_state, uploads[0])
         for u in uploads[1:]:
             if self._vector_keys(global_state, u) != keys:
@@ -264,18 +265,19 @@ class SecureAggregate(Strategy):
         for k, total, count in zip(extra_keys, result.extra_sum, counts):
             if count > 0:
                 state[k] = torch.from_numpy(total / int(count)).to(extra_like[k].dtype)
-        self.last = {"scope": "secagg", "clients": len(result.survivors), "dropped": result.dropped,
-                     "saturated": result.saturated, "values": result.values,
-                     "saturated_fraction": result.saturated / max(result.values, 1),
-                     "quantisation_error_bound": result.error_bound,
-                     "masked_bytes_per_client": result.masked_bytes, "protocol_bytes_up": result.protocol_bytes_up,
-                     "protocol_bytes_down": result.protocol_bytes_down, "total_weight": result.total_weight}
+        report = {"scope": "secagg", "clients": len(result.survivors), "dropped": result.dropped,
+                  "saturated": result.saturated, "values": result.values,
+                  "saturated_fraction": result.saturated / max(result.values, 1),
+                  "quantisation_error_bound": result.error_bound,
+                  "masked_bytes_per_client": result.masked_bytes, "protocol_bytes_up": result.protocol_bytes_up,
+                  "protocol_bytes_down": result.protocol_bytes_down, "total_weight": result.total_weight}
         aggregate = Upload("secure-aggregate", state, result.total_weight)  # type: ignore[arg-type]
-        return self.inner.aggregate(global_state, [aggregate])
+        return _reported(self.inner.aggregate(global_state, [aggregate]), report)
 
-    def round_records(self, round_no: int) -> list[dict[str, Any]]:
-        """``metrics.jsonl`` record of the last aggregation: what the protocol saw, saturation included."""
-        return [] if self.last is None else [{"round": round_no, **self.last}]
+
+def _reported(result: RoundResult, report: dict[str, Any]) -> RoundResult:
+    """``result`` with the round's ``secagg`` record (what the protocol saw, saturation included) first."""
+    return dataclasses.replace(result, records=[dict(report), *result.records])
 
 
 def with_secure_aggregation(method: Method) -> Method:

@@ -53,13 +53,14 @@ class ClientContext:
     round: int
     config: RunConfig
     device: torch.device
-    #: the global shared state as this client received it (after download defences)
+    #: the model keys of what the server transmitted to this client (the strategy's ``configure``:
+    #: the global shared state, or e.g. FedPav-CC's cluster model)
     global_state: StateDict
     seed: int
     progress: bool = False
     #: tensors this client keeps between rounds besides its local keys (a
     #: previous model for MOON, the server-model copy of FedReID, ...); saved
-    #: in the checkpoint, never sent to the server
+    #: in the checkpoint, private to the client: never sent to, nor written by, the server
     memory: dict = field(default_factory=dict)
     #: the current training batch, set by :class:`SupervisedUpdate` before it
     #: calls ``extra_loss`` (methods that run other models on the same batch)
@@ -68,6 +69,9 @@ class ClientContext:
     #: (DPPT's class centres, L2RW+ Eq. 5), filled by the client update; the
     #: engine adds them to the upload, so they count in ``bytes_up``
     upload_extra: StateDict = field(default_factory=dict)
+    #: what the server transmitted besides model keys (DPPT's global centres of this client's
+    #: identities, L2RW+ Sec. III-C step 4), for this round only
+    received_extra: StateDict = field(default_factory=dict)
 
 
 def round_lr_factor(config: RunConfig, round_index: int) -> float:

@@ -34,7 +34,15 @@ Privacy boundary.  The only things that flow from a client to the server are
 scalar training metrics, plus any tensors a method's client update puts in
 ``ClientContext.upload_extra`` (DPPT's per-identity class centres).  Such
 tensors stay in the global state as server-side method state (not model
-keys); checkpoints store them apart, under ``server_state``.
+keys); checkpoints store them apart, under ``server_state``.  From the server
+to a client flows only what the strategy's ``configure`` returns for it.
+
+Per-client server state.  What the server keeps about one client between
+rounds (FedPav-CC's cluster model) is returned by the strategy's aggregation
+(:class:`~.strategy.RoundResult`), owned by the engine
+(``client_server_state``, in RAM: most methods keep none, FedPav-CC one model
+per cluster), checkpointed under ``server_client_state`` and handed back to
+``configure``.  Client memory is the client's own: the server never writes it.
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method, get_method
 from .resume import check_resume
-from .strategy import Accumulator, Upload
+from .strategy import Accumulator, RoundResult, Upload
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
@@ -143,7 +151,7 @@ class RoundInbox:
         self.received += 1
         self.accumulator.add(upload)
 
-    def result(self) -> StateDict:
+    def result(self) -> RoundResult:
         return self.accumulator.result()
 
 
@@ -178,7 +186,6 @@ class FederatedEngine:
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
-        self.download = self.method.make_download(config) if self.method.make_download else None
         self.client_start = self.method.make_client_start(config) if self.method.make_client_start else None
         # differential privacy: settings checked against the federation, epsilon logged and budgeted
         self.privacy = PrivacyLedger(config, self.clients, self.clients_per_round())
@@ -201,6 +208,8 @@ class FederatedEngine:
         self.client_states: dict[str, StateDict] = {}
         self.client_memory: MutableMapping[str, MutableMapping] = (
             ClientMemories(self.out_dir / MEMORY_DIR) if self.client_memory_on_disk else {})
+        #: the strategy's per-client server state (module docstring), by client name
+        self.client_server_state: dict[str, dict[str, Any]] = {}
         self.metrics: list[dict[str, Any]] = []
         self.comm: list[dict[str, int]] = []
         self.start_round = 0
@@ -210,6 +219,7 @@ class FederatedEngine:
         check_resume(RunConfig.from_dict(ckpt["config"]), self.config, int(ckpt["round"]))
         self.global_state = {**ckpt["global_state"], **ckpt.get("server_state", {})}
         self.client_states = ckpt["client_states"]
+        self.client_server_state = ckpt.get("server_client_state", {})  # absent before it existed: none kept
         if not self.client_memory_on_disk:
             self.client_memory = ckpt.get("client_memory", {})
         elif "client_memory_files" in ckpt:
@@ -226,13 +236,27 @@ class FederatedEngine:
                 fh.write(json_line(rec))
         self.log(f"resuming {self.method.name} from round {self.start_round}")
 
-    def _load_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> StateDict:
-        """Put the downloaded global state plus the client's local state into the model; return the download."""
+    def configure(self, client: ClientData, round_index: int) -> StateDict:
+        """What the server transmits to ``client`` this round: the strategy's ``configure``."""
+        return self.strategy.configure(self.global_state, client, self.client_server_state.get(client.name, {}),
+                                       round_index)
+
+    def _load_client(self, client: ClientData, round_index: int, received: StateDict | None = None
+                     ) -> tuple[StateDict, StateDict]:
+        """Put what the server transmitted plus the client's local state into the model.
+
+        Returns the transmitted model keys and the other transmitted entries
+        (``ClientContext.received_extra``).  ``received=None``: computed here
+        with :meth:`configure` (in-process).
+        """
         self.model.reset_classifier(client.num_classes)
-        memory = self.client_memory.setdefault(client.name, {})
+        self.client_memory.setdefault(client.name, {})
         if received is None:
-            received = self.download(self.global_state, client, memory, round_index) if self.download \
-                else self.global_state
+            received = self.configure(client, round_index)
+        model_keys = self.model.state_dict().keys()
+        extra = {k: v for k, v in received.items() if k not in model_keys}
+        if extra:
+            received = {k: v for k, v in received.items() if k not in extra}
         local = self.client_states.get(client.name)
         if local is None:  # first participation: fresh classifier, initial local layers
             state = {**self.policy.local(self.init_state), **received}
@@ -241,7 +265,7 @@ class FederatedEngine:
         else:
             self.model.load_state_dict({**received, **local}, strict=True)
         self.model.to(self.device)
-        return received
+        return received, extra
 
     def _load_global(self) -> None:
         state = (self.method.global_eval_state(self.global_state, self.client_states)
@@ -330,15 +354,15 @@ class FederatedEngine:
         keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
         ``received`` is what the server transmitted to this client; ``None``
-        computes it here with the method's download (in-process).  The Flower
-        runtime computes it on the server and calls this on the site.
+        computes it here with the strategy's ``configure`` (in-process).  The
+        Flower runtime computes it on the server and calls this on the site.
         """
         seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
         seed_everything(seed)
-        received = self._load_client(client, round_index, received)
+        received, extra = self._load_client(client, round_index, received)
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
                             device=self.device, global_state=received, seed=seed,
-                            progress=self.progress, memory=self.client_memory[client.name])
+                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra)
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)
@@ -378,9 +402,11 @@ class FederatedEngine:
         """The server's part of a round once every upload is in: aggregate, count bytes, evaluate, checkpoint."""
         round_no = round_index + 1
         seed_everything(derive_seed(self.config.train.seed, "server", round_index))
-        self.global_state = inbox.result()
-        for rec in getattr(self.strategy, "round_records", lambda n: [])(round_no):  # e.g. secure aggregation
-            self._record(rec)
+        result = inbox.result()
+        self.global_state = result.global_state
+        self.client_server_state.update(result.client_state)
+        for rec in result.records:  # e.g. secure aggregation's
+            self._record({"round": round_no, **rec})
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
         for rec in self.privacy.round_records(round_no, self.client_memory):
@@ -430,6 +456,7 @@ class FederatedEngine:
             # local keys the global model needs for evaluation (FedBN's averaged norms)
             "global_eval_extra": self._global_eval_extra(),
             "client_states": self.client_states,
+            "server_client_state": self.client_server_state,
             **({"client_memory_files": files} if on_disk else {"client_memory": memories}),
             **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},

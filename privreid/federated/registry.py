@@ -18,9 +18,6 @@ from ..errors import ConfigError
 from .policy import ParameterPolicy, StateDict
 from .strategy import Strategy
 
-#: ``download(global_state, client, memory, round) -> state the client loads``
-Download = Callable[[StateDict, ClientData, dict, int], StateDict]
-
 #: ``start(ctx)``: turns the model the engine loaded (received state + the
 #: client's local state) into the model local training starts from, in place
 ClientStart = Callable[[Any], None]
@@ -36,7 +33,9 @@ class Method:
         policy: which state keys are shared / local (or ``config -> policy``
             when method options change it, as SKA's ablations do).
         make_client_update: ``config -> callable(ClientContext) -> metrics``.
-        make_strategy: ``config -> Strategy``.
+        make_strategy: ``config -> Strategy``: what each client receives
+            (``Strategy.configure``; default: the global state) and how the
+            server combines the uploads (``Strategy.aggregate``).
         has_global_model: whether the run produces a global model (standalone
             training does not; its clients' models are evaluated instead).
         communicates: whether rounds involve client-server transfers (False
@@ -47,8 +46,6 @@ class Method:
             methods whose client rewrite depends on their options (DPPT's
             shared classifier relabels identities with the federation's global
             labels); see :meth:`prepare_clients_for`.
-        make_download: ``config -> Download``: what the server transmits to
-            a client (default: the global state itself).
         make_client_start: ``config -> ClientStart``: what a client does with
             what it received before training, on its own side (FedReID's
             half-average, paper 002 Eq. 8; default: train the loaded model as
@@ -101,7 +98,6 @@ class Method:
     communicates: bool = True
     prepare_clients: Callable[[list[ClientData]], list[ClientData]] | None = None
     make_prepare_clients: Callable[[RunConfig], Callable[[list[ClientData]], list[ClientData]] | None] | None = None
-    make_download: Callable[[RunConfig], Download] | None = None
     make_client_start: Callable[[RunConfig], ClientStart] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -1,15 +1,30 @@
-"""Server strategies: how the uploads of one round are combined.
+"""Server strategies: what each client receives, and how the uploads of one round are combined.
 
-``Strategy.aggregate(global_state, uploads)`` is a pure function of its inputs
-(no training, no data access), so every strategy is unit-testable on hand-made
-state dicts.  The server sees only what :class:`Upload` carries: the shared
-parameters, the client's sample count and scalar metrics.
+Flower's configure/aggregate split:
+
+* :meth:`Strategy.configure` ``(global_state, client, client_server_state,
+  round) -> state``: what the server transmits to one client (default: the
+  global state);
+* :meth:`Strategy.aggregate` ``(global_state, uploads) ->``
+  :class:`RoundResult`: the new global state plus the **per-client server
+  state** the strategy keeps for the round's clients (FedPav-CC's cluster
+  model of each client; most strategies keep none).  The engine owns that
+  state: it stores it, checkpoints it and hands each client's entry back to
+  :meth:`Strategy.configure`.
+
+Both are pure functions of their inputs (no training, no data access; they
+modify neither their inputs nor anything outside their return value), so
+every strategy is unit-testable on hand-made state dicts
+(``tests/test_strategy_contract.py`` checks every registered method's).  The
+server sees only what :class:`Upload` carries: the shared parameters, the
+client's sample count, scalar metrics and its reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -24,6 +39,30 @@ class Upload:
     state: StateDict
     num_samples: int
     metrics: dict[str, float] = field(default_factory=dict)
+    #: tensors the client reports for the server's bookkeeping, not for aggregation (the DP-SGD
+    #: accountant's mechanism parameters that the privacy ledger reads; no data)
+    reports: StateDict = field(default_factory=dict)
+
+
+#: what the server keeps about one client between rounds (tensors, strings, lists; checkpointed)
+ClientServerState = dict[str, Any]
+
+
+@dataclass
+class RoundResult:
+    """What one round's aggregation produces.
+
+    ``client_state`` maps a client to its new per-client server state; the
+    engine replaces that client's entry with it (a client absent from the
+    mapping keeps its entry).  Entries may share tensors (the members of one
+    FedPav-CC cluster share its model).  ``records``: what the aggregation
+    reports for ``metrics.jsonl`` (the engine adds the round; secure
+    aggregation's ``secagg`` record).
+    """
+
+    global_state: StateDict
+    client_state: dict[str, ClientServerState] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Accumulator:
@@ -48,21 +87,21 @@ class Accumulator:
     def add(self, upload: Upload) -> None:
         raise NotImplementedError
 
-    def result(self) -> StateDict:
+    def result(self) -> RoundResult:
         raise NotImplementedError
 
 
 class KeepUploads(Accumulator):
     """The accumulator of a strategy that needs every upload at once: keeps the list, then calls ``aggregate``."""
 
-    def __init__(self, aggregate: Callable[[list[Upload]], StateDict]):
+    def __init__(self, aggregate: Callable[[list[Upload]], RoundResult]):
         self.aggregate = aggregate
         self.uploads: list[Upload] = []
 
     def add(self, upload: Upload) -> None:
         self.uploads.append(upload)
 
-    def result(self) -> StateDict:
+    def result(self) -> RoundResult:
         uploads, self.uploads = self.uploads, []
         return self.aggregate(uploads)
 
@@ -84,14 +123,26 @@ class Strategy:
     (:class:`KeepUploads`) and calls :meth:`aggregate` on the list.
     """
 
+    def configure(self, global_state: StateDict, client, client_server_state: Mapping[str, Any],
+                  round_index: int) -> StateDict:
+        """What the server transmits to ``client`` (a ``ClientData``) in round ``round_index``.
+
+        ``client_server_state`` is the client's entry of the per-client
+        server state (empty before a strategy kept one).  The result's model
+        keys are loaded into the client's model; any other entry reaches its
+        client update as ``ClientContext.received_extra`` (DPPT's global
+        centres of the client's identities).  Pure; default: the global state.
+        """
+        return global_state
+
     def accumulator(self, global_state: StateDict) -> Accumulator:
         """A fresh fold of one round's uploads against ``global_state`` (see :class:`Accumulator`)."""
         if type(self).aggregate is Strategy.aggregate:
             raise NotImplementedError(f"{type(self).__name__} defines neither accumulator() nor aggregate()")
         return KeepUploads(lambda uploads: self.aggregate(global_state, uploads))
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        """The new global state from the round's ``uploads`` (pure: inputs are not modified)."""
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
+        """The new global state (and per-client server state) from the round's ``uploads``; pure."""
         if not uploads:
             raise ValueError("cannot aggregate zero uploads")
         acc = self.accumulator(global_state)
@@ -142,7 +193,8 @@ class WeightedSum(Accumulator):
         self.total += w
         self.count += 1
 
-    def result(self) -> StateDict:
+    def mean(self) -> StateDict:
+        """The weighted mean of the uploads added so far."""
         if self.count == 0:
             raise ValueError("cannot aggregate zero uploads")
         if self.total <= 0:
@@ -150,6 +202,9 @@ class WeightedSum(Accumulator):
         out: StateDict = {k: (acc / self.total).to(self.dtypes[k]) for k, acc in self.sums.items()}
         out.update(self.integers)
         return out
+
+    def result(self) -> RoundResult:
+        return RoundResult(self.mean())
 
 
 def weighted_average(uploads: list[Upload], weights: list[float]) -> StateDict:
@@ -166,7 +221,7 @@ def weighted_average(uploads: list[Upload], weights: list[float]) -> StateDict:
     acc = WeightedSum(lambda up: by_upload[id(up)])
     for up in uploads:
         acc.add(up)
-    return acc.result()
+    return acc.mean()
 
 
 class DataVolumeAverage(Strategy):
@@ -203,5 +258,5 @@ class _Discard(Accumulator):
     def add(self, upload: Upload) -> None:
         pass
 
-    def result(self) -> StateDict:
-        return dict(self.global_state)
+    def result(self) -> RoundResult:
+        return RoundResult(dict(self.global_state))

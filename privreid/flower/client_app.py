@@ -9,7 +9,7 @@ shared, never re-implemented:
 * ``query``: describe the site (name, domain, sample and identity counts,
   the dataset's identity numbers); see :mod:`.messages` for what leaves;
 * ``train``: :meth:`FederatedEngine.train_client` on what the server
-  transmitted (the server already applied the method's download; the
+  transmitted (the strategy's ``configure``, computed on the server; the
   client-side start, FedReID's half-average and Eq. 15 noise, runs here);
   the reply holds the upload (shared keys only) and scalar metrics (plus,
   under DP-SGD, the accountant's mechanism parameters the coordinator's
@@ -32,8 +32,8 @@ from flwr.clientapp import ClientApp
 
 from ..config import RunConfig
 from ..federated.engine import FederatedEngine
-from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
-                       ledger_keys, parse_run_record, record_to_state, scalar_metrics, state_to_record)
+from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records, ledger_keys,
+                       parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from .site import Site, SiteState
 from ..secagg.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
 
@@ -98,10 +98,6 @@ def train(msg: Message, context: Context) -> Message:
     if restored is not None:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
     memory = engine.client_memory.setdefault(client.name, {})
-    if MEMORY in msg.content.array_records:  # what the server's download put in this client's memory
-        memory.update(record_to_state(msg.content.array_records[MEMORY]))
-    for key in msg.content.config_records.get(MEMORY_REMOVED, {}).get("keys", []):
-        memory.pop(key, None)
 
     if secure:
         reply = secure_fit_reply(engine, client, round_index, fields, received)

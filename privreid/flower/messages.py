@@ -7,10 +7,9 @@ server -> site            records
 ========================  =====================================================
 query (describe)          ``run`` ConfigRecord: the run configuration (JSON), the run key
 train                     ``run`` (+ ``round``); ``global``: the state the
-                          server transmits to this site (after the method's
-                          download);
-                          ``memory`` / ``memory-removed``: entries the download
-                          wrote into / removed from this client's memory
+                          server transmits to this site (the strategy's
+                          ``configure``: model keys, plus e.g. DPPT's global
+                          centres of the site's identities)
 evaluate                  ``run`` (+ ``round``); ``global``: the aggregated global state
 ========================  =====================================================
 
@@ -68,8 +67,6 @@ UPLOAD = "upload"
 TRAIN = "train"
 SITE = "site"
 SITE_SIZE = "site-size"
-MEMORY = "memory"
-MEMORY_REMOVED = "memory-removed"
 LEDGER = "privacy-ledger"
 #: the keys a site's description may hold: two names and a list of identity numbers
 SITE_FIELDS = {"name": str, "domain": str, "source_pids": list}

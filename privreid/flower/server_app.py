@@ -3,7 +3,7 @@
 :class:`FlowerServerEngine` is the in-process :class:`FederatedEngine` with
 one piece swapped: :meth:`collect_uploads` sends the round to the selected
 SuperNodes through Flower's ``Grid`` instead of training them one after
-another.  Selection, the method's download and download-side defences,
+another.  Selection, what each client receives (the strategy's ``configure``),
 aggregation (the method's strategy and upload-side defences), communication
 counting, checkpoints (``ckpt.pt``), ``metrics.jsonl``, ``summary.json`` and
 ``--resume`` are the engine's own code.  Choices where a real federation
@@ -14,13 +14,13 @@ differs from one process:
   for the synthetic federation and for ``--data`` given in name order).  A
   site's name, domain and sizes are all the server knows about it
   (:class:`RemoteClient`).
-* **Download.** The server computes what it transmits (the method's
-  ``download`` with the client's server-side memory).  Entries the download
-  writes into the client's memory (DPPT's global centres of the client's
-  identities) travel with the model.  What a client does with it before
-  training (the method's client start, and ``--beta-mode download`` noise,
-  paper 002 Eq. 15) runs on the site, in the client's seeded random stream,
-  as in-process.
+* **Download.** The server transmits to each site exactly what the
+  strategy's ``configure`` returns for its client (from the global state and
+  the client's per-client server state, e.g. FedPav-CC's cluster model, or
+  DPPT's global centres of the client's identities beside the model).  What
+  a client does with it before training (the method's client start, and
+  ``--beta-mode download`` noise, paper 002 Eq. 15) runs on the site, in the
+  client's seeded random stream, as in-process.
 * **Evaluation.** Seen domains: on evaluated rounds every site evaluates the
   global model and its current personalised model on its own test split
   (``evaluate`` message; metrics only).  Unseen domains: the coordinator
@@ -35,9 +35,9 @@ differs from one process:
   ``--resume`` continues from it.
 * **Privacy.** Every reply passes :func:`~.messages.check_reply`.  Client-level
   DP and upload-side beta noise are strategy wrappers and run here as
-  in-process; DP-SGD runs on the sites, which return the accountant's
-  mechanism parameters so the privacy ledger logs epsilon and stops at
-  ``--target-epsilon`` here as in-process.
+  in-process; DP-SGD runs on the sites, which report the accountant's
+  mechanism parameters (``Upload.reports``) so the privacy ledger logs
+  epsilon and stops at ``--target-epsilon`` here as in-process.
 
 Methods that cannot run on Flower are refused by :func:`check_flower_support`
 with the reason.
@@ -67,8 +67,8 @@ from ..federated.policy import StateDict, state_nbytes
 from ..federated.registry import get_method
 from ..federated.strategy import Upload
 from ..seeding import derive_seed, seed_everything
-from .messages import (GLOBAL, LEDGER, MEMORY, MEMORY_REMOVED, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError,
-                       check_reply, ledger_keys, parse_eval_records, record_to_state, run_record, state_to_record)
+from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
+                       parse_eval_records, record_to_state, run_record, state_to_record)
 
 #: written next to ckpt.pt: the run key the sites file their local state under, and the client list
 RUN_INFO = "flower.json"
@@ -260,16 +260,10 @@ class SiteLink:
                                  + (f"; {'; '.join(failures)}" if failures else ""))
         return sorted(described.values(), key=lambda c: c.name)
 
-    def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict, StateDict, list[str]]]
-              ) -> list[SiteReply]:
+    def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict]]) -> list[SiteReply]:
         messages, clients = [], []
-        for client, received, written, removed in transmissions:
-            content = RecordDict({RUN: self._run(round=round_index),
-                                  GLOBAL: state_to_record(received)})
-            if written:
-                content[MEMORY] = state_to_record(written)
-            if removed:
-                content[MEMORY_REMOVED] = ConfigRecord({"keys": removed})
+        for client, received in transmissions:
+            content = RecordDict({RUN: self._run(round=round_index), GLOBAL: state_to_record(received)})
             messages.append(Message(content, client.node_id, "train", group_id=str(round_index + 1)))
             clients.append(client)
         return self._dispatch(clients, messages, "train")
@@ -311,20 +305,10 @@ class FlowerServerEngine(FederatedEngine):
         self.link = link
         self.min_clients = min_clients
 
-    def transmission(self, client: RemoteClient, round_index: int) -> tuple[StateDict, StateDict, list[str]]:
-        """What the server sends ``client`` this round: the download, and the memory entries it wrote / removed."""
-        if not self.download:
-            return self.global_state, {}, []
-        memory = self.client_memory.setdefault(client.name, {})
-        before = dict(memory)
+    def transmission(self, client: RemoteClient, round_index: int) -> StateDict:
+        """What the server sends ``client`` this round: exactly the strategy's ``configure``."""
         seed_everything(derive_seed(self.config.train.seed, "download", round_index, client.name))
-        received = self.download(self.global_state, client, memory, round_index)
-        written = {k: v for k, v in memory.items() if k not in before or before[k] is not v}
-        bad = [k for k, v in written.items() if not isinstance(v, torch.Tensor)]
-        if bad:
-            raise FlowerRunError(f"method {self.method.name!r} cannot run on Flower: its download writes "
-                                 f"non-tensor memory entries ({', '.join(bad[:3])}) that a site would need")
-        return received, written, [k for k in before if k not in memory]
+        return self.configure(client, round_index)
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """The round on the selected sites; each reply becomes an upload handed to :meth:`receive`, then dropped."""
@@ -335,7 +319,7 @@ class FlowerServerEngine(FederatedEngine):
                 inbox.add(upload)
             return
         round_no = round_index + 1
-        replies = self.link.train(round_index, [(c, *self.transmission(c, round_index)) for c in selected])
+        replies = self.link.train(round_index, [(c, self.transmission(c, round_index)) for c in selected])
         failures = []
         for i, rep in enumerate(replies):
             replies[i] = None  # the reply's arrays are folded and released one site at a time
@@ -343,11 +327,12 @@ class FlowerServerEngine(FederatedEngine):
                 failures.append(f"{rep.client.name} ({rep.failure})")
                 continue
             metrics = {k: v for k, v in rep.content.metric_records[TRAIN].items()}
+            ledger = rep.content.array_records.get(LEDGER)
             upload = Upload(rep.client.name, record_to_state(rep.content.array_records[UPLOAD]),
-                            int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics)
-            if LEDGER in rep.content.array_records:  # the privacy ledger's view of the site's accountant
-                self.client_memory.setdefault(upload.client, {}).update(
-                    record_to_state(rep.content.array_records[LEDGER]))
+                            int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics,
+                            reports=record_to_state(ledger) if ledger is not None else {})
+            if upload.reports:  # the privacy ledger's view of the site's accountant (it reads client_memory)
+                self.client_memory.setdefault(upload.client, {}).update(upload.reports)
             self.receive(inbox, upload)
         needed = self.min_clients or len(selected)
         if failures:

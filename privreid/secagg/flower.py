@@ -233,10 +233,11 @@ def collect_secure(engine, round_index: int, selected) -> list:
     strategy = engine.strategy
     transmissions = []
     for client in selected:
-        received, written, removed = engine.transmission(client, round_index)
-        if written or removed:
-            raise FlowerRunError(f"method {engine.method.name!r}: its download writes the client's memory, which "
-                                 "secure aggregation on Flower does not carry")
+        received = engine.transmission(client, round_index)
+        extra = [k for k in received if k not in strategy.model_keys]
+        if extra:
+            raise FlowerRunError(f"method {engine.method.name!r}: its server transmits state beyond the model "
+                                 f"({', '.join(extra[:2])}), which secure aggregation on Flower does not carry")
         transmissions.append((client, received))
     weights = {c.name: float(strategy.weight(Upload(c.name, {}, c.num_samples))) for c in selected}
     max_weight = engine.config.train.secagg_max_weight or max(weights.values())

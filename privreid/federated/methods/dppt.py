@@ -34,10 +34,11 @@ clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
    averaged like every other layer; the global memory is the per-identity
    mean over the clients holding the identity (Eq. 5, the indicator handles
    identity missing), :class:`DPPTAggregate`.
-4. Download: the global model and the global memory; the client keeps the
-   centres of its own identities for the next round's ``L_mrb``.  In a
-   client's first round there is no global memory yet and ``L_mrb`` is off
-   (the reference code skips it in epoch 0).
+4. Download (:meth:`DPPTAggregate.configure`): the global model and the
+   global memory; the client receives the centres of its own identities for
+   this round's ``L_mrb`` (``ClientContext.received_extra``).  In a client's
+   first round there is no global memory yet and ``L_mrb`` is off (the
+   reference code skips it in epoch 0).
 
 Shared classifier (option ``shared_classifier``, default true).  L2RW+
 aggregates the whole local model (Eq. 8, Algorithm 1), and its reference code
@@ -112,9 +113,8 @@ its plain BatchNorm bottleneck).  Its bottleneck trains at the classifier's
 rate: ``--lr-neck`` (the ``dppt-sysu-paper`` preset sets it).
 
 Cost: one feature copy (``D`` floats) per training image of the round is
-held until the centres are computed (ResNet-50, 2048-d: 8 KB per image),
-and a ``(classes, D)`` tensor of global centres per client in its memory
-(and checkpoint); the upload grows by ``classes x D`` floats.
+held until the centres are computed (ResNet-50, 2048-d: 8 KB per image); the
+upload and the download each grow by ``classes x D`` floats.
 """
 
 from __future__ import annotations
@@ -135,13 +135,13 @@ from ..client import ClientContext, SupervisedUpdate, client_loader
 from ..mrb import FeatureBank, global_memory, mrb_loss
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
-from ..strategy import Accumulator, DataVolumeAverage, Strategy, Upload
+from ..strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload
 from .fedprox import ProximalUpdate
 from .moon import ModelContrastiveUpdate
 
 #: prefix of the class-centre keys in uploads and in the global state
 CENTRE_PREFIX = "mrb/"
-#: ``ctx.memory`` keys: the downloaded global centres of the client's labels, and which exist
+#: ``ctx.received_extra`` keys: the downloaded global centres of the client's labels, and which exist
 GLOBAL_CENTRES, GLOBAL_KNOWN = "mrb_global_centres", "mrb_global_known"
 #: reference code: the peak of the one-cycle schedule at epoch 16 of 50
 ONECYCLE_PEAK = 0.32
@@ -339,9 +339,9 @@ class DPPTLocalTraining:
         self._bank = FeatureBank()
         self._sums = {"circle": 0.0, "mrb": 0.0}
         self._steps = {"circle": 0, "mrb": 0}
-        if s.mrb and GLOBAL_CENTRES in ctx.memory:
-            self._centres = ctx.memory[GLOBAL_CENTRES].to(ctx.device)
-            self._known = ctx.memory[GLOBAL_KNOWN].to(ctx.device)
+        if s.mrb and GLOBAL_CENTRES in ctx.received_extra:
+            self._centres = ctx.received_extra[GLOBAL_CENTRES].to(ctx.device)
+            self._known = ctx.received_extra[GLOBAL_KNOWN].to(ctx.device)
         try:
             metrics = super().__call__(ctx)
             centres = self._bank.centres(s.topk) if s.mrb else {}
@@ -398,6 +398,23 @@ class DPPTAggregate(Strategy):
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _DPPTSum(model_state(global_state), centre_state(global_state))
 
+    def configure(self, global_state: StateDict, client: ClientData, client_server_state,
+                  round_index: int) -> StateDict:
+        """The model and the global memory of the client's identities (step 4, module docstring).
+
+        ``GLOBAL_CENTRES``: one centre per client label (zeros where the
+        federation has none yet), ``GLOBAL_KNOWN``: which exist; both absent
+        while no identity of the client has a global centre.
+        """
+        received = model_state(global_state)
+        centres = [global_state.get(identity_key(client, label)) for label in range(client.num_classes)]
+        present = [c for c in centres if c is not None]
+        if present:
+            zero = torch.zeros_like(present[0])
+            received[GLOBAL_CENTRES] = torch.stack([zero if c is None else c for c in centres])
+            received[GLOBAL_KNOWN] = torch.tensor([c is not None for c in centres])
+        return received
+
 
 class _DPPTSum(Accumulator):
     def __init__(self, model_global: StateDict, previous_centres: StateDict):
@@ -408,25 +425,8 @@ class _DPPTSum(Accumulator):
         self.model.add(dataclasses.replace(upload, state=model_state(upload.state)))
         self.centres.append(centre_state(upload.state))
 
-    def result(self) -> StateDict:
-        return {**self.model.result(), **global_memory(self.centres, previous=self.previous)}
-
-
-def make_download(config):
-    """What the server transmits: the model and the global memory; the client keeps its identities' centres."""
-
-    def download(global_state: StateDict, client: ClientData, memory: dict, round_index: int) -> StateDict:
-        centres = [global_state.get(identity_key(client, label)) for label in range(client.num_classes)]
-        present = [c for c in centres if c is not None]
-        memory.pop(GLOBAL_CENTRES, None)
-        memory.pop(GLOBAL_KNOWN, None)
-        if present:
-            zero = torch.zeros_like(present[0])
-            memory[GLOBAL_CENTRES] = torch.stack([zero if c is None else c for c in centres])
-            memory[GLOBAL_KNOWN] = torch.tensor([c is not None for c in centres])
-        return model_state(global_state)
-
-    return download
+    def result(self) -> RoundResult:
+        return RoundResult({**self.model.mean(), **global_memory(self.centres, previous=self.previous)})
 
 
 BASES = ("fedavg", "fedprox", "moon")
@@ -494,7 +494,6 @@ DPPT = register(
         make_strategy=lambda config: DPPTAggregate(),
         needs_per_client_uploads=False,
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
-        make_download=make_download,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
         options={field.name: field.default for field in dataclasses.fields(DPPTSettings)},
     )

@@ -73,7 +73,7 @@ from ...errors import ConfigError
 from ..client import ClientContext, SupervisedUpdate, round_lr_factor
 from ..policy import StateDict, local_prefixes
 from ..registry import Method, register
-from ..strategy import Strategy, Upload, weighted_average
+from ..strategy import RoundResult, Strategy, Upload, weighted_average
 
 PART_PREFIX = "part."
 PREV_GLOBAL = "ks/prev_global/"
@@ -145,11 +145,11 @@ class KnowledgeSelection(Strategy):
         ratios = [u.metrics[RATIO] if u.metrics.get(HAS_RATIO, 0.0) > 0 else None for u in uploads]
         return ks_weights(ratios, [u.metrics[UPDATE_NORM] for u in uploads], self.beta, self.epsilon)
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         alpha = self.weights(uploads)
         if sum(alpha) <= 0:  # every client gated: nothing moved meaningfully
-            return dict(global_state)
-        return weighted_average(uploads, alpha)
+            return RoundResult(dict(global_state))
+        return RoundResult(weighted_average(uploads, alpha))
 
 
 # --------------------------------------------------------------------------- client update (RK + R_k)

@@ -35,7 +35,7 @@ import torch
 from ..client import SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, StateDict
 from ..registry import Method, register
-from ..strategy import Strategy, Upload
+from ..strategy import RoundResult, Strategy, Upload
 
 #: the upload metric holding the client's number of local steps (SupervisedUpdate's)
 STEPS = "steps"
@@ -59,7 +59,7 @@ class NormalisedAverage(Strategy):
     def __init__(self, momentum: float = 0.0):
         self.momentum = momentum
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         if not uploads:
             raise ValueError("cannot aggregate zero uploads")
         total = float(sum(up.num_samples for up in uploads))
@@ -82,7 +82,7 @@ class NormalisedAverage(Strategy):
             start = global_state[key].to(torch.float64)
             step = sum(w * (up.state[key].to(torch.float64) - start) for w, up in zip(weights, uploads))
             out[key] = (start + step).to(value.dtype)
-        return out
+        return RoundResult(out)
 
 
 FEDNOVA = register(

@@ -94,25 +94,17 @@ cluster it was in, and a client never clustered yet gets the global model.
   clients' personalised models: as for every method of this module, each
   client's "local model" (Sec. 4.1: the model trained in the client before
   uploading), kept by the engine (``keeps_trained_model``).
-* Delivery and resumability: the engine has no per-client, checkpointed
-  server-to-client channel (it checkpoints ``global_state``,
-  ``client_states`` and ``client_memory`` only; ``global_state`` must stay a
-  loadable model state for :func:`privreid.checkpoint.load_model`).  The
-  strategy therefore parks each member's cluster model in that client's
-  memory (keys ``fedpav_cc/model/<key>``, plus ``fedpav_cc/members``) through
-  a :class:`ClusterMailbox`, and the method's download transmits it at the
-  client's next participation (the global model before its first
-  clustering).  The mailbox learns each client's memory when the engine asks
-  the download hook for that client's state, which happens before the
-  round's aggregation, so the models are in the memories when the round's
-  checkpoint is written: a resumed run continues exactly.  Members of one
-  cluster share the same tensors, so memory holds one model per cluster, not
-  per client.  Side effect: ``aggregate`` writes into the memories of the
-  round's clients; :meth:`ClusteredAverage.cluster_aggregate` is the pure
-  part (unit-tested).  Limitation, which an engine-level personalised
-  download would remove: upload-side beta noise (``--beta-mode upload``)
-  noises the global state only, not the parked cluster models (download-side
-  noise, on the model each client starts from, does apply).
+* Delivery and resumability: the cluster model of each member is
+  per-client server state (:class:`~privreid.federated.strategy.RoundResult`):
+  ``aggregate`` returns it, the engine keeps and checkpoints it, and
+  :meth:`ClusteredAverage.configure` transmits it at the client's next
+  participation (the global model before its first clustering), so a resumed
+  run continues exactly.  Members of one cluster share the same tensors, so
+  the server holds one model per cluster, not per client (in RAM, and in the
+  checkpoint: up to one shared model per client when every client is its own
+  cluster).  Limitation: upload-side beta noise (``--beta-mode upload``)
+  noises the global state only, not the cluster models (download-side noise,
+  on the model each client starts from, does apply).
 
 Deviations from the printed algorithms: Alg. 2 line 23 returns ``w^t``, the
 copy saved *before* training, and line 22 stores ``v^t``; these are read as
@@ -122,7 +114,6 @@ typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -139,13 +130,12 @@ from ..clustering import first_partition, groups
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
 from ..public_data import PUBLIC_OPTIONS, PublicSet, load_public_set, public_batch_size
 from ..registry import Method, register
-from ..strategy import Strategy, Upload, weighted_average
+from ..strategy import ClientServerState, RoundResult, Strategy, Upload, weighted_average
 
 #: the scalar a CDW client reports (Eq. 1)
 CDW_METRIC = "cdw_distance"
-#: client-memory keys of CC's parked cluster model
-CC_MODEL_PREFIX = "fedpav_cc/model/"
-CC_MEMBERS_KEY = "fedpav_cc/members"
+#: CC's per-client server state: the client's cluster model and the members of its cluster
+CC_MODEL, CC_MEMBERS = "cluster_model", "cluster_members"
 
 KD_OPTIONS: dict[str, Any] = {"kd_lr": 0.0005, "kd_epochs": 1, "kd_batch_size": 32}
 KD_MOMENTUM, KD_WEIGHT_DECAY = 0.9, 5e-4  # paper 004, Sec. 3.5 ("Optimizer")
@@ -287,8 +277,8 @@ class WeightedAverage(Strategy):
     def __init__(self, weighting: Weighting):
         self.weighting = weighting
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
-        return weighted_average(uploads, self.weighting(uploads))
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
+        return RoundResult(weighted_average(uploads, self.weighting(uploads)))
 
 
 # ----------------------------------------------------------------------------- KD
@@ -353,10 +343,10 @@ class DistilledAverage(Strategy):
         self.weighting, self.server, self.images = weighting, server, images
         self.lr, self.epochs, self.batch_size, self.order_seed = lr, epochs, batch_size, order_seed
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         average = weighted_average(uploads, self.weighting(uploads))  # line 8-9
         if self.epochs == 0:
-            return average
+            return RoundResult(average)
         model = self.server.build()
         try:
             targets = soft_labels(self.server, model, [u.state for u in uploads], self.images,
@@ -365,7 +355,7 @@ class DistilledAverage(Strategy):
             distill(self.server, model, self.images, targets, lr=self.lr, epochs=self.epochs,
                     batch_size=self.batch_size, order_seed=self.order_seed)  # line 11
             tuned = model.state_dict()
-            return clone_state({k: tuned[k] for k in average})
+            return RoundResult(clone_state({k: tuned[k] for k in average}))
         finally:
             del model
 
@@ -382,48 +372,16 @@ def client_signature(features: torch.Tensor) -> np.ndarray:
     return F.normalize(features.double(), dim=1).reshape(-1).numpy()
 
 
-class ClusterMailbox:
-    """Parks cluster models in client memories; the CC download hands them out (see module docstring)."""
-
-    def __init__(self):
-        self._memories: dict[str, dict] = {}
-
-    def download(self, global_state: StateDict, client, memory: dict, round_index: int) -> StateDict:
-        """The method's download: the client's cluster model, or the global model before its first clustering."""
-        self._memories[client.name] = memory
-        parked = {k[len(CC_MODEL_PREFIX):]: v for k, v in memory.items() if k.startswith(CC_MODEL_PREFIX)}
-        return parked or global_state
-
-    def deliver(self, client: str, members: list[str], state: StateDict) -> None:
-        memory = self._memories.get(client)
-        if memory is None:
-            raise RuntimeError(f"no download was made for client {client!r} this run; cannot deliver its "
-                               "cluster model")
-        for key in [k for k in memory if k.startswith(CC_MODEL_PREFIX)]:
-            del memory[key]
-        memory.update({CC_MODEL_PREFIX + k: v for k, v in state.items()})
-        memory[CC_MEMBERS_KEY] = list(members)
-
-
-_MAILBOXES: dict[int, ClusterMailbox] = {}
-
-
-def mailbox_for(config: RunConfig) -> ClusterMailbox:
-    """The mailbox shared by the strategy and the download built from one configuration object."""
-    key = id(config)
-    box = _MAILBOXES.get(key)
-    if box is None:
-        box = _MAILBOXES[key] = ClusterMailbox()
-        weakref.finalize(config, _MAILBOXES.pop, key, None)
-    return box
-
-
 class ClusteredAverage(Strategy):
     """Client clustering (paper 004 Sec. 5.1, Alg. 2 lines 8-12); global model = weighted average of all."""
 
-    def __init__(self, weighting: Weighting, server: ServerModel, batch: torch.Tensor,
-                 mailbox: ClusterMailbox | None = None):
-        self.weighting, self.server, self.batch, self.mailbox = weighting, server, batch, mailbox
+    def __init__(self, weighting: Weighting, server: ServerModel, batch: torch.Tensor):
+        self.weighting, self.server, self.batch = weighting, server, batch
+
+    def configure(self, global_state: StateDict, client, client_server_state: ClientServerState,
+                  round_index: int) -> StateDict:
+        """The client's cluster model (Alg. 2 line 6), or the global model before its first clustering."""
+        return client_server_state.get(CC_MODEL, global_state)
 
     def cluster_labels(self, uploads: Sequence[Upload]) -> np.ndarray:
         """FINCH's first partition of the clients by their features on the public batch (lines 8-9)."""
@@ -447,13 +405,11 @@ class ClusteredAverage(Strategy):
             clusters.append(([u.client for u in ups], weighted_average(ups, self.weighting(ups))))  # line 12
         return weighted_average(uploads, self.weighting(uploads)), clusters
 
-    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> StateDict:
+    def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
+        """The global model; each member's per-client server state is its cluster's model (shared tensors)."""
         global_model, clusters = self.cluster_aggregate(uploads, self.cluster_labels(uploads))
-        if self.mailbox is not None:
-            for members, state in clusters:
-                for name in members:
-                    self.mailbox.deliver(name, members, state)
-        return global_model
+        return RoundResult(global_model, {name: {CC_MODEL: state, CC_MEMBERS: list(members)}
+                                          for members, state in clusters for name in members})
 
 
 # ----------------------------------------------------------------------------- composition
@@ -493,8 +449,7 @@ def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig],
         public = load_public_set(config)
         if server == "kd":
             return DistilledAverage(weighting, ServerModel.from_config(config), public.images, **kd_settings(config))
-        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)),
-                                mailbox_for(config))
+        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)))
 
     return make
 
@@ -510,7 +465,6 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         policy=CLASSIFIER_LOCAL,
         make_client_update=_client_update(cdw),
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
-        make_download=(lambda config: mailbox_for(config).download) if server == "cc" else None,
         needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
         options=options,
         keeps_trained_model=True,
