@@ -22,7 +22,8 @@ from .data.catalog import federation_for_config
 from .data.types import Federation, TestSet
 from .errors import ConfigError
 from .evaluation.model_eval import evaluate_model
-from .federated.engine import mean_metrics, resolve_device
+from .device import resolve_device
+from .federated.engine import mean_metrics
 from .models import build_model
 from .reporting import comparison_rows
 from .seeding import derive_seed, seed_everything

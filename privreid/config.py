@@ -147,6 +147,8 @@ class TrainConfig:
     secagg_clip: float = 8.0
     secagg_quantization: int = 2**22
     secagg_max_weight: float | None = None
+    #: defences registered outside the built-ins: name -> options (:mod:`privreid.defenses.registry`)
+    defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,7 +158,11 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data; an empty ``train.defenses`` is left out, so configurations without one stay as they were."""
+        out = dataclasses.asdict(self)
+        if not out["train"]["defenses"]:
+            del out["train"]["defenses"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":

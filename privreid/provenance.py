@@ -144,7 +144,7 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
         if ctx is not None and ctx.args:
             config["passed-on"] = list(ctx.args)
     if device is None and isinstance(params.get("device"), str):
-        from .federated.engine import resolve_device
+        from .device import resolve_device
 
         device = str(resolve_device(params["device"]))
     seed = params.get("seed") if seed is None else seed

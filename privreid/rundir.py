@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -182,3 +183,10 @@ def _remove_if_only_provenance(out: Path) -> None:
     for folder in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         folder.rmdir()
     out.rmdir()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
+    os.replace(tmp, path)

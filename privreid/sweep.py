@@ -111,7 +111,7 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
     from .attacks.retrieval import evaluate_under_attack
     from .checkpoint import load_checkpoint, load_model
     from .data.catalog import federation_for_config
-    from .federated.engine import resolve_device
+    from .device import resolve_device
 
     ckpt = load_checkpoint(ckpt_path)
     cfg = RunConfig.from_dict(ckpt["config"])

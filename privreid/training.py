@@ -8,8 +8,9 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .data.catalog import federation_for_config
-from .federated.engine import FederatedEngine, prepare_out_dir, write_json_atomic
+from .federated.engine import FederatedEngine, prepare_out_dir
 from .federated.registry import get_method
+from .rundir import write_json_atomic
 
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False,

@@ -172,14 +172,14 @@ def test_statement_never_claims_epsilon_for_beta_noise(tiny_synth):
     from privreid.defenses import PrivacyLedger
 
     clients = federation_for_config(tiny_config(tiny_synth)).clients
-    beta_only = PrivacyLedger(tiny_config(tiny_synth, beta=0.01), clients, 2).statement([])
+    beta_only = PrivacyLedger(tiny_config(tiny_synth, beta=0.01), clients, 2).summary([])
     assert beta_only["epsilon"] is None and "no formal" in beta_only["guarantee"]
     assert beta_only["beta"] == {"mode": "upload", "scale": 0.01}
     cfg = tiny_config(tiny_synth, client_dp=True, clip=1.0, noise_multiplier=1.0, beta=0.01)
-    both = PrivacyLedger(cfg, clients, 2).statement([{"round": 3, "scope": "privacy", "epsilon": 2.5}])
+    both = PrivacyLedger(cfg, clients, 2).summary([{"round": 3, "scope": "privacy", "epsilon": 2.5}])
     assert both["epsilon"] == 2.5 and both["level"] == "client"  # the DP mechanism's epsilon, nothing for beta
     assert any("beta white noise is added on top" in n for n in both["notes"])
-    assert PrivacyLedger(tiny_config(tiny_synth), clients, 2).statement([]) == {
+    assert PrivacyLedger(tiny_config(tiny_synth), clients, 2).summary([]) == {
         "notes": [], "stopped": None, "defense": None, "epsilon": None, "guarantee": "none",
         "secure_aggregation": None,
         "server_view": "every selected client's upload (shared keys, sample count, metrics) in the clear"}

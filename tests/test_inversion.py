@@ -18,7 +18,7 @@ from privreid.attacks.inversion import (
     observe,
     reconstruct,
 )
-from privreid.attacks.inversion.defences import Defence, dp_parameters_as_trained, noisy_download
+from privreid.attacks.inversion.defences import Defence, noisy_download
 from privreid.attacks.inversion.optimise import gradient_distance, matched_names
 from privreid.attacks.inversion.report import filtered_views, image_metrics, score
 from privreid.attacks.inversion.threat_models import (
@@ -289,11 +289,19 @@ def test_defences_as_trained_follow_the_run_config():
     assert defence_as_trained(cfg(beta=0.1, beta_mode="upload")) == Defence(beta=0.1)
     assert defence_as_trained(cfg(beta=0.1, beta_mode="download")) == Defence(download_beta=0.1)
     assert defence_as_trained(cfg(beta=0.2, beta_mode="both")) == Defence(beta=0.2, download_beta=0.2)
-    assert dp_parameters_as_trained(cfg(dp_sgd=True, max_grad_norm=1.5, noise_multiplier=0.8)) == (1.5, 0.8)
-    assert dp_parameters_as_trained(cfg(dp_sgd=True, noise_multiplier=0.8)) == (1.0, 0.8)  # C defaults to 1.0
+    assert defence_as_trained(cfg(dp_sgd=True, max_grad_norm=1.5, noise_multiplier=0.8)) == \
+        Defence(clip_norm=1.5, noise_multiplier=0.8)
+    assert defence_as_trained(cfg(dp_sgd=True, noise_multiplier=0.8)) == \
+        Defence(clip_norm=1.0, noise_multiplier=0.8)  # C defaults to 1.0
     # client-level DP: the server adds the noise after it has seen the clipped upload
-    assert dp_parameters_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0)) == (2.0, 0.0)
-    assert dp_parameters_as_trained(cfg()) == (None, 0.0)
+    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0)) == Defence(clip_norm=2.0)
+    # ... and with beta on top, each defence states its own part
+    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0, beta=0.1, beta_mode="both")) == \
+        Defence(beta=0.1, download_beta=0.1, clip_norm=2.0)
+    # the sum of m = 4 uploads under secure aggregation: each client's distributed share Z / sqrt(m)
+    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0), aggregated=4) == \
+        Defence(clip_norm=2.0, noise_multiplier=0.5)
+    assert defence_as_trained(cfg()) == Defence()
 
 
 # --------------------------------------------------------------------------- report helpers

@@ -16,7 +16,8 @@ from privreid.defenses.secure_aggregation import SecureAggregate
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import DPPTAggregate
-from privreid.federated.registry import available_methods, get_method, secure_aggregation_support
+from privreid.defenses.registry import get_defence
+from privreid.federated.registry import available_methods, get_method
 from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
 from privreid.secagg.protocol import Parameters, secure_sum
 
@@ -195,11 +196,11 @@ def test_same_epsilon_as_central_client_dp(tiny_synth):
     central = PrivacyLedger(tiny_config(tiny_synth, **dp), clients, 2)
     distributed = PrivacyLedger(tiny_config(tiny_synth, secure_aggregation=True, **dp), clients, 2)
     for r in (1, 5):
-        assert central.round_records(r, {}) == distributed.round_records(r, {})
-    statement = distributed.statement(distributed.round_records(5, {}))
+        assert central.after_round(r, {}) == distributed.after_round(r, {})
+    statement = distributed.summary(distributed.after_round(5, {}))
     assert statement["secure_aggregation"]["distributed_dp"] is True
     assert "Not an individual update" in statement["server_view"]
-    assert "in the clear" in central.statement([])["server_view"]
+    assert "in the clear" in central.summary([])["server_view"]
 
 
 # ----------------------------------------------------------------------------- support matrix
@@ -212,13 +213,14 @@ EXPECTED = {"fedpav": "yes", "fedavg": "yes", "fedprox": "yes", "moon": "yes", "
 def test_support_matrix_is_declared_and_printed():
     assert set(available_methods()) == set(EXPECTED)
     for name, want in EXPECTED.items():
-        assert secure_aggregation_support(get_method(name)).split(" ")[0] == want, name
+        assert get_defence("secure-aggregation").supports(get_method(name)).split(" ")[0] == want, name
     res = CliRunner().invoke(app, ["methods"])
     assert res.exit_code == 0
     lines = res.output.splitlines()
     for name, want in EXPECTED.items():
         i = next(i for i, line in enumerate(lines) if line.startswith(name + " "))
-        assert lines[i + 1].strip().startswith(f"secure aggregation: {want}"), name
+        rows = [line.strip() for line in lines[i + 1:i + 5]]
+        assert any(row.startswith(f"secure-aggregation: {want}") for row in rows), name
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -64,7 +64,7 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     from ..config import RunConfig
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
 
     paths = settings["paths"]
     ckpts = [load_checkpoint(p) for p in paths]

@@ -75,7 +75,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
               echo: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Audit every checkpoint; write ``audit.json``, ``roc.png``, ``report.md`` into ``out``; the records."""
     from ..data.catalog import federation_for_config
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
 
     settings = (settings or AuditSettings()).validate()
     attacks = resolve_attacks(settings.attacks)

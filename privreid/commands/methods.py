@@ -1,4 +1,4 @@
-"""``privreid methods``: the registered training methods and their options."""
+"""``privreid methods``: the registered training methods, their options and the method x defence support matrix."""
 
 from __future__ import annotations
 
@@ -6,15 +6,17 @@ import typer
 
 
 def methods_command() -> None:
-    """List the registered training methods.
+    """List the registered training methods, and which defences each can run under.
 
     Example: privreid methods
     """
-    from ..federated.registry import available_methods, get_method, secure_aggregation_support
+    from ..defenses.registry import defences
+    from ..federated.registry import available_methods, get_method
 
     for name in available_methods():
         method = get_method(name)
         typer.echo(f"{name:14s} {method.summary}")
-        typer.echo(" " * 15 + f"secure aggregation: {secure_aggregation_support(method)}")
+        for defence in defences():
+            typer.echo(" " * 15 + f"{defence.name}: {defence.supports(method)}")
         if method.options:
             typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in method.options.items()))

@@ -1,6 +1,6 @@
 """A run that the DP budget stops early still reports its final model.
 
-:meth:`PrivacyLedger.stop_reason` ends training before a round whose
+A round observer (:meth:`privreid.defenses.PrivacyLedger.before_round`) ends training before a round whose
 accounting would exceed ``--target-epsilon``; the last completed round may
 not be an evaluation round (``--eval-every``).  :func:`evaluate_after_stop`
 then evaluates the model of that round exactly as an evaluation round would

@@ -47,7 +47,6 @@ per cluster), checkpointed under ``server_client_state`` and handed back to
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -57,16 +56,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from ..checkpoint import TRAINED_PREFIX, load_checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig
-from ..defenses import PrivacyLedger, apply_defenses
 from ..deviations import deviations
+from ..device import resolve_device
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from ..rundir import write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
 from .client import ClientContext
@@ -74,19 +73,11 @@ from .divergence import check_finite_training, json_line
 from .early_stop import evaluate_after_stop
 from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
 from .policy import StateDict, clone_state, state_nbytes
-from .registry import Method, get_method
+from .registry import Method
 from .resume import check_resume
 from .strategy import Accumulator, RoundResult, Upload
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was requested but no CUDA device is available; use --device cpu")
-    return torch.device(name)
 
 
 def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
@@ -112,12 +103,6 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
         (out_dir / f).unlink()
     if overwrite:
         shutil.rmtree(out_dir / MEMORY_DIR, ignore_errors=True)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
 
 
 def selection_size(fraction: float, n: int) -> int:
@@ -162,7 +147,15 @@ def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
 
 
 class FederatedEngine:
-    """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``."""
+    """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
+
+    ``build(config)`` gives the method (with its defences) and the round
+    observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
+    whose observer is the privacy ledger).  Before every round each observer
+    may stop the run (``before_round``), after it each adds its records
+    (``after_round``), and ``summary.json`` holds each one's ``summary``
+    under its ``key``; the engine knows nothing else about them.
+    """
 
     #: whether this process holds the clients' local states (the Flower server does not: its sites do)
     holds_client_states = True
@@ -170,10 +163,13 @@ class FederatedEngine:
     client_memory_on_disk = True
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
-                 progress: bool = True, log: Callable[[str], None] | None = None):
+                 progress: bool = True, log: Callable[[str], None] | None = None,
+                 build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
-        self.method: Method = apply_defenses(get_method(config.train.method), config)
-        self.method.check_options(config)
+        if build is None:
+            from .build import build_run as build
+        plan = build(config)
+        self.method: Method = plan.method
         self.federation = federation
         prepare = self.method.prepare_clients_for(config)
         self.clients: list[ClientData] = prepare(federation.clients) if prepare else federation.clients
@@ -187,12 +183,13 @@ class FederatedEngine:
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
         self.client_start = self.method.make_client_start(config) if self.method.make_client_start else None
-        # differential privacy: settings checked against the federation, epsilon logged and budgeted
-        self.privacy = PrivacyLedger(config, self.clients, self.clients_per_round())
+        # round observers (the privacy ledger): settings checked against the federation before anything is written
+        self.observers: list[Any] = plan.observers(self.clients, self.clients_per_round())
         self.stopped: str | None = None
         self.record_hooks: list[Callable[[dict[str, Any]], None]] = []  # e.g. privreid train --logger
-        for note in self.privacy.notes:
-            self.log(f"note: {note}")
+        for observer in self.observers:
+            for note in observer.notes:
+                self.log(f"note: {note}")
         self._initial_state()  # builds the model (loading weights may fail) before anything is written
 
     # -- state -----------------------------------------------------------------
@@ -409,8 +406,9 @@ class FederatedEngine:
             self._record({"round": round_no, **rec})
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
-        for rec in self.privacy.round_records(round_no, self.client_memory):
-            self._record(rec)
+        for observer in self.observers:
+            for rec in observer.after_round(round_no, self.client_memory):
+                self._record(rec)
         if self.evaluates(round_no):
             self.evaluate_round(round_no)
         self._checkpoint(round_no)
@@ -427,7 +425,8 @@ class FederatedEngine:
             if isinstance(self.client_memory, ClientMemories):
                 self.client_memory.round = r + 1
             selected = self.select_clients(r)
-            self.stopped = self.privacy.stop_reason(r, selected, self.client_memory)
+            self.stopped = next(filter(None, (o.before_round(r, selected, self.client_memory)
+                                              for o in self.observers)), None)
             if self.stopped:
                 self.log(self.stopped)
                 evaluate_after_stop(self, r)
@@ -492,7 +491,7 @@ class FederatedEngine:
             "evaluated_round": last,
             "wall_time_s": round(wall_time, 2),
             "checkpoint": str(self.out_dir / "ckpt.pt"),
-            "privacy": self.privacy.statement(self.metrics, self.stopped),
+            **{o.key: o.summary(self.metrics, self.stopped) for o in self.observers},
         }
         for scope in ("global", "local"):
             for split in ("seen", "unseen"):

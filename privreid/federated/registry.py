@@ -143,19 +143,10 @@ class Method:
             raise ConfigError(f"method {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
 
 
-def secure_aggregation_support(method: Method) -> str:
-    """The support-matrix entry of ``method``: whether ``--secure-aggregation`` can run it, and why not."""
-    if not method.communicates or not method.has_global_model:
-        return "n/a (no model is shared between clients)"
-    if method.needs_per_client_uploads is None:
-        return "no (undeclared)"
-    return "no (its server reads each client's upload)" if method.needs_per_client_uploads else "yes"
-
-
 _REGISTRY: dict[str, Method] = {}
 
 #: Modules whose import registers the built-in methods.
-BUILTIN_METHOD_MODULES = ("privreid.federated.methods", "privreid.centralized")
+BUILTIN_METHOD_MODULES = ("privreid.federated.methods",)
 
 
 def register(method: Method) -> Method:

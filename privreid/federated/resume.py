@@ -18,7 +18,7 @@ FREE_FIELDS = ("rounds", "num_workers", "device")
 
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
     """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``."""
-    from .engine import resolve_device
+    from ..device import resolve_device
 
     if current.train.rounds < rounds_done:
         raise ConfigError(f"--resume: the checkpoint has completed {rounds_done} rounds; --rounds "

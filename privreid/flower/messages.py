@@ -130,12 +130,10 @@ def parse_eval_records(content: RecordDict, scope: str) -> list[tuple[str, str, 
 
 
 def ledger_keys(config: RunConfig) -> tuple[str, ...]:
-    """Client-memory keys :class:`privreid.defenses.PrivacyLedger` reads on the server (DP-SGD's accountant)."""
-    if not config.train.dp_sgd:
-        return ()
-    from ..defenses.dp_sgd import HISTORY_KEY, NOISE_KEY  # imports Opacus: only when DP-SGD is on
+    """Client-memory keys the enabled defences' ledgers read on the server (DP-SGD's accountant)."""
+    from ..defenses.registry import enabled_defences
 
-    return (HISTORY_KEY, NOISE_KEY)
+    return tuple(k for d in enabled_defences(config) for k in d.server_memory_keys(config))
 
 
 # ----------------------------------------------------------------------------- run description

@@ -60,12 +60,12 @@ from flwr.serverapp import Grid, ServerApp
 from ..config import RunConfig
 from ..data.catalog import federation_for_config
 from ..data.types import ClientData, Federation, TestSet
-from ..defenses import apply_defenses
 from ..errors import ConfigError, PrivreidError
-from ..federated.engine import FederatedEngine, RoundInbox, write_json_atomic
+from ..federated.build import build_method
+from ..federated.engine import FederatedEngine, RoundInbox
 from ..federated.policy import StateDict, state_nbytes
-from ..federated.registry import get_method
 from ..federated.strategy import Upload
+from ..rundir import write_json_atomic
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
                        parse_eval_records, record_to_state, run_record, state_to_record)
@@ -77,8 +77,7 @@ RUN_INFO = "flower.json"
 # ----------------------------------------------------------------------------- which methods can run
 def check_flower_support(config: RunConfig) -> None:
     """Raise :class:`ConfigError` saying why if the configured method cannot run on Flower."""
-    method = apply_defenses(get_method(config.train.method), config)
-    method.check_options(config)
+    method = build_method(config)
     why = None
     if method.prepare_clients_for(config) is not None:
         why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \

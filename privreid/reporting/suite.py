@@ -54,7 +54,7 @@ from ..data.types import TestSet
 from ..errors import ConfigError
 from ..evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
                                         evaluate_corrupted, is_scaled)
-from ..federated.engine import resolve_device
+from ..device import resolve_device
 from .files import save_figure, write_csv_rows
 from .tables import format_table
 

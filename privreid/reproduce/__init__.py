@@ -192,7 +192,7 @@ def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, 
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
     from ..evaluation.corrupted_eval import evaluate_corrupted
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
     from .tables import TABLE9_SMOKE_REPEATS
 
     ckpt = load_checkpoint(run_dir / "ckpt.pt")
@@ -215,7 +215,7 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
     from ..config import RunConfig
     from ..data.synthetic_dg import ensure_synthetic_dg
     from ..evaluation.dg_protocol import evaluate_dg_model
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
 
     root = ensure_synthetic_dg() / dataset if scale == "smoke" else Path(data_root) / dataset
     ckpt = load_checkpoint(run_dir / "ckpt.pt")

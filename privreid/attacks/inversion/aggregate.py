@@ -30,7 +30,6 @@ below the gradients' noise.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,11 +63,7 @@ def client_defence(config, m: int, defended: bool) -> Defence:
     """The defence each of the ``m`` clients applies to its own step before masking (module docstring)."""
     if not defended:
         return NO_DEFENCE
-    d = defence_as_trained(config)
-    t = config.train
-    if t.client_dp:
-        return dataclasses.replace(d, noise_multiplier=float(t.noise_multiplier) / m ** 0.5)
-    return d
+    return defence_as_trained(config, aggregated=m)
 
 
 def other_steps(target, victim: str, m: int) -> list[tuple[str, int]]:
@@ -108,7 +103,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     from tqdm.auto import tqdm
 
     from ...data.formats import read_image
-    from ...federated.engine import resolve_device
+    from ...device import resolve_device
     from ...losses import identity_loss
     from ...seeding import derive_seed
     from .attack import Reconstruction, reconstruct

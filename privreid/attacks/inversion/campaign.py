@@ -172,7 +172,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
 
     from . import NO_DEFENCE, defence_as_trained, reconstruct
     from .report import save_grid, score, summarise, write_metrics_json
-    from ...federated.engine import resolve_device
+    from ...device import resolve_device
     from ...seeding import derive_seed
 
     if n < 1:

@@ -119,30 +119,23 @@ def noisy_download(model: torch.nn.Module, shared: set[str], beta: float,
     return victim
 
 
-def dp_parameters_as_trained(config) -> tuple[float | None, float]:
-    """``(clip_norm, noise_multiplier)`` of the run's DP defence, or ``(None, 0.0)`` without one.
+def defence_as_trained(config, aggregated: int | None = None) -> Defence:
+    """What the attacker's observation carries under the defences of a run's :class:`privreid.config.RunConfig`.
 
-    Record-level DP-SGD: the per-sample bound C (``--max-grad-norm``, default
-    1.0) and ``--noise-multiplier``.  When the noise was derived from
-    ``--target-epsilon`` (no multiplier in the config) the per-client value
-    lives in the checkpoint's client memory, not the config; the attack then
-    sees the clipped gradient without noise, an upper bound on leakage.
-    Client-level DP gives its clip only: see the module docstring.
+    Each enabled defence states its own assumption
+    (:meth:`privreid.defenses.registry.Defence.threat_assumption`):
+    DP-SGD its per-sample bound C (``--max-grad-norm``, default 1.0) and
+    ``--noise-multiplier`` (with the noise derived from
+    ``--target-epsilon`` the per-client value lives in the checkpoint's client
+    memory, not the config; the attack then sees the clipped gradient without
+    noise, an upper bound on leakage); client-level DP its clip and the noise
+    of the view (none for the server of a plain run, see the module
+    docstring; each client's distributed share when the attacker sees the sum
+    of ``aggregated`` uploads); beta noise its upload and download scales.
     """
-    from ...config import dp_max_grad_norm
+    from privreid.defenses.registry import enabled_defences
 
-    train = config.train
-    if train.dp_sgd:
-        return float(dp_max_grad_norm(config)), float(train.noise_multiplier or 0.0)
-    if train.client_dp:  # noise is added by the server, after it has seen the upload
-        return float(train.clip), 0.0
-    return None, 0.0
-
-
-def defence_as_trained(config) -> Defence:
-    """The defences recorded in a run's :class:`privreid.config.RunConfig`."""
-    t = config.train
-    clip_norm, noise_multiplier = dp_parameters_as_trained(config)
-    return Defence(beta=t.beta if t.beta_mode in ("upload", "both") else 0.0,
-                   download_beta=t.beta if t.beta_mode in ("download", "both") else 0.0,
-                   clip_norm=clip_norm, noise_multiplier=noise_multiplier)
+    fields: dict = {}
+    for defence in enabled_defences(config):
+        fields.update(defence.threat_assumption(config, aggregated))
+    return Defence(**fields)

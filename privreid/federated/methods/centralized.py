@@ -1,21 +1,17 @@
-"""Non-federated baselines, expressed as methods of the same engine.
+"""``centralized``, a non-federated baseline as a method of the same engine (ERM; the ES protocol of L2RW+).
 
-* ``centralized`` (ERM; the ES protocol of L2RW+): all clients' training data
-  pooled in one place and trained as a single client, one epoch per round.
-  Identities of clients carved from one domain are merged back (see
-  :func:`pool_clients`).
-* ``standalone``: every client trains alone; nothing is shared.  There is no
-  global model; each client's model is evaluated on its own domain and on the
-  unseen domains.
+All clients' training data pooled in one place and trained as a single
+client, one epoch per round.  Identities of clients carved from one domain
+are merged back (see :func:`pool_clients`).
 """
 
 from __future__ import annotations
 
-from .data.types import ClientData
-from .federated.client import SupervisedUpdate
-from .federated.policy import CLASSIFIER_LOCAL, NOTHING_SHARED
-from .federated.registry import Method, register
-from .federated.strategy import DataVolumeAverage, KeepGlobal
+from ...data.types import ClientData
+from ..client import SupervisedUpdate
+from ..policy import CLASSIFIER_LOCAL
+from ..registry import Method, register
+from ..strategy import DataVolumeAverage
 
 
 def pool_clients(clients: list[ClientData]) -> list[ClientData]:
@@ -44,17 +40,5 @@ register(
         make_strategy=lambda config: DataVolumeAverage(),
         communicates=False,
         prepare_clients=pool_clients,
-    )
-)
-
-register(
-    Method(
-        name="standalone",
-        summary="each client trains alone on its own data; nothing is shared",
-        policy=NOTHING_SHARED,
-        make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: KeepGlobal(),
-        has_global_model=False,
-        communicates=False,
     )
 )

@@ -1,0 +1,178 @@
+"""Defence registry: every defence is one :class:`Defence` in one module, registered by name.
+
+A defence declares everything privreid needs to know about it, so that no
+other module names it:
+
+* whether a run asks for it (:meth:`Defence.enabled`) and its options
+  (built-in defences read their own ``TrainConfig`` fields and flags; any
+  other defence reads ``TrainConfig.defenses[name]``, a dict of options
+  checked against :attr:`Defence.options`);
+* :meth:`Defence.check`: ConfigError, before anything is written, for
+  settings it cannot run with on this federation;
+* :meth:`Defence.wrap`: the method with the defence applied (its client
+  update, server strategy, download or client start wrapped);
+  :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defence.order`,
+  the lowest innermost;
+* :meth:`Defence.ledger`: its accounting (:class:`DefenceLedger`): notes,
+  a stop reason before a round, ``metrics.jsonl`` records after it and its
+  part of the ``privacy`` statement of ``summary.json``;
+* :meth:`Defence.threat_assumption`: what an inversion attack that observes
+  an upload (or a sum of ``m`` of them) must assume about it, as fields of
+  :class:`privreid.attacks.inversion.defences.Defence`;
+* :meth:`Defence.supports`: its row of the method x defence support matrix
+  (``privreid methods``);
+* :attr:`Defence.upload_extras` and :meth:`Defence.server_memory_keys`: the
+  tensors it adds to an upload beyond the policy's shared keys (none for the
+  built-ins), and the client-memory keys its ledger reads on the server
+  (sent with a Flower site's reply).
+
+Adding a defence is one module with a :class:`Defence` subclass and
+``register(MyDefence())``; docs/extending.md has a worked example.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..data.types import ClientData
+    from ..federated.registry import Method
+
+
+class DefenceLedger:
+    """A defence's accounting during one run (the default: nothing to account).
+
+    ``notes`` are logged when the run starts and listed in the statement.
+    """
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def before_round(self, round_index: int, selected: list[ClientData], memories: Mapping[str, Any]) -> str | None:
+        """Why round ``round_index`` (0-based) must not run (e.g. a spent budget), or None."""
+        return None
+
+    def after_round(self, round_no: int, memories: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``metrics.jsonl`` records after round ``round_no`` (1-based)."""
+        return []
+
+    def statement(self, out: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
+        """Add this defence's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
+
+
+class Defence:
+    """One defence (see the module docstring); subclass it and override what differs from "nothing"."""
+
+    #: registry key; for defences without their own fields, the key of ``TrainConfig.defenses``
+    name: str = ""
+    #: one line for ``privreid methods`` and reports
+    summary: str = ""
+    #: composition order: lower wraps first (innermost); the built-ins use 10 (DP-SGD) to 40 (secure aggregation)
+    order: int = 50
+    #: options and their defaults, given as ``TrainConfig.defenses[name] = {option: value}``
+    options: Mapping[str, Any] = {}
+    #: keys an upload may carry beyond the policy's shared keys because of this defence
+    upload_extras: frozenset[str] = frozenset()
+    #: ``TrainConfig`` fields that switch the defence on with minimal settings (contract tests)
+    example_settings: Mapping[str, Any] = {}
+    #: the CLI flag of a built-in defence, which has its own ``TrainConfig`` fields (``None``: configured
+    #: through ``TrainConfig.defenses``)
+    flag: str | None = None
+
+    def enabled(self, config: RunConfig) -> bool:
+        """Whether ``config`` asks for this defence (default: it is a key of ``TrainConfig.defenses``)."""
+        return self.name in config.train.defenses
+
+    def option(self, config: RunConfig, key: str) -> Any:
+        """The value of option ``key``: ``TrainConfig.defenses[name][key]`` if given, else the default."""
+        return config.train.defenses.get(self.name, {}).get(key, self.options[key])
+
+    def check_options(self, config: RunConfig) -> None:
+        unknown = sorted(set(config.train.defenses.get(self.name, {})) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise ConfigError(f"defence {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
+
+    def check(self, config: RunConfig, clients: list[ClientData], clients_per_round: int) -> None:
+        """ConfigError for settings this federation cannot run with (before anything is written)."""
+
+    def wrap(self, method: Method, config: RunConfig) -> Method:
+        raise NotImplementedError
+
+    def ledger(self, config: RunConfig, clients: list[ClientData], clients_per_round: int) -> DefenceLedger:
+        return DefenceLedger()
+
+    def threat_assumption(self, config: RunConfig, aggregated: int | None = None) -> dict[str, Any]:
+        """Fields of the inversion :class:`~privreid.attacks.inversion.defences.Defence` this defence sets.
+
+        ``aggregated``: ``None`` when the attacker sees one client's upload
+        (the server of a plain run), else the number ``m`` of uploads whose
+        sum it sees (secure aggregation).
+        """
+        return {}
+
+    def supports(self, method: Method) -> str:
+        """``"yes"``, or ``"no (why)"`` / ``"n/a (why)"``: whether ``method`` can run under this defence."""
+        return "yes"
+
+    def server_memory_keys(self, config: RunConfig) -> tuple[str, ...]:
+        """Client-memory keys this defence's ledger reads on the server."""
+        return ()
+
+
+_REGISTRY: dict[str, Defence] = {}
+
+#: modules whose import registers the built-in defences
+BUILTIN_DEFENCE_MODULES = ("privreid.defenses.plugins",)
+
+
+def register(defence: Defence) -> Defence:
+    if not defence.name:
+        raise ValueError("a defence needs a name")
+    if defence.name in _REGISTRY:
+        raise ValueError(f"defence {defence.name!r} is already registered")
+    _REGISTRY[defence.name] = defence
+    return defence
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_DEFENCE_MODULES:
+        importlib.import_module(module)
+
+
+def defences() -> list[Defence]:
+    """Every registered defence, in composition order (innermost first)."""
+    _load_builtins()
+    return sorted(_REGISTRY.values(), key=lambda d: (d.order, d.name))
+
+
+def available_defences() -> list[str]:
+    return [d.name for d in defences()]
+
+
+def get_defence(name: str) -> Defence:
+    _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown defence {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def enabled_defences(config: RunConfig) -> list[Defence]:
+    """The defences ``config`` asks for, in composition order; ConfigError for unknown names or options."""
+    for name in config.train.defenses:
+        defence = get_defence(name)
+        if defence.flag is not None:
+            raise ConfigError(f"defence {name!r} is configured by its own settings ({defence.flag} ...), not "
+                              "train.defenses")
+        defence.check_options(config)
+    return [d for d in defences() if d.enabled(config)]

@@ -1,0 +1,46 @@
+"""The composition root of a run: the configured method with its defences, and the engine's round observers.
+
+This is the one place that composes ``apply_defenses(get_method(...))``:
+the engine receives a :class:`RunPlan` from a builder (by default
+:func:`build_run`) and never names a defence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import RunConfig
+from ..data.types import ClientData
+from .registry import Method, get_method
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the engine runs: ``method`` and ``observers(clients, clients_per_round)``.
+
+    A round observer has ``key`` (its ``summary.json`` entry), ``notes``
+    (logged when the run starts), ``before_round(round_index, selected,
+    memories) -> stop reason or None``, ``after_round(round_no, memories) ->
+    metrics records`` and ``summary(metrics, stopped)``.
+    """
+
+    method: Method
+    observers: Callable[[list[ClientData], int], list[Any]]
+
+
+def build_method(config: RunConfig) -> Method:
+    """``config``'s method wrapped by its defences; ConfigError for unknown names, refusals and unknown options."""
+    from ..defenses import apply_defenses
+
+    method = apply_defenses(get_method(config.train.method), config)
+    method.check_options(config)
+    return method
+
+
+def build_run(config: RunConfig) -> RunPlan:
+    """The method of :func:`build_method` and the privacy ledger as the round observer."""
+    from ..defenses import privacy_observers
+
+    return RunPlan(build_method(config), lambda clients, m: privacy_observers(config, clients, m))

@@ -1,0 +1,24 @@
+"""``standalone``, a non-federated baseline as a method of the same engine: every client trains alone.
+
+Nothing is shared.  There is no global model; each client's model is
+evaluated on its own domain and on the unseen domains.
+"""
+
+from __future__ import annotations
+
+from ..client import SupervisedUpdate
+from ..policy import NOTHING_SHARED
+from ..registry import Method, register
+from ..strategy import KeepGlobal
+
+register(
+    Method(
+        name="standalone",
+        summary="each client trains alone on its own data; nothing is shared",
+        policy=NOTHING_SHARED,
+        make_client_update=SupervisedUpdate,
+        make_strategy=lambda config: KeepGlobal(),
+        has_global_model=False,
+        communicates=False,
+    )
+)
