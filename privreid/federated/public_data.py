@@ -44,6 +44,7 @@ for runs that follow the paper more closely.
 from __future__ import annotations
 
 import functools
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -55,12 +56,19 @@ from ..config import RunConfig
 from ..errors import ConfigError, DataError
 from ..seeding import derive_seed
 
-#: ``--opt`` keys shared by every method that uses the public set, and their defaults.
-PUBLIC_OPTIONS: dict[str, Any] = {
-    "public_data": "synth",  # "synth": a separate synthetic domain; else a dataset directory
-    "public_size": 256,  # images drawn from it (0 = all)
-    "public_batch": 32,  # size of B_shared (CDW probe) and of CC's feature batch (Sec. 5.1: 32)
-}
+@dataclass(frozen=True)
+class PublicOptions:
+    """``--opt`` keys shared by every method that uses the public set, and their defaults."""
+
+    #: "synth": a separate synthetic domain; else a dataset directory
+    public_data: str | None = "synth"
+    #: images drawn from it (0 = all)
+    public_size: int = 256
+    #: size of B_shared (CDW probe) and of CC's feature batch (Sec. 5.1: 32)
+    public_batch: int = 32
+
+
+PUBLIC_OPTIONS: dict[str, Any] = dataclasses.asdict(PublicOptions())
 
 SYNTH_SOURCES = (None, "", "synth")
 

@@ -496,6 +496,6 @@ DPPT = register(
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         make_download=make_download,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
-        options={field.name: field.default for field in dataclasses.fields(DPPTSettings)},
+        options=DPPTSettings,
     )
 )

@@ -121,9 +121,11 @@ typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -137,7 +139,7 @@ from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate
 from ..clustering import first_partition, groups
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
-from ..public_data import PUBLIC_OPTIONS, PublicSet, load_public_set, public_batch_size
+from ..public_data import PUBLIC_OPTIONS, PublicOptions, PublicSet, load_public_set, public_batch_size
 from ..registry import Method, register
 from ..strategy import Strategy, Upload, weighted_average
 
@@ -147,7 +149,19 @@ CDW_METRIC = "cdw_distance"
 CC_MODEL_PREFIX = "fedpav_cc/model/"
 CC_MEMBERS_KEY = "fedpav_cc/members"
 
-KD_OPTIONS: dict[str, Any] = {"kd_lr": 0.0005, "kd_epochs": 1, "kd_batch_size": 32}
+@dataclass(frozen=True)
+class KDOptions(PublicOptions):
+    """The options of the KD server step (Sec. 4.2): the public set's and the distillation's."""
+
+    #: learning rate of the server's distillation
+    kd_lr: float = 0.0005
+    #: distillation epochs over the public set per round
+    kd_epochs: int = 1
+    #: distillation batch size
+    kd_batch_size: int = 32
+
+
+KD_OPTIONS: dict[str, Any] = {k: v for k, v in dataclasses.asdict(KDOptions()).items() if k not in PUBLIC_OPTIONS}
 KD_MOMENTUM, KD_WEIGHT_DECAY = 0.9, 5e-4  # paper 004, Sec. 3.5 ("Optimizer")
 
 Weighting = Callable[[Sequence[Upload]], list[float]]
@@ -503,7 +517,6 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
     """FedPav + CDW weighting and/or a KD or CC server step (see the module table)."""
     if server not in (None, "kd", "cc"):
         raise ValueError(f"unknown server step {server!r}")
-    options = {**PUBLIC_OPTIONS, **(KD_OPTIONS if server == "kd" else {})}
     return Method(
         name=name,
         summary=summary,
@@ -512,7 +525,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
         make_download=(lambda config: mailbox_for(config).download) if server == "cc" else None,
         needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
-        options=options,
+        options=KDOptions if server == "kd" else PublicOptions,
         keeps_trained_model=True,
     )
 
