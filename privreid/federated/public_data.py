@@ -44,7 +44,6 @@ for runs that follow the paper more closely.
 from __future__ import annotations
 
 import functools
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -67,8 +66,6 @@ class PublicOptions:
     #: size of B_shared (CDW probe) and of CC's feature batch (Sec. 5.1: 32)
     public_batch: int = 32
 
-
-PUBLIC_OPTIONS: dict[str, Any] = dataclasses.asdict(PublicOptions())
 
 SYNTH_SOURCES = (None, "", "synth")
 
@@ -98,8 +95,10 @@ class PublicSet:
 
 
 def public_option(config: RunConfig, key: str) -> Any:
-    """The value of a :data:`PUBLIC_OPTIONS` key for this run (``--opt`` or the default)."""
-    return config.train.method_options.get(key, PUBLIC_OPTIONS[key])
+    """The value of a :class:`PublicOptions` key for this run (``--opt``, typed, or the default)."""
+    from .registry import get_method
+
+    return get_method(config.train.method).option(config, key)
 
 
 def _positive_int(value: Any, key: str, *, allow_zero: bool = False) -> int:

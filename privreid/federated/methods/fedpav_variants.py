@@ -121,7 +121,6 @@ typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -139,7 +138,7 @@ from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate
 from ..clustering import first_partition, groups
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
-from ..public_data import PUBLIC_OPTIONS, PublicOptions, PublicSet, load_public_set, public_batch_size
+from ..public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
 from ..registry import Method, register
 from ..strategy import Strategy, Upload, weighted_average
 
@@ -161,7 +160,6 @@ class KDOptions(PublicOptions):
     kd_batch_size: int = 32
 
 
-KD_OPTIONS: dict[str, Any] = {k: v for k, v in dataclasses.asdict(KDOptions()).items() if k not in PUBLIC_OPTIONS}
 KD_MOMENTUM, KD_WEIGHT_DECAY = 0.9, 5e-4  # paper 004, Sec. 3.5 ("Optimizer")
 
 Weighting = Callable[[Sequence[Upload]], list[float]]
@@ -473,19 +471,16 @@ class ClusteredAverage(Strategy):
 # ----------------------------------------------------------------------------- composition
 
 
-def _int_option(config: RunConfig, key: str, minimum: int) -> int:
-    value = config.train.method_options.get(key, KD_OPTIONS[key])
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"option {key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def kd_settings(config: RunConfig) -> dict[str, Any]:
-    lr = config.train.method_options.get("kd_lr", KD_OPTIONS["kd_lr"])
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ConfigError(f"option kd_lr must be a number > 0, got {lr!r}")
-    return {"lr": float(lr), "epochs": _int_option(config, "kd_epochs", 0),
-            "batch_size": _int_option(config, "kd_batch_size", 1),
+    """The KD server step's settings: the run's :class:`KDOptions` (typed), in range, and its order seed."""
+    from ..registry import get_method
+
+    opts = get_method(config.train.method).settings(config)
+    for key, ok, expect in (("kd_lr", opts.kd_lr > 0, "a number > 0"), ("kd_epochs", opts.kd_epochs >= 0,
+                            "an integer >= 0"), ("kd_batch_size", opts.kd_batch_size >= 1, "an integer >= 1")):
+        if not ok:
+            raise ConfigError(f"option {key} must be {expect}, got {getattr(opts, key)!r}")
+    return {"lr": opts.kd_lr, "epochs": opts.kd_epochs, "batch_size": opts.kd_batch_size,
             "order_seed": derive_seed(config.train.seed, "kd-order")}
 
 
