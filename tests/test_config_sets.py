@@ -2,7 +2,6 @@
 
 import dataclasses
 
-import click
 import pytest
 import typer
 from typer.testing import CliRunner
