@@ -21,12 +21,21 @@ classifier, and the neck trained at the backbone's learning rate.
 
 ``None`` in a field means "not given": a documented default applies
 (:func:`triplet_weight`, :func:`lr_neck`, :func:`dp_delta`, ...).
+
+The dataclasses hold the only defaults.  The CLI's options are generated from
+them (:mod:`privreid.commands.options`), and ``--set SECTION.FIELD=VALUE``
+(:func:`apply_sets`) reaches every field, parsed by the field's type
+(:func:`parse_value`; booleans by the one rule of :func:`parse_bool`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import types
+import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,3 +310,138 @@ def _secagg_checks(t: TrainConfig) -> list[tuple[bool, str]]:
         (isinstance(t.secagg_quantization, int) and t.secagg_quantization >= 2,
          f"secagg_quantization must be an integer >= 2 (got {t.secagg_quantization})"),
     ]
+
+
+# --------------------------------------------------------------------------- --set SECTION.FIELD=VALUE
+#: the words of the one boolean rule (--set, method options, presets' method options)
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def parse_bool(value: Any) -> bool:
+    """The one boolean rule: ``True``/``False``, ``1``/``0`` and the words true/false, 1/0, yes/no (any case).
+
+    Raises :class:`ValueError` for anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise ValueError("true or false (also yes/no, 1/0)")
+
+
+def parse_json(raw: str) -> Any:
+    """``raw`` as JSON where it parses (``0.01``, ``true``, ``[1, 2]``, ``null``), else the string itself."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _expect(tp: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+
+
+def parse_value(value: Any, tp: Any) -> Any:
+    """``value`` (a string as typed, or a YAML/JSON scalar) as type ``tp``; :class:`ValueError` says what it needs.
+
+    ``tp``: ``bool`` (:func:`parse_bool`), ``int``, ``float``, ``str``,
+    ``X | None`` (``none``/``null`` is ``None``), ``list[str]`` (a JSON list
+    or comma-separated), ``dict`` (a JSON object) and ``Any`` (JSON where it
+    parses, else the string).
+    """
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return parse_value(value, inner)
+    if tp is Any:
+        return parse_json(value) if isinstance(value, str) else value
+    if tp is bool:
+        return parse_bool(value)
+    if tp is int:
+        if isinstance(value, str):
+            value = parse_json(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ValueError("an integer")
+    if tp is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError("a number") from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError("a number")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError("a string")
+    if origin is list:
+        if isinstance(value, str):
+            value = parse_json(value) if value.strip().startswith("[") else [v.strip() for v in value.split(",")
+                                                                             if v.strip()]
+        if isinstance(value, list):
+            return [parse_value(v, args[0] if args else Any) for v in value]
+        raise ValueError("a list (comma-separated or JSON)")
+    if origin is dict or tp is dict:
+        if isinstance(value, str):
+            value = parse_json(value)
+        if isinstance(value, dict):
+            return value
+        raise ValueError("a JSON object")
+    raise ValueError(_expect(tp))  # pragma: no cover - every field type is listed above
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def field_types(section: str) -> dict[str, Any]:
+    """Field name -> type of one section of :class:`RunConfig` (``data``, ``model`` or ``train``)."""
+    return typing.get_type_hints(SECTIONS[section])
+
+
+def apply_sets(config: RunConfig, pairs: Iterable[str]) -> RunConfig:
+    """``config`` with each ``SECTION.FIELD=VALUE`` applied in order (``--set``; a new object, validated later).
+
+    The value is parsed by the field's type (:func:`parse_value`).  A mapping
+    field takes a path into it: ``train.method_options.mu=0.1`` sets one key
+    (nested mappings are created as needed; the value is JSON where it
+    parses, as ``--opt``); ``train.method_options={"mu": 0.1}`` replaces the
+    whole mapping.  A bad path or value raises a one-line
+    :class:`ConfigError` naming what is valid.
+    """
+    out = RunConfig.from_dict(config.to_dict())
+    for pair in pairs:
+        key, sep, raw = str(pair).partition("=")
+        section, *path = key.strip().split(".")
+        if not sep or not path:
+            raise ConfigError(f"--set expects SECTION.FIELD=VALUE, e.g. train.lr_step=20 (got {pair!r})")
+        if section not in SECTIONS:
+            raise ConfigError(f"--set {key}: no section {section!r} (sections: {', '.join(SECTIONS)})")
+        types_ = field_types(section)
+        name, keys = path[0], path[1:]
+        if name not in types_:
+            raise ConfigError(f"--set {key}: {section} has no field {name!r} (its fields: {', '.join(types_)})")
+        tp = types_[name]
+        if keys and not (typing.get_origin(tp) is dict or tp is dict):
+            raise ConfigError(f"--set {key}: {section}.{name} is not a mapping")
+        obj = getattr(out, section)
+        try:
+            if keys:
+                value = json.loads(json.dumps(getattr(obj, name) or {}))  # a deep copy of plain data
+                node = value
+                for k in keys[:-1]:
+                    node = node.setdefault(k, {})
+                    if not isinstance(node, dict):
+                        raise ValueError("a path into mappings")
+                node[keys[-1]] = parse_json(raw)
+            else:
+                value = parse_value(raw, tp)
+        except ValueError as exc:
+            raise ConfigError(f"--set {key}: expected {exc}, got {raw!r}") from None
+        setattr(obj, name, value)
+    return out

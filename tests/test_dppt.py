@@ -16,7 +16,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import (DPPTAggregate, DPPTUpdate, GlobalLabelClient, centre_state,
                                              global_label_clients, identity_key, initial_classifier,
                                              make_client_update, model_state, one_cycle_factor,
-                                             temporal_forward)
+                                             settings_for, temporal_forward)
 from privreid.federated.mrb import global_memory
 from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state, state_nbytes
 from privreid.federated.strategy import weighted_average
@@ -330,10 +330,13 @@ def test_schedule_step_sets_rates_from_global_progress(tiny_synth):
 def test_option_errors(tiny_synth):
     for opts, message in (({"ca": "rgb"}, "ca must be one of"), ({"topk": 0}, "topk must be an integer"),
                           ({"base": "fednova"}, "base must be one of"), ({"lambda_mrb": -1}, "lambda_mrb"),
-                          ({"mrb": "yes"}, "mrb must be true or false"), ({"instances": 2.5}, "instances"),
-                          ({"shared_classifier": "no"}, "shared_classifier must be true or false")):
+                          ({"mrb": "maybe"}, "mrb must be true or false"), ({"instances": 2.5}, "instances"),
+                          ({"shared_classifier": 2}, "shared_classifier must be true or false")):
         with pytest.raises(ConfigError, match=message):
             make_client_update(dppt_config(tiny_synth, **opts))
+    # the one boolean rule of every method's options (privreid.config.parse_bool): yes/no, 1/0 are booleans
+    assert settings_for(dppt_config(tiny_synth, mrb="yes", shared_classifier="no")).mrb is True
+    assert settings_for(dppt_config(tiny_synth, shared_classifier=0)).shared_classifier is False
     with pytest.raises(ConfigError, match="has no option"):
         FederatedEngine(dppt_config(tiny_synth, lamda=1), federation_for_config(dppt_config(tiny_synth)), "x")
 

@@ -11,6 +11,7 @@ from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.fedarks import (
     HAS_RATIO, RATIO, SMOOTHED, UPDATE_NORM, KnowledgeSelection, direction_ratio, ks_weights, smooth_ratio)
+from privreid.federated.method_options import option_defaults
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload
 from privreid.models import build_model
@@ -105,7 +106,7 @@ def test_knowledge_selection_aggregates_with_ks_weights():
 
 def test_options_are_validated(tiny_synth):
     method = get_method("fedarks")
-    assert dict(method.options) == {"v": 0.5, "beta": 5.0, "gamma": 0.7, "epsilon": 1e-8}
+    assert option_defaults(method.options) == {"v": 0.5, "beta": 5.0, "gamma": 0.7, "epsilon": 1e-8}
     with pytest.raises(ConfigError, match="v must lie"):
         method.make_client_update(tiny_config(tiny_synth, method="fedarks", method_options={"v": 2}))
 

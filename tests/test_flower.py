@@ -261,7 +261,7 @@ def test_run_settings_round_trip_and_app_files(tiny_synth, tmp_path):
     (["flower", "supernode", "--data", "/nonexistent"], "--root-certificates"),
     (["flower", "run", "--method", "centralized", "--insecure"], "cannot run on Flower"),
     (["flower", "run", "--method", "fedpav"], "--root-certificates"),
-    (["flower", "run", "--insecure", "--set", "train.nope=1"], "--set expects"),
+    (["flower", "run", "--insecure", "--set", "train.nope=1"], "train has no field 'nope'"),
     (["flower", "run", "--insecure", "--set", "train.rounds=0"], "rounds must be > 0"),
 ])
 def test_flower_commands_fail_clearly_before_starting_anything(args, message, tmp_path):

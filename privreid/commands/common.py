@@ -75,8 +75,8 @@ def parse_method_options(pairs: Optional[list[str]]) -> dict:
 def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
     """The command's parameters, with values from a YAML preset where no flag was given.
 
-    Preset keys are option names (``lr-backbone`` or ``lr_backbone``);
-    ``format`` maps to the ``--format`` option.  Every value goes through the
+    Preset keys are option names (``lr-backbone`` or ``lr_backbone``,
+    ``format`` for ``--format``, ``set`` for ``--set``).  Every value goes through the
     option's own click type, exactly as if it had been typed on the command
     line (:func:`preset_value`): ``lr-backbone: 5e-3`` (a string to YAML) is
     the float 0.005, ``dp-sgd: "false"`` is False, ``rounds: 2.7`` is an
@@ -98,8 +98,9 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
     if not isinstance(values, dict):
         raise ConfigError(f"{preset} must hold a mapping of option names to values")
     options = {p.name: p for p in ctx.command.params}
-    for key, value in values.items():
-        name = {"format": "fmt"}.get(str(key), str(key).replace("-", "_"))
+    by_flag = {o[2:]: p.name for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
+    for key, value in _legacy_keys(values).items():
+        name = by_flag.get(str(key), str(key).replace("-", "_"))
         if name not in params or name not in options or name == "config_file":
             raise ConfigError(f"{preset}: unknown option {key!r}")
         source = ctx.get_parameter_source(name)
@@ -109,6 +110,30 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
             except ConfigError as exc:
                 raise ConfigError(f"{preset}: {key}: {exc}") from None
     return params
+
+
+#: keys of presets written before SKA's ablations became method options (``no-an: true`` is ``opt: {an: false}``)
+LEGACY_OPTION_KEYS = {"no-an": "an", "no-lsn": "lsn", "no-dual": "dual"}
+
+
+def _legacy_keys(values: dict) -> dict:
+    """``values`` with the SKA ablation keys of older presets (``config.yaml`` of earlier runs) as method options."""
+    legacy = {LEGACY_OPTION_KEYS[k]: v for k, v in values.items() if k in LEGACY_OPTION_KEYS}
+    if not legacy:
+        return values
+    from ..config import parse_bool
+
+    out = {k: v for k, v in values.items() if k not in LEGACY_OPTION_KEYS}
+    try:
+        off = [f"{option}=false" for option, v in legacy.items() if v is not None and parse_bool(v)]
+    except ValueError as exc:
+        raise ConfigError(f"no-an, no-lsn and no-dual take {exc}") from None
+    if off:  # after --opt, as the flags were applied
+        opt = out.get("opt") or []
+        opt = [f"{k}={json.dumps(v)}" for k, v in opt.items()] if isinstance(opt, dict) else \
+            (opt if isinstance(opt, list) else [opt])
+        out["opt"] = opt + off
+    return out
 
 
 def _as_typed(value) -> str:

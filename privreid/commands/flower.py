@@ -15,7 +15,8 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_or_exit
+from .common import run_or_exit
+from .options import config_options, run_config
 
 flower_app = typer.Typer(help="Train across machines on Flower: a SuperLink, one SuperNode per site, then `run`.",
                          no_args_is_help=True)
@@ -120,64 +121,28 @@ def supernode_command(
     _exec(run_or_exit(build))
 
 
-def _apply_sets(config_dict: dict, pairs: list[str]) -> dict:
-    """``--set train.client_dp=true``: any RunConfig field (JSON values where they parse)."""
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        section, dot, field = key.strip().partition(".")
-        if not sep or not dot or section not in config_dict or field not in config_dict[section]:
-            raise ConfigError(f"--set expects SECTION.FIELD=VALUE with a field of the run configuration "
-                              f"(data, model or train), got {pair!r}")
-        try:
-            config_dict[section][field] = json.loads(raw)
-        except json.JSONDecodeError:
-            config_dict[section][field] = raw
-    return config_dict
+#: the run-configuration options of ``privreid flower run`` (any other field: ``--set``)
+FLOWER_RUN_OPTIONS = ("method", "data", "fmt", "test_domains", "rounds", "local_epochs", "batch_size", "optimizer",
+                      "lr_backbone", "lr_head", "client_fraction", "max_steps", "eval_every", "opt", "beta",
+                      "beta_mode", "secure_aggregation", "secagg_shares", "secagg_threshold", "secagg_clip",
+                      "secagg_quantization", "secagg_max_weight", "arch", "feat_dim", "height", "width", "seed",
+                      "device")
 
 
 @flower_app.command("run")
+@config_options(
+    FLOWER_RUN_OPTIONS,
+    data="The study's datasets as `privreid train --data` takes them (default: synth). Recorded in the checkpoint; "
+         "the coordinator evaluates the held-out ones if it has them.",
+    secure_aggregation="Flower's SecAgg+ (secaggplus_mod on the sites, SecAggPlusWorkflow on the server): the "
+                       "server learns only the sum of each round's updates; a site that drops out after sharing "
+                       "its keys is recovered by the protocol.",
+    seed="Random seed (same seed, same result as `privreid train`).",
+    device="auto, cpu or cuda (on every site and the coordinator).")
 def run_command(
     ctx: typer.Context,
     config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of these options (keys are "
                                                "option names); flags override it."),
-    method: str = typer.Option("fedpav", help="Training method (see `privreid methods`)."),
-    data: Optional[list[str]] = typer.Option(None, "--data", help="The study's datasets as `privreid train --data` "
-                                             "takes them (default: synth). Recorded in the checkpoint; the "
-                                             "coordinator evaluates the held-out ones if it has them."),
-    fmt: str = typer.Option("auto", "--format", help="Dataset layout for --data roots."),
-    test_domains: Optional[str] = typer.Option(None, help="Comma-separated held-out (unseen) domains."),
-    rounds: int = typer.Option(10, help="Communication rounds."),
-    local_epochs: int = typer.Option(1, help="Local epochs E per round."),
-    batch_size: int = typer.Option(32, help="Batch size B."),
-    optimizer: str = typer.Option("sgd", help="sgd or adam."),
-    lr_backbone: float = typer.Option(0.005, help="Backbone learning rate."),
-    lr_head: float = typer.Option(0.05, help="Classifier learning rate."),
-    client_fraction: Optional[float] = typer.Option(None, help="Fraction C of sites selected per round."),
-    max_steps: Optional[int] = typer.Option(None, help="Cap on batches per local epoch."),
-    eval_every: int = typer.Option(0, help="Evaluate every k rounds and after the last; 0 = after the last only."),
-    opt: Optional[list[str]] = typer.Option(None, "--opt", help="Method option key=value (repeatable)."),
-    beta: float = typer.Option(0.0, help="FedReID white-noise scale (Eq. 14/15); 0 = off."),
-    beta_mode: str = typer.Option("upload", help="upload, download or both."),
-    secure_aggregation: bool = typer.Option(False, "--secure-aggregation", help="Flower's SecAgg+ (secaggplus_mod "
-                                            "on the sites, SecAggPlusWorkflow on the server): the server learns "
-                                            "only the sum of each round's updates; a site that drops out after "
-                                            "sharing its keys is recovered by the protocol."),
-    secagg_shares: Optional[int] = typer.Option(None, help="SecAgg+ shares per client (default: all sites of "
-                                                "the round)."),
-    secagg_threshold: Optional[int] = typer.Option(None, help="SecAgg+ reconstruction threshold (default: a "
-                                                   "majority of the shares)."),
-    secagg_clip: float = typer.Option(8.0, help="SecAgg+ clipping range (Flower's 8)."),
-    secagg_quantization: int = typer.Option(2**22, help="SecAgg+ quantisation range (Flower's 2**22)."),
-    secagg_max_weight: Optional[float] = typer.Option(None, help="SecAgg+ public bound of a client's weight "
-                                                      "(default: the largest of the round)."),
-    arch: str = typer.Option("resnet18", help="Backbone: resnet18, resnet34, resnet50."),
-    feat_dim: int = typer.Option(512, help="Embedding size."),
-    height: int = typer.Option(128, help="Input height."),
-    width: int = typer.Option(64, help="Input width."),
-    seed: int = typer.Option(0, help="Random seed (same seed, same result as `privreid train`)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda (on every site and the coordinator)."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", help="Any other run-configuration field, "
-                                             "SECTION.FIELD=VALUE, e.g. --set train.lr_step=20 (repeatable)."),
     superlink: str = typer.Option("127.0.0.1:8000", help="The SuperLink's HOST:PORT."),
     root_certificates: Optional[Path] = typer.Option(None, help="CA certificate to verify the SuperLink (TLS)."),
     insecure: bool = typer.Option(False, "--insecure", help=TLS_HELP),
@@ -194,6 +159,7 @@ def run_command(
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     timeout: Optional[float] = typer.Option(None, help="Stop the run after this many seconds."),
     quiet: bool = typer.Option(False, help="No progress bar."),
+    **options,
 ) -> None:
     """Train on the sites connected to a SuperLink; writes the same files as `privreid train`.
 
@@ -201,8 +167,7 @@ def run_command(
     """
     from tqdm.auto import tqdm
 
-    from .common import params_with_preset, parse_method_options
-    from ..config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from .common import params_with_preset
     from ..federated.engine import prepare_out_dir
     from ..flower.deployment import rounds_done, run_on_superlink
     from ..flower.server_app import ServerSettings, check_flower_support
@@ -216,22 +181,9 @@ def run_command(
                               "not both, not neither")
         if p["insecure"]:
             require_loopback(p["superlink"], "--superlink")
-        roots = [d if d == "synth" or not Path(d).expanduser().exists() else str(Path(d).expanduser().resolve())
-                 for d in p["data"] or []]
-        base = RunConfig(
-            data=DataConfig(roots=roots, format=p["fmt"], test_domains=csv_list(p["test_domains"]),
-                            height=p["height"], width=p["width"]),
-            model=ModelConfig(arch=p["arch"], feat_dim=p["feat_dim"]),
-            train=TrainConfig(method=p["method"], rounds=p["rounds"], local_epochs=p["local_epochs"],
-                              batch_size=p["batch_size"], optimizer=p["optimizer"], lr_backbone=p["lr_backbone"],
-                              lr_head=p["lr_head"], client_fraction=p["client_fraction"],
-                              max_steps_per_epoch=p["max_steps"], eval_every=p["eval_every"],
-                              method_options=parse_method_options(p["opt"]), beta=p["beta"], beta_mode=p["beta_mode"],
-                              seed=p["seed"], device=p["device"], secure_aggregation=p["secure_aggregation"],
-                              secagg_shares=p["secagg_shares"], secagg_threshold=p["secagg_threshold"],
-                              secagg_clip=p["secagg_clip"], secagg_quantization=p["secagg_quantization"],
-                              secagg_max_weight=p["secagg_max_weight"]))
-        config = RunConfig.from_dict(_apply_sets(base.to_dict(), p["sets"] or [])).validate()
+        p["data"] = [d if d == "synth" or not Path(d).expanduser().exists() else str(Path(d).expanduser().resolve())
+                     for d in p["data"] or []]
+        config = run_config(p, FLOWER_RUN_OPTIONS).validate()
         check_flower_support(config)
         out_dir = Path(p["out"]).expanduser().resolve()
         settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],

@@ -11,6 +11,7 @@ def methods_command() -> None:
     Example: privreid methods
     """
     from ..defenses.registry import defences
+    from ..federated.method_options import option_defaults
     from ..federated.registry import available_methods, get_method
 
     for name in available_methods():
@@ -18,5 +19,6 @@ def methods_command() -> None:
         typer.echo(f"{name:14s} {method.summary}")
         for defence in defences():
             typer.echo(" " * 15 + f"{defence.name}: {defence.supports(method)}")
-        if method.options:
-            typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in method.options.items()))
+        defaults = option_defaults(method.options)
+        if defaults:
+            typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))

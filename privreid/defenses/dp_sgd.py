@@ -238,7 +238,7 @@ class PrivateTraining:
         if foreign:
             raise ConfigError(f"--dp-sgd: the client update optimises {len(foreign)} tensor(s) outside the model "
                               "(a second model run with functional_call, e.g. FedReID's server copy or SKA's "
-                              "local generalised model: --no-dual); Opacus has per-sample gradients only for the "
+                              "local generalised model: --opt dual=false); Opacus has per-sample gradients only for the "
                               "model's own layers")
         dp = AttributionCheckingDPOptimizer(optimizer, noise_multiplier=self.plan.noise_multiplier,
                                             max_grad_norm=self.plan.max_grad_norm,

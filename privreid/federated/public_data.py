@@ -55,12 +55,17 @@ from ..config import RunConfig
 from ..errors import ConfigError, DataError
 from ..seeding import derive_seed
 
-#: ``--opt`` keys shared by every method that uses the public set, and their defaults.
-PUBLIC_OPTIONS: dict[str, Any] = {
-    "public_data": "synth",  # "synth": a separate synthetic domain; else a dataset directory
-    "public_size": 256,  # images drawn from it (0 = all)
-    "public_batch": 32,  # size of B_shared (CDW probe) and of CC's feature batch (Sec. 5.1: 32)
-}
+@dataclass(frozen=True)
+class PublicOptions:
+    """``--opt`` keys shared by every method that uses the public set, and their defaults."""
+
+    #: "synth": a separate synthetic domain; else a dataset directory
+    public_data: str | None = "synth"
+    #: images drawn from it (0 = all)
+    public_size: int = 256
+    #: size of B_shared (CDW probe) and of CC's feature batch (Sec. 5.1: 32)
+    public_batch: int = 32
+
 
 SYNTH_SOURCES = (None, "", "synth")
 
@@ -90,8 +95,10 @@ class PublicSet:
 
 
 def public_option(config: RunConfig, key: str) -> Any:
-    """The value of a :data:`PUBLIC_OPTIONS` key for this run (``--opt`` or the default)."""
-    return config.train.method_options.get(key, PUBLIC_OPTIONS[key])
+    """The value of a :class:`PublicOptions` key for this run (``--opt``, typed, or the default)."""
+    from .registry import get_method
+
+    return get_method(config.train.method).option(config, key)
 
 
 def _positive_int(value: Any, key: str, *, allow_zero: bool = False) -> int:

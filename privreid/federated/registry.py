@@ -15,6 +15,7 @@ from typing import Any
 from ..config import RunConfig
 from ..data.types import ClientData
 from ..errors import ConfigError
+from .method_options import NoOptions, parse_options
 from .policy import ParameterPolicy, StateDict
 from .strategy import Strategy
 
@@ -54,8 +55,10 @@ class Method:
         global_eval_state: ``(global_state, client_states) -> state`` loaded
             to evaluate the global model, for methods whose global model needs
             local keys (default: the global state).
-        options: method hyper-parameters and their defaults; values come from
-            ``TrainConfig.method_options`` (``--opt key=value``).
+        options: the method's options, a frozen dataclass (fields with
+            defaults); values come from ``TrainConfig.method_options``
+            (``--opt key=value``), parsed by
+            :func:`~privreid.federated.method_options.parse_options`.
         model_overrides: :func:`~privreid.models.build_model` arguments the
             method needs (FedReID's 2-FC mapping head: ``{"head": "mlp"}``),
             or ``config -> arguments``.
@@ -100,7 +103,7 @@ class Method:
     make_prepare_clients: Callable[[RunConfig], Callable[[list[ClientData]], list[ClientData]] | None] | None = None
     make_client_start: Callable[[RunConfig], ClientStart] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: type = NoOptions
     model_overrides: Mapping[str, Any] | Callable[[RunConfig], Mapping[str, Any]] = field(default_factory=dict)
     client_fraction: float = 1.0
     triplet_weight: float = 0.0
@@ -132,15 +135,17 @@ class Method:
                            pretrained=m.pretrained if initial_weights else None,
                            weights=m.weights if initial_weights else None, **self.model_overrides_for(config))
 
+    def settings(self, config: RunConfig) -> Any:
+        """The run's options: an instance of :attr:`options` (``--opt`` values typed, else the defaults)."""
+        return parse_options(self.options, config.train.method_options, self.name)
+
     def option(self, config: RunConfig, key: str) -> Any:
-        """The value of option ``key``: ``--opt`` if given, else the method's default."""
-        return config.train.method_options.get(key, self.options[key])
+        """The value of option ``key``: ``--opt`` if given (typed), else the method's default."""
+        return getattr(self.settings(config), key)
 
     def check_options(self, config: RunConfig) -> None:
-        unknown = sorted(set(config.train.method_options) - set(self.options))
-        if unknown:
-            known = ", ".join(sorted(self.options)) or "none"
-            raise ConfigError(f"method {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
+        """Raise :class:`ConfigError` for an unknown option or a value of the wrong type."""
+        self.settings(config)
 
 
 _REGISTRY: dict[str, Method] = {}

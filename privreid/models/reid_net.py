@@ -330,7 +330,7 @@ class ReIDModel(nn.Module):
         """
         if self.attentive_norm:
             raise ConfigError("attentive normalisation (SKA's AN) normalises with batch statistics and has no "
-                              "GroupNorm form; switch it off (--no-an) to use group normalisation")
+                              "GroupNorm form; switch it off (--opt an=false) to use group normalisation")
         self.norm_kind = "group"
         return use_group_norm(self)
 
@@ -460,7 +460,7 @@ def build_model(
     if norm == "group":
         if attentive_norm:
             raise ConfigError("attentive normalisation (SKA's AN) normalises with batch statistics and has no "
-                              "GroupNorm form; switch it off (--no-an) to use group normalisation")
+                              "GroupNorm form; switch it off (--opt an=false) to use group normalisation")
         model.use_group_norm()
     model.configure_norms(attentive_norm=attentive_norm, an_components=an_components, an_act=an_act,
                           dual_norm=dual_norm)

@@ -432,46 +432,32 @@ class _DPPTSum(Accumulator):
 BASES = ("fedavg", "fedprox", "moon")
 
 
-def _flag(value) -> bool:
-    return isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+#: option -> (valid range of its typed value, what the error says it must be)
+RANGES = {
+    "lambda_mrb": (lambda v: v >= 0, "a number >= 0"),
+    "topk": (lambda v: v >= 1, "an integer >= 1"),
+    "circle_margin": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "circle_gamma": (lambda v: v > 0, "a number > 0"),
+    "ca": (lambda v: v in CHANNEL_AUG_MODES, f"one of {', '.join(CHANNEL_AUG_MODES)}"),
+    "ca_p": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+    "instances": (lambda v: v >= 1, "an integer >= 1"),
+    "seq_len": (lambda v: v >= 1, "an integer >= 1"),
+    "peak": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "base": (lambda v: v in BASES, f"one of {', '.join(BASES)}"),
+    "prox_mu": (lambda v: v >= 0, "a number >= 0"),
+    "moon_mu": (lambda v: v >= 0, "a number >= 0"),
+    "moon_tau": (lambda v: v > 0, "a number > 0"),
+}
 
 
 def settings_for(config) -> DPPTSettings:
-    """The validated method options of ``config``; :class:`ConfigError` names a bad one."""
-
-    def opt(key: str, valid, expect: str):
-        value = DPPT.option(config, key)
+    """The method options of ``config``, typed (:meth:`Method.settings`) and in range; else :class:`ConfigError`."""
+    settings = DPPT.settings(config)
+    for key, (valid, expect) in RANGES.items():
+        value = getattr(settings, key)
         if not valid(value):
             raise ConfigError(f"dppt option {key} must be {expect}, got {value!r}")
-        return value
-
-    return DPPTSettings(
-        mrb=opt("mrb", _flag, "true or false"),
-        lambda_mrb=float(opt("lambda_mrb", lambda v: _number(v) and v >= 0, "a number >= 0")),
-        topk=opt("topk", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-        circle=opt("circle", _flag, "true or false"),
-        circle_margin=float(opt("circle_margin", lambda v: _number(v) and 0 <= v < 1, "a number in [0, 1)")),
-        circle_gamma=float(opt("circle_gamma", lambda v: _number(v) and v > 0, "a number > 0")),
-        ca=opt("ca", lambda v: v in CHANNEL_AUG_MODES, f"one of {', '.join(CHANNEL_AUG_MODES)}"),
-        ca_p=float(opt("ca_p", lambda v: _number(v) and 0 <= v <= 1, "a probability in [0, 1]")),
-        shared_classifier=opt("shared_classifier", _flag, "true or false"),
-        instances=opt("instances", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-        seq_len=opt("seq_len", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-        onecycle=opt("onecycle", _flag, "true or false"),
-        peak=float(opt("peak", lambda v: _number(v) and 0 < v < 1, "a number in (0, 1)")),
-        base=opt("base", lambda v: v in BASES, f"one of {', '.join(BASES)}"),
-        prox_mu=float(opt("prox_mu", lambda v: _number(v) and v >= 0, "a number >= 0")),
-        moon_mu=float(opt("moon_mu", lambda v: _number(v) and v >= 0, "a number >= 0")),
-        moon_tau=float(opt("moon_tau", lambda v: _number(v) and v > 0, "a number > 0")),
-    )
+    return settings
 
 
 def make_client_update(config) -> DPPTLocalTraining:
@@ -495,6 +481,6 @@ DPPT = register(
         needs_per_client_uploads=False,
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
-        options={field.name: field.default for field in dataclasses.fields(DPPTSettings)},
+        options=DPPTSettings,
     )
 )

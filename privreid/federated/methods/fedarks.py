@@ -69,6 +69,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from dataclasses import dataclass
+
 from ...errors import ConfigError
 from ..client import ClientContext, SupervisedUpdate, round_lr_factor
 from ..policy import StateDict, local_prefixes
@@ -209,6 +211,20 @@ def global_eval_state(global_state: StateDict, client_states: dict[str, StateDic
     return {**global_state, **part}
 
 
+@dataclass(frozen=True)
+class FedARKSOptions:
+    """FedARKS's method options (paper 001)."""
+
+    #: fusion weight v of the global and the part-based model (Eq. 1)
+    v: float = 0.5
+    #: sharpness beta of the knowledge-selection weights (Eq. 4)
+    beta: float = 5.0
+    #: gamma of Eq. 6
+    gamma: float = 0.7
+    #: epsilon of the knowledge-selection weights (numerical guard)
+    epsilon: float = 1e-8
+
+
 def _number(value, name: str, lo: float, hi: float) -> float:
     try:
         x = float(value)
@@ -234,7 +250,7 @@ FEDARKS = register(
         make_strategy=_make_strategy,
         needs_per_client_uploads=True,
         global_eval_state=global_eval_state,
-        options={"v": 0.5, "beta": 5.0, "gamma": 0.7, "epsilon": 1e-8},
+        options=FedARKSOptions,
         model_overrides={"part_branch": True},
         triplet_weight=1.0,
     )

@@ -115,6 +115,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -128,7 +129,7 @@ from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate
 from ..clustering import first_partition, groups
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
-from ..public_data import PUBLIC_OPTIONS, PublicSet, load_public_set, public_batch_size
+from ..public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
 from ..registry import Method, register
 from ..strategy import ClientServerState, RoundResult, Strategy, Upload, weighted_average
 
@@ -137,7 +138,18 @@ CDW_METRIC = "cdw_distance"
 #: CC's per-client server state: the client's cluster model and the members of its cluster
 CC_MODEL, CC_MEMBERS = "cluster_model", "cluster_members"
 
-KD_OPTIONS: dict[str, Any] = {"kd_lr": 0.0005, "kd_epochs": 1, "kd_batch_size": 32}
+@dataclass(frozen=True)
+class KDOptions(PublicOptions):
+    """The options of the KD server step (Sec. 4.2): the public set's and the distillation's."""
+
+    #: learning rate of the server's distillation
+    kd_lr: float = 0.0005
+    #: distillation epochs over the public set per round
+    kd_epochs: int = 1
+    #: distillation batch size
+    kd_batch_size: int = 32
+
+
 KD_MOMENTUM, KD_WEIGHT_DECAY = 0.9, 5e-4  # paper 004, Sec. 3.5 ("Optimizer")
 
 Weighting = Callable[[Sequence[Upload]], list[float]]
@@ -415,19 +427,16 @@ class ClusteredAverage(Strategy):
 # ----------------------------------------------------------------------------- composition
 
 
-def _int_option(config: RunConfig, key: str, minimum: int) -> int:
-    value = config.train.method_options.get(key, KD_OPTIONS[key])
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"option {key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def kd_settings(config: RunConfig) -> dict[str, Any]:
-    lr = config.train.method_options.get("kd_lr", KD_OPTIONS["kd_lr"])
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ConfigError(f"option kd_lr must be a number > 0, got {lr!r}")
-    return {"lr": float(lr), "epochs": _int_option(config, "kd_epochs", 0),
-            "batch_size": _int_option(config, "kd_batch_size", 1),
+    """The KD server step's settings: the run's :class:`KDOptions` (typed), in range, and its order seed."""
+    from ..registry import get_method
+
+    opts = get_method(config.train.method).settings(config)
+    for key, ok, expect in (("kd_lr", opts.kd_lr > 0, "a number > 0"), ("kd_epochs", opts.kd_epochs >= 0,
+                            "an integer >= 0"), ("kd_batch_size", opts.kd_batch_size >= 1, "an integer >= 1")):
+        if not ok:
+            raise ConfigError(f"option {key} must be {expect}, got {getattr(opts, key)!r}")
+    return {"lr": opts.kd_lr, "epochs": opts.kd_epochs, "batch_size": opts.kd_batch_size,
             "order_seed": derive_seed(config.train.seed, "kd-order")}
 
 
@@ -458,7 +467,6 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
     """FedPav + CDW weighting and/or a KD or CC server step (see the module table)."""
     if server not in (None, "kd", "cc"):
         raise ValueError(f"unknown server step {server!r}")
-    options = {**PUBLIC_OPTIONS, **(KD_OPTIONS if server == "kd" else {})}
     return Method(
         name=name,
         summary=summary,
@@ -466,7 +474,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         make_client_update=_client_update(cdw),
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
         needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
-        options=options,
+        options=KDOptions if server == "kd" else PublicOptions,
         keeps_trained_model=True,
     )
 

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import torch
 
+from dataclasses import dataclass
+
 from ...errors import ConfigError
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL
@@ -112,6 +114,14 @@ class ProximalUpdate(SupervisedUpdate):
         return metrics
 
 
+@dataclass(frozen=True)
+class FedProxOptions:
+    """FedProx's method options."""
+
+    #: weight mu of the proximal term (mu/2)||w - w_global||^2
+    mu: float = 0.01
+
+
 def make_client_update(config) -> ProximalUpdate:
     mu = FEDPROX.option(config, "mu")
     if isinstance(mu, bool) or not isinstance(mu, (int, float)) or mu < 0:
@@ -127,6 +137,6 @@ FEDPROX = register(
         make_client_update=make_client_update,
         make_strategy=lambda config: DataVolumeAverage(),
         needs_per_client_uploads=False,
-        options={"mu": 0.01},
+        options=FedProxOptions,
     )
 )

@@ -47,6 +47,8 @@ rounds, Nesterov SGD) are ``--lr-backbone 0.01 --lr-head 0.1 --lr-step 20``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -88,6 +90,16 @@ def server_logits(model: torch.nn.Module, server_state: StateDict, images: torch
     head = {k: v.detach() for k, v in model.classifier.named_parameters()}
     head.update({k: v.clone() for k, v in model.classifier.named_buffers()})
     return functional_call(model.classifier, head, (feat,))
+
+
+@dataclass(frozen=True)
+class FedReIDOptions:
+    """FedReID's method options (paper 002)."""
+
+    #: temperature T of the softened predictions (Eq. 11-13)
+    temperature: float = 3.0
+    #: weight gamma of the KL term (``None``: T^2)
+    gamma: float | None = None
 
 
 class FedReIDUpdate(SupervisedUpdate):
@@ -154,7 +166,7 @@ FEDREID = register(
         make_strategy=lambda config: UniformAverage(),
         needs_per_client_uploads=False,
         make_client_start=lambda config: half_average_start,
-        options={"temperature": 3.0, "gamma": None},
+        options=FedReIDOptions,
         model_overrides={"head": "mlp"},
         client_fraction=0.5,
         keeps_trained_model=True,

@@ -70,6 +70,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from dataclasses import dataclass
+
 from ...errors import ConfigError
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
@@ -146,6 +148,16 @@ class ModelContrastiveUpdate(SupervisedUpdate):
         return metrics
 
 
+@dataclass(frozen=True)
+class MoonOptions:
+    """MOON's method options."""
+
+    #: weight mu of the model-contrastive loss
+    mu: float = 1.0
+    #: temperature tau of the model-contrastive loss
+    tau: float = 0.5
+
+
 def _number(key: str, value, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
         raise ConfigError(f"moon option {key} must be a number {'> 0' if positive else '>= 0'}, got {value!r}")
@@ -166,6 +178,6 @@ MOON = register(
         make_client_update=make_client_update,
         make_strategy=lambda config: DataVolumeAverage(),
         needs_per_client_uploads=False,
-        options={"mu": 1.0, "tau": 0.5},
+        options=MoonOptions,
     )
 )

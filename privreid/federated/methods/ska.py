@@ -105,9 +105,16 @@ LG_HEAD_MEMORY = "lg_classifier/"
 # --------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class SKAOptions:
+    """SKA's method options (``--opt key=value``; the Table 4 ablations switch a component off)."""
+
+    #: attentive normalisation in each block's second norm layer (Sec. 3.2, Eq. 2)
     an: bool = True
+    #: local-specific norm layers (Sec. 3.2)
     lsn: bool = True
+    #: the dual local-generalised model (Sec. 3.3, Algorithm 1)
     dual: bool = True
+    #: the server's average: ``uniform`` (Alg. 1 line 6) or ``volume`` (FedAvg's data-volume weights)
+    weighting: str = "uniform"
 
     @property
     def dual_active(self) -> bool:
@@ -115,18 +122,9 @@ class SKAOptions:
         return self.dual and self.lsn
 
 
-def _as_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ConfigError(f"ska option {key} must be true or false, got {value!r}")
-
-
 def options_from_config(config) -> SKAOptions:
-    return SKAOptions(**{k: _as_bool(k, SKA.option(config, k)) for k in ("an", "lsn", "dual")})
+    """The run's SKA options (:meth:`Method.settings`); the policy and model depend on an / lsn / dual only."""
+    return SKAOptions(**{k: SKA.option(config, k) for k in ("an", "lsn", "dual")})
 
 
 #: ``--opt weighting=...``: the server's average (Alg. 1 line 6 is ``uniform``)
@@ -292,7 +290,7 @@ SKA = register(
         make_strategy=make_strategy,
         needs_per_client_uploads=False,
         global_eval_state=global_eval_state,
-        options={"an": True, "lsn": True, "dual": True, "weighting": "uniform"},
+        options=SKAOptions,
         model_overrides=lambda config: model_overrides_for(options_from_config(config)),
     )
 )

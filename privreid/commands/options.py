@@ -1,0 +1,211 @@
+"""The run-configuration options of the CLI, declared once.
+
+Each option of ``privreid train`` (and the subset ``privreid flower run``
+takes) that sets a :class:`~privreid.config.RunConfig` field is one entry of
+:data:`CONFIG_OPTIONS`: the field it sets, its flag and its help text.  The
+default and the type come from the field itself (the dataclasses in
+:mod:`privreid.config` hold the only defaults); an entry names a different
+command-line type only where the option is typed differently from the field
+(comma lists, paths, repeatable ``--data`` / ``--opt``), with the conversion.
+
+:func:`config_options` adds the named options, and ``--set``, to a typer
+command's signature; :func:`run_config` builds the run configuration from the
+command's parameters by the same table, then applies ``--set``
+(:func:`privreid.config.apply_sets`).  Options that do not set a field
+(``--out``, ``--resume``, ...) stay in the command's own signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..config import RunConfig, apply_sets, field_types
+from ..data.formats import format_help
+from .common import DATA_HELP, csv_list, parse_method_options
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One command-line option that sets the run-configuration field ``path`` (``section.field``)."""
+
+    path: str
+    decls: tuple[str, ...]
+    help: str
+    #: the option's type when it differs from the field's, with ``to_config`` converting its value
+    cli_type: Any = None
+    to_config: Callable[[Any], Any] | None = None
+
+
+def _o(path: str, *decls_and_help: str, cli_type: Any = None, to_config: Callable | None = None) -> ConfigOption:
+    return ConfigOption(path, decls_and_help[:-1], decls_and_help[-1], cli_type, to_config)
+
+
+#: option (parameter) name -> the field it sets; ``privreid train --help`` lists them in this order
+CONFIG_OPTIONS: dict[str, ConfigOption] = {
+    "method": _o("train.method", "Training method (see `privreid methods`)."),
+    "data": _o("data.roots", "--data", DATA_HELP, cli_type=Optional[list[str]],
+               to_config=lambda roots: [str(d) for d in roots or []]),
+    "fmt": _o("data.format", "--format", f"Dataset layout for --data roots: {format_help()}. See docs/formats.md."),
+    "protocol": _o("data.protocol",
+        "Partition: by-dataset, by-camera or by-identity; the L2RW+ privacy protocols ci (camera "
+        "independence: one client per camera), ei (entity independence: one client per dataset) or es (entity"
+        " sharing: the datasets pooled into one client); ei and es need a held-out --test-domains entity."),
+    "train_domains": _o("data.train_domains",
+        "Comma-separated training domains (default: all but --test-domains; synth holds out its last domain).",
+        cli_type=Optional[str], to_config=csv_list),
+    "test_domains": _o("data.test_domains", "Comma-separated held-out (unseen) domains.", cli_type=Optional[str],
+                       to_config=csv_list),
+    "num_clients": _o("data.num_clients", "Clients per domain for --protocol by-identity."),
+    "rounds": _o("train.rounds", "Communication rounds (epochs for centralized/standalone)."),
+    "local_epochs": _o("train.local_epochs", "Local epochs E per round."),
+    "batch_size": _o("train.batch_size", "Batch size B."),
+    "optimizer": _o("train.optimizer", "sgd (FedPav: momentum 0.9, wd 5e-4) or adam."),
+    "lr_backbone": _o("train.lr_backbone", "Backbone learning rate (FedPav: 0.005)."),
+    "lr_head": _o("train.lr_head", "Classifier learning rate (FedPav: 0.05)."),
+    "lr_neck": _o("train.lr_neck",
+        "Neck (embedding bottleneck) learning rate (default: --lr-backbone; FedPav's and L2RW+'s reference "
+        "code train it at the classifier's rate)."),
+    "lr_step": _o("train.lr_step", "Decay the learning rates by --lr-gamma every N rounds."),
+    "lr_gamma": _o("train.lr_gamma", "Learning-rate decay factor."),
+    "client_fraction": _o("train.client_fraction",
+        "Fraction C of clients sampled per round (default: the method's; 1.0, FedReID 0.5)."),
+    "triplet_weight": _o("train.triplet_weight",
+        "Weight of the batch-hard triplet loss (0 = off; on switches to PK sampling). Default: the method's "
+        "(FedARKS 1, its Eq. 2; others 0)."),
+    "label_smoothing": _o("train.label_smoothing",
+        "Label smoothing of the identity cross-entropy (0 = plain cross-entropy, as in all five papers and "
+        "their code)."),
+    "random_erasing": _o("train.random_erasing", "Random-erasing probability (data augmentation)."),
+    "dropout": _o("model.dropout",
+        "Dropout on the feature before the identity classifier, training only (FedPav's reference code: 0.5)."),
+    "max_steps": _o("train.max_steps_per_epoch", "Cap on batches per local epoch (quick runs)."),
+    "eval_every": _o("train.eval_every",
+        "Evaluate every k rounds and after the last; 0 = after the last only."),
+    "eval_flip": _o("train.eval_flip", "--eval-flip",
+        "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does)."),
+    "report_best": _o("train.report_best",
+        "summary.json's `best` block: 1 = the last evaluation; K > 1 = the mean of the K global evaluations "
+        "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds)."),
+    "opt": _o("train.method_options", "--opt",
+        "Method option key=value (repeatable), e.g. --opt mu=0.01; `privreid methods` lists each method's "
+        "options.",
+        cli_type=Optional[list[str]], to_config=parse_method_options),
+    "beta": _o("train.beta",
+        "FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. No formal privacy guarantee."),
+    "beta_mode": _o("train.beta_mode",
+        "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both."),
+    "dp_sgd": _o("train.dp_sgd", "--dp-sgd",
+        "Record-level DP-SGD (Opacus) on every client: Poisson batches, per-sample clipping, Gaussian noise, "
+        "RDP accounting; BatchNorm becomes GroupNorm."),
+    "client_dp": _o("train.client_dp", "--client-dp",
+        "Client-level DP (DP-FedAvg): clip each client update to --clip, Gaussian noise on the uniform mean."),
+    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z)."),
+    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0)."),
+    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update."),
+    "target_epsilon": _o("train.target_epsilon",
+        "DP budget: training stops before epsilon would exceed it; with --dp-sgd and no --noise-multiplier "
+        "the noise is derived from it for the planned rounds."),
+    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N)."),
+    "secure_aggregation": _o("train.secure_aggregation", "--secure-aggregation",
+        "The server learns only the sum of each round's uploads (SecAgg+ on Flower's primitives); methods "
+        "whose server reads each upload are refused (`privreid methods`). With --client-dp: distributed DP."),
+    "secagg_shares": _o("train.secagg_shares",
+        "Secure aggregation: shares of each client's secrets (default: all clients of the round)."),
+    "secagg_threshold": _o("train.secagg_threshold",
+        "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares)."),
+    "secagg_clip": _o("train.secagg_clip",
+        "Secure aggregation: clipping range of the pre-scaled update values (Flower's 8); values beyond it "
+        "are counted as saturated."),
+    "secagg_quantization": _o("train.secagg_quantization",
+        "Secure aggregation: quantisation range (Flower's 2**22)."),
+    "secagg_max_weight": _o("train.secagg_max_weight",
+        "Secure aggregation: public bound of a client's weight (default: the largest of the round)."),
+    "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50."),
+    "neck": _o("model.neck", "Neck: linear (Linear+BN embedding) or bnneck."),
+    "feat_dim": _o("model.feat_dim", "Embedding size of the linear neck."),
+    "last_stride": _o("model.last_stride", "Stride of the last ResNet stage (1 or 2)."),
+    "pretrained": _o("model.pretrained",
+        "'imagenet' for torchvision weights (needs internet); 'none' overrides a preset.",
+        to_config=lambda v: None if v in (None, "none") else v),
+    "weights": _o("model.weights", "Initial weights from a local state-dict file.", cli_type=Optional[Path],
+                  to_config=lambda v: str(v) if v else None),
+    "height": _o("data.height", "Input height."),
+    "width": _o("data.width", "Input width."),
+    "audit_holdout": _o("data.audit_holdout",
+        "Keep this seeded fraction of each client's training images out of training, recorded in the "
+        "checkpoint (image-level membership audits: `privreid audit`)."),
+    "seed": _o("train.seed", "Random seed (runs are deterministic for a seed)."),
+    "device": _o("train.device", "auto, cpu or cuda."),
+    "workers": _o("train.num_workers", "Data-loading worker processes."),
+}
+
+SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
+            "--set train.method_options.mu=0.1; the value is parsed by the field's type.")
+
+
+def option_default(name: str) -> Any:
+    """The default of option ``name``: its field's dataclass default (``None`` for a list or mapping field)."""
+    section, field = CONFIG_OPTIONS[name].path.split(".")
+    from ..config import SECTIONS
+
+    (f,) = [f for f in dataclasses.fields(SECTIONS[section]) if f.name == field]
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def option_type(name: str) -> Any:
+    """The command-line type of option ``name``: the entry's, else its field's (``X | None`` as ``Optional[X]``)."""
+    o = CONFIG_OPTIONS[name]
+    if o.cli_type is not None:
+        return o.cli_type
+    section, field = o.path.split(".")
+    tp = field_types(section)[field]
+    args = typing.get_args(tp)
+    return Optional[[a for a in args if a is not type(None)][0]] if type(None) in args else tp
+
+
+def config_options(names: tuple[str, ...], **helps: str) -> Callable:
+    """Decorator: insert the typer options ``names`` (then ``--set``) after the command's ``config_file``.
+
+    The decorated function takes them as ``**options``; ``helps`` replaces an
+    option's help text where the command gives it another meaning.
+    """
+    unknown = set(helps) - set(names)
+    assert not unknown, unknown
+
+    def decorate(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        at = [p.name for p in own].index("config_file") + 1
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=option_type(n), default=typer.Option(
+            option_default(n), *CONFIG_OPTIONS[n].decls, help=helps.get(n, CONFIG_OPTIONS[n].help))) for n in names]
+        added.append(inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
+                                       default=typer.Option(None, "--set", help=SET_HELP)))
+        params = [p if p.kind is p.VAR_POSITIONAL or i == 0 else p.replace(kind=p.KEYWORD_ONLY)
+                  for i, p in enumerate(own[:at] + added + own[at:])]
+        fn.__signature__ = inspect.Signature(params)
+        fn.__annotations__ = {**typing.get_type_hints(fn), **{p.name: p.annotation for p in added}}
+        fn.config_option_names = names
+        return fn
+
+    return decorate
+
+
+def run_config(params: dict, names: tuple[str, ...]) -> RunConfig:
+    """The run configuration of a command's ``params`` (after the preset): options ``names``, then ``--set``.
+
+    Fields without an option keep their dataclass defaults; the result is not validated yet.
+    """
+    config = RunConfig()
+    for name in names:
+        o = CONFIG_OPTIONS[name]
+        section, field = o.path.split(".")
+        value = params[name]
+        setattr(getattr(config, section), field, o.to_config(value) if o.to_config else value)
+    return apply_sets(config, params.get("sets") or [])
