@@ -69,11 +69,10 @@ per-sample analysis would not hold or the method would silently change:
 * SKA's attentive normalisation (batch statistics; :func:`use_group_norm`
   refuses it).
 
-Methods that run under DP-SGD: fedpav, fedavg, fedbn, moon (its
-contrastive term is per sample), fedarks (without triplet), the
-fedpav-cdw/kd/cc variants (their probes and server steps use public data),
-ska with ``an=false dual=false``, fedprox with ``mu=0``, centralized and
-standalone.
+Which methods run under DP-SGD is declared in
+:data:`privreid.defenses.plugins.dp_sgd.SUPPORT` (``privreid methods``
+prints it): moon's contrastive term is per sample, and the fedpav-cdw/kd/cc
+variants' probes and server steps use public data.
 
 Scope of the guarantee (also in the run's ``summary.json``): each client's
 (epsilon_k, delta) bound covers its training images (add/remove one image)
