@@ -25,6 +25,16 @@ time, without re-implementing any of the protocol:
   weight as ``num_examples``; the mod pre-scales, quantises and masks it and
   drops the tensors before the reply leaves.
 
+Same model as in-process: the protocol seed of a round is the one the
+in-process :class:`~privreid.defenses.secure_aggregation.SecureAggregate`
+draws (:func:`round_seed`), so the distributed-DP noise shares are the same;
+each site seeds numpy's global generator, which Flower's ``quantize`` draws
+its stochastic rounding from, with :func:`~privreid.secagg.protocol.rounding_seed`
+right after training and before the mod quantises (the mod restores the
+generator afterwards), so every value is rounded as in-process; the masked
+sums are exact integers modulo ``2**32`` and the dequantisation is the same
+float64 arithmetic, so both runtimes give bit-identical global models.
+
 What the server sees beyond the in-process run: Flower's ``FitRes`` carries
 ``num_examples`` (here the client's weight: its sample count, public in
 privreid's threat model, or 1) and the scalar training metrics in the clear.
@@ -50,6 +60,8 @@ from flwr.server.strategy import Strategy as LegacyStrategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 
+from .protocol import rounding_seed
+
 #: FitIns config keys privreid adds (everything else in it is the run record)
 KEYS, CLIENTS, SEED, SCALE, CLIP = "secagg-keys", "secagg-clients", "secagg-seed", "secagg-scale", "secagg-clip"
 #: what a site's reply may hold in each SecAgg+ stage
@@ -61,8 +73,33 @@ def is_secure(msg: Message) -> bool:
 
 
 def secure_aggregation_mod(msg: Message, ctxt: Context, call_next) -> Message:
-    """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes."""
-    return secaggplus_mod(msg, ctxt, call_next) if is_secure(msg) else call_next(msg, ctxt)
+    """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes.
+
+    numpy's global generator comes back as it was: :func:`secure_fit_reply`
+    seeds it for the mod's stochastic rounding.
+    """
+    if not is_secure(msg):
+        return call_next(msg, ctxt)
+    state = np.random.get_state()
+    try:
+        return secaggplus_mod(msg, ctxt, call_next)
+    finally:
+        np.random.set_state(state)
+
+
+def round_seed(seed: int, round_index: int) -> int:
+    """The protocol seed of round ``round_index``: what the in-process ``SecureAggregate`` draws.
+
+    That is the first draw of the server's random stream, which the engine
+    seeds with ``derive_seed(seed, "server", round_index)`` before it
+    aggregates (``FederatedEngine.finish_round``); drawn here in a forked
+    stream, so the server's own stream is untouched.
+    """
+    from ..seeding import derive_seed
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "server", round_index))
+        return int(torch.randint(0, 2**62, (1,)))
 
 
 def fit_message_content(content: RecordDict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -90,6 +127,9 @@ def secure_fit_reply(engine, client, round_index: int, fields: dict[str, Any], r
     metrics.update({"secagg_saturated": float(sum(int(np.count_nonzero(np.abs(v * scale) > clip)) for v in vector)),
                     "secagg_values": float(sum(v.size for v in vector))})
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), int(round(weight)), metrics)
+    # the mod quantises this vector next, drawing its stochastic rounding from numpy's global generator:
+    # seed it as the in-process protocol does (secure_aggregation_mod restores it afterwards)
+    np.random.seed(rounding_seed(int(fields[SEED]), client.name))
     return compat.fitres_to_recorddict(fitres, keep_input=True)
 
 
@@ -227,7 +267,6 @@ def collect_secure(engine, round_index: int, selected) -> list:
     from ..defenses.secure_aggregation import AggregatedUpload, round_parameters
     from ..federated.strategy import Upload
     from ..flower.messages import FlowerRunError
-    from ..seeding import derive_seed
 
     round_no = round_index + 1
     strategy = engine.strategy
@@ -242,7 +281,7 @@ def collect_secure(engine, round_index: int, selected) -> list:
     max_weight = engine.config.train.secagg_max_weight or max(weights.values())
     params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
     params.check(len(selected))
-    seed = derive_seed(engine.config.train.seed, "secagg", round_index)
+    seed = round_seed(engine.config.train.seed, round_index)
     mean, survivors, dropped, metrics = secure_round(
         engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,
         timeout=engine.link.settings.round_timeout or None)
