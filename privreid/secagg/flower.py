@@ -33,7 +33,11 @@ its stochastic rounding from, with :func:`~privreid.secagg.protocol.rounding_see
 right after training and before the mod quantises (the mod restores the
 generator afterwards), so every value is rounded as in-process; the masked
 sums are exact integers modulo ``2**32`` and the dequantisation is the same
-float64 arithmetic, so both runtimes give bit-identical global models.
+float64 arithmetic, so both runtimes give bit-identical global models,
+provided the sites train with the same number of torch threads as the
+in-process run (a different count changes the updates' last bits, and the
+rounding of the few values that sit at a quantum's boundary flips: still
+within the quantisation bound).
 
 What the server sees beyond the in-process run: Flower's ``FitRes`` carries
 ``num_examples`` (here the client's weight: its sample count, public in
@@ -158,16 +162,39 @@ def check_secure_reply(reply: Message) -> None:
                 raise FlowerRunError(f"site {src} sent a non-scalar metric {name}.{key}")
 
 
+def payload_bytes(content: RecordDict | None) -> int:
+    """Bytes of a message's payload: arrays' serialised bytes, byte strings, strings, 8 per number."""
+    if content is None:
+        return 0
+
+    def size(value) -> int:
+        if isinstance(value, (bytes, str)):
+            return len(value)
+        if isinstance(value, list):
+            return sum(size(v) for v in value)
+        return 8
+
+    total = sum(len(a.data) for record in content.array_records.values() for a in record.values())
+    for records in (content.config_records, content.metric_records):
+        total += sum(size(v) for record in records.values() for v in record.values())
+    return total
+
+
 class _GatedGrid:
-    """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept."""
+    """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept,
+    and the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`)."""
 
     def __init__(self, grid):
         self.grid, self.replies = grid, []
+        self.bytes_down = self.bytes_up = 0
 
     def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.bytes_down += sum(payload_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         for reply in replies:
             check_secure_reply(reply)
+            self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
         self.replies.extend(replies)
         return replies
 
@@ -225,8 +252,11 @@ class _RoundStrategy(LegacyStrategy):
 
 
 def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any], params, *, seed: int,
-                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict]]:
-    """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics)``.
+                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
+    """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
+
+    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of
+    the four stages (:func:`payload_bytes`; the download's tensors included).
 
     ``transmissions``: ``[(client (name, node_id), received state)]``;
     ``params``: :class:`~privreid.secagg.protocol.Parameters` (checked by the caller).
@@ -250,7 +280,8 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                                   max_weight=params.max_weight, clipping_range=params.clipping_range,
                                   quantization_range=params.quantization_range, modulus_range=params.modulus_range,
                                   timeout=timeout)
-    workflow(_GatedGrid(grid), context)
+    gated = _GatedGrid(grid)
+    workflow(gated, context)
     if not strategy.results:
         raise FlowerRunError(f"round {round_no}: secure aggregation aborted (fewer than "
                              f"{params.threshold} sites survived to unmask)")
@@ -259,7 +290,7 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
     dropped = [n for n in names.values() if n not in survivors]
     mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
     metrics = [dict(res.metrics) for _, res in strategy.results]
-    return mean, survivors, dropped, metrics
+    return mean, survivors, dropped, metrics, {"bytes_up": gated.bytes_up, "bytes_down": gated.bytes_down}
 
 
 def collect_secure(engine, round_index: int, selected) -> list:
@@ -282,7 +313,7 @@ def collect_secure(engine, round_index: int, selected) -> list:
     params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
     params.check(len(selected))
     seed = round_seed(engine.config.train.seed, round_index)
-    mean, survivors, dropped, metrics = secure_round(
+    mean, survivors, dropped, metrics, sizes = secure_round(
         engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,
         timeout=engine.link.settings.round_timeout or None)
     saturated = values = 0
@@ -301,6 +332,7 @@ def collect_secure(engine, round_index: int, selected) -> list:
     report = {"scope": "secagg", "runtime": "flower", "clients": len(survivors), "dropped": dropped,
               "saturated": saturated, "values": values, "saturated_fraction": saturated / max(values, 1),
               "quantisation_error_bound": len(survivors) * params.quantum() * params.quantization_range / q_total,
-              "total_weight": q_total / params.quantization_range * params.max_weight}
+              "total_weight": q_total / params.quantization_range * params.max_weight,
+              "message_bytes_up": sizes["bytes_up"], "message_bytes_down": sizes["bytes_down"]}
     state = strategy.aggregate_state(engine.global_state, keys, mean)
     return [AggregatedUpload(state, report["total_weight"], report)]
