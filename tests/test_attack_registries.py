@@ -115,7 +115,7 @@ def test_cached_observed_norm_gives_bit_identical_reconstructions(model, threat,
 
 
 def test_inversion_registries_hold_the_built_in_objects():
-    assert list(ATTACKS) == ["dlg", "idlg", "ig"] and list(THREATS) == ["full", "shared", "shared-feature"]
+    assert list(ATTACKS) == ["dlg", "idlg", "ig"] and list(THREATS) == ["full", "shared", "shared-feature", "aggregate"]
     assert (ATTACKS["ig"].distance, ATTACKS["ig"].tv) == ("cosine", 1e-4)
     assert InversionSettings(attack="dlg").distance == "l2" and InversionSettings(attack="ig").tv_weight == 1e-4
     with pytest.raises(ConfigError, match="unknown attack 'xx'; choose one of dlg, idlg, ig"):

@@ -63,6 +63,57 @@ def test_server_view_replays_and_verifies_uploads(tiny_synth, tmp_path):
     assert one["settings"]["rounds"] == [1] and one["auc"] != rec["auc"]
 
 
+def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(tiny_synth, tmp_path):
+    import torch
+
+    from privreid.audit.views import replay_aggregates, replay_uploads
+    from privreid.checkpoint import load_checkpoint
+    from privreid.data.catalog import federation_for_config
+
+    cfg = tiny_config(tiny_synth, "fedpav", rounds=1)
+    train_run(cfg, tmp_path / "run", progress=False)
+    ckpt_path = tmp_path / "run" / "ckpt.pt"
+    settings = AuditSettings(levels=["image"], attacks=["loss"], views=["server", "server-aggregate"], client="synthB",
+                             bootstrap=0)
+    res = run_audit([ckpt_path], tmp_path / "a", settings, device="cpu")
+    single, agg = res["records"]
+    assert (single["view"], agg["view"]) == ("server", "server-aggregate")
+    assert agg["settings"]["aggregated_clients"] == {"1": ["synthA", "synthB"]} and agg["settings"]["rounds"] == [1]
+    assert agg["settings"]["replay_verified"] is True and agg["settings"]["scope"] == "synthB"
+    assert "server-aggregate" in (tmp_path / "a" / "report.md").read_text()
+    # the attack input is the sum of the individually replayed uploads, weighted as FedPav averages (n_k)
+    ckpt = load_checkpoint(ckpt_path)
+    sums, verified = replay_aggregates(ckpt, "synthB", tmp_path / "a" / "cache")
+    uploads = {c: replay_uploads(ckpt, c, tmp_path / "a" / "cache")[0][1] for c in ("synthA", "synthB")}
+    sizes = {c.name: len(c.train) for c in federation_for_config(cfg).clients}
+    assert verified and sums[1].weight == sizes["synthA"] + sizes["synthB"]
+    floating = [k for k, v in uploads["synthA"].items() if v.is_floating_point()]
+    assert sorted(sums[1].sum) == sorted(floating)
+    for k in floating:
+        plain = uploads["synthA"][k].double() * sizes["synthA"] + uploads["synthB"][k].double() * sizes["synthB"]
+        assert torch.equal(sums[1].sum[k], plain), k
+        # ... whose mean is FedPav's aggregate: the released global model after its one round
+        if k in ckpt["global_state"]:
+            torch.testing.assert_close(sums[1].mean()[k].float(), ckpt["global_state"][k].float(), rtol=0, atol=1e-6)
+    assert not torch.equal(sums[1].mean()["neck.fc.weight"].float(), uploads["synthB"]["neck.fc.weight"])
+
+
+def test_server_aggregate_view_refuses_servers_that_read_each_upload(tiny_synth, tmp_path):
+    from privreid.audit.views import mean_weight
+    from privreid.errors import ConfigError
+    from privreid.federated.strategy import Upload
+
+    upload = Upload("a", {}, 7)
+    assert mean_weight(tiny_config(tiny_synth, "fedpav"))(upload) == 7
+    assert mean_weight(tiny_config(tiny_synth, "fedpav", client_dp=True, clip=1.0, noise_multiplier=1.0))(upload) == 1
+    with pytest.raises(ConfigError, match="server-aggregate view needs a server that averages"):
+        mean_weight(tiny_config(tiny_synth, "fedpav-cdw"))
+    train_run(tiny_config(tiny_synth, "fedpav-cdw", rounds=1, max_steps_per_epoch=1), tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match="server-aggregate view needs a server that averages"):  # before any work
+        run_audit([tmp_path / "run" / "ckpt.pt"], tmp_path / "a", AuditSettings(views=["server-aggregate"]))
+    assert not (tmp_path / "a").exists()
+
+
 def test_one_run_bound_matches_the_paper_formula():
     # all r guesses right: p-value at eps is q^r (delta = 0)
     assert p_value(100, 10, 10, 1.0, 0.0) == pytest.approx((1 / (1 + np.exp(-1))) ** 10)

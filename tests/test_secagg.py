@@ -364,11 +364,18 @@ def flower_cfg(root, **train):
     return cfg
 
 
-def test_flower_secaggplus_gives_the_plain_aggregate_within_the_bound_and_no_update_in_the_clear(synth3, tmp_path):
+def test_flower_secaggplus_gives_the_in_process_model_exactly_and_no_update_in_the_clear(synth3, tmp_path):
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
     cfg = flower_cfg(synth3)
     grid, summary = secure_flower_run(synth3, tmp_path, cfg)
+    FederatedEngine(flower_cfg(synth3), federation_for_config(cfg), tmp_path / "in-process", progress=False,
+                    log=lambda s: None).run()
+    flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
+    # same protocol seed, same stochastic rounding per site, exact integer sums: the same model, bit for bit
+    assert flower["global_state"].keys() == inproc["global_state"].keys()
+    for k, v in inproc["global_state"].items():
+        assert torch.equal(flower["global_state"][k], v), k
     plain_cfg = flower_cfg(synth3)
     plain_cfg.train.secure_aggregation = False
     FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False,
@@ -385,6 +392,16 @@ def test_flower_secaggplus_gives_the_plain_aggregate_within_the_bound_and_no_upd
         assert all(len(r) == 0 for r in msg.content.array_records.values())
         assert RECORD_KEY_CONFIGS in msg.content.config_records
     assert "Not an individual update" in summary["privacy"]["server_view"]
+
+
+def test_flower_secaggplus_with_distributed_dp_gives_the_in_process_model_exactly(synth3, tmp_path):
+    cfg = flower_cfg(synth3, client_dp=True, clip=1.0, noise_multiplier=0.5)
+    secure_flower_run(synth3, tmp_path, cfg)
+    FederatedEngine(flower_cfg(synth3, client_dp=True, clip=1.0, noise_multiplier=0.5), federation_for_config(cfg),
+                    tmp_path / "in-process", progress=False, log=lambda s: None).run()
+    flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
+    for k, v in inproc["global_state"].items():  # the same noise shares too
+        assert torch.equal(flower["global_state"][k], v), k
 
 
 def test_flower_site_dropping_out_after_sharing_keys_is_recovered_by_the_protocol(synth3, tmp_path):

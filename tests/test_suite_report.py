@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -63,6 +64,42 @@ def test_full_suite_writes_every_section_for_every_model(two_runs, tmp_path):
     for m in result["inversion"]["models"]:
         assert (tmp_path / "inversion").exists() and m["summary"]["subjects"] == 1
         assert m["grid"] in {str(p) for p in (tmp_path / "inversion").rglob("grid.png")}
+    # the aggregate threat, per model: the single-upload reference and the sum of the run's clients per round
+    agg = result["inversion"]["aggregate"]["models"]
+    assert [(m["name"], m["row"], m["clients"]) for m in agg] == [
+        ("centralized (centralized)", "single upload", None), ("centralized (centralized)", "aggregate of 1", 1),
+        ("fedpav (fedpav)", "single upload", None), ("fedpav (fedpav)", "aggregate of 2", 2)]
+    assert "## Gradient inversion under secure aggregation" in report and "fedpav (fedpav): aggregate of 2" in report
+    central_ref, central_m1, fed_ref, fed_m2 = (json.loads((Path(m["dir"]) / "metrics.json").read_text())
+                                                for m in agg)
+    # no defences were trained: the centralised run's one "upload" is its own, the same reconstruction
+    assert central_m1["subjects"][0]["attack"] == central_ref["subjects"][0]["attack"]
+    assert fed_m2["subjects"][0]["attack"] != fed_ref["subjects"][0]["attack"]
+    assert len(fed_m2["subjects"][0]["aggregated_with"]) == 1 and fed_m2["subjects"][0]["path"] == \
+        central_ref["subjects"][0]["path"]  # the same subject for every model
+    rows = _rows(tmp_path / "inversion.csv")
+    assert [(r["model"], r["threat"], r["clients"]) for r in rows] == [
+        ("centralized (centralized)", "full", ""), ("fedpav (fedpav)", "full", ""),
+        ("centralized (centralized)", "shared-feature", ""), ("centralized (centralized)", "aggregate", "1"),
+        ("fedpav (fedpav)", "shared-feature", ""), ("fedpav (fedpav)", "aggregate", "2")]
+    assert float(rows[-1]["feature_cosine"]) == pytest.approx(agg[-1]["summary"]["attack"]["feature_cosine"]["mean"])
+    assert (tmp_path / "inversion.png").stat().st_size > 0 and "![leakage per threat](inversion.png)" in report
+
+
+def test_suite_aggregate_threat_with_given_m_names_a_model_it_cannot_attack(two_runs, tmp_path):
+    settings = SuiteSettings(suites=["inversion"], testsets="unseen", inversion_subjects=1, inversion_iterations=2,
+                             inversion_threat="shared-feature", inversion_clients=[2])
+    result = run_suite(two_runs, tmp_path, settings, device="cpu")
+    agg = result["inversion"]["aggregate"]["models"]
+    assert [(m["name"], m["row"]) for m in agg[:2]] == [("fedpav (fedpav)", "single upload"),
+                                                        ("fedpav (fedpav)", "aggregate of 2")]
+    assert agg[2]["name"] == "centralized (centralized)" and "no client besides" in agg[2]["refused"]
+    report = (tmp_path / "report.md").read_text()
+    assert "Not attacked: centralized (centralized) (--clients 2:" in report
+    # the suite's single-upload shared-feature row and the aggregate's reference are the same attack
+    single = json.loads((tmp_path / "inversion" / "fedpav_fedpav" / "metrics.json").read_text())
+    reference = json.loads((Path(agg[0]["dir"]) / "metrics.json").read_text())
+    assert single["subjects"][0]["attack"] == reference["subjects"][0]["attack"]
 
 
 def test_suite_settings_are_validated(two_runs, tmp_path):
@@ -72,6 +109,10 @@ def test_suite_settings_are_validated(two_runs, tmp_path):
         run_suite(two_runs, tmp_path, SuiteSettings(testsets="nowhere"))
     with pytest.raises(ConfigError, match="unknown corruption"):
         run_suite(two_runs, tmp_path, SuiteSettings(corruptions=["hail"]))
+    with pytest.raises(ConfigError, match="always includes the aggregate threat"):
+        run_suite(two_runs, tmp_path, SuiteSettings(inversion_threat="aggregate"))
+    with pytest.raises(ConfigError, match="positive integers"):
+        run_suite(two_runs, tmp_path, SuiteSettings(inversion_clients=[0]))
     assert not (tmp_path / "report.md").exists()
 
 

@@ -18,7 +18,7 @@ from .membership import LEVELS, MembershipSet, build_membership
 from .metrics import summarise
 from .report import record_label, write_report
 from .statistics import ProbeOutputs, probe_outputs, unique_probes
-from .views import VIEWS, replay_uploads, upload_model
+from .views import VIEWS, replay_aggregates, replay_uploads, upload_model
 
 
 @dataclass
@@ -47,9 +47,10 @@ class AuditSettings:
         attacks = resolve_attacks(self.attacks)
         if self.shadows < 2 or self.shadows % 2:
             raise ConfigError(f"--shadows must be even and >= 2 (got {self.shadows})")
-        if any(a.needs_shadows for a in attacks) and "server" in self.views:
+        server = [v for v in self.views if v != "public"]
+        if any(a.needs_shadows for a in attacks) and server:
             raise ConfigError("LiRA audits the public view (its shadow models are released models); "
-                              "drop --view server or the lira attacks")
+                              f"drop --view {server[0]} or the lira attacks")
         if self.round is not None and self.round < 1:
             raise ConfigError(f"--round is 1-based (got {self.round})")
         if self.max_per_class is not None and self.max_per_class < 2:
@@ -59,15 +60,29 @@ class AuditSettings:
         return self
 
 
+def _one_round(found: dict, client: str, round_no: int | None) -> dict:
+    if round_no is not None:
+        if round_no not in found:
+            raise ConfigError(f"client {client} uploaded in rounds {sorted(found)}, not in round {round_no}")
+        found = {round_no: found[round_no]}
+    if not found:
+        raise ConfigError(f"client {client} never took part in a round")
+    return found
+
+
 def _server_models(ckpt: dict, client: str, round_no: int | None, cache: Path, device, progress, echo):
     uploads, verified = replay_uploads(ckpt, client, cache, progress=progress, echo=echo)
-    if round_no is not None:
-        if round_no not in uploads:
-            raise ConfigError(f"client {client} uploaded in rounds {sorted(uploads)}, not in round {round_no}")
-        uploads = {round_no: uploads[round_no]}
-    if not uploads:
-        raise ConfigError(f"client {client} never took part in a round")
+    uploads = _one_round(uploads, client, round_no)
     return [upload_model(ckpt, uploads[r], device) for r in sorted(uploads)], sorted(uploads), verified
+
+
+def _aggregate_models(ckpt: dict, client: str, round_no: int | None, cache: Path, device, progress, echo):
+    """The server-aggregate view: per round, the model holding the mean the server computes from the sum."""
+    sums, verified = replay_aggregates(ckpt, client, cache, progress=progress, echo=echo)
+    sums = _one_round(sums, client, round_no)
+    rounds = sorted(sums)
+    return ([upload_model(ckpt, sums[r].mean(), device) for r in rounds], rounds,
+            {str(r): sums[r].clients for r in rounds}, verified)
 
 
 def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: AuditSettings | None = None, *,
@@ -89,6 +104,10 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             raise ConfigError(f"{label}: method {ckpt['method']!r} has no global model; audit a client (--client)")
         if settings.client is not None and settings.client not in ckpt["client_states"]:
             raise ConfigError(f"{label}: no client {settings.client!r}; clients: {', '.join(sorted(ckpt['client_states']))}")
+        if "server-aggregate" in settings.views:
+            from .views import mean_weight
+
+            mean_weight(RunConfig.from_dict(ckpt["config"]))
     dev = resolve_device(device)
     out = Path(out)
     cache = Path(cache) if cache is not None else out / "cache"
@@ -118,11 +137,20 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                     ms = membership(settings.client)
                     models = [load_model(ckpt, client=settings.client, device=dev)]
                     extra["model"] = f"client {settings.client} (personalised)" if settings.client else "global"
-                else:
+                elif view == "server":
                     ms = membership(server_client)
                     models, rounds, verified = _server_models(ckpt, server_client, settings.round, cache, dev,
                                                               progress, echo)
                     extra.update({"client": server_client, "rounds": rounds, "replay_verified": verified,
+                                  "combine": "mean score over rounds" if len(rounds) > 1 else "one round"})
+                else:  # server-aggregate
+                    ms = membership(server_client)
+                    models, rounds, summed, verified = _aggregate_models(ckpt, server_client, settings.round, cache,
+                                                                         dev, progress, echo)
+                    extra.update({"client": server_client, "rounds": rounds, "aggregated_clients": summed,
+                                  "replay_verified": verified,
+                                  "observed": "the weighted mean of the round's uploads (the secure sum / the "
+                                              "sum of the weights)",
                                   "combine": "mean score over rounds" if len(rounds) > 1 else "one round"})
                 probes = unique_probes(ms)
                 echo(f"[{label}] {level} level, {view} view: {int(ms.labels.sum())} members, "

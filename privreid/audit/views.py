@@ -7,6 +7,20 @@
 ``server``
     The honest-but-curious server of a federation: the uploads of the audited
     client, one round (``--round R``) or all rounds it took part in.
+``server-aggregate``
+    The same server under secure aggregation (``--secure-aggregation``,
+    :mod:`privreid.defenses.secure_aggregation`): in each round the audited
+    client took part in, only the sum of the ``m`` selected clients' uploads.
+    The attacked model holds the weighted mean ``sum_k w_k theta_k / sum_k w_k``
+    of the shared floating keys (``w_k``: the weight the method's mean gives the
+    upload, as the secure sum pre-scales it; integer buffers keep the released
+    values, as under secure aggregation), i.e. what the server computes from
+    the sum.  Quantisation is not simulated (its error, about ``2c/Q`` per value,
+    is far below the uploads' differences) and the uploads are those the
+    server's strategy receives: client-DP noise shares are not added, so the
+    view is an upper bound on what a distributed-DP run leaks.  Methods whose
+    server is not a weighted mean (they cannot run under secure aggregation)
+    are refused.
 
 How the server view gets the uploads: the checkpoint holds only the final
 state, so privreid **re-derives them deterministically**.  Training is seeded
@@ -34,26 +48,79 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
 
-VIEWS = ("public", "server")
+VIEWS = ("public", "server", "server-aggregate")
+
+
+@dataclasses.dataclass
+class RoundSum:
+    """One round's sum of the selected clients' uploads: ``sum_k w_k theta_k`` (float64), ``sum_k w_k``, who."""
+
+    sum: dict[str, torch.Tensor]
+    weight: float
+    clients: list[str]
+
+    def mean(self) -> dict[str, torch.Tensor]:
+        """``sum_k w_k theta_k / sum_k w_k``: the model the server computes from the secure sum."""
+        return {k: v / self.weight for k, v in self.sum.items()}
 
 
 class UploadRecorder(FederatedEngine):
-    """The engine, keeping a copy of what one client uploads in every round it takes part in."""
+    """The engine, keeping a copy of what one client uploads in every round it takes part in, and the sum of
+    that round's uploads (:class:`RoundSum`, weighted by ``weight(upload)``; None: no sums)."""
 
-    def __init__(self, *args, audited: str, **kwargs):
+    def __init__(self, *args, audited: str, weight=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.audited = audited
+        self.audited, self.weight = audited, weight
         self.recorded: dict[int, dict[str, torch.Tensor]] = {}
+        self.sums: dict[int, RoundSum] = {}
 
     def receive(self, inbox, upload):
         if upload.client == self.audited:
             self.recorded[inbox.round_no] = {k: v.detach().clone() for k, v in upload.state.items()}
+        if self.weight is not None:
+            w = float(self.weight(upload))
+            total = self.sums.setdefault(inbox.round_no, RoundSum({}, 0.0, []))
+            for k, v in upload.state.items():
+                if torch.is_floating_point(v):
+                    term = v.detach().to("cpu", torch.float64) * w
+                    total.sum[k] = term if k not in total.sum else total.sum[k] + term
+            total.weight += w
+            total.clients.append(upload.client)
         super().receive(inbox, upload)
+
+
+def mean_weight(config: RunConfig):
+    """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
+    mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
+    from ..defenses.secure_aggregation import upload_weight
+    from ..federated.registry import get_method
+
+    method = get_method(config.train.method)
+    weight = None
+    if method.needs_per_client_uploads is False:
+        weight = (lambda upload: 1.0) if config.train.client_dp else upload_weight(method.make_strategy(config))
+    if weight is None:
+        raise ConfigError(f"the server-aggregate view needs a server that averages the uploads; method "
+                          f"{config.train.method!r} reads each upload (it cannot run under secure aggregation)")
+    return weight
 
 
 def replay_uploads(ckpt: dict, client: str, cache: Path, *, progress: bool = False,
                    echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, dict[str, torch.Tensor]], bool]:
     """``(round -> upload of client, verified)``; replays the run once and caches the result."""
+    replay = _replay(ckpt, client, cache, aggregate=False, progress=progress, echo=echo)
+    return replay["uploads"], replay["verified"]
+
+
+def replay_aggregates(ckpt: dict, client: str, cache: Path, *, progress: bool = False,
+                      echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, RoundSum], bool]:
+    """``(round -> RoundSum of the uploads of that round, for the rounds client took part in, verified)``."""
+    replay = _replay(ckpt, client, cache, aggregate=True, progress=progress, echo=echo)
+    return {r: s for r, s in replay["sums"].items() if client in s.clients}, replay["verified"]
+
+
+def _replay(ckpt: dict, client: str, cache: Path, *, aggregate: bool, progress: bool,
+            echo: Callable[[str], None]) -> dict:
     from ..data.catalog import federation_for_config
     from ..federated.engine import prepare_out_dir
 
@@ -61,25 +128,33 @@ def replay_uploads(ckpt: dict, client: str, cache: Path, *, progress: bool = Fal
         raise ConfigError(f"method {ckpt['method']!r} sends nothing to a server; the server view needs a federation")
     config = RunConfig.from_dict(ckpt["config"])
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, rounds=int(ckpt["round"])))
+    weight = mean_weight(config) if aggregate else None
     digest = hashlib.sha256(json.dumps([config.to_dict(), client], sort_keys=True).encode()).hexdigest()[:10]
-    store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}.pt"
+    store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}{'-sums' if aggregate else ''}.pt"
     if store.is_file():
         saved = torch.load(store, weights_only=True)
-        return {int(r): s for r, s in saved["uploads"].items()}, bool(saved["verified"])
+        return {"uploads": {int(r): s for r, s in saved["uploads"].items()},
+                "sums": {int(r): RoundSum(**s) for r, s in saved.get("sums", {}).items()},
+                "verified": bool(saved["verified"])}
     federation = federation_for_config(config)
     if client not in [c.name for c in federation.clients]:
         raise ConfigError(f"no client {client!r} in the run; clients: {', '.join(c.name for c in federation.clients)}")
     run = store.with_suffix("")
-    echo(f"server view: replaying the run to re-derive {client}'s uploads ({run})")
-    engine = UploadRecorder(config, federation, run, progress=progress, log=lambda _: None, audited=client)
+    echo(f"server view: replaying the run to re-derive {client}'s uploads{' and their sums' if aggregate else ''} "
+         f"({run})")
+    engine = UploadRecorder(config, federation, run, progress=progress, log=lambda _: None, audited=client,
+                            weight=weight)
     prepare_out_dir(run, overwrite=True, resume=False)
     engine.run()
     final = {k: v for k, v in engine.global_state.items() if k in ckpt["global_state"]}
     verified = final.keys() == ckpt["global_state"].keys() and all(
         torch.equal(final[k].cpu(), ckpt["global_state"][k].cpu()) for k in final)
     store.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}, store)
-    return engine.recorded, verified
+    saved = {"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}
+    if aggregate:
+        saved["sums"] = {str(r): dataclasses.asdict(s) for r, s in engine.sums.items()}
+    torch.save(saved, store)
+    return {"uploads": engine.recorded, "sums": engine.sums, "verified": verified}
 
 
 def upload_model(ckpt: dict, upload: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> torch.nn.Module:

@@ -25,10 +25,11 @@ def audit_command(
     attack: str = typer.Option("loss,feature", help="Comma list of loss, feature, lira-online, lira-offline; "
                                "'lira' = both LiRA variants; 'all'."),
     view: str = typer.Option("public", help="public (the released global model, or --client's personalised "
-                             "model) and/or server (the audited client's uploads, re-derived by replaying the run)."),
+                             "model), server (the audited client's uploads, re-derived by replaying the run) and/or "
+                             "server-aggregate (under secure aggregation: only the sum of each round's uploads)."),
     client: Optional[str] = typer.Option(None, help="The audited client (default: the global model; server view: "
                                          "the first client)."),
-    round_: Optional[int] = typer.Option(None, "--round", help="Server view: only this round's upload (default: "
+    round_: Optional[int] = typer.Option(None, "--round", help="Server views: only this round's upload (default: "
                                          "all rounds, scores averaged)."),
     shadows: int = typer.Option(4, help="LiRA: number K of shadow models (even); trained once and cached."),
     probes_per_identity: int = typer.Option(4, help="Identity level: non-training images per person."),

@@ -35,7 +35,12 @@ def compare_command(
                                     "lengths) or 'auto' / a factor (the scaled variant, titled 'scaled')."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
-    threat: str = typer.Option("full", help=f"Suite inversion threat model: {', '.join(THREATS)}."),
+    threat: str = typer.Option("full", help="Suite inversion's single-upload threat model: "
+                               f"{', '.join(n for n, t in THREATS.items() if t.single_upload)}."),
+    clients: Optional[list[str]] = typer.Option(None, "--clients", help="Suite inversion: the aggregate threat "
+                                                "(what a server under secure aggregation sees) sums m clients' "
+                                                "updates, e.g. --clients 2,4 (default: each run's clients per "
+                                                "round)."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:
     """Compare checkpoints on the same seen and unseen test sets (R1 / mAP / mINP); optionally a full report.
@@ -63,6 +68,7 @@ def compare_command(
             markdown.write_text(table + "\n")
         return
 
+    from ..attacks.inversion.aggregate import parse_clients
     from ..attacks.retrieval import resolve_methods
     from ..commands.attack import parse_fraction
     from ..commands.corrupt import parse_pixel_scale
@@ -77,7 +83,8 @@ def compare_command(
                                  corruptions=csv_list(corruptions) or [], corruption_repeats=repeats,
                                  pixel_scale=parse_pixel_scale(pixel_scale),
                                  inversion_subjects=subjects, inversion_iterations=iterations,
-                                 inversion_threat=threat)
+                                 inversion_threat=threat,
+                                 inversion_clients=parse_clients(clients) if clients else None)
         return run_suite(paths, out, settings, device=device, progress=not quiet)
 
     with run_dir_or_exit(out, "compare"):

@@ -34,8 +34,7 @@ def invert_command(
     n: int = typer.Option(1, "--n", help="Number of subjects: --index, then evenly spaced through the client's "
                                          "training list."),
     attack: str = typer.Option("idlg", help=f"Inversion attack (matching distance, TV weight): {attacks_help()}."),
-    threat: str = typer.Option("full", help=f"Threat model: {threats_help()}; or aggregate (the sum of --clients m "
-                                            "clients' shared updates, what a server under secure aggregation sees)."),
+    threat: str = typer.Option("full", help=f"Threat model: {threats_help()}."),
     clients: Optional[list[str]] = typer.Option(None, "--clients", help="--threat aggregate: how many clients' "
                                                 "updates are summed, e.g. --clients 1,2,4,8 (one row each, "
                                                 "next to the single-upload reference)."),
@@ -61,35 +60,21 @@ def invert_command(
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --n 4 --attack ig --out runs/invert
     """
     from ..attacks.inversion import InversionSettings
-    from ..attacks.inversion.campaign import invert_checkpoints
-    from ..attacks.inversion.threat_models import check_threat
+    from ..attacks.inversion.threat_models import get_threat
 
     def validate():
         settings = InversionSettings(attack=attack, match=match, tv=tv, iterations=iterations, lr=lr)
-        if threat != "aggregate":  # secure aggregation's threat: privreid.attacks.inversion.aggregate
-            check_threat(threat)
-            if clients:
-                raise ConfigError("--clients is for --threat aggregate")
-        elif image is not None:
-            raise ConfigError("--threat aggregate attacks dataset subjects (--index, --n), not --image")
+        model_threat = get_threat(threat)
+        model_threat.check_options(image=image, clients=clients)
         paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
         if not paths:
             raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
-        return settings, paths
+        return settings, paths, model_threat
 
-    settings, paths = run_or_exit(validate)
-    if threat == "aggregate":
-        from ..attacks.inversion.aggregate import invert_aggregate, parse_clients
-
-        sizes = run_or_exit(parse_clients, clients)
-        with run_dir_or_exit(out, "invert"):
-            result = run_or_exit(invert_aggregate, paths, out, settings=settings, clients=sizes, client=client,
-                                 index=index, n=n, defended=defended, seed=seed, device=device)
-            typer.echo(result.table)
-            typer.echo(f"wrote {out}")
-        return
+    settings, paths, model_threat = run_or_exit(validate)
     with run_dir_or_exit(out, "invert"):
-        result = run_or_exit(invert_checkpoints, paths, out, client=client, index=index, image=image, label=label,
-                             n=n, threat=threat, defended=defended, settings=settings, seed=seed, device=device)
+        result = run_or_exit(model_threat.campaign, paths, out, settings=settings, client=client, index=index,
+                             image=image, label=label, n=n, clients=clients, defended=defended, seed=seed,
+                             device=device)
         typer.echo(result.table)
         typer.echo(f"wrote {out}")

@@ -17,7 +17,15 @@ sets of the first checkpoint's configuration, as in
   ``roc.png``, ``report.md``; its table is in ``report.md``;
 * ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
   reconstruction, bilateral-filtered reconstruction, its Laplacian), and
-  ``summary.md``.
+  ``summary.md``;
+* ``inversion/aggregate/``: the same subjects under the ``aggregate`` threat
+  (what a server under secure aggregation sees: the sum of ``m`` clients'
+  shared updates, :mod:`privreid.attacks.inversion.aggregate`), per model the
+  single-upload reference (``shared-feature``) and the aggregate of ``m``
+  (default: each run's clients per round, 1 for a centralised run); a model
+  that threat cannot attack (no shared bottleneck) is named with the reason;
+* ``inversion.png``: feature cosine and PSNR per model for the single-upload
+  threat, the single upload attacked as the aggregate is, and the aggregate.
 
 Every ranking, clean, attacked or corrupted, follows the test set's own
 protocol (:func:`privreid.evaluation.model_eval.rank_testset`), so the
@@ -81,6 +89,8 @@ class SuiteSettings:
     inversion_iterations: int = 200
     inversion_attack: str = "ig"
     inversion_threat: str = "full"
+    #: the aggregate threat's m (clients summed); None: each run's clients per round
+    inversion_clients: list[int] | None = None
     #: membership audit (privreid.audit): attacks and the cap on members / non-members per level
     audit_attacks: list[str] = field(default_factory=lambda: ["loss", "feature"])
     audit_max_per_class: int | None = 300
@@ -98,9 +108,15 @@ class SuiteSettings:
         if self.corruption_repeats < 1:
             raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
         resolve_pixel_scale(self.pixel_scale, 2, 2)
-        from ..attacks.inversion.threat_models import check_threat
+        from ..attacks.inversion.threat_models import get_threat
 
-        check_threat(self.inversion_threat)
+        if not get_threat(self.inversion_threat).single_upload:
+            raise ConfigError("the suite's inversion always includes the aggregate threat (--clients m); "
+                              "--threat picks the single-upload threat next to it")
+        if self.inversion_clients is not None:
+            from ..attacks.inversion.aggregate import parse_clients
+
+            self.inversion_clients = parse_clients([str(m) for m in self.inversion_clients])
         if self.inversion_subjects < 1:
             raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
 
@@ -191,6 +207,72 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
     return save_figure(fig, path)
 
 
+def inversion_records(threat: str, single: list[dict], aggregate: list[dict]) -> list[dict[str, Any]]:
+    """``inversion.csv``: one row per (model, threat, m) with the attack's and the random baseline's mean metrics."""
+    from ..attacks.inversion.report import METRICS
+
+    rows = []
+    for threat_name, clients, m in ([(threat, None, m) for m in single]
+                                    + [("shared-feature" if a["clients"] is None else "aggregate", a["clients"], a)
+                                       for a in aggregate if "summary" in a]):
+        row = {"model": m["name"], "threat": threat_name, "clients": clients}
+        for key in ("attack", "random"):
+            row.update({(metric if key == "attack" else f"random_{metric}"): m["summary"][key][metric]["mean"]
+                        for metric in METRICS})
+        rows.append(row)
+    return rows
+
+
+def plot_inversion(threat: str, single: list[dict], aggregate: list[dict], path: Path) -> Path:
+    """Feature cosine and PSNR (mean ± std) per model: the single-upload threat, its shared-feature reference
+    and the aggregate rows; the random-image baseline as a black tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    # bars: the single-upload threat, its shared-feature reference, then the k-th aggregate row of each model
+    # (with each run's own m, the k-th rows of two models may sum different numbers of clients: the tick says m)
+    summaries: dict[tuple[str, str], dict] = {(m["name"], threat): m["summary"] for m in single}
+    sizes: dict[str, list[int]] = {}
+    for a in aggregate:
+        if "summary" not in a:
+            continue
+        if a["clients"] is None:
+            summaries[(a["name"], "shared-feature")] = a["summary"]
+        else:
+            sizes.setdefault(a["name"], []).append(a["clients"])
+            summaries[(a["name"], f"aggregate #{len(sizes[a['name']])}")] = a["summary"]
+    models = list(dict.fromkeys(k[0] for k in summaries))
+    kinds = list(dict.fromkeys(k[1] for k in summaries))
+
+    def kind_label(kind: str) -> str:
+        if not kind.startswith("aggregate #"):
+            return f"one upload, {kind}"
+        k = int(kind.split("#")[1]) - 1
+        ms = {sizes[m][k] for m in models if len(sizes.get(m, [])) > k}
+        return f"aggregate of {ms.pop()}" if len(ms) == 1 else "aggregate of m (the run's clients per round)"
+
+    ticks = [f"{model}\n(m = {', '.join(map(str, sizes[model]))})" if model in sizes else model for model in models]
+    fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 2.2 * len(models)) * 2, 3.8), squeeze=False)
+    width = 0.8 / max(len(kinds), 1)
+    for ax, metric, label in zip(axes[0], ("feature_cosine", "psnr"), ("feature cosine", "PSNR (dB)")):
+        for i, kind in enumerate(kinds):
+            got = [summaries.get((model, kind)) for model in models]
+            means = [s["attack"][metric]["mean"] if s else np.nan for s in got]
+            stds = [s["attack"][metric]["std"] if s else 0.0 for s in got]
+            randoms = [s["random"][metric]["mean"] if s else np.nan for s in got]
+            x = np.arange(len(models)) + i * width - 0.4 + width / 2
+            ax.bar(x, means, width, yerr=stds, label=kind_label(kind))
+            ax.scatter(x, randoms, marker="_", color="black", s=200, zorder=3)
+        ax.set_xticks(np.arange(len(models)), ticks, fontsize=7)
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} of the reconstruction (bars) and of a random image (-)")
+    axes[0][0].legend(fontsize=8)
+    return save_figure(fig, path, title="Gradient inversion: one upload vs the sum of m uploads")
+
+
 def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: SuiteSettings | None = None, *,
               device: str = "auto", progress: bool = False) -> dict[str, Any]:
     """Run the selected evaluations on every checkpoint and write the report into ``out`` (see module docstring).
@@ -265,14 +347,25 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         from ..attacks.inversion import InversionSettings
         from ..attacks.inversion.campaign import invert_checkpoints
 
+        from ..attacks.inversion.aggregate import invert_aggregate
+
+        inversion = InversionSettings(attack=settings.inversion_attack, iterations=settings.inversion_iterations)
         inv = invert_checkpoints(paths, out / "inversion", n=settings.inversion_subjects,
                                  threat=settings.inversion_threat, seed=settings.seed, device=str(dev),
-                                 progress=progress,
-                                 settings=InversionSettings(attack=settings.inversion_attack,
-                                                            iterations=settings.inversion_iterations))
-        result["inversion"] = {"table": inv.table, "models": inv.models}
+                                 progress=progress, settings=inversion)
+        agg = invert_aggregate(paths, out / "inversion" / "aggregate", n=settings.inversion_subjects,
+                               clients=settings.inversion_clients, seed=settings.seed, device=str(dev),
+                               progress=progress, skip_refused=True, settings=inversion)
+        result["inversion"] = {"table": inv.table, "models": inv.models,
+                               "aggregate": {"table": agg.table, "models": agg.models}}
+        write_csv_rows(inversion_records(settings.inversion_threat, inv.models, agg.models), out / "inversion.csv")
+        plot_inversion(settings.inversion_threat, inv.models, agg.models, out / "inversion.png")
         grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv.models)
+        agg_grids = "\n".join(f"![{m['name']}: {m['row']}]({Path(m['grid']).relative_to(out).as_posix()})"
+                             for m in agg.models if "grid" in m)
         sections.append(f"## Gradient inversion (what one upload reveals)\n\n{inv.table}\n{grids}")
+        sections.append("## Gradient inversion under secure aggregation (what the sum of m uploads reveals)\n\n"
+                        f"{agg.table}\n{agg_grids}\n\n![leakage per threat](inversion.png)")
 
     if "audit" in settings.suites:
         from ..audit import AuditSettings, run_audit

@@ -25,6 +25,20 @@ time, without re-implementing any of the protocol:
   weight as ``num_examples``; the mod pre-scales, quantises and masks it and
   drops the tensors before the reply leaves.
 
+Same model as in-process: the protocol seed of a round is the one the
+in-process :class:`~privreid.defenses.secure_aggregation.SecureAggregate`
+draws (:func:`round_seed`), so the distributed-DP noise shares are the same;
+each site seeds numpy's global generator, which Flower's ``quantize`` draws
+its stochastic rounding from, with :func:`~privreid.secagg.protocol.rounding_seed`
+right after training and before the mod quantises (the mod restores the
+generator afterwards), so every value is rounded as in-process; the masked
+sums are exact integers modulo ``2**32`` and the dequantisation is the same
+float64 arithmetic, so both runtimes give bit-identical global models,
+provided the sites train with the same number of torch threads as the
+in-process run (a different count changes the updates' last bits, and the
+rounding of the few values that sit at a quantum's boundary flips: still
+within the quantisation bound).
+
 What the server sees beyond the in-process run: Flower's ``FitRes`` carries
 ``num_examples`` (here the client's weight: its sample count, public in
 privreid's threat model, or 1) and the scalar training metrics in the clear.
@@ -50,6 +64,8 @@ from flwr.server.strategy import Strategy as LegacyStrategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 
+from .protocol import rounding_seed
+
 #: FitIns config keys privreid adds (everything else in it is the run record)
 KEYS, CLIENTS, SEED, SCALE, CLIP = "secagg-keys", "secagg-clients", "secagg-seed", "secagg-scale", "secagg-clip"
 #: what a site's reply may hold in each SecAgg+ stage
@@ -61,8 +77,33 @@ def is_secure(msg: Message) -> bool:
 
 
 def secure_aggregation_mod(msg: Message, ctxt: Context, call_next) -> Message:
-    """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes."""
-    return secaggplus_mod(msg, ctxt, call_next) if is_secure(msg) else call_next(msg, ctxt)
+    """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes.
+
+    numpy's global generator comes back as it was: :func:`secure_fit_reply`
+    seeds it for the mod's stochastic rounding.
+    """
+    if not is_secure(msg):
+        return call_next(msg, ctxt)
+    state = np.random.get_state()
+    try:
+        return secaggplus_mod(msg, ctxt, call_next)
+    finally:
+        np.random.set_state(state)
+
+
+def round_seed(seed: int, round_index: int) -> int:
+    """The protocol seed of round ``round_index``: what the in-process ``SecureAggregate`` draws.
+
+    That is the first draw of the server's random stream, which the engine
+    seeds with ``derive_seed(seed, "server", round_index)`` before it
+    aggregates (``FederatedEngine.finish_round``); drawn here in a forked
+    stream, so the server's own stream is untouched.
+    """
+    from ..seeding import derive_seed
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "server", round_index))
+        return int(torch.randint(0, 2**62, (1,)))
 
 
 def fit_message_content(content: RecordDict) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -90,6 +131,9 @@ def secure_fit_reply(engine, client, round_index: int, fields: dict[str, Any], r
     metrics.update({"secagg_saturated": float(sum(int(np.count_nonzero(np.abs(v * scale) > clip)) for v in vector)),
                     "secagg_values": float(sum(v.size for v in vector))})
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), int(round(weight)), metrics)
+    # the mod quantises this vector next, drawing its stochastic rounding from numpy's global generator:
+    # seed it as the in-process protocol does (secure_aggregation_mod restores it afterwards)
+    np.random.seed(rounding_seed(int(fields[SEED]), client.name))
     return compat.fitres_to_recorddict(fitres, keep_input=True)
 
 
@@ -118,16 +162,39 @@ def check_secure_reply(reply: Message) -> None:
                 raise FlowerRunError(f"site {src} sent a non-scalar metric {name}.{key}")
 
 
+def payload_bytes(content: RecordDict | None) -> int:
+    """Bytes of a message's payload: arrays' serialised bytes, byte strings, strings, 8 per number."""
+    if content is None:
+        return 0
+
+    def size(value) -> int:
+        if isinstance(value, (bytes, str)):
+            return len(value)
+        if isinstance(value, list):
+            return sum(size(v) for v in value)
+        return 8
+
+    total = sum(len(a.data) for record in content.array_records.values() for a in record.values())
+    for records in (content.config_records, content.metric_records):
+        total += sum(size(v) for record in records.values() for v in record.values())
+    return total
+
+
 class _GatedGrid:
-    """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept."""
+    """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept,
+    and the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`)."""
 
     def __init__(self, grid):
         self.grid, self.replies = grid, []
+        self.bytes_down = self.bytes_up = 0
 
     def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.bytes_down += sum(payload_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         for reply in replies:
             check_secure_reply(reply)
+            self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
         self.replies.extend(replies)
         return replies
 
@@ -185,8 +252,11 @@ class _RoundStrategy(LegacyStrategy):
 
 
 def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any], params, *, seed: int,
-                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict]]:
-    """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics)``.
+                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
+    """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
+
+    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of
+    the four stages (:func:`payload_bytes`; the download's tensors included).
 
     ``transmissions``: ``[(client (name, node_id), received state)]``;
     ``params``: :class:`~privreid.secagg.protocol.Parameters` (checked by the caller).
@@ -210,7 +280,8 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                                   max_weight=params.max_weight, clipping_range=params.clipping_range,
                                   quantization_range=params.quantization_range, modulus_range=params.modulus_range,
                                   timeout=timeout)
-    workflow(_GatedGrid(grid), context)
+    gated = _GatedGrid(grid)
+    workflow(gated, context)
     if not strategy.results:
         raise FlowerRunError(f"round {round_no}: secure aggregation aborted (fewer than "
                              f"{params.threshold} sites survived to unmask)")
@@ -219,7 +290,7 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
     dropped = [n for n in names.values() if n not in survivors]
     mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
     metrics = [dict(res.metrics) for _, res in strategy.results]
-    return mean, survivors, dropped, metrics
+    return mean, survivors, dropped, metrics, {"bytes_up": gated.bytes_up, "bytes_down": gated.bytes_down}
 
 
 def collect_secure(engine, round_index: int, selected) -> list:
@@ -227,7 +298,6 @@ def collect_secure(engine, round_index: int, selected) -> list:
     from ..defenses.secure_aggregation import AggregatedUpload, round_parameters
     from ..federated.strategy import Upload
     from ..flower.messages import FlowerRunError
-    from ..seeding import derive_seed
 
     round_no = round_index + 1
     strategy = engine.strategy
@@ -243,8 +313,8 @@ def collect_secure(engine, round_index: int, selected) -> list:
     max_weight = engine.config.train.secagg_max_weight or max(weights.values())
     params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
     params.check(len(selected))
-    seed = derive_seed(engine.config.train.seed, "secagg", round_index)
-    mean, survivors, dropped, metrics = secure_round(
+    seed = round_seed(engine.config.train.seed, round_index)
+    mean, survivors, dropped, metrics, sizes = secure_round(
         engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,
         timeout=engine.link.settings.round_timeout or None)
     saturated = values = 0
@@ -263,6 +333,7 @@ def collect_secure(engine, round_index: int, selected) -> list:
     report = {"scope": "secagg", "runtime": "flower", "clients": len(survivors), "dropped": dropped,
               "saturated": saturated, "values": values, "saturated_fraction": saturated / max(values, 1),
               "quantisation_error_bound": len(survivors) * params.quantum() * params.quantization_range / q_total,
-              "total_weight": q_total / params.quantization_range * params.max_weight}
+              "total_weight": q_total / params.quantization_range * params.max_weight,
+              "message_bytes_up": sizes["bytes_up"], "message_bytes_down": sizes["bytes_down"]}
     state = strategy.aggregate_state(engine.global_state, keys, mean)
     return [AggregatedUpload(state, report["total_weight"], report)]

@@ -40,8 +40,10 @@ Randomness: keys, mask seeds and Shamir polynomials come from the operating
 system (``os.urandom`` through Flower and PyCryptodome) as they must; they
 cancel out of the result.  Stochastic rounding, the one draw that changes the
 result, uses numpy's global generator in Flower's ``quantize``; privreid seeds
-it per client from the round's seed (and restores it), so runs stay
-deterministic and resumable.
+it per client from the round's seed (:func:`rounding_seed`, and restores it),
+so runs stay deterministic and resumable.  On Flower the sites seed it the
+same way before ``secaggplus_mod`` quantises (:mod:`privreid.secagg.flower`),
+so both runtimes round every value identically and give the same model.
 """
 
 from __future__ import annotations
@@ -229,10 +231,15 @@ class _Node:
         return {**{n: self.b_shares[n] for n in active}, **{n: self.sk1_shares[n] for n in dead}}
 
 
+def rounding_seed(seed: int, client: str) -> int:
+    """The seed of ``client``'s stochastic rounding in a round whose protocol seed is ``seed`` (both runtimes)."""
+    return derive_seed(seed, "rounding", client) % 2**32
+
+
 @contextlib.contextmanager
 def _numpy_seed(seed: int):
     state = np.random.get_state()
-    np.random.seed(seed % 2**32)
+    np.random.seed(seed)
     try:
         yield
     finally:
@@ -285,7 +292,7 @@ def secure_sum(inputs: dict[str, tuple[list[np.ndarray], float, list[np.ndarray]
     for nid in active:
         vector, weight, extras, indicators = inputs[names[nid - 1]]
         masked = nodes[nid].masked_vector(vector, weight, extras, indicators, params,
-                                          derive_seed(seed, "rounding", names[nid - 1]))
+                                          rounding_seed(seed, names[nid - 1]))
         masked_bytes = sum(a.size for a in masked) * ((params.modulus_range.bit_length() - 1 + 7) // 8)
         total = masked if total is None else parameters_mod(parameters_addition(total, masked), params.modulus_range)
     collected: dict[int, list[bytes]] = {nid: [] for nid in nodes}                    # stage 3

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from ...errors import ConfigError
+from ...errors import CheckpointError, ConfigError
 from .campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects, write_summary
 from .defences import NO_DEFENCE, Defence, defence_as_trained
 from .optimise import invert_feature, random_image
@@ -96,12 +96,34 @@ def aggregate_observation(steps, *, shared: set[str], loss_fn, defence: Defence,
     return Observation(BASE_THREAT, total)
 
 
-def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[int], client: str | None = None,
-                     index: int | None = None, n: int = 1, defended: bool = True, seed: int = 0,
-                     device: str = "cpu", progress: bool = True) -> CampaignResult:
-    """The reference (single upload) and one row per ``m`` in ``clients``; metrics.json + grid.png per row."""
+def clients_per_round(target) -> int:
+    """The run's ``m``: how many clients each of its rounds aggregated (the engine's ``max(1, ceil(C N))``)."""
+    from ...federated.engine import selection_size
+    from ...federated.registry import get_method
+
+    fraction = target.config.train.client_fraction
+    method = get_method(target.ckpt["method"])
+    return selection_size(method.client_fraction if fraction is None else fraction, len(target.clients))
+
+
+def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[int] | None = None,
+                     client: str | None = None, index: int | None = None, n: int = 1, defended: bool = True,
+                     seed: int = 0, device: str = "cpu", progress: bool = True,
+                     skip_refused: bool = False) -> CampaignResult:
+    """Per checkpoint, the reference (single upload) and one row per ``m``; metrics.json + grid.png per row.
+
+    The subjects are training images of one client of the first checkpoint;
+    every checkpoint is attacked on them through the client that trained on
+    each (as :func:`.campaign.invert_checkpoints`).  ``clients=None``: each
+    checkpoint's own clients per round (:func:`clients_per_round`; 1 for a
+    centralised run, whose one "upload" is then its own).  Everything is
+    checked before any attack; ``skip_refused`` (the report suite) leaves out
+    a checkpoint this threat cannot attack (no shared bottleneck, too few
+    clients) and names it with the reason in the result instead of failing.
+    """
     from tqdm.auto import tqdm
 
+    from ...checkpoint import label_file_stem
     from ...data.formats import read_image
     from ...device import resolve_device
     from ...losses import identity_loss
@@ -110,73 +132,85 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     from .campaign import _to_unit_tensor
     from .report import save_grid, score, summarise, write_metrics_json
 
-    if len(paths) != 1:
-        raise ConfigError("--threat aggregate attacks one checkpoint (--model)")
+    if n < 1:
+        raise ConfigError(f"--n must be >= 1 (got {n})")
     dev = resolve_device(device)
-    (target,) = load_targets(paths)
-    subjects, first = select_subjects(target, client, index, None, n)
-    owners = [client_of(target, s, first, None) for s in subjects]
-    h, w = target.config.data.height, target.config.data.width
-    models: dict[str, tuple] = {}
-
-    def model_of(name: str):
-        if name not in models:
-            models[name] = attacked_model(target, name, BASE_THREAT, dev)
-        return models[name]
-
-    plan = {m: [other_steps(target, victim, m) for victim, _ in owners] for m in clients}  # checked up front
-    for name in {c for steps in plan.values() for s in steps for c, _ in s} | {c for c, _ in owners}:
-        model_of(name)
-    loss_fn = identity_loss(target.config.train.label_smoothing)
+    targets = load_targets(paths)
+    subjects, first = select_subjects(targets[0], client, index, None, n)
+    jobs, refused = [], []  # everything is checked before any attack
+    for target in targets:
+        try:
+            sizes = clients or [clients_per_round(target)]
+            owners = [client_of(target, s, first, None) for s in subjects]
+            plan = {m: [other_steps(target, victim, m) for victim, _ in owners] for m in sizes}
+            names = {c for steps in plan.values() for s in steps for c, _ in s} | {c for c, _ in owners}
+            models = {name: attacked_model(target, name, BASE_THREAT, dev) for name in sorted(names)}
+        except (ConfigError, CheckpointError) as exc:
+            if not skip_refused:
+                raise
+            refused.append({"name": target.name, "refused": str(exc)})
+            continue
+        jobs.append((target, sizes, owners, plan, models))
     rows, results = [], []
-    bar = tqdm(total=(1 + len(clients)) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
-    for row, m in [("single upload", None)] + [(f"aggregate of {m}", m) for m in clients]:
-        recs, scores, described = [], [], []
-        for k, (subject, (victim, pid)) in enumerate(zip(subjects, owners)):
-            net, shared = model_of(victim)
-            subject_seed = derive_seed(seed, "invert", subject.path)
-            if m is None:
-                defence = defence_as_trained(target.config) if defended else NO_DEFENCE
-                rec = reconstruct(net, subject.image, pid, threat=BASE_THREAT, shared=shared, settings=settings,
-                                  label_smoothing=target.config.train.label_smoothing, defence=defence,
-                                  seed=subject_seed, progress=progress)
-            else:
-                defence = client_defence(target.config, m, defended)
-                generator = torch.Generator().manual_seed(subject_seed)
-                steps = [(net, subject.image.to(dev), pid)]
-                for c, i in plan[m][k]:
-                    path, label, _ = target.clients[c].train[i]
-                    steps.append((model_of(c)[0], _to_unit_tensor(read_image(path), h, w).to(dev), label))
-                obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defence=defence,
-                                            generator=generator)
-                start = random_image((1, *subject.image.shape), generator, dev)
-                image = invert_feature(net, leak_bottleneck_feature(obs.grads), start, settings=settings,
-                                       progress=progress)
-                rec = Reconstruction(subject=subject.image.cpu(), reconstruction=image[0].cpu(),
-                                     baseline=start[0].cpu(), label=pid, inferred_label=None, label_rule=None)
-            recs.append(rec)
-            scores.append(score(net, rec))
-            described.append({"index": subject.index, "path": subject.path, "client": victim, "label": pid,
-                              "aggregated_with": [] if m is None else
-                              [target.clients[c].train[i][0] for c, i in plan[m][k]]})
-            bar.update()
-        where = out / ("single" if m is None else f"m{m}")
-        meta = {"checkpoint": str(target.path), "method": target.ckpt["method"],
-                "threat": BASE_THREAT if m is None else "aggregate", "clients": m, "attack": "feature inversion",
-                "match": settings.distance, "tv": settings.tv_weight, "iterations": settings.iterations,
-                "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defence),
-                "image_size": list(subjects[0].image.shape[1:])}
-        write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
-        save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" for d in described],
-                  title=f"{target.name}: {row}")
-        rows.append((row, summarise(scores)))
-        results.append({"name": row, "clients": m, "summary": rows[-1][1], "dir": str(where),
-                        "grid": str(where / "grid.png")})
+    several = len(targets) > 1
+    bar = tqdm(total=sum((1 + len(j[1])) * len(subjects) for j in jobs), desc="subjects", disable=not progress,
+               dynamic_ncols=True)
+    for target, sizes, owners, plan, models in jobs:
+        h, w = target.config.data.height, target.config.data.width
+        loss_fn = identity_loss(target.config.train.label_smoothing)
+        for row, m in [("single upload", None)] + [(f"aggregate of {m}", m) for m in sizes]:
+            recs, scores, described = [], [], []
+            for k, (subject, (victim, pid)) in enumerate(zip(subjects, owners)):
+                net, shared = models[victim]
+                subject_seed = derive_seed(seed, "invert", subject.path)
+                if m is None:
+                    defence = defence_as_trained(target.config) if defended else NO_DEFENCE
+                    rec = reconstruct(net, subject.image, pid, threat=BASE_THREAT, shared=shared, settings=settings,
+                                      label_smoothing=target.config.train.label_smoothing, defence=defence,
+                                      seed=subject_seed, progress=progress)
+                else:
+                    defence = client_defence(target.config, m, defended)
+                    generator = torch.Generator().manual_seed(subject_seed)
+                    steps = [(net, subject.image.to(dev), pid)]
+                    for c, i in plan[m][k]:
+                        path, label, _ = target.clients[c].train[i]
+                        steps.append((models[c][0], _to_unit_tensor(read_image(path), h, w).to(dev), label))
+                    obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defence=defence,
+                                                generator=generator)
+                    start = random_image((1, *subject.image.shape), generator, dev)
+                    image = invert_feature(net, leak_bottleneck_feature(obs.grads), start, settings=settings,
+                                           progress=progress)
+                    rec = Reconstruction(subject=subject.image.cpu(), reconstruction=image[0].cpu(),
+                                         baseline=start[0].cpu(), label=pid, inferred_label=None, label_rule=None)
+                recs.append(rec)
+                scores.append(score(net, rec))
+                described.append({"index": subject.index, "path": subject.path, "client": victim, "label": pid,
+                                  "aggregated_with": [] if m is None else
+                                  [target.clients[c].train[i][0] for c, i in plan[m][k]]})
+                bar.update()
+            where = (out / label_file_stem(target.name) if several else out) / ("single" if m is None else f"m{m}")
+            meta = {"checkpoint": str(target.path), "method": target.ckpt["method"],
+                    "threat": BASE_THREAT if m is None else "aggregate", "clients": m, "attack": "feature inversion",
+                    "match": settings.distance, "tv": settings.tv_weight, "iterations": settings.iterations,
+                    "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defence),
+                    "image_size": list(subjects[0].image.shape[1:])}
+            write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
+            title = f"{target.name}: {row}"
+            save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" for d in described],
+                      title=title)
+            rows.append((title if several else row, summarise(scores)))
+            results.append({"name": target.name, "row": row, "clients": m, "summary": rows[-1][1], "dir": str(where),
+                            "grid": str(where / "grid.png")})
     bar.close()
-    caption = (f"Gradient inversion of the server's view under secure aggregation ({target.name}): the sum of m "
-               f"clients' shared one-image updates, attacked through the bottleneck's feature leak and feature "
-               f"inversion ({settings.iterations} Adam iterations at lr {settings.lr:g}, {settings.distance} "
-               f"matching, TV {settings.tv_weight:g}; {'defences as trained, per client' if defended else 'no defences'}"
-               f"; {len(subjects)} subject(s)); reference: the single upload (threat {BASE_THREAT}). "
-               "Mean ± std against the victim's image, each row above its random-image baseline.")
-    return write_summary(out, caption, rows, results)
+    caption = (f"Gradient inversion of the server's view under secure aggregation"
+               f"{'' if several else f' ({targets[0].name})'}: the sum of m clients' shared one-image updates, "
+               f"attacked through the bottleneck's feature leak and feature inversion ({settings.iterations} Adam "
+               f"iterations at lr {settings.lr:g}, {settings.distance} matching, TV {settings.tv_weight:g}; "
+               f"{'defences as trained, per client' if defended else 'no defences'}; {len(subjects)} subject(s); "
+               f"m: {'as given' if clients else 'each run' + chr(39) + 's clients per round'}); reference: the "
+               f"single upload (threat {BASE_THREAT}).  Mean ± std against the victim's image, each row above its "
+               "random-image baseline."
+               + "".join(f" Not attacked: {r['name']} ({r['refused']})." for r in refused))
+    result = write_summary(out, caption, rows, results)
+    result.models += refused
+    return result

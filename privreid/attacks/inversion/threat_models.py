@@ -32,6 +32,10 @@ one is a subclass and one :func:`register_threat`):
 
   The BNNeck (``neck="bnneck"``) has no linear layer and its BN bias is frozen:
   it leaks ``dL/df * xhat`` only, and the two shared threat models refuse it.
+* ``"aggregate"``: what a server under secure aggregation sees, the sum of
+  ``--clients m`` clients' shared one-image updates, attacked like
+  ``shared-feature`` (:class:`AggregateThreat`; the campaign that builds the
+  sums is :mod:`.aggregate`).
 
 The attacker is assumed to know every non-head parameter of the client's model,
 local normalisation layers (SKA, FedBN) included: the strongest server, an
@@ -71,11 +75,28 @@ class ThreatModel:
     a gradient-matching attack compares (:meth:`matched_names`) and how the
     reconstruction runs (:meth:`reconstruct`).  ``needs_shared``: the threat
     observes the shared upload only, so a method that shares nothing cannot be attacked.
+    ``single_upload``: the observation is one client's upload (False: a sum of several).
     """
 
     name: str = ""
     summary: str = ""
     needs_shared: bool = True
+    single_upload: bool = True
+
+    def check_options(self, *, image, clients) -> None:
+        """Refuse campaign options this threat cannot take (before any work): ``--clients`` is the aggregate's."""
+        if clients:
+            raise ConfigError("--clients is for --threat aggregate")
+
+    def campaign(self, paths, out, *, settings, client=None, index=None, image=None, label=None, n=1, clients=None,
+                 defended=True, seed=0, device="cpu", progress=True):
+        """Attack the checkpoints ``paths`` under this threat (``privreid invert``): a :class:`CampaignResult`."""
+        from .campaign import invert_checkpoints
+
+        self.check_options(image=image, clients=clients)
+        return invert_checkpoints(paths, out, settings=settings, client=client, index=index, image=image,
+                                  label=label, n=n, threat=self.name, defended=defended, seed=seed, device=device,
+                                  progress=progress)
 
     def check(self, model: nn.Module, shared: set[str]) -> None:
         """Raise :class:`ConfigError` with the reason when ``model`` cannot be attacked under this threat."""
@@ -162,6 +183,37 @@ class SharedFeature(ThreatModel):
         return invert_feature(model, feature, start, settings=settings, progress=progress), None, None
 
 
+class AggregateThreat(SharedFeature):
+    """The sum of ``m`` clients' shared one-image updates (secure aggregation's server), attacked as ``shared-feature``.
+
+    One observation is a sum of ``shared-feature`` observations
+    (:func:`.aggregate.aggregate_observation`); its bottleneck leak is then a
+    mixture of the ``m`` pooled features.  The campaign
+    (:func:`.aggregate.invert_aggregate`) attacks one row per ``m`` next to
+    the single-upload reference.
+    """
+
+    name = "aggregate"
+    single_upload = False
+    summary = ("the sum of --clients m clients' shared updates (what a server under secure aggregation sees), "
+               "through the bottleneck's feature leak")
+
+    def check_options(self, *, image, clients) -> None:
+        from .aggregate import parse_clients
+
+        if image is not None:
+            raise ConfigError("--threat aggregate attacks dataset subjects (--index, --n), not --image")
+        parse_clients(clients)
+
+    def campaign(self, paths, out, *, settings, client=None, index=None, image=None, label=None, n=1, clients=None,
+                 defended=True, seed=0, device="cpu", progress=True):
+        from .aggregate import invert_aggregate, parse_clients
+
+        self.check_options(image=image, clients=clients)
+        return invert_aggregate(paths, out, settings=settings, clients=parse_clients(clients), client=client,
+                                index=index, n=n, defended=defended, seed=seed, device=device, progress=progress)
+
+
 #: ``--threat`` name -> threat model, in ``--help`` order
 THREATS: dict[str, ThreatModel] = {}
 
@@ -174,7 +226,7 @@ def register_threat(threat: ThreatModel) -> ThreatModel:
     return threat
 
 
-for _threat in (FullGradient(), SharedGradient(), SharedFeature()):
+for _threat in (FullGradient(), SharedGradient(), SharedFeature(), AggregateThreat()):
     register_threat(_threat)
 
 
