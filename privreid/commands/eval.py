@@ -74,7 +74,7 @@ def eval_command(
     from ..data.partition import as_test_set
     from ..evaluation.corrupted_eval import CORRUPT_SIDES, is_scaled
     from ..evaluation.model_eval import check_eval_options, evaluate_testset
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
     from ..reporting import format_table
 
     def corruption_options() -> dict:

@@ -82,7 +82,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     from ..attacks.inversion.campaign import Subject, _to_unit_tensor, client_of, load_targets
     from ..attacks.inversion.report import score, write_metrics_json
     from ..data.formats import read_image
-    from ..federated.engine import resolve_device
+    from ..device import resolve_device
     from ..seeding import derive_seed
 
     dev = resolve_device(device)
