@@ -133,3 +133,20 @@ def test_invert_refuses_a_label_outside_the_head(checkpoints, tmp_path):
     assert "out of range" in error_line(invoke("invert", "--model", checkpoints["fedpav"], "--image", image,
                                                "--label", n))
     assert "--label is for --image" in error_line(invoke("invert", "--model", checkpoints["fedpav"], "--label", 0))
+
+
+def test_invert_a_dppt_run_whose_classifier_every_client_shares(tiny_synth, tmp_path):
+    """DPPT's global-label classifier is server-side state, not a client's local key: the client's model is whole
+    (it was refused as headless before)."""
+    cfg = tiny_config(tiny_synth, "dppt", rounds=1, max_steps_per_epoch=2)
+    cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
+    run = tmp_path / "dppt"
+    FederatedEngine(cfg, federation_for_config(cfg), run, progress=False).run()
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    client = next(iter(ckpt["client_states"]))
+    assert not any(k.startswith("classifier.") for k in ckpt["client_states"][client])
+    out = tmp_path / "inv"
+    res = invoke("invert", "--model", run / "ckpt.pt", "--client", client, "--iterations", 2, "--out", out)
+    assert res.exit_code == 0, res.output
+    report = json.loads(next(out.rglob("metrics.json")).read_text())
+    assert report["subjects"] and all(METRIC_KEYS <= set(s["attack"]) for s in report["subjects"])

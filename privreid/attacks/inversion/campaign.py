@@ -133,10 +133,10 @@ def attacked_model(target: Target, client: str, threat: str, device):
     if client not in target.ckpt["client_states"]:
         raise CheckpointError(f"{target.path} holds no state for client {client!r}: it cannot rebuild the "
                               "client's model")
-    if not any(k.startswith("classifier.") for k in target.ckpt["client_states"][client]):
+    net = load_model(target.ckpt, client=client, device=device)
+    if not net.num_classes:  # neither its own head nor one every client shares (DPPT's, in the server state)
         raise CheckpointError(f"{target.path} holds no classifier head for client {client!r}; the client's "
                               "training step cannot be rebuilt")
-    net = load_model(target.ckpt, client=client, device=device)
     shared = set(target.ckpt["global_state"]) & {n for n, _ in net.named_parameters()}
     if get_threat(threat).needs_shared and not shared:
         raise CheckpointError(f"method {target.ckpt['method']!r} shares nothing: there is no upload to attack "
