@@ -1,4 +1,5 @@
-"""docs/extending.md's worked examples, run as written: a dataset format, an inversion attack and a defence."""
+"""docs/extending.md's worked examples, run as written: a dataset format, an inversion attack, a federated method
+and a defence."""
 
 import re
 from pathlib import Path
@@ -123,3 +124,55 @@ def test_the_defence_example_runs_end_to_end(rounding, tiny_synth, tmp_path, mon
 
     res = CliRunner().invoke(app, ["methods"])
     assert "rounding: yes" in res.output and "rounding: n/a (nothing is uploaded)" in res.output
+    # and through `privreid train`, configured with --set
+    tiny = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
+            "--device", "cpu", "--quiet", "--test-domains", "synthC", "--data", str(tiny_synth), "--rounds", "1"]
+    res = CliRunner().invoke(app, ["train", *tiny, "--set", "train.defenses.rounding.step=0.05",
+                                   "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["privacy"]["rounding"] == {"step": 0.05}
+
+
+@pytest.fixture()
+def fedmedian():
+    from privreid.federated.registry import get_method, unregister
+
+    exec(example("A federated method"), {})
+    yield get_method("fedmedian")
+    unregister("fedmedian")
+
+
+def test_the_method_example_trains_through_the_cli(fedmedian, tiny_synth, tmp_path, monkeypatch):
+    """The example method, registered here: `privreid train` runs it, the server's global state is the element-wise
+    median of the uploads, the strategy keeps the contract, `methods` lists it and secure aggregation refuses it."""
+    import json
+
+    from conftest import spy_on_uploads
+    from test_strategy_contract import check_contract, run_setup
+
+    from privreid.cli import app
+    from privreid.checkpoint import load_checkpoint
+
+    _, strategy, clients, global_state, uploads = run_setup(tiny_synth, "fedmedian")
+    result = check_contract(strategy, clients, global_state, uploads)
+    key = next(k for k, v in global_state.items() if v.is_floating_point())
+    a, b = (u.state[key] for u in uploads)  # two training clients: the lower middle value is the minimum
+    assert not torch.equal(a, b) and torch.equal(result.global_state[key], torch.minimum(a, b))
+
+    rounds = spy_on_uploads(monkeypatch, type(strategy))
+    tiny = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
+            "--device", "cpu", "--quiet", "--test-domains", "synthC", "--data", str(tiny_synth), "--rounds", "1"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "--method", "fedmedian", *tiny, "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["method"] == "fedmedian"
+    (received,) = rounds
+    ckpt = load_checkpoint(tmp_path / "run" / "ckpt.pt")
+    for k, v in ckpt["global_state"].items():
+        assert torch.equal(v, torch.stack([u.state[k] for u in received]).median(dim=0).values), k
+    assert "fedmedian" in runner.invoke(app, ["methods"]).output
+    res = runner.invoke(app, ["train", "--method", "fedmedian", *tiny, "--secure-aggregation",
+                              "--out", str(tmp_path / "secure")])
+    assert res.exit_code == 2 and res.output.startswith("error:") and len(res.output.strip().splitlines()) == 1, \
+        res.output
+    assert not (tmp_path / "secure").exists()

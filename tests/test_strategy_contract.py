@@ -19,6 +19,7 @@ from privreid.federated.methods.dppt import identity_key
 from privreid.federated.methods.fedarks import HAS_RATIO, RATIO, UPDATE_NORM
 from privreid.federated.methods.fednova import STEPS
 from privreid.federated.methods.fedpav_variants import CDW_METRIC
+from privreid.federated.method_options import option_defaults
 from privreid.federated.registry import available_methods, get_method
 from privreid.federated.strategy import DataVolumeAverage, RoundResult, Upload
 from privreid.data.catalog import federation_for_config
@@ -45,7 +46,7 @@ def same(a, b) -> bool:
 
 def run_setup(root, method: str, **train):
     m = get_method(method)
-    cfg = tiny_config(root, method=method, method_options={k: v for k, v in TINY_OPTIONS.items() if k in m.options},
+    cfg = tiny_config(root, method=method, method_options={k: v for k, v in TINY_OPTIONS.items() if k in option_defaults(m.options)},
                       **train)
     m = apply_defenses(m, cfg)
     prepare = m.prepare_clients_for(cfg)

@@ -161,6 +161,14 @@ def register(method: Method) -> Method:
     return method
 
 
+def unregister(name: str) -> None:
+    """Remove method ``name`` (a test's or a notebook's own method); unknown names are refused."""
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown method {name!r}")
+    del _REGISTRY[name]
+
+
 def _load_builtins() -> None:
     for module in BUILTIN_METHOD_MODULES:
         importlib.import_module(module)
