@@ -13,27 +13,41 @@ server that holds every upload of a round until it aggregates grows by one
 shared state per client (45 MiB for ResNet-18); a streaming aggregate stays
 flat.
 
-    python benchmarks/memory.py                       # fedpav, 3 / 9 / 27 clients
-    python benchmarks/memory.py --methods fedpav,fedavg,fedreid,fedprox,moon
+Every linear strategy (the server folds the uploads into a running sum) is
+measured by default: data-volume averaging (FedPav, FedAvg, FedProx, MOON,
+DPPT over FedAvg), uniform averaging (FedReID, SKA) and FedPav with client
+DP (the noisy mean of clipped updates).  An entry of ``--methods`` is a
+method name, optionally followed by ``privreid train`` flags of its own
+(``"fedpav --client-dp --clip 1 --noise-multiplier 1"``); the target is a ratio <= 1.15 for every entry.
+
+    OMP_NUM_THREADS=1 python benchmarks/memory.py          # every linear strategy, 3 / 9 / 27 clients
+    OMP_NUM_THREADS=1 python benchmarks/memory.py --methods "fedpav,moon"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+#: every linear strategy (see the module docstring)
+LINEAR = ("fedpav", "fedavg", "fedprox", "moon", "dppt", "fedreid", "ska",
+          "fedpav --client-dp --clip 1 --noise-multiplier 1")
+TARGET = 1.15
 
 #: runs privreid's CLI in this interpreter and prints the process's peak RSS (KiB on Linux) last
 _CHILD = """
 import resource, sys
 from privreid.cli import app
 try:
-    app(sys.argv[1:], standalone_mode=False)
+    code = app(sys.argv[1:], standalone_mode=False)  # an error is an exit code here, not an exception
 finally:
     print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)
+sys.exit(code if isinstance(code, int) else 0)
 """
 
 
@@ -43,7 +57,7 @@ def peak_rss_mib(method: str, clients_per_domain: int, out: Path, extra: list[st
            "--max-steps", "2", "--batch-size", "8", "--eval-every", "1", "--seed", "0", "--quiet",
            "--overwrite", "--out", str(out), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
-    if proc.returncode != 0:
+    if proc.returncode != 0 or not (out / "summary.json").is_file():  # a run that did not finish measures nothing
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("MAXRSS")][-1]
     return int(line.split()[1]) / 1024
@@ -59,26 +73,31 @@ def _env() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default="fedpav")
+    ap.add_argument("--methods", default=",".join(LINEAR),
+                    help="comma-separated entries: a method, optionally with its own train flags")
     ap.add_argument("--clients-per-domain", default="1,3,9", help="3 training domains: 3, 9, 27 clients")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--extra", default="", help="extra train flags, space separated")
+    ap.add_argument("--extra", default="", help="extra train flags for every entry, space separated")
     args = ap.parse_args()
     sizes = [int(v) for v in args.clients_per_domain.split(",")]
+    entries = [e.strip() for e in args.methods.split(",") if e.strip()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for method in args.methods.split(","):
+        for n, entry in enumerate(entries):
+            method, *flags = shlex.split(entry)
             peaks = {}
             for k in sizes:
-                peaks[3 * k] = peak_rss_mib(method, k, Path(tmp) / f"{method}-{k}", args.extra.split())
-                print(f"{method:10s} {3 * k:3d} clients  peak RSS {peaks[3 * k]:8.0f} MiB", flush=True)
+                peaks[3 * k] = peak_rss_mib(method, k, Path(tmp) / f"{n}-{k}", flags + args.extra.split())
+                print(f"{entry:20s} {3 * k:3d} clients  peak RSS {peaks[3 * k]:8.0f} MiB", flush=True)
             lo, hi = min(peaks), max(peaks)
-            rows.append({"method": method, "peak_rss_mib": peaks, "ratio": peaks[hi] / peaks[lo]})
+            rows.append({"method": entry, "peak_rss_mib": peaks, "ratio": peaks[hi] / peaks[lo]})
     print()
-    print(f"{'method':10s} " + " ".join(f"{3 * k:>9d}" for k in sizes) + "   ratio (max/min clients)")
+    print(f"{'method':20s} " + " ".join(f"{3 * k:>9d}" for k in sizes)
+          + f"   ratio (max/min clients; target <= {TARGET})")
     for r in rows:
-        print(f"{r['method']:10s} " + " ".join(f"{v:9.0f}" for v in r["peak_rss_mib"].values())
-              + f"   {r['ratio']:.2f}x")
+        verdict = "ok" if r["ratio"] <= TARGET else "NOT FLAT"
+        print(f"{r['method']:20s} " + " ".join(f"{v:9.0f}" for v in r["peak_rss_mib"].values())
+              + f"   {r['ratio']:.2f}x {verdict}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -367,10 +367,10 @@ class FederatedEngine:
             ctx.memory.mark_dirty()
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
+        shared = clone_state(self.policy.shared(state))  # one copy: the memory and the upload are only read
         if self.method.keeps_trained_model:
-            ctx.memory.update({TRAINED_PREFIX + k: v for k, v in clone_state(self.policy.shared(state)).items()})
-        return Upload(client.name, {**clone_state(self.policy.shared(state)), **clone_state(ctx.upload_extra)},
-                      client.num_samples, train_metrics)
+            ctx.memory.update({TRAINED_PREFIX + k: v for k, v in shared.items()})
+        return Upload(client.name, {**shared, **clone_state(ctx.upload_extra)}, client.num_samples, train_metrics)
 
     def open_inbox(self, round_index: int) -> RoundInbox:
         """The round's inbox, folding into a fresh accumulator of the strategy against the current global state."""

@@ -17,7 +17,9 @@ while round ``r`` runs; the checkpoint names its files
 them back into ``client_memory``, and files no checkpoint names any more are
 deleted once the next checkpoint is written (:meth:`ClientMemories.prune`).
 Values round-trip exactly (``torch.save`` / ``torch.load``), so results and
-``--resume`` are bit-identical to memories held in RAM.
+``--resume`` are bit-identical to memories held in RAM.  Files are mapped,
+not read, when loaded (:func:`load_memory_file`), so entries a round
+replaces without using are never read back.
 
 Changes are detected through the mapping interface (setting or deleting an
 entry); the engine also marks a memory changed after the client's local
@@ -41,8 +43,15 @@ RESIDENT = 1
 
 
 def load_memory_file(path: Path) -> dict[str, Any]:
-    """One client memory written by :class:`ClientMemories` (plain tensors and containers only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """One client memory written by :class:`ClientMemories` (plain tensors and containers only).
+
+    The tensors are mapped from the file, not read (``mmap=True``): an
+    entry is read from disk only when it is used, so a memory whose entries
+    are replaced (FedPav's trained copy, every round) costs no read.  The
+    mapping is private: writing to a loaded tensor changes this process's
+    copy, never the file, which an earlier checkpoint may still name.
+    """
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
 
 
 class ClientMemory(MutableMapping):
