@@ -144,8 +144,8 @@ def observe(train, metrics):
     clients = _clients()
     ledger = PrivacyLedger(_config(train), clients, 2)
     return {"notes": ledger.notes,
-            "stop": [ledger.before_round(r, clients[:2], {}) for r in range(4)],
-            "records": [ledger.after_round(r, {}) for r in range(1, 4)],
+            "stop": [ledger.before_round(r, clients[:2]) for r in range(4)],
+            "records": [ledger.after_round(r) for r in range(1, 4)],
             "statement": ledger.summary(metrics),
             "statement_stopped": ledger.summary(metrics, "privacy budget: stopped")}
 

@@ -280,3 +280,68 @@ def test_cli_dp_flags_train_and_fail_cleanly(tiny_synth, tmp_path):
     privacy = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
     assert privacy["epsilon"] == pytest.approx(epsilon(0.25, 2.0, 1, 1e-4)) and privacy["max_grad_norm"] == 0.5
     assert "GroupNorm" in ok.output
+
+
+# --------------------------------------------------------------------------- the ledger reads reports, not memory
+def _blind_ledger(engine):
+    """Make the privacy ledger's round hooks see empty client memories (whatever their signature)."""
+    (ledger,) = engine.observers
+    before, after = ledger.before_round, ledger.after_round
+    ledger.before_round = lambda r, selected, *memories: before(r, selected, *({} for _ in memories))
+    ledger.after_round = lambda r, *memories: after(r, *({} for _ in memories))
+
+
+def test_ledger_accounts_from_uploaded_reports_not_client_memory(tiny_synth, tmp_path):
+    cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, noise_multiplier=1.0, max_steps_per_epoch=1)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    _blind_ledger(engine)
+    uploads = []
+    receive = engine.receive
+    engine.receive = lambda inbox, upload: (uploads.append(upload), receive(inbox, upload))[1]
+    summary = engine.run()
+    # q = B / N = 8 / 32, one step a round (max_steps_per_epoch)
+    assert [(r["round"], r["client"], r["steps"], r["epsilon"]) for r in privacy_records(tmp_path)] == [
+        (n, c, n, pytest.approx(epsilon(0.25, 1.0, n, 1e-5))) for n in (1, 2) for c in ("synthA", "synthB")]
+    assert summary["privacy"]["epsilon"] == pytest.approx(epsilon(0.25, 1.0, 2, 1e-5))
+    # the client keeps its accountant (client-private) and reports it with every upload
+    assert [ClientAccountant.from_memory(u.reports, HISTORY_KEY).history for u in uploads] == [
+        [(1.0, 0.25, 1)], [(1.0, 0.25, 1)], [(1.0, 0.25, 2)], [(1.0, 0.25, 2)]]
+    assert all(float(u.reports[NOISE_KEY]) == 1.0 and not set(u.reports) & set(u.state) for u in uploads)
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert ClientAccountant.from_memory(ckpt["client_memory"]["synthB"], HISTORY_KEY).history == [(1.0, 0.25, 2)]
+    reported = ckpt["observer_state"]["privacy"]["dp-sgd"]["reported"]
+    assert ClientAccountant.from_memory(reported["synthA"], HISTORY_KEY).history == [(1.0, 0.25, 2)]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_resume_restores_the_ledger_and_old_checkpoints_rebuild_it_from_client_memory(tiny_synth, tmp_path,
+                                                                                     monkeypatch, legacy):
+    """A run resumed after round 1 accounts exactly as an uninterrupted one; an old checkpoint without the
+    ledger's state (``legacy``) is read back from its client memories once, at restore."""
+    from privreid.checkpoint import save_checkpoint
+
+    cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
+    fed = federation_for_config(cfg)
+    whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
+    killed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
+    select = killed.select_clients
+
+    def die_in_round_2(r):
+        if r == 1:
+            raise RuntimeError("killed")
+        return select(r)
+
+    monkeypatch.setattr(killed, "select_clients", die_in_round_2)
+    with pytest.raises(RuntimeError, match="killed"):
+        killed.run()
+    path = tmp_path / "killed" / "ckpt.pt"
+    if legacy:
+        ckpt = load_checkpoint(path, client_memory=False)
+        assert "dp-sgd" in ckpt.pop("observer_state")["privacy"]
+        save_checkpoint(ckpt, path)
+    resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
+    _blind_ledger(resumed)  # after the restore the ledger reads no client memory
+    summary = resumed.run(resume=True)
+    assert summary["privacy"]["epsilon_per_client"] == whole["privacy"]["epsilon_per_client"]
+    assert privacy_records(tmp_path / "killed") == privacy_records(tmp_path / "whole")
+    assert 8.0 - 0.01 < summary["privacy"]["epsilon"] <= 8.0

@@ -196,8 +196,8 @@ def test_same_epsilon_as_central_client_dp(tiny_synth):
     central = PrivacyLedger(tiny_config(tiny_synth, **dp), clients, 2)
     distributed = PrivacyLedger(tiny_config(tiny_synth, secure_aggregation=True, **dp), clients, 2)
     for r in (1, 5):
-        assert central.after_round(r, {}) == distributed.after_round(r, {})
-    statement = distributed.summary(distributed.after_round(5, {}))
+        assert central.after_round(r) == distributed.after_round(r)
+    statement = distributed.summary(distributed.after_round(5))
     assert statement["secure_aggregation"]["distributed_dp"] is True
     assert "Not an individual update" in statement["server_view"]
     assert "in the clear" in central.summary([])["server_view"]

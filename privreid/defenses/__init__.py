@@ -18,10 +18,13 @@ so every method gets them:
   ``TrainConfig.defenses[name]``.
 
 :class:`PrivacyLedger` is a round observer of the engine: it checks the
-defences' settings against the federation before anything is written, logs
+defences' settings against the federation before anything is written, reads
+what every received upload reports for it (``Upload.reports``; it never reads
+client memory, which is private to the client), logs
 their accounting after every round (``scope: "privacy"`` records in
 ``metrics.jsonl``), stops training before a ``--target-epsilon`` budget would
-be exceeded, and writes the ``privacy`` statement of ``summary.json``.  The
+be exceeded, and writes the ``privacy`` statement of ``summary.json``; the
+engine checkpoints its :meth:`~PrivacyLedger.state_dict`.  The
 differential-privacy modules import Opacus, so they are imported only when a
 run asks for them.
 """
@@ -33,6 +36,7 @@ from typing import Any
 from ..config import RunConfig
 from ..data.types import ClientData
 from ..federated.registry import Method
+from ..federated.strategy import Upload
 from .registry import Defence, DefenceLedger, enabled_defences, register
 
 #: ``server_view`` of the statement when no defence hides the uploads
@@ -67,20 +71,39 @@ class PrivacyLedger:
         enabled = enabled_defences(config)
         for defence in reversed(enabled):
             defence.check(config, clients, clients_per_round)
+        self.names: list[str] = [d.name for d in enabled]
         self.ledgers: list[DefenceLedger] = [d.ledger(config, clients, clients_per_round) for d in enabled]
         self.notes: list[str] = [note for ledger in self.ledgers for note in ledger.notes]
 
-    def before_round(self, round_index: int, selected: list[ClientData], memories) -> str | None:
+    def on_upload(self, upload: Upload) -> None:
+        """One upload reached the server (the engine's ``receive``): each ledger reads its ``reports``."""
+        for ledger in self.ledgers:
+            ledger.on_upload(upload)
+
+    def before_round(self, round_index: int, selected: list[ClientData]) -> str | None:
         """Why round ``round_index`` (0-based) must not run: the first defence's reason, or None."""
         for ledger in self.ledgers:
-            reason = ledger.before_round(round_index, selected, memories)
+            reason = ledger.before_round(round_index, selected)
             if reason:
                 return reason
         return None
 
-    def after_round(self, round_no: int, memories) -> list[dict[str, Any]]:
+    def after_round(self, round_no: int) -> list[dict[str, Any]]:
         """``metrics.jsonl`` records of the accounting after round ``round_no`` (1-based)."""
-        return [rec for ledger in self.ledgers for rec in ledger.after_round(round_no, memories)]
+        return [rec for ledger in self.ledgers for rec in ledger.after_round(round_no)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every ledger's state by defence name (the engine checkpoints it with the server's state)."""
+        return {name: ledger.state_dict() for name, ledger in zip(self.names, self.ledgers)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, ledger in zip(self.names, self.ledgers):
+            ledger.load_state_dict(state.get(name, {}))
+
+    def state_from_memories(self, memories) -> dict[str, Any]:
+        """Backward compatibility only: the state of a checkpoint written before the ledger kept its own,
+        rebuilt once at restore from that checkpoint's client memories."""
+        return {name: ledger.state_from_memories(memories) for name, ledger in zip(self.names, self.ledgers)}
 
     def summary(self, metrics: list[dict[str, Any]], stopped: str | None = None) -> dict[str, Any]:
         """The ``privacy`` entry of ``summary.json``: mechanism, epsilon spent, what it covers, the server's view."""

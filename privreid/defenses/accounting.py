@@ -28,8 +28,11 @@ Both are valid upper bounds.
 
 Per-client state.  :class:`ClientAccountant` keeps the accountant's history,
 rows ``(noise multiplier, sample rate, steps)``, as a float64 tensor in a
-client's memory (``ClientContext.memory``), which the engine checkpoints:
-epsilon after ``--resume`` equals epsilon of an uninterrupted run.
+client's memory (``ClientContext.memory``, private to the client, which
+plans its noise from it); the DP-SGD client update also reports it in
+``Upload.reports``, from which the server's privacy ledger keeps its own
+record.  The engine checkpoints both: epsilon after ``--resume`` equals
+epsilon of an uninterrupted run.
 """
 
 from __future__ import annotations

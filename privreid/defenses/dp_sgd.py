@@ -108,7 +108,7 @@ from ..federated.client import ClientContext, SupervisedUpdate
 from ..federated.registry import Method
 from .accounting import ClientAccountant, noise_for_epsilon
 
-#: client-memory keys: the RDP history rows and the client's fixed noise multiplier
+#: client-memory keys, also reported in ``Upload.reports``: the RDP history rows and the client's fixed noise multiplier
 HISTORY_KEY = "dp_sgd/rdp_history"
 NOISE_KEY = "dp_sgd/noise_multiplier"
 #: the 1-d-parameter gradients must match the mean per-sample gradient to this relative L2 error
@@ -293,6 +293,8 @@ class DPSGDUpdate:
             raise RuntimeError(f"DP-SGD took {accountant.steps - before} steps, planned {plan.steps_per_round}")
         ctx.memory[NOISE_KEY] = torch.tensor(plan.noise_multiplier, dtype=torch.float64)
         accountant.save(ctx.memory, HISTORY_KEY)
+        # the client keeps its accountant (it plans its own noise) and reports it for the server's ledger
+        ctx.reports.update({k: ctx.memory[k] for k in (HISTORY_KEY, NOISE_KEY)})
         return metrics
 
 

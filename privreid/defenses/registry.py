@@ -14,8 +14,10 @@ other module names it:
   :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defence.order`,
   the lowest innermost;
 * :meth:`Defence.ledger`: its accounting (:class:`DefenceLedger`): notes,
-  a stop reason before a round, ``metrics.jsonl`` records after it and its
-  part of the ``privacy`` statement of ``summary.json``;
+  what it reads from each received upload, a stop reason before a round,
+  ``metrics.jsonl`` records after it, its checkpointed state and its part of
+  the ``privacy`` statement of ``summary.json``; a ledger never reads client
+  memory;
 * :meth:`Defence.threat_assumption`: what an inversion attack that observes
   an upload (or a sum of ``m`` of them) must assume about it, as fields of
   :class:`privreid.attacks.inversion.defences.Defence`;
@@ -23,8 +25,9 @@ other module names it:
   (``privreid methods``);
 * :attr:`Defence.upload_extras` and :meth:`Defence.server_memory_keys`: the
   tensors it adds to an upload beyond the policy's shared keys (none for the
-  built-ins), and the client-memory keys its ledger reads on the server
-  (sent with a Flower site's reply).
+  built-ins), and the keys its client update reports to the server in
+  ``Upload.reports`` (read by its ledger's ``on_upload``; a Flower site's
+  reply may carry them).
 
 Adding a defence is one module with a :class:`Defence` subclass and
 ``register(MyDefence())``; docs/extending.md has a worked example.
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from ..config import RunConfig
     from ..data.types import ClientData
     from ..federated.registry import Method
+    from ..federated.strategy import Upload
 
 
 class DefenceLedger:
@@ -53,13 +57,28 @@ class DefenceLedger:
     def __init__(self) -> None:
         self.notes: list[str] = []
 
-    def before_round(self, round_index: int, selected: list[ClientData], memories: Mapping[str, Any]) -> str | None:
+    def on_upload(self, upload: Upload) -> None:
+        """One client's upload reached the server: read what it reports (``Upload.reports``)."""
+
+    def before_round(self, round_index: int, selected: list[ClientData]) -> str | None:
         """Why round ``round_index`` (0-based) must not run (e.g. a spent budget), or None."""
         return None
 
-    def after_round(self, round_no: int, memories: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def after_round(self, round_no: int) -> list[dict[str, Any]]:
         """``metrics.jsonl`` records after round ``round_no`` (1-based)."""
         return []
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the ledger keeps between rounds (checkpointed by the engine; tensors and containers)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` on ``--resume``."""
+
+    def state_from_memories(self, memories: Mapping[str, Any]) -> dict[str, Any]:
+        """Backward compatibility: a :meth:`state_dict` rebuilt from the client memories of a checkpoint
+        written before ledgers kept their own state (read once, at restore)."""
+        return {}
 
     def statement(self, out: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
         """Add this defence's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
@@ -121,7 +140,7 @@ class Defence:
         return "yes"
 
     def server_memory_keys(self, config: RunConfig) -> tuple[str, ...]:
-        """Client-memory keys this defence's ledger reads on the server."""
+        """Keys of ``Upload.reports`` this defence's client update sends for its ledger (client-memory entries)."""
         return ()
 
 

@@ -21,9 +21,12 @@ class RunPlan:
     """What the engine runs: ``method`` and ``observers(clients, clients_per_round)``.
 
     A round observer has ``key`` (its ``summary.json`` entry), ``notes``
-    (logged when the run starts), ``before_round(round_index, selected,
-    memories) -> stop reason or None``, ``after_round(round_no, memories) ->
-    metrics records`` and ``summary(metrics, stopped)``.
+    (logged when the run starts), ``on_upload(upload)`` (every upload the
+    server receives), ``before_round(round_index, selected) -> stop reason or
+    None``, ``after_round(round_no) -> metrics records``, ``state_dict()`` /
+    ``load_state_dict(state)`` (checkpointed), ``state_from_memories(memories)``
+    (restoring a checkpoint written before observers kept state) and
+    ``summary(metrics, stopped)``.  Observers never see client memory.
     """
 
     method: Method

@@ -69,6 +69,9 @@ class ClientContext:
     #: (DPPT's class centres, L2RW+ Eq. 5), filled by the client update; the
     #: engine adds them to the upload, so they count in ``bytes_up``
     upload_extra: StateDict = field(default_factory=dict)
+    #: tensors the client reports for the server's bookkeeping (``Upload.reports``: the DP-SGD
+    #: accountant the privacy ledger reads), filled by the client update; not aggregated
+    reports: StateDict = field(default_factory=dict)
     #: what the server transmitted besides model keys (DPPT's global centres of this client's
     #: identities, L2RW+ Sec. III-C step 4), for this round only
     received_extra: StateDict = field(default_factory=dict)

@@ -151,10 +151,12 @@ class FederatedEngine:
 
     ``build(config)`` gives the method (with its defences) and the round
     observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
-    whose observer is the privacy ledger).  Before every round each observer
-    may stop the run (``before_round``), after it each adds its records
-    (``after_round``), and ``summary.json`` holds each one's ``summary``
-    under its ``key``; the engine knows nothing else about them.
+    whose observer is the privacy ledger).  Each observer sees every upload the
+    server receives (``on_upload``); before every round each may stop the run
+    (``before_round``), after it each adds its records (``after_round``), the
+    checkpoint holds each one's ``state_dict`` under its ``key`` and
+    ``summary.json`` its ``summary``; the engine knows nothing else about
+    them, and never shows them client memory.
     """
 
     #: whether this process holds the clients' local states (the Flower server does not: its sites do)
@@ -225,6 +227,12 @@ class FederatedEngine:
             self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
             for name, memory in ckpt.get("client_memory", {}).items():
                 self.client_memory[name] = memory
+        observer_state = ckpt.get("observer_state")
+        if observer_state is None:  # backward compatibility: a checkpoint from before observers kept their own
+            # state (the ledger read client memory); rebuilt once, here, from that checkpoint's client memories
+            observer_state = {o.key: o.state_from_memories(self.client_memory) for o in self.observers}
+        for observer in self.observers:
+            observer.load_state_dict(observer_state.get(observer.key, {}))
         self.metrics = list(ckpt["metrics"])
         self.comm = list(ckpt["comm"])
         self.start_round = int(ckpt["round"])
@@ -370,7 +378,8 @@ class FederatedEngine:
         shared = clone_state(self.policy.shared(state))  # one copy: the memory and the upload are only read
         if self.method.keeps_trained_model:
             ctx.memory.update({TRAINED_PREFIX + k: v for k, v in shared.items()})
-        return Upload(client.name, {**shared, **clone_state(ctx.upload_extra)}, client.num_samples, train_metrics)
+        return Upload(client.name, {**shared, **clone_state(ctx.upload_extra)}, client.num_samples, train_metrics,
+                      reports=clone_state(ctx.reports))
 
     def open_inbox(self, round_index: int) -> RoundInbox:
         """The round's inbox, folding into a fresh accumulator of the strategy against the current global state."""
@@ -379,6 +388,8 @@ class FederatedEngine:
     def receive(self, inbox: RoundInbox, upload: Upload) -> None:
         """One upload arrives at the server: record the client's training metrics, then hand it to ``inbox``."""
         self._record({"round": inbox.round_no, "scope": "train", "client": upload.client, **upload.metrics})
+        for observer in self.observers:  # e.g. the privacy ledger reads the upload's reports
+            observer.on_upload(upload)
         inbox.add(upload)
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
@@ -407,7 +418,7 @@ class FederatedEngine:
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
         for observer in self.observers:
-            for rec in observer.after_round(round_no, self.client_memory):
+            for rec in observer.after_round(round_no):
                 self._record(rec)
         if self.evaluates(round_no):
             self.evaluate_round(round_no)
@@ -425,7 +436,7 @@ class FederatedEngine:
             if isinstance(self.client_memory, ClientMemories):
                 self.client_memory.round = r + 1
             selected = self.select_clients(r)
-            self.stopped = next(filter(None, (o.before_round(r, selected, self.client_memory)
+            self.stopped = next(filter(None, (o.before_round(r, selected)
                                               for o in self.observers)), None)
             if self.stopped:
                 self.log(self.stopped)
@@ -456,6 +467,7 @@ class FederatedEngine:
             "global_eval_extra": self._global_eval_extra(),
             "client_states": self.client_states,
             "server_client_state": self.client_server_state,
+            "observer_state": {o.key: o.state_dict() for o in self.observers},  # the privacy ledger's record
             **({"client_memory_files": files} if on_disk else {"client_memory": memories}),
             **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},

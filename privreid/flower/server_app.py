@@ -330,8 +330,6 @@ class FlowerServerEngine(FederatedEngine):
             upload = Upload(rep.client.name, record_to_state(rep.content.array_records[UPLOAD]),
                             int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics,
                             reports=record_to_state(ledger) if ledger is not None else {})
-            if upload.reports:  # the privacy ledger's view of the site's accountant (it reads client_memory)
-                self.client_memory.setdefault(upload.client, {}).update(upload.reports)
             self.receive(inbox, upload)
         needed = self.min_clients or len(selected)
         if failures:

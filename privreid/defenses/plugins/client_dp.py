@@ -39,7 +39,7 @@ class ClientDPLedger(DefenceLedger):
                           "(DP-FedAvg), replacing data-volume weights where the method uses them; noise std "
                           f"per trainable parameter Z*S/m = {t.noise_multiplier * t.clip / clients_per_round:.3g}")
 
-    def before_round(self, round_index, selected, memories) -> str | None:
+    def before_round(self, round_index, selected) -> str | None:
         t = self.config.train
         if t.target_epsilon is None:
             return None
@@ -49,7 +49,7 @@ class ClientDPLedger(DefenceLedger):
                     f"{round_index + 1}; training stops after round {round_index} (its checkpoint is the result)")
         return None
 
-    def after_round(self, round_no, memories) -> list[dict[str, Any]]:
+    def after_round(self, round_no) -> list[dict[str, Any]]:
         t = self.config.train
         return [{"round": round_no, "scope": "privacy", "level": "client",
                  "epsilon": epsilon(self.config, self.sample_rate, round_no), "delta": self.delta,

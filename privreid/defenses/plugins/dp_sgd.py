@@ -32,49 +32,84 @@ SUPPORT = {
 }
 
 
-def epsilon_after(plan, memory: dict | None, delta: float) -> float:
-    """A client's epsilon after one more round of ``plan`` on top of the history in its ``memory``."""
+def epsilon_after(plan, reported: dict | None, delta: float) -> float:
+    """A client's epsilon after one more round of ``plan`` on top of the history it ``reported``."""
     from ..accounting import ClientAccountant
     from ..dp_sgd import HISTORY_KEY
 
-    accountant = ClientAccountant.from_memory(memory or {}, HISTORY_KEY)
+    accountant = ClientAccountant.from_memory(reported or {}, HISTORY_KEY)
     return accountant.epsilon_after(plan.noise_multiplier, plan.sample_rate, plan.steps_per_round, delta)
 
 
 class DPSGDLedger(DefenceLedger):
-    """Per-client RDP accounting: epsilon after every round, the budget, the statement."""
+    """Per-client RDP accounting: epsilon after every round, the budget, the statement.
+
+    The ledger's record of a client is what the client last reported in
+    ``Upload.reports`` (its accountant history and noise multiplier,
+    :data:`~privreid.defenses.dp_sgd.HISTORY_KEY` and ``NOISE_KEY``); it never
+    reads client memory.  The engine checkpoints the record (:meth:`state_dict`).
+    """
 
     def __init__(self, config: RunConfig, clients):
         super().__init__()
         self.config, self.clients, self.delta = config, clients, dp_delta(config)
         self.notes.append(NORM_NOTE)
+        #: client name -> its latest ``Upload.reports`` entries of DP-SGD
+        self.reported: dict[str, dict[str, Any]] = {}
 
-    def before_round(self, round_index, selected, memories) -> str | None:
+    @staticmethod
+    def _keys() -> tuple[str, ...]:
+        from ..dp_sgd import HISTORY_KEY, NOISE_KEY
+
+        return (HISTORY_KEY, NOISE_KEY)
+
+    def on_upload(self, upload) -> None:
+        entries = {k: upload.reports[k] for k in self._keys() if k in upload.reports}
+        if entries:
+            self.reported[upload.client] = entries
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reported": {name: dict(entries) for name, entries in self.reported.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.reported = {name: dict(entries) for name, entries in state.get("reported", {}).items()}
+
+    def state_from_memories(self, memories) -> dict[str, Any]:
+        """Old checkpoints: each client's memory held the entries it now reports."""
+        keys = self._keys()
+        reported = {}
+        for c in self.clients:
+            memory = memories.get(c.name) or {}
+            if keys[0] in memory:
+                reported[c.name] = {k: memory[k] for k in keys if k in memory}
+        return {"reported": reported}
+
+    def before_round(self, round_index, selected) -> str | None:
         from ..dp_sgd import plan_for
 
         t = self.config.train
         if t.target_epsilon is None:
             return None
         for c in selected:
-            memory = memories.get(c.name)
-            eps = epsilon_after(plan_for(self.config, c.num_samples, memory), memory, self.delta)
+            reported = self.reported.get(c.name)
+            eps = epsilon_after(plan_for(self.config, c.num_samples, reported), reported, self.delta)
             if exceeds(self.config, eps):
                 return (f"privacy budget: client {c.name} would reach epsilon {eps:.4g} > target "
                         f"{t.target_epsilon:g} in round {round_index + 1}; training stops after round "
                         f"{round_index} (its checkpoint is the result)")
         return None
 
-    def after_round(self, round_no, memories) -> list[dict[str, Any]]:
+    def after_round(self, round_no) -> list[dict[str, Any]]:
         from ..accounting import ClientAccountant
         from ..dp_sgd import HISTORY_KEY, plan_for
 
         records = []
         for c in self.clients:
-            memory = memories.get(c.name, {})
-            if HISTORY_KEY not in memory:  # not trained yet
+            reported = self.reported.get(c.name, {})
+            if HISTORY_KEY not in reported:  # not trained yet
                 continue
-            plan = plan_for(self.config, c.num_samples, memory)
-            accountant = ClientAccountant.from_memory(memory, HISTORY_KEY)
+            plan = plan_for(self.config, c.num_samples, reported)
+            accountant = ClientAccountant.from_memory(reported, HISTORY_KEY)
             records.append({"round": round_no, "scope": "privacy", "level": "record", "client": c.name,
                             "epsilon": accountant.epsilon(self.delta), "delta": self.delta,
                             "noise_multiplier": plan.noise_multiplier, "sample_rate": plan.sample_rate,
