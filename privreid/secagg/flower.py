@@ -56,6 +56,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
 from flwr.client.mod import secaggplus_mod
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.constant import ErrorCode
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server.client_proxy import ClientProxy
@@ -182,19 +183,35 @@ def payload_bytes(content: RecordDict | None) -> int:
 
 class _GatedGrid:
     """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept,
-    and the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`)."""
+    the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`), and why a site
+    dropped out (an error reply, or none within the timeout) is noted in ``failures`` by node id."""
+
+    #: the SecAgg+ workflow's four exchanges, in order
+    STAGES = ("setup", "share keys", "collect masked vectors", "unmask")
 
     def __init__(self, grid):
         self.grid, self.replies = grid, []
         self.bytes_down = self.bytes_up = 0
+        self.failures: dict[int, str] = {}
+        self.exchanges = 0
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
+        stage = self.STAGES[min(self.exchanges, len(self.STAGES) - 1)]
+        self.exchanges += 1
         self.bytes_down += sum(payload_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         for reply in replies:
             check_secure_reply(reply)
             self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
+            if reply.has_error():
+                code = {v: k for k, v in vars(ErrorCode).items() if isinstance(v, int)}.get(reply.error.code)
+                self.failures[reply.metadata.src_node_id] = (f"{stage}: {code or reply.error.code}: "
+                                                             f"{str(reply.error.reason).strip()[:300]}")
+        replied = {r.metadata.src_node_id for r in replies}
+        for m in messages:
+            if m.metadata.dst_node_id not in replied:
+                self.failures[m.metadata.dst_node_id] = f"{stage}: no reply" + (f" within {timeout:g} s" if timeout else "")
         self.replies.extend(replies)
         return replies
 
@@ -282,10 +299,13 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                                   timeout=timeout)
     gated = _GatedGrid(grid)
     workflow(gated, context)
-    if not strategy.results:
-        raise FlowerRunError(f"round {round_no}: secure aggregation aborted (fewer than "
-                             f"{params.threshold} sites survived to unmask)")
     names = {p.node_id: p.cid for p, _ in instructions}
+    if not strategy.results:
+        why = "; ".join(f"{names.get(n, n)} ({w})" for n, w in sorted(gated.failures.items())) or "none reported"
+        wait = (f"each stage waits {timeout:g} s for the sites' replies (--round-timeout; raise it on a slow or "
+                "loaded machine)" if timeout else "each stage waits without a time limit (--round-timeout 0)")
+        raise FlowerRunError(f"round {round_no}: secure aggregation aborted: fewer than {params.threshold} sites "
+                             f"survived to unmask; dropped: {why}; {wait}")
     survivors = [names[p.node_id] for p, _ in strategy.results]
     dropped = [n for n in names.values() if n not in survivors]
     mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
