@@ -31,9 +31,20 @@ stages, counted by :func:`privreid.secagg.flower.payload_bytes`; plain: the
 tensors), wall time the time between consecutive rounds' first records
 (rounds 2 on; the first includes start-up).  Run it with ``OMP_NUM_THREADS=1``.
 
-Not yet measured: in the one attempt (3 sites, 32x16) the secure deployment
-run aborted in round 3 (fewer sites than the threshold replied to unmask);
-the table below is the in-process run only.
+``--out DIR`` keeps the deployment's logs (``DIR/dep/superlink.log``, which
+carries the ServerApp's output, and ``DIR/dep/supernode-*.log``, which carry
+the ClientApps'); a failed Flower run prints their tails.
+
+Not yet measured on Flower: the two attempts (3 sites, 32x16; rounds 3 and 2)
+aborted ("fewer than 2 sites survived to unmask").  The sites' logs showed
+the cause: on the loaded machine each ``flwr-clientapp``'s last request
+(``PushTaskOutput``, one try, carrying the updated Context) failed after
+the collect stage while the SuperNode forwarded the masked vector, the
+SuperNode kept the older Context, and every site refused the unmask stage
+("expect collect_masked_vectors stage, but receive unmask stage").  Fixed
+since (the sites mirror their SecAgg+ state in their ``state-dir``,
+:func:`privreid.secagg.flower.secure_aggregation_mod`); the deployment has
+not been re-run.  The table below is the in-process run only.
 
 Measured here (2-core CPU shared with other agents; one thread; ResNet-18 at
 64x32, 512-d neck, one local step of batch 16, 4 clients a round, 11.5 M
