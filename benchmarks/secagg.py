@@ -31,9 +31,20 @@ stages, counted by :func:`privreid.secagg.flower.payload_bytes`; plain: the
 tensors), wall time the time between consecutive rounds' first records
 (rounds 2 on; the first includes start-up).  Run it with ``OMP_NUM_THREADS=1``.
 
-Not yet measured: in the one attempt (3 sites, 32x16) the secure deployment
-run aborted in round 3 (fewer sites than the threshold replied to unmask);
-the table below is the in-process run only.
+``--out DIR`` keeps the deployment's logs (``DIR/dep/superlink.log``, which
+carries the ServerApp's output, and ``DIR/dep/supernode-*.log``, which carry
+the ClientApps'); a failed Flower run prints their tails.
+
+Not yet measured on Flower: the two attempts (3 sites, 32x16; rounds 3 and 2)
+aborted ("fewer than 2 sites survived to unmask").  The sites' logs showed
+the cause: on the loaded machine each ``flwr-clientapp``'s last request
+(``PushTaskOutput``, one try, carrying the updated Context) failed after
+the collect stage while the SuperNode forwarded the masked vector, the
+SuperNode kept the older Context, and every site refused the unmask stage
+("expect collect_masked_vectors stage, but receive unmask stage").  Fixed
+since (the sites mirror their SecAgg+ state in their ``state-dir``,
+:func:`privreid.secagg.flower.secure_aggregation_mod`); the deployment has
+not been re-run.  The table below is the in-process run only.
 
 Measured here (2-core CPU shared with other agents; one thread; ResNet-18 at
 64x32, 512-d neck, one local step of batch 16, 4 clients a round, 11.5 M
@@ -151,8 +162,14 @@ def run_flower(dep, root: Path, out: Path, *, secure: bool, sites: int, args) ->
         if done and done not in seen:
             seen[done] = time.perf_counter()
 
-    dep.run(ServerSettings(cfg, out, sites=sites, server_eval=False), timeout=args.flower_timeout, poll=0.1,
-            on_poll=poll)
+    from privreid.flower.messages import FlowerRunError
+
+    try:
+        dep.run(ServerSettings(cfg, out, sites=sites, server_eval=False, round_timeout=args.round_timeout),
+                timeout=args.flower_timeout, poll=0.1, on_poll=poll)
+    except FlowerRunError:
+        print(dep.log_tails(), file=sys.stderr)
+        raise
     ckpt = load_checkpoint(out / "ckpt.pt")
     secagg = [r for r in ckpt["metrics"] if r.get("scope") == "secagg"]
     per_round = []
@@ -174,25 +191,41 @@ def median(rounds: list[dict], key: str) -> float:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=4, help="synthetic domains (one client each)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="in-process rounds; 0 = skip the in-process runs")
     parser.add_argument("--arch", default="resnet18")
     parser.add_argument("--height", type=int, default=64)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--flower-rounds", type=int, default=3,
                         help="rounds on the loopback deployment (the first is not timed: startup); 0 = skip it")
-    parser.add_argument("--flower-timeout", type=float, default=900.0)
+    parser.add_argument("--flower-timeout", type=float, default=900.0,
+                        help="seconds each Flower run may take before it is stopped")
+    parser.add_argument("--round-timeout", type=float, default=0.0,
+                        help="seconds the Flower server waits for the sites' replies to each message (each SecAgg+ "
+                             "stage); a site that has not replied by then is dropped; 0 = wait until Flower reports "
+                             "it unreachable (privreid flower run's --round-timeout)")
+    parser.add_argument("--out", type=Path, help="keep everything here (synthetic data, runs, the deployment's "
+                                                 "logs: dep/superlink.log, dep/supernode-*.log; a new folder); default: a temporary one")
     args = parser.parse_args(argv)
+    if args.rounds < 0 or args.flower_rounds < 0 or (args.rounds == 0 and args.flower_rounds < 2):
+        parser.error("--rounds must be >= 0 and --flower-rounds 0 or >= 2, not both skipped")
+    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"--out {args.out}: not empty (give a new folder)")
     torch.set_num_threads(1)
     from privreid.data.synthetic import SynthConfig, generate_synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            tmp = args.out
         root = generate_synthetic(tmp / "synth", SynthConfig(num_domains=args.domains, ids_per_domain=8,
                                                               test_ids_per_domain=4, images_per_id_per_cam=2,
                                                               height=args.height, width=args.width))
-        plain = run_once(root, tmp / "plain", secure=False, args=args)
-        secure = run_once(root, tmp / "secure", secure=True, args=args)
+        plain = secure = None
+        if args.rounds:
+            plain = run_once(root, tmp / "plain", secure=False, args=args)
+            secure = run_once(root, tmp / "secure", secure=True, args=args)
         flower = {}
         if args.flower_rounds >= 2:
             from privreid.flower.deployment import LocalDeployment
@@ -203,8 +236,9 @@ def main(argv: list[str] | None = None) -> dict:
                 for name, sec in (("plain", False), ("secure", True)):
                     flower[name] = run_flower(dep, root, tmp / f"flower-{name}", secure=sec, sites=len(sites),
                                               args=args)
+            flower["sites"] = len(sites)
     rows = []
-    measured = [("in-process", plain, secure, ("bytes_up", "bytes_down", "round_s", "aggregate_s"))]
+    measured = [("in-process", plain, secure, ("bytes_up", "bytes_down", "round_s", "aggregate_s"))] if plain else []
     if flower:
         measured.append(("Flower loopback deployment", flower["plain"], flower["secure"],
                          ("bytes_up", "bytes_down", "round_s")))
@@ -214,11 +248,13 @@ def main(argv: list[str] | None = None) -> dict:
         for key in keys:
             a, b = median(a_run["rounds"], key), median(b_run["rounds"], key)
             rows.append({"runtime": runtime, "per round": labels[key], "plain": a, "secure": b, "ratio": b / a})
-    result = {"clients_per_round": plain["clients"], "shared_values": plain["shared_values"], "rows": rows,
-              "plain": plain, "secure": secure, "flower": flower, "arch": args.arch,
-              "image": [args.height, args.width]}
-    print(f"FedPav, {plain['clients']} clients a round, {args.arch} at {args.height}x{args.width}, "
-          f"{plain['shared_values'] / 1e6:.1f} M shared values; in-process: median of {args.rounds} rounds"
+    result = {"clients_per_round": plain["clients"] if plain else flower["sites"], "rows": rows, "plain": plain,
+              "secure": secure, "flower": flower, "arch": args.arch, "image": [args.height, args.width],
+              "threads": torch.get_num_threads(), "argv": sys.argv[1:] if argv is None else argv}
+    print(f"FedPav, {result['clients_per_round']} clients a round, {args.arch} at {args.height}x{args.width}, "
+          f"{torch.get_num_threads()} torch thread(s)"
+          + (f"; {plain['shared_values'] / 1e6:.1f} M shared values; in-process: median of {args.rounds} rounds"
+             if plain else "")
           + (f"; Flower: median of rounds 2..{args.flower_rounds}" if flower else ""))
     print(f"{'runtime':28s} {'per round':28s} {'plain':>14s} {'secure':>14s} {'ratio':>7s}")
     for r in rows:

@@ -18,6 +18,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import DPPTAggregate
 from privreid.defenses.registry import get_defence
 from privreid.federated.registry import available_methods, get_method
+from privreid.flower.messages import FlowerRunError
 from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
 from privreid.secagg.protocol import Parameters, secure_sum
 
@@ -347,13 +348,13 @@ def synth3(tmp_path_factory):
     return generate_synthetic(tmp_path_factory.mktemp("synth3") / "s", SynthConfig(**{**TINY_SYNTH, "num_domains": 4}))
 
 
-def secure_flower_run(root, tmp, cfg, *, drop=None, **settings):
+def secure_flower_run(root, tmp, cfg, *, drop=None, lose_context=None, **settings):
     from privreid.flower.client_app import app as client_app
     from privreid.flower.loopback import LoopbackGrid
     from privreid.flower.server_app import ServerSettings, run_server
 
     nodes = {10 + i: {"data": str(root / f"synth{d}"), "state-dir": str(tmp / f"state-{d}")} for i, d in enumerate("ABC")}
-    grid = LoopbackGrid(client_app, nodes, **({"drop": drop} if drop else {}))
+    grid = LoopbackGrid(client_app, nodes, drop=drop, lose_context=lose_context)
     summary = run_server(grid, ServerSettings(cfg, tmp / "flower", sites=3, poll=0.0, **settings), log=lambda m: None)
     return grid, summary
 
@@ -415,6 +416,36 @@ def test_flower_site_dropping_out_after_sharing_keys_is_recovered_by_the_protoco
     assert ckpt["round"] == 1 and rec["clients"] == 2 and rec["dropped"] == ["synthC"]
     assert [m["client"] for m in ckpt["metrics"] if m["scope"] == "train"] == ["synthA", "synthB"]
     assert all(torch.isfinite(v).all() for v in ckpt["global_state"].values() if v.is_floating_point())
+
+
+def test_flower_sites_whose_context_push_failed_resume_secaggplus_from_their_state_dir(synth3, tmp_path):
+    """flwr 1.41 stores a site's Context only if the ClientApp's last request gets through; on a loaded machine
+    it timed out after the collect stage on two of three sites, which then failed to unmask ("expect
+    collect_masked_vectors stage, but receive unmask stage") and aborted the round (the benchmark's failure)."""
+    def after_collect_on_b_and_c(node, msg):
+        configs = msg.content.config_records.get("secaggplus_configs", {})
+        return node in (11, 12) and configs.get("stage") == "collect_masked_vectors"
+
+    cfg = flower_cfg(synth3)
+    grid, _ = secure_flower_run(synth3, tmp_path, cfg, lose_context=after_collect_on_b_and_c)
+    assert not [m for m in grid.received if m.has_error()]
+    FederatedEngine(flower_cfg(synth3), federation_for_config(cfg), tmp_path / "in-process", progress=False,
+                    log=lambda s: None).run()
+    flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
+    for k, v in inproc["global_state"].items():
+        assert torch.equal(flower["global_state"][k], v), k
+    assert not list(tmp_path.glob("state-*/secaggplus-*"))  # the secret keys leave the disk after unmask
+
+
+def test_flower_secaggplus_abort_names_the_dropped_sites_why_and_the_timeout(synth3, tmp_path):
+    def setup_of_b_and_c(node, msg):
+        return node in (11, 12)
+
+    with pytest.raises(FlowerRunError, match=r"round 1: secure aggregation aborted: fewer than 2 sites survived to "
+                                             r"unmask; dropped: synthB \(setup: NODE_UNAVAILABLE: node 11 unavailable "
+                                             r"\(simulated\)\); synthC .*; each stage waits 7 s for the sites' replies "
+                                             r"\(--round-timeout; raise it"):
+        secure_flower_run(synth3, tmp_path, flower_cfg(synth3), drop=setup_of_b_and_c, round_timeout=7)
 
 
 @pytest.mark.parametrize("extra,match", [

@@ -15,7 +15,10 @@ process per message (the benchmark measures those on a real deployment).
 the privacy tests inspect it).  ``drop(node_id, message) -> bool`` simulates a
 SuperNode killed before it replies: the message, and every later one to that
 node, is answered with the ``NODE_UNAVAILABLE`` error the SuperLink returns
-once a node's heartbeat has lapsed.
+once a node's heartbeat has lapsed.  ``lose_context(node_id, message) -> bool``
+simulates a ``flwr-clientapp`` whose last request (flwr 1.41's
+``PushTaskOutput``, which carries the updated ``Context``) failed after its
+reply had left: the reply arrives, the node keeps its previous context.
 """
 
 from __future__ import annotations
@@ -53,11 +56,12 @@ class LoopbackGrid(Grid):
     """A Grid whose SuperNodes are ``ClientApp`` calls in this process (see the module docstring)."""
 
     def __init__(self, client_app: ClientApp, node_configs: dict[int, dict], *, run_id: int = 1,
-                 drop: Callable[[int, Message], bool] | None = None):
+                 drop: Callable[[int, Message], bool] | None = None,
+                 lose_context: Callable[[int, Message], bool] | None = None):
         self.client_app = client_app
         self.contexts = {node: Context(run_id=run_id, node_id=node, node_config=dict(cfg), state=RecordDict(),
                                        run_config={}) for node, cfg in node_configs.items()}
-        self.drop = drop
+        self.drop, self.lose_context = drop, lose_context
         self.down: set[int] = set()
         self.received: list[Message] = []
         self.bytes_down = self.bytes_up = 0
@@ -98,13 +102,15 @@ class LoopbackGrid(Grid):
         return ids
 
     def _deliver(self, node: int, message: Message) -> Message:
-        context = self.contexts[node]
+        lost = self.lose_context is not None and self.lose_context(node, message)
+        context = context_from_proto(context_to_proto(self.contexts[node])) if lost else self.contexts[node]
         try:
             reply = self.client_app(message=message, context=context)
         except Exception as exc:  # what the SuperNode turns a ClientApp exception into
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
                                   reason=f"{type(exc)}:<'{exc}'>"), reply_to=message)
-        self.contexts[node] = context_from_proto(context_to_proto(context))  # what the SuperNode stores
+        if not lost:
+            self.contexts[node] = context_from_proto(context_to_proto(context))  # what the SuperNode stores
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
         returned, size = _wire(reply)
         self.bytes_up += size

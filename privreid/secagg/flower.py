@@ -48,6 +48,8 @@ and are refused.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
 from flwr.client.mod import secaggplus_mod
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.common.constant import ErrorCode
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
+from flwr.common.serde import config_record_from_proto, config_record_to_proto
+from flwr.proto.recorddict_pb2 import ConfigRecord as ProtoConfigRecord
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.legacy_context import LegacyContext
@@ -81,14 +86,64 @@ def secure_aggregation_mod(msg: Message, ctxt: Context, call_next) -> Message:
 
     numpy's global generator comes back as it was: :func:`secure_fit_reply`
     seeds it for the mod's stochastic rounding.
+
+    The mod keeps the protocol's state (keys, the shares received, the
+    stage reached) in ``ctxt.state``, which the SuperNode stores only when
+    the ``flwr-clientapp`` process's last request (flwr 1.41's
+    ``PushTaskOutput``: one try, after the reply has left) gets through; on
+    a loaded machine it can time out while the SuperNode forwards a large
+    masked vector, the SuperNode keeps the previous context, and the
+    site's next stage fails ("expect collect_masked_vectors stage, but
+    receive unmask stage"), so the site drops out of the round.  The state
+    is therefore also mirrored in the site's ``state-dir``
+    (:func:`secagg_state_path`, owner-only) after every stage but the
+    last (unmask deletes it) and restored from there before the next one:
+    the disk copy is never older than the context's.
     """
     if not is_secure(msg):
         return call_next(msg, ctxt)
+    path = secagg_state_path(ctxt, msg.metadata.run_id)
+    _restore_state(ctxt, path)
     state = np.random.get_state()
     try:
-        return secaggplus_mod(msg, ctxt, call_next)
+        reply = secaggplus_mod(msg, ctxt, call_next)
     finally:
         np.random.set_state(state)
+    if reply.has_error():
+        return reply
+    if ctxt.state.config_records[RECORD_KEY_STATE].get("current_stage") == Stage.UNMASK:
+        path.unlink(missing_ok=True)  # the round is over for this site; the next starts with a new setup
+    else:
+        _save_state(ctxt, path)
+    return reply
+
+
+def secagg_state_path(ctxt: Context, run_id: int):
+    """Where a site mirrors its SecAgg+ state of run ``run_id``: ``<state-dir>/secaggplus-<run id>.bin``."""
+    from ..flower.site import NODE_STATE_DIR, Site
+
+    state_dir = ctxt.node_config.get(NODE_STATE_DIR)
+    root = Path(str(state_dir)).expanduser() if state_dir else Site.from_node_config(ctxt.node_config).state_dir
+    return root / f"secaggplus-{run_id}.bin"
+
+
+def _save_state(ctxt: Context, path) -> None:
+    data = config_record_to_proto(ctxt.state.config_records[RECORD_KEY_STATE]).SerializeToString()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the site's secret keys
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _restore_state(ctxt: Context, path) -> None:
+    """Put the mirrored state (the site's latest) in ``ctxt``."""
+    if not path.is_file():
+        return
+    proto = ProtoConfigRecord()
+    proto.ParseFromString(path.read_bytes())
+    ctxt.state.config_records[RECORD_KEY_STATE] = config_record_from_proto(proto)
 
 
 def round_seed(seed: int, round_index: int) -> int:
@@ -182,19 +237,35 @@ def payload_bytes(content: RecordDict | None) -> int:
 
 class _GatedGrid:
     """The Grid the workflow talks through: every reply passes :func:`check_secure_reply`; replies are kept,
-    and the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`)."""
+    the payload bytes sent (down) and received (up) are counted (:func:`payload_bytes`), and why a site
+    dropped out (an error reply, or none within the timeout) is noted in ``failures`` by node id."""
+
+    #: the SecAgg+ workflow's four exchanges, in order
+    STAGES = ("setup", "share keys", "collect masked vectors", "unmask")
 
     def __init__(self, grid):
         self.grid, self.replies = grid, []
         self.bytes_down = self.bytes_up = 0
+        self.failures: dict[int, str] = {}
+        self.exchanges = 0
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
+        stage = self.STAGES[min(self.exchanges, len(self.STAGES) - 1)]
+        self.exchanges += 1
         self.bytes_down += sum(payload_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         for reply in replies:
             check_secure_reply(reply)
             self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
+            if reply.has_error():
+                code = {v: k for k, v in vars(ErrorCode).items() if isinstance(v, int)}.get(reply.error.code)
+                self.failures[reply.metadata.src_node_id] = (f"{stage}: {code or reply.error.code}: "
+                                                             f"{str(reply.error.reason).strip()[:300]}")
+        replied = {r.metadata.src_node_id for r in replies}
+        for m in messages:
+            if m.metadata.dst_node_id not in replied:
+                self.failures[m.metadata.dst_node_id] = f"{stage}: no reply" + (f" within {timeout:g} s" if timeout else "")
         self.replies.extend(replies)
         return replies
 
@@ -282,10 +353,13 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                                   timeout=timeout)
     gated = _GatedGrid(grid)
     workflow(gated, context)
-    if not strategy.results:
-        raise FlowerRunError(f"round {round_no}: secure aggregation aborted (fewer than "
-                             f"{params.threshold} sites survived to unmask)")
     names = {p.node_id: p.cid for p, _ in instructions}
+    if not strategy.results:
+        why = "; ".join(f"{names.get(n, n)} ({w})" for n, w in sorted(gated.failures.items())) or "none reported"
+        wait = (f"each stage waits {timeout:g} s for the sites' replies (--round-timeout; raise it on a slow or "
+                "loaded machine)" if timeout else "each stage waits without a time limit (--round-timeout 0)")
+        raise FlowerRunError(f"round {round_no}: secure aggregation aborted: fewer than {params.threshold} sites "
+                             f"survived to unmask; dropped: {why}; {wait}")
     survivors = [names[p.node_id] for p, _ in strategy.results]
     dropped = [n for n in names.values() if n not in survivors]
     mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
