@@ -29,7 +29,9 @@ from measurements of the pieces:
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,6 +69,7 @@ def main() -> None:
     from privreid.flower.server_app import RUN_INFO, ServerSettings, run_server
 
     tmp = Path(tempfile.mkdtemp(prefix="flower-bench-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its run directories hold ResNet-18 checkpoints
     root = generate_synthetic(tmp / "synth", SynthConfig(num_domains=3, ids_per_domain=6, test_ids_per_domain=4,
                                                          cams_per_domain=3, images_per_id_per_cam=2,
                                                          height=args.height, width=args.width))
