@@ -120,6 +120,36 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _sgd(source: str) -> tuple[PaperValue, ...]:
+    """SGD with momentum 0.9 and weight decay 5e-4, as all four recipes below state it (each with its source)."""
+    return (PaperValue("--optimizer", "sgd", source), PaperValue("momentum", 0.9, source),
+            PaperValue("weight_decay", 5e-4, source))
+
+
+WU_GONG_CODE = "reference code SunTongtongtong/FedReid"
+
+
+def _wu_gong_code() -> tuple[PaperValue, ...]:
+    """Input size, last stride and augmentation of Wu & Gong's released code (their papers 002 and 000 leave
+    them open)."""
+    return (PaperValue("--height", 256, WU_GONG_CODE), PaperValue("--width", 128, WU_GONG_CODE),
+            PaperValue("--last-stride", 2, WU_GONG_CODE), PaperValue("--random-erasing", 0.0, WU_GONG_CODE))
+
+
+def _wu_gong_training(source: str, lr_step: int) -> tuple[PaperValue, ...]:
+    """The local-training recipe that both Wu & Gong papers state (002 Sec. IV-A, 000 Sec. 4.2): :func:`_sgd`,
+    learning rates 0.01 (backbone) and 0.1 (head) decayed by 0.1 every ``lr_step`` rounds, batch size 32, one
+    local epoch, 100 rounds."""
+    return (*_sgd(source),
+            PaperValue("--lr-backbone", 0.01, source),
+            PaperValue("--lr-head", 0.1, source),
+            PaperValue("--lr-step", lr_step, source),
+            PaperValue("--lr-gamma", 0.1, source),
+            PaperValue("--batch-size", 32, source),
+            PaperValue("--local-epochs", 1, source),
+            PaperValue("--rounds", 100, source))
+
+
 FEDPAV_CODE = "reference code cap-ntu/FedReID"
 P004 = "paper 004"
 FEDPAV = Recipe("FedPav", (
@@ -133,9 +163,7 @@ FEDPAV = Recipe("FedPav", (
     PaperValue("--dropout", 0.5, FEDPAV_CODE),
     PaperValue("--random-erasing", 0.0, FEDPAV_CODE),
     PaperValue("--triplet-weight", 0.0, f"{P004} Sec. 3.3, IDE: identity loss only"),
-    PaperValue("--optimizer", "sgd", f"{P004} Sec. 3.5"),
-    PaperValue("momentum", 0.9, f"{P004} Sec. 3.5"),
-    PaperValue("weight_decay", 5e-4, f"{P004} Sec. 3.5"),
+    *_sgd(f"{P004} Sec. 3.5"),
     PaperValue("--lr-backbone", 0.005, f"{P004} Sec. 3.5"),
     PaperValue("--lr-head", 0.05, f"{P004} Sec. 3.5"),
     PaperValue("--lr-neck", 0.05, f"{FEDPAV_CODE}: the 512-d bottleneck trains with the classifier"),
@@ -150,29 +178,16 @@ FEDPAV = Recipe("FedPav", (
     PaperValue("--eval-flip", True, FEDPAV_CODE),
 ))
 
-WU_GONG_CODE = "reference code SunTongtongtong/FedReid"
 P002 = "paper 002 Sec. IV-A"
 FEDREID = Recipe("FedReID", (
     PaperValue("--arch", "resnet50", P002),
     PaperValue("--pretrained", "imagenet", P002),
     PaperValue("--neck", "bnneck", f"{P002}: a 2048-d feature"),
-    PaperValue("--height", 256, WU_GONG_CODE),
-    PaperValue("--width", 128, WU_GONG_CODE),
-    PaperValue("--last-stride", 2, WU_GONG_CODE),
-    PaperValue("--random-erasing", 0.0, WU_GONG_CODE),
+    *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 002 Sec. III: identity loss"),
     PaperValue("--client-fraction", 0.5, P002),
     PaperValue("--beta", 0.0, P002),
-    PaperValue("--optimizer", "sgd", P002),
-    PaperValue("momentum", 0.9, P002),
-    PaperValue("weight_decay", 5e-4, P002),
-    PaperValue("--lr-backbone", 0.01, P002),
-    PaperValue("--lr-head", 0.1, P002),
-    PaperValue("--lr-step", 20, P002),
-    PaperValue("--lr-gamma", 0.1, P002),
-    PaperValue("--batch-size", 32, P002),
-    PaperValue("--local-epochs", 1, P002),
-    PaperValue("--rounds", 100, P002),
+    *_wu_gong_training(P002, lr_step=20),
     PaperValue("--eval-flip", True, WU_GONG_CODE),
 ))
 
@@ -180,21 +195,9 @@ P000 = "paper 000 Sec. 4.2"
 SKA = Recipe("SKA", (
     PaperValue("--arch", "resnet50", P000),
     PaperValue("--pretrained", "imagenet", P000),
-    PaperValue("--height", 256, WU_GONG_CODE),
-    PaperValue("--width", 128, WU_GONG_CODE),
-    PaperValue("--last-stride", 2, WU_GONG_CODE),
-    PaperValue("--random-erasing", 0.0, WU_GONG_CODE),
+    *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 000 Algorithm 1: identity loss"),
-    PaperValue("--optimizer", "sgd", P000),
-    PaperValue("momentum", 0.9, P000),
-    PaperValue("weight_decay", 5e-4, P000),
-    PaperValue("--lr-backbone", 0.01, P000),
-    PaperValue("--lr-head", 0.1, P000),
-    PaperValue("--lr-step", 40, P000),
-    PaperValue("--lr-gamma", 0.1, P000),
-    PaperValue("--batch-size", 32, P000),
-    PaperValue("--local-epochs", 1, P000),
-    PaperValue("--rounds", 100, P000),
+    *_wu_gong_training(P000, lr_step=40),
     PaperValue("--eval-flip", True, WU_GONG_CODE),
 ))
 
@@ -223,9 +226,7 @@ DPPT = Recipe("L2RW+ DPPT", (
     PaperValue("--neck", "bnneck", f"{L2RW_CODE}: a BatchNorm bottleneck"),
     PaperValue("--last-stride", 1, L2RW_CODE),
     PaperValue("--random-erasing", 0.0, L2RW_CODE),
-    PaperValue("--optimizer", "sgd", P003),
-    PaperValue("momentum", 0.9, P003),
-    PaperValue("weight_decay", 5e-4, P003),
+    *_sgd(P003),
     PaperValue("--lr-head", 0.2, f"{P003}: the initial learning rate"),
     PaperValue("--lr-neck", 0.2, f"{L2RW_CODE}: the bottleneck trains with the classifier"),
     PaperValue("--lr-backbone", 0.02, f"{L2RW_CODE}: 0.1 x the learning rate"),
