@@ -88,25 +88,22 @@ def test_list_names_every_table_of_the_issue():
     assert "smoke:" in res.output and "paper:" in res.output
 
 
+#: a paper-scale reproduction reading the (empty) data root ``{root}``
+PAPER_SCALE = ["--scale", "paper", "--data-root", "{root}", "--out", "{out}"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["nosuch", "--out", "{out}"], "unknown table 'nosuch'"),
     (["fedreid-table2", "--scale", "huge", "--out", "{out}"], "--scale must be one of smoke, paper"),
     (["fedreid-table2", "--scale", "paper", "--out", "{out}"], "--scale paper needs --data-root"),
-    (["fedreid-table2", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "missing dataset dukemtmcreid: expected"),
-    (["l2rw-table7", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "missing dataset sysu-mm01: expected"),
-    (["l2rw-fig8", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "missing dataset sysu-mm01: expected"),
-    (["l2rw-table9", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "missing dataset sysu-mm01: expected"),
-    (["fedpav-table5", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "fedpav-table5: its paper scale needs a federation of nine datasets"),
-    (["fedarks-table1", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "fedarks-table1: its source domains include CUHK02"),
-    (["ska-table2", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
-     "missing dataset dukemtmcreid: expected"),
-    (["fedpav-table4", "--scale", "paper", "--data-root", "{root}", "--out", "{out}"],
+    (["fedreid-table2", *PAPER_SCALE], "missing dataset dukemtmcreid: expected"),
+    (["l2rw-table7", *PAPER_SCALE], "missing dataset sysu-mm01: expected"),
+    (["l2rw-fig8", *PAPER_SCALE], "missing dataset sysu-mm01: expected"),
+    (["l2rw-table9", *PAPER_SCALE], "missing dataset sysu-mm01: expected"),
+    (["fedpav-table5", *PAPER_SCALE], "fedpav-table5: its paper scale needs a federation of nine datasets"),
+    (["fedarks-table1", *PAPER_SCALE], "fedarks-table1: its source domains include CUHK02"),
+    (["ska-table2", *PAPER_SCALE], "missing dataset dukemtmcreid: expected"),
+    (["fedpav-table4", *PAPER_SCALE],
      "fedpav-table4: its paper scale needs a federation of nine datasets in different layouts"),
     (["fedreid-table2"], "--out is required"),
 ])
@@ -119,19 +116,15 @@ def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_paper_scale_checks_the_training_data_in_its_own_layout(tmp_path):
-    """Regression: a column filled from the run's own test set (its source names a metric) once replaced the
-    training dataset's format, and the check asked for an "mINP layout"."""
-    for name in ("sysu-mm01", "llcm"):
+@pytest.mark.parametrize("table,datasets,layout", [
+    ("fedreid-table2", ("dukemtmcreid", "market1501", "cuhk03np", "msmt17"), "dukemtmcreid"),
+    # Regression: a column filled from the run's own test set (its source names a metric) once replaced the
+    # training dataset's format, and the check asked for an "mINP layout".
+    ("l2rw-table7", ("sysu-mm01", "llcm"), "sysu-mm01"),
+])
+def test_wrong_layout_at_paper_scale_names_the_training_datasets_layout(tmp_path, table, datasets, layout):
+    for name in datasets:
         (tmp_path / name).mkdir()
-    res = runner.invoke(app, ["reproduce", "l2rw-table7", "--scale", "paper", "--data-root", str(tmp_path),
+    res = runner.invoke(app, ["reproduce", table, "--scale", "paper", "--data-root", str(tmp_path),
                               "--out", str(tmp_path / "out")])
-    assert res.exit_code == 2 and "is not in the sysu-mm01 layout" in res.output
-
-
-def test_wrong_layout_at_paper_scale_names_the_layout(tmp_path):
-    for name in ("dukemtmcreid", "market1501", "cuhk03np", "msmt17"):
-        (tmp_path / name).mkdir()
-    res = runner.invoke(app, ["reproduce", "fedreid-table2", "--scale", "paper", "--data-root", str(tmp_path),
-                              "--out", str(tmp_path / "out")])
-    assert res.exit_code == 2 and "is not in the dukemtmcreid layout" in res.output
+    assert res.exit_code == 2 and f"is not in the {layout} layout" in res.output
