@@ -67,3 +67,21 @@ def spy_on_uploads(monkeypatch, strategy_cls) -> list:
 
     monkeypatch.setattr(strategy_cls, "accumulator", lambda self, global_state: Spy(original(self, global_state)))
     return rounds
+
+
+def kill_in_round(monkeypatch, engine, round_no: int) -> None:
+    """Run ``engine`` and kill it in round ``round_no`` (1-based) after the round's work, before its checkpoint is
+    written: its run directory is left as a crash leaves it, with round ``round_no - 1``'s checkpoint."""
+    from privreid.checkpoint import load_checkpoint
+
+    checkpoint = engine._checkpoint
+
+    def die(r):
+        if r == round_no:
+            raise KeyboardInterrupt
+        checkpoint(r)
+
+    monkeypatch.setattr(engine, "_checkpoint", die)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run()
+    assert load_checkpoint(engine.out_dir / "ckpt.pt")["round"] == round_no - 1

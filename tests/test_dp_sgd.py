@@ -16,7 +16,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.losses import identity_loss
 from privreid.models import build_model
 
-from conftest import tiny_config
+from conftest import kill_in_round, tiny_config
 
 BN = nn.modules.batchnorm._BatchNorm
 
@@ -232,18 +232,7 @@ def test_epsilon_after_resume_equals_uninterrupted_and_budget_stops_an_extended_
     fed = federation_for_config(cfg)
     whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
 
-    killed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
-    select = killed.select_clients
-
-    def die_in_round_2(r):
-        if r == 1:
-            raise RuntimeError("killed")
-        return select(r)
-
-    monkeypatch.setattr(killed, "select_clients", die_in_round_2)
-    with pytest.raises(RuntimeError, match="killed"):
-        killed.run()
-    assert load_checkpoint(tmp_path / "killed" / "ckpt.pt")["round"] == 1
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None), 2)
     resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None).run(resume=True)
     assert resumed["privacy"]["epsilon_per_client"] == whole["privacy"]["epsilon_per_client"]
     assert privacy_records(tmp_path / "killed") == privacy_records(tmp_path / "whole")
@@ -323,17 +312,7 @@ def test_resume_restores_the_ledger_and_old_checkpoints_rebuild_it_from_client_m
     cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
     fed = federation_for_config(cfg)
     whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
-    killed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
-    select = killed.select_clients
-
-    def die_in_round_2(r):
-        if r == 1:
-            raise RuntimeError("killed")
-        return select(r)
-
-    monkeypatch.setattr(killed, "select_clients", die_in_round_2)
-    with pytest.raises(RuntimeError, match="killed"):
-        killed.run()
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None), 2)
     path = tmp_path / "killed" / "ckpt.pt"
     if legacy:
         ckpt = load_checkpoint(path, client_memory=False)

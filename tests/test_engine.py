@@ -12,7 +12,7 @@ from privreid.federated.engine import FederatedEngine, prepare_out_dir, selectio
 from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
 from privreid.federated.strategy import DataVolumeAverage
 
-from conftest import spy_on_uploads, tiny_config
+from conftest import kill_in_round, spy_on_uploads, tiny_config
 
 
 def federation(cfg):
@@ -93,22 +93,7 @@ def test_resume_after_crash_equals_uninterrupted_run(tiny_synth, tmp_path, monke
     cfg = tiny_config(tiny_synth, rounds=3)
     fed = federation(cfg)
     FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
-
-    # crash inside round 3, after rounds 1-2 were checkpointed
-    import privreid.federated.engine as engine_mod
-
-    real = engine_mod.FederatedEngine._checkpoint
-
-    def crash_on_third(self, round_no):
-        if round_no == 3:
-            raise KeyboardInterrupt
-        real(self, round_no)
-
-    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", crash_on_third)
-    with pytest.raises(KeyboardInterrupt):
-        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
-    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", real)
-    assert load_checkpoint(tmp_path / "cut" / "ckpt.pt")["round"] == 2
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False), 3)
     # a checkpoint written before the per-client server state existed still resumes (fedpav keeps none)
     raw = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
     assert raw.pop("server_client_state") == {}

@@ -9,7 +9,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.memory_store import ClientMemories
 
 from test_engine import federation
-from conftest import tiny_config
+from conftest import kill_in_round, tiny_config
 
 
 def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
@@ -104,22 +104,10 @@ def test_trained_copies_equal_the_uploads_after_aggregation(tiny_synth, tmp_path
 
 def test_resumed_memories_equal_the_uninterrupted_run(tiny_synth, tmp_path, monkeypatch):
     """Each client's memory (FedPav's trained model) after ``--resume`` is bit-identical to an uninterrupted run's."""
-    import privreid.federated.engine as engine_mod
-
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation(cfg)
     FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
-    real = engine_mod.FederatedEngine._checkpoint
-
-    def crash_on_second(self, round_no):
-        if round_no == 2:
-            raise KeyboardInterrupt
-        real(self, round_no)
-
-    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", crash_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
-    monkeypatch.setattr(engine_mod.FederatedEngine, "_checkpoint", real)
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False), 2)
     FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
     full = load_checkpoint(tmp_path / "full" / "ckpt.pt")["client_memory"]
     cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")["client_memory"]
