@@ -22,6 +22,7 @@ these datasets uses (torchreid's ``split_id=0``).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -115,11 +116,12 @@ def dataset_format(fmt: str) -> DatasetFormat:
 # --------------------------------------------------------------------------- helpers for the format modules
 
 
-def first_dir(root: Path, *candidates: str) -> Path | None:
-    """The first ``root/<candidate>`` that is a directory (``""`` is ``root`` itself), or ``None``."""
+def first_dir(root: Path, *candidates: str, holding: tuple[str, ...] = ()) -> Path | None:
+    """The first ``root/<candidate>`` (``""`` is ``root`` itself) that is a directory holding every folder of
+    ``holding``, or ``None``: a module's :func:`find`, tried from the most to the least nested level."""
     for rel in candidates:
         path = root / rel if rel else root
-        if path.is_dir():
+        if path.is_dir() and all((path / sub).is_dir() for sub in holding):
             return path
     return None
 
@@ -133,6 +135,19 @@ def images(folder: Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> list[Pat
 
 def bad_name(path: Path, convention: str) -> DataError:
     return DataError(f"file name {path} does not follow the {convention} naming convention")
+
+
+def numbered_samples(base: Path, suffix: str, per_camera: int) -> list[Sample]:
+    """The ``<pid:04d><n:03d><suffix>`` images of ``base`` (CAVIAR4REID, CUHK01) as ``(path, pid, camid)``:
+    an identity's images ``n`` = 001, 002, ... come ``per_camera`` at a time from camera 0, then camera 1."""
+    name = re.compile(rf"(\d{{4}})(\d{{3}}){re.escape(suffix)}")
+    samples = []
+    for path in images(base, (suffix,)):
+        match = name.fullmatch(path.name)
+        if match is None or int(match.group(2)) < 1:
+            raise bad_name(path, f"<pid:04d><n:03d>{suffix} (n from 001)")
+        samples.append((str(path), int(match.group(1)), (int(match.group(2)) - 1) // per_camera))
+    return samples
 
 
 def two_views(samples: list[Sample], view_a: set[int]) -> dict[int, tuple[list[Sample], list[Sample]]]:

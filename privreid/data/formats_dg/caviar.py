@@ -8,29 +8,18 @@ seen by one camera only are trained on and never tested.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images, two_views
+from . import DGPool, first_dir, numbered_samples, two_views
 
 LAYOUT = ("root/CAVIARa/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; images 001-010 camera 1, 011-020 camera 2; "
           "the CAVIAR4REID/ level is optional)")
-_NAME = re.compile(r"(\d{4})(\d{3})\.jpg")
 IMAGES_PER_CAMERA = 10
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "CAVIAR4REID" / "CAVIARa", root / "CAVIARa"):
-        if base.is_dir():
-            return base
-    return None
+    return first_dir(root, "CAVIAR4REID/CAVIARa", "CAVIARa")
 
 
 def read_pool(base: Path) -> DGPool:
-    samples = []
-    for path in images(base, (".jpg",)):
-        match = _NAME.fullmatch(path.name)
-        if match is None or int(match.group(2)) < 1:
-            raise bad_name(path, "<pid:04d><n:03d>.jpg (n from 001)")
-        samples.append((str(path), int(match.group(1)), (int(match.group(2)) - 1) // IMAGES_PER_CAMERA))
-    return DGPool("caviar", str(base), two_views(samples, {0}))
+    return DGPool("caviar", str(base), two_views(numbered_samples(base, ".jpg", IMAGES_PER_CAMERA), {0}))

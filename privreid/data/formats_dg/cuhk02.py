@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)"
 PAIRS = ("P1", "P2", "P3", "P4", "P5")
@@ -22,10 +22,7 @@ _NAME = re.compile(r"(\d+)_")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "cuhk02" / "Dataset", root / "Dataset"):
-        if (base / "P1" / "cam1").is_dir():
-            return base
-    return None
+    return first_dir(root, "cuhk02/Dataset", "Dataset", holding=("P1/cam1",))
 
 
 def read_pool(base: Path) -> DGPool:

@@ -19,7 +19,7 @@ from pathlib import Path
 from privreid.data.types import Sample
 from privreid.errors import DataError
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = ("root/cropped_images/p<pid>_s<scene>_<n>.jpg (e.g. p11422_s16929_1.jpg) + "
           "root/annotation/test/train_test/TestG100.mat (the cuhksysu/ level is optional)")
@@ -28,10 +28,7 @@ _NAME = re.compile(r"p(\d+)_s(\d+)_\d+\.jpg")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "cuhksysu", root):
-        if (base / "cropped_images").is_dir():
-            return base
-    return None
+    return first_dir(root, "cuhksysu", "", holding=("cropped_images",))
 
 
 def _crops(base: Path) -> list[tuple[Sample, int]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = ("root/underground_reid/{probe,gallery}/<pid:04d>_<cam>_....jpeg (e.g. "
           "0001_1_25004_107_32_106_221.jpeg; pid 0000 = gallery distractor; the grid/ level is optional)")
@@ -19,10 +19,7 @@ _NAME = re.compile(r"(\d+)_(\d+)_")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "grid" / "underground_reid", root / "underground_reid", root):
-        if (base / "probe").is_dir() and (base / "gallery").is_dir():
-            return base
-    return None
+    return first_dir(root, "grid/underground_reid", "underground_reid", "", holding=("probe", "gallery"))
 
 
 def read_pool(base: Path) -> DGPool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = ("root/i-LIDS_Pedestrian/Persons/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; the ilids/ level is "
           "optional)")
@@ -19,11 +19,7 @@ _NAME = re.compile(r"(\d{4})(\d{3})\.jpg")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "ilids" / "i-LIDS_Pedestrian" / "Persons", root / "i-LIDS_Pedestrian" / "Persons",
-                 root / "Persons"):
-        if base.is_dir():
-            return base
-    return None
+    return first_dir(root, "ilids/i-LIDS_Pedestrian/Persons", "i-LIDS_Pedestrian/Persons", "Persons")
 
 
 def read_pool(base: Path) -> DGPool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = ("root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level "
           "is optional)")
@@ -21,10 +21,7 @@ _PERSON = re.compile(r"person(\d+)")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "ilids-vid" / "i-LIDS-VID" / "images", root / "i-LIDS-VID" / "images", root / "images"):
-        if (base / "cam1").is_dir() and (base / "cam2").is_dir():
-            return base
-    return None
+    return first_dir(root, "ilids-vid/i-LIDS-VID/images", "i-LIDS-VID/images", "images", holding=("cam1", "cam2"))
 
 
 def read_pool(base: Path) -> DGPool:

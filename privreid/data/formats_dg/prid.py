@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = ("root/prid_2011/single_shot/{cam_a,cam_b}/person_<pid:04d>.png (e.g. person_0001.png; "
           "the prid2011/ level is optional)")
@@ -21,11 +21,8 @@ _NAME = re.compile(r"person_(\d+)\.png")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "prid2011" / "prid_2011" / "single_shot", root / "prid_2011" / "single_shot",
-                 root / "single_shot", root):
-        if (base / "cam_a").is_dir() and (base / "cam_b").is_dir():
-            return base
-    return None
+    return first_dir(root, "prid2011/prid_2011/single_shot", "prid_2011/single_shot", "single_shot", "",
+                     holding=("cam_a", "cam_b"))
 
 
 def read_pool(base: Path) -> DGPool:

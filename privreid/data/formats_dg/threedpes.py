@@ -14,17 +14,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, images
+from . import DGPool, bad_name, first_dir, images
 
 LAYOUT = "root/3DPeS/RGB/<pid>_<camera>_<...>.bmp (e.g. 001_1_20100611_0001.bmp; the 3DPeS/ level is optional)"
 _NAME = re.compile(r"(\d+)_(\d+)_")
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "3DPeS" / "RGB", root / "RGB"):
-        if base.is_dir():
-            return base
-    return None
+    return first_dir(root, "3DPeS/RGB", "RGB")
 
 
 def read_pool(base: Path) -> DGPool:

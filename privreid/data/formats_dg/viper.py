@@ -19,10 +19,7 @@ LAYOUT = ("root/VIPeR/{cam_a,cam_b}/<n>_<angle>.bmp (e.g. 000_45.bmp; the n-th i
 
 
 def find(root: Path) -> Path | None:
-    for base in (root / "viper" / "VIPeR", root / "VIPeR", root):
-        if (base / "cam_a").is_dir() and (base / "cam_b").is_dir():
-            return base
-    return None
+    return first_dir(root, "viper/VIPeR", "VIPeR", "", holding=("cam_a", "cam_b"))
 
 
 def read_pool(base: Path) -> DGPool:
