@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_dir_or_exit, run_or_exit
+from .common import checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -72,10 +72,7 @@ def attack_command(
                                  ("--examples", examples, 0)):
             if value is not None and value < low:
                 raise ConfigError(f"{name} must be >= {low}, got {value}")
-        paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
-        if not paths:
-            raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
-        settings["paths"] = paths
+        settings["paths"] = checkpoint_paths(model, models, more_models)
         return settings
 
     settings = run_or_exit(validate)

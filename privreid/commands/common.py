@@ -45,6 +45,16 @@ def run_or_exit(fn, *args, **kwargs):
         fail(os_error_message(exc))
 
 
+def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
+                     more_models: Optional[list[Path]]) -> list[Path]:
+    """The checkpoints given with ``--model``, ``--models`` and the ``[CKPT]...`` that follow them, in that order;
+    :class:`ConfigError` when there are none."""
+    paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
+    if not paths:
+        raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
+    return paths
+
+
 @contextmanager
 def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path]]:
     """The block runs inside the run directory ``out`` (:func:`privreid.rundir.open_run`: checked, locked,

@@ -13,8 +13,7 @@ import typer
 
 from ..attacks.inversion.optimise import attacks_help
 from ..attacks.inversion.threat_models import threats_help
-from ..errors import ConfigError
-from .common import run_dir_or_exit, run_or_exit
+from .common import checkpoint_paths, run_dir_or_exit, run_or_exit
 
 
 def invert_command(
@@ -66,10 +65,7 @@ def invert_command(
         settings = InversionSettings(attack=attack, match=match, tv=tv, iterations=iterations, lr=lr)
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
-        paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
-        if not paths:
-            raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
-        return settings, paths, model_threat
+        return settings, checkpoint_paths(model, models, more_models), model_threat
 
     settings, paths, model_threat = run_or_exit(validate)
     with run_dir_or_exit(out, "invert"):
