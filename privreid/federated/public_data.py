@@ -101,19 +101,20 @@ def public_option(config: RunConfig, key: str) -> Any:
     return get_method(config.train.method).option(config, key)
 
 
-def _positive_int(value: Any, key: str, *, allow_zero: bool = False) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or (allow_zero and value == 0))
-    if not ok:
+def _positive_int(config: RunConfig, key: str, *, allow_zero: bool = False) -> int:
+    """Option ``key`` (an int, typed by :class:`PublicOptions`) checked to be ``> 0`` (``>= 0`` if ``allow_zero``)."""
+    value = public_option(config, key)
+    if not (value > 0 or (allow_zero and value == 0)):
         raise ConfigError(f"option {key} must be an integer {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return value
 
 
 def public_size(config: RunConfig) -> int:
-    return _positive_int(public_option(config, "public_size"), "public_size", allow_zero=True)
+    return _positive_int(config, "public_size", allow_zero=True)
 
 
 def public_batch_size(config: RunConfig) -> int:
-    return _positive_int(public_option(config, "public_batch"), "public_batch")
+    return _positive_int(config, "public_batch")
 
 
 def public_synth_seed(synth_seed: int) -> int:

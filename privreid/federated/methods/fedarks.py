@@ -160,9 +160,9 @@ class FedARKSUpdate(SupervisedUpdate):
 
     def __init__(self, config):
         super().__init__(config)
-        self.v = _number(FEDARKS.option(config, "v"), "v", 0.0, 1.0)
-        self.gamma = _number(FEDARKS.option(config, "gamma"), "gamma", 0.0, 1.0)
-        self.epsilon = _number(FEDARKS.option(config, "epsilon"), "epsilon", 0.0, math.inf)
+        self.v = _option(config, "v", 0.0, 1.0)
+        self.gamma = _option(config, "gamma", 0.0, 1.0)
+        self.epsilon = _option(config, "epsilon", 0.0, math.inf)
 
     def optimizer(self, model, round_index):
         """Part branch at the head learning rate (fresh layers, like the classifier)."""
@@ -225,19 +225,17 @@ class FedARKSOptions:
     epsilon: float = 1e-8
 
 
-def _number(value, name: str, lo: float, hi: float) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"fedarks option {name} must be a number, got {value!r}") from None
-    if not lo <= x <= hi:
-        raise ConfigError(f"fedarks option {name} must lie in [{lo}, {hi}], got {x}")
-    return x
+def _option(config, name: str, lo: float, hi: float) -> float:
+    """Option ``name`` (a float, typed by :class:`FedARKSOptions`) checked to lie in ``[lo, hi]``."""
+    value = FEDARKS.option(config, name)
+    if not lo <= value <= hi:
+        raise ConfigError(f"fedarks option {name} must lie in [{lo}, {hi}], got {value}")
+    return value
 
 
 def _make_strategy(config) -> KnowledgeSelection:
-    return KnowledgeSelection(beta=_number(FEDARKS.option(config, "beta"), "beta", 0.0, math.inf),
-                              epsilon=_number(FEDARKS.option(config, "epsilon"), "epsilon", 0.0, math.inf))
+    return KnowledgeSelection(beta=_option(config, "beta", 0.0, math.inf),
+                              epsilon=_option(config, "epsilon", 0.0, math.inf))
 
 
 FEDARKS = register(

@@ -123,10 +123,10 @@ class FedProxOptions:
 
 
 def make_client_update(config) -> ProximalUpdate:
-    mu = FEDPROX.option(config, "mu")
-    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or mu < 0:
+    mu = FEDPROX.option(config, "mu")  # a float (FedProxOptions); its range is checked here
+    if mu < 0:
         raise ConfigError(f"fedprox option mu must be a number >= 0, got {mu!r}")
-    return ProximalUpdate(config, mu=float(mu))
+    return ProximalUpdate(config, mu=mu)
 
 
 FEDPROX = register(

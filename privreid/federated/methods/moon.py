@@ -158,15 +158,17 @@ class MoonOptions:
     tau: float = 0.5
 
 
-def _number(key: str, value, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
+def _option(config, key: str, *, positive: bool) -> float:
+    """Option ``key`` (a float, typed by :class:`MoonOptions`) checked to be ``>= 0`` (``> 0`` if ``positive``)."""
+    value = MOON.option(config, key)
+    if value < 0 or (positive and value == 0):
         raise ConfigError(f"moon option {key} must be a number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
+    return value
 
 
 def make_client_update(config) -> ModelContrastiveUpdate:
-    mu = _number("mu", MOON.option(config, "mu"), positive=False)
-    tau = _number("tau", MOON.option(config, "tau"), positive=True)
+    mu = _option(config, "mu", positive=False)
+    tau = _option(config, "tau", positive=True)
     return ModelContrastiveUpdate(config, mu=mu, tau=tau)
 
 
