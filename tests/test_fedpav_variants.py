@@ -8,10 +8,12 @@ import privreid.federated.methods.fedpav_variants as fv
 from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint, load_model
 from privreid.data.catalog import build_federation
 from privreid.data.synthetic import read_manifest
+from privreid.errors import ConfigError
 from privreid.federated.client import ClientContext
 from privreid.federated.clustering import first_neighbours, first_partition, groups
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.public_data import PublicSet, synthetic_public_root, load_public_set, public_synth_seed
+from privreid.federated.public_data import (PublicSet, load_public_set, public_batch_size, public_size,
+                                              public_synth_seed, synthetic_public_root)
 from privreid.federated.strategy import Upload
 from privreid.models import build_model
 
@@ -210,6 +212,21 @@ def test_clients_are_clustered_by_their_features_on_the_public_batch():
 
 
 # ----------------------------------------------------------------------------- public data
+
+
+@pytest.mark.parametrize("opts,message", [
+    ({"public_batch": 0}, "option public_batch must be an integer > 0, got 0"),
+    ({"public_size": -1}, "option public_size must be an integer >= 0, got -1"),
+    # the type is the options dataclass's to check (PublicOptions), the range the public set's
+    ({"public_batch": 2.5}, "fedpav-cdw-kd option public_batch must be an integer, got 2.5"),
+])
+def test_public_set_options_are_checked(tiny_synth, opts, message):
+    cfg = tiny_config(tiny_synth, method="fedpav-cdw-kd", method_options=opts)
+    with pytest.raises(ConfigError) as error:
+        public_size(cfg), public_batch_size(cfg)
+    assert str(error.value) == message
+    assert (public_size(tiny_config(tiny_synth, method="fedpav-cdw-kd", method_options={"public_size": 0})),
+            public_batch_size(tiny_config(tiny_synth, method="fedpav-cdw-kd"))) == (0, 32)
 
 
 def test_public_set_is_a_separate_deterministic_domain(tiny_synth):
