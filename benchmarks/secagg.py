@@ -20,7 +20,7 @@ Per round:
 
 Ratios are secure / plain, measured in the same process one after the other.
 
-    python benchmarks/secagg.py                           # 3 clients, ResNet-18, 64x32, 2 rounds
+    python benchmarks/secagg.py                           # 4 clients, ResNet-18, 64x32, 2 rounds
     python benchmarks/secagg.py --domains 5 --rounds 3    # more clients a round
 
 Then the same configuration on a loopback Flower deployment (a SuperLink
@@ -33,47 +33,53 @@ tensors), wall time the time between consecutive rounds' first records
 
 ``--out DIR`` keeps the deployment's logs (``DIR/dep/superlink.log``, which
 carries the ServerApp's output, and ``DIR/dep/supernode-*.log``, which carry
-the ClientApps'); a failed Flower run prints their tails.
-
-Not yet measured on Flower: the two attempts (3 sites, 32x16; rounds 3 and 2)
-aborted ("fewer than 2 sites survived to unmask").  The sites' logs showed
-the cause: on the loaded machine each ``flwr-clientapp``'s last request
-(``PushTaskOutput``, one try, carrying the updated Context) failed after
-the collect stage while the SuperNode forwarded the masked vector, the
-SuperNode kept the older Context, and every site refused the unmask stage
-("expect collect_masked_vectors stage, but receive unmask stage").  Fixed
-since (the sites mirror their SecAgg+ state in their ``state-dir``,
-:func:`privreid.secagg.flower.secure_aggregation_mod`); the deployment has
-not been re-run.  The table below is the in-process run only.
+the ClientApps'); a failed Flower run prints their tails, and the
+in-process table is still printed (exit status 1).
 
 Measured here (2-core CPU shared with other agents; one thread; ResNet-18 at
-64x32, 512-d neck, one local step of batch 16, 4 clients a round, 11.5 M
-shared values; median of 2 rounds; ``python benchmarks/secagg.py``):
+64x32, 512-d neck, one local step of batch 16, 3 clients a round, 11.5 M
+shared values; in-process: median of 2 rounds, Flower: of rounds 2-3;
+``OMP_NUM_THREADS=1 python benchmarks/secagg.py --domains 3 --round-timeout 60 --flower-timeout 280``):
 
-=========================  ==========  ==========  ======
-per round                  plain       secure      ratio
-=========================  ==========  ==========  ======
-bytes up (4 clients)       183.21 MB   183.22 MB   1.00
-bytes down                 183.21 MB   183.23 MB   1.00
-round wall time            1.87 s      4.88 s      2.61
-aggregation wall time      0.12 s      3.17 s      26.4
-=========================  ==========  ==========  ======
+=================================  ==========  ==========  ======
+per round                          plain       secure      ratio
+=================================  ==========  ==========  ======
+in-process bytes up                137.4 MB    137.4 MB    1.00
+in-process bytes down              137.4 MB    137.4 MB    1.00
+in-process round wall time         1.39 s      2.90 s      2.09
+in-process aggregation wall time   0.16 s      2.20 s      13.7
+Flower bytes up                    137.4 MB    274.9 MB    2.00
+Flower bytes down                  137.4 MB    137.5 MB    1.00
+Flower round wall time             31.0 s      79.8 s      2.57
+=================================  ==========  ==========  ======
 
-The bytes barely move: a masked value takes 4 bytes like a float32, and the
-protocol's keys and shares add about 9 KB up and 14 KB down a round.  The
-time goes to the masks: each client expands one private and ``m - 1``
-pairwise seeds into 11.5 M pseudo-random integers (Flower's
-``pseudo_rand_gen``, numpy's Mersenne Twister), and the server one per
-client to unmask, about 0.1 s each here.
+In-process the bytes barely move: a masked value takes 4 bytes like a
+float32, and the protocol's keys and shares add a few KB a round.  The time
+goes to the masks: each client expands one private and ``m - 1`` pairwise
+seeds into 11.5 M pseudo-random integers (Flower's ``pseudo_rand_gen``,
+numpy's Mersenne Twister), and the server one per client to unmask.  On
+Flower, ``secaggplus_mod`` ships the masked vector as 64-bit integers (twice
+the float32 upload), and a round is four exchanges, each starting a
+``flwr-clientapp`` process per SuperNode, instead of one.
+
+Two earlier attempts on the loaded machine failed in flwr's runtime, not in
+privreid's protocol code: a SuperNode that never answered the second run's
+first message, and all three ClientApps reported "stopped responding"
+(``CLIENT_APP_CRASHED``) at round 3's share-keys stage although their logs
+show the replies sent; the run then aborts with the one-line message of
+:func:`privreid.secagg.flower.secure_round`.  ``--round-timeout`` bounds how
+long each stage waits.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -149,27 +155,39 @@ def run_once(root: Path, out: Path, *, secure: bool, args) -> dict:
 
 def run_flower(dep, root: Path, out: Path, *, secure: bool, sites: int, args) -> dict:
     """On the loopback deployment ``dep``: per round (from the second on), bytes and the wall time between
-    consecutive rounds' first records in ``metrics.jsonl`` (polled every 0.1 s)."""
+    consecutive rounds' first records in ``metrics.jsonl`` (read every 0.1 s by a thread of this process; the
+    run's status is asked every 3 s: each ask is a ``flwr ls`` process, which polled every 0.1 s would take
+    a core from the sites)."""
     from privreid.checkpoint import load_checkpoint
     from privreid.flower.deployment import rounds_done
     from privreid.flower.server_app import ServerSettings
 
     cfg = config(root, secure=secure, rounds=args.flower_rounds, args=args)
     seen: dict[int, float] = {}
+    finished = threading.Event()
 
-    def poll():
-        done = rounds_done(out)
-        if done and done not in seen:
-            seen[done] = time.perf_counter()
+    def watch():
+        while not finished.wait(0.1):
+            try:
+                done = rounds_done(out)
+            except ValueError:  # a line being written
+                continue
+            if done and done not in seen:
+                seen[done] = time.perf_counter()
 
     from privreid.flower.messages import FlowerRunError
 
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         dep.run(ServerSettings(cfg, out, sites=sites, server_eval=False, round_timeout=args.round_timeout),
-                timeout=args.flower_timeout, poll=0.1, on_poll=poll)
+                timeout=args.flower_timeout, poll=3.0)
     except FlowerRunError:
         print(dep.log_tails(), file=sys.stderr)
         raise
+    finally:
+        finished.set()
+        watcher.join()
     ckpt = load_checkpoint(out / "ckpt.pt")
     secagg = [r for r in ckpt["metrics"] if r.get("scope") == "secagg"]
     per_round = []
@@ -212,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out}: not empty (give a new folder)")
     torch.set_num_threads(1)
+    # a SIGTERM (``timeout``) unwinds like Ctrl-C, so the deployment's processes are stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from privreid.data.synthetic import SynthConfig, generate_synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,17 +246,21 @@ def main(argv: list[str] | None = None) -> dict:
         if args.rounds:
             plain = run_once(root, tmp / "plain", secure=False, args=args)
             secure = run_once(root, tmp / "secure", secure=True, args=args)
-        flower = {}
+        flower, failed = {}, None
         if args.flower_rounds >= 2:
             from privreid.flower.deployment import LocalDeployment
+            from privreid.flower.messages import FlowerRunError
 
             sites = {d.name: {"data": str(d), "state-dir": str(tmp / f"state-{d.name}")}
                      for d in sorted(root.iterdir()) if d.is_dir() and d.name.startswith("synth")}
-            with LocalDeployment(sites, tmp / "dep") as dep:
-                for name, sec in (("plain", False), ("secure", True)):
-                    flower[name] = run_flower(dep, root, tmp / f"flower-{name}", secure=sec, sites=len(sites),
-                                              args=args)
-            flower["sites"] = len(sites)
+            try:
+                with LocalDeployment(sites, tmp / "dep") as dep:
+                    for name, sec in (("plain", False), ("secure", True)):
+                        flower[name] = run_flower(dep, root, tmp / f"flower-{name}", secure=sec, sites=len(sites),
+                                                  args=args)
+                flower["sites"] = len(sites)
+            except FlowerRunError as exc:  # the in-process measurements are still printed
+                failed, flower = f"{exc}".splitlines()[0], {}
     rows = []
     measured = [("in-process", plain, secure, ("bytes_up", "bytes_down", "round_s", "aggregate_s"))] if plain else []
     if flower:
@@ -248,6 +272,8 @@ def main(argv: list[str] | None = None) -> dict:
         for key in keys:
             a, b = median(a_run["rounds"], key), median(b_run["rounds"], key)
             rows.append({"runtime": runtime, "per round": labels[key], "plain": a, "secure": b, "ratio": b / a})
+    if not plain and not flower:
+        raise SystemExit(f"nothing measured: {failed}")
     result = {"clients_per_round": plain["clients"] if plain else flower["sites"], "rows": rows, "plain": plain,
               "secure": secure, "flower": flower, "arch": args.arch, "image": [args.height, args.width],
               "threads": torch.get_num_threads(), "argv": sys.argv[1:] if argv is None else argv}
@@ -259,10 +285,13 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'runtime':28s} {'per round':28s} {'plain':>14s} {'secure':>14s} {'ratio':>7s}")
     for r in rows:
         print(f"{r['runtime']:28s} {r['per round']:28s} {r['plain']:14.4g} {r['secure']:14.4g} {r['ratio']:7.2f}")
+    if failed:
+        print(f"Flower loopback deployment: not measured, the run failed: {failed}")
+        result["flower_failed"] = failed
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return result
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    sys.exit(1 if main().get("flower_failed") else 0)

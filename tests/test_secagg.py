@@ -18,6 +18,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import DPPTAggregate
 from privreid.defenses.registry import get_defence
 from privreid.federated.registry import available_methods, get_method
+from privreid.flower.messages import FlowerRunError
 from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
 from privreid.secagg.protocol import Parameters, secure_sum
 
@@ -234,6 +235,8 @@ TINY = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "
     (["--secagg-threshold", "3"], "2 clients per round is fewer than the reconstruction threshold 3"),
     (["--secagg-shares", "2", "--secagg-threshold", "3"], "above --secagg-shares 2"),
     (["--client-fraction", "0.5"], "at least 2 clients per round"),
+    (["--secagg-clip", "0"], "secagg_clip must be > 0"),
+    (["--secagg-quantization", str(2**31)], "2 clients x quantisation range 2147483648 overflow the modulus"),
 ])
 def test_bad_input_is_one_line_before_anything_is_written(tiny_synth, tmp_path, extra, match):
     out = tmp_path / "run"
@@ -241,7 +244,27 @@ def test_bad_input_is_one_line_before_anything_is_written(tiny_synth, tmp_path, 
                                    "--out", str(out)])
     assert res.exit_code == 2, res.output
     assert res.output.startswith("error: ") and match in res.output and res.output.count("\n") == 1
-    assert not out.exists() or not any(out.iterdir())
+    assert not out.exists()
+
+
+def test_a_clipping_range_the_updates_exceed_is_reported_as_saturation_not_an_overflow(tiny_synth, tmp_path):
+    """Updates beyond --secagg-clip are clipped and counted (metrics.jsonl, summary.json); nothing wraps around
+    the modulus: the global model moves by at most m c (each client's pre-scaled update lies in [-c, c], the
+    weights' sum is at least max_weight) plus the quantisation bound."""
+    clip = 1e-7
+    cfg = tiny_config(tiny_synth, rounds=1, max_steps_per_epoch=1, secure_aggregation=True, secagg_clip=clip)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False, log=lambda s: None)
+    init = {k: v.clone() for k, v in engine.global_state.items()}
+    engine.run()
+    recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (rec,) = [r for r in recs if r["scope"] == "secagg"]
+    assert rec["clients"] == 2 and rec["saturated"] > 0 and rec["values"] > 10**6
+    assert rec["saturated"] == round(rec["saturated_fraction"] * rec["values"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]["secure_aggregation"]
+    assert summary["saturated_values"] == rec["saturated"] and summary["clipping_range"] == clip
+    state = load_checkpoint(tmp_path / "run" / "ckpt.pt")["global_state"]
+    worst = max((state[k].double() - v.double()).abs().max().item() for k, v in init.items() if v.is_floating_point())
+    assert 0 < worst <= 2 * clip + rec["quantisation_error_bound"] + 1e-6  # + float32 rounding of the weights
 
 
 def test_settings_need_the_flag(tiny_synth, tmp_path):
@@ -291,6 +314,16 @@ def test_invert_aggregate_rows_and_the_single_upload_reference(fedpav_ckpt, tmp_
     assert reports["m3"]["settings"]["clients"] == 3 and len(reports["m3"]["subjects"][0]["aggregated_with"]) == 2
     assert reports["m2"]["subjects"][0]["attack"] != reports["m1"]["subjects"][0]["attack"]
     assert reports["m2"]["subjects"][0]["client"] not in reports["m2"]["subjects"][0]["aggregated_with"][0]
+
+
+def test_invert_aggregate_without_clients_sums_the_runs_clients_per_round(fedpav_ckpt, tmp_path):
+    out = tmp_path / "inv"
+    res = CliRunner().invoke(app, ["invert", "--model", str(fedpav_ckpt), "--threat", "aggregate", "--iterations",
+                                   "2", "--no-defended", "--device", "cpu", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    # the run aggregated 2 clients a round (synthA, synthB): the reference and the sum of 2, nothing else
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["m2", "single"]
+    assert json.loads((out / "m2" / "metrics.json").read_text())["settings"]["clients"] == 2
 
 
 def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
@@ -437,10 +470,41 @@ def test_flower_sites_whose_context_push_failed_resume_secaggplus_from_their_sta
     assert not list(tmp_path.glob("state-*/secaggplus-*"))  # the secret keys leave the disk after unmask
 
 
+def test_flower_secaggplus_abort_is_one_line_naming_the_dropped_sites_why_and_the_timeout(synth3, tmp_path,
+                                                                                         monkeypatch):
+    """synthB is lost at setup, synthC's ClientApp raises (a multi-line message) at the collect stage: one site
+    is left, below the threshold of 2, and the round aborts with one line that says who dropped out, at which
+    stage, why, and how long each stage waited."""
+    import privreid.flower.client_app as client_app
+
+    def setup_of_b(node, msg):
+        return node == 11 and msg.content.config_records.get("secaggplus_configs", {}).get("stage") == "setup"
+
+    real = client_app.secure_fit_reply
+
+    def c_fails(engine, client, *args):
+        if client.name == "synthC":
+            raise RuntimeError("disk full\n  while writing the update")
+        return real(engine, client, *args)
+
+    monkeypatch.setattr(client_app, "secure_fit_reply", c_fails)
+    with pytest.raises(FlowerRunError) as info:
+        secure_flower_run(synth3, tmp_path, flower_cfg(synth3), drop=setup_of_b, round_timeout=7)
+    assert str(info.value) == (
+        "round 1: secure aggregation aborted: fewer than 2 sites survived to unmask; dropped: "
+        "synthB (setup: NODE_UNAVAILABLE: node 11 unavailable (simulated)); "
+        "synthC (collect masked vectors: CLIENT_APP_RAISED_EXCEPTION: <class 'RuntimeError'>:<'disk full while "
+        "writing the update'>); each stage waits 7 s for the sites' replies (--round-timeout; raise it on a slow "
+        "or loaded machine)")
+    assert not (tmp_path / "flower" / "ckpt.pt").exists()
+
+
 @pytest.mark.parametrize("extra,match", [
     (["--secagg-threshold", "3"], "2 clients per round is fewer than the reconstruction threshold 3"),
     (["--sites", "1"], "at least 2 clients per round"),
     (["--method", "fedarks"], "method 'fedarks' cannot run on the sum of the uploads"),
+    (["--secagg-shares", "2", "--secagg-threshold", "3"], "above --secagg-shares 2"),
+    (["--secagg-clip", "-1"], "secagg_clip must be > 0"),
 ])
 def test_flower_run_refuses_bad_secure_settings_before_starting(tmp_path, extra, match):
     res = CliRunner().invoke(app, ["flower", "run", "--insecure", "--secure-aggregation", *extra,

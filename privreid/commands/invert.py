@@ -36,7 +36,8 @@ def invert_command(
     threat: str = typer.Option("full", help=f"Threat model: {threats_help()}."),
     clients: Optional[list[str]] = typer.Option(None, "--clients", help="--threat aggregate: how many clients' "
                                                 "updates are summed, e.g. --clients 1,2,4,8 (one row each, "
-                                                "next to the single-upload reference)."),
+                                                "next to the single-upload reference; default: the "
+                                                "checkpoint's own clients per round, what its server summed)."),
     defended: bool = typer.Option(True, "--defended/--no-defended",
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
     match: Optional[str] = typer.Option(None, help="l2 or cosine (default: the attack's, see --attack)."),

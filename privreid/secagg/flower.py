@@ -260,8 +260,8 @@ class _GatedGrid:
             self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
             if reply.has_error():
                 code = {v: k for k, v in vars(ErrorCode).items() if isinstance(v, int)}.get(reply.error.code)
-                self.failures[reply.metadata.src_node_id] = (f"{stage}: {code or reply.error.code}: "
-                                                             f"{str(reply.error.reason).strip()[:300]}")
+                reason = " ".join(str(reply.error.reason).split())[:300]  # a traceback, too, on one line
+                self.failures[reply.metadata.src_node_id] = f"{stage}: {code or reply.error.code}: {reason}"
         replied = {r.metadata.src_node_id for r in replies}
         for m in messages:
             if m.metadata.dst_node_id not in replied:

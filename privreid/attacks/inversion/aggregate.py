@@ -45,9 +45,11 @@ BASE_THREAT = "shared-feature"
 
 
 def parse_clients(values: list[str] | None) -> list[int]:
-    """``--clients 1,2,4 --clients 8`` -> ``[1, 2, 4, 8]``; ConfigError for anything but positive integers."""
+    """``--clients 1,2,4 --clients 8`` -> ``[1, 2, 4, 8]``; ConfigError for anything but positive integers.
+
+    None or empty -> ``[]``: :func:`invert_aggregate` then sums each checkpoint's own clients per round."""
     out: list[int] = []
-    for value in values or ["1"]:
+    for value in values or []:
         for part in str(value).split(","):
             try:
                 m = int(part)
