@@ -284,7 +284,11 @@ RULES: tuple[Rule, ...] = (
     Rule("secure-aggregation", lambda c: c.train.secure_aggregation,
          lambda c: "secure aggregation sums pre-scaled updates, not parameters as Flower's SecAgg+ mod does, with "
                    "max_weight the round's largest client weight (Flower: 1000); integer buffers keep the server's "
-                   "values" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
+                   "values; a Flower run equals the in-process run bit for bit only when its sites use the same "
+                   "torch thread count (otherwise values at a quantum boundary round one quantum apart); on Flower "
+                   "each site's weight, scalar metrics and saturation count travel in the clear, and each site keeps "
+                   "its SecAgg+ protocol state (secret keys, shares) in an owner-only file in its state-dir between "
+                   "stages, deleted once it has answered unmask" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
                                "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
                                else "")),
     Rule("dppt-pooling", _method("dppt"),
