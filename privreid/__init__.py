@@ -7,6 +7,7 @@ The public API (imported on first use, so ``import privreid`` stays light)::
     config = privreid.RunConfig()                     # data / model / train sections, see privreid.config
     summary = privreid.train_run(config, "runs/x")   # the `privreid train` run, as a function
     model = privreid.load_model("runs/x/ckpt.pt")    # the global model (client=... for a personalised one)
+    ckpt = privreid.Checkpoint.load("runs/x/ckpt.pt")  # typed: .method, .round, .clients, .load_model(client)
     metrics = privreid.evaluate_model(model, testset, height=128, width=64)
 
 Registries (one registration adds a dataset format, a training method, an
@@ -30,6 +31,7 @@ _PUBLIC = {
     "TrainConfig": ("privreid.config", "TrainConfig"),
     "train_run": ("privreid.training", "train_run"),
     "evaluate_model": ("privreid.evaluation.model_eval", "evaluate_model"),
+    "Checkpoint": ("privreid.checkpoint", "Checkpoint"),
     "load_checkpoint": ("privreid.checkpoint", "load_checkpoint"),
     "save_checkpoint": ("privreid.checkpoint", "save_checkpoint"),
     "load_model": ("privreid.checkpoint", "load_model"),

@@ -5,22 +5,31 @@ A checkpoint (``ckpt.pt``) is a dict of tensors and primitives:
 ``format``, ``privreid_version``, ``method``, ``round`` (rounds completed),
 ``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the
 network), ``global_state`` (the shared keys of the global model; empty for
-methods without one), ``client_states`` (client name -> its local state dict),
-``client_classes`` (client name -> number of identities), ``server_state``
-(server-held tensors that are not model weights, e.g. DPPT's global memory),
+methods without one), ``has_global_model`` (``False``: standalone-type runs;
+absent in older checkpoints: ``True``), ``global_eval_extra`` (local keys the
+global model is evaluated with, e.g. FedBN's averaged norms),
+``client_states`` (client name -> its local state dict), ``client_classes``
+(client name -> number of identities), ``server_state`` (server-held tensors
+that are not model weights, e.g. DPPT's global memory),
 ``server_client_state`` (client name -> what the server strategy keeps about
 that client, e.g. FedPav-CC's cluster model; absent in older checkpoints),
-``client_memory`` (per-client state kept between rounds, e.g. DP accountants;
-an in-process run keeps each in a file under ``client_memory/`` next to the
-checkpoint, named by ``client_memory_files``, and :func:`load_checkpoint`
-reads them back: :mod:`privreid.federated.memory_store`),
+``observer_state`` (round observers' state, e.g. the privacy ledger's; absent
+in older checkpoints), ``client_memory`` (per-client state kept between
+rounds, e.g. DP accountants; an in-process run keeps each in a file under
+``client_memory/`` next to the checkpoint, named by ``client_memory_files``,
+and loading reads them back: :mod:`privreid.federated.memory_store`),
 ``initial_local_state`` (the local keys, classifier excluded, of the initial
 model: the local state of a client that has not trained yet),
-``metrics`` (list of metric records), ``comm`` (bytes per round), ``rng`` and
-``extra``.
+``audit_holdout`` (images kept out of training), ``metrics`` (list of metric
+records), ``comm`` (bytes per round) and ``rng``.
 
-A client's personalised model is assembled from the checkpoint by
-:func:`personal_state`, the function the engine scores it with.
+Readers use :class:`Checkpoint` (``Checkpoint.load(path)``): the keys as
+typed fields, the defaults of older checkpoints filled in once, the clients,
+the shared keys, ``has_global_model`` and :meth:`Checkpoint.load_model`, the
+one place a model is rebuilt from a checkpoint (the global model, or a
+client's personalised model assembled by :func:`personal_state`, the
+function the engine scores it with).  :func:`load_checkpoint` returns the
+validated dict as stored, for code that edits and re-saves a checkpoint.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``),
 so a crash never leaves a truncated checkpoint.  Reads use
@@ -34,6 +43,7 @@ import os
 import pickle
 import tempfile
 import warnings
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,8 @@ import torch
 
 from . import __version__
 from .errors import CheckpointError
+
+StateDict = dict[str, torch.Tensor]
 
 FORMAT = "privreid-ckpt-v1"
 #: client-memory prefix of the shared keys a client keeps from its last local training
@@ -124,11 +136,6 @@ def _read_client_memories(run_dir: Path, files: dict[str, str | None]) -> dict[s
     return out
 
 
-def checkpoint_clients(ckpt: dict[str, Any]) -> list[str]:
-    return sorted(set(ckpt["client_states"]) | (set(ckpt.get("client_classes", {}))
-                                                if "initial_local_state" in ckpt else set()))
-
-
 def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str, torch.Tensor],
                    memory: dict[str, Any]) -> dict[str, torch.Tensor]:
     """A client's personalised model: the global model's keys, then the trained ones, then its local keys.
@@ -144,57 +151,160 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
     return {**global_state, **trained, **local_state}
 
 
-def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str | None = None,
-               device: str | torch.device = "cpu") -> torch.nn.Module:
-    """Rebuild the model a checkpoint describes, in eval mode.
+@dataclass(frozen=True)
+class Checkpoint:
+    """A privreid checkpoint, loaded: what a run saved after its last completed round.
 
-    ``client=None`` gives the global model (the shared state); ``client=NAME``
-    gives that client's personalised model, exactly the one the engine scores
-    in its ``scope: "local"`` records (:func:`personal_state` of the global
-    state, the client's memory and its local state, classifier included; a
-    client that has not trained yet has the initial local state and no
-    classifier).  Methods without a global model (standalone) require a
-    client.  Every evaluation subsystem loads models through here.
+    The fields are the checkpoint's keys (module docstring); keys an older
+    checkpoint lacks take the defaults below (``has_global_model=True``, no
+    server state, no observer state ...), so every reader sees one shape.
+    ``client_memory_files`` is set only when the memories were left unread
+    (``Checkpoint.load(..., client_memory=False)``); ``initial_local_state``
+    is ``None`` for methods that keep no per-client state of clients that
+    have not trained.  Keys this version does not name are kept in
+    ``other``.  Build one with :meth:`load` (a file) or :meth:`from_dict`.
     """
-    from .models import build_model
 
-    ckpt = path_or_ckpt if isinstance(path_or_ckpt, dict) else load_checkpoint(path_or_ckpt)
-    model = build_model(**{**ckpt["model_config"], "num_classes": 0, "pretrained": None, "weights": None})
-    state = dict(ckpt["global_state"])
-    if client is None:
-        state.update(ckpt.get("global_eval_extra", {}))
-        if not ckpt.get("has_global_model", True):
-            raise CheckpointError(f"method {ckpt['method']!r} has no global model; pick a client with --client "
-                                  f"({', '.join(checkpoint_clients(ckpt))})")
-    else:
-        if client in ckpt["client_states"]:
-            local = ckpt["client_states"][client]
-        elif client in ckpt.get("client_classes", {}) and "initial_local_state" in ckpt:
-            local = ckpt["initial_local_state"]  # not trained yet
+    method: str
+    round: int  #: rounds completed
+    config: dict[str, Any]  #: :meth:`RunConfig.to_dict` (:attr:`run_config` parses it)
+    model_config: dict[str, Any]
+    global_state: StateDict  #: the shared model keys (:attr:`shared_keys`); empty without a global model
+    client_states: dict[str, StateDict]  #: client name -> its local keys
+    has_global_model: bool = True
+    #: server-held tensors that are not model weights (DPPT's centres and shared head)
+    server_state: StateDict = field(default_factory=dict)
+    #: local keys the global model is evaluated with (FedBN's averaged norms)
+    global_eval_extra: StateDict = field(default_factory=dict)
+    server_client_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client_memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client_memory_files: dict[str, str | None] | None = None
+    initial_local_state: StateDict | None = None
+    client_classes: dict[str, int] = field(default_factory=dict)
+    observer_state: dict[str, Any] | None = None  #: ``None``: a checkpoint from before observers kept state
+    audit_holdout: dict[str, list] = field(default_factory=dict)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    comm: list[dict[str, int]] = field(default_factory=list)
+    rng: Any = None
+    privreid_version: str | None = None
+    path: Path | None = None  #: the file it was loaded from
+    other: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, client_memory: bool = True,
+             map_location: str | torch.device = "cpu") -> Checkpoint:
+        """Load and validate the checkpoint at ``path``; :class:`CheckpointError` (one line) otherwise.
+
+        ``client_memory=False`` leaves memories kept in files unread
+        (:attr:`client_memory_files`): the engine resumes them lazily.
+        """
+        return cls.from_dict(load_checkpoint(path, map_location, client_memory=client_memory), path=Path(path))
+
+    @classmethod
+    def from_dict(cls, ckpt: dict[str, Any], *, path: str | os.PathLike | None = None) -> Checkpoint:
+        """The checkpoint held in the dict ``ckpt`` (as saved by :func:`save_checkpoint`)."""
+        missing = [k for k in REQUIRED_KEYS if k not in ckpt and k != "format"]
+        if missing:
+            raise CheckpointError(f"{path or 'checkpoint'} is incomplete: missing {', '.join(missing)}")
+        named = {f.name for f in fields(cls)} - {"round", "path", "other"}
+        return cls(**{k: v for k, v in ckpt.items() if k in named}, round=int(ckpt["round"]),
+                   path=None if path is None else Path(path),
+                   other={k: v for k, v in ckpt.items() if k not in named | {"format", "round"}})
+
+    @classmethod
+    def of(cls, source: str | os.PathLike | dict[str, Any] | Checkpoint) -> Checkpoint:
+        """``source`` as a :class:`Checkpoint`: itself, a checkpoint dict, or a file to :meth:`load`."""
+        if isinstance(source, Checkpoint):
+            return source
+        return cls.from_dict(source) if isinstance(source, dict) else cls.load(source)
+
+    @property
+    def run_config(self):
+        """The run's :class:`privreid.config.RunConfig`."""
+        from .config import RunConfig
+
+        return RunConfig.from_dict(self.config)
+
+    @property
+    def shared_keys(self) -> frozenset[str]:
+        """The model keys clients share through the server (server-side method state apart)."""
+        return frozenset(self.global_state)
+
+    @property
+    def trained_clients(self) -> list[str]:
+        """The clients that have trained (hold a local state), sorted."""
+        return sorted(self.client_states)
+
+    @property
+    def clients(self) -> list[str]:
+        """Every client :meth:`load_model` can rebuild, sorted: the trained ones and, where the run keeps
+        an initial local state, those that have not trained yet."""
+        waiting = set(self.client_classes) if self.initial_local_state is not None else set()
+        return sorted(set(self.client_states) | waiting)
+
+    def load_model(self, client: str | None = None, *, device: str | torch.device = "cpu") -> torch.nn.Module:
+        """Rebuild the model this checkpoint describes, in eval mode.
+
+        ``client=None`` gives the global model (the shared state, with
+        :attr:`global_eval_extra`); ``client=NAME`` gives that client's
+        personalised model, exactly the one the engine scores in its
+        ``scope: "local"`` records (:func:`personal_state` of the global
+        state, the client's memory and its local state, classifier included;
+        a client that has not trained yet has the initial local state and no
+        classifier).  Methods without a global model (standalone) require a
+        client.  Every evaluation subsystem loads models through here.
+        """
+        from .models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
+
+        if client is None and not self.has_global_model:
+            raise CheckpointError(f"method {self.method!r} has no global model; pick a client with --client "
+                                  f"({', '.join(self.clients)})")
+        if client is not None and client not in self.client_states and not (
+                client in self.client_classes and self.initial_local_state is not None):
+            raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(self.clients)}")
+        model = self._build(pretrained=None, weights=None)
+        state = dict(self.global_state)
+        if client is None:
+            state.update(self.global_eval_extra)
         else:
-            raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(checkpoint_clients(ckpt))}")
-        # a classifier every client shares (DPPT's global-label classifier, L2RW+ Eq. 8) is server-side state
-        shared_head = {k: v for k, v in ckpt.get("server_state", {}).items() if k.startswith("classifier.")}
-        if any(k.startswith("classifier.") for k in local):
-            model.reset_classifier(int(ckpt["client_classes"][client]))
-        elif shared_head:
-            model.reset_classifier(int(shared_head["classifier.weight"].shape[0]))
-            state.update(shared_head)
-        state = personal_state(state, local, ckpt.get("client_memory", {}).get(client, {}))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    bad_missing = [k for k in missing if not k.startswith("classifier.")]
-    if unexpected or bad_missing:
-        raise CheckpointError(f"checkpoint does not match its model config (missing {bad_missing[:3]}, "
-                              f"unexpected {list(unexpected)[:3]})")
-    return model.to(device).eval()
+            local = self.client_states.get(client, self.initial_local_state)  # not trained yet: the initial one
+            # a classifier every client shares (DPPT's global-label classifier, L2RW+ Eq. 8) is server-side state
+            shared_head = {k: v for k, v in self.server_state.items() if is_classifier_key(k)}
+            if any(is_classifier_key(k) for k in local):
+                model.reset_classifier(int(self.client_classes[client]))
+            elif shared_head:
+                model.reset_classifier(int(shared_head[CLASSIFIER_PREFIX + "weight"].shape[0]))
+                state.update(shared_head)
+            state = personal_state(state, local, self.client_memory.get(client, {}))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        bad_missing = [k for k in missing if not is_classifier_key(k)]
+        if unexpected or bad_missing:
+            raise CheckpointError(f"checkpoint does not match its model config (missing {bad_missing[:3]}, "
+                                  f"unexpected {list(unexpected)[:3]})")
+        return model.to(device).eval()
+
+    def initial_model(self) -> torch.nn.Module:
+        """A fresh model of this checkpoint's architecture, initialised as its run's was (``pretrained`` /
+        ``weights`` included) from the current RNG state, without a classifier."""
+        return self._build()
+
+    def _build(self, **overrides: Any) -> torch.nn.Module:
+        from .models import build_model
+
+        return build_model(**{**self.model_config, "num_classes": 0, **overrides})
 
 
-def checkpoint_labels(paths: list[Path], ckpts: list[dict[str, Any]]) -> list[str]:
-    """``method (run dir)`` per checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
+def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any] | Checkpoint, *, client: str | None = None,
+               device: str | torch.device = "cpu") -> torch.nn.Module:
+    """:meth:`Checkpoint.load_model` of a checkpoint file (or dict, or :class:`Checkpoint`)."""
+    return Checkpoint.of(path_or_ckpt).load_model(client, device=device)
+
+
+def checkpoint_labels(ckpts: list[Checkpoint]) -> list[str]:
+    """``method (run dir)`` per loaded checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
     labels: list[str] = []
-    for path, ckpt in zip(paths, ckpts):
-        path = Path(path)
-        base = f"{ckpt['method']} ({path.parent.name or path.stem})"
+    for ckpt in ckpts:
+        base = f"{ckpt.method} ({ckpt.path.parent.name or ckpt.path.stem})"
         label, n = base, 1
         while label in labels:
             n += 1

@@ -11,12 +11,11 @@ chance-level reference.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .checkpoint import load_checkpoint, load_model
+from .checkpoint import Checkpoint
 from .config import RunConfig
 from .data.catalog import federation_for_config
 from .data.types import Federation, TestSet
@@ -24,7 +23,6 @@ from .errors import ConfigError
 from .evaluation.model_eval import evaluate_model
 from .device import resolve_device
 from .federated.engine import mean_metrics
-from .models import build_model
 from .reporting import comparison_rows
 from .seeding import derive_seed, seed_everything
 
@@ -44,25 +42,25 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
     """Evaluate every checkpoint (and optionally the untrained init) on the same test sets."""
     if not paths:
         raise ConfigError("give at least one checkpoint")
-    ckpts = [(Path(p), load_checkpoint(p)) for p in paths]
-    cfg = RunConfig.from_dict(ckpts[0][1]["config"])
+    ckpts = [Checkpoint.load(p) for p in paths]
+    cfg = ckpts[0].run_config
     fed = federation_for_config(cfg)
     dev = resolve_device(device)
     rows = []
     if untrained:
         seed_everything(derive_seed(cfg.train.seed, "init"))
-        init = build_model(**{**ckpts[0][1]["model_config"], "num_classes": 0}).to(dev)
+        init = ckpts[0].initial_model().to(dev)
         rows.append(_row("untrained", init, fed, cfg, dev))
-    for path, ckpt in ckpts:
-        label = f"{ckpt['method']} ({path.parent.name})"
-        if ckpt.get("has_global_model", True):
-            rows.append(_row(label, load_model(ckpt, device=dev), fed, cfg, dev))
+    for ckpt in ckpts:
+        label = f"{ckpt.method} ({ckpt.path.parent.name})"
+        if ckpt.has_global_model:
+            rows.append(_row(label, ckpt.load_model(device=dev), fed, cfg, dev))
             continue
         seen, unseen = [], []
         by_domain = {ts.name: ts for ts in fed.seen}
         domains = {c.name: c.domain for c in fed.clients}
-        for client in sorted(ckpt["client_states"]):
-            model = load_model(ckpt, client=client, device=dev)
+        for client in ckpt.trained_clients:
+            model = ckpt.load_model(client, device=dev)
             if domains.get(client) in by_domain:
                 seen.append(_evaluate_sets(model, [by_domain[domains[client]]], cfg, dev))
             if fed.unseen:

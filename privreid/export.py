@@ -65,6 +65,7 @@ from .data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from .dependencies import require
 from .errors import ConfigError
 from .models import ReIDModel
+from .models.reid_net import CLASSIFIER_PREFIX
 
 FORMATS = ("state-dict", "torchreid", "onnx")
 #: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)
@@ -119,8 +120,8 @@ def torchreid_state_dict(model: ReIDModel) -> dict[str, torch.Tensor]:
         elif key.startswith("neck.") and config["fc_dims"] is not None:
             layer, _, rest = key.removeprefix("neck.").partition(".")
             out[f"fc.{ {'fc': 0, 'bn': 1}[layer] }.{rest}"] = value
-        elif key == "classifier.weight" and config["num_classes"]:
-            out[key] = value
+        elif key == CLASSIFIER_PREFIX + "weight" and config["num_classes"]:  # torchreid's names are the same
+            out["classifier.weight"] = value
             out["classifier.bias"] = torch.zeros(value.shape[0], dtype=value.dtype)
     return out
 

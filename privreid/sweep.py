@@ -109,15 +109,15 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
     from .attacks.inversion import InversionSettings
     from .attacks.inversion.campaign import invert_checkpoints
     from .attacks.retrieval import evaluate_under_attack
-    from .checkpoint import load_checkpoint, load_model
+    from .checkpoint import Checkpoint
     from .data.catalog import federation_for_config
     from .device import resolve_device
 
-    ckpt = load_checkpoint(ckpt_path)
-    cfg = RunConfig.from_dict(ckpt["config"])
+    ckpt = Checkpoint.load(ckpt_path)
+    cfg = ckpt.run_config
     dev = resolve_device(device)
     testset = federation_for_config(cfg).seen[0]
-    pgd = evaluate_under_attack(load_model(ckpt, device=dev), testset, height=cfg.data.height, width=cfg.data.width,
+    pgd = evaluate_under_attack(ckpt.load_model(device=dev), testset, height=cfg.data.height, width=cfg.data.width,
                                 method="pgd", eps=settings.pgd_eps, steps=settings.pgd_steps,
                                 max_queries=settings.max_queries, seed=settings.seed, device=dev)
     inv = invert_checkpoints([ckpt_path], ckpt_path.parent / "inversion", n=settings.subjects, threat=settings.threat,

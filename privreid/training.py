@@ -73,12 +73,12 @@ def eval_cadence(config: RunConfig) -> str:
 
 def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
-    from .checkpoint import load_checkpoint
+    from .checkpoint import Checkpoint
     from .errors import PrivreidError
     from .rundir import OutputError, os_error_message
 
     try:
-        kept = f"the checkpoint of round {load_checkpoint(out / 'ckpt.pt')['round']} ({out / 'ckpt.pt'}) is " \
+        kept = f"the checkpoint of round {Checkpoint.load(out / 'ckpt.pt').round} ({out / 'ckpt.pt'}) is " \
                "intact and loadable; fix the cause and pass --resume"
     except PrivreidError:
         kept = "no checkpoint was written yet"

@@ -82,7 +82,7 @@ def test_holdout_is_seeded_recorded_and_never_trained(tiny_synth, tmp_path):
     train_run(cfg, tmp_path / "run", progress=False)
     ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
     assert {k: [tuple(s) for s in v] for k, v in ckpt["audit_holdout"].items()} == fed.holdout
-    ms = build_membership("image", ckpt, cfg, fed)
+    ms = build_membership("image", ckpt["audit_holdout"], cfg, fed)
     assert ms.source.startswith("audit holdout")
     members = {c.probes[0] for c in ms.candidates if c.member}
     non = {c.probes[0] for c in ms.candidates if not c.member}

@@ -67,7 +67,7 @@ def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(ti
     import torch
 
     from privreid.audit.views import replay_aggregates, replay_uploads
-    from privreid.checkpoint import load_checkpoint
+    from privreid.checkpoint import Checkpoint
     from privreid.data.catalog import federation_for_config
 
     cfg = tiny_config(tiny_synth, "fedpav", rounds=1)
@@ -82,7 +82,7 @@ def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(ti
     assert agg["settings"]["replay_verified"] is True and agg["settings"]["scope"] == "synthB"
     assert "server-aggregate" in (tmp_path / "a" / "report.md").read_text()
     # the attack input is the sum of the individually replayed uploads, weighted as FedPav averages (n_k)
-    ckpt = load_checkpoint(ckpt_path)
+    ckpt = Checkpoint.load(ckpt_path)
     sums, verified = replay_aggregates(ckpt, "synthB", tmp_path / "a" / "cache")
     uploads = {c: replay_uploads(ckpt, c, tmp_path / "a" / "cache")[0][1] for c in ("synthA", "synthB")}
     sizes = {c.name: len(c.train) for c in federation_for_config(cfg).clients}
@@ -93,8 +93,8 @@ def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(ti
         plain = uploads["synthA"][k].double() * sizes["synthA"] + uploads["synthB"][k].double() * sizes["synthB"]
         assert torch.equal(sums[1].sum[k], plain), k
         # ... whose mean is FedPav's aggregate: the released global model after its one round
-        if k in ckpt["global_state"]:
-            torch.testing.assert_close(sums[1].mean()[k].float(), ckpt["global_state"][k].float(), rtol=0, atol=1e-6)
+        if k in ckpt.global_state:
+            torch.testing.assert_close(sums[1].mean()[k].float(), ckpt.global_state[k].float(), rtol=0, atol=1e-6)
     assert not torch.equal(sums[1].mean()["neck.fc.weight"].float(), uploads["synthB"]["neck.fc.weight"])
 
 

@@ -1,10 +1,13 @@
+import dataclasses
 import os
 import pickle
 
 import pytest
 import torch
 
-from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint, load_model, personal_state, save_checkpoint
+from privreid import __version__
+from privreid.checkpoint import (TRAINED_PREFIX, Checkpoint, checkpoint_labels, load_checkpoint, load_model,
+                                 personal_state, save_checkpoint)
 from privreid.errors import CheckpointError
 from privreid.models import build_model
 
@@ -106,3 +109,152 @@ def test_client_models_from_memory_and_for_clients_not_trained_yet(tmp_path):
     x = torch.randn(2, 3, 32, 16)
     with torch.no_grad():
         assert b.num_classes == 0 and torch.equal(b(x), model(x))
+
+
+# ----------------------------------------------------------------------------- the typed Checkpoint
+def full_ckpt(model, **extra):
+    """Every key the engine writes (``FederatedEngine._checkpoint``), with distinguishable values."""
+    cfg = model.model_config()
+    glob = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
+    return {**minimal_ckpt(model), "round": 3, "config": {"train": {"method": "fedpav"}},
+            "server_state": {"centres": torch.ones(2)}, "has_global_model": True,
+            "global_eval_extra": {"neck.bn.running_mean": torch.zeros(cfg["feat_dim"])},
+            "server_client_state": {"a": {"members": ["a"]}}, "observer_state": {"privacy": {"x": 1}},
+            "client_memory": {"a": {"step": torch.tensor(7)}}, "initial_local_state": {},
+            "client_classes": {"a": 5, "b": 4}, "audit_holdout": {"a": [("img.jpg", 0, 1)]},
+            "metrics": [{"round": 3, "scope": "train"}], "comm": [{"bytes_up": 10}], "rng": {"torch": 1},
+            "global_state": glob, "a_future_key": 42, **extra}
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return torch.equal(a, b)
+
+
+def test_checkpoint_round_trip_has_every_key_as_a_field(tmp_path):
+    model = build_model("resnet18", feat_dim=16)
+    saved = full_ckpt(model)
+    path = save_checkpoint(saved, tmp_path / "ckpt.pt")
+    ckpt = Checkpoint.load(path)
+    assert ckpt.path == path and ckpt.privreid_version == __version__
+    assert (ckpt.method, ckpt.round, ckpt.config, ckpt.model_config) == ("fedpav", 3, saved["config"],
+                                                                          model.model_config())
+    for key in ("global_state", "client_states", "server_state", "global_eval_extra", "client_memory",
+                "initial_local_state"):
+        assert same(getattr(ckpt, key), saved[key]), key
+    for key in ("server_client_state", "observer_state", "client_classes", "metrics", "comm", "rng"):
+        assert getattr(ckpt, key) == saved[key], key
+    assert ckpt.audit_holdout == {"a": [("img.jpg", 0, 1)]} and ckpt.has_global_model is True
+    assert ckpt.other == {"a_future_key": 42}  # a key this version does not name is kept, not dropped
+    assert ckpt.client_memory_files is None
+    assert ckpt.shared_keys == frozenset(saved["global_state"]) and "classifier.weight" not in ckpt.shared_keys
+    assert ckpt.trained_clients == ["a"] and ckpt.clients == ["a", "b"]  # b: initial local state, not trained
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ckpt.round = 4
+
+
+def test_old_checkpoint_without_the_later_keys_loads_with_their_defaults(tmp_path):
+    """A checkpoint written before has_global_model, server_state, observer_state ... existed."""
+    model = build_model("resnet18", feat_dim=16).eval()
+    torch.save({"format": "privreid-ckpt-v1", **minimal_ckpt(model), "metrics": [], "comm": []},
+               tmp_path / "ckpt.pt")
+    ckpt = Checkpoint.load(tmp_path / "ckpt.pt")
+    assert ckpt.has_global_model is True and ckpt.privreid_version is None
+    assert ckpt.server_state == {} and ckpt.global_eval_extra == {} and ckpt.server_client_state == {}
+    assert ckpt.observer_state is None and ckpt.initial_local_state is None and ckpt.audit_holdout == {}
+    assert ckpt.client_memory == {} and ckpt.clients == ["a"] and ckpt.other == {}
+    x = torch.randn(2, 3, 32, 16)
+    with torch.no_grad():
+        assert torch.equal(ckpt.load_model()(x), model(x))
+    with pytest.raises(CheckpointError, match="no client 'b' in checkpoint; clients: a"):
+        ckpt.load_model("b")
+
+
+def test_load_model_of_a_client_is_its_personal_state(tmp_path):
+    """Global keys, then the kept trained keys, then the local keys (classifier included): exactly those."""
+    model = build_model("resnet18", feat_dim=16).eval()
+    saved = minimal_ckpt(model, client_classes={"a": 5})
+    bumped = {k: v + 1 if torch.is_floating_point(v) else v for k, v in saved["global_state"].items()}
+    norm = [k for k in saved["global_state"] if k.startswith("neck.bn.")]
+    saved["client_states"]["a"].update({k: bumped[k] + 1 for k in norm})  # local norms (FedBN-style)
+    saved["client_memory"] = {"a": {TRAINED_PREFIX + k: bumped[k] for k in bumped}}
+    ckpt = Checkpoint.from_dict(saved)
+    want = personal_state(saved["global_state"], saved["client_states"]["a"], saved["client_memory"]["a"])
+    got = ckpt.load_model("a").state_dict()
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert all(torch.equal(got[k], bumped[k] + 1) for k in norm)  # the local keys win over the trained ones
+    assert torch.equal(got["backbone.conv1.weight"], bumped["backbone.conv1.weight"])
+    assert torch.equal(load_model(saved, client="a").state_dict()["neck.bn.weight"], got["neck.bn.weight"])
+
+
+def test_shared_classifier_in_server_state_is_the_clients_head():
+    """DPPT's global-label classifier (server-side) is the head of a client that keeps none of its own."""
+    model = build_model("resnet18", feat_dim=16)
+    head = torch.randn(9, 16)
+    ckpt = Checkpoint.from_dict(minimal_ckpt(model, client_states={"a": {}}, server_state={"classifier.weight": head,
+                                                                                           "centres": torch.ones(1)}))
+    net = ckpt.load_model("a")
+    assert net.num_classes == 9 and torch.equal(net.classifier.weight, head)
+    assert ckpt.load_model().classifier is None
+
+
+def test_standalone_checkpoint_has_no_global_model_and_names_its_clients():
+    model = build_model("resnet18", feat_dim=16)
+    local = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
+    ckpt = Checkpoint.from_dict(minimal_ckpt(model, has_global_model=False, global_state={},
+                                             client_states={"a": local, "b": local}))
+    assert ckpt.has_global_model is False and ckpt.shared_keys == frozenset() and ckpt.clients == ["a", "b"]
+    with pytest.raises(CheckpointError, match=r"^method 'fedpav' has no global model; pick a client with --client "
+                                              r"\(a, b\)$"):
+        ckpt.load_model()
+    assert torch.equal(ckpt.load_model("b").state_dict()["neck.fc.weight"], local["neck.fc.weight"])
+
+
+def test_checkpoint_load_errors_are_one_line(tmp_path):
+    whole = save_checkpoint(minimal_ckpt(build_model("resnet18", feat_dim=16)), tmp_path / "whole.pt").read_bytes()
+    (tmp_path / "bad.pt").write_bytes(whole[:len(whole) // 2])  # truncated
+    torch.save({"state_dict": {}}, tmp_path / "foreign.pt")
+    torch.save({"format": "privreid-ckpt-v1", "method": "x"}, tmp_path / "partial.pt")
+    for name, message in [("missing.pt", "checkpoint not found"), ("bad.pt", "is not a privreid checkpoint"),
+                          ("foreign.pt", "is not a privreid checkpoint"), ("partial.pt", "is incomplete: missing")]:
+        with pytest.raises(CheckpointError, match=message) as info:
+            Checkpoint.load(tmp_path / name)
+        assert "\n" not in str(info.value) and str(tmp_path / name) in str(info.value)
+    with pytest.raises(CheckpointError, match="incomplete: missing method"):
+        Checkpoint.from_dict({k: v for k, v in minimal_ckpt(build_model("resnet18", feat_dim=16)).items()
+                              if k != "method"})
+
+
+def test_client_memory_files_are_read_or_left_for_the_engine(tmp_path):
+    from privreid.federated.memory_store import MEMORY_DIR
+
+    model = build_model("resnet18", feat_dim=16)
+    (tmp_path / MEMORY_DIR).mkdir()
+    torch.save({"prev": torch.arange(3)}, tmp_path / MEMORY_DIR / "a.r1.pt")
+    save_checkpoint(minimal_ckpt(model, client_memory_files={"a": "a.r1.pt", "b": None}), tmp_path / "ckpt.pt")
+    lazy = Checkpoint.load(tmp_path / "ckpt.pt", client_memory=False)
+    assert lazy.client_memory_files == {"a": "a.r1.pt", "b": None} and lazy.client_memory == {}
+    read = Checkpoint.load(tmp_path / "ckpt.pt")
+    assert read.client_memory_files is None and read.client_memory["b"] == {}
+    assert torch.equal(read.client_memory["a"]["prev"], torch.arange(3))
+
+
+def test_checkpoint_labels_are_unique(tmp_path):
+    model = build_model("resnet18", feat_dim=16)
+    paths = [save_checkpoint(minimal_ckpt(model), tmp_path / d / "ckpt.pt") for d in ("run", "run2")]
+    ckpts = [Checkpoint.load(p) for p in (paths[0], paths[1], paths[0])]
+    assert checkpoint_labels(ckpts) == ["fedpav (run)", "fedpav (run2)", "fedpav (run) #2"]
+
+
+@pytest.mark.parametrize("head", ["linear", "mlp"])
+def test_the_classifier_prefix_names_exactly_the_heads_keys(head):
+    from privreid.federated.policy import CLASSIFIER_LOCAL
+    from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
+
+    model = build_model("resnet18", feat_dim=16, num_classes=5, head=head)
+    keys = model.state_dict().keys()
+    head_keys = {CLASSIFIER_PREFIX + k for k in model.classifier.state_dict()}
+    assert head_keys and {k for k in keys if is_classifier_key(k)} == head_keys
+    assert set(CLASSIFIER_LOCAL.local(model.state_dict())) == head_keys

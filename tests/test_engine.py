@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from privreid.checkpoint import load_checkpoint
+from privreid.checkpoint import Checkpoint, load_checkpoint
 from privreid.data.catalog import build_federation
-from privreid.errors import ConfigError
+from privreid.errors import CheckpointError, ConfigError
 from privreid.federated.engine import FederatedEngine, prepare_out_dir, selection_size
 from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
 from privreid.federated.strategy import DataVolumeAverage
@@ -143,6 +143,11 @@ def test_standalone_has_no_global_model_and_evaluates_clients(tiny_synth, tmp_pa
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["global_state"] == {}
     assert "backbone.conv1.weight" in ckpt["client_states"]["synthA"]
+    typed = Checkpoint.load(tmp_path / "ckpt.pt")
+    assert typed.has_global_model is False and typed.shared_keys == frozenset()
+    assert typed.clients == typed.trained_clients == ["synthA", "synthB"]
+    with pytest.raises(CheckpointError, match="has no global model"):
+        typed.load_model()
 
 
 # ----------------------------------------------------------------------------- personalised models

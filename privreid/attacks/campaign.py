@@ -60,18 +60,17 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
                        device) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
     """``privreid attack``'s campaign: the checkpoints of ``settings["paths"]`` on the first one's test sets
     (or ``data`` / ``domains``), each at its own input size; see :func:`attack_models`."""
-    from ..checkpoint import load_checkpoint, load_model
-    from ..config import RunConfig
+    from ..checkpoint import Checkpoint
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
     from ..device import resolve_device
 
     paths = settings["paths"]
-    ckpts = [load_checkpoint(p) for p in paths]
-    configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
+    ckpts = [Checkpoint.load(p) for p in paths]
+    configs = [c.run_config for c in ckpts]
     dev = resolve_device(device)
-    nets = [load_model(c, client=client, device=dev) for c in ckpts]
-    labels = checkpoint_labels(paths, ckpts)
+    nets = [c.load_model(client, device=dev) for c in ckpts]
+    labels = checkpoint_labels(ckpts)
     first = configs[0]
     datasets = resolve_datasets(data or first.data.roots, first.data.format if not data else "auto",
                                 synth_seed=first.data.synth_seed)

@@ -146,7 +146,7 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
-    from ..checkpoint import load_model
+    from ..checkpoint import Checkpoint
     from ..federated.engine import FederatedEngine, prepare_out_dir
     from .statistics import probe_outputs
 
@@ -165,7 +165,7 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
                              log=lambda _: None)
     prepare_out_dir(run, overwrite=True, resume=False)
     summary = engine.run()
-    model = load_model(run / "ckpt.pt", client=target.name)
+    model = Checkpoint.load(run / "ckpt.pt").load_model(target.name)
     out = probe_outputs(model, [p for p, _, _ in picks], height=config.data.height, width=config.data.width)
     logp = out.logits - np.logaddexp.reduce(out.logits, axis=1, keepdims=True)
     return logp[np.arange(len(picks)), labels], included, summary, target.name

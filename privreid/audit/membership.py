@@ -102,12 +102,15 @@ def _original_pid(path: str) -> int:
     return int(Path(path).name.split("_")[0])
 
 
-def other_images(ckpt: dict, config: RunConfig, federation: Federation, extra_per_cam: int | None
-                 ) -> tuple[str, dict[str, list[tuple[str, int, str]]]]:
-    """``(source, identity -> [(path, camid, home client)])``: images of training identities never trained on."""
+def other_images(holdout: dict[str, list] | None, config: RunConfig, federation: Federation,
+                 extra_per_cam: int | None) -> tuple[str, dict[str, list[tuple[str, int, str]]]]:
+    """``(source, identity -> [(path, camid, home client)])``: images of training identities never trained on.
+
+    ``holdout`` is the checkpoint's ``audit_holdout`` (client -> samples kept out of training).
+    """
     by_name = {c.name: c for c in federation.clients}
     out: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
-    holdout = ckpt.get("audit_holdout") or {}
+    holdout = holdout or {}
     if any(holdout.values()):
         for name, samples in holdout.items():
             client = by_name[name]
@@ -136,7 +139,7 @@ def other_images(ckpt: dict, config: RunConfig, federation: Federation, extra_pe
     return "synthetic extra renders of the training identities", out
 
 
-def build_membership(level: str, ckpt: dict, config: RunConfig, federation: Federation, *,
+def build_membership(level: str, holdout: dict[str, list] | None, config: RunConfig, federation: Federation, *,
                      client: str | None = None, trained: list[ClientData] | None = None, probes_per_identity: int = 4,
                      max_per_class: int | None = None, extra_per_cam: int | None = None, seed: int = 0
                      ) -> MembershipSet:
@@ -146,6 +149,7 @@ def build_membership(level: str, ckpt: dict, config: RunConfig, federation: Fede
     ``prepare_clients``: centralised training pools every partition client
     into ``central``); ``client`` names one of them, and its classifier labels
     are those of that client.  Identities are always those of the partition.
+    ``holdout``: the checkpoint's ``audit_holdout`` (:func:`other_images`).
     """
     if level not in LEVELS:
         raise ConfigError(f"unknown audit level {level!r}; choose from {', '.join(LEVELS)}")
@@ -157,7 +161,7 @@ def build_membership(level: str, ckpt: dict, config: RunConfig, federation: Fede
     scope = [dataclasses.replace(c, train=[s for s in c.train if client is None or s[0] in label_of_path])
              for c in federation.clients]
     scope = [c for c in scope if c.train]
-    source, others = other_images(ckpt, config, federation, extra_per_cam)
+    source, others = other_images(holdout, config, federation, extra_per_cam)
     labels_of = {_identity(c, label): label_of_path[p] for c in scope for p, label, _ in c.train if p in label_of_path}
     in_scope = {_identity(c, label) for c in scope for _, label, _ in c.train}
     rng = np.random.default_rng([seed, 0x5E7])

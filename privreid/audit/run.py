@@ -9,8 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
-from ..config import RunConfig
+from ..checkpoint import Checkpoint, checkpoint_labels
 from ..errors import ConfigError
 from ..federated.registry import get_method
 from .attacks import resolve_attacks
@@ -70,13 +69,13 @@ def _one_round(found: dict, client: str, round_no: int | None) -> dict:
     return found
 
 
-def _server_models(ckpt: dict, client: str, round_no: int | None, cache: Path, device, progress, echo):
+def _server_models(ckpt: Checkpoint, client: str, round_no: int | None, cache: Path, device, progress, echo):
     uploads, verified = replay_uploads(ckpt, client, cache, progress=progress, echo=echo)
     uploads = _one_round(uploads, client, round_no)
     return [upload_model(ckpt, uploads[r], device) for r in sorted(uploads)], sorted(uploads), verified
 
 
-def _aggregate_models(ckpt: dict, client: str, round_no: int | None, cache: Path, device, progress, echo):
+def _aggregate_models(ckpt: Checkpoint, client: str, round_no: int | None, cache: Path, device, progress, echo):
     """The server-aggregate view: per round, the model holding the mean the server computes from the sum."""
     sums, verified = replay_aggregates(ckpt, client, cache, progress=progress, echo=echo)
     sums = _one_round(sums, client, round_no)
@@ -97,36 +96,36 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     if not paths:
         raise ConfigError("give at least one checkpoint (--models)")
     paths = [Path(p) for p in paths]
-    ckpts = [load_checkpoint(p) for p in paths]
-    labels = checkpoint_labels(paths, ckpts)
+    ckpts = [Checkpoint.load(p) for p in paths]
+    labels = checkpoint_labels(ckpts)
     for label, ckpt in zip(labels, ckpts):  # validate before any work
-        if "public" in settings.views and settings.client is None and not ckpt.get("has_global_model", True):
-            raise ConfigError(f"{label}: method {ckpt['method']!r} has no global model; audit a client (--client)")
-        if settings.client is not None and settings.client not in ckpt["client_states"]:
-            raise ConfigError(f"{label}: no client {settings.client!r}; clients: {', '.join(sorted(ckpt['client_states']))}")
+        if "public" in settings.views and settings.client is None and not ckpt.has_global_model:
+            raise ConfigError(f"{label}: method {ckpt.method!r} has no global model; audit a client (--client)")
+        if settings.client is not None and settings.client not in ckpt.client_states:
+            raise ConfigError(f"{label}: no client {settings.client!r}; clients: {', '.join(ckpt.trained_clients)}")
         if "server-aggregate" in settings.views:
             from .views import mean_weight
 
-            mean_weight(RunConfig.from_dict(ckpt["config"]))
+            mean_weight(ckpt.run_config)
     dev = resolve_device(device)
     out = Path(out)
     cache = Path(cache) if cache is not None else out / "cache"
     records: list[dict[str, Any]] = []
     curves = []
     for path, label, ckpt in zip(paths, labels, ckpts):
-        config = RunConfig.from_dict(ckpt["config"])
+        config = ckpt.run_config
         federation = federation_for_config(config)
         method = get_method(config.train.method)
         trained = method.prepare_clients(federation.clients) if method.prepare_clients else federation.clients
         size = dict(height=config.data.height, width=config.data.width, device=dev)
-        server_client = settings.client or sorted(ckpt["client_states"])[0]
+        server_client = settings.client or ckpt.trained_clients[0]
         for level in settings.levels:
             sets: dict[str | None, MembershipSet] = {}
 
             def membership(scope: str | None) -> MembershipSet:
                 if scope not in sets:
-                    sets[scope] = build_membership(level, ckpt, config, federation, client=scope, trained=trained,
-                                                   probes_per_identity=settings.probes_per_identity,
+                    sets[scope] = build_membership(level, ckpt.audit_holdout, config, federation, client=scope,
+                                                   trained=trained, probes_per_identity=settings.probes_per_identity,
                                                    max_per_class=settings.max_per_class,
                                                    extra_per_cam=settings.extra_per_cam, seed=settings.seed)
                 return sets[scope]
@@ -135,7 +134,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                 extra: dict[str, Any] = {}
                 if view == "public":
                     ms = membership(settings.client)
-                    models = [load_model(ckpt, client=settings.client, device=dev)]
+                    models = [ckpt.load_model(settings.client, device=dev)]
                     extra["model"] = f"client {settings.client} (personalised)" if settings.client else "global"
                 elif view == "server":
                     ms = membership(server_client)
@@ -166,8 +165,9 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
 
                             masks, shadow_paths = train_shadows(config, federation, ms, settings.shadows, cache,
                                                                 seed=settings.seed, progress=progress, echo=echo)
-                            shadow_outputs = [probe_outputs(load_model(p, client=settings.client, device=dev),
-                                                            probes, **size) for p in shadow_paths]
+                            shadow_outputs = [
+                                probe_outputs(Checkpoint.load(p).load_model(settings.client, device=dev), probes,
+                                              **size) for p in shadow_paths]
                         scored = [attack.score(ms, outputs[0], shadow_outputs, masks)]
                     else:
                         scored = [attack.score(ms, o) for o in outputs]
@@ -176,7 +176,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                            "view": view,
                            **summarise(ms.labels, scores, bootstrap=settings.bootstrap, seed=settings.seed),
                            "settings": {"statistic": scored[0].statistic, **extra, **ms.describe(),
-                                        "method": ckpt["method"], "round": int(ckpt["round"]),
+                                        "method": ckpt.method, "round": ckpt.round,
                                         **{k: v for k, v in asdict(settings).items()
                                            if k in ("seed", "probes_per_identity", "max_per_class")},
                                         **({"shadows": settings.shadows} if attack.needs_shadows else {})}}

@@ -3,7 +3,7 @@
 ``public``
     The released model: the final global model, or the personalised model of
     ``--client`` (global shared state plus that client's local layers and
-    classifier), via :func:`privreid.checkpoint.load_model`.
+    classifier), via :meth:`privreid.checkpoint.Checkpoint.load_model`.
 ``server``
     The honest-but-curious server of a federation: the uploads of the audited
     client, one round (``--round R``) or all rounds it took part in.
@@ -44,6 +44,7 @@ from typing import Callable
 
 import torch
 
+from ..checkpoint import Checkpoint
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
@@ -105,29 +106,29 @@ def mean_weight(config: RunConfig):
     return weight
 
 
-def replay_uploads(ckpt: dict, client: str, cache: Path, *, progress: bool = False,
+def replay_uploads(ckpt: Checkpoint, client: str, cache: Path, *, progress: bool = False,
                    echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, dict[str, torch.Tensor]], bool]:
     """``(round -> upload of client, verified)``; replays the run once and caches the result."""
     replay = _replay(ckpt, client, cache, aggregate=False, progress=progress, echo=echo)
     return replay["uploads"], replay["verified"]
 
 
-def replay_aggregates(ckpt: dict, client: str, cache: Path, *, progress: bool = False,
+def replay_aggregates(ckpt: Checkpoint, client: str, cache: Path, *, progress: bool = False,
                       echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, RoundSum], bool]:
     """``(round -> RoundSum of the uploads of that round, for the rounds client took part in, verified)``."""
     replay = _replay(ckpt, client, cache, aggregate=True, progress=progress, echo=echo)
     return {r: s for r, s in replay["sums"].items() if client in s.clients}, replay["verified"]
 
 
-def _replay(ckpt: dict, client: str, cache: Path, *, aggregate: bool, progress: bool,
+def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, progress: bool,
             echo: Callable[[str], None]) -> dict:
     from ..data.catalog import federation_for_config
     from ..federated.engine import prepare_out_dir
 
-    if not ckpt.get("comm"):
-        raise ConfigError(f"method {ckpt['method']!r} sends nothing to a server; the server view needs a federation")
-    config = RunConfig.from_dict(ckpt["config"])
-    config = dataclasses.replace(config, train=dataclasses.replace(config.train, rounds=int(ckpt["round"])))
+    if not ckpt.comm:
+        raise ConfigError(f"method {ckpt.method!r} sends nothing to a server; the server view needs a federation")
+    config = ckpt.run_config
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, rounds=ckpt.round))
     weight = mean_weight(config) if aggregate else None
     digest = hashlib.sha256(json.dumps([config.to_dict(), client], sort_keys=True).encode()).hexdigest()[:10]
     store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}{'-sums' if aggregate else ''}.pt"
@@ -146,9 +147,9 @@ def _replay(ckpt: dict, client: str, cache: Path, *, aggregate: bool, progress: 
                             weight=weight)
     prepare_out_dir(run, overwrite=True, resume=False)
     engine.run()
-    final = {k: v for k, v in engine.global_state.items() if k in ckpt["global_state"]}
-    verified = final.keys() == ckpt["global_state"].keys() and all(
-        torch.equal(final[k].cpu(), ckpt["global_state"][k].cpu()) for k in final)
+    final = {k: v for k, v in engine.global_state.items() if k in ckpt.shared_keys}
+    verified = final.keys() == ckpt.shared_keys and all(
+        torch.equal(final[k].cpu(), ckpt.global_state[k].cpu()) for k in final)
     store.parent.mkdir(parents=True, exist_ok=True)
     saved = {"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}
     if aggregate:
@@ -157,11 +158,10 @@ def _replay(ckpt: dict, client: str, cache: Path, *, aggregate: bool, progress: 
     return {"uploads": engine.recorded, "sums": engine.sums, "verified": verified}
 
 
-def upload_model(ckpt: dict, upload: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> torch.nn.Module:
+def upload_model(ckpt: Checkpoint, upload: dict[str, torch.Tensor], device: torch.device | str = "cpu"
+                 ) -> torch.nn.Module:
     """The global architecture holding one upload's shared keys (the server's copy of the client's model)."""
-    from ..checkpoint import load_model
-
-    model = load_model({**ckpt, "has_global_model": True}, device=device)
+    model = dataclasses.replace(ckpt, has_global_model=True).load_model(device=device)
     own = model.state_dict()
     model.load_state_dict({k: v for k, v in upload.items() if k in own}, strict=False)
     return model.eval()

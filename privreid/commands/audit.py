@@ -77,14 +77,13 @@ def audit_command(
     def _dp(ckpt_paths):
         from ..audit.dp_audit import DPAuditSettings, run_dp_audit
         from ..audit.report import write_report
-        from ..checkpoint import checkpoint_labels, load_checkpoint
-        from ..config import RunConfig
+        from ..checkpoint import Checkpoint, checkpoint_labels
 
         settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
                                    seed=seed).validate()
-        ckpts = [load_checkpoint(p) for p in ckpt_paths]
-        labels = checkpoint_labels(ckpt_paths, ckpts)
-        configs = [RunConfig.from_dict(c["config"]) for c in ckpts]
+        ckpts = [Checkpoint.load(p) for p in ckpt_paths]
+        labels = checkpoint_labels(ckpts)
+        configs = [c.run_config for c in ckpts]
         for label, cfg in zip(labels, configs):
             if not (cfg.train.dp_sgd or cfg.train.client_dp):
                 raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")

@@ -66,9 +66,8 @@ def eval_command(
     Example: privreid eval --model runs/dppt/ckpt.pt --data synth-vi --mode visible-to-ir
     Example: privreid eval --model runs/fedpav/ckpt.pt --corruption all --severity random --repeats 10
     """
-    from ..checkpoint import load_checkpoint, load_model
+    from ..checkpoint import Checkpoint
     from ..commands.corrupt import parse_pixel_scale
-    from ..config import RunConfig
     from ..corruptions import resolve_corruptions
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
@@ -97,10 +96,10 @@ def eval_command(
             return dg_rows()
         corrupted = corruption_options() if corruption is not None else None
         check_eval_options([], **kinds)
-        ckpt = load_checkpoint(model)
-        cfg = RunConfig.from_dict(ckpt["config"])
+        ckpt = Checkpoint.load(model)
+        cfg = ckpt.run_config
         dev = resolve_device(device)
-        net = load_model(ckpt, client=client, device=dev)
+        net = ckpt.load_model(client, device=dev)
         datasets = resolve_datasets(data or cfg.data.roots, cfg.data.format if not data else fmt)
         wanted = csv_list(domains) or list(datasets)
         unknown = [d for d in wanted if d not in datasets]
@@ -124,10 +123,10 @@ def eval_command(
                               "and --single-gallery-shot do not apply")
         if num_splits < 1 or seed < 0:
             raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
-        ckpt = load_checkpoint(model)
-        cfg = RunConfig.from_dict(ckpt["config"])
+        ckpt = Checkpoint.load(model)
+        cfg = ckpt.run_config
         dev = resolve_device(device)
-        net = load_model(ckpt, client=client, device=dev)
+        net = ckpt.load_model(client, device=dev)
         rows = []
         for root in data:
             name = Path(root).name

@@ -37,17 +37,16 @@ def export_command(
 
     Example: privreid export --model runs/fedpav/ckpt.pt --format onnx --out fedpav.onnx
     """
-    from ..checkpoint import load_checkpoint, load_model
-    from ..config import RunConfig
+    from ..checkpoint import Checkpoint
     from ..export import check_format, export_model
 
     def go() -> dict[str, Any]:
         check_format(fmt)
         _check_out(out, overwrite)
-        ckpt = load_checkpoint(model)
-        cfg = RunConfig.from_dict(ckpt["config"])
-        net = load_model(ckpt, client=client)
-        source = {"checkpoint": str(model), "method": ckpt["method"], "round": int(ckpt["round"]),
+        ckpt = Checkpoint.load(model)
+        cfg = ckpt.run_config
+        net = ckpt.load_model(client)
+        source = {"checkpoint": str(model), "method": ckpt.method, "round": ckpt.round,
                   "model": "global" if client is None else f"client {client}"}
         return export_model(net, fmt, out, height=cfg.data.height, width=cfg.data.width, source=source)
 

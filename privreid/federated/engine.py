@@ -58,13 +58,14 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checkpoint import TRAINED_PREFIX, load_checkpoint, personal_state, save_checkpoint
+from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig
 from ..deviations import deviations
 from ..device import resolve_device
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from ..models.reid_net import is_classifier_key
 from ..rundir import write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
@@ -203,7 +204,7 @@ class FederatedEngine:
         self.global_state: StateDict = self.policy.shared(self.init_state)
         #: the local state of a client that has not trained yet (its classifier does not exist yet)
         self.initial_local = {k: v for k, v in self.policy.local(self.init_state).items()
-                              if not k.startswith("classifier.")}
+                              if not is_classifier_key(k)}
         self.client_states: dict[str, StateDict] = {}
         self.client_memory: MutableMapping[str, MutableMapping] = (
             ClientMemories(self.out_dir / MEMORY_DIR) if self.client_memory_on_disk else {})
@@ -214,28 +215,28 @@ class FederatedEngine:
         self.start_round = 0
 
     def _restore(self) -> None:
-        ckpt = load_checkpoint(self.out_dir / "ckpt.pt", client_memory=False)
-        check_resume(RunConfig.from_dict(ckpt["config"]), self.config, int(ckpt["round"]))
-        self.global_state = {**ckpt["global_state"], **ckpt.get("server_state", {})}
-        self.client_states = ckpt["client_states"]
-        self.client_server_state = ckpt.get("server_client_state", {})  # absent before it existed: none kept
+        ckpt = Checkpoint.load(self.out_dir / "ckpt.pt", client_memory=False)
+        check_resume(ckpt.run_config, self.config, ckpt.round)
+        self.global_state = {**ckpt.global_state, **ckpt.server_state}
+        self.client_states = ckpt.client_states
+        self.client_server_state = ckpt.server_client_state  # absent before it existed: none kept
         if not self.client_memory_on_disk:
-            self.client_memory = ckpt.get("client_memory", {})
-        elif "client_memory_files" in ckpt:
-            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt["client_memory_files"])
+            self.client_memory = ckpt.client_memory
+        elif ckpt.client_memory_files is not None:
+            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files)
         else:  # memories stored in the checkpoint itself
             self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
-            for name, memory in ckpt.get("client_memory", {}).items():
+            for name, memory in ckpt.client_memory.items():
                 self.client_memory[name] = memory
-        observer_state = ckpt.get("observer_state")
+        observer_state = ckpt.observer_state
         if observer_state is None:  # backward compatibility: a checkpoint from before observers kept their own
             # state (the ledger read client memory); rebuilt once, here, from that checkpoint's client memories
             observer_state = {o.key: o.state_from_memories(self.client_memory) for o in self.observers}
         for observer in self.observers:
             observer.load_state_dict(observer_state.get(observer.key, {}))
-        self.metrics = list(ckpt["metrics"])
-        self.comm = list(ckpt["comm"])
-        self.start_round = int(ckpt["round"])
+        self.metrics = list(ckpt.metrics)
+        self.comm = list(ckpt.comm)
+        self.start_round = ckpt.round
         with open(self.out_dir / "metrics.jsonl", "w") as fh:  # drop lines of a round killed mid-way
             for rec in self.metrics:
                 fh.write(json_line(rec))
@@ -266,7 +267,7 @@ class FederatedEngine:
         if local is None:  # first participation: fresh classifier, initial local layers
             state = {**self.policy.local(self.init_state), **received}
             missing, unexpected = self.model.load_state_dict(state, strict=False)
-            assert all(k.startswith("classifier.") for k in missing) and not unexpected
+            assert all(is_classifier_key(k) for k in missing) and not unexpected
         else:
             self.model.load_state_dict({**received, **local}, strict=True)
         self.model.to(self.device)
@@ -299,7 +300,7 @@ class FederatedEngine:
 
     def _load_personal(self, client: ClientData) -> None:
         state = self.personal_state(client)
-        self.model.reset_classifier(client.num_classes if any(k.startswith("classifier.") for k in state) else 0)
+        self.model.reset_classifier(client.num_classes if any(is_classifier_key(k) for k in state) else 0)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         assert not unexpected and not missing, (missing[:3], unexpected[:3])
         self.model.to(self.device)

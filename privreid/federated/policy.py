@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models.reid_net import CLASSIFIER_PREFIX
+
 StateDict = dict[str, torch.Tensor]
 
 
@@ -39,7 +41,7 @@ def local_prefixes(*prefixes: str, description: str = "") -> ParameterPolicy:
 
 
 #: FedPav / "+D" baselines: the identity classifier is local, the rest shared.
-CLASSIFIER_LOCAL = local_prefixes("classifier.", description="classifier local, backbone and neck shared")
+CLASSIFIER_LOCAL = local_prefixes(CLASSIFIER_PREFIX, description="classifier local, backbone and neck shared")
 
 #: Standalone training: nothing is shared.
 NOTHING_SHARED = ParameterPolicy(is_local=lambda key: True, description="nothing shared")

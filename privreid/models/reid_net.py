@@ -167,6 +167,16 @@ def fuse(global_feat: torch.Tensor, part_feat: torch.Tensor, v: float | torch.Te
     return v * global_feat + (1 - v) * part_feat
 
 
+#: state-dict prefix of the identity classifier (:attr:`ReIDModel.classifier`), the head every method keeps
+#: per client (its label space is the client's); the one place this name is spelled
+CLASSIFIER_PREFIX = "classifier."
+
+
+def is_classifier_key(key: str) -> bool:
+    """Whether the state-dict key ``key`` of a :class:`ReIDModel` belongs to its identity classifier."""
+    return key.startswith(CLASSIFIER_PREFIX)
+
+
 def make_head(kind: str, feat_dim: int, num_classes: int, hidden: int = 512) -> nn.Module:
     """A fresh identity classifier.
 

@@ -132,6 +132,8 @@ def load_weights_file(model: nn.Module, path: str | PathLike[str]) -> list[str]:
         state dict, matches no model key, has keys the model lacks, has
         tensors of the wrong shape, or lacks part of the trunk or neck.
     """
+    from privreid.models.reid_net import is_classifier_key  # reid_net imports this module
+
     path = Path(path)
     state = _read_state_dict(path)
     file_keys = list(state)
@@ -146,7 +148,7 @@ def load_weights_file(model: nn.Module, path: str | PathLike[str]) -> list[str]:
         fits = key in target and target[key].shape == value.shape
         if fits:
             loadable.append(key)
-        elif key.startswith("classifier."):
+        elif is_classifier_key(key):
             continue  # a head for another label space
         elif key in target:
             mismatched.append(f"{key} {tuple(value.shape)} vs model {tuple(target[key].shape)}")

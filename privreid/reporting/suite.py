@@ -54,7 +54,7 @@ from typing import Any
 from ..attacks.feature_attacks import ATTACKS
 from ..attacks.campaign import attack_models
 from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
-from ..checkpoint import checkpoint_labels, load_checkpoint, load_model
+from ..checkpoint import Checkpoint, checkpoint_labels
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
 from ..data.catalog import federation_for_config
@@ -288,9 +288,9 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     if not paths:
         raise ConfigError("give at least one checkpoint")
     paths = [Path(p) for p in paths]
-    ckpts = [load_checkpoint(p) for p in paths]
-    labels = checkpoint_labels(paths, ckpts)
-    cfg = RunConfig.from_dict(ckpts[0]["config"])
+    ckpts = [Checkpoint.load(p) for p in paths]
+    labels = checkpoint_labels(ckpts)
+    cfg = ckpts[0].run_config
     dev = resolve_device(device)
     testsets = _testsets(cfg, settings)
     out = Path(out)
@@ -303,10 +303,10 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
 
     def evaluated_models():
         for label, ckpt in zip(labels, ckpts):
-            if not ckpt.get("has_global_model", True):
-                raise ConfigError(f"{label}: method {ckpt['method']!r} has no global model; the suite compares "
+            if not ckpt.has_global_model:
+                raise ConfigError(f"{label}: method {ckpt.method!r} has no global model; the suite compares "
                                   "global models (use privreid attack/invert --client for standalone runs)")
-            yield label, load_model(ckpt, device=dev)
+            yield label, ckpt.load_model(device=dev)
 
     if "clean" in settings.suites:
         rows = compare_checkpoints(paths, device=device)

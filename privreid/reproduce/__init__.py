@@ -187,18 +187,17 @@ def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, datas
 
 def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, scale: str, device: str) -> dict:
     from ..attacks.retrieval import evaluate_under_attack
-    from ..checkpoint import load_checkpoint, load_model
-    from ..config import RunConfig
+    from ..checkpoint import Checkpoint
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
     from ..evaluation.corrupted_eval import evaluate_corrupted
     from ..device import resolve_device
     from .tables import TABLE9_SMOKE_REPEATS
 
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
-    cfg = RunConfig.from_dict(ckpt["config"])
+    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
+    cfg = ckpt.run_config
     dev = resolve_device(device)
-    model = load_model(ckpt, device=dev)
+    model = ckpt.load_model(device=dev)
     datasets = resolve_datasets(cfg.data.roots, cfg.data.format, synth_seed=cfg.data.synth_seed)
     testset = as_test_set(dataset, datasets[dataset])
     size = {"height": cfg.data.height, "width": cfg.data.width}
@@ -211,17 +210,16 @@ def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, 
 
 
 def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
-    from ..checkpoint import load_checkpoint, load_model
-    from ..config import RunConfig
+    from ..checkpoint import Checkpoint
     from ..data.synthetic_dg import ensure_synthetic_dg
     from ..evaluation.dg_protocol import evaluate_dg_model
     from ..device import resolve_device
 
     root = ensure_synthetic_dg() / dataset if scale == "smoke" else Path(data_root) / dataset
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
-    cfg = RunConfig.from_dict(ckpt["config"])
+    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
+    cfg = ckpt.run_config
     dev = resolve_device(device)
-    return evaluate_dg_model(load_model(ckpt, device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
+    return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
                              device=dev, write_splits_to=run_dir / f"splits-{name}.json")
 
 

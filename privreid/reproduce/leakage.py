@@ -59,16 +59,15 @@ def _modalities(config) -> dict[str, str]:
 def _client_model(target, client: str, device):
     """The client's model as it trained (head included) and its shared parameter names.
 
-    :func:`privreid.checkpoint.load_model` rebuilds it, a shared classifier
+    :meth:`privreid.checkpoint.Checkpoint.load_model` rebuilds it, a shared classifier
     (DPPT's global-label head, stored server-side) included;
     ``privreid.attacks.inversion.campaign.attacked_model`` would refuse a
     client whose head is not in its own state.
     """
     from ..attacks.inversion.threat_models import check_model
-    from ..checkpoint import load_model
 
-    net = load_model(target.ckpt, client=client, device=device)
-    shared = set(target.ckpt["global_state"]) & {n for n, _ in net.named_parameters()}
+    net = target.ckpt.load_model(client, device=device)
+    shared = target.ckpt.shared_keys & {n for n, _ in net.named_parameters()}
     check_model(net, FIG8_THREAT, shared)
     return net, shared
 
@@ -98,7 +97,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
                       label_smoothing=target.config.train.label_smoothing, defence=defence,
                       seed=derive_seed(0, "invert", path))
     torch.save({"subject": rec.subject, "reconstruction": rec.reconstruction}, run_dir / f"inversion-{modality}.pt")
-    meta = {"checkpoint": str(run_dir / "ckpt.pt"), "method": target.ckpt["method"], "threat": FIG8_THREAT,
+    meta = {"checkpoint": str(run_dir / "ckpt.pt"), "method": target.ckpt.method, "threat": FIG8_THREAT,
             **FIG8_ATTACK, "match": settings.distance, "tv": settings.tv_weight, "modality": modality}
     write_metrics_json(cache, settings=meta, subjects=[{"path": path, "client": client, "label": label,
                                                         "inferred_label": rec.inferred_label}],

@@ -104,7 +104,7 @@ def clients_per_round(target) -> int:
     from ...federated.registry import get_method
 
     fraction = target.config.train.client_fraction
-    method = get_method(target.ckpt["method"])
+    method = get_method(target.ckpt.method)
     return selection_size(method.client_fraction if fraction is None else fraction, len(target.clients))
 
 
@@ -191,7 +191,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                                   [target.clients[c].train[i][0] for c, i in plan[m][k]]})
                 bar.update()
             where = (out / label_file_stem(target.name) if several else out) / ("single" if m is None else f"m{m}")
-            meta = {"checkpoint": str(target.path), "method": target.ckpt["method"],
+            meta = {"checkpoint": str(target.path), "method": target.ckpt.method,
                     "threat": BASE_THREAT if m is None else "aggregate", "clients": m, "attack": "feature inversion",
                     "match": settings.distance, "tv": settings.tv_weight, "iterations": settings.iterations,
                     "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defence),

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ...checkpoint import checkpoint_labels, label_file_stem
+from ...checkpoint import Checkpoint, checkpoint_labels, label_file_stem
 from ...errors import CheckpointError, ConfigError
 
 
@@ -34,7 +34,7 @@ class Target:
 
     name: str
     path: Path
-    ckpt: dict
+    ckpt: Checkpoint
     config: Any
     clients: dict[str, Any]  # client name -> ClientData (after the method's client preparation)
 
@@ -47,16 +47,14 @@ def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
 
 def load_targets(paths: list[Path]) -> list[Target]:
     """Checkpoints with their run configs and their clients' training data."""
-    from ...checkpoint import load_checkpoint
-    from ...config import RunConfig
     from ...data.catalog import federation_for_config
     from ...federated.registry import get_method
 
-    ckpts = [load_checkpoint(p) for p in paths]
+    ckpts = [Checkpoint.load(p) for p in paths]
     targets = []
-    for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(paths, ckpts)):
-        cfg = RunConfig.from_dict(ckpt["config"])
-        method = get_method(ckpt["method"])
+    for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(ckpts)):
+        cfg = ckpt.run_config
+        method = get_method(ckpt.method)
         clients = federation_for_config(cfg).clients
         prepare = method.prepare_clients_for(cfg)
         clients = prepare(clients) if prepare else clients
@@ -114,7 +112,7 @@ def client_of(target: Target, subject: Subject, client: str, label: int | None) 
                                                         else None)
         if name is None:
             raise ConfigError(f"{target.path} has no client {client!r}; clients: {', '.join(sorted(target.clients))}")
-        classes = int(target.ckpt["client_classes"].get(name, 0))
+        classes = int(target.ckpt.client_classes.get(name, 0))
         if not 0 <= (label or 0) < classes:
             raise ConfigError(f"--label {label} is out of range for client {name!r} ({classes} identities)")
         return name, label or 0
@@ -128,18 +126,17 @@ def client_of(target: Target, subject: Subject, client: str, label: int | None) 
 def attacked_model(target: Target, client: str, threat: str, device):
     """The client's model (head included) and the set of shared parameter names; refused when parts are missing."""
     from .threat_models import check_model, get_threat
-    from ...checkpoint import load_model
 
-    if client not in target.ckpt["client_states"]:
+    if client not in target.ckpt.client_states:
         raise CheckpointError(f"{target.path} holds no state for client {client!r}: it cannot rebuild the "
                               "client's model")
-    net = load_model(target.ckpt, client=client, device=device)
+    net = target.ckpt.load_model(client, device=device)
     if not net.num_classes:  # neither its own head nor one every client shares (DPPT's, in the server state)
         raise CheckpointError(f"{target.path} holds no classifier head for client {client!r}; the client's "
                               "training step cannot be rebuilt")
-    shared = set(target.ckpt["global_state"]) & {n for n, _ in net.named_parameters()}
+    shared = target.ckpt.shared_keys & {n for n, _ in net.named_parameters()}
     if get_threat(threat).needs_shared and not shared:
-        raise CheckpointError(f"method {target.ckpt['method']!r} shares nothing: there is no upload to attack "
+        raise CheckpointError(f"method {target.ckpt.method!r} shares nothing: there is no upload to attack "
                               "under a shared threat model")
     check_model(net, threat, shared)
     return net, shared
@@ -203,7 +200,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                               "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
             bar.update()
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
-        meta = {"checkpoint": str(target.path), "method": target.ckpt["method"], "threat": threat,
+        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "threat": threat,
                 "attack": settings.attack, "match": settings.distance, "tv": settings.tv_weight,
                 "iterations": settings.iterations, "lr": settings.lr, "seed": seed,
                 "defence": asdict(defence), "image_size": list(subjects[0].image.shape[1:])}

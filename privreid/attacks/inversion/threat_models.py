@@ -53,6 +53,7 @@ from torch import nn
 
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.errors import ConfigError
+from privreid.models.reid_net import CLASSIFIER_PREFIX
 
 from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
 from .labels import bias_sign_label, matched_sign_label
@@ -332,7 +333,7 @@ def shared_surrogate_loss(model: nn.Module, images: torch.Tensor, upstream: torc
 
 def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
     """The classifier's last Linear layer and its parameter-name prefix."""
-    found = [(f"classifier.{n}" if n else "classifier", m) for n, m in model.classifier.named_modules()
+    found = [((CLASSIFIER_PREFIX + n).rstrip("."), m) for n, m in model.classifier.named_modules()
              if isinstance(m, nn.Linear)]
     if not found:
         raise ConfigError("the classifier head has no Linear layer to infer a label from")

@@ -130,6 +130,7 @@ from ...data.transforms import CHANNEL_AUG_MODES, build_transforms
 from ...data.types import ClientData
 from ...errors import ConfigError
 from ...losses import circle_loss
+from ...models.reid_net import is_classifier_key
 from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate, client_loader
 from ..mrb import FeatureBank, global_memory, mrb_loss
@@ -334,7 +335,7 @@ class DPPTLocalTraining:
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         s = self.settings
-        if s.shared_classifier and not any(k.startswith("classifier.") for k in ctx.global_state):
+        if s.shared_classifier and not any(is_classifier_key(k) for k in ctx.global_state):
             initial_classifier(ctx.model, self.config)
         self._bank = FeatureBank()
         self._sums = {"circle": 0.0, "mrb": 0.0}

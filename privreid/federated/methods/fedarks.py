@@ -72,6 +72,7 @@ import torch
 from dataclasses import dataclass
 
 from ...errors import ConfigError
+from ...models.reid_net import CLASSIFIER_PREFIX
 from ..client import ClientContext, SupervisedUpdate, round_lr_factor
 from ..policy import StateDict, local_prefixes
 from ..registry import Method, register
@@ -84,7 +85,7 @@ SMOOTHED = "ks/smoothed_ratio"
 #: metric names of the KS scalars in an upload
 RATIO, HAS_RATIO, UPDATE_NORM = "ks_ratio", "ks_has_ratio", "ks_update_norm"
 
-POLICY = local_prefixes("classifier.", PART_PREFIX,
+POLICY = local_prefixes(CLASSIFIER_PREFIX, PART_PREFIX,
                         description="classifier and body-part branch local, global branch shared")
 
 

@@ -59,6 +59,7 @@ import re
 
 import torch
 
+from ...models.reid_net import is_classifier_key
 from ..client import SupervisedUpdate
 from ..policy import ParameterPolicy, StateDict
 from ..registry import Method, register
@@ -76,7 +77,7 @@ def is_norm_key(key: str) -> bool:
 
 
 FEDBN_POLICY = ParameterPolicy(
-    is_local=lambda key: key.startswith("classifier.") or is_norm_key(key),
+    is_local=lambda key: is_classifier_key(key) or is_norm_key(key),
     description="classifier and all normalisation layers (parameters and running statistics) local",
 )
 

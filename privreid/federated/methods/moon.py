@@ -73,6 +73,7 @@ from torch.func import functional_call
 from dataclasses import dataclass
 
 from ...errors import ConfigError
+from ...models.reid_net import is_classifier_key
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
 from ..registry import Method, register
@@ -94,7 +95,7 @@ def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.
 
 def representation_state(model: torch.nn.Module) -> StateDict:
     """The state that :meth:`ReIDModel.forward` uses: everything but the classifier."""
-    return {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
+    return {k: v for k, v in model.state_dict().items() if not is_classifier_key(k)}
 
 
 @torch.no_grad()

@@ -90,7 +90,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ...errors import ConfigError
-from ...models.reid_net import make_head
+from ...models.reid_net import CLASSIFIER_PREFIX, is_classifier_key, make_head
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
@@ -142,7 +142,7 @@ def make_strategy(config) -> Strategy:
 # --------------------------------------------------------------------------- keys
 def is_local_norm_key(key: str) -> bool:
     """A forward (local-specific) norm key of the trunk or neck; not LG's copies, not the classifier's."""
-    return is_norm_key(key) and not key.startswith((GENERAL_PREFIX, "classifier."))
+    return is_norm_key(key) and not key.startswith((GENERAL_PREFIX, CLASSIFIER_PREFIX))
 
 
 def general_key(key: str, norm_modules: list[str]) -> str:
@@ -165,7 +165,7 @@ def policy_for(opts: SKAOptions) -> ParameterPolicy:
     """LSN: classifier + local-specific norms local; else only the classifier."""
     if not opts.lsn:
         return CLASSIFIER_LOCAL
-    return ParameterPolicy(is_local=lambda k: k.startswith("classifier.") or is_local_norm_key(k),
+    return ParameterPolicy(is_local=lambda k: is_classifier_key(k) or is_local_norm_key(k),
                            description="classifier and local-specific norm layers (BN and AN) local; "
                                        "non-norm layers and the generalised norm layers shared")
 
@@ -233,7 +233,7 @@ class SKAUpdate(SupervisedUpdate):
         resident.update(dict(model.named_buffers()))
         lg: dict[str, torch.Tensor] = {}
         for key in model.state_dict():
-            if key.startswith(("classifier.", GENERAL_PREFIX)):
+            if key.startswith((CLASSIFIER_PREFIX, GENERAL_PREFIX)):
                 continue
             if is_local_norm_key(key):  # LG's norm = the resident general copy (grads, running stats land there)
                 lg[key] = resident[general_key(key, norm_modules)]
