@@ -156,10 +156,10 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any], *, client: str 
     classifier).  Methods without a global model (standalone) require a
     client.  Every evaluation subsystem loads models through here.
     """
-    from .models import build_model
+    from .models import build_from_config
 
     ckpt = path_or_ckpt if isinstance(path_or_ckpt, dict) else load_checkpoint(path_or_ckpt)
-    model = build_model(**{**ckpt["model_config"], "num_classes": 0, "pretrained": None, "weights": None})
+    model = build_from_config({**ckpt["model_config"], "num_classes": 0})
     state = dict(ckpt["global_state"])
     if client is None:
         state.update(ckpt.get("global_eval_extra", {}))

@@ -24,7 +24,7 @@ from .errors import ConfigError
 from .evaluation.model_eval import evaluate_model
 from .device import resolve_device
 from .federated.engine import mean_metrics
-from .models import build_model
+from .models import build_from_config
 from .reporting import comparison_rows
 from .seeding import derive_seed, seed_everything
 
@@ -51,7 +51,7 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
     rows = []
     if untrained:
         seed_everything(derive_seed(cfg.train.seed, "init"))
-        init = build_model(**{**ckpts[0][1]["model_config"], "num_classes": 0}).to(dev)
+        init = build_from_config({**ckpts[0][1]["model_config"], "num_classes": 0}).to(dev)
         rows.append(_row("untrained", init, fed, cfg, dev))
     for path, ckpt in ckpts:
         label = f"{ckpt['method']} ({path.parent.name})"
