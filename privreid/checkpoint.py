@@ -262,7 +262,7 @@ class Checkpoint:
         if client is not None and client not in self.client_states and not (
                 client in self.client_classes and self.initial_local_state is not None):
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(self.clients)}")
-        model = self._build(pretrained=None, weights=None)
+        model = self._build()
         state = dict(self.global_state)
         if client is None:
             state.update(self.global_eval_extra)
@@ -284,14 +284,14 @@ class Checkpoint:
         return model.to(device).eval()
 
     def initial_model(self) -> torch.nn.Module:
-        """A fresh model of this checkpoint's architecture, initialised as its run's was (``pretrained`` /
-        ``weights`` included) from the current RNG state, without a classifier."""
+        """A fresh model of this checkpoint's architecture, drawn from the current RNG state (no pretrained
+        weights), without a classifier."""
         return self._build()
 
-    def _build(self, **overrides: Any) -> torch.nn.Module:
-        from .models import build_model
+    def _build(self) -> torch.nn.Module:
+        from .models import build_from_config
 
-        return build_model(**{**self.model_config, "num_classes": 0, **overrides})
+        return build_from_config({**self.model_config, "num_classes": 0})
 
 
 def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any] | Checkpoint, *, client: str | None = None,

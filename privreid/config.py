@@ -64,7 +64,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """Backbone and neck; see :func:`privreid.models.build_model`."""
+    """Backbone, neck and initial weights of the base model (:func:`privreid.models.build_model`); the method adds its model transforms."""
 
     arch: str = "resnet18"
     neck: str = "linear"
@@ -256,11 +256,6 @@ def dp_delta(config: RunConfig) -> float:
 def dp_max_grad_norm(config: RunConfig) -> float:
     """DP-SGD's per-sample clipping bound C: ``--max-grad-norm``, else :data:`DEFAULT_MAX_GRAD_NORM`."""
     return DEFAULT_MAX_GRAD_NORM if config.train.max_grad_norm is None else config.train.max_grad_norm
-
-
-def model_norm(config: RunConfig) -> str:
-    """The run's normalisation layers: ``"group"`` under DP-SGD (per-sample gradients), else ``"batch"``."""
-    return "group" if config.train.dp_sgd else "batch"
 
 
 def _positive(value: float | None) -> bool:

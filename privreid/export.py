@@ -10,9 +10,9 @@ input size, mean and std.
 ``state-dict``
     ``torch.save`` of a dict of plain tensors and primitives, loadable with
     ``torch.load(path, weights_only=True)``: ``state_dict`` (privreid's keys,
-    ``backbone.*``, ``neck.*``, ``classifier.*`` ...), ``model_config`` (the
-    keyword arguments of :func:`privreid.models.build_model` that rebuild the
-    network, so ``build_model(**model_config).load_state_dict(state_dict)`` is
+    ``backbone.*``, ``neck.*``, ``classifier.*`` ...), ``model_config`` (what
+    :func:`privreid.models.build_from_config` rebuilds the network from, so
+    ``build_from_config(model_config).load_state_dict(state_dict)`` is
     strict), ``input`` and ``source``.  ``privreid train --weights FILE`` reads
     it too.
 
@@ -97,9 +97,9 @@ def state_dict_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str,
 def torchreid_config(model: ReIDModel) -> dict[str, Any]:
     """Arguments of torchreid's ``ResNet`` that hold ``model``'s weights; ConfigError when it has none."""
     unsupported = [what for what, present in (
-        ("GroupNorm layers (DP training)", model.norm_kind != "batch"),
-        ("SKA's attentive normalisation", model.attentive_norm),
-        ("FedARKS' part branch", model.part is not None)) if present]
+        ("GroupNorm layers (DP training)", model.has_transform("group_norm")),
+        ("SKA's attentive normalisation", model.has_transform("attentive_norm")),
+        ("FedARKS' part branch", model.has_transform("part_branch"))) if present]
     if unsupported:
         raise ConfigError(f"--format torchreid: torchreid's ResNet has no {' or '.join(unsupported)}; "
                           "export this model as state-dict or onnx")

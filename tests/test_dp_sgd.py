@@ -21,15 +21,15 @@ from conftest import kill_in_round, tiny_config
 BN = nn.modules.batchnorm._BatchNorm
 
 
-def tiny_gn_model(num_classes=5, **kw):
+def tiny_gn_model(num_classes=5, transforms=()):
     torch.manual_seed(0)
-    return build_model(arch="resnet18", feat_dim=32, num_classes=num_classes, norm="group", **kw)
+    return build_model(arch="resnet18", feat_dim=32, num_classes=num_classes, transforms=["group_norm", *transforms])
 
 
 # --------------------------------------------------------------------------- GroupNorm conversion
 def test_group_norm_model_has_no_batchnorm_and_normalises_each_sample_alone():
-    model = tiny_gn_model(part_branch=True)
-    bn_model = build_model(arch="resnet18", feat_dim=32, num_classes=5, part_branch=True)
+    model = tiny_gn_model(transforms=["part_branch"])
+    bn_model = build_model(arch="resnet18", feat_dim=32, num_classes=5, transforms=["part_branch"])
     assert not any(isinstance(m, BN) for m in model.modules())
     norms = {n: m for n, m in model.named_modules() if isinstance(m, nn.GroupNorm)}
     assert set(norms) == {n for n, m in bn_model.named_modules() if isinstance(m, BN)}  # same layers, same names
@@ -51,18 +51,15 @@ def test_group_norm_model_has_no_batchnorm_and_normalises_each_sample_alone():
 
 
 def test_heads_and_necks_follow_the_models_norm():
-    model = tiny_gn_model(head="mlp")
+    model = tiny_gn_model(transforms=["mlp_head"])
     model.reset_classifier(9)  # every client's fresh head
     assert isinstance(model.classifier[1], nn.GroupNorm) and model.classifier[1].num_groups == 1
-    assert model.model_config()["norm"] == "group"
-    assert "norm" not in build_model(arch="resnet18", feat_dim=32).model_config()  # old configs unchanged
-    bnneck = build_model(arch="resnet18", neck="bnneck", norm="group")
+    assert model.model_config()["transforms"] == [{"name": "mlp_head"}, {"name": "group_norm"}]
+    bnneck = build_model(arch="resnet18", neck="bnneck", transforms=["group_norm"])
     assert isinstance(bnneck.neck.bn, nn.GroupNorm) and not bnneck.neck.bn.bias.requires_grad
     assert float(bnneck.neck.bn.bias.abs().sum()) == 0.0
     with pytest.raises(ConfigError, match="attentive"):
-        build_model(arch="resnet18", feat_dim=32, norm="group", attentive_norm=True)
-    with pytest.raises(ConfigError, match="unknown norm"):
-        build_model(arch="resnet18", norm="layer")
+        build_model(arch="resnet18", feat_dim=32, transforms=["group_norm", "attentive_norm"])
 
 
 # --------------------------------------------------------------------------- the private step
@@ -218,7 +215,7 @@ def test_dp_sgd_trains_one_round_and_accounts_each_client(tiny_synth, tmp_path):
     assert [(r["round"], r["client"], r["steps"], r["sample_rate"]) for r in records] == [
         (1, "synthA", 2, 0.25), (1, "synthB", 2, 0.25)]
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
-    assert ckpt["model_config"]["norm"] == "group"
+    assert {"name": "group_norm"} in ckpt["model_config"]["transforms"]
     assert ClientAccountant.from_memory(ckpt["client_memory"]["synthA"], HISTORY_KEY).history == [(1.0, 0.25, 2)]
     model = load_model(ckpt, client="synthA")
     assert not any(isinstance(m, BN) for m in model.modules())

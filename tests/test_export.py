@@ -148,7 +148,7 @@ def test_onnx_runs_in_onnxruntime_with_privreid_features(ckpts, tmp_path, images
 def test_onnx_part_branch_model_falls_back_to_the_tracer(tmp_path, images):
     pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
-    model = build_model("resnet18", feat_dim=16, part_branch=True).eval()
+    model = build_model("resnet18", feat_dim=16, transforms=["part_branch"]).eval()
     with torch.no_grad():
         model.part.fusion_weight.fill_(0.25)
     report = export_model(model, "onnx", tmp_path / "arks.onnx", height=32, width=16)
@@ -160,11 +160,11 @@ def test_onnx_part_branch_model_falls_back_to_the_tracer(tmp_path, images):
 
 
 def test_torchreid_refuses_layers_torchreid_lacks(tmp_path):
-    for kwargs, what in ((dict(norm="group"), "GroupNorm"), (dict(part_branch=True), "part branch"),
-                         (dict(attentive_norm=True), "attentive")):
+    for transform, what in (("group_norm", "GroupNorm"), ("part_branch", "part branch"),
+                            ("attentive_norm", "attentive")):
         with pytest.raises(ConfigError, match=what):
-            export_model(build_model("resnet18", feat_dim=16, **kwargs), "torchreid", tmp_path / "x", height=32,
-                         width=16)
+            export_model(build_model("resnet18", feat_dim=16, transforms=[transform]), "torchreid", tmp_path / "x",
+                         height=32, width=16)
     assert not list(tmp_path.iterdir())
 
 

@@ -15,7 +15,7 @@ from privreid.federated.method_options import option_defaults
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload
 from privreid.models import build_model
-from privreid.models.reid_net import PART_BANDS, band_rows, fuse
+from privreid.models.part_branch import PART_BANDS, band_rows, fuse
 
 from conftest import spy_on_uploads, tiny_config
 
@@ -38,9 +38,8 @@ def test_band_rows_cover_head_torso_legs():
 
 def test_part_model_retrieves_with_fused_theta_and_rebuilds():
     torch.manual_seed(0)
-    model = build_model("resnet18", num_classes=3, feat_dim=8, part_branch=True).eval()
-    assert model.model_config()["part_branch"] is True
-    assert "part_branch" not in build_model("resnet18", feat_dim=8).model_config()  # backwards compatible
+    model = build_model("resnet18", num_classes=3, feat_dim=8, transforms=["part_branch"]).eval()
+    assert model.model_config()["transforms"] == [{"name": "part_branch"}]
     x = torch.randn(2, 3, 64, 32)
     with torch.no_grad():
         fmap = model.backbone.feature_map(x)
@@ -133,7 +132,7 @@ def test_fedarks_end_to_end_part_branch_stays_local(tiny_synth, tmp_path, monkey
     assert "global_unseen" in summary and "local_seen" in summary
 
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
-    assert ckpt["model_config"]["part_branch"] is True
+    assert ckpt["model_config"]["transforms"] == [{"name": "part_branch"}]
     assert not any(k.startswith("part.") for k in ckpt["global_state"])
     for name, state in ckpt["client_states"].items():
         assert set(k for k in state if k.startswith("part.")) == part_keys

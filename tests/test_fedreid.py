@@ -48,7 +48,7 @@ def test_uniform_average_is_eq9():
 
 def test_client_start_is_the_half_average_of_received_and_own_trained_embedding(tiny_synth, client):
     cfg = tiny_config(tiny_synth, method="fedreid")
-    model = build_model("resnet18", feat_dim=32, head="mlp", num_classes=client.num_classes)
+    model = build_model("resnet18", feat_dim=32, transforms=["mlp_head"], num_classes=client.num_classes)
     shared = CLASSIFIER_LOCAL.shared(model.state_dict())
     server = {k: (torch.full_like(v, 2.0) if torch.is_floating_point(v) else v) for k, v in shared.items()}
     head = clone_state({k: v for k, v in model.state_dict().items() if k.startswith("classifier.")})
@@ -66,7 +66,7 @@ def test_client_start_is_the_half_average_of_received_and_own_trained_embedding(
 
 
 def test_server_step_does_not_train_the_mapping_network(tiny_synth, client):
-    model = build_model("resnet18", feat_dim=32, head="mlp", num_classes=client.num_classes).train()
+    model = build_model("resnet18", feat_dim=32, transforms=["mlp_head"], num_classes=client.num_classes).train()
     copy = {k: v.detach().clone().requires_grad_(v.is_floating_point() and "running" not in k)
             for k, v in CLASSIFIER_LOCAL.shared(model.state_dict()).items()}
     head_before = clone_state(model.classifier.state_dict())
@@ -84,7 +84,7 @@ def test_label_smoothing_reaches_the_server_copy_identity_loss(tiny_synth, clien
     for smoothing in (0.0, 0.3):
         cfg = tiny_config(tiny_synth, method="fedreid", label_smoothing=smoothing)
         torch.manual_seed(0)
-        model = build_model("resnet18", feat_dim=32, head="mlp", num_classes=client.num_classes).eval()
+        model = build_model("resnet18", feat_dim=32, transforms=["mlp_head"], num_classes=client.num_classes).eval()
         update = FedReIDUpdate(cfg)
         ctx = context(model, client, cfg, clone_state(CLASSIFIER_LOCAL.shared(model.state_dict())))
         update.server_copy = update.make_server_copy(ctx)
@@ -127,7 +127,7 @@ def test_fedreid_trains_end_to_end_and_scores_every_client(tiny_synth, tmp_path,
     summary = engine.run()
     assert 0.0 <= summary["global_unseen"]["rank1"] <= 1.0
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
-    assert ckpt["model_config"]["head"] == "mlp"
+    assert ckpt["model_config"]["transforms"] == [{"name": "mlp_head"}]
     for round_no in (1, 2):  # every client, selected this round or not
         scored = {m["client"] for m in ckpt["metrics"] if m["scope"] == "local" and m["round"] == round_no}
         assert scored == {"synthA", "synthB"}

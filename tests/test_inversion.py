@@ -203,7 +203,7 @@ def test_matched_sign_label_on_a_bare_head():
 
 def test_infer_label_uses_the_bias_rule_for_the_mlp_head():
     torch.manual_seed(3)
-    model = build_model("resnet18", num_classes=4, feat_dim=32, head="mlp").eval()
+    model = build_model("resnet18", num_classes=4, feat_dim=32, transforms=["mlp_head"]).eval()
     shared = {n for n, _ in model.named_parameters() if not n.startswith("classifier.")}
     obs = observe(model, subject(5), 3, threat="full", shared=shared, loss_fn=identity_loss(0.1))
     assert infer_label(model, obs) == (3, "bias-sign")
@@ -218,7 +218,7 @@ def test_threat_models_refuse_models_that_cannot_leak(tiny_model):
         check_model(model, "shared", shared - {"neck.fc.bias"})
     with pytest.raises(ConfigError, match="classifier"):
         check_model(build_model("resnet18", feat_dim=32), "full", shared)
-    parts = build_model("resnet18", num_classes=3, feat_dim=32, part_branch=True)
+    parts = build_model("resnet18", num_classes=3, feat_dim=32, transforms=["part_branch"])
     with pytest.raises(ConfigError, match="part branch"):
         check_model(parts, "shared", {n for n, _ in parts.named_parameters()})
     check_model(parts, "shared-feature", {n for n, _ in parts.named_parameters()})  # the leak still holds

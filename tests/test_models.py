@@ -215,7 +215,7 @@ def test_model_config_rebuilds_the_same_architecture():
     model = build_model(arch="resnet34", num_classes=4, neck="bnneck", last_stride=2)
     config = model.model_config()
     assert config == {"arch": "resnet34", "num_classes": 4, "neck": "bnneck", "feat_dim": 512, "last_stride": 2,
-                      "head": "linear"}
+                      "transforms": []}
     rebuilt = build_model(**config)
     assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {
         k: v.shape for k, v in model.state_dict().items()
@@ -341,7 +341,7 @@ def test_imagenet_weights_load_strictly_when_available(monkeypatch):
 
 
 def test_mlp_head_is_fedreid_mapping_network():
-    model = build_model("resnet18", feat_dim=16, num_classes=7, head="mlp")
+    model = build_model("resnet18", feat_dim=16, num_classes=7, transforms=["mlp_head"])
     kinds = [type(m).__name__ for m in model.classifier]
     assert kinds == ["Linear", "BatchNorm1d", "ReLU", "Dropout", "Linear"]  # Eq. 7 of paper 002
     assert model.num_classes == 7 and model.classifier[4].out_features == 7
@@ -349,5 +349,5 @@ def test_mlp_head_is_fedreid_mapping_network():
     assert logits.shape == (3, 7) and feat.shape == (3, 16)
     model.reset_classifier(0)
     assert model.classifier is None and model.num_classes == 0
-    with pytest.raises(ConfigError, match="unknown head"):
-        build_model("resnet18", head="tree")
+    with pytest.raises(ConfigError, match="unknown model transform 'tree'"):
+        build_model("resnet18", transforms=["tree"])

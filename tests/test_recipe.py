@@ -99,7 +99,7 @@ def test_neck_group_only_when_lr_neck_is_given(tiny_synth):
     assert n == neck and h == head and body == everything - head - neck
     assert (lr_body, lr_h, lr_n) == pytest.approx((0.0005, 0.005, 0.005))  # decayed once at round 40
     # FedARKS: its part branch keeps the head's rate, the neck its own
-    arks = build_model("resnet18", num_classes=4, feat_dim=16, part_branch=True)
+    arks = build_model("resnet18", num_classes=4, feat_dim=16, transforms=["part_branch"])
     cfg = tiny_config(tiny_synth, method="fedarks", lr_backbone=0.005, lr_head=0.05, lr_neck=0.02)
     opt = get_method("fedarks").make_client_update(cfg).optimizer(arks, 0)
     rates = {frozenset(ids): lr for ids, lr in groups(opt)}

@@ -10,6 +10,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods import ska
 from privreid.federated.strategy import UniformAverage, Upload
 from privreid.models import NORM_TYPES, build_model
+from privreid.models.transforms import AttentiveNormTransform
 from privreid.models.attentive_norm import AttentiveNorm2d, apply_attentive_norm
 
 from conftest import spy_on_uploads, tiny_config
@@ -75,7 +76,7 @@ def test_attentive_norm_training_mode_uses_batch_statistics_and_starts_like_bn()
 
 def test_an_replaces_the_second_norm_of_every_block_only():
     for arch, blocks in (("resnet18", 8), ("resnet50", 16)):
-        model = build_model(arch, feat_dim=16, attentive_norm=True, an_components=(1, 2, 3, 4))
+        model = build_model(arch, feat_dim=16, transforms=[AttentiveNormTransform(components=(1, 2, 3, 4))])
         ans = {n: m for n, m in model.named_modules() if isinstance(m, AttentiveNorm2d)}
         assert len(ans) == blocks and all(n.endswith(".bn2") for n in ans)
         assert ans["backbone.layer4.0.bn2"].num_components == 4
@@ -85,10 +86,12 @@ def test_an_replaces_the_second_norm_of_every_block_only():
     assert apply_attentive_norm(trunk, 2)[0] == "layer1.0.bn2"
 
 
-def test_model_config_rebuilds_an_and_dual_models_and_plain_configs_unchanged():
+def test_model_config_rebuilds_an_and_dual_models_and_plain_configs_have_no_transforms():
     plain = build_model("resnet18", feat_dim=16)
-    assert "attentive_norm" not in plain.model_config() and "dual_norm" not in plain.model_config()
-    model = build_model("resnet18", feat_dim=16, attentive_norm=True, an_components=2, dual_norm=True)
+    assert plain.model_config()["transforms"] == []
+    model = build_model("resnet18", feat_dim=16, transforms=[AttentiveNormTransform(components=2), "dual_norm"])
+    assert model.model_config()["transforms"] == [
+        {"name": "attentive_norm", "components": [2, 2, 2, 2], "act": "hsigmoid"}, {"name": "dual_norm"}]
     again = build_model(**model.model_config())
     assert again.state_dict().keys() == model.state_dict().keys()
     # general_norms copies every trunk/neck norm layer, AN included
@@ -118,8 +121,7 @@ def test_select_agg_and_select_update_by_hand():
 
 
 def test_key_rules_on_a_real_model():
-    model = build_model("resnet18", num_classes=3, feat_dim=16, attentive_norm=True, an_components=2,
-                        dual_norm=True)
+    model = build_model("resnet18", num_classes=3, feat_dim=16, transforms=[AttentiveNormTransform(components=2), "dual_norm"])
     state = model.state_dict()
     policy = ska.policy_for(ska.SKAOptions())
     local, shared = set(policy.local(state)), set(policy.shared(state))
@@ -227,8 +229,8 @@ def test_client_update_trains_ls_and_lg_separately(tiny_synth, monkeypatch):
     cfg = ska_config(tiny_synth)
     client = federation(cfg).clients[0]
     seed_everything(0)
-    model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16, attentive_norm=True,
-                        an_components=2, dual_norm=True)
+    model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16,
+                        transforms=[AttentiveNormTransform(components=2), "dual_norm"])
     update = ska.SKA.make_client_update(cfg)
     glob = clone_state(update_policy_shared(model))
     before = clone_state(model.state_dict())
@@ -266,7 +268,8 @@ def test_weights_file_seeds_the_an_layers(tmp_path):
         plain.backbone.layer3[1].bn2.running_mean.uniform_()
         plain.backbone.layer3[1].bn2.weight.fill_(2.0)
     torch.save(plain.state_dict(), tmp_path / "w.pt")
-    model = build_model("resnet18", feat_dim=16, weights=tmp_path / "w.pt", attentive_norm=True, an_components=4)
+    model = build_model("resnet18", feat_dim=16, weights=tmp_path / "w.pt",
+                        transforms=[AttentiveNormTransform(components=4)])
     an = model.backbone.layer3[1].bn2
     assert isinstance(an, AttentiveNorm2d)
     assert torch.equal(an.running_mean, plain.backbone.layer3[1].bn2.running_mean)
@@ -308,7 +311,7 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
         want = get_method(baseline).make_strategy(base_cfg).aggregate({}, ups).global_state
         assert got["w"].item() == want["w"].item() == pytest.approx(3.0)  # (0 * 1 + 4 * 3) / 4
         # same model and same split of its keys into shared and local
-        assert ska.SKA.model_overrides_for(cfg) == {}
+        assert ska.SKA.model_config(cfg) == get_method(baseline).model_config(base_cfg)
         state = build_model("resnet18", feat_dim=16, num_classes=3).state_dict()
         mine, theirs = ska.SKA.policy_for(cfg), get_method(baseline).policy_for(base_cfg)
         assert set(mine.local(state)) == set(theirs.local(state)) and set(mine.shared(state)) == set(theirs.shared(state))
@@ -359,8 +362,8 @@ def test_label_smoothing_reaches_the_lg_identity_loss(tiny_synth, monkeypatch):
         cfg = tiny_config(tiny_synth, method="ska", max_steps_per_epoch=1, label_smoothing=smoothing)
         client = federation(cfg).clients[0]
         seed_everything(0)
-        model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16, attentive_norm=True,
-                            an_components=2, dual_norm=True)
+        model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16,
+                            transforms=[AttentiveNormTransform(components=2), "dual_norm"])
         ctx = ClientContext(model=model, client=client, round=0, config=cfg, device=torch.device("cpu"),
                             global_state=clone_state(update_policy_shared(model)), seed=1, memory={})
         ska.SKA.make_client_update(cfg)(ctx)

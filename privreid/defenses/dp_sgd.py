@@ -29,8 +29,8 @@ round (kept in its memory), so a run extended with ``--resume --rounds``
 stops when the budget would be exceeded (:class:`~privreid.defenses.PrivacyLedger`).
 
 Model.  BatchNorm mixes the samples of a batch and has no per-sample
-gradient; the model is built with ``norm="group"``
-(:func:`privreid.models.reid_net.use_group_norm`: fresh GroupNorm, 32 groups
+gradient; the model has the ``group_norm`` model transform
+(:func:`privreid.models.transforms.use_group_norm`: fresh GroupNorm, 32 groups
 on feature maps, 1 on embeddings), and Opacus' ``ModuleValidator`` confirms
 the model before training.  privreid's ResNet has no in-place residual
 operations, which Opacus' hooks need (docs/architecture.md).
@@ -102,7 +102,7 @@ from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
-from ..config import RunConfig, dp_delta, dp_max_grad_norm, model_norm
+from ..config import RunConfig, dp_delta, dp_max_grad_norm
 from ..errors import ConfigError
 from ..federated.client import ClientContext, SupervisedUpdate
 from ..federated.registry import Method
@@ -299,10 +299,9 @@ class DPSGDUpdate:
 
 
 def with_dp_sgd(method: Method) -> Method:
-    """``method`` trained with DP-SGD on every client, on a GroupNorm model."""
-    make_client_update, overrides = method.make_client_update, method.model_overrides_for
+    """``method`` trained with DP-SGD on every client (the plugin adds the ``group_norm`` model transform)."""
+    make_client_update = method.make_client_update
     return dataclasses.replace(
         method,
         make_client_update=lambda config: DPSGDUpdate(make_client_update(config), config),
-        model_overrides=lambda config: {**overrides(config), "norm": model_norm(config)},
     )

@@ -7,9 +7,10 @@ engine looks methods up by name and never imports a method module.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import RunConfig
@@ -59,9 +60,12 @@ class Method:
             defaults); values come from ``TrainConfig.method_options``
             (``--opt key=value``), parsed by
             :func:`~privreid.federated.method_options.parse_options`.
-        model_overrides: :func:`~privreid.models.build_model` arguments the
-            method needs (FedReID's 2-FC mapping head: ``{"head": "mlp"}``),
-            or ``config -> arguments``.
+        model_transforms: the model transforms the method's network needs on
+            top of the base model (:mod:`privreid.models.transforms`; FedReID's
+            2-FC mapping head: ``("mlp_head",)``), as transforms, names or
+            ``to_config()`` dicts, or ``config -> transforms`` when method
+            options change them (SKA's ablations).  Defences add theirs in
+            ``wrap`` (DP-SGD's ``group_norm``).
         client_fraction: the method's default fraction C of clients per round
             (``--client-fraction`` overrides it).
         triplet_weight: the method's default weight of the batch-hard triplet
@@ -104,7 +108,7 @@ class Method:
     make_client_start: Callable[[RunConfig], ClientStart] | None = None
     global_eval_state: Callable[[StateDict, dict[str, StateDict]], StateDict] | None = None
     options: type = NoOptions
-    model_overrides: Mapping[str, Any] | Callable[[RunConfig], Mapping[str, Any]] = field(default_factory=dict)
+    model_transforms: Sequence[Any] | Callable[[RunConfig], Sequence[Any]] = ()
     client_fraction: float = 1.0
     triplet_weight: float = 0.0
     keeps_trained_model: bool = False
@@ -117,23 +121,37 @@ class Method:
         """The client rewrite under ``config`` (``None``: the clients train as partitioned)."""
         return self.make_prepare_clients(config) if self.make_prepare_clients else self.prepare_clients
 
-    def model_overrides_for(self, config: RunConfig) -> Mapping[str, Any]:
-        return self.model_overrides(config) if callable(self.model_overrides) else self.model_overrides
+    def model_transforms_for(self, config: RunConfig) -> list[Any]:
+        """The model transforms of this method's network under ``config`` (transforms, names or dicts)."""
+        return list(self.model_transforms(config) if callable(self.model_transforms) else self.model_transforms)
+
+    def model_config(self, config: RunConfig) -> dict[str, Any]:
+        """The ``model_config`` (:meth:`privreid.models.ReIDModel.model_config`) of the network this method
+        trains under ``config``, without classifier: ``config.model``'s base model and the method's transforms."""
+        from ..models import make_transform
+
+        m = config.model
+        return {"arch": m.arch, "num_classes": 0, "neck": m.neck, "feat_dim": m.feat_dim, "last_stride": m.last_stride,
+                **({"dropout": m.dropout} if m.dropout else {}),
+                "transforms": [make_transform(t).to_config() for t in self.model_transforms_for(config)]}
+
+    def adding_model_transforms(self, *transforms: Any) -> Method:
+        """This method with ``transforms`` after its own model transforms (a defence's ``wrap``: DP-SGD's ``group_norm``)."""
+        own = self.model_transforms_for
+        return dataclasses.replace(self, model_transforms=lambda config: [*own(config), *transforms])
 
     def build_model(self, config: RunConfig, *, initial_weights: bool = True):
-        """The network this method trains under ``config``: the configured architecture plus the method's overrides.
+        """The network this method trains under ``config`` (:meth:`model_config`), with ``config.model``'s weights.
 
         ``initial_weights=False`` skips ``--pretrained`` / ``--weights``: the
         parameter names, shapes and trainable flags are the same, which is all
         that callers asking "what does this method's model look like" need.
         """
-        from ..models import build_model
+        from ..models import build_from_config
 
         m = config.model
-        return build_model(arch=m.arch, num_classes=0, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
-                           dropout=m.dropout,
-                           pretrained=m.pretrained if initial_weights else None,
-                           weights=m.weights if initial_weights else None, **self.model_overrides_for(config))
+        return build_from_config(self.model_config(config), pretrained=m.pretrained if initial_weights else None,
+                                 weights=m.weights if initial_weights else None)
 
     def settings(self, config: RunConfig) -> Any:
         """The run's options: an instance of :attr:`options` (``--opt`` values typed, else the defaults)."""

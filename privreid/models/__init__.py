@@ -1,6 +1,7 @@
-"""Models: ResNet trunks (out-of-place residuals, last stride 1), necks, heads, weight loading."""
+"""Models: ResNet trunks (out-of-place residuals, last stride 1), necks, heads, model transforms, weight loading."""
 
-from privreid.models.reid_net import NECKS, PRETRAINED, BNNeck, LinearNeck, ReIDModel, build_model
+from privreid.models.build import PRETRAINED, build_from_config, build_model
+from privreid.models.reid_net import NECKS, BNNeck, LinearNeck, ReIDModel
 from privreid.models.resnet import (
     ARCHS,
     NORM_TYPES,
@@ -13,6 +14,7 @@ from privreid.models.resnet import (
     resnet34,
     resnet50,
 )
+from privreid.models.transforms import TRANSFORMS, ModelTransform, make_transform, register_transform
 from privreid.models.weights import IMAGENET_WEIGHTS, load_imagenet_weights, load_weights_file
 
 __all__ = [
@@ -21,16 +23,21 @@ __all__ = [
     "NECKS",
     "NORM_TYPES",
     "PRETRAINED",
+    "TRANSFORMS",
     "BNNeck",
     "BasicBlock",
     "Bottleneck",
     "LinearNeck",
+    "ModelTransform",
     "NormFactory",
     "ReIDModel",
     "ResNet",
+    "build_from_config",
     "build_model",
     "load_imagenet_weights",
     "load_weights_file",
+    "make_transform",
+    "register_transform",
     "replace_norm_layers",
     "resnet18",
     "resnet34",

@@ -149,7 +149,8 @@ class DPSGD(Defence):
     def wrap(self, method, config):
         from ..dp_sgd import with_dp_sgd
 
-        return with_dp_sgd(method)
+        # BatchNorm has no per-sample gradients (NORM_NOTE): the model transform group_norm
+        return with_dp_sgd(method).adding_model_transforms("group_norm")
 
     def ledger(self, config, clients, clients_per_round) -> DPSGDLedger:
         return DPSGDLedger(config, clients)

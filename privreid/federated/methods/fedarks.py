@@ -2,10 +2,10 @@
 Knowledge Selection and Integration for Person Re-ID*, paper 001).
 
 RK, robust knowledge (client side)
-    Each client model has a second, body-part branch (``model_overrides=
-    {"part_branch": True}``, :class:`privreid.models.reid_net.PartBranch`):
+    Each client model has a second, body-part branch (model transform
+    ``part_branch``, :class:`privreid.models.part_branch.PartBranch`):
     three horizontal bands of the ``layer4`` map, head / torso / legs, at the
-    fixed fractions :data:`privreid.models.reid_net.PART_BANDS` of the map
+    fixed fractions :data:`privreid.models.part_branch.PART_BANDS` of the map
     height, ``(0, .25), (.25, .55), (.55, 1)``.  Deviation: the paper cuts the
     parts with PifPaf keypoints; no pose model is available offline, and
     dataset-provided keypoints / part boxes are not supported yet.  The part
@@ -179,7 +179,7 @@ class FedARKSUpdate(SupervisedUpdate):
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         model = ctx.model
         if getattr(model, "part", None) is None:
-            raise ConfigError("fedarks needs a model built with part_branch=True")
+            raise ConfigError("fedarks needs a model with the part_branch transform")
         model.part.fusion_weight.fill_(self.v)
         keys = [k for k, p in model.named_parameters() if not POLICY.is_local(k)]
         params = dict(model.named_parameters())
@@ -250,7 +250,7 @@ FEDARKS = register(
         needs_per_client_uploads=True,
         global_eval_state=global_eval_state,
         options=FedARKSOptions,
-        model_overrides={"part_branch": True},
+        model_transforms=("part_branch",),
         triplet_weight=1.0,
     )
 )

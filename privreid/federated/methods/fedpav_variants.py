@@ -122,9 +122,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...config import RunConfig, model_norm
+from ...config import RunConfig
 from ...errors import ConfigError
-from ...models import ReIDModel, build_model
+from ...models import ReIDModel, build_from_config
 from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate
 from ..clustering import first_partition, groups
@@ -240,20 +240,20 @@ class ServerModel:
     """Builds the one extra model the server runs uploaded shared states in (KD, CC)."""
 
     def __init__(self, model_kwargs: dict[str, Any], device: torch.device | str = "cpu"):
-        self.model_kwargs = {**model_kwargs, "num_classes": 0, "pretrained": None, "weights": None}
+        self.model_kwargs = {**model_kwargs, "num_classes": 0}
         self.device = torch.device(device)
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "ServerModel":
-        """The run's architecture (``config.model``, GroupNorm under DP-SGD; these methods have no model overrides)."""
-        m = config.model
-        return cls(dict(arch=m.arch, neck=m.neck, feat_dim=m.feat_dim, last_stride=m.last_stride,
-                        norm=model_norm(config)), _device(config))
+        """The clients' architecture: the run's method with its defences (GroupNorm under DP-SGD)."""
+        from ..build import build_method
+
+        return cls(build_method(config).model_config(config), _device(config))
 
     def build(self) -> ReIDModel:
         """A fresh model; its random initialisation leaves the global RNG untouched."""
         with torch.random.fork_rng(devices=[]):
-            model = build_model(**self.model_kwargs)
+            model = build_from_config(self.model_kwargs)
         return model.to(self.device).eval()
 
     @staticmethod

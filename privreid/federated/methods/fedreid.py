@@ -2,7 +2,7 @@
 
 * Model: the client is an embedding network (backbone + neck, shared) and a
   mapping network, the 2-FC head of Eq. 7 (FC -> BN -> ReLU -> Dropout -> FC),
-  which never leaves the client (``model_overrides={"head": "mlp"}``).
+  which never leaves the client (model transform ``mlp_head``).
 * Selection: a random fraction C = 0.5 of the clients per round (Sec. 4),
   ``ceil(C N)`` of them (Eq. 5).
 * Client-server collaboration (Eq. 8, the method's client start): on
@@ -167,7 +167,7 @@ FEDREID = register(
         needs_per_client_uploads=False,
         make_client_start=lambda config: half_average_start,
         options=FedReIDOptions,
-        model_overrides={"head": "mlp"},
+        model_transforms=("mlp_head",),
         client_fraction=0.5,
         keeps_trained_model=True,
     )

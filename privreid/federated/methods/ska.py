@@ -7,7 +7,7 @@ see "Ablations"):
 
 * **AN** (Sec. 3.2, Eq. 2): the second BatchNorm of every residual block is
   attentive normalisation (:class:`privreid.models.attentive_norm.
-  AttentiveNorm2d`), ``model_overrides`` ``attentive_norm=True``.
+  AttentiveNorm2d`), model transform ``attentive_norm``.
 * **LSN** (Sec. 3.2): local-specific normalisation.  Every normalisation
   layer of the trunk and neck (BN and AN: affine / mixture parameters, AN's
   attention FC, running statistics) stays on the client with the identity
@@ -18,7 +18,7 @@ see "Ablations"):
 
 How Algorithm 1 maps onto privreid's engine (one resident model per client):
 
-* The resident model is LS.  It is built with ``dual_norm=True``, which adds
+* The resident model is LS.  It has the model transform ``dual_norm``, which adds
   ``general_norms.*``: a second copy of every norm layer, unused by
   ``forward``, holding **LG's norm layers**.  The policy keeps LS's norm keys
   and the classifier local and shares everything else: LS's non-norm layers
@@ -69,7 +69,7 @@ the same size as FedPav's; ``dual`` costs about twice FedPav's local compute.
 
 Ablations.  The options ``an``, ``lsn``, ``dual`` (Table 4) change the policy
 and the model, so both are registered as functions of the run configuration
-(:func:`policy_for`, :func:`model_overrides_for`).  Table 4's "Baseline" and
+(:func:`policy_for`, :func:`model_transforms_for`).  Table 4's "Baseline" and
 "Baseline+LSN" rows carry exactly the numbers of Table 2's FedAvg+D and
 FedBN+D, which weight by data volume, while Algorithm 1 (line 6) averages
 uniformly.  ``--opt weighting=volume`` makes the ablations coincide with
@@ -83,14 +83,13 @@ Algorithm 1's uniform mean; the two differ only with unequal client sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from ...errors import ConfigError
-from ...models.reid_net import CLASSIFIER_PREFIX, is_classifier_key, make_head
+from ...models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 from ..client import ClientContext, SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
@@ -170,13 +169,9 @@ def policy_for(opts: SKAOptions) -> ParameterPolicy:
                                        "non-norm layers and the generalised norm layers shared")
 
 
-def model_overrides_for(opts: SKAOptions) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if opts.an:
-        out["attentive_norm"] = True
-    if opts.dual_active:
-        out["dual_norm"] = True
-    return out
+def model_transforms_for(opts: SKAOptions) -> list[str]:
+    """AN (Sec. 3.2, Eq. 2): ``attentive_norm``; Dual (Sec. 3.3): ``dual_norm`` (:mod:`privreid.models.transforms`)."""
+    return [name for name, on in (("attentive_norm", opts.an), ("dual_norm", opts.dual_active)) if on]
 
 
 # --------------------------------------------------------------------------- Algorithm 1, pure
@@ -225,8 +220,8 @@ class SKAUpdate(SupervisedUpdate):
         model = ctx.model
         if not self.opts.dual_active:
             return super().__call__(ctx)
-        if not getattr(model, "dual_norm", False):
-            raise ConfigError("ska with dual=true needs a model built with dual_norm=True")
+        if not model.has_transform("dual_norm"):
+            raise ConfigError("ska with dual=true needs a model with the dual_norm transform")
         norm_modules = [name.replace("__", ".") for name in model.general_norms.keys()]
         params = dict(model.named_parameters())
         resident = dict(model.named_parameters())
@@ -257,7 +252,7 @@ class SKAUpdate(SupervisedUpdate):
     @staticmethod
     def _lg_head(ctx: ClientContext) -> nn.Module:
         model = ctx.model
-        head = make_head(model.head_kind, model.feat_dim, ctx.client.num_classes)
+        head = model.new_head(ctx.client.num_classes)
         saved = {k[len(LG_HEAD_MEMORY):]: v for k, v in ctx.memory.items() if k.startswith(LG_HEAD_MEMORY)}
         if saved:
             head.load_state_dict(saved)
@@ -291,6 +286,6 @@ SKA = register(
         needs_per_client_uploads=False,
         global_eval_state=global_eval_state,
         options=SKAOptions,
-        model_overrides=lambda config: model_overrides_for(options_from_config(config)),
+        model_transforms=lambda config: model_transforms_for(options_from_config(config)),
     )
 )

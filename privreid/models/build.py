@@ -1,0 +1,127 @@
+"""Building a ReID model: the base model, its model transforms and its initial weights, in that order.
+
+:func:`build_model` is the one builder; :func:`build_from_config` rebuilds a
+model from a stored ``model_config`` (``ReIDModel.model_config()``, kept in
+every checkpoint and exported file), including the flag dictionaries that
+checkpoints written before model transforms existed hold (:func:`legacy_transforms`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from typing import Any
+
+from privreid.errors import ConfigError
+from privreid.models.reid_net import ReIDModel
+from privreid.models.resnet import NormFactory
+from privreid.models.transforms import ModelTransform, resolve_transforms
+from privreid.models.weights import load_imagenet_weights, load_weights_file
+
+PRETRAINED = ("imagenet",)
+
+#: the keys of a ``model_config`` besides the legacy flags
+CONFIG_KEYS = ("arch", "num_classes", "neck", "feat_dim", "last_stride", "dropout", "transforms")
+
+_log = logging.getLogger(__name__)
+
+
+def build_model(
+    arch: str = "resnet18",
+    num_classes: int = 0,
+    neck: str = "linear",
+    feat_dim: int = 512,
+    last_stride: int = 1,
+    *,
+    dropout: float = 0.0,
+    transforms: Iterable[ModelTransform | str | Mapping[str, Any]] = (),
+    pretrained: str | None = None,
+    weights: str | PathLike[str] | None = None,
+    norm_layer: NormFactory | None = None,
+) -> ReIDModel:
+    """The base :class:`ReIDModel` with ``transforms``, optionally initialised from weights.
+
+    Steps, in this order (it fixes the order in which parameters draw from
+    the RNG):
+
+    1. the base model without a classifier (trunk, neck; arguments as in
+       :class:`ReIDModel`);
+    2. the structural transforms (``mlp_head``, ``part_branch``);
+    3. the classifier for ``num_classes`` (none when 0);
+    4. the weights: ``pretrained="imagenet"`` loads torchvision's
+       IMAGENET1K_V1 weights into the trunk (needs internet or torch hub's
+       cache); ``weights`` is the path of a local state dict (trunk-style or
+       full-model style, :func:`privreid.models.weights.load_weights_file`),
+       the offline alternative;
+    5. the normalisation transforms (``group_norm``, ``attentive_norm``,
+       ``dual_norm``): AN layers start from the loaded BN layers, GroupNorm
+       layers start fresh while the convolutions keep the loaded weights.
+
+    ``transforms``: transforms, names or ``to_config()`` dicts
+    (:mod:`privreid.models.transforms`), applied in the registry's order.
+    Raises ConfigError, before building anything, for unknown arch / neck /
+    pretrained values or transforms, both ``pretrained`` and ``weights``, and
+    clashing transforms; and for weights that cannot be obtained or do not fit.
+    """
+    if pretrained is not None and pretrained not in PRETRAINED:
+        raise ConfigError(f"unknown pretrained weights {pretrained!r}; choose one of {', '.join(PRETRAINED)}")
+    if pretrained is not None and weights is not None:
+        raise ConfigError("give either pretrained or weights, not both")
+    resolved = resolve_transforms(transforms)
+    model = ReIDModel(arch, 0, neck, feat_dim, last_stride, norm_layer, dropout=dropout)
+    _apply(model, [t for t in resolved if not t.after_weights])
+    model.reset_classifier(num_classes)
+    if pretrained is not None:
+        loaded = load_imagenet_weights(model.backbone)
+        _log.info("loaded %d ImageNet tensors into the %s trunk", len(loaded), arch)
+    elif weights is not None:
+        loaded = load_weights_file(model, weights)
+        _log.info("loaded %d tensors from %s", len(loaded), weights)
+    _apply(model, [t for t in resolved if t.after_weights])
+    return model
+
+
+def _apply(model: ReIDModel, transforms: list[ModelTransform]) -> None:
+    for transform in transforms:
+        transform.apply(model)
+        model.transforms.append(transform)
+
+
+def legacy_transforms(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Split a ``model_config`` of the flag era into its other keys and the transforms its flags stand for.
+
+    Checkpoints written before model transforms existed store
+    ``head="mlp"`` (``mlp_head``), ``part_branch=True``, ``norm="group"``
+    (``group_norm``), ``attentive_norm=True`` with ``an_components`` and
+    ``an_act`` (``attentive_norm``), ``dual_norm=True``; ``head="linear"``
+    and ``norm="batch"`` are the base model.
+    """
+    rest = dict(config)
+    head, norm = rest.pop("head", "linear"), rest.pop("norm", "batch")
+    part, dual = rest.pop("part_branch", False), rest.pop("dual_norm", False)
+    an = rest.pop("attentive_norm", False)
+    an_params = {k: rest.pop(f"an_{k}") for k in ("components", "act") if f"an_{k}" in rest}
+    if head not in ("linear", "mlp"):
+        raise ConfigError(f"unknown head {head!r}; choose one of linear, mlp")
+    if norm not in ("batch", "group"):
+        raise ConfigError(f"unknown norm {norm!r}; choose one of batch, group")
+    found = [({"name": "mlp_head"}, head == "mlp"), ({"name": "part_branch"}, part),
+             ({"name": "group_norm"}, norm == "group"), ({"name": "attentive_norm", **an_params}, an),
+             ({"name": "dual_norm"}, dual)]
+    return rest, [spec for spec, on in found if on]
+
+
+def build_from_config(model_config: Mapping[str, Any], *, pretrained: str | None = None,
+                      weights: str | PathLike[str] | None = None) -> ReIDModel:
+    """The model ``model_config`` describes (:meth:`ReIDModel.model_config`), through :func:`build_model`.
+
+    Accepts the flag dictionaries of older checkpoints (:func:`legacy_transforms`).
+    ConfigError for keys that are neither.
+    """
+    rest, legacy = legacy_transforms(model_config)
+    unknown = sorted(set(rest) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown model_config key {', '.join(unknown)}; expected {', '.join(CONFIG_KEYS)}")
+    transforms = [*rest.pop("transforms", ()), *legacy]
+    return build_model(**rest, transforms=transforms, pretrained=pretrained, weights=weights)
