@@ -136,7 +136,7 @@ class Method:
                 "transforms": [make_transform(t).to_config() for t in self.model_transforms_for(config)]}
 
     def adding_model_transforms(self, *transforms: Any) -> Method:
-        """This method with ``transforms`` after its own model transforms (a defence's ``wrap``: DP-SGD's ``group_norm``)."""
+        """This method with ``transforms`` after its own model transforms (a defence's ``wrap``: DP-SGD's group_norm)."""
         own = self.model_transforms_for
         return dataclasses.replace(self, model_transforms=lambda config: [*own(config), *transforms])
 

@@ -86,7 +86,7 @@ def is_classifier_key(key: str) -> bool:
 
 
 def linear_head(feat_dim: int, num_classes: int) -> nn.Module:
-    """The base identity classifier: ``Linear(feat_dim, num_classes, bias=False)``, N(0, 0.001^2) init as in torchreid."""
+    """The base identity classifier: ``Linear(feat_dim, num_classes, bias=False)``, N(0, 0.001^2) init (torchreid)."""
     head = nn.Linear(feat_dim, num_classes, bias=False)
     nn.init.normal_(head.weight, std=0.001)
     return head
