@@ -248,12 +248,12 @@ def test_checkpoint_labels_are_unique(tmp_path):
     assert checkpoint_labels(ckpts) == ["fedpav (run)", "fedpav (run2)", "fedpav (run) #2"]
 
 
-@pytest.mark.parametrize("head", ["linear", "mlp"])
-def test_the_classifier_prefix_names_exactly_the_heads_keys(head):
+@pytest.mark.parametrize("transforms", [(), ("mlp_head",)], ids=["linear", "mlp"])
+def test_the_classifier_prefix_names_exactly_the_heads_keys(transforms):
     from privreid.federated.policy import CLASSIFIER_LOCAL
     from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 
-    model = build_model("resnet18", feat_dim=16, num_classes=5, head=head)
+    model = build_model("resnet18", feat_dim=16, num_classes=5, transforms=transforms)
     keys = model.state_dict().keys()
     head_keys = {CLASSIFIER_PREFIX + k for k in model.classifier.state_dict()}
     assert head_keys and {k for k in keys if is_classifier_key(k)} == head_keys
