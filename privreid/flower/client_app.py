@@ -32,7 +32,7 @@ from flwr.clientapp import ClientApp
 
 from ..config import RunConfig
 from ..federated.engine import FederatedEngine
-from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records, ledger_keys,
+from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
                        parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from .site import Site, SiteState
 from ..secagg.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
@@ -97,7 +97,7 @@ def train(msg: Message, context: Context) -> Message:
     restored = store.load(round_index)
     if restored is not None:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
-    memory = engine.client_memory.setdefault(client.name, {})
+    engine.client_memory.setdefault(client.name, {})
 
     if secure:
         reply = secure_fit_reply(engine, client, round_index, fields, received)
@@ -111,9 +111,8 @@ def train(msg: Message, context: Context) -> Message:
         SITE_SIZE: _size_record(site),
         **eval_records("local", engine.records),
     })
-    ledger = {k: memory[k] for k in ledger_keys(config) if k in memory}
-    if ledger:
-        content[LEDGER] = state_to_record(ledger)
+    if upload.reports:  # what the client update reports for the server's privacy ledger (DP-SGD's accountant)
+        content[LEDGER] = state_to_record(upload.reports)
     return Message(content, reply_to=msg)
 
 
