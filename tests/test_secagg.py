@@ -505,6 +505,7 @@ def test_flower_secaggplus_abort_is_one_line_naming_the_dropped_sites_why_and_th
     (["--method", "fedarks"], "method 'fedarks' cannot run on the sum of the uploads"),
     (["--secagg-shares", "2", "--secagg-threshold", "3"], "above --secagg-shares 2"),
     (["--secagg-clip", "-1"], "secagg_clip must be > 0"),
+    (["--method", "dppt", "--opt", "shared_classifier=false"], "Flower's SecAgg+ carries model updates only"),
 ])
 def test_flower_run_refuses_bad_secure_settings_before_starting(tmp_path, extra, match):
     res = CliRunner().invoke(app, ["flower", "run", "--insecure", "--secure-aggregation", *extra,

@@ -94,6 +94,12 @@ class Method:
             cannot run under ``--secure-aggregation``
             (:mod:`privreid.defenses.secure_aggregation`).  ``None``: not
             declared (refused); non-federated methods leave it ``None``.
+        exchanges_extras: whether clients and server also exchange tensors
+            that are not model keys (DPPT's per-identity class centres), or
+            ``config -> bool`` when method options decide it.  In-process
+            secure aggregation sums them with their indicators; Flower's
+            SecAgg+ carries model updates only, so ``flower run
+            --secure-aggregation`` refuses such runs before it starts.
     """
 
     name: str
@@ -113,6 +119,7 @@ class Method:
     triplet_weight: float = 0.0
     keeps_trained_model: bool = False
     needs_per_client_uploads: bool | None = None
+    exchanges_extras: bool | Callable[[RunConfig], bool] = False
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)
@@ -120,6 +127,10 @@ class Method:
     def prepare_clients_for(self, config: RunConfig) -> Callable[[list[ClientData]], list[ClientData]] | None:
         """The client rewrite under ``config`` (``None``: the clients train as partitioned)."""
         return self.make_prepare_clients(config) if self.make_prepare_clients else self.prepare_clients
+
+    def exchanges_extras_for(self, config: RunConfig) -> bool:
+        """:attr:`exchanges_extras` under ``config``."""
+        return bool(self.exchanges_extras(config) if callable(self.exchanges_extras) else self.exchanges_extras)
 
     def model_transforms_for(self, config: RunConfig) -> list[Any]:
         """The model transforms of this method's network under ``config`` (transforms, names or dicts)."""

@@ -83,6 +83,10 @@ def check_flower_support(config: RunConfig) -> None:
         why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \
               "shared classifier relabels them with the federation's global identities: --opt " \
               "shared_classifier=false runs), which needs all the data in one place"
+    elif config.train.secure_aggregation and method.exchanges_extras_for(config):
+        why = "under --secure-aggregation: its clients and server also exchange tensors beyond the model (dppt's class centres: --opt " \
+              "mrb=false exchanges none), and Flower's SecAgg+ carries model updates only; run it in-process " \
+              "(`privreid train --secure-aggregation`)"
     elif not method.communicates:
         why = "its clients never communicate, so there is nothing to federate; train it with `privreid train`"
     elif method.global_eval_state is not None:

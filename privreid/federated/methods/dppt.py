@@ -480,6 +480,7 @@ DPPT = register(
         make_client_update=make_client_update,
         make_strategy=lambda config: DPPTAggregate(),
         needs_per_client_uploads=False,
+        exchanges_extras=lambda config: settings_for(config).mrb,  # the class centres (Eq. 3-5)
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
         options=DPPTSettings,
