@@ -51,3 +51,29 @@ def test_secaggplus_deployment_gives_the_in_process_secure_model_exactly(tmp_pat
                   float((flower["global_state"][k].double() - v.double()).abs().max()))
               for k, v in inproc["global_state"].items() if not torch.equal(flower["global_state"][k], v)}
     assert not differ, differ
+
+
+def test_secaggplus_deployment_recovers_a_supernode_killed_mid_round(tmp_path, monkeypatch):
+    """Site C's SuperNode is killed once it holds SecAgg+ state (it has answered setup): the round goes on with
+    A and B, and the protocol, not a restart of the round, gives their sum."""
+    from privreid.data.synthetic import SynthConfig, generate_synthetic
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    root = generate_synthetic(tmp_path / "synth", SynthConfig(**{**TINY_SYNTH, "num_domains": 4}))
+    cfg = tiny_config(root, rounds=1, max_steps_per_epoch=1, secure_aggregation=True)
+    cfg.data.test_domains = ["synthD"]
+    sites = {k: {"data": str(root / f"synth{k}"), "state-dir": str(tmp_path / f"state-{k}")} for k in "ABC"}
+    with LocalDeployment(sites, tmp_path / "dep") as dep:
+        def kill_c_once_it_holds_secaggplus_state():
+            if "site:C" in dep.procs and any((tmp_path / "state-C").rglob("secaggplus-*.bin")):
+                dep.kill_site("C")
+
+        record = dep.run(ServerSettings(cfg, tmp_path / "flower", sites=3, min_clients=2, round_timeout=30),
+                         timeout=480, poll=0.2, on_poll=kill_c_once_it_holds_secaggplus_state)
+        assert "site:C" not in dep.procs  # it was killed mid-round
+    assert record["status"] == "finished:completed"
+    ckpt = load_checkpoint(tmp_path / "flower" / "ckpt.pt")
+    (rec,) = [r for r in ckpt["metrics"] if r["scope"] == "secagg"]
+    assert ckpt["round"] == 1 and rec["clients"] == 2 and "synthC" in rec["dropped"]
+    assert sorted(m["client"] for m in ckpt["metrics"] if m["scope"] == "train") == ["synthA", "synthB"]
+    assert all(torch.isfinite(v).all() for v in ckpt["global_state"].values() if v.is_floating_point())
