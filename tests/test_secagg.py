@@ -451,6 +451,24 @@ def test_flower_site_dropping_out_after_sharing_keys_is_recovered_by_the_protoco
 
 
 @pytest.mark.slow
+def test_flower_site_dropping_out_while_sharing_keys_leaves_the_same_sum_as_one_dropping_later(synth3, tmp_path):
+    """A site lost at share keys never sent key shares, so nobody masked against it: the survivors' unmasked sum
+    is the same integer sum as when it drops after sharing (flwr 1.41 counted it as dead at unmask and every
+    surviving site failed with a KeyError)."""
+    def stage_of_c(stage):
+        return lambda node, msg: node == 12 and msg.content.config_records.get(
+            "secaggplus_configs", {}).get("stage") == stage
+
+    secure_flower_run(synth3, tmp_path / "early", flower_cfg(synth3), drop=stage_of_c("share_keys"), min_clients=2)
+    secure_flower_run(synth3, tmp_path / "late", flower_cfg(synth3), drop=stage_of_c("collect_masked_vectors"),
+                      min_clients=2)
+    early, late = (load_checkpoint(tmp_path / d / "flower" / "ckpt.pt") for d in ("early", "late"))
+    (rec,) = [r for r in early["metrics"] if r["scope"] == "secagg"]
+    assert rec["clients"] == 2 and rec["dropped"] == ["synthC"]
+    for k, v in late["global_state"].items():
+        assert torch.equal(early["global_state"][k], v), k
+
+
 def test_flower_sites_whose_context_push_failed_resume_secaggplus_from_their_state_dir(synth3, tmp_path):
     """flwr 1.41 stores a site's Context only if the ClientApp's last request gets through; on a loaded machine
     it timed out after the collect stage on two of three sites, which then failed to unmask ("expect

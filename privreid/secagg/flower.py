@@ -322,6 +322,28 @@ class _RoundStrategy(LegacyStrategy):
         return None
 
 
+class _SecAggPlusWorkflow(SecAggPlusWorkflow):
+    """flwr 1.41's ``SecAggPlusWorkflow`` with one fix: who is dead at the unmask stage.
+
+    A site that drops out during the share-keys stage never sent its key
+    shares, so no other site masked its vector against it (``secaggplus_mod``
+    adds pairwise masks only for the sites whose shares it received).  In
+    SecAgg+ (Bell et al. 2020; Bonawitz et al. 2017, Round 3) the dead set
+    at unmask is those who shared keys but sent no masked vector.  flwr 1.41
+    computes it as every site sampled at setup minus the survivors, so it
+    asks the surviving sites for shares of the early dropout that they never
+    received, and each of them fails (``KeyError``) and the round aborts.
+    After the share-keys stage the sampled set becomes the sites that shared
+    their keys.  (Overriding one stage is the smallest change; the protocol
+    and its cryptography stay Flower's.)
+    """
+
+    def share_keys_stage(self, grid, context, state) -> bool:
+        ok = super().share_keys_stage(grid, context, state)
+        state.sampled_node_ids = set(state.active_node_ids)
+        return ok
+
+
 def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any], params, *, seed: int,
                  timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
     """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
@@ -347,10 +369,10 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
     context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=state, run_config={}),
                             strategy=strategy)
     shares = params.num_shares / m if params.num_shares < m else 1.0
-    workflow = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=params.threshold / params.num_shares,
-                                  max_weight=params.max_weight, clipping_range=params.clipping_range,
-                                  quantization_range=params.quantization_range, modulus_range=params.modulus_range,
-                                  timeout=timeout)
+    workflow = _SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=params.threshold / params.num_shares,
+                                   max_weight=params.max_weight, clipping_range=params.clipping_range,
+                                   quantization_range=params.quantization_range,
+                                   modulus_range=params.modulus_range, timeout=timeout)
     gated = _GatedGrid(grid)
     workflow(gated, context)
     names = {p.node_id: p.cid for p, _ in instructions}
