@@ -31,7 +31,7 @@ from .formats import load_dataset, verify_images
 from .holdout import apply_audit_holdout
 from .partition import make_federation
 from .types import Federation, ReIDDataset
-from .vi_formats import frame_dataset
+from .formats_vi import frame_dataset
 
 SYNTH = "synth"
 SYNTH_VI = "synth-vi"

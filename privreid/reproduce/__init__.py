@@ -99,7 +99,7 @@ def _check_dataset(path: Path, fmt: str) -> None:
     from ..data.catalog import load_with_format
     from ..data.formats import DATASET_FORMATS
     from ..data.formats_dg import DG_FORMATS, dg_layout, load_pool
-    from ..data.vi_formats import VI_FORMATS
+    from ..data.formats_vi import VI_FORMATS
 
     layout = (dg_layout(fmt) if fmt in DG_FORMATS else VI_FORMATS.get(fmt)
               or DATASET_FORMATS.get(fmt.split("-")[0], ""))

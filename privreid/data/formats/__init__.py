@@ -19,7 +19,7 @@ The built-in formats (the one table is :func:`_builtin_formats`):
   ``gallery`` keeping the original pids;
 * the small DG benchmarks, one module each in :mod:`privreid.data.formats_dg`;
 * the visible-infrared benchmarks (images and video) of
-  :mod:`privreid.data.vi_formats`.
+  :mod:`privreid.data.formats_vi`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ _REGISTRY: dict[str, DatasetFormat] = {}
 def _builtin_formats() -> list[DatasetFormat]:
     """The one table of built-in formats, in listing order (detection order is each format's ``priority``)."""
     from privreid.data.formats_dg import DG_FORMATS, dataset_format
-    from privreid.data.vi_formats import VI_DATASET_FORMATS
+    from privreid.data.formats_vi import VI_DATASET_FORMATS
 
     return [*_RGB, *(dataset_format(name) for name in DG_FORMATS), *VI_DATASET_FORMATS]
 
