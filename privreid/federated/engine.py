@@ -72,7 +72,6 @@ from .best import best_block
 from .client import ClientContext
 from .divergence import check_finite_training, json_line
 from .early_stop import evaluate_after_stop
-from .heap import release_freed_memory
 from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
@@ -401,7 +400,6 @@ class FederatedEngine:
         """
         for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
             self.receive(inbox, self.train_client(client, round_index))
-            release_freed_memory()  # the client's freed heap back to the system (:mod:`.heap`)
 
     def evaluate_round(self, round_no: int) -> None:
         """The global model, then every client's personalised model (module docstring, "Evaluation")."""
