@@ -30,6 +30,7 @@ reference code; nothing but model weights persists between rounds.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -174,11 +175,11 @@ class SupervisedUpdate:
             if isinstance(loader.sampler, PKSampler):
                 loader.sampler.set_epoch(epoch)
             n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
-            bar = tqdm(loader, total=n_batches, desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False,
-                       disable=not ctx.progress, dynamic_ncols=True)
+            # islice, not a break after the cap: a break would first load (and draw the augmentation
+            # of) one batch past the cap, shifting the random stream of every later epoch and client
+            bar = tqdm(itertools.islice(loader, n_batches), total=n_batches, desc=f"  {ctx.client.name} ep{epoch + 1}",
+                       leave=False, disable=not ctx.progress, dynamic_ncols=True)
             for step, (images, labels, _) in enumerate(bar):
-                if step >= n_batches:
-                    break
                 images, labels = images.to(ctx.device), labels.to(ctx.device)
                 ctx.images = images
                 pre_neck, feat, logits = self.forward(ctx, images)
