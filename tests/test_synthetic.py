@@ -217,13 +217,15 @@ def _render(cfg: SynthConfig, d: int, pid: int, cam: int, k: int) -> np.ndarray:
 
 
 def test_identity_signal():
-    """Same identity, same camera: closer in pixels than different identities."""
+    """Same identity, same camera: closer in coarse colour layout (4x4 pixel means; the fine prints
+    shift with the pose) than different identities."""
     cfg = SynthConfig(height=64, width=32)
     within, across = [], []
     for d in range(2):
         imgs = {pid: [_render(cfg, d, pid, 0, k) for k in range(4)] for pid in range(1, 13)}
         # central crop (the body), mean over channels' spatial layout
-        crop = {p: [im[8:56, 8:24] for im in v] for p, v in imgs.items()}
+        crop = {p: [im[8:56, 8:24].reshape(12, 4, 4, 4, 3).mean(axis=(1, 3)) for im in v]
+                for p, v in imgs.items()}
         for p, v in crop.items():
             within += [np.abs(v[i] - v[j]).mean() for i in range(4) for j in range(i + 1, 4)]
             for q in crop:
@@ -260,3 +262,75 @@ def test_more_domains_and_names():
     # styles past the four presets are generated and rendered fine
     img = _render(SynthConfig(num_domains=6, height=32, width=16), 5, 1, 0, 0)
     assert img.shape == (32, 16, 3)
+
+
+def test_fine_prints_are_seeded_identity_specific_and_periodic():
+    """Each identity's garments carry a seeded print; a stripe print repeats exactly at its period
+    (4-11% of the person's height) along its wave vector and is constant across it."""
+    from privreid.data.synthetic_render import Texture
+
+    cfg = SynthConfig()
+    apps = [identity_appearance(cfg, 0, pid) for pid in range(1, 41)]
+    assert identity_appearance(cfg, 0, 1) == apps[0]  # deterministic
+    prints = {(a.upper_texture, a.lower_texture) for a in apps}
+    assert len(prints) == len(apps)  # no two identities share their prints
+    assert {a.upper_texture.kind for a in apps} == {"stripes", "checks", "dots", "print"}
+    for a in apps:
+        for tex in (a.upper_texture, a.lower_texture):
+            periods = [1 / np.hypot(kx, ky) for kx, ky, _ in tex.waves]
+            assert all(0.04 * 0.7 - 1e-3 <= p <= 0.11 * 1.4 + 1e-3 for p in periods)
+            assert 0.35 <= tex.contrast <= 0.8
+    stripes = Texture("stripes", ((3.0, 4.0, 0.5),), sharpness=2.0, contrast=0.5)  # period 1/5
+    x, y = np.random.default_rng(0).uniform(-1, 1, (2, 200))
+    f = stripes.field(x, y)
+    assert f.min() >= 0 and f.max() <= 1 and np.ptp(f) > 0.9
+    np.testing.assert_allclose(stripes.field(x + 0.6 / 5, y + 0.8 / 5), f, atol=1e-9)  # one period along k
+    np.testing.assert_allclose(stripes.field(x - 0.8 * 0.37, y + 0.6 * 0.37), f, atol=1e-9)  # across k
+
+
+def test_fine_prints_add_high_frequency_detail_to_the_garments():
+    """The prints put fine detail (pixel-to-pixel contrast) on the garments that flat colours lack."""
+    from dataclasses import replace as dc_replace
+
+    cfg = SynthConfig(height=128, width=64)
+    camera = syn.camera_style(cfg, 0, 0)
+
+    def detail(app) -> float:
+        rng = np.random.default_rng(1)
+        pose = dc_replace(syn.sample_pose(camera, rng, 0.0), view="front")
+        img = syn.render_person(app, pose, dc_replace(camera, noise=0.0, lowres=1.0), 128, 64, rng)
+        body = img[45:85, 24:40].astype(np.float32)  # the torso
+        return float(np.abs(np.diff(body, axis=0)).mean() + np.abs(np.diff(body, axis=1)).mean())
+
+    ratios = []
+    for pid in range(1, 9):
+        a = identity_appearance(cfg, 0, pid)
+        flat = dc_replace(a, upper_pattern="solid", upper_texture=dc_replace(a.upper_texture, contrast=0.0),
+                          lower_texture=dc_replace(a.lower_texture, contrast=0.0))
+        ratios.append(detail(dc_replace(flat, upper_texture=a.upper_texture)) / detail(flat))
+    assert np.median(ratios) > 2.0, ratios
+
+
+def test_cache_key_follows_the_pedestrian_renderer(tmp_path: Path, monkeypatch):
+    """A new pedestrian renderer (RENDER_VERSION) moves every generator's cache entry, also the VI set's,
+    which has a render version of its own: no stale images are served."""
+    from privreid.data import synthetic_config
+    from privreid.data.synthetic_vi import VI_FORMAT_VERSION, VI_RENDER_VERSION, SynthVIConfig
+
+    cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1, "ids_per_domain": 2, "test_ids_per_domain": 2})
+    vi = SynthVIConfig()
+    p1 = ensure_synthetic(tmp_path, cfg)
+    assert json.loads((p1 / "manifest.json").read_text())["person_render_version"] == syn.RENDER_VERSION
+    before = (syn.config_hash(cfg), syn.config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
+    monkeypatch.setattr(synthetic_config, "RENDER_VERSION", syn.RENDER_VERSION + 1)
+    after = (syn.config_hash(cfg), syn.config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
+    assert before[0] != after[0] and before[1] != after[1]
+    # an entry whose manifest names an older renderer is not valid, even at the same path
+    calls = []
+    path = syn.ensure_cached("synth", cfg, lambda p, overwrite: calls.append(p) or p, tmp_path,
+                             render_version=1)
+    (path / "manifest.json").parent.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((p1 / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "render_version": 1}))
+    syn.ensure_cached("synth", cfg, lambda p, overwrite: calls.append(p) or p, tmp_path, render_version=1)
+    assert calls == [path, path]

@@ -16,6 +16,7 @@ from PIL import Image
 
 from privreid import __version__
 from privreid.errors import DataError
+from privreid.data import synthetic_config
 from privreid.data.synthetic_config import FORMAT_VERSION, RENDER_VERSION, config_hash
 
 
@@ -36,6 +37,7 @@ def write_manifest(root: Path, fmt: str, config, *, format_version: int = FORMAT
         "format": fmt,
         "format_version": format_version,
         "render_version": render_version,
+        "person_render_version": synthetic_config.RENDER_VERSION,
         "privreid_version": __version__,
         "config": asdict(config),
         "config_hash": config_hash(config, format_version, render_version),
@@ -113,7 +115,8 @@ def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
         m = read_manifest(path)
         return (m is not None and m.get("config") == expected
                 and m.get("format_version") == format_version
-                and m.get("render_version") == render_version)
+                and m.get("render_version") == render_version
+                and m.get("person_render_version") == synthetic_config.RENDER_VERSION)
 
     if valid():
         return path

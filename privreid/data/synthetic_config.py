@@ -12,8 +12,10 @@ from privreid.errors import ConfigError
 
 #: Version of the on-disk layout / manifest schema.
 FORMAT_VERSION = 1
-#: Bumped whenever the renderer changes what it draws; part of the cache key.
-RENDER_VERSION = 1
+#: Bumped whenever the pedestrian renderer (:mod:`.synthetic_render`, :mod:`.synthetic_cameras`) changes
+#: what it draws; part of the cache key of every generator that draws with it (see :func:`config_hash`).
+#: 2: identity-specific fine prints on the garments (issue 15).
+RENDER_VERSION = 2
 #: Market-1501 split folders, in the order they are written.
 SPLITS = ("bounding_box_train", "query", "bounding_box_test")
 
@@ -116,9 +118,15 @@ def domain_names(config: SynthConfig | None = None) -> list[str]:
 
 
 def config_hash(config, format_version: int = FORMAT_VERSION, render_version: int = RENDER_VERSION) -> str:
-    """Short stable hash of a generator config (a dataclass) plus the format/render versions."""
+    """Short stable hash of a generator config (a dataclass) plus the format/render versions.
+
+    The pedestrian renderer's :data:`RENDER_VERSION` is always part of it, also for a
+    generator with its own ``render_version`` (the VI set), so that no generator that
+    draws pedestrians serves images of an older renderer from its cache.
+    """
     payload = json.dumps(
-        {"config": asdict(config), "format": format_version, "render": render_version},
+        {"config": asdict(config), "format": format_version, "render": render_version,
+         "person_render": RENDER_VERSION},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:12]

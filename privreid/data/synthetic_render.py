@@ -34,6 +34,59 @@ _HAIR_COLOURS = np.array(
 
 Colour = tuple[float, float, float]
 
+TEXTURES = ("stripes", "checks", "dots", "print")
+
+
+@dataclass(frozen=True)
+class Texture:
+    """A garment's fine print: plane waves in body coordinates, combined by ``kind``.
+
+    Each wave is ``(kx, ky, phase)``: ``cos(2 pi (kx x + ky y) + phase)`` with
+    ``x, y`` in units of the person's height, measured from the body centre
+    line and the shoulders, so the print moves, scales and sways with the body.
+    ``sharpness`` sets how hard its edges are, ``contrast`` how far it pulls
+    the garment's colour towards the garment's second colour.
+    """
+
+    kind: str
+    waves: tuple[tuple[float, float, float], ...]
+    sharpness: float
+    contrast: float
+
+    def field(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The print's value in [0, 1] at body coordinates ``x``, ``y`` (broadcast)."""
+        w = [np.cos(2 * np.pi * (kx * x + ky * y) + ph) for kx, ky, ph in self.waves]
+        if self.kind == "stripes":
+            v = w[0]
+        elif self.kind == "checks":
+            v = w[0] * w[1]
+        elif self.kind == "dots":
+            v = 2.0 * (w[0] * w[1]) ** 2 - 1.0
+        else:  # print: a random sum of waves
+            v = sum(w) / math.sqrt(len(w) / 2)
+        return 0.5 + 0.5 * np.tanh(self.sharpness * v) / math.tanh(self.sharpness)
+
+
+def _wave(rng: np.random.Generator, period: float, angle: float) -> tuple[float, float, float]:
+    return (round(math.cos(angle) / period, 4), round(math.sin(angle) / period, 4),
+            round(float(rng.uniform(0, 2 * math.pi)), 4))
+
+
+def sample_texture(rng: np.random.Generator) -> Texture:
+    """Draw one garment's fine print: kind, period (4-11% of the person's height), angle, phase, contrast."""
+    kind = str(rng.choice(TEXTURES))
+    period = float(rng.uniform(0.04, 0.11))
+    angle = float(rng.uniform(0, math.pi))
+    if kind == "stripes":
+        waves = (_wave(rng, period, angle),)
+    elif kind in ("checks", "dots"):
+        waves = (_wave(rng, period, angle), _wave(rng, period, angle + math.pi / 2))
+    else:
+        waves = tuple(_wave(rng, period * float(rng.uniform(0.7, 1.4)), float(rng.uniform(0, math.pi)))
+                      for _ in range(3))
+    return Texture(kind=kind, waves=waves, sharpness=round(float(rng.uniform(0.5, 4.0)), 4),
+                   contrast=round(float(rng.uniform(0.35, 0.8)), 4))
+
 
 @dataclass(frozen=True)
 class Appearance:
@@ -64,6 +117,8 @@ class Appearance:
     build: float  # width factor
     leg: float  # leg length / body height
     head: float  # head height / body height
+    upper_texture: Texture  # fine print of the upper garment (towards ``upper2``)
+    lower_texture: Texture  # fine print of the lower garment (towards ``lower2``)
 
 
 def _colour(rng: np.random.Generator, achromatic_p: float = 0.35) -> Colour:
@@ -128,6 +183,8 @@ def sample_appearance(rng: np.random.Generator, seed_key: tuple[int, ...] = ()) 
         build=round(float(rng.uniform(0.78, 1.3)), 4),
         leg=round(float(rng.uniform(0.42, 0.53)), 4),
         head=round(float(rng.uniform(0.115, 0.15)), 4),
+        upper_texture=sample_texture(rng),  # drawn last: the coarse look above is that of render version 1
+        lower_texture=sample_texture(rng),
     )
 
 
@@ -408,6 +465,7 @@ def _colourise(a: Appearance, pose: Pose, labels: np.ndarray, b: _Body) -> np.nd
     pal[_STRAP] = np.asarray(a.accessory_colour) * 0.6
     pal[_LOGO], pal[_HAT], pal[_LOWER2] = a.logo_colour, a.hat, a.lower2
     img = pal[labels]
+    alt = labels == _LOWER2  # garment pixels in the garment's second colour
     upper = labels == _UPPER
     pat = a.upper_pattern
     if pat != "solid" and upper.any():
@@ -429,11 +487,24 @@ def _colourise(a: Appearance, pose: Pose, labels: np.ndarray, b: _Body) -> np.nd
             m = np.abs(v - 0.35) < 0.13
         m = np.broadcast_to(m, (h, w)) & upper
         img[m] = a.upper2
+        alt |= m
     if a.lower_stripe and not b.side:
         xs = np.arange(w, dtype=np.float32)[None, :]
         m = (np.abs(np.abs(xs - b.cx) - b.hw * 0.5 - b.lw * 0.8) < max(0.6, b.lw * 0.35))
         m = np.broadcast_to(m, (h, w)) & (labels == _LOWER)
         img[m] = a.lower2
+        alt |= m
+    # fine prints, anchored to the body (centre line, shoulders) in units of its height: each
+    # garment pixel is pulled towards the garment's other colour
+    x = (np.arange(w, dtype=np.float32)[None, :] - b.cx) / b.ph
+    y = (np.arange(h, dtype=np.float32)[:, None] - b.shoulder) / b.ph
+    for tex, parts, first, second in (
+            (a.upper_texture, upper, a.upper, a.upper2),
+            (a.lower_texture, (labels == _LOWER) | (labels == _LOWER2), a.lower, a.lower2)):
+        if parts.any():
+            t = np.broadcast_to(tex.contrast * tex.field(x, y), (h, w))[parts][:, None]
+            other = np.where(alt[parts][:, None], np.asarray(first, np.float32), np.asarray(second, np.float32))
+            img[parts] = (1 - t) * img[parts] + t * other
     # cylindrical shading across the body
     xs = np.arange(w, dtype=np.float32)
     shade = 1.0 - 0.35 * np.clip(((xs - b.cx) / (b.sw * 1.6 + 1)) ** 2, 0, 1)
