@@ -72,6 +72,7 @@ from .best import best_block
 from .client import ClientContext
 from .divergence import check_finite_training, json_line
 from .early_stop import evaluate_after_stop
+from .heap import HeapTrimmer
 from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
@@ -182,6 +183,7 @@ class FederatedEngine:
         self.progress = progress
         self.log = log or (lambda msg: tqdm.write(msg))
         self.device = resolve_device(config.train.device)
+        self.heap = HeapTrimmer.from_env()  # freed heap back to the system as clients come and go (:mod:`.heap`)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
@@ -400,6 +402,7 @@ class FederatedEngine:
         """
         for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
             self.receive(inbox, self.train_client(client, round_index))
+            self.heap.after_client()
 
     def evaluate_round(self, round_no: int) -> None:
         """The global model, then every client's personalised model (module docstring, "Evaluation")."""
