@@ -9,7 +9,14 @@ from privreid.data.formats import detect_format
 from privreid.data.formats_dg import load_pool
 from privreid.data.formats_dg.splits import make_splits
 from privreid.data.synthetic import SynthConfig
-from privreid.data.synthetic_dg import SEED_OFFSET, SynthDGConfig, generate_synthetic_dg, standin_roots
+from privreid.data.synthetic_dg import (
+    SEED_OFFSET,
+    SynthDGConfig,
+    _distractor_images,
+    _paired,
+    generate_synthetic_dg,
+    standin_roots,
+)
 
 SMALL = SynthDGConfig(people=8, distractors=6, ilids_images=4, height=32, width=16)
 
@@ -17,6 +24,15 @@ SMALL = SynthDGConfig(people=8, distractors=6, ilids_images=4, height=32, width=
 def _digest(root):
     return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
                                    and p.name != "manifest.json")).hexdigest()
+
+
+def test_paired_people_and_distractor_images_of_a_rendered_domain():
+    people = {7: {1: ["7a"], 2: ["7b"]}, 0: {2: ["d1", "d2"], 1: ["d3"]}, 3: {1: ["3a"]}, 5: {2: ["5b"], 1: ["5a"]},
+              2: {1: ["2a", "2c"], 2: ["2b"]}}
+    assert _paired(people, SynthDGConfig(people=8)) == [2, 5, 7]  # by pid; 3 has one camera, 0 are distractors
+    assert _paired(people, SynthDGConfig(people=2)) == [2, 5]
+    assert _distractor_images(people) == ["d1", "d2", "d3"]  # camera by camera, as rendered
+    assert _distractor_images({1: {1: ["a"], 2: ["b"]}}) == []
 
 
 def test_standins_follow_the_real_layouts_and_protocol(tmp_path):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
+from typing import Self
 
 import numpy as np
 
@@ -33,8 +34,41 @@ _TAG_SPLIT = 7
 # --------------------------------------------------------------------------- config
 
 
+class GeneratorConfig:
+    """What the config dataclasses of the pedestrian generators share (:class:`SynthConfig`, the VI set's).
+
+    The checks of the rendering fields every such generator has (``height``,
+    ``width``, ``domain_shift``, ``camera_jitter``, ``occlusion_prob``,
+    ``jpeg_quality``), a failed check as one :class:`~privreid.errors.ConfigError`
+    line that names the config class, and the dict round trip.  A plain base,
+    not a dataclass: it adds no field, so a subclass's fields, their order,
+    ``asdict`` and :func:`config_hash` are the subclass's own.
+    """
+
+    def _require(self, cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"{type(self).__name__}: {msg}")
+
+    def _check_rendering(self) -> None:
+        self._require(16 <= self.height <= 1024 and 8 <= self.width <= 512, "image size out of range")
+        self._require(self.domain_shift >= 0 and self.camera_jitter >= 0, "shift/jitter must be >= 0")
+        self._require(0.0 <= self.occlusion_prob <= 1.0, "occlusion_prob must be in [0, 1]")
+        self._require(1 <= self.jpeg_quality <= 100, "jpeg_quality must be in 1..100")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self:
+        """The config with the fields of ``d``; ConfigError for a name that is not a field."""
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
 @dataclass(frozen=True)
-class SynthConfig:
+class SynthConfig(GeneratorConfig):
     """Everything that determines a synthetic federation (and its cache key).
 
     The defaults are the demo settings the calibration below was measured at.
@@ -68,10 +102,7 @@ class SynthConfig:
     jpeg_quality: int = 90
 
     def validate(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"SynthConfig: {msg}")
-
+        need = self._require
         need(1 <= self.num_domains <= 26 * 27, "num_domains must be in 1..702")
         need(self.ids_per_domain >= 1, "ids_per_domain must be >= 1")
         need(self.test_ids_per_domain >= 1, "test_ids_per_domain must be >= 1")
@@ -86,22 +117,8 @@ class SynthConfig:
         )
         need(self.images_per_id_per_cam >= 1, "images_per_id_per_cam must be >= 1")
         need(self.max_query_cams >= 1, "max_query_cams must be >= 1")
-        need(16 <= self.height <= 1024 and 8 <= self.width <= 512, "image size out of range")
         need(self.distractors >= 0 and self.junk >= 0, "distractors/junk must be >= 0")
-        need(self.domain_shift >= 0 and self.camera_jitter >= 0, "shift/jitter must be >= 0")
-        need(0.0 <= self.occlusion_prob <= 1.0, "occlusion_prob must be in [0, 1]")
-        need(1 <= self.jpeg_quality <= 100, "jpeg_quality must be in 1..100")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SynthConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"SynthConfig: unknown fields {sorted(unknown)}")
-        return cls(**d)
+        self._check_rendering()
 
 
 def domain_names(config: SynthConfig | None = None) -> list[str]:

@@ -124,43 +124,49 @@ def _save(src: Path, dst: Path) -> None:
         img.convert("RGB").save(dst)
 
 
+def _paired(people: dict, config: SynthDGConfig) -> list[int]:
+    """The first ``config.people`` people (by pid) seen by both rendered cameras; the distractors (pid 0) excluded."""
+    return [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+
+
+def _distractor_images(people: dict) -> list[Path]:
+    """The rendered domain's distractor (pid-0) images, camera by camera."""
+    return [path for paths in people.get(0, {}).values() for path in paths]
+
+
 def _write_viper(people: dict, base: Path, config: SynthDGConfig) -> None:
-    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
-    for n, pid in enumerate(paired):
+    for n, pid in enumerate(_paired(people, config)):
         _save(people[pid][1][0], base / "cam_a" / f"{n:03d}_0.bmp")
         _save(people[pid][2][0], base / "cam_b" / f"{n:03d}_90.bmp")
 
 
 def _write_grid(people: dict, base: Path, config: SynthDGConfig) -> None:
-    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
-    for n, pid in enumerate(paired, start=1):
+    for n, pid in enumerate(_paired(people, config), start=1):
         _save(people[pid][1][0], base / "probe" / f"{n:04d}_1_{n:05d}_0_0_0_0.jpeg")
         _save(people[pid][2][0], base / "gallery" / f"{n:04d}_2_{n:05d}_0_0_0_0.jpeg")
-    for k, path in enumerate(p for cams in people.get(0, {}).values() for p in cams):
+    for k, path in enumerate(_distractor_images(people)):
         _save(path, base / "gallery" / f"0000_{1 + k % 2}_{k:05d}_0_0_0_0.jpeg")
 
 
 def _write_prid(people: dict, base: Path, config: SynthDGConfig) -> None:
     """Paired people are persons 1..n in both cameras; the distractors are camera B's persons after them."""
-    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
+    paired = _paired(people, config)
     for n, pid in enumerate(paired, start=1):
         _save(people[pid][1][0], base / "cam_a" / f"person_{n:04d}.png")
         _save(people[pid][2][0], base / "cam_b" / f"person_{n:04d}.png")
-    for k, path in enumerate(p for cams in people.get(0, {}).values() for p in cams):
+    for k, path in enumerate(_distractor_images(people)):
         _save(path, base / "cam_b" / f"person_{len(paired) + 1 + k:04d}.png")
 
 
 def _write_3dpes(people: dict, base: Path, config: SynthDGConfig) -> None:
-    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
-    for n, pid in enumerate(paired, start=1):
+    for n, pid in enumerate(_paired(people, config), start=1):
         for cam in (1, 2):
             for k, path in enumerate(people[pid][cam], start=1):
                 _save(path, base / f"{n:03d}_{cam}_20100611_{k:04d}.bmp")
 
 
 def _write_caviar(people: dict, base: Path, config: SynthDGConfig) -> None:
-    paired = [pid for pid in sorted(people) if pid > 0 and len(people[pid]) == 2][: config.people]
-    for n, pid in enumerate(paired, start=1):
+    for n, pid in enumerate(_paired(people, config), start=1):
         for cam in (1, 2):
             for k, path in enumerate(people[pid][cam][:10], start=1):
                 _save(path, base / f"{n:04d}{10 * (cam - 1) + k:03d}.jpg")

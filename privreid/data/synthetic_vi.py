@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +83,7 @@ from PIL import Image
 
 from privreid.data.synthetic_cache import _save_jpeg, ensure_cached, write_atomically, write_manifest
 from privreid.data.synthetic_cameras import _LUMA, CameraStyle, camera_style
-from privreid.data.synthetic_config import SynthConfig, _rng
+from privreid.data.synthetic_config import GeneratorConfig, SynthConfig, _rng
 from privreid.data.synthetic_render import Appearance, Pose, render_person, sample_appearance, sample_pose
 from privreid.data.types import INFRARED, VISIBLE
 from privreid.errors import ConfigError
@@ -127,7 +127,7 @@ _T_CLUTTER = 0.22
 
 
 @dataclass(frozen=True)
-class SynthVIConfig:
+class SynthVIConfig(GeneratorConfig):
     """Everything that determines a synthetic VI federation (and its cache key)."""
 
     num_entities: int = 3
@@ -157,10 +157,7 @@ class SynthVIConfig:
     jpeg_quality: int = 90
 
     def validate(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"SynthVIConfig: {msg}")
-
+        need = self._require
         need(1 <= self.num_entities <= 26, "num_entities must be in 1..26")
         need(self.ids_per_entity >= 1 and self.test_ids_per_entity >= 1, "identity counts must be >= 1")
         need(self.ids_per_entity + self.test_ids_per_entity <= 9999, "at most 9999 identities per entity")
@@ -175,20 +172,7 @@ class SynthVIConfig:
         need(self.shots_per_id_per_cam >= 1, "shots_per_id_per_cam must be >= 1")
         need(self.frames_per_tracklet >= 1, "frames_per_tracklet must be >= 1")
         need(0.0 <= self.ir_reflectance <= 1.0, "ir_reflectance must be in [0, 1]")
-        need(16 <= self.height <= 1024 and 8 <= self.width <= 512, "image size out of range")
-        need(self.domain_shift >= 0 and self.camera_jitter >= 0, "shift/jitter must be >= 0")
-        need(0.0 <= self.occlusion_prob <= 1.0, "occlusion_prob must be in [0, 1]")
-        need(1 <= self.jpeg_quality <= 100, "jpeg_quality must be in 1..100")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SynthVIConfig":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigError(f"SynthVIConfig: unknown fields {sorted(unknown)}")
-        return cls(**d)
+        self._check_rendering()
 
     def style_config(self) -> SynthConfig:
         """The :class:`SynthConfig` whose camera styles (per entity = domain) this data uses."""
