@@ -20,24 +20,26 @@ Calibration, render version 2 (issue 15; the 2-core CPU machine, one thread,
 protocol).  The models are ``make demo``'s: ``privreid train --config
 configs/demo-cpu.yaml --method M`` (ResNet-18 from scratch, 64x32 input, SGD
 lr 0.05, batch 32, 5 epochs / rounds, 3 training domains synthA-C, synthD
-held out; the default federation from the cache), each about 205 s on the
-shared machine.  The attack is ``privreid attack --model ckpt.pt --method
-pgd --eps 8/255 --alpha 1/255 --steps 10 --domains synthA,synthB,synthC``
-(10-step PGD, L-inf, feature-space loss, on every query of the seen test
-sets; about 25 s)::
+held out; the default federation from the cache), about 220-245 s each.  The
+attack is ``privreid attack --models ckpt.pt ... --method pgd --eps 8/255
+--alpha 1/255 --steps 10 --domains synthA,synthB,synthC`` (10-step PGD,
+L-inf, feature-space loss, on every query of the seen test sets; 47 s for
+both models)::
 
     render  method       seen R1 A / B / C    unseen R1 D   seen mAP clean -> PGD (drop)
     1       centralized  92.8 / 84.3 / 85.1   34.8          73.9 -> 27.3 (63%; A 20%, B 87%, C 89%)
-    2       centralized  87.0 / 87.1 / 87.8   31.9          68.7 -> 15.3 (78%; A 43%, B 95%, C 97%)
-    2       fedpav       37.7 / 51.4 / 68.9   29.0          (mean seen R1 52.7)
+    2       centralized  75.4 / 71.4 / 67.6   21.7          60.3 -> 14.6 (76%; A 47%, B 86%, C 96%)
+    2       fedpav       33.3 / 62.9 / 63.5   34.8          44.6 -> 20.0 (55%; A 13%, B 66%, C 73%)
+    2       untrained    mean 1.9             0.0           -
 
-(render 1: the generator before the prints, same commands; seen mAP: the mean over synthA-C; drop = (clean - attacked) / clean.)  With
-the prints the centralised model loses 78% of its seen mAP under the 10-step
-PGD at 8/255 (target: at least 70%), against 63% before; the bright domain
-synthA (saturated highlights, no blur) stays the most robust.  Trained
-seen-domain R1 stays in the 50-90% of docs/architecture.md on average
-(centralised 87.3%, FedPav 52.7%, FedPav's synthA below it at 37.7%),
-unseen R1 in 20-70%.
+(render 1: the generator before the prints, same commands; seen mAP: the
+mean over synthA-C; drop = (clean - attacked) / clean.)  With the prints the
+centralised model loses 76% of its seen mAP under the 10-step PGD at 8/255
+(target: at least 70%), against 63% before; the bright domain synthA
+(saturated highlights, no blur) stays the most robust.  Trained seen-domain
+R1 stays in the 50-90% of docs/architecture.md on average (centralised
+71.5%, FedPav 53.2%; FedPav's synthA is below it at 33.3%), unseen R1 in
+20-70% (21.7%, 34.8%) and untrained below 10%.
 
 Earlier calibration (render version 1, ``privreid train --data DIR
 --test-domains synthD --method M --rounds N --height 64 --width 32
