@@ -343,10 +343,12 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
                                   generator=torch.Generator())
     for k in single[0]:
         torch.testing.assert_close(total.grads[k], single[0][k] + single[1][k])
-    # one step leaks its pooled feature exactly; the sum leaks a mixture of both
-    h0 = leak_bottleneck_feature(single[0])
+    # one step leaks its pooled feature exactly; the sum leaks a mixture of both, equal to neither (on the
+    # render-2 data's model the two noise images' features are so alike that the mixture's cosine to either
+    # rounds to 1, so the test compares values: they differ by about 1e-3, float noise is below 1e-6)
+    h0, h1 = leak_bottleneck_feature(single[0]), leak_bottleneck_feature(single[1])
     mix = leak_bottleneck_feature(total.grads)
-    assert torch.nn.functional.cosine_similarity(mix, h0, dim=0) < 0.9999
+    assert (mix - h0).abs().max() > 1e-4 and (mix - h1).abs().max() > 1e-4
 
 
 def test_client_dp_share_per_client(tiny_synth):
