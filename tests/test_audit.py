@@ -163,7 +163,8 @@ def overfit_run(tiny_synth, tmp_path_factory):
 
 
 @pytest.mark.xfail(reason="render-2 data (garment prints): at 32x16 the overfitted model's identity-level AUC fell to "
-                          "0.49 at 30 epochs (0.67 at 60); the fixture needs re-calibrating (open, issue 15)", strict=False)
+                          "0.49 at 30 epochs (0.67 at 60); the fixture needs re-calibrating (open, issue 15)",
+                   strict=False)
 def test_overfitted_model_leaks_identities_and_outputs(overfit_run, tmp_path):
     res = run_audit([overfit_run], tmp_path, AuditSettings(client="central", bootstrap=100), device="cpu")
     recs = {(r["level"], r["attack"]): r for r in res["records"]}
