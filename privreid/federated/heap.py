@@ -35,7 +35,7 @@ import os
 
 from ..errors import ConfigError
 
-#: resident-set growth (MiB) since the last trim that triggers the next one
+#: resident-set growth (MiB) over the recorded level (:meth:`HeapTrimmer.after_client`) that triggers a trim
 DEFAULT_SLACK_MIB = 64
 SLACK_ENV = "PRIVREID_HEAP_SLACK_MB"
 
@@ -68,10 +68,10 @@ def slack_from_env() -> float | None:
     if raw.lower() == "off":
         return None
     try:
-        value = float(raw)
+        value: float | None = float(raw)
     except ValueError:
-        value = -1.0
-    if value < 0:
+        value = None
+    if value is None or value < 0:
         raise ConfigError(f"{SLACK_ENV} must be a number of MiB >= 0 or 'off', got {raw!r}")
     return value
 
