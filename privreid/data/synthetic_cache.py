@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from privreid import __version__
+from privreid import environment
 from privreid.errors import DataError
 from privreid.data import synthetic_config
 from privreid.data.synthetic_config import FORMAT_VERSION, RENDER_VERSION, config_hash
@@ -93,11 +94,6 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
         return None
 
 
-def _default_cache_root() -> Path:
-    env = os.environ.get("PRIVREID_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "privreid"
-
-
 def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
                   cache_root: str | os.PathLike | None = None, *, format_version: int = FORMAT_VERSION,
                   render_version: int = RENDER_VERSION) -> Path:
@@ -107,7 +103,7 @@ def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
     overwritten).  A copy is valid when its manifest holds the same config and
     versions; a concurrent process that wins the race is accepted.
     """
-    root = Path(cache_root).expanduser() if cache_root is not None else _default_cache_root()
+    root = Path(cache_root).expanduser() if cache_root is not None else environment.cache_root()
     path = root / f"{prefix}-{config_hash(config, format_version, render_version)}"
     expected = json.loads(json.dumps(asdict(config)))  # as the manifest stores it (tuples become lists)
 

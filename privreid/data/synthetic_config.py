@@ -34,16 +34,27 @@ _TAG_SPLIT = 7
 # --------------------------------------------------------------------------- config
 
 
+@dataclass(frozen=True)
 class GeneratorConfig:
     """What the config dataclasses of the pedestrian generators share (:class:`SynthConfig`, the VI set's).
 
-    The checks of the rendering fields every such generator has (``height``,
-    ``width``, ``domain_shift``, ``camera_jitter``, ``occlusion_prob``,
-    ``jpeg_quality``), a failed check as one :class:`~privreid.errors.ConfigError`
-    line that names the config class, and the dict round trip.  A plain base,
-    not a dataclass: it adds no field, so a subclass's fields, their order,
-    ``asdict`` and :func:`config_hash` are the subclass's own.
+    The rendering fields every such generator has and that default alike
+    (``seed`` and the camera model's ``domain_shift``, ``camera_jitter``,
+    ``occlusion_prob``, ``jpeg_quality``), the checks of those and of the image
+    size, a failed check as one :class:`~privreid.errors.ConfigError` line that
+    names the config class, and the dict round trip.  Dataclass inheritance puts
+    these fields before a subclass's own; :func:`config_hash` sorts the keys, so
+    a config's cache key does not depend on where a field is declared.
     """
+
+    seed: int = 0
+    #: 0 = all domains (VI: entities) share the neutral camera style, 1 = the calibrated shift
+    domain_shift: float = 0.7
+    #: scale of the camera-to-camera style variation inside a domain
+    camera_jitter: float = 1.0
+    #: probability that an image carries an occluder (pole, box, passer-by edge)
+    occlusion_prob: float = 0.2
+    jpeg_quality: int = 90
 
     def _require(self, cond: bool, msg: str) -> None:
         if not cond:
@@ -92,14 +103,6 @@ class SynthConfig(GeneratorConfig):
     distractors: int = 20
     #: pid -1 gallery images per domain (background / fragments)
     junk: int = 10
-    seed: int = 0
-    #: 0 = all domains share the neutral camera style, 1 = the calibrated shift
-    domain_shift: float = 0.7
-    #: scale of the camera-to-camera style variation inside a domain
-    camera_jitter: float = 1.0
-    #: probability that an image carries an occluder (pole, box, passer-by edge)
-    occlusion_prob: float = 0.2
-    jpeg_quality: int = 90
 
     def validate(self) -> None:
         need = self._require

@@ -149,12 +149,6 @@ class SynthVIConfig(GeneratorConfig):
     frames_per_tracklet: int = 6
     height: int = 64
     width: int = 32
-    seed: int = 0
-    #: as :class:`~privreid.data.synthetic.SynthConfig`: strength of the entity style shift
-    domain_shift: float = 0.7
-    camera_jitter: float = 1.0
-    occlusion_prob: float = 0.2
-    jpeg_quality: int = 90
 
     def validate(self) -> None:
         need = self._require

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from privreid.data.formats import read_image
 from privreid.data.transforms import TensorPipeline, one_draw_per_clip, tensor_pipeline
 from privreid.data.types import Sample
+from privreid.environment import mib_from_env
 from privreid.errors import ConfigError, DataError
 
 
@@ -69,14 +70,7 @@ class DecodedImages:
 
 
 def _decoded_budget() -> int:
-    raw = os.environ.get("PRIVREID_DECODED_MB", "1024")
-    try:
-        mib = float(raw)
-    except ValueError:
-        raise ConfigError(f"PRIVREID_DECODED_MB must be a number of MiB, got {raw!r}") from None
-    if mib < 0:
-        raise ConfigError(f"PRIVREID_DECODED_MB must be >= 0, got {raw!r}")
-    return int(mib * 2**20)
+    return int(mib_from_env("PRIVREID_DECODED_MB", 1024) * 2**20)
 
 
 #: the process's decoded images (:class:`DecodedImages`)

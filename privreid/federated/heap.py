@@ -33,7 +33,7 @@ import ctypes.util
 import functools
 import os
 
-from ..errors import ConfigError
+from ..environment import mib_from_env
 
 #: resident-set growth (MiB) over the recorded level (:meth:`HeapTrimmer.after_client`) that triggers a trim
 DEFAULT_SLACK_MIB = 64
@@ -62,18 +62,7 @@ def resident_mib() -> float | None:
 
 def slack_from_env() -> float | None:
     """The trim slack in MiB from ``PRIVREID_HEAP_SLACK_MB`` (``None``: never trim)."""
-    raw = os.environ.get(SLACK_ENV, "").strip()
-    if not raw:
-        return float(DEFAULT_SLACK_MIB)
-    if raw.lower() == "off":
-        return None
-    try:
-        value: float | None = float(raw)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise ConfigError(f"{SLACK_ENV} must be a number of MiB >= 0 or 'off', got {raw!r}")
-    return value
+    return mib_from_env(SLACK_ENV, DEFAULT_SLACK_MIB, off=True)
 
 
 class HeapTrimmer:

@@ -38,6 +38,7 @@ from ..checkpoint import save_checkpoint
 from ..data.catalog import resolve_datasets
 from ..data.partition import make_federation
 from ..data.types import ClientData, Federation
+from ..environment import cache_root
 from ..errors import DataError
 from ..federated.policy import StateDict
 from .messages import from_blob, record_to_state, state_to_record, to_blob
@@ -49,9 +50,7 @@ STATE_INDEX = "privreid"
 
 def default_state_dir(name: str) -> Path:
     """``$PRIVREID_CACHE/flower-sites/<name>`` (``~/.cache/privreid`` when unset)."""
-    env = os.environ.get("PRIVREID_CACHE")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "privreid"
-    return root / "flower-sites" / name
+    return cache_root() / "flower-sites" / name
 
 
 @dataclass
