@@ -123,9 +123,11 @@ def test_eval_command_reports_mean_and_std_under_corruption(trained, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--corruption", "smog"], "unknown corruption 'smog'"),
-    (["--corruption", "fog", "--severity", "9"], "--severity must be an integer from 1 to 5"),
-    (["--corruption", "fog", "--corrupt", "sideways"], "--corrupt must be one of"),
-    (["--corruption", "fog", "--repeats", "0"], "--repeats must be at least 1"),
+    (["--corruption", "fog", "--severity", "9"], "severity must be an integer from 1 to 5, got 9"),
+    (["--corruption", "fog", "--severity", "mild"], "--severity must be an integer from 1 to 5 or 'random'"),
+    (["--corruption", "fog", "--corrupt", "sideways"], "corrupt must be one of query, gallery, both"),
+    (["--corruption", "fog", "--repeats", "0"], "repeats must be a positive integer, got 0"),
+    (["--corruption", "fog", "--seed", "-1"], "seed must be a non-negative integer, got -1"),
     (["--corruption", "fog", "--pixel-scale", "x"], "--pixel-scale"),
 ])
 def test_eval_command_rejects_bad_corruption_options(trained, args, message):
@@ -147,3 +149,15 @@ def test_scaled_corruptions_are_labelled_and_listed(trained, tmp_path):
                                  "(CIL-ReID: 1, the literal lengths at the stored image size)"]
     assert corruption_deviations(1.0, 10) == [IMPLEMENTATION_DEVIATION] and corruption_deviations(0.5, 10)[1].startswith(
         "corruptions scaled: ImageNet-C pixel lengths multiplied by 0.5")
+
+
+def test_evaluation_settings_take_evaluate_models_defaults():
+    from privreid.evaluation.model_eval import evaluation_settings
+
+    assert evaluation_settings(height=32, width=16, flip=True) == dict(
+        height=32, width=16, batch_size=128, device="cpu", flip=True, num_workers=0, metric="euclidean",
+        single_gallery_shot=False)
+    with pytest.raises(TypeError, match="missing evaluation setting.*width"):
+        evaluation_settings(height=32)
+    with pytest.raises(TypeError, match="unexpected evaluation setting.*colour"):
+        evaluation_settings(height=32, width=16, colour="red")

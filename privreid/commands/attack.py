@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -45,7 +45,7 @@ def attack_command(
     batch_size: int = typer.Option(32, help="Images attacked at a time."),
     examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     out: Optional[Path] = typer.Option(None, help="Write report.md, results.json, results.csv and "
                                                   "examples_<model>.png here."),
 ) -> None:

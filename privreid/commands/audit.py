@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, csv_list, run_dir_or_exit, run_or_exit
 
 
 def audit_command(
@@ -44,7 +44,7 @@ def audit_command(
     confidence: float = typer.Option(0.95, help="DP audit: confidence of the epsilon lower bound."),
     canary_norm: float = typer.Option(1000.0, help="DP audit, client level: canary update norm in units of --clip."),
     seed: int = typer.Option(0, help="Seed of the samples, shadows and canaries."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     out: Path = typer.Option(Path("runs/audit"), help="Output directory: audit.json, roc.png, report.md, cache/."),
     quiet: bool = typer.Option(False, help="No progress messages."),
 ) -> None:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,6 +19,10 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
              "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17; visible-infrared: "
              "SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus; see docs/vi-datasets.md), or a folder of "
              "dataset roots. Repeat for several datasets.")
+
+
+#: ``--device``, the same on every command that runs a model: ``device: DeviceOption = "auto"``
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 
 
 def fail(msg: str) -> None:

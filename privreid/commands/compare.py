@@ -9,7 +9,7 @@ import typer
 
 from ..attacks.inversion.threat_models import THREATS
 from ..errors import ConfigError
-from .common import csv_list, fail, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, csv_list, fail, run_dir_or_exit, run_or_exit
 
 
 def compare_command(
@@ -17,7 +17,7 @@ def compare_command(
     models_opt: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints (alternative to the "
                                                     "positional list; --models a.pt b.pt)."),
     untrained: bool = typer.Option(True, help="Add a randomly initialised model of the same architecture."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
                                         "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import DATA_HELP, csv_list, run_or_exit
+from .common import DATA_HELP, DeviceOption, csv_list, run_or_exit
 
 
 def eval_command(
@@ -27,7 +27,7 @@ def eval_command(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Video data only: frames T per tracklet "
                                           "whose features are averaged (L2RW+ Eq. 9); default: the dataset's "
                                           "(6 for HITSZ-VCM and vi-folders, 10 for BUPTCampus)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
                             "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
@@ -71,23 +71,18 @@ def eval_command(
     from ..corruptions import resolve_corruptions
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
-    from ..evaluation.corrupted_eval import CORRUPT_SIDES, is_scaled
+    from ..evaluation.corrupted_eval import check_corruption_options, is_scaled
     from ..evaluation.model_eval import check_eval_options, evaluate_testset
     from ..device import resolve_device
     from ..reporting import format_table
 
     def corruption_options() -> dict:
-        if severity != "random" and not (severity.isdigit() and 1 <= int(severity) <= 5):
+        if severity != "random" and not severity.isdigit():
             raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
-        if corrupt not in CORRUPT_SIDES:
-            raise ConfigError(f"--corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
-        if repeats < 1:
-            raise ConfigError(f"--repeats must be at least 1, got {repeats}")
-        if seed < 0:
-            raise ConfigError(f"--seed must be non-negative, got {seed}")
-        return dict(corruptions=resolve_corruptions(csv_list(corruption) or []),
-                    severity=severity if severity == "random" else int(severity), corrupt=corrupt,
-                    repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+        options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
+                       repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+        check_corruption_options(**options)
+        return dict(corruptions=resolve_corruptions(csv_list(corruption) or []), **options)
 
     kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
 

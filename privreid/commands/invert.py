@@ -13,7 +13,7 @@ import typer
 
 from ..attacks.inversion.optimise import attacks_help
 from ..attacks.inversion.threat_models import threats_help
-from .common import checkpoint_paths, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, checkpoint_paths, run_dir_or_exit, run_or_exit
 
 
 def invert_command(
@@ -45,7 +45,7 @@ def invert_command(
     iterations: int = typer.Option(200, help="Adam iterations per subject."),
     lr: float = typer.Option(0.01, help="Adam learning rate (pixels in [0, 1])."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     out: Path = typer.Option(Path("runs/invert"), help="Output directory: metrics.json, grid.png, summary.md "
                                                        "(one sub-directory per checkpoint with several)."),
 ) -> None:

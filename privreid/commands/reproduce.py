@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import run_dir_or_exit, run_or_exit
+from .common import DeviceOption, run_dir_or_exit, run_or_exit
 
 
 def reproduce_command(
@@ -20,7 +20,7 @@ def reproduce_command(
     data_root: Optional[Path] = typer.Option(None, "--data-root", help="Paper scale: one folder per dataset, "
                                              "named by its --format (e.g. DIR/viper, DIR/market1501)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output: runs/, table.md, table.csv (resumable)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
 ) -> None:
     """Run every cell of a paper's table and write table.md / table.csv beside the published numbers.
 

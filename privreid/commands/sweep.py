@@ -9,7 +9,7 @@ import typer
 
 from ..dependencies import require
 from ..errors import ConfigError
-from .common import fail, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, fail, run_dir_or_exit, run_or_exit
 
 #: what a sweep decides itself, so the pass-through train options may not set it
 OWNED_TRAIN_OPTIONS = ("--out", "--resume", "--overwrite", "--quiet")
@@ -46,7 +46,7 @@ def sweep_command(
     subjects: int = typer.Option(2, help="Inversion subjects per run (the same images for every run)."),
     iterations: int = typer.Option(100, help="Inversion iterations."),
     max_queries: Optional[int] = typer.Option(100, help="Queries attacked by PGD per run."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    device: DeviceOption = "auto",
     quiet: bool = typer.Option(False, help="No training progress bars."),
 ) -> None:
     """Sweep a privacy knob: train one run per value (plus a non-private reference), plot utility and leakage.

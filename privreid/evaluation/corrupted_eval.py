@@ -52,7 +52,8 @@ from ..data.formats import read_image
 from ..data.types import Sample, TestSet
 from ..errors import ConfigError
 from ..seeding import derive_seed
-from .model_eval import SUMMARY_KEYS, check_protocol, dataset_features, evaluation_split, rank_testset
+from .model_eval import (SUMMARY_KEYS, check_protocol, dataset_features, evaluation_settings, evaluation_split,
+                         rank_testset)
 
 CORRUPT_SIDES = ("query", "gallery", "both")
 #: CIL-ReID's settings: literal pixel lengths, 10 repeats
@@ -127,10 +128,8 @@ def draw_jobs(count: int, names: list[str], severity: int | str, *, seed: int, r
             for i, (k, s) in enumerate(zip(kinds, levels))]
 
 
-def _check(testset: TestSet, corrupt: str, severity, repeats, seed, pixel_scale, single_gallery_shot) -> None:
-    if testset.tracklets is not None:
-        raise ConfigError(f"corruptions act on images; {testset.name} holds video tracklets")
-    check_protocol(testset, single_gallery_shot)
+def check_corruption_options(*, corrupt: str, severity, repeats, seed, pixel_scale) -> None:
+    """ConfigError for a bad side, severity, repeat count, seed or pixel scale (before any work is done)."""
     resolve_pixel_scale(pixel_scale, 2, 2)
     if corrupt not in CORRUPT_SIDES:
         raise ConfigError(f"corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
@@ -146,21 +145,14 @@ def evaluate_corrupted(
     model: torch.nn.Module,
     testset: TestSet,
     *,
-    height: int,
-    width: int,
     corruptions: str | list[str] = "all",
     severity: int | str = "random",
     corrupt: str = "both",
     repeats: int = 10,
     seed: int = 0,
-    batch_size: int = 128,
-    device: torch.device | str = "cpu",
-    flip: bool = False,
-    num_workers: int = 0,
-    metric: str = "euclidean",
-    single_gallery_shot: bool = False,
     pixel_scale: float | str = CIL_REID_PIXEL_SCALE,
     progress: bool = False,
+    **evaluation,
 ) -> dict:
     """R1 / mAP / mINP of ``model`` on ``testset`` under CIL-ReID's corruption protocol (module docstring).
 
@@ -177,10 +169,13 @@ def evaluate_corrupted(
             scaled variant.
         progress: show a progress bar over the feature-extraction passes.
 
-        ``height``, ``width``, ``batch_size``, ``device``, ``flip``,
-        ``num_workers``, ``metric`` and ``single_gallery_shot`` are as for
-        :func:`privreid.evaluation.model_eval.evaluate_model` (visible-infrared
-        test sets are ranked in its default mode, infrared to visible).
+        evaluation: ``height`` and ``width`` (required), ``batch_size``,
+            ``device``, ``flip``, ``num_workers``, ``metric`` and
+            ``single_gallery_shot``: the keyword arguments of
+            :func:`privreid.evaluation.model_eval.evaluate_model`, with its
+            defaults (:func:`~privreid.evaluation.model_eval.evaluation_settings`);
+            visible-infrared test sets are ranked in its default mode,
+            infrared to visible.
 
     Returns:
         ``{"clean": metrics, "repeats": [metrics, ...], "mean": {...},
@@ -196,13 +191,18 @@ def evaluate_corrupted(
         ConfigError: bad corruption name, severity, side, repeats, seed or
             pixel scale, or a video test set.
     """
+    settings = evaluation_settings(**evaluation)
     names = resolve_corruptions(corruptions)
-    _check(testset, corrupt, severity, repeats, seed, pixel_scale, single_gallery_shot)
-    transform = build_transforms(height, width, train=False)
+    if testset.tracklets is not None:
+        raise ConfigError(f"corruptions act on images; {testset.name} holds video tracklets")
+    check_protocol(testset, settings["single_gallery_shot"])
+    check_corruption_options(corrupt=corrupt, severity=severity, repeats=repeats, seed=seed, pixel_scale=pixel_scale)
+    transform = build_transforms(settings["height"], settings["width"], train=False)
     query, gallery = evaluation_split(testset)
     sides = {"query": query, "gallery": gallery}
     corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]
-    extract = dict(batch_size=batch_size, device=device, flip=flip, num_workers=num_workers)
+    extract = {key: settings[key] for key in ("batch_size", "device", "flip", "num_workers")}
+    rank = {key: settings[key] for key in ("metric", "single_gallery_shot")}
     passes = 1 + repeats
     bar = None
     if progress:
@@ -217,8 +217,7 @@ def evaluate_corrupted(
     try:
         clean = {side: dataset_features(model, ImageDataset(samples, transform), **extract)
                  for side, samples in sides.items()}
-        clean_metrics = rank_testset(testset, clean["query"], clean["gallery"], metric=metric,
-                                     single_gallery_shot=single_gallery_shot)
+        clean_metrics = rank_testset(testset, clean["query"], clean["gallery"], **rank)
         step()
         results, type_counts, severity_counts = [], dict.fromkeys(names, 0), dict.fromkeys(range(1, 6), 0)
         for r in range(repeats):
@@ -230,8 +229,7 @@ def evaluate_corrupted(
                     severity_counts[level] += 1
                 dataset = CorruptedImageDataset(sides[side], transform, jobs, pixel_scale=pixel_scale)
                 feats[side] = dataset_features(model, dataset, **extract)
-            results.append(rank_testset(testset, feats["query"], feats["gallery"], metric=metric,
-                                        single_gallery_shot=single_gallery_shot))
+            results.append(rank_testset(testset, feats["query"], feats["gallery"], **rank))
             step()
     finally:
         if bar is not None:

@@ -29,6 +29,7 @@ a power of two, which leaves every ranking unchanged.
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 
@@ -178,6 +179,29 @@ def evaluate_model(
     return rank_testset(testset, sample_features(model, testset, query, **extract),
                         sample_features(model, testset, gallery, **extract), metric=metric,
                         single_gallery_shot=single_gallery_shot, seed=seed)
+
+
+#: the keyword arguments of :func:`evaluate_model` that say how features are extracted and ranked
+EVALUATION_SETTINGS = ("height", "width", "batch_size", "device", "flip", "num_workers", "metric",
+                       "single_gallery_shot")
+
+
+def evaluation_settings(**given) -> dict:
+    """``given`` completed with :func:`evaluate_model`'s defaults, for evaluations that extract and rank as it does.
+
+    Raises:
+        TypeError: a name that is not in :data:`EVALUATION_SETTINGS`, or no
+            ``height`` / ``width`` (as for a function's own keyword arguments).
+    """
+    unknown = sorted(set(given) - set(EVALUATION_SETTINGS))
+    if unknown:
+        raise TypeError(f"unexpected evaluation setting(s): {', '.join(unknown)}")
+    defaults = inspect.signature(evaluate_model).parameters
+    missing = [name for name in EVALUATION_SETTINGS
+               if name not in given and defaults[name].default is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"missing evaluation setting(s): {', '.join(missing)}")
+    return {name: given.get(name, defaults[name].default) for name in EVALUATION_SETTINGS}
 
 
 def check_eval_options(testsets: list[TestSet], *, mode: str | None = None, seq_len: int | None = None,
