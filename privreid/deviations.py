@@ -120,10 +120,14 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _stated(source: str, *settings: tuple[str, Any]) -> tuple[PaperValue, ...]:
+    """The ``(option, value)`` settings that one ``source`` states, in order."""
+    return tuple(PaperValue(option, value, source) for option, value in settings)
+
+
 def _sgd(source: str) -> tuple[PaperValue, ...]:
     """SGD with momentum 0.9 and weight decay 5e-4, as all four recipes below state it (each with its source)."""
-    return (PaperValue("--optimizer", "sgd", source), PaperValue("momentum", 0.9, source),
-            PaperValue("weight_decay", 5e-4, source))
+    return _stated(source, ("--optimizer", "sgd"), ("momentum", 0.9), ("weight_decay", 5e-4))
 
 
 WU_GONG_CODE = "reference code SunTongtongtong/FedReid"
@@ -132,8 +136,7 @@ WU_GONG_CODE = "reference code SunTongtongtong/FedReid"
 def _wu_gong_code() -> tuple[PaperValue, ...]:
     """Input size, last stride and augmentation of Wu & Gong's released code (their papers 002 and 000 leave
     them open)."""
-    return (PaperValue("--height", 256, WU_GONG_CODE), PaperValue("--width", 128, WU_GONG_CODE),
-            PaperValue("--last-stride", 2, WU_GONG_CODE), PaperValue("--random-erasing", 0.0, WU_GONG_CODE))
+    return _stated(WU_GONG_CODE, ("--height", 256), ("--width", 128), ("--last-stride", 2), ("--random-erasing", 0.0))
 
 
 def _wu_gong_training(source: str, lr_step: int) -> tuple[PaperValue, ...]:
@@ -141,37 +144,22 @@ def _wu_gong_training(source: str, lr_step: int) -> tuple[PaperValue, ...]:
     learning rates 0.01 (backbone) and 0.1 (head) decayed by 0.1 every ``lr_step`` rounds, batch size 32, one
     local epoch, 100 rounds."""
     return (*_sgd(source),
-            PaperValue("--lr-backbone", 0.01, source),
-            PaperValue("--lr-head", 0.1, source),
-            PaperValue("--lr-step", lr_step, source),
-            PaperValue("--lr-gamma", 0.1, source),
-            PaperValue("--batch-size", 32, source),
-            PaperValue("--local-epochs", 1, source),
-            PaperValue("--rounds", 100, source))
+            *_stated(source, ("--lr-backbone", 0.01), ("--lr-head", 0.1), ("--lr-step", lr_step), ("--lr-gamma", 0.1),
+                     ("--batch-size", 32), ("--local-epochs", 1), ("--rounds", 100)))
 
 
 FEDPAV_CODE = "reference code cap-ntu/FedReID"
 P004 = "paper 004"
 FEDPAV = Recipe("FedPav", (
-    PaperValue("--arch", "resnet50", f"{P004} Sec. 4"),
-    PaperValue("--pretrained", "imagenet", f"{P004} Sec. 4"),
-    PaperValue("--height", 256, FEDPAV_CODE),
-    PaperValue("--width", 128, FEDPAV_CODE),
-    PaperValue("--neck", "linear", FEDPAV_CODE),
-    PaperValue("--feat-dim", 512, FEDPAV_CODE),
-    PaperValue("--last-stride", 2, FEDPAV_CODE),
-    PaperValue("--dropout", 0.5, FEDPAV_CODE),
-    PaperValue("--random-erasing", 0.0, FEDPAV_CODE),
+    *_stated(f"{P004} Sec. 4", ("--arch", "resnet50"), ("--pretrained", "imagenet")),
+    *_stated(FEDPAV_CODE, ("--height", 256), ("--width", 128), ("--neck", "linear"), ("--feat-dim", 512),
+             ("--last-stride", 2), ("--dropout", 0.5), ("--random-erasing", 0.0)),
     PaperValue("--triplet-weight", 0.0, f"{P004} Sec. 3.3, IDE: identity loss only"),
     *_sgd(f"{P004} Sec. 3.5"),
-    PaperValue("--lr-backbone", 0.005, f"{P004} Sec. 3.5"),
-    PaperValue("--lr-head", 0.05, f"{P004} Sec. 3.5"),
+    *_stated(f"{P004} Sec. 3.5", ("--lr-backbone", 0.005), ("--lr-head", 0.05)),
     PaperValue("--lr-neck", 0.05, f"{FEDPAV_CODE}: the 512-d bottleneck trains with the classifier"),
-    PaperValue("--lr-step", 40, f"{P004} Sec. 3.5"),
-    PaperValue("--lr-gamma", 0.1, f"{P004} Sec. 3.5"),
-    PaperValue("--batch-size", 32, f"{P004} Sec. 3.5"),
-    PaperValue("--local-epochs", 1, f"{P004} Sec. 3.5"),
-    PaperValue("--rounds", 300, f"{P004} Sec. 3.5"),
+    *_stated(f"{P004} Sec. 3.5", ("--lr-step", 40), ("--lr-gamma", 0.1), ("--batch-size", 32), ("--local-epochs", 1),
+             ("--rounds", 300)),
     PaperValue("--client-fraction", 1.0, f"{FEDPAV_CODE}: every client trains every round"),
     PaperValue("--eval-every", 10, f"{P004} Sec. 4.2.2"),
     PaperValue("--report-best", 3, f"{P004} Sec. 4.2.2: the mean of the three best global models"),
@@ -180,21 +168,18 @@ FEDPAV = Recipe("FedPav", (
 
 P002 = "paper 002 Sec. IV-A"
 FEDREID = Recipe("FedReID", (
-    PaperValue("--arch", "resnet50", P002),
-    PaperValue("--pretrained", "imagenet", P002),
+    *_stated(P002, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
     PaperValue("--neck", "bnneck", f"{P002}: a 2048-d feature"),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 002 Sec. III: identity loss"),
-    PaperValue("--client-fraction", 0.5, P002),
-    PaperValue("--beta", 0.0, P002),
+    *_stated(P002, ("--client-fraction", 0.5), ("--beta", 0.0)),
     *_wu_gong_training(P002, lr_step=20),
     PaperValue("--eval-flip", True, WU_GONG_CODE),
 ))
 
 P000 = "paper 000 Sec. 4.2"
 SKA = Recipe("SKA", (
-    PaperValue("--arch", "resnet50", P000),
-    PaperValue("--pretrained", "imagenet", P000),
+    *_stated(P000, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 000 Algorithm 1: identity loss"),
     *_wu_gong_training(P000, lr_step=40),
@@ -216,16 +201,17 @@ def _dppt_epochs(config: RunConfig) -> tuple[int, ...]:
     return (30,) if config.data.protocol in ("ei", "by-dataset") else (50, 100)
 
 
+def _dppt_options(*settings: tuple[str, Any]) -> tuple[PaperValue, ...]:
+    """DPPT's ``--opt`` settings that L2RW+ Sec. IV-B states, each read from the run's method options."""
+    return tuple(PaperValue(f"--opt {name}", value, P003, _option(name)) for name, value in settings)
+
+
 L2RW_CODE = "reference code Joey623/L2RW"
 P003 = "paper 003 Sec. IV-B"
 DPPT = Recipe("L2RW+ DPPT", (
-    PaperValue("--arch", "resnet50", P003),
-    PaperValue("--pretrained", "imagenet", P003),
-    PaperValue("--height", 288, P003),
-    PaperValue("--width", 144, P003),
+    *_stated(P003, ("--arch", "resnet50"), ("--pretrained", "imagenet"), ("--height", 288), ("--width", 144)),
     PaperValue("--neck", "bnneck", f"{L2RW_CODE}: a BatchNorm bottleneck"),
-    PaperValue("--last-stride", 1, L2RW_CODE),
-    PaperValue("--random-erasing", 0.0, L2RW_CODE),
+    *_stated(L2RW_CODE, ("--last-stride", 1), ("--random-erasing", 0.0)),
     *_sgd(P003),
     PaperValue("--lr-head", 0.2, f"{P003}: the initial learning rate"),
     PaperValue("--lr-neck", 0.2, f"{L2RW_CODE}: the bottleneck trains with the classifier"),
@@ -235,9 +221,7 @@ DPPT = Recipe("L2RW+ DPPT", (
     PaperValue("--opt instances", 8, f"{P003}: 8 identities x 8 images", _option("instances")),
     PaperValue("--local-epochs", 1, L2RW_CODE),
     PaperValue("--rounds", _dppt_epochs, f"{P003}: CI 50, EI 30, video 100"),
-    PaperValue("--opt topk", 4, P003, _option("topk")),
-    PaperValue("--opt lambda_mrb", 1.0, P003, _option("lambda_mrb")),
-    PaperValue("--opt base", "fedavg", P003, _option("base")),
+    *_dppt_options(("topk", 4), ("lambda_mrb", 1.0), ("base", "fedavg")),
     PaperValue("--eval-flip", False, L2RW_CODE),
 ))
 
