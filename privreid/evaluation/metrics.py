@@ -70,17 +70,8 @@ _BLOCK_ELEMENTS = 1 << 18
 _RANK_KEYS = (1, 5, 10, 20)
 
 
-def evaluate(
-    qf,
-    gf,
-    q_pids,
-    g_pids,
-    q_camids,
-    g_camids,
-    metric: str = "euclidean",
-    max_rank: int = 50,
-    chunk_size: int | None = None,
-) -> dict:
+def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
+             chunk_size: int | None = None) -> dict:
     """Evaluate a ReID ranking with the Market-1501 protocol.
 
     Args:
@@ -130,19 +121,8 @@ def evaluate(
                       np.concatenate(inp), max_rank)
 
 
-def evaluate_cuhk03(
-    qf,
-    gf,
-    q_pids,
-    g_pids,
-    q_camids,
-    g_camids,
-    metric: str = "euclidean",
-    max_rank: int = 50,
-    chunk_size: int | None = None,
-    repeats: int = 10,
-    seed: int = 0,
-) -> dict:
+def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
+                    chunk_size: int | None = None, repeats: int = 10, seed: int = 0) -> dict:
     """Evaluate with the CUHK03 single-gallery-shot protocol.
 
     As torchreid's ``eval_cuhk03``: for each valid query (same removal and

@@ -57,14 +57,8 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(
-        self,
-        inplanes: int,
-        planes: int,
-        stride: int,
-        downsample: nn.Module | None,
-        norm_layer: NormFactory,
-    ) -> None:
+    def __init__(self, inplanes: int, planes: int, stride: int, downsample: nn.Module | None,
+                 norm_layer: NormFactory) -> None:
         super().__init__()
         self.conv1 = _conv3x3(inplanes, planes, stride)
         self.bn1 = norm_layer(planes)
@@ -86,14 +80,8 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(
-        self,
-        inplanes: int,
-        planes: int,
-        stride: int,
-        downsample: nn.Module | None,
-        norm_layer: NormFactory,
-    ) -> None:
+    def __init__(self, inplanes: int, planes: int, stride: int, downsample: nn.Module | None,
+                 norm_layer: NormFactory) -> None:
         super().__init__()
         self.conv1 = _conv1x1(inplanes, planes)
         self.bn1 = norm_layer(planes)

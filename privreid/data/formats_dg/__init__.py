@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -150,13 +151,17 @@ def numbered_samples(base: Path, suffix: str, per_camera: int) -> list[Sample]:
     return samples
 
 
+def views_by_identity(viewed: Iterable[tuple[int, Sample]]) -> dict[int, tuple[list[Sample], list[Sample]]]:
+    """Group ``(view, (path, pid, camid))`` pairs by identity into (view-0 samples, view-1 samples), in order."""
+    views: dict[int, tuple[list[Sample], list[Sample]]] = {}
+    for view, sample in viewed:
+        views.setdefault(sample[1], ([], []))[view].append(sample)
+    return views
+
+
 def two_views(samples: list[Sample], view_a: set[int]) -> dict[int, tuple[list[Sample], list[Sample]]]:
     """Group ``(path, pid, camid)`` samples by identity into (cameras in ``view_a``, other cameras)."""
-    views: dict[int, tuple[list[Sample], list[Sample]]] = {}
-    for sample in samples:
-        a, b = views.setdefault(sample[1], ([], []))
-        (a if sample[2] in view_a else b).append(sample)
-    return views
+    return views_by_identity((0 if sample[2] in view_a else 1, sample) for sample in samples)
 
 
 def _registry() -> dict[str, ModuleType]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, bad_name, first_dir, images, views_by_identity
 
 LAYOUT = "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)"
 PAIRS = ("P1", "P2", "P3", "P4", "P5")
@@ -26,8 +26,7 @@ def find(root: Path) -> Path | None:
 
 
 def read_pool(base: Path) -> DGPool:
-    views: dict[int, tuple[list, list]] = {}
-    test = []
+    viewed, test = [], []
     for k, pair in enumerate(PAIRS):
         if not (base / pair).is_dir():
             continue
@@ -37,7 +36,7 @@ def read_pool(base: Path) -> DGPool:
                 if match is None:
                     raise bad_name(path, "<pid>_<n>.png")
                 pid = 100000 * k + int(match.group(1))
-                views.setdefault(pid, ([], []))[c].append((str(path), pid, 2 * k + c))
+                viewed.append((c, (str(path), pid, 2 * k + c)))
                 if pair == TEST_PAIR:
                     test.append(pid)
-    return DGPool("cuhk02", str(base), views, fixed_test=sorted(set(test)))
+    return DGPool("cuhk02", str(base), views_by_identity(viewed), fixed_test=sorted(set(test)))

@@ -19,7 +19,7 @@ from pathlib import Path
 from privreid.data.types import Sample
 from privreid.errors import DataError
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, bad_name, first_dir, images, views_by_identity
 
 LAYOUT = ("root/cropped_images/p<pid>_s<scene>_<n>.jpg (e.g. p11422_s16929_1.jpg) + "
           "root/annotation/test/train_test/TestG100.mat (the cuhksysu/ level is optional)")
@@ -72,11 +72,8 @@ def read_g100(base: Path) -> list[tuple[Sample, list[Sample]]]:
 
 
 def read_pool(base: Path) -> DGPool:
-    views: dict[int, tuple[list, list]] = {}
-    for sample, _ in _crops(base):
-        crops = views.setdefault(sample[1], ([], []))[0]
-        crops.append(sample)
-    views = {pid: (crops, crops) for pid, (crops, _) in views.items()}
+    crops = views_by_identity((0, sample) for sample, _ in _crops(base))
+    views = {pid: (own, own) for pid, (own, _) in crops.items()}
     fixed = sorted({q[1] for q, _ in read_g100(base)}) if (base / PROTOCOL_FILE).is_file() else None
     return DGPool("cuhksysu", str(base), views, shared_view=True, fixed_test=fixed)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, bad_name, first_dir, images, views_by_identity
 
 LAYOUT = ("root/underground_reid/{probe,gallery}/<pid:04d>_<cam>_....jpeg (e.g. "
           "0001_1_25004_107_32_106_221.jpeg; pid 0000 = gallery distractor; the grid/ level is optional)")
@@ -23,8 +23,7 @@ def find(root: Path) -> Path | None:
 
 
 def read_pool(base: Path) -> DGPool:
-    views: dict[int, tuple[list, list]] = {}
-    distractors = []
+    viewed, distractors = [], []
     for view, folder in enumerate(("probe", "gallery")):
         for path in images(base / folder, (".jpeg", ".jpg")):
             match = _NAME.match(path.name)
@@ -34,5 +33,5 @@ def read_pool(base: Path) -> DGPool:
             if sample[1] == 0:
                 distractors.append(sample)
             else:
-                views.setdefault(sample[1], ([], []))[view].append(sample)
-    return DGPool("grid", str(base), views, distractors=distractors)
+                viewed.append((view, sample))
+    return DGPool("grid", str(base), views_by_identity(viewed), distractors=distractors)

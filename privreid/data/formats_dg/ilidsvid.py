@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, bad_name, first_dir, images, views_by_identity
 
 LAYOUT = ("root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level "
           "is optional)")
@@ -25,12 +25,12 @@ def find(root: Path) -> Path | None:
 
 
 def read_pool(base: Path) -> DGPool:
-    views: dict[int, tuple[list, list]] = {}
+    viewed = []
     for c, cam in enumerate(("cam1", "cam2")):
         for person in sorted(p for p in (base / cam).iterdir() if p.is_dir()):
             match = _PERSON.fullmatch(person.name)
             if match is None:
                 raise bad_name(person, "person<id:03d>")
             pid = int(match.group(1))
-            views.setdefault(pid, ([], []))[c].extend((str(p), pid, c) for p in images(person, (".png",)))
-    return DGPool("ilidsvid", str(base), views)
+            viewed += [(c, (str(p), pid, c)) for p in images(person, (".png",))]
+    return DGPool("ilidsvid", str(base), views_by_identity(viewed))
