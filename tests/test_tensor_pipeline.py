@@ -181,7 +181,7 @@ def test_cache_errors(tmp_path, monkeypatch):
     (tmp_path / "bad.jpg").write_bytes(b"not a jpeg")
     with pytest.raises(DataError, match="bad.jpg"):
         DecodedImages(2**20).get(str(tmp_path / "bad.jpg"), pipeline)
-    for raw in ("lots", "-1"):
+    for raw in ("lots", "-1", "inf"):  # inf overflowed int() in the byte count before
         monkeypatch.setenv("PRIVREID_DECODED_MB", raw)
         with pytest.raises(ConfigError, match="PRIVREID_DECODED_MB"):
             torch_dataset._decoded_budget()
