@@ -22,6 +22,8 @@ RENDERING_ERRORS = [
     ({"occlusion_prob": 1.01}, "occlusion_prob must be in [0, 1]"),
     ({"jpeg_quality": 0}, "jpeg_quality must be in 1..100"),
     ({"jpeg_quality": 101}, "jpeg_quality must be in 1..100"),
+    ({"seed": -1}, "seed must be in 0..4294967295"),  # was accepted, and drew the images of seed 2**32 - 1
+    ({"seed": 2**32}, "seed must be in 0..4294967295"),
 ]
 
 
@@ -37,7 +39,7 @@ def test_rendering_checks_name_the_config_class(cls, changes, message):
 def test_rendering_bounds_are_inclusive(cls):
     for changes in ({"height": 16, "width": 8}, {"height": 1024, "width": 512},
                     {"domain_shift": 0.0, "camera_jitter": 0.0, "occlusion_prob": 0.0, "jpeg_quality": 1},
-                    {"occlusion_prob": 1.0, "jpeg_quality": 100}):
+                    {"occlusion_prob": 1.0, "jpeg_quality": 100, "seed": 2**32 - 1}):
         replace(cls(), **changes).validate()
 
 

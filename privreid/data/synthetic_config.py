@@ -61,6 +61,8 @@ class GeneratorConfig:
             raise ConfigError(f"{type(self).__name__}: {msg}")
 
     def _check_rendering(self) -> None:
+        # the random streams take the seed modulo 2**32 (_rng): a seed outside would alias one inside
+        self._require(0 <= self.seed < 2**32, "seed must be in 0..4294967295")
         self._require(16 <= self.height <= 1024 and 8 <= self.width <= 512, "image size out of range")
         self._require(self.domain_shift >= 0 and self.camera_jitter >= 0, "shift/jitter must be >= 0")
         self._require(0.0 <= self.occlusion_prob <= 1.0, "occlusion_prob must be in [0, 1]")
