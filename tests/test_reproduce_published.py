@@ -106,6 +106,7 @@ PAPER_SCALE = ["--scale", "paper", "--data-root", "{root}", "--out", "{out}"]
     (["fedpav-table4", *PAPER_SCALE],
      "fedpav-table4: its paper scale needs a federation of nine datasets in different layouts"),
     (["fedreid-table2"], "--out is required"),
+    (["nosuch"], "unknown table 'nosuch'"),  # named before the missing --out (which was reported instead)
 ])
 def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     (tmp_path / "root").mkdir()

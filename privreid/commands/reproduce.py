@@ -30,7 +30,7 @@ def reproduce_command(
     Example: privreid reproduce fedreid-table2 --scale smoke --out runs/fedreid-table2
     """
     from ..reproduce import list_tables as rows_of_list
-    from ..reproduce import run_table
+    from ..reproduce import check_table, run_table
 
     if list_tables:
         for r in rows_of_list():
@@ -44,6 +44,7 @@ def reproduce_command(
     def go():
         if table is None:
             raise ConfigError("name a table (privreid reproduce --list shows them)")
+        check_table(table, scale, data_root)  # a misspelt table is named before a missing --out
         if out is None:
             raise ConfigError("--out is required")
         return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo)

@@ -30,7 +30,7 @@ import yaml
 from ..errors import ConfigError, DataError
 from .tables import SCALES, TABLES, Column, Row, TableSpec
 
-__all__ = ["TABLES", "list_tables", "published", "run_table"]
+__all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -49,7 +49,7 @@ def list_tables() -> list[dict[str, str]]:
 def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
               device: str = "auto", echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run table ``key`` at ``scale`` into ``out``; returns the rows written to ``table.csv``."""
-    spec = _check(key, scale, data_root)
+    spec = check_table(key, scale, data_root)
     out = Path(out)
     values: dict[tuple[str, str], float | None] = {}
     measured = [c for c in spec.columns if c.source[0] != "mean"]
@@ -72,7 +72,8 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     return rows
 
 
-def _check(key: str, scale: str, data_root) -> TableSpec:
+def check_table(key: str, scale: str, data_root) -> TableSpec:
+    """Table ``key``'s spec if it runs at ``scale`` (with ``data_root`` at paper scale); ConfigError if not."""
     if key not in TABLES:
         raise ConfigError(f"unknown table {key!r}; `privreid reproduce --list` names them: {', '.join(TABLES)}")
     spec = TABLES[key]
