@@ -129,13 +129,27 @@ def test_site_lost_without_slack_stops_cleanly_and_resume_equals_uninterrupted(r
     ckpt = load_checkpoint(out / "ckpt.pt")  # the last good checkpoint is intact and loadable
     assert ckpt["round"] == 1
     load_model(ckpt)
-    # synthA trained round 2 before the stop; on resume (a new run: empty context.state, state from disk)
-    # it must start round 2 from its round-1 state again
+    # synthA trained round 2 before the stop; on resume (a new run) it must start round 2 from its round-1
+    # state again (its state dir holds both versions)
     flower_run(runs["cfg"], tiny_synth, tmp_path, out, resume=True)
     resumed = load_checkpoint(out / "ckpt.pt")
     for key, value in runs["a"]["global_state"].items():
         assert torch.equal(value, resumed["global_state"][key]), key
     assert resumed["metrics"] == runs["a"]["metrics"]
+
+
+def test_site_whose_context_push_failed_evaluates_its_current_personalised_model(runs, tiny_synth, tmp_path):
+    """flwr 1.41 stores a ClientApp's Context from its last request, sent after the reply (one try, at exit); on
+    the deployment the SuperNode had not stored the round-2 training's Context when the evaluate message started,
+    and the site scored its round-1 personalised model (fedpav: the trained model kept in memory) instead of
+    its current one."""
+    grid = LoopbackGrid(client_app, sites(tiny_synth, tmp_path), lose_context=drop_at(A, 2))
+    flower_run(runs["cfg"], tiny_synth, tmp_path, tmp_path / "out", grid=grid)
+    ckpt = load_checkpoint(tmp_path / "out" / "ckpt.pt")
+    assert [m for m in ckpt["metrics"] if m["scope"] == "local"] == \
+        [m for m in runs["a"]["metrics"] if m["scope"] == "local"] != []
+    assert ckpt["metrics"] == runs["a"]["metrics"]
+    assert not [c for c in grid.contexts.values() if c.state.array_records]  # no model state in a Context
 
 
 # ----------------------------------------------------------------------------- messages and the privacy gate
@@ -221,19 +235,18 @@ def test_site_is_one_dataset_and_its_client_matches_the_in_process_one(tiny_synt
     assert Site.load(str(tiny_synth / "synthA"), name="hospital-1").client.name == "hospital-1"
 
 
-def test_site_state_versions_survive_a_new_run_context(tiny_synth, tmp_path):
+def test_site_state_keeps_two_versions_per_run_in_the_state_dir(tiny_synth, tmp_path):
     site = Site.load(str(tiny_synth / "synthA"), state_dir=tmp_path)
-    ctx_state = RecordDict()
-    store = SiteState(site, "key1", ctx_state)
+    store = SiteState(site, "key1")
     assert store.load(0) is None
     for done in (1, 2, 3):
         store.save(done, {"classifier.weight": torch.full((2,), float(done))}, {"step": done})
     # versions 2 and 3 are kept; training round r starts from the newest version <= r
     assert store.load(2)[1] == {"step": 2} and store.load(3)[1] == {"step": 3} and store.load(1) is None
-    fresh = SiteState(site, "key1", RecordDict())  # a resumed run: empty context.state, the disk copy
-    local, memory = fresh.load(5)
+    local, memory = SiteState(site, "key1").load(5)  # a later ClientApp process, or a resumed run: the file
     assert torch.equal(local["classifier.weight"], torch.full((2,), 3.0)) and memory == {"step": 3}
-    assert SiteState(site, "other-run", ctx_state).load(5) is None  # another run's state is never used
+    assert SiteState(site, "other-run").load(5) is None  # another run's state is never used
+    assert [p.name for p in tmp_path.iterdir()] == ["synthA-key1.pt"]
 
 
 def test_run_settings_round_trip_and_app_files(tiny_synth, tmp_path):

@@ -4,7 +4,7 @@
   engine's rounds with the clients' part dispatched to SuperNodes;
 * :mod:`.client_app` — the ClientApp (``privreid.flower.client_app:app``): one
   site's client update and evaluations, by the engine's own client code;
-* :mod:`.site` — a site's dataset and its local state (``context.state`` + disk);
+* :mod:`.site` — a site's dataset and its local state (in its state directory);
 * :mod:`.messages` — message contents, (de)serialisation, the privacy gate;
 * :mod:`.deployment` — starting SuperLink / SuperNodes and submitting runs;
 * :mod:`.loopback` — a one-process ``Grid`` for tests and benchmarks.

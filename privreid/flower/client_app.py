@@ -20,7 +20,8 @@ shared, never re-implemented:
   local state, as in-process) on the site's seen-domain split (metrics only).
 
 The client's local state and memory are restored from and saved to
-:class:`~.site.SiteState` (``context.state``, mirrored on disk).
+:class:`~.site.SiteState` (the site's state directory, not Flower's
+``context.state``, which can lag one message behind: see :mod:`.site`).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def train(msg: Message, context: Context) -> Message:
     site = Site.from_node_config(context.node_config)
     client = site.client
     engine = SiteEngine(config, site)
-    store = SiteState(site, run_key, context.state)
+    store = SiteState(site, run_key)
     restored = store.load(round_index)
     if restored is not None:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
@@ -109,7 +110,6 @@ def train(msg: Message, context: Context) -> Message:
         UPLOAD: state_to_record(upload.state),
         TRAIN: scalar_metrics(upload.metrics),
         SITE_SIZE: _size_record(site),
-        **eval_records("local", engine.records),
     })
     if upload.reports:  # what the client update reports for the server's privacy ledger (DP-SGD's accountant)
         content[LEDGER] = state_to_record(upload.reports)
@@ -126,7 +126,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     engine = SiteEngine(config, site)
     engine.global_state = record_to_state(msg.content.array_records[GLOBAL])
     engine._eval_global(round_no)
-    restored = SiteState(site, run_key, context.state).load(round_no)  # the state after its latest training
+    restored = SiteState(site, run_key).load(round_no)  # the state after its latest training
     if restored is not None:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
     global_records = list(engine.records)

@@ -50,7 +50,6 @@ NumPy lacks (bfloat16) are refused with a clear error.
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -145,19 +144,6 @@ def run_record(config: RunConfig, run_key: str, **fields: int | bool) -> ConfigR
 def parse_run_record(content: RecordDict) -> tuple[RunConfig, str, ConfigRecord]:
     record = content.config_records[RUN]
     return RunConfig.from_dict(json.loads(str(record["config"]))).validate(), str(record["run-key"]), record
-
-
-# ----------------------------------------------------------------------------- opaque local blobs
-def to_blob(obj: Any) -> bytes:
-    """``torch.save`` bytes of tensors / containers / primitives (site-local storage only)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def from_blob(blob: bytes) -> Any:
-    """The inverse of :func:`to_blob`; ``weights_only`` refuses anything but tensors and containers."""
-    return torch.load(io.BytesIO(blob), weights_only=True)
 
 
 # ----------------------------------------------------------------------------- the privacy gate

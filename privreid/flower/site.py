@@ -14,14 +14,21 @@ A SuperNode is one site and one federated client.  It is started with
 
 Local state (the client's local keys: classifier, local norm layers, ...; and
 its memory: MOON's previous model, FedReID's embedding copy, the DP-SGD
-accountant, ...) lives in Flower's ``context.state`` while a run lasts, and
-in ``state-dir`` on disk so that a resumed run (a new Flower run, whose
-``context.state`` starts empty) or a restarted SuperNode continues from it.
-Both hold *versions* keyed by the number of rounds completed when they were
-written: training round ``r`` (0-based) starts from the newest version
-``<= r``.  A site that trained round ``r`` before the server crashed, and is
-asked to train round ``r`` again after ``--resume``, so starts from the same
-state as the first time, and the resumed run equals the uninterrupted one.
+accountant, ...) lives in ``state-dir``, one file per run, so that later
+messages of the run, a resumed run (a new Flower run) and a restarted
+SuperNode all continue from it.  It is not kept in Flower's
+``context.state``: flwr 1.41 stores a ClientApp's updated ``Context`` from
+its last request (``PushTaskOutput``, tried once as the process exits),
+which is sent after the reply, so the site's next message may start from
+the previous ``Context`` (on a loaded machine the SuperNode had not stored
+round 2's training when the evaluate message started, and the site scored
+its round-1 personalised model).  The file holds *versions* keyed by the
+number of rounds completed when they were written: training round ``r``
+(0-based) starts from the newest version ``<= r``, and the evaluation after
+round ``r + 1`` scores the newest version ``<= r + 1``.  A site that trained
+round ``r`` before the server crashed, and is asked to train round ``r``
+again after ``--resume``, so starts from the same state as the first time,
+and the resumed run equals the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -32,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ConfigRecord, RecordDict
 
 from ..checkpoint import save_checkpoint
 from ..data.catalog import resolve_datasets
@@ -41,11 +47,8 @@ from ..data.types import ClientData, Federation
 from ..environment import cache_root
 from ..errors import DataError
 from ..federated.policy import StateDict
-from .messages import from_blob, record_to_state, state_to_record, to_blob
 
 NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR = "data", "format", "name", "state-dir"
-#: the ``context.state`` record listing the stored versions
-STATE_INDEX = "privreid"
 
 
 def default_state_dir(name: str) -> Path:
@@ -91,20 +94,13 @@ class Site:
 
 
 class SiteState:
-    """Versioned local state of one client for one run, in ``context.state`` and on disk."""
+    """Versioned local state of one client for one run, in the site's state directory (module docstring)."""
 
-    def __init__(self, site: Site, run_key: str, context_state: RecordDict):
+    def __init__(self, site: Site, run_key: str):
         self.path = site.state_dir / f"{site.client.name}-{run_key}.pt"
         self.run_key = run_key
-        self.context_state = context_state
 
-    def _versions_in_context(self) -> list[int] | None:
-        index = self.context_state.config_records.get(STATE_INDEX)
-        if index is None or index.get("run-key") != self.run_key:
-            return None
-        return [int(v) for v in index.get("rounds", [])]
-
-    def _disk(self) -> dict[int, dict[str, Any]]:
+    def _versions(self) -> dict[int, dict[str, Any]]:
         if not self.path.is_file():
             return {}
         payload = torch.load(self.path, weights_only=True)
@@ -112,34 +108,16 @@ class SiteState:
 
     def load(self, round_index: int) -> tuple[StateDict, dict] | None:
         """``(local state, memory)`` to start round ``round_index`` from; ``None`` before the first participation."""
-        versions = self._versions_in_context()
-        if versions is not None:
-            usable = [v for v in versions if v <= round_index]
-            if not usable:
-                return None
-            v = max(usable)
-            return (record_to_state(self.context_state.array_records[f"local@{v}"]),
-                    from_blob(self.context_state.config_records[f"memory@{v}"]["blob"]))
-        disk = self._disk()
-        usable = [v for v in disk if v <= round_index]
+        versions = self._versions()
+        usable = [v for v in versions if v <= round_index]
         if not usable:
             return None
-        entry = disk[max(usable)]
+        entry = versions[max(usable)]
         return entry["local"], entry["memory"]
 
     def save(self, rounds_completed: int, local: StateDict, memory: dict) -> None:
         """Store the state after round ``rounds_completed``; keep only it and the newest older version."""
-        disk = self._disk()
-        disk[rounds_completed] = {"local": local, "memory": memory}
-        keep = sorted(v for v in disk if v < rounds_completed)[-1:] + [rounds_completed]
-        disk = {v: disk[v] for v in keep}
-        save_checkpoint({"run_key": self.run_key, "versions": disk}, self.path)  # atomic
-
-        state = self.context_state  # mirrors the disk versions
-        for v in self._versions_in_context() or []:
-            if v not in keep:
-                del state.array_records[f"local@{v}"], state.config_records[f"memory@{v}"]
-        for v in keep:
-            state[f"local@{v}"] = state_to_record(disk[v]["local"])
-            state[f"memory@{v}"] = ConfigRecord({"blob": to_blob(disk[v]["memory"])})
-        state[STATE_INDEX] = ConfigRecord({"run-key": self.run_key, "rounds": keep})
+        versions = self._versions()
+        versions[rounds_completed] = {"local": local, "memory": memory}
+        keep = sorted(v for v in versions if v < rounds_completed)[-1:] + [rounds_completed]
+        save_checkpoint({"run_key": self.run_key, "versions": {v: versions[v] for v in keep}}, self.path)  # atomic
