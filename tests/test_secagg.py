@@ -394,7 +394,7 @@ def secure_flower_run(root, tmp, cfg, *, drop=None, lose_context=None, **setting
 
 
 def flower_cfg(root, **train):
-    cfg = tiny_config(root, rounds=1, max_steps_per_epoch=1, secure_aggregation=True, **train)
+    cfg = tiny_config(root, **{"rounds": 1, "max_steps_per_epoch": 1, "secure_aggregation": True, **train})
     cfg.data.test_domains = ["synthD"]
     return cfg
 
@@ -532,3 +532,23 @@ def test_flower_run_refuses_bad_secure_settings_before_starting(tmp_path, extra,
                                    "--out", str(tmp_path / "out")])
     assert res.exit_code == 2 and res.output.startswith("error: ") and match in res.output, res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon(synth3, tmp_path):
+    """Under SecAgg+ the sites' DP-SGD accountant reports reach the server's privacy ledger as in-process: the same
+    ``privacy`` records every round and the same statement (flwr sent none: no epsilon was logged)."""
+    train = dict(rounds=2, dp_sgd=True, noise_multiplier=1.0, max_grad_norm=1.0)
+    cfg = flower_cfg(synth3, **train)
+    grid, summary = secure_flower_run(synth3, tmp_path, cfg)
+    FederatedEngine(flower_cfg(synth3, **train), federation_for_config(cfg), tmp_path / "in-process", progress=False,
+                    log=lambda s: None).run()
+    flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
+    privacy = [r for r in inproc["metrics"] if r["scope"] == "privacy"]
+    assert [(r["round"], r["client"]) for r in privacy] == [(n, c) for n in (1, 2) for c in ("synthA", "synthB", "synthC")]
+    assert all(r["epsilon"] > 0 for r in privacy)
+    assert [r for r in flower["metrics"] if r["scope"] == "privacy"] == privacy
+    assert [r for r in flower["metrics"] if r["scope"] == "train"] == [
+        r for r in inproc["metrics"] if r["scope"] == "train"]
+    inproc_summary = json.loads((tmp_path / "in-process" / "summary.json").read_text())
+    assert summary["privacy"]["epsilon_per_client"] == inproc_summary["privacy"]["epsilon_per_client"]
+    assert summary["privacy"]["epsilon"] == inproc_summary["privacy"]["epsilon"] > 0

@@ -39,15 +39,25 @@ in-process run (a different count changes the updates' last bits, and the
 rounding of the few values that sit at a quantum's boundary flips: still
 within the quantisation bound).
 
+Privacy ledger: the ``FitRes`` metrics also carry what the client update
+reports for the server's privacy ledger (``Upload.reports``: DP-SGD's
+accountant history and noise multiplier; mechanism parameters, no data), as
+scalars under the reserved prefix :data:`REPORT_PREFIX`
+(:func:`reports_to_metrics`); the server rebuilds them
+(:func:`split_reports`) and hands each survivor's to the engine's round
+observers, the call the in-process engine and Flower's plain path make, so
+epsilon is logged, and ``--target-epsilon`` enforced, as in-process.
+
 What the server sees beyond the in-process run: Flower's ``FitRes`` carries
 ``num_examples`` (here the client's weight: its sample count, public in
-privreid's threat model, or 1) and the scalar training metrics in the clear.
-Extra upload tensors (DPPT's class centres) have no place in Flower's vector
-and are refused.
+privreid's threat model, or 1), the scalar training metrics and those
+reports in the clear.  Extra upload tensors (DPPT's class centres) have no
+place in Flower's vector and are refused.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -69,12 +79,17 @@ from flwr.server.strategy import Strategy as LegacyStrategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 
+from ..federated.policy import StateDict
 from .protocol import rounding_seed
 
 #: FitIns config keys privreid adds (everything else in it is the run record)
 KEYS, CLIENTS, SEED, SCALE, CLIP = "secagg-keys", "secagg-clients", "secagg-seed", "secagg-scale", "secagg-clip"
 #: what a site's reply may hold in each SecAgg+ stage
 ALLOWED_CONFIGS = {RECORD_KEY_CONFIGS, "fitres.metrics", "fitres.status"}
+#: metric-key prefix of the ledger reports in a ``FitRes`` (:func:`reports_to_metrics`)
+REPORT_PREFIX = "privacy-ledger:"
+#: the dtypes a report may have (its code in the metrics is the index)
+REPORT_DTYPES = (torch.float64, torch.float32, torch.int64)
 
 
 def is_secure(msg: Message) -> bool:
@@ -146,6 +161,74 @@ def _restore_state(ctxt: Context, path) -> None:
     ctxt.state.config_records[RECORD_KEY_STATE] = config_record_from_proto(proto)
 
 
+def reports_to_metrics(reports: StateDict) -> dict[str, int | float]:
+    """``Upload.reports`` as scalar metrics, per report ``key``: ``<prefix><key>:dtype`` (an index into
+    :data:`REPORT_DTYPES`), ``:ndim``, ``:dim<j>`` (the shape) and ``:<i>`` (the values, row-major).
+
+    Values travel as Python floats (doubles) or ints, so float64, float32 and
+    int64 tensors come back bit-exactly (:func:`split_reports`).
+    """
+    from ..flower.messages import FlowerRunError
+
+    out: dict[str, int | float] = {}
+    for key, tensor in reports.items():
+        if tensor.dtype not in REPORT_DTYPES:
+            raise FlowerRunError(f"report {key} is {tensor.dtype}; a secure-aggregation reply carries "
+                                 f"{', '.join(map(str, REPORT_DTYPES))} reports only")
+        name = REPORT_PREFIX + key
+        out[f"{name}:dtype"] = REPORT_DTYPES.index(tensor.dtype)
+        out[f"{name}:ndim"] = tensor.dim()
+        out.update({f"{name}:dim{j}": int(n) for j, n in enumerate(tensor.shape)})
+        out.update({f"{name}:{i}": v for i, v in enumerate(tensor.detach().cpu().reshape(-1).tolist())})
+    return out
+
+
+def split_reports(metrics: dict[str, Any], allowed: tuple[str, ...], src: object = "?"
+                  ) -> tuple[dict[str, Any], StateDict]:
+    """``(training metrics, reports)`` of a ``FitRes``'s metrics: the inverse of :func:`reports_to_metrics`.
+
+    Refuses (:class:`FlowerRunError`) a report key outside ``allowed`` (the
+    ledger's keys, :func:`~privreid.flower.messages.ledger_keys`) and a report
+    that is not exactly one dtype, shape and that many values.
+    """
+    from ..flower.messages import FlowerRunError
+
+    plain: dict[str, Any] = {}
+    fields: dict[str, dict[str, Any]] = {}
+    for name, value in metrics.items():
+        if name.startswith(REPORT_PREFIX):
+            key, _, field_ = name[len(REPORT_PREFIX):].rpartition(":")
+            fields.setdefault(key, {})[field_] = value
+        else:
+            plain[name] = value
+    reports: StateDict = {}
+    for key, found in fields.items():
+        if key not in allowed:
+            raise FlowerRunError(f"site {src} sent a privacy-ledger report {key!r} that no enabled defence reads")
+        try:
+            reports[key] = _report(found)
+        except (KeyError, IndexError, ValueError):
+            raise FlowerRunError(f"site {src} sent a malformed privacy-ledger report {key!r}") from None
+    return plain, reports
+
+
+def _report(found: dict[str, Any]) -> torch.Tensor:
+    """One report from its fields (:func:`reports_to_metrics`); KeyError, IndexError or ValueError if malformed."""
+    def count(name: str) -> int:
+        value = found[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(name)
+        return value
+
+    dtype = REPORT_DTYPES[count("dtype")]
+    shape = [count(f"dim{j}") for j in range(count("ndim"))]
+    values = [found[str(i)] for i in range(math.prod(shape))]
+    kinds = (float, int) if dtype.is_floating_point else (int,)
+    if any(isinstance(v, bool) or not isinstance(v, kinds) for v in values) or len(found) != 2 + len(shape) + len(values):
+        raise ValueError("values")
+    return torch.tensor(values, dtype=dtype).reshape(shape)
+
+
 def round_seed(seed: int, round_index: int) -> int:
     """The protocol seed of round ``round_index``: what the in-process ``SecureAggregate`` draws.
 
@@ -183,6 +266,10 @@ def secure_fit_reply(engine, client, round_index: int, fields: dict[str, Any], r
                                                  int(fields[SEED]))
     scale, clip = float(fields[SCALE]) * weight, float(fields[CLIP])  # the mod pre-scales by weight / max_weight
     metrics = {k: float(v) for k, v in upload.metrics.items()}
+    reserved = [k for k in metrics if k.startswith(REPORT_PREFIX)]
+    if reserved:
+        raise ValueError(f"training metric {reserved[0]!r} uses the reserved prefix {REPORT_PREFIX!r}")
+    metrics.update(reports_to_metrics(upload.reports))  # the privacy ledger's: mechanism parameters, no data
     metrics.update({"secagg_saturated": float(sum(int(np.count_nonzero(np.abs(v * scale) > clip)) for v in vector)),
                     "secagg_values": float(sum(v.size for v in vector))})
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), int(round(weight)), metrics)
@@ -192,8 +279,12 @@ def secure_fit_reply(engine, client, round_index: int, fields: dict[str, Any], r
     return compat.fitres_to_recorddict(fitres, keep_input=True)
 
 
-def check_secure_reply(reply: Message) -> None:
-    """The privacy gate for SecAgg+ replies: no tensor leaves a site, only protocol bytes and scalars."""
+def check_secure_reply(reply: Message, ledger: tuple[str, ...] = ()) -> None:
+    """The privacy gate for SecAgg+ replies: no tensor leaves a site, only protocol bytes and scalars.
+
+    The ``FitRes`` metrics must be scalars; those under :data:`REPORT_PREFIX`
+    must be well-formed reports of the keys in ``ledger`` (:func:`split_reports`).
+    """
     from ..flower.messages import FlowerRunError
 
     if reply.has_error():
@@ -207,6 +298,11 @@ def check_secure_reply(reply: Message) -> None:
             raise FlowerRunError(f"site {src} sent an unexpected record {name!r} in a secure-aggregation reply")
         if name == RECORD_KEY_CONFIGS and Key.MASKED_PARAMETERS in record:
             continue
+        if name == "fitres.metrics":
+            for key, value in record.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise FlowerRunError(f"site {src} sent a non-scalar metric {name}.{key}")
+            split_reports(dict(record), ledger, src)
         for key, value in record.items():
             if isinstance(value, list) and any(isinstance(v, bytes) and len(v) > 4096 for v in value):
                 raise FlowerRunError(f"site {src} sent a large byte string {name}.{key} in a secure-aggregation "
@@ -243,8 +339,8 @@ class _GatedGrid:
     #: the SecAgg+ workflow's four exchanges, in order
     STAGES = ("setup", "share keys", "collect masked vectors", "unmask")
 
-    def __init__(self, grid):
-        self.grid, self.replies = grid, []
+    def __init__(self, grid, ledger: tuple[str, ...] = ()):
+        self.grid, self.ledger, self.replies = grid, ledger, []
         self.bytes_down = self.bytes_up = 0
         self.failures: dict[int, str] = {}
         self.exchanges = 0
@@ -256,7 +352,7 @@ class _GatedGrid:
         self.bytes_down += sum(payload_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         for reply in replies:
-            check_secure_reply(reply)
+            check_secure_reply(reply, self.ledger)
             self.bytes_up += 0 if reply.has_error() else payload_bytes(reply.content)
             if reply.has_error():
                 code = {v: k for k, v in vars(ErrorCode).items() if isinstance(v, int)}.get(reply.error.code)
@@ -345,14 +441,16 @@ class _SecAggPlusWorkflow(SecAggPlusWorkflow):
 
 
 def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any], params, *, seed: int,
-                 timeout: float | None = None) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
+                 timeout: float | None = None, ledger: tuple[str, ...] = ()
+                 ) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
     """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
 
     ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of
     the four stages (:func:`payload_bytes`; the download's tensors included).
 
     ``transmissions``: ``[(client (name, node_id), received state)]``;
-    ``params``: :class:`~privreid.secagg.protocol.Parameters` (checked by the caller).
+    ``params``: :class:`~privreid.secagg.protocol.Parameters` (checked by the caller);
+    ``ledger``: the report keys the sites' metrics may carry (:func:`check_secure_reply`).
     """
     from ..flower.messages import FlowerRunError
 
@@ -373,7 +471,7 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                                    max_weight=params.max_weight, clipping_range=params.clipping_range,
                                    quantization_range=params.quantization_range,
                                    modulus_range=params.modulus_range, timeout=timeout)
-    gated = _GatedGrid(grid)
+    gated = _GatedGrid(grid, ledger)
     workflow(gated, context)
     names = {p.node_id: p.cid for p, _ in instructions}
     if not strategy.results:
@@ -393,7 +491,7 @@ def collect_secure(engine, round_index: int, selected) -> list:
     """:meth:`FlowerServerEngine.collect_uploads` under ``--secure-aggregation``: one :class:`AggregatedUpload`."""
     from ..defenses.secure_aggregation import AggregatedUpload, round_parameters
     from ..federated.strategy import Upload
-    from ..flower.messages import FlowerRunError
+    from ..flower.messages import FlowerRunError, ledger_keys
 
     round_no = round_index + 1
     strategy = engine.strategy
@@ -410,14 +508,19 @@ def collect_secure(engine, round_index: int, selected) -> list:
     params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
     params.check(len(selected))
     seed = round_seed(engine.config.train.seed, round_index)
+    ledger = ledger_keys(engine.config)
     mean, survivors, dropped, metrics, sizes = secure_round(
         engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,
-        timeout=engine.link.settings.round_timeout or None)
+        timeout=engine.link.settings.round_timeout or None, ledger=ledger)
     saturated = values = 0
+    by_name = {c.name: c for c in selected}
     for name, met in zip(survivors, metrics):
         saturated += int(met.pop("secagg_saturated", 0))
         values += int(met.pop("secagg_values", 0))
+        met, reports = split_reports(met, ledger, name)
         engine._record({"round": round_no, "scope": "train", "client": name, **met})
+        for observer in engine.observers:  # the privacy ledger reads the reports, as in the engine's ``receive``
+            observer.on_upload(Upload(name, {}, by_name[name].num_samples, met, reports=reports))
     needed = engine.min_clients or len(selected)
     if dropped:
         engine.log(f"round {round_no}: {', '.join(dropped)} dropped out; the protocol removed their masks")
