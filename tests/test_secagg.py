@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from privreid.checkpoint import load_checkpoint
 from privreid.cli import app
+from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.defenses import PrivacyLedger
 from privreid.defenses.client_dp import ClientLevelDP
@@ -534,21 +535,88 @@ def test_flower_run_refuses_bad_secure_settings_before_starting(tmp_path, extra,
     assert not (tmp_path / "out").exists()
 
 
-def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon(synth3, tmp_path):
+def _fitres_reply(metrics):
+    from flwr.app import Message, RecordDict
+    from flwr.common import Code, FitRes, Parameters as FlwrParameters, Status
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 0
+    ask = Message(RecordDict(), 5, "train")
+    ask.metadata.__dict__["_message_id"] = "ask"
+    content = compat.fitres_to_recorddict(FitRes(Status(Code.OK, ""), FlwrParameters([], ""), 3, metrics), True)
+    for record in content.array_records.values():  # what secaggplus_mod leaves of the parameters
+        record.clear()
+    return Message(content, reply_to=ask)
+
+
+def test_ledger_reports_travel_as_scalar_metrics_bit_exactly():
+    from privreid.secagg.flower import REPORT_PREFIX, reports_to_metrics, split_reports
+
+    reports = {"dp_sgd/rdp_history": torch.tensor([[1 / 3, 0.0625, 7.0], [0.7, 1e-300, 3.0]], dtype=torch.float64),
+               "dp_sgd/noise_multiplier": torch.tensor(1 / 7, dtype=torch.float64),
+               "f32": torch.tensor([0.1, -2.5], dtype=torch.float32), "i64": torch.tensor([[2**40], [-3]]),
+               "empty": torch.zeros(0, 3, dtype=torch.float64)}
+    metrics = reports_to_metrics(reports)
+    assert all(k.startswith(REPORT_PREFIX) and type(v) in (int, float) for k, v in metrics.items())
+    assert len(metrics) == (2 + 2 + 6) + (2 + 0 + 1) + (2 + 1 + 2) + (2 + 2 + 2) + (2 + 2 + 0)  # dtype+ndim, dims, values
+    plain, back = split_reports({"loss": 0.5, **metrics}, tuple(reports))
+    assert plain == {"loss": 0.5} and list(back) == list(reports)
+    for key, value in reports.items():
+        assert back[key].dtype == value.dtype and back[key].shape == value.shape and torch.equal(back[key], value)
+    with pytest.raises(FlowerRunError, match="is torch.bfloat16"):
+        reports_to_metrics({"b": torch.zeros(2, dtype=torch.bfloat16)})
+
+
+def test_secure_reply_gate_allows_scalar_metrics_and_the_ledgers_reports_only():
+    from privreid.secagg.flower import REPORT_PREFIX, check_secure_reply, reports_to_metrics
+
+    key = "dp_sgd/rdp_history"
+    history = reports_to_metrics({key: torch.tensor([[1.0, 0.5, 4.0]], dtype=torch.float64)})
+    check_secure_reply(_fitres_reply({"loss": 0.5, **history}), (key,))
+    bad = {
+        "no enabled defence reads": ({"loss": 0.5, **history}, ()),  # no DP-SGD in the run
+        "malformed": ({k: v for k, v in history.items() if not k.endswith(":2")}, (key,)),  # a value missing
+        "malformed ": ({**history, f"{REPORT_PREFIX}{key}:3": 0.1}, (key,)),  # a value beyond the shape
+        "malformed  ": ({**history, f"{REPORT_PREFIX}{key}:dim0": 2.0}, (key,)),  # a non-integer dimension
+        "non-scalar metric": ({"per_sample": [0.1, 0.2]}, (key,)),
+        "non-scalar metric ": ({"note": "x"}, (key,)),
+    }
+    for match, (metrics, ledger) in bad.items():
+        with pytest.raises(FlowerRunError, match=match.strip()):
+            check_secure_reply(_fitres_reply(metrics), ledger)
+
+
+def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon_and_stops_at_the_target(synth3, tmp_path):
     """Under SecAgg+ the sites' DP-SGD accountant reports reach the server's privacy ledger as in-process: the same
-    ``privacy`` records every round and the same statement (flwr sent none: no epsilon was logged)."""
+    ``privacy`` records, ledger state and statement, and ``--target-epsilon`` stops the run before the round that
+    would exceed it (flwr sent no reports: no epsilon was logged and the run went on past the target)."""
+    from privreid.config import dp_delta
+    from privreid.defenses.dp_sgd import plan_for
+    from privreid.defenses.plugins.dp_sgd import epsilon_after
+
     train = dict(rounds=2, dp_sgd=True, noise_multiplier=1.0, max_grad_norm=1.0)
     cfg = flower_cfg(synth3, **train)
+    # the largest epsilon after one round: round 1 fits the target, round 2 would exceed it for that site
+    cfg.train.target_epsilon = max(epsilon_after(plan_for(cfg, c.num_samples), None, dp_delta(cfg))
+                                   for c in federation_for_config(cfg).clients)
     grid, summary = secure_flower_run(synth3, tmp_path, cfg)
-    FederatedEngine(flower_cfg(synth3, **train), federation_for_config(cfg), tmp_path / "in-process", progress=False,
-                    log=lambda s: None).run()
+    FederatedEngine(RunConfig.from_dict(cfg.to_dict()), federation_for_config(cfg), tmp_path / "in-process",
+                    progress=False, log=lambda s: None).run()
     flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
+    assert inproc["round"] == flower["round"] == 1  # stopped by the budget
     privacy = [r for r in inproc["metrics"] if r["scope"] == "privacy"]
-    assert [(r["round"], r["client"]) for r in privacy] == [(n, c) for n in (1, 2) for c in ("synthA", "synthB", "synthC")]
-    assert all(r["epsilon"] > 0 for r in privacy)
+    assert [r["client"] for r in privacy] == ["synthA", "synthB", "synthC"] and all(r["epsilon"] > 0 for r in privacy)
+    assert max(r["epsilon"] for r in privacy) == pytest.approx(cfg.train.target_epsilon, rel=1e-12)
     assert [r for r in flower["metrics"] if r["scope"] == "privacy"] == privacy
     assert [r for r in flower["metrics"] if r["scope"] == "train"] == [
         r for r in inproc["metrics"] if r["scope"] == "train"]
+    ledger_f, ledger_i = (c["observer_state"] for c in (flower, inproc))
+    reported_f, reported_i = (s["privacy"]["dp-sgd"]["reported"] for s in (ledger_f, ledger_i))
+    assert reported_f.keys() == reported_i.keys() == {"synthA", "synthB", "synthC"}
+    for name, entries in reported_i.items():
+        for key, value in entries.items():
+            assert reported_f[name][key].dtype == value.dtype and torch.equal(reported_f[name][key], value), key
     inproc_summary = json.loads((tmp_path / "in-process" / "summary.json").read_text())
-    assert summary["privacy"]["epsilon_per_client"] == inproc_summary["privacy"]["epsilon_per_client"]
-    assert summary["privacy"]["epsilon"] == inproc_summary["privacy"]["epsilon"] > 0
+    for key in ("epsilon", "epsilon_per_client", "noise_multiplier_per_client"):
+        assert summary["privacy"][key] == inproc_summary["privacy"][key], key
