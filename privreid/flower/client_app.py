@@ -81,7 +81,8 @@ def train(msg: Message, context: Context) -> Message:
     """One round of local training on the site's data; the upload and scalar metrics.
 
     Under secure aggregation (the SecAgg+ collect stage), the reply is the
-    ``FitRes`` that Flower's mod masks (:func:`~privreid.secagg.flower.secure_fit_reply`).
+    ``FitRes`` that Flower's mod masks (:func:`~privreid.secagg.flower.secure_fit_reply`;
+    the privacy ledger's reports travel as its scalar metrics).
     """
     secure = is_secure(msg)
     if secure:

@@ -36,8 +36,10 @@ differs from one process:
 * **Privacy.** Every reply passes :func:`~.messages.check_reply`.  Client-level
   DP and upload-side beta noise are strategy wrappers and run here as
   in-process; DP-SGD runs on the sites, which report the accountant's
-  mechanism parameters (``Upload.reports``) so the privacy ledger logs
-  epsilon and stops at ``--target-epsilon`` here as in-process.
+  mechanism parameters (``Upload.reports``; under ``--secure-aggregation``
+  as scalar ``FitRes`` metrics, :mod:`privreid.secagg.flower`) so the
+  privacy ledger logs epsilon and stops at ``--target-epsilon`` here as
+  in-process.
 
 Methods that cannot run on Flower are refused by :func:`check_flower_support`
 with the reason.
