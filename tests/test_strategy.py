@@ -109,3 +109,57 @@ def test_strategies_needing_every_upload_keep_the_list_and_aggregate_once():
     assert calls == [] and acc.result().global_state["w"].item() == 2.0 and calls == [["c0", "c1", "c2"]]
     with pytest.raises(NotImplementedError, match="neither"):
         Strategy().accumulator({})
+
+
+def _uploads_with_awkward_values(dtype=torch.float32):
+    """Three uploads whose values include -0.0, subnormals, huge and tiny magnitudes (seeded)."""
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for i, n in enumerate((1300, 1200, 1250)):
+        w = torch.randn(1031, generator=g) * torch.logspace(-30, 30, 1031)
+        w[:4] = torch.tensor([-0.0, 1e-40, -1e-42, 3e38])
+        out.append(Upload(f"c{i}", {"w": w.to(dtype), "n": torch.tensor(i)}, n))
+    return out
+
+
+def _float64_copy_fold(uploads, weights):
+    """The reference: every upload copied to float64, then added (the fold before issue 14)."""
+    acc = torch.zeros(uploads[0].state["w"].shape, dtype=torch.float64)
+    for upload, w in zip(uploads, weights):
+        acc.add_(upload.state["w"].to(torch.float64), alpha=w)
+    return (acc / sum(weights)).to(uploads[0].state["w"].dtype)
+
+
+@pytest.mark.parametrize("weights", [[1300.0, 1200.0, 1250.0], [1.0, 1.0, 1.0], [0.3141592653589793, 0.27, 1 / 3],
+                                     [2.0**40, 1.0, 3.0]], ids=["samples", "uniform", "fractional", "huge"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_weighted_fold_gives_the_bits_of_the_float64_copy_fold(weights, dtype):
+    uploads = _uploads_with_awkward_values(dtype)
+    got = weighted_average(uploads, weights)["w"]
+    want = _float64_copy_fold(uploads, weights)
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+    assert got.dtype == dtype and torch.equal(got.view(bits), want.view(bits))
+
+
+def test_exact_product_weights():
+    from privreid.federated.strategy import exact_product_weight
+
+    assert all(exact_product_weight(w) for w in (0.0, 1.0, 1300, -7.0, 2.0**29))
+    assert not any(exact_product_weight(w) for w in (0.5, 1 / 3, 2.0**29 + 1, 2.0**40, float("inf"), float("nan")))
+
+
+def test_integer_weights_fold_without_float64_copies(monkeypatch):
+    """FedPav's sample-count weights add each float32 upload to the float64 sum directly; other weights copy it."""
+    copies = []
+    to = torch.Tensor.to
+
+    def spy(self, *args, **kwargs):
+        if torch.float64 in args or kwargs.get("dtype") is torch.float64:
+            copies.append(self.dtype)
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    DataVolumeAverage().aggregate({}, _uploads_with_awkward_values())
+    assert copies == []
+    weighted_average(_uploads_with_awkward_values(), [0.5, 0.25, 0.25])
+    assert copies == [torch.float32] * 3
