@@ -195,7 +195,8 @@ def test_memory_files_carry_no_crc_and_the_option_is_restored(tmp_path):
     assert records and all(info.CRC == 0 for info in records)
     assert torch.serialization.get_crc32_options() is True
     assert torch.equal(memory_store.load_memory_file(tmp_path / file)["w"], torch.arange(1000.0))
-    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):  # not picklable: the save fails, the option is still restored
+    # not picklable: the save fails, and the option is restored all the same
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
         memory_store.save_memory_file({"f": lambda: 0}, tmp_path / "bad.pt")
     assert torch.serialization.get_crc32_options() is True
 
