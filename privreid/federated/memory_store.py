@@ -21,7 +21,7 @@ Values round-trip exactly (``torch.save`` / ``torch.load``), so results and
 not read, when loaded (:func:`load_memory_file`), so entries a round
 replaces without using are never read back.  Files are written without the
 zip format's CRC-32 of each record (:func:`save_memory_file`): ``torch.load``
-never checks it, and computing it cost about a third of each write (10 of 25
+never checks it, and computing it cost over a third of each write (12 of 28
 ms for a ResNet-18's 45 MiB).
 
 Changes are detected through the mapping interface (setting or deleting an
@@ -30,7 +30,7 @@ update, which may change entries in place.  Setting entries does not load
 the memory: they are kept apart until an entry is read (then the file is
 loaded under them) or the memory is written; a write that replaces every
 entry of the file (FedPav's trained copy, every round) never loads it.  A
-FedPav round at 64x32 spent about 9 ms per client loading a memory only to
+FedPav round at 64x32 spent about 8 ms per client loading a memory only to
 replace all of it.
 """
 
