@@ -1,5 +1,7 @@
 """Client memories on disk (issue 14, part 1): loaded one at a time, written when changed, exact round trip."""
 
+import pickle
+
 import pytest
 import torch
 
@@ -115,3 +117,105 @@ def test_resumed_memories_equal_the_uninterrupted_run(tiny_synth, tmp_path, monk
     for name in full:
         assert full[name].keys() == cut[name].keys() and full[name]
         assert all(torch.equal(full[name][k], cut[name][k]) for k in full[name])
+
+
+def _counting_loads(monkeypatch) -> list:
+    """Record every memory file :func:`memory_store.load_memory_file` reads."""
+    loads = []
+    load = memory_store.load_memory_file
+
+    def counting(path):
+        loads.append(path.name)
+        return load(path)
+
+    monkeypatch.setattr(memory_store, "load_memory_file", counting)
+    return loads
+
+
+def test_replacing_every_entry_of_a_memory_never_reads_its_file(tmp_path, monkeypatch):
+    """FedPav replaces its whole trained copy every round: the old file is not read only to be overwritten."""
+    store = ClientMemories(tmp_path)
+    store.round = 1
+    store.setdefault("a", {}).update({"w": torch.arange(3.0), "b": torch.ones(2)})
+    store.flush()
+    loads = _counting_loads(monkeypatch)
+    store.round = 2
+    store["a"].update({"b": torch.zeros(2), "w": torch.full((3,), -0.0)})  # other order than the file's
+    store.setdefault("z", {})["x"] = torch.ones(1)  # using another memory writes a
+    files = store.flush()
+    assert loads == [] and files["a"] == "a.r2.pt"
+    written = memory_store.load_memory_file(tmp_path / "a.r2.pt")
+    assert list(written) == ["w", "b"]  # the file's order, as setting the entries over the loaded file gives
+    assert torch.equal(written["b"], torch.zeros(2)) and torch.equal(written["w"].signbit(), torch.ones(3, dtype=bool))
+
+
+def test_entries_set_over_an_unread_file_keep_the_files_other_entries(tmp_path, monkeypatch):
+    store = ClientMemories(tmp_path)
+    store.round = 1
+    store.setdefault("a", {}).update({"w": torch.arange(3.0), "keep": [1, 2]})
+    store.flush()
+    loads = _counting_loads(monkeypatch)
+    store.round = 2
+    memory = store["a"]
+    memory["w"] = torch.zeros(3)
+    memory["new"] = torch.ones(1)
+    assert loads == []  # setting reads nothing
+    assert memory["keep"] == [1, 2] and torch.equal(memory["w"], torch.zeros(3))  # a read loads the file under them
+    assert loads == ["a.r1.pt"] and list(memory) == ["w", "keep", "new"]
+    store.flush()
+    again = ClientMemories(tmp_path, {"a": "a.r2.pt"})["a"].to_dict()
+    assert list(again) == ["w", "keep", "new"] and again["keep"] == [1, 2] and torch.equal(again["w"], torch.zeros(3))
+
+
+def test_a_partial_update_of_an_unread_memory_is_merged_when_written(tmp_path, monkeypatch):
+    """Written without being read: the entries the update did not replace come from the file, not lost."""
+    store = ClientMemories(tmp_path, {})
+    store.round = 1
+    store.setdefault("a", {}).update({"w": torch.arange(3.0), "keep": torch.ones(2)})
+    store.flush()
+    resumed = ClientMemories(tmp_path, {"a": "a.r1.pt"})  # a resumed run: the file's keys are not known yet
+    resumed.round = 2
+    resumed["a"]["w"] = torch.zeros(3)
+    files = resumed.flush()
+    written = memory_store.load_memory_file(tmp_path / files["a"])
+    assert list(written) == ["w", "keep"] and torch.equal(written["keep"], torch.ones(2))
+    assert torch.equal(written["w"], torch.zeros(3))
+
+
+def test_memory_files_carry_no_crc_and_the_option_is_restored(tmp_path):
+    """torch.load never checks the zip CRC-32; the memory files skip computing it and leave torch's option as it was."""
+    import zipfile
+
+    store = ClientMemories(tmp_path)
+    store.round = 1
+    store.setdefault("a", {})["w"] = torch.arange(1000.0)
+    file = store.flush()["a"]
+    with zipfile.ZipFile(tmp_path / file) as archive:
+        records = [info for info in archive.infolist() if info.file_size]
+    assert records and all(info.CRC == 0 for info in records)
+    assert torch.serialization.get_crc32_options() is True
+    assert torch.equal(memory_store.load_memory_file(tmp_path / file)["w"], torch.arange(1000.0))
+    # not picklable: the save fails, and the option is restored all the same
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+        memory_store.save_memory_file({"f": lambda: 0}, tmp_path / "bad.pt")
+    assert torch.serialization.get_crc32_options() is True
+
+
+def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path, monkeypatch):
+    """Round 2 replaces each client's trained copy without reading round 1's (evaluation, after training, reads)."""
+    from privreid.federated.engine import FederatedEngine as Engine
+
+    cfg = tiny_config(tiny_synth, rounds=2)
+    loads = _counting_loads(monkeypatch)
+    during_training = []
+    collect = Engine.collect_uploads
+
+    def training(self, round_index, selected, inbox):
+        start = len(loads)
+        collect(self, round_index, selected, inbox)
+        during_training.append(loads[start:])
+
+    monkeypatch.setattr(Engine, "collect_uploads", training)
+    Engine(cfg, federation(cfg), tmp_path, progress=False).run()
+    assert during_training == [[], []]
+    assert loads  # the evaluation of round 2 reads the personalised models
