@@ -43,6 +43,7 @@ import os
 import pickle
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,15 @@ TRAINED_PREFIX = "trained/"
 REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
 
 
-def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Atomically write ``ckpt`` (adding ``format`` and version) to ``path``."""
+def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
+                    before_commit: Callable[[], None] | None = None) -> Path:
+    """Atomically write ``ckpt`` (adding ``format`` and version) to ``path``.
+
+    ``before_commit`` runs once the new checkpoint is on disk under a
+    temporary name, before it replaces ``path``; if it raises, ``path`` is
+    left as it was.  The engine waits there for the client-memory files the
+    checkpoint names, which are written meanwhile on another thread.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "privreid_version": __version__, **ckpt}
@@ -72,6 +80,8 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
             torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_commit is not None:
+            before_commit()
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

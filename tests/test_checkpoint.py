@@ -49,6 +49,22 @@ def test_atomic_write_leaves_old_checkpoint_on_failure(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temporary file left behind
 
 
+def test_before_commit_runs_before_the_replace_and_its_failure_keeps_the_old_checkpoint(tmp_path):
+    model = build_model("resnet18", feat_dim=16)
+    path = save_checkpoint(minimal_ckpt(model), tmp_path / "ckpt.pt")
+    seen = []
+
+    def fail():
+        seen.append(load_checkpoint(path)["round"])  # the new checkpoint is not in place yet
+        raise OSError("memory file not written")
+
+    with pytest.raises(OSError, match="memory file"):
+        save_checkpoint(minimal_ckpt(model, round=2), path, before_commit=fail)
+    assert seen == [1] and load_checkpoint(path)["round"] == 1 and os.listdir(tmp_path) == ["ckpt.pt"]
+    save_checkpoint(minimal_ckpt(model, round=2), path, before_commit=lambda: seen.append("ok"))
+    assert seen == [1, "ok"] and load_checkpoint(path)["round"] == 2
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned > /dev/null",))

@@ -44,6 +44,23 @@ def test_without_glibc_it_does_nothing(monkeypatch):
 def test_slack_from_the_environment(monkeypatch, raw, slack):
     monkeypatch.setenv(heap.SLACK_ENV, raw)
     assert slack_from_env() == slack
+    assert slack_from_env(10.0) == slack  # a small model: the floor
+    assert slack_from_env(44.7) == (pytest.approx(134.1) if raw == "" else slack)  # ResNet-18: 3 model copies, unless set
+
+
+def test_the_engine_sizes_the_slack_by_its_model(tiny_synth, tmp_path, monkeypatch):
+    from privreid.federated.engine import FederatedEngine
+    from privreid.federated.policy import state_nbytes
+    from test_engine import federation
+    from conftest import tiny_config
+
+    monkeypatch.delenv(heap.SLACK_ENV, raising=False)
+    cfg = tiny_config(tiny_synth, rounds=1)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    model_mib = state_nbytes(engine.model.state_dict()) / 2**20
+    assert engine.heap.slack_mib == max(64.0, 3 * model_mib)
+    monkeypatch.setenv(heap.SLACK_ENV, "7")
+    assert FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).heap.slack_mib == 7.0
 
 
 @pytest.mark.parametrize("raw", ["-1", "lots"])

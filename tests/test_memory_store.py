@@ -23,8 +23,10 @@ def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
     want = a["w"].clone()
     b = store.setdefault("b", {})
     b["w"] = torch.ones(2)  # using b writes a and drops it from RAM
+    store.wait()  # the write runs on the writer thread
     assert a._data is None and (tmp_path / "a.r1.pt").is_file()
     assert torch.equal(a["w"], want) and a["history"] == [1.0, 2.0]  # loaded back on use, bit for bit
+    store.wait()
     assert b._data is None and (tmp_path / "b.r1.pt").is_file()
     store.round = 2
     _ = dict(b)  # read only: not rewritten
@@ -119,6 +121,31 @@ def test_resumed_memories_equal_the_uninterrupted_run(tiny_synth, tmp_path, monk
         assert all(torch.equal(full[name][k], cut[name][k]) for k in full[name])
 
 
+def test_a_failed_background_write_keeps_the_previous_checkpoint_and_its_files(tiny_synth, tmp_path, monkeypatch):
+    """The memory files are written on another thread: a write that fails in round 2 stops the run before the
+    round's checkpoint replaces round 1's, whose files stay, and ``--resume`` then gives the uninterrupted run."""
+    cfg = tiny_config(tiny_synth, rounds=2)
+    fed = federation(cfg)
+    real = memory_store.save_memory_file
+
+    def full_disk(data, directory, file):
+        if ".r2." in file:
+            raise OSError("No space left on device")
+        real(data, directory, file)
+
+    monkeypatch.setattr(memory_store, "save_memory_file", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
+    ckpt = load_checkpoint(tmp_path / "cut" / "ckpt.pt", client_memory=False)
+    assert ckpt["round"] == 1 and all(".r1." in f for f in ckpt["client_memory_files"].values())
+    monkeypatch.setattr(memory_store, "save_memory_file", real)
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
+    full = load_checkpoint(tmp_path / "full" / "ckpt.pt")
+    cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")
+    assert all(torch.equal(full["global_state"][k], cut["global_state"][k]) for k in full["global_state"])
+
+
 def _counting_loads(monkeypatch) -> list:
     """Record every memory file :func:`memory_store.load_memory_file` reads."""
     loads = []
@@ -182,25 +209,60 @@ def test_a_partial_update_of_an_unread_memory_is_merged_when_written(tmp_path, m
     assert torch.equal(written["w"], torch.zeros(3))
 
 
-def test_memory_files_carry_no_crc_and_the_option_is_restored(tmp_path):
-    """torch.load never checks the zip CRC-32; the memory files skip computing it and leave torch's option as it was."""
-    import zipfile
+def test_a_memory_is_written_in_the_background_and_reading_it_waits_for_its_write(tmp_path, monkeypatch):
+    """The write runs on the writer thread while the caller goes on; loading that memory waits until it is on disk."""
+    import threading
 
+    release, started = threading.Event(), threading.Event()
+    real = memory_store.save_memory_file
+
+    def held(data, directory, file):
+        started.set()
+        assert release.wait(10)
+        real(data, directory, file)
+
+    monkeypatch.setattr(memory_store, "save_memory_file", held)
     store = ClientMemories(tmp_path)
     store.round = 1
-    store.setdefault("a", {})["w"] = torch.arange(1000.0)
-    file = store.flush()["a"]
-    with zipfile.ZipFile(tmp_path / file) as archive:
-        records = [info for info in archive.infolist() if info.file_size]
-    assert records and all(info.CRC == 0 for info in records)
-    assert torch.serialization.get_crc32_options() is True
-    assert torch.equal(memory_store.load_memory_file(tmp_path / file)["w"], torch.arange(1000.0))
-    # not picklable: the save fails, and the option is restored all the same
+    store.setdefault("a", {})["w"] = torch.arange(4.0)
+    store.setdefault("b", {})  # using b starts a's write and drops a from RAM
+    assert started.wait(10) and not (tmp_path / "a.r1.pt").exists()  # the caller was not held
+    threading.Timer(0.2, release.set).start()
+    assert torch.equal(store["a"]["w"], torch.arange(4.0))  # FileNotFoundError if the read did not wait
+    assert (tmp_path / "a.r1.pt").exists()
+
+
+def test_one_write_is_in_flight_at_a_time_and_a_failed_write_surfaces_at_flush(tmp_path, monkeypatch):
+    import threading
+
+    real, active, most = memory_store.save_memory_file, [0], [0]
+    lock = threading.Lock()
+
+    def counted(data, directory, file):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            real(data, directory, file)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(memory_store, "save_memory_file", counted)
+    store = ClientMemories(tmp_path)
+    store.round = 1
+    for name in "abcdef":
+        store.setdefault(name, {})["w"] = torch.full((50_000,), float(ord(name)))
+    files = store.flush()
+    assert most[0] == 1 and sorted(p.name for p in tmp_path.iterdir()) == sorted(files.values())
+    monkeypatch.setattr(memory_store, "save_memory_file", real)
+    store.round = 2
+    store["a"]["f"] = lambda: 0  # not picklable: the background write fails
     with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
-        memory_store.save_memory_file({"f": lambda: 0}, tmp_path / "bad.pt")
-    assert torch.serialization.get_crc32_options() is True
-
-
+        store.flush()
+    # the failed write left no file behind, and round 1's files are intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files.values())
+    assert torch.equal(memory_store.load_memory_file(tmp_path / files["a"])["w"], torch.full((50_000,), 97.0))
 def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path, monkeypatch):
     """Round 2 replaces each client's trained copy without reading round 1's (evaluation, after training, reads)."""
     from privreid.federated.engine import FederatedEngine as Engine

@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 import pytest
 
 from privreid.data.synthetic_config import GeneratorConfig, SynthConfig
+from privreid.data.synthetic_dg import SynthDGConfig
 from privreid.data.synthetic_vi import SynthVIConfig
 from privreid.errors import ConfigError
 
@@ -55,14 +56,17 @@ def test_dict_round_trip_and_unknown_fields(cls):
 def test_the_base_declares_the_shared_rendering_fields():
     """Each generator keeps its field set (its hash and manifest bytes are pinned by tests/test_synthetic_split.py,
     which sort the keys); the fields that default alike are declared once, in the base."""
-    shared = ["seed", "domain_shift", "camera_jitter", "occlusion_prob", "jpeg_quality"]
+    shared = ["seed", "height", "width", "domain_shift", "camera_jitter", "occlusion_prob", "jpeg_quality"]
     assert [f.name for f in fields(GeneratorConfig)] == shared
     assert {f.name for f in fields(SynthConfig)} == {
         "num_domains", "ids_per_domain", "test_ids_per_domain", "cams_per_domain", "min_cams_per_id",
-        "images_per_id_per_cam", "max_query_cams", "height", "width", "distractors", "junk", *shared}
+        "images_per_id_per_cam", "max_query_cams", "distractors", "junk", *shared}
     assert {f.name for f in fields(SynthVIConfig)} == {
         "num_entities", "ids_per_entity", "test_ids_per_entity", "cams_per_entity", "camera_modalities",
-        "min_cams_per_id", "shots_per_id_per_cam", "ir_reflectance", "video", "frames_per_tracklet", "height",
-        "width", *shared}
+        "min_cams_per_id", "shots_per_id_per_cam", "ir_reflectance", "video", "frames_per_tracklet", *shared}
+    assert {f.name for f in fields(SynthDGConfig)} == {"people", "distractors", "ilids_images", *shared[:3]}
+    assert (SynthConfig().height, SynthConfig().width, SynthDGConfig().height, SynthDGConfig().width) == (
+        128, 64, 128, 64)
+    assert (SynthVIConfig().height, SynthVIConfig().width) == (64, 32)
     for cls in (SynthConfig, SynthVIConfig):
         assert (cls().seed, cls().domain_shift, cls().jpeg_quality) == (0, 0.7, 90)

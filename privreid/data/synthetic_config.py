@@ -35,19 +35,35 @@ _TAG_SPLIT = 7
 
 
 @dataclass(frozen=True)
-class GeneratorConfig:
-    """What the config dataclasses of the pedestrian generators share (:class:`SynthConfig`, the VI set's).
+class RenderedImages:
+    """What every config of rendered pedestrian images states: the generator seed and the image size.
 
-    The rendering fields every such generator has and that default alike
-    (``seed`` and the camera model's ``domain_shift``, ``camera_jitter``,
-    ``occlusion_prob``, ``jpeg_quality``), the checks of those and of the image
-    size, a failed check as one :class:`~privreid.errors.ConfigError` line that
-    names the config class, and the dict round trip.  Dataclass inheritance puts
-    these fields before a subclass's own; :func:`config_hash` sorts the keys, so
-    a config's cache key does not depend on where a field is declared.
+    Shared by the generators' configs (:class:`GeneratorConfig`) and by the
+    configs that have a generator render for them (the DG stand-ins',
+    :class:`~privreid.data.synthetic_dg.SynthDGConfig`).  A subclass may
+    re-declare the size's default (the VI set renders 64x32); dataclass
+    inheritance keeps the field's place.
     """
 
     seed: int = 0
+    height: int = 128
+    width: int = 64
+
+
+@dataclass(frozen=True)
+class GeneratorConfig(RenderedImages):
+    """What the config dataclasses of the pedestrian generators share (:class:`SynthConfig`, the VI set's).
+
+    The rendering fields every such generator has and that default alike
+    (the seed and image size of :class:`RenderedImages`, the camera model's
+    ``domain_shift``, ``camera_jitter``, ``occlusion_prob``, ``jpeg_quality``),
+    the checks of those, a failed check as one
+    :class:`~privreid.errors.ConfigError` line that names the config class, and
+    the dict round trip.  Dataclass inheritance puts these fields before a
+    subclass's own; :func:`config_hash` sorts the keys, so a config's cache key
+    does not depend on where a field is declared.
+    """
+
     #: 0 = all domains (VI: entities) share the neutral camera style, 1 = the calibrated shift
     domain_shift: float = 0.7
     #: scale of the camera-to-camera style variation inside a domain
@@ -99,8 +115,6 @@ class SynthConfig(GeneratorConfig):
     images_per_id_per_cam: int = 3
     #: at most this many query cameras per test identity (one query image each)
     max_query_cams: int = 2
-    height: int = 128
-    width: int = 64
     #: pid-0 gallery images per domain (badly framed strangers)
     distractors: int = 20
     #: pid -1 gallery images per domain (background / fragments)

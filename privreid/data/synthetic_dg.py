@@ -36,6 +36,7 @@ from pathlib import Path
 from PIL import Image
 
 from .synthetic import SynthConfig, ensure_cached, generate_synthetic, write_atomically, write_manifest
+from .synthetic_config import RenderedImages
 
 SYNTH_DG = "synth-dg"
 #: stand-in name -> (the format it is written in, its folder inside the stand-in root)
@@ -54,8 +55,8 @@ SEED_OFFSET = 7919
 
 
 @dataclass(frozen=True)
-class SynthDGConfig:
-    """What determines the stand-ins (and their cache key)."""
+class SynthDGConfig(RenderedImages):
+    """What determines the stand-ins (and their cache key): the seed and image size they are rendered with, and:"""
 
     #: people per stand-in (GRID: paired people; VIPeR, i-LIDS: all people)
     people: int = 32
@@ -64,9 +65,6 @@ class SynthDGConfig:
     #: i-LIDS stand-in: images per person (split over its two rendered cameras); 3DPeS and CAVIAR stand-ins:
     #: half of it per person per camera
     ilids_images: int = 4
-    height: int = 128
-    width: int = 64
-    seed: int = 0
 
     def render_config(self) -> SynthConfig:
         return SynthConfig(num_domains=len(STANDINS), ids_per_domain=1, test_ids_per_domain=self.people,

@@ -128,7 +128,11 @@ _T_CLUTTER = 0.22
 
 @dataclass(frozen=True)
 class SynthVIConfig(GeneratorConfig):
-    """Everything that determines a synthetic VI federation (and its cache key)."""
+    """Everything that determines a synthetic VI federation (and its cache key).
+
+    Its images are rendered at 64x32 by default, not the RGB generator's 128x64:
+    the size is re-declared at the end of the fields.
+    """
 
     num_entities: int = 3
     #: training identities per entity (pids ``1..ids_per_entity``)

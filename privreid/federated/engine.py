@@ -183,7 +183,6 @@ class FederatedEngine:
         self.progress = progress
         self.log = log or (lambda msg: tqdm.write(msg))
         self.device = resolve_device(config.train.device)
-        self.heap = HeapTrimmer.from_env()  # freed heap back to the system as clients come and go (:mod:`.heap`)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
@@ -203,6 +202,8 @@ class FederatedEngine:
         self.model = self.method.build_model(self.config)
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
+        # freed heap back to the system as clients come and go (:mod:`.heap`)
+        self.heap = HeapTrimmer.from_env(state_nbytes(self.init_state) / 2**20)
         self.global_state: StateDict = self.policy.shared(self.init_state)
         #: the local state of a client that has not trained yet (its classifier does not exist yet)
         self.initial_local = {k: v for k, v in self.policy.local(self.init_state).items()
@@ -374,13 +375,14 @@ class FederatedEngine:
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)
-        if isinstance(ctx.memory, ClientMemory):  # the update may have changed entries in place
-            ctx.memory.mark_dirty()
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
         shared = clone_state(self.policy.shared(state))  # one copy: the memory and the upload are only read
         if self.method.keeps_trained_model:
             ctx.memory.update({TRAINED_PREFIX + k: v for k, v in shared.items()})
+        if isinstance(ctx.memory, ClientMemory):
+            ctx.memory.mark_dirty()  # the update may have changed entries in place
+            ctx.memory.spill(self.client_memory.round)  # written now, while the server folds the upload
         return Upload(client.name, {**shared, **clone_state(ctx.upload_extra)}, client.num_samples, train_metrics,
                       reports=clone_state(ctx.reports))
 
@@ -437,27 +439,33 @@ class FederatedEngine:
         rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                       total=t.rounds, disable=not self.progress, dynamic_ncols=True)
         for r in rounds:
-            if isinstance(self.client_memory, ClientMemories):
-                self.client_memory.round = r + 1
-            selected = self.select_clients(r)
-            self.stopped = next(filter(None, (o.before_round(r, selected)
-                                              for o in self.observers)), None)
-            if self.stopped:
-                self.log(self.stopped)
-                evaluate_after_stop(self, r)
+            if not self.run_round(r):
                 break
-            down_bytes = state_nbytes(self.global_state) * len(selected)
-            inbox = self.open_inbox(r)
-            self.collect_uploads(r, selected, inbox)
-            self.finish_round(r, inbox, down_bytes)
         summary = self.summary(time.time() - started)
         write_json_atomic(self.out_dir / "summary.json", summary)
         return summary
 
+    def run_round(self, round_index: int) -> bool:
+        """Round ``round_index`` (0-based) from client selection to checkpoint; ``False`` if an observer stopped
+        the run before it (the stop is logged and the last model evaluated, :func:`evaluate_after_stop`)."""
+        if isinstance(self.client_memory, ClientMemories):
+            self.client_memory.round = round_index + 1
+        selected = self.select_clients(round_index)
+        self.stopped = next(filter(None, (o.before_round(round_index, selected) for o in self.observers)), None)
+        if self.stopped:
+            self.log(self.stopped)
+            evaluate_after_stop(self, round_index)
+            return False
+        down_bytes = state_nbytes(self.global_state) * len(selected)
+        inbox = self.open_inbox(round_index)
+        self.collect_uploads(round_index, selected, inbox)
+        self.finish_round(round_index, inbox, down_bytes)
+        return True
+
     def _checkpoint(self, round_no: int) -> None:
         memories = self.client_memory
         on_disk = isinstance(memories, ClientMemories)
-        files = memories.flush() if on_disk else None
+        files = memories.flush(wait=False) if on_disk else None
         save_checkpoint({
             "method": self.method.name,
             "round": round_no,
@@ -479,7 +487,7 @@ class FederatedEngine:
             "metrics": self.metrics,
             "comm": self.comm,
             "rng": rng_states(),
-        }, self.out_dir / "ckpt.pt")
+        }, self.out_dir / "ckpt.pt", before_commit=memories.wait if on_disk else None)
         if on_disk:
             memories.prune(files)
 
