@@ -28,7 +28,7 @@ def with_train(config: RunConfig, **changes) -> RunConfig:
 
 # --------------------------------------------------------------------------- label smoothing
 @pytest.mark.parametrize("method", ["dppt", "fedarks", "fedpav"])
-def test_label_smoothing_reaches_the_identity_loss(tiny_synth, monkeypatch, method):
+def test_label_smoothing_reaches_the_identity_loss(tiny_synth, tmp_path, monkeypatch, method):
     """Every cross-entropy the client update computes uses --label-smoothing, and its value is Szegedy's."""
     calls = []
     original = torch.nn.CrossEntropyLoss.forward
@@ -44,7 +44,7 @@ def test_label_smoothing_reaches_the_identity_loss(tiny_synth, monkeypatch, meth
     monkeypatch.setattr(torch.nn.CrossEntropyLoss, "forward", spy)
     for smoothing in (0.0, 0.3):
         cfg = tiny_config(tiny_synth, method=method, rounds=1, label_smoothing=smoothing, max_steps_per_epoch=1)
-        engine = FederatedEngine(cfg, federation_for_config(cfg), "unused", progress=False)
+        engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / f"ls{smoothing}", progress=False)
         calls.clear()
         engine.train_client(engine.clients[0], 0)
         assert calls and all(s == smoothing for s, _, _ in calls)
