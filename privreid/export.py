@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,7 @@ from .dependencies import require
 from .errors import ConfigError
 from .models import ReIDModel
 from .models.reid_net import CLASSIFIER_PREFIX
+from .rundir import write_atomically
 
 FORMATS = ("state-dict", "torchreid", "onnx")
 #: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)
@@ -132,18 +132,6 @@ def torchreid_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str, 
             "privreid_version": __version__, "input": spec, "source": source}
 
 
-def _write_atomic(out: Path, write) -> None:
-    """``write(tmp_path)``, then rename onto ``out`` (no truncated file is ever left at ``out``)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @contextlib.contextmanager
 def _quiet():
     """The exporters' progress lines and deprecation warnings stay out of the command's output."""
@@ -198,11 +186,11 @@ def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: 
     report: dict[str, Any] = {"path": str(out), "format": fmt, "feat_dim": model.feat_dim, "input": spec}
     if fmt == "state-dict":
         payload = state_dict_payload(model, spec, source)
-        _write_atomic(out, lambda tmp: torch.save(payload, tmp))
+        write_atomically(out, lambda tmp: torch.save(payload, tmp))
     elif fmt == "torchreid":
         payload = torchreid_payload(model, spec, source)
         report["torchreid"] = payload["torchreid"]
-        _write_atomic(out, lambda tmp: torch.save(payload, tmp))
+        write_atomically(out, lambda tmp: torch.save(payload, tmp))
     else:
         onnx = require("onnx")
 
@@ -220,5 +208,5 @@ def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: 
                 raise RuntimeError(f"the ONNX graph does not reproduce the model (relative difference "
                                    f"{report['onnx_max_rel_diff']:.2e}); please report this")
 
-        _write_atomic(out, write)
+        write_atomically(out, write)
     return report

@@ -29,7 +29,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -185,8 +185,21 @@ def _remove_if_only_provenance(out: Path) -> None:
     out.rmdir()
 
 
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``.
+
+    No reader ever sees a half-written ``path``, and a ``write`` that raises
+    leaves neither a temporary file nor a changed ``path`` behind.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))

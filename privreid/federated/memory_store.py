@@ -45,7 +45,6 @@ replace all of it.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..rundir import write_atomically
 
 #: the folder under the run directory that holds the client memories
 MEMORY_DIR = "client_memory"
@@ -81,12 +82,7 @@ def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     just after a checkpoint can lose memory files it names, as the operating
     system had not written them yet.
     """
-    tmp = directory / f".{file}.tmp"
-    try:
-        torch.save(data, tmp)
-        os.replace(tmp, directory / file)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(directory / file, lambda tmp: torch.save(data, tmp))
 
 
 @functools.cache
