@@ -1,6 +1,7 @@
 """One source of truth for the run configuration: generated options, --set, method options (issue 12)."""
 
 import dataclasses
+import inspect
 
 import pytest
 import typer
@@ -218,3 +219,40 @@ def test_ska_ablation_options_give_the_config_the_old_flags_gave(tmp_path):
 def test_ska_flags_are_gone():
     res = runner.invoke(app, ["train", "--method", "ska", "--no-an"])
     assert res.exit_code == 2 and "No such option" in res.output and "--no-an" in res.output, res.output
+
+
+@dataclasses.dataclass
+class _ToySettings:
+    rate: float = 0.25
+    name: str | None = None
+    unused: int = 7
+
+
+def test_settings_options_take_the_dataclass_defaults_and_types_and_insert_after_the_named_parameter():
+    from privreid.commands.options import settings_options
+
+    seen = {}
+
+    @settings_options(_ToySettings, "first", rate="The rate.", name="A name.")
+    def command(first: int = typer.Option(1), last: int = typer.Option(2), **settings):
+        seen.update(first=first, last=last, settings=_ToySettings(**settings))
+
+    params = inspect.signature(command).parameters
+    assert list(params) == ["first", "rate", "name", "last"]  # only the named fields, in the helps' order
+    assert (params["rate"].default.default, params["name"].default.default) == (0.25, None)
+    toy = typer.Typer()
+    toy.command()(command)
+    assert runner.invoke(toy, []).exit_code == 0 and seen["settings"] == _ToySettings()
+    result = runner.invoke(toy, ["--rate", "0.5", "--name", "x", "--last", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"first": 1, "last": 3, "settings": _ToySettings(rate=0.5, name="x")}
+    assert runner.invoke(toy, ["--rate", "fast"]).exit_code == 2  # typed by the field: float
+
+
+def test_invert_attack_options_default_to_the_inversion_settings():
+    from privreid.attacks.inversion.optimise import InversionSettings
+    from privreid.commands.invert import invert_command
+
+    params = inspect.signature(invert_command).parameters
+    defaults = {f.name: params[f.name].default.default for f in dataclasses.fields(InversionSettings)}
+    assert defaults == dataclasses.asdict(InversionSettings())

@@ -11,11 +11,19 @@ from typing import Optional
 
 import typer
 
-from ..attacks.inversion.optimise import attacks_help
+from ..attacks.inversion.optimise import InversionSettings, attacks_help
 from ..attacks.inversion.threat_models import threats_help
 from .common import DeviceOption, checkpoint_paths, run_dir_or_exit, run_or_exit
+from .options import settings_options
 
 
+@settings_options(
+    InversionSettings, "n",
+    attack=f"Inversion attack (matching distance, TV weight): {attacks_help()}.",
+    match="l2 or cosine (default: the attack's, see --attack).",
+    tv="Total-variation weight (default: the attack's, see --attack).",
+    iterations="Adam iterations per subject.",
+    lr="Adam learning rate (pixels in [0, 1]).")
 def invert_command(
     model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) whose client is attacked."),
     models: Optional[list[Path]] = typer.Option(
@@ -32,7 +40,6 @@ def invert_command(
     label: Optional[int] = typer.Option(None, help="With --image: its label in the client's classifier (default 0)."),
     n: int = typer.Option(1, "--n", help="Number of subjects: --index, then evenly spaced through the client's "
                                          "training list."),
-    attack: str = typer.Option("idlg", help=f"Inversion attack (matching distance, TV weight): {attacks_help()}."),
     threat: str = typer.Option("full", help=f"Threat model: {threats_help()}."),
     clients: Optional[list[str]] = typer.Option(None, "--clients", help="--threat aggregate: how many clients' "
                                                 "updates are summed, e.g. --clients 1,2,4,8 (one row each, "
@@ -40,14 +47,11 @@ def invert_command(
                                                 "checkpoint's own clients per round, what its server summed)."),
     defended: bool = typer.Option(True, "--defended/--no-defended",
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
-    match: Optional[str] = typer.Option(None, help="l2 or cosine (default: the attack's, see --attack)."),
-    tv: Optional[float] = typer.Option(None, help="Total-variation weight (default: the attack's, see --attack)."),
-    iterations: int = typer.Option(200, help="Adam iterations per subject."),
-    lr: float = typer.Option(0.01, help="Adam learning rate (pixels in [0, 1])."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
     device: DeviceOption = "auto",
     out: Path = typer.Option(Path("runs/invert"), help="Output directory: metrics.json, grid.png, summary.md "
                                                        "(one sub-directory per checkpoint with several)."),
+    **attack_settings,
 ) -> None:
     """Reconstruct a client's training image from its upload (DLG / iDLG / Inverting Gradients).
 
@@ -59,11 +63,10 @@ def invert_command(
 
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --n 4 --attack ig --out runs/invert
     """
-    from ..attacks.inversion import InversionSettings
     from ..attacks.inversion.threat_models import get_threat
 
     def validate():
-        settings = InversionSettings(attack=attack, match=match, tv=tv, iterations=iterations, lr=lr)
+        settings = InversionSettings(**attack_settings)
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
         return settings, checkpoint_paths(model, models, more_models), model_threat

@@ -166,7 +166,11 @@ def option_type(name: str) -> Any:
     if o.cli_type is not None:
         return o.cli_type
     section, field = o.path.split(".")
-    tp = field_types(section)[field]
+    return _optional(field_types(section)[field])
+
+
+def _optional(tp: Any) -> Any:
+    """A field type as typer reads it: ``X | None`` as ``Optional[X]``."""
     args = typing.get_args(tp)
     return Optional[[a for a in args if a is not type(None)][0]] if type(None) in args else tp
 
@@ -179,22 +183,45 @@ def config_options(names: tuple[str, ...], **helps: str) -> Callable:
     """
     unknown = set(helps) - set(names)
     assert not unknown, unknown
+    added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=option_type(n), default=typer.Option(
+        option_default(n), *CONFIG_OPTIONS[n].decls, help=helps.get(n, CONFIG_OPTIONS[n].help))) for n in names]
+    added.append(inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
+                                   default=typer.Option(None, "--set", help=SET_HELP)))
 
     def decorate(fn: Callable) -> Callable:
-        own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
-        at = [p.name for p in own].index("config_file") + 1
-        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=option_type(n), default=typer.Option(
-            option_default(n), *CONFIG_OPTIONS[n].decls, help=helps.get(n, CONFIG_OPTIONS[n].help))) for n in names]
-        added.append(inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
-                                       default=typer.Option(None, "--set", help=SET_HELP)))
-        params = [p if p.kind is p.VAR_POSITIONAL or i == 0 else p.replace(kind=p.KEYWORD_ONLY)
-                  for i, p in enumerate(own[:at] + added + own[at:])]
-        fn.__signature__ = inspect.Signature(params)
-        fn.__annotations__ = {**typing.get_type_hints(fn), **{p.name: p.annotation for p in added}}
+        fn = insert_options(fn, "config_file", added)
         fn.config_option_names = names
         return fn
 
     return decorate
+
+
+def settings_options(settings: type, after: str, **helps: str) -> Callable:
+    """Decorator: insert one typer option per field of the dataclass ``settings`` named in ``helps`` (in that
+    order, with that help text) after the command's parameter ``after``.
+
+    The option's default and type are the field's, so the dataclass holds the
+    only default; the decorated function takes the options as ``**options``
+    (``settings(**options)`` builds the settings).
+    """
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    types = typing.get_type_hints(settings)
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_optional(types[name]),
+                               default=typer.Option(fields[name].default, help=text))
+             for name, text in helps.items()]
+    return lambda fn: insert_options(fn, after, added)
+
+
+def insert_options(fn: Callable, after: str, added: list[inspect.Parameter]) -> Callable:
+    """Give ``fn`` (which takes ``**options``) the signature typer reads: its own parameters with ``added``
+    inserted after the parameter ``after``; every parameter but the first becomes keyword-only."""
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    at = [p.name for p in own].index(after) + 1
+    params = [p if p.kind is p.VAR_POSITIONAL or i == 0 else p.replace(kind=p.KEYWORD_ONLY)
+              for i, p in enumerate(own[:at] + added + own[at:])]
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {**typing.get_type_hints(fn), **{p.name: p.annotation for p in added}}
+    return fn
 
 
 def run_config(params: dict, names: tuple[str, ...]) -> RunConfig:

@@ -42,8 +42,8 @@ def published() -> dict[str, Any]:
 
 def list_tables() -> list[dict[str, str]]:
     """One line per table: key, paper, title, what it shows, budget per scale, status."""
-    return [{"table": s.key, "paper": s.paper, "title": s.title, "shows": s.shows, "smoke": s.budget["smoke"],
-             "paper budget": s.budget["paper"], "status": s.status} for s in TABLES.values()]
+    return [{"table": s.key, "paper": s.paper, "title": s.title, "shows": s.shows, "smoke": s.budget("smoke"),
+             "paper budget": s.budget("paper"), "status": s.status} for s in TABLES.values()]
 
 
 def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
@@ -114,11 +114,9 @@ def _check_dataset(path: Path, fmt: str) -> None:
 
 def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data_root, device: str,
           echo) -> float | None:
-    if row.train is None or column.group not in row.train or row.train[column.group].get(scale) is None:
+    if not row.trains(column, scale):
         return None
-    dataset = column.smoke if scale == "smoke" else column.paper
-    if dataset is None:
-        return None
+    dataset = getattr(column, scale)
     run_dir = _train(row, column.group, scale, out, data_root, device, echo)
     if row.measure is not None and row.measure[0].startswith("inversion"):  # L2RW+ Fig. 8
         from .leakage import inversion_cell

@@ -22,10 +22,13 @@ SCALES = ("smoke", "paper")
 #: smoke-scale training budget shared by every run (tiny images and steps: exercises the code path only)
 SMOKE_TRAIN = ["--rounds", "1", "--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8",
                "--max-steps", "2", "--eval-every", "1", "--device", "cpu"]
+#: what every smoke-scale run of SMOKE_TRAIN costs (said in each table's smoke budget)
+SMOKE_BUDGET = "1 round, 32x16"
 
 #: the four source domains of FedReID and SKA at paper scale: --data-root folder -> format
 RGB_SOURCES = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk03np": "cuhk03np-detected",
                "msmt17": "msmt17"}
+RGB_SOURCES_TEXT = "Duke+Market+CUHK03+MSMT17"
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,11 @@ class Row:
         name = self.run or self.name
         return name if not group else f"{group}-{name}"
 
+    def trains(self, column: Column, scale: str) -> bool:
+        """Whether the cell of ``column`` trains this row's run at ``scale`` (it has options and data there)."""
+        options = (self.train or {}).get(column.group, {}).get(scale)
+        return options is not None and getattr(column, scale) is not None
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -96,7 +104,8 @@ class TableSpec:
     paper: str
     title: str
     shows: str
-    budget: dict[str, str]
+    #: scale -> the cost of one run and of the table, without the number of runs (:meth:`budget` counts them)
+    cost: dict[str, str]
     columns: tuple[Column, ...] = ()
     rows: tuple[Row, ...] = ()
     #: paper-scale training data: --data-root folder -> format (checked before any work)
@@ -113,6 +122,19 @@ class TableSpec:
     #: where privreid's cells differ from the paper's protocol (written under the table)
     deviations: tuple[str, ...] = ()
 
+    def runs(self, scale: str) -> list[str]:
+        """The run directories :func:`privreid.reproduce.run_table` trains at ``scale`` (the reference's included)."""
+        rows = self.rows + ((self.reference,) if self.reference is not None else ())
+        return sorted({row.run_name(column.group) for row in rows for column in self.columns
+                       if row.trains(column, scale)})
+
+    def budget(self, scale: str) -> str:
+        """``cost[scale]`` after the number of runs, or after "not runnable yet" where the scale is refused."""
+        if scale == "paper" and self.paper_refusal:
+            return f"not runnable yet: {self.cost[scale]}"
+        n = len(self.runs(scale))
+        return f"{n} run{'s' if n != 1 else ''}, {SMOKE_BUDGET + ', ' if scale == 'smoke' else ''}{self.cost[scale]}"
+
 
 def _fedreid_table2() -> TableSpec:
     tests = (("iLIDS", "ilids", "synth-ilids"), ("VIPeR", "viper", "synth-viper"), ("3DPeS", "3dpes", "synth-3dpes"),
@@ -127,8 +149,8 @@ def _fedreid_table2() -> TableSpec:
     return TableSpec(
         key="fedreid-table2", paper="002 FedReID", title="Table II: R1 on six unseen small benchmarks",
         shows="FedReID against centralised / fine-tuned generalisation methods, DG-ReID protocol (10 splits)",
-        budget={"smoke": "1 run, 1 round, 32x16, synthetic stand-ins; under a minute on a CPU",
-                "paper": "1 run, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17; GPU, about a day"},
+        cost={"smoke": "synthetic stand-ins; under a minute on a CPU",
+              "paper": f"100 rounds ResNet-50 on {RGB_SOURCES_TEXT}; GPU, about a day"},
         columns=tuple(Column(name, ("dg", fmt), smoke, fmt) for name, fmt, smoke in tests),
         rows=tuple(Row(name) for name in comparators) + (fedreid,),
         paper_train=sources,
@@ -155,8 +177,8 @@ def _l2rw_table7() -> TableSpec:
     return TableSpec(
         key="l2rw-table7", paper="003 L2RW+", title="Table VII: the DPPT ablation (B, +CA, +gray, +CA+MRB)",
         shows="what channel augmentation and the MRB loss add to FedAvg under camera independence (CI)",
-        budget={"smoke": "4 runs, 1 round, 32x16, synthetic visible-infrared (viA); under a minute on a CPU",
-                "paper": "8 runs, 50 rounds ResNet-50 on SYSU-MM01 and LLCM, cameras as clients; GPU, days"},
+        cost={"smoke": "synthetic visible-infrared (viA); under a minute on a CPU",
+              "paper": "50 rounds ResNet-50 on SYSU-MM01 and LLCM, cameras as clients; GPU, days"},
         columns=columns, rows=tuple(rows), paper_train={"sysu-mm01": "sysu-mm01", "llcm": "llcm"},
     )
 
@@ -182,8 +204,8 @@ def _ska_table4() -> TableSpec:
     return TableSpec(
         key="ska-table4", paper="000 SKA", title="Table 4: the AN / LSN / dual-model ablation",
         shows="what each SKA component adds on seen (personalised) and unseen (global) domains",
-        budget={"smoke": "6 runs, 1 round, 32x16, synthetic seen domains and stand-ins; a few minutes on a CPU",
-                "paper": "6 runs, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17; GPU, days"},
+        cost={"smoke": "synthetic seen domains and stand-ins; a few minutes on a CPU",
+              "paper": f"100 rounds ResNet-50 on {RGB_SOURCES_TEXT}; GPU, days"},
         columns=seen + unseen, rows=tuple(rows), paper_train=RGB_SOURCES,
         deviations=("the seen-domain columns are each client's personalised model on its own test set, the unseen "
                     "ones the global model under the DG protocol (the paper does not say which model it tests on "
@@ -198,6 +220,7 @@ FEDPAV_CLIENTS = (("MSMT17", "synthA", "msmt17"), ("DukeMTMC", "synthB", "dukemt
                   ("CUHK01", None, "cuhk01"), ("VIPeR", None, "viper"), ("3DPeS", None, "3dpes"),
                   ("iLIDS-VID", None, "ilidsvid"))
 #: FedPav's federation mixes large benchmarks with small DG-format ones, one --format per client
+FEDPAV_PAPER_COST = "300 rounds ResNet-50 on nine datasets; GPU, days"
 FEDPAV_PAPER_REFUSAL = ("its paper scale needs a federation of nine datasets in different layouts, and "
                         "`privreid train --format` names one layout for all --data roots; run it at --scale smoke")
 
@@ -214,8 +237,7 @@ def _fedpav_table4() -> TableSpec:
     return TableSpec(
         key="fedpav-table4", paper="004 FedPav", title="Table 4: increase in local-model R1 over standalone training",
         shows="FedPav with client clustering (CC), cosine-distance weights (CDW) and both, against FedProx",
-        budget={"smoke": "7 runs (6 + standalone), 1 round, 32x16, three synthetic clients; minutes on a CPU",
-                "paper": "6 runs, 300 rounds ResNet-50 on nine datasets; GPU, days (not runnable yet)"},
+        cost={"smoke": "three synthetic clients; minutes on a CPU", "paper": FEDPAV_PAPER_COST},
         columns=tuple(Column(name, ("local", "rank1"), smoke, paper) for name, smoke, paper in FEDPAV_CLIENTS),
         rows=rows, reference=Row("Standalone", _fedpav_run("standalone")), paper_refusal=FEDPAV_PAPER_REFUSAL,
     )
@@ -239,9 +261,8 @@ def _fedreid_fig3() -> TableSpec:
     return TableSpec(
         key="fedreid-fig3", paper="002 FedReID", title="Fig. 3: VIPeR R1 against the white-noise scale beta",
         shows="the utility cost of single (Eq. 14) and double (Eq. 14+15) protection",
-        budget={"smoke": f"{2 * len(FIG3_BETAS)} runs, 1 round, 32x16, synthetic VIPeR stand-in; "
-                         "about a minute on a CPU",
-                "paper": f"{2 * len(FIG3_BETAS)} runs, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17; GPU, days"},
+        cost={"smoke": "synthetic VIPeR stand-in; about a minute on a CPU",
+              "paper": f"100 rounds ResNet-50 on {RGB_SOURCES_TEXT}; GPU, days"},
         columns=tuple(Column(f"beta={b}", ("dg", "viper"), "synth-viper", "viper", group=f"beta={b}")
                       for b in FIG3_BETAS),
         rows=tuple(rows), paper_train=sources, figure=beta_figure,
@@ -299,8 +320,8 @@ def _l2rw_table2() -> TableSpec:
     return TableSpec(
         key="l2rw-table2", paper="003 L2RW+", title="Table II: FL baselines with and without I-DPPT (CI protocol)",
         shows="FedProx / MOON / FedAvg (L_id + L_cir) and the same with I-DPPT; FedNova, +AGW, +DNS n/i",
-        budget={"smoke": "6 runs, 1 round, 32x16, synthetic visible-infrared (viA); minutes on a CPU",
-                "paper": "18 runs, 50 rounds ResNet-50 on SYSU-MM01, RegDB and LLCM, cameras as clients; GPU, days"},
+        cost={"smoke": "synthetic visible-infrared (viA); minutes on a CPU",
+              "paper": "50 rounds ResNet-50 on SYSU-MM01, RegDB and LLCM, cameras as clients; GPU, days"},
         columns=columns, rows=tuple(rows),
         paper_train={"sysu-mm01": "sysu-mm01", "regdb": "regdb", "llcm": "llcm"},
     )
@@ -328,8 +349,8 @@ def _ska_table2() -> TableSpec:
     return TableSpec(
         key="ska-table2", paper="000 SKA", title="Table 2: mAP / R1 on the four source client domains",
         shows="SKA against local supervised training, FedAvg/FedProx/MOON/FedBN (+D), FedPav(+AddData) and FedReID",
-        budget={"smoke": "9 runs, 1 round, 32x16, four synthetic source domains; several minutes on a CPU",
-                "paper": "9 runs, 100 rounds ResNet-50 on Duke+Market+CUHK03+MSMT17 (SKA's recipe); GPU, days"},
+        cost={"smoke": "four synthetic source domains; several minutes on a CPU",
+              "paper": f"100 rounds ResNet-50 on {RGB_SOURCES_TEXT} (SKA's recipe); GPU, days"},
         columns=tuple(Column(f"{name} {label}", ("local", metric), smoke, paper)
                       for name, smoke, paper in SKA_SOURCES for label, metric in (("mAP", "mAP"), ("R1", "rank1"))),
         rows=tuple(rows), paper_train=RGB_SOURCES,
@@ -359,8 +380,7 @@ def _fedpav_table3() -> TableSpec:
         key="fedpav-table3", paper="004 FedPav", title="Table 3: global and local models of FedPav against "
                                                        "standalone and centralised training",
         shows="per-client R1 of FedPav's global and local models, standalone and centralised training",
-        budget={"smoke": "3 runs, 1 round, 32x16, three synthetic clients; a few minutes on a CPU",
-                "paper": "3 runs, 300 rounds ResNet-50 on nine datasets; GPU, days (not runnable yet)"},
+        cost={"smoke": "three synthetic clients; a few minutes on a CPU", "paper": FEDPAV_PAPER_COST},
         columns=tuple(Column(name.replace("CUHK03-NP", "CUHK03"), ("local", "rank1"), smoke, paper)  # as printed
                       for name, smoke, paper in FEDPAV_CLIENTS),
         rows=rows, paper_refusal=FEDPAV_PAPER_REFUSAL,
@@ -382,8 +402,7 @@ def _fedpav_table5() -> TableSpec:
     return TableSpec(
         key="fedpav-table5", paper="004 FedPav", title="Table 5: R1 on CAVIAR and GRID (cross-camera protocol)",
         shows="generalisation of FedPav + CC & CDW and KD & CDW to two unseen datasets, without fine-tuning",
-        budget={"smoke": "2 runs, 1 round, 32x16, synthetic CAVIAR / GRID stand-ins; a few minutes on a CPU",
-                "paper": "2 runs, 300 rounds ResNet-50 on nine datasets; GPU, days (not runnable yet)"},
+        cost={"smoke": "synthetic CAVIAR / GRID stand-ins; a few minutes on a CPU", "paper": FEDPAV_PAPER_COST},
         columns=(Column("CAVIAR", ("dg", "caviar-crosscam"), "synth-caviar", "caviar"),
                  Column("GRID", ("dg", "grid-crosscam"), "synth-grid", "grid")),
         rows=rows, paper_refusal=FEDPAV_PAPER_REFUSAL, transpose=True,
@@ -401,6 +420,7 @@ def _fedpav_table5() -> TableSpec:
 #: Smoke scale: synthA/B/C/D stand in for Market (M), CUHK02 (C2), CUHK03 (C3) and MSMT17 (MS).
 FEDARKS_TASKS = (("MS+C2+C3→M", "synthA", "market1501"), ("M+C2+C3→MS", "synthD", "msmt17"),
                  ("MS+C2+M→C3", "synthC", "cuhk03np"))
+FEDARKS_PAPER_COST = "40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days"
 FEDARKS_PAPER_REFUSAL = ("its source domains include CUHK02, which privreid reads only as a DG test set "
                          "(`privreid train` cannot train on it yet); run it at --scale smoke")
 
@@ -429,8 +449,8 @@ def _fedarks_table1() -> TableSpec:
     return TableSpec(
         key="fedarks-table1", paper="001 FedARKS", title="Table 1: leave-one-domain-out mAP / R1 (FedDG-ReID)",
         shows="FedARKS against FL, DG and FedDG-ReID methods, each source domain a client, one domain held out",
-        budget={"smoke": "15 runs, 1 round, 32x16, three synthetic sources and one held out; a minute or two on a CPU",
-                "paper": "15 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
+        cost={"smoke": "three synthetic sources and one held out; a minute or two on a CPU",
+              "paper": FEDARKS_PAPER_COST},
         columns=_fedarks_columns(), rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
             "privreid has no ViT backbone: the ViT rows stay n/i",
@@ -458,8 +478,8 @@ def _fedarks_table3() -> TableSpec:
         key="fedarks-table3", paper="001 FedARKS", title="Table 3: the robust-knowledge (RK) / knowledge-selection "
                                                          "(KS) ablation",
         shows="what the body-part branch (RK) and the direction-consistency weights (KS) each add",
-        budget={"smoke": "12 runs, 1 round, 32x16, three synthetic sources and one held out; about a minute on a CPU",
-                "paper": "12 runs, 40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days (not runnable yet)"},
+        cost={"smoke": "three synthetic sources and one held out; about a minute on a CPU",
+              "paper": FEDARKS_PAPER_COST},
         columns=_fedarks_columns()[:-2], rows=rows, paper_refusal=FEDARKS_PAPER_REFUSAL,
         deviations=(
             "the paper's -RK -KS row prints Table 1's FedSupWA numbers: its ablation starts from FedSupWA (AAAI'26: "
@@ -516,10 +536,9 @@ def _l2rw_table9() -> TableSpec:
     return TableSpec(
         key="l2rw-table9", paper="003 L2RW+", title="Table IX: adversarial attacks and corruptions",
         shows="R1 / mAP of centralised training (DNS) and I-DPPT under five attacks and CIL-ReID corruptions",
-        budget={"smoke": "2 runs, 1 round, 32x16, synthetic visible-infrared (viA), 5 attacks + 2 corruption "
-                         "repeats; a few minutes on a CPU",
-                "paper": "2 I-DPPT runs, 50 rounds ResNet-50 on SYSU-MM01 and LLCM + attacks; GPU, days "
-                         "(DNS columns empty)"},
+        cost={"smoke": "synthetic visible-infrared (viA), 5 attacks + 2 corruption repeats; a few minutes on a CPU",
+              "paper": "I-DPPT only (DNS columns empty), 50 rounds ResNet-50 on SYSU-MM01 and LLCM + attacks; GPU, "
+                       "days"},
         columns=columns, rows=tuple(Row(name, train, run="model", measure=m) for name, m in measures),
         paper_train={"sysu-mm01": "sysu-mm01", "llcm": "llcm"},
         deviations=(
@@ -551,9 +570,9 @@ def _l2rw_fig8() -> TableSpec:
     return TableSpec(
         key="l2rw-fig8", paper="003 L2RW+", title="Fig. 8: iDLG gradient-inversion leakage, DNS against I-DPPT",
         shows="how much of one visible and one infrared training image iDLG recovers from each model's gradient",
-        budget={"smoke": f"2 runs, 1 round, 32x16, synthetic visible-infrared (viA), 2 subjects x 2 models x "
-                         f"{FIG8_ATTACK['iterations']} iDLG steps; a few minutes on a CPU",
-                "paper": "1 I-DPPT run, 50 rounds ResNet-50 on SYSU-MM01 + 2 inversions; GPU, days (DNS empty)"},
+        cost={"smoke": f"synthetic visible-infrared (viA), 2 subjects x 2 models x {FIG8_ATTACK['iterations']} "
+                       "iDLG steps; a few minutes on a CPU",
+              "paper": "I-DPPT only (DNS empty), 50 rounds ResNet-50 on SYSU-MM01 + 2 inversions; GPU, days"},
         columns=columns, rows=tuple(rows), paper_train={"sysu-mm01": "sysu-mm01"}, figure=leakage_figure,
         deviations=(
             L2RW_DNS_DEVIATION,
