@@ -224,9 +224,9 @@ def test_ilidsvid_key_images(trees):
 
 
 def test_cuhksysu_g100_galleries(trees):
-    from privreid.data.formats_dg.cuhksysu import find, read_g100
+    from privreid.data.formats_dg.cuhksysu import RELEASE, read_g100
 
-    pairs = read_g100(find(trees["cuhksysu"]))
+    pairs = read_g100(RELEASE.find(trees["cuhksysu"]))
     names = [(Path(q[0]).name, sorted(Path(g[0]).name for g in gallery)) for q, gallery in pairs]
     assert names == [("p1_s1_1.jpg", ["p1_s4_1.jpg", "p2_s5_1.jpg", "p4_s4_1.jpg"]),
                      ("p2_s2_1.jpg", ["p2_s5_1.jpg", "p3_s6_1.jpg", "p4_s6_1.jpg"]),

@@ -1,13 +1,13 @@
 """Loaders for the small unseen-domain benchmarks of domain-generalisable ReID (papers 002, 000, 004, 001).
 
 Each dataset is one self-contained module of this package that defines
-``LAYOUT`` (the expected tree, one line), ``find(root)`` (the folder holding
-the release inside ``root``, or ``None``) and ``read_pool(base)`` (a
-:class:`DGPool`); :data:`DG_FORMATS` registers them.  The layouts follow
-torchreid (``torchreid.data.datasets.image``) where torchreid has the dataset
-(VIPeR, GRID, PRID, i-LIDS, CUHK01, CUHK02, CUHK-SYSU crops, iLIDS-VID) and
-the original release otherwise (3DPeS, CAVIAR4REID); docs/datasets.md draws
-each tree.
+``RELEASE`` (a :class:`ReleaseTree`: the expected tree, one line, and where
+the release may lie inside a root) and ``read_pool(base)`` (a :class:`DGPool`
+read from ``base = RELEASE.find(root)``); :data:`DG_FORMATS` registers them.
+The layouts follow torchreid (``torchreid.data.datasets.image``) where
+torchreid has the dataset (VIPeR, GRID, PRID, i-LIDS, CUHK01, CUHK02,
+CUHK-SYSU crops, iLIDS-VID) and the original release otherwise (3DPeS,
+CAVIAR4REID); docs/datasets.md draws each tree.
 
 A :class:`DGPool` is the whole dataset before any split: the images of every
 identity in two *views* (the query camera and the gallery camera of the
@@ -32,8 +32,31 @@ from privreid.data.formats.base import DETECT_SMALL, IMAGE_SUFFIXES, DatasetForm
 from privreid.data.types import ReIDDataset, Sample
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["DGPool", "DG_FORMATS", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format", "load_dg_dataset",
-           "load_pool"]
+__all__ = ["DGPool", "DG_FORMATS", "ReleaseTree", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
+           "load_dg_dataset", "load_pool"]
+
+
+@dataclass(frozen=True)
+class ReleaseTree:
+    """Where a dataset's release lies inside a root.
+
+    ``layout`` is the expected tree, one line (for error messages and
+    ``--help``); ``levels`` are the sub-folders of the root that may hold the
+    release, most nested first (``""`` is the root itself); ``holding`` are
+    folders the release folder must contain.
+    """
+
+    layout: str
+    levels: tuple[str, ...]
+    holding: tuple[str, ...] = ()
+
+    def find(self, root: Path) -> Path | None:
+        """The first ``root/<level>`` that is a directory holding every folder of ``holding``, or ``None``."""
+        for rel in self.levels:
+            path = root / rel if rel else root
+            if path.is_dir() and all((path / sub).is_dir() for sub in self.holding):
+                return path
+        return None
 
 
 @dataclass
@@ -71,13 +94,13 @@ def is_dg_format(fmt: str) -> bool:
 
 def dg_layout(fmt: str) -> str:
     """The expected tree of ``fmt``, one line (for error messages and ``--help``)."""
-    return DG_FORMATS[fmt].LAYOUT
+    return DG_FORMATS[fmt].RELEASE.layout
 
 
 def detect_dg_format(root: str | os.PathLike) -> str | None:
     """The :data:`DG_FORMATS` name whose layout ``root`` follows, or ``None``."""
     root = Path(root)
-    found = [name for name, module in DG_FORMATS.items() if module.find(root) is not None]
+    found = [name for name, module in DG_FORMATS.items() if module.RELEASE.find(root) is not None]
     if len(found) > 1:
         raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
     return found[0] if found else None
@@ -90,7 +113,7 @@ def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
     root = Path(root).expanduser().absolute()
     if not root.is_dir():
         raise DataError(f"dataset root {root} does not exist; {fmt} expects {dg_layout(fmt)}")
-    base = DG_FORMATS[fmt].find(root)
+    base = DG_FORMATS[fmt].RELEASE.find(root)
     if base is None:
         raise DataError(f"{root} is not in the {fmt} layout; expected {dg_layout(fmt)}")
     pool = DG_FORMATS[fmt].read_pool(base)
@@ -110,21 +133,11 @@ def load_dg_dataset(root: str | os.PathLike, fmt: str) -> ReIDDataset:
 def dataset_format(fmt: str) -> DatasetFormat:
     """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks)."""
     module = DG_FORMATS[fmt]
-    return DatasetFormat(fmt, module.LAYOUT, lambda root: module.find(root) is not None,
+    return DatasetFormat(fmt, module.RELEASE.layout, lambda root: module.RELEASE.find(root) is not None,
                          lambda root, variant=None: load_dg_dataset(root, fmt), priority=DETECT_SMALL, family="dg")
 
 
 # --------------------------------------------------------------------------- helpers for the format modules
-
-
-def first_dir(root: Path, *candidates: str, holding: tuple[str, ...] = ()) -> Path | None:
-    """The first ``root/<candidate>`` (``""`` is ``root`` itself) that is a directory holding every folder of
-    ``holding``, or ``None``: a module's :func:`find`, tried from the most to the least nested level."""
-    for rel in candidates:
-        path = root / rel if rel else root
-        if path.is_dir() and all((path / sub).is_dir() for sub in holding):
-            return path
-    return None
 
 
 def images(folder: Path, suffixes: tuple[str, ...] = IMAGE_SUFFIXES) -> list[Path]:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import DGPool, first_dir, numbered_samples, two_views
+from . import DGPool, ReleaseTree, numbered_samples, two_views
 
-LAYOUT = ("root/CAVIARa/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; images 001-010 camera 1, 011-020 camera 2; "
-          "the CAVIAR4REID/ level is optional)")
+RELEASE = ReleaseTree(
+    "root/CAVIARa/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; images 001-010 camera 1, 011-020 camera 2; "
+    "the CAVIAR4REID/ level is optional)",
+    levels=("CAVIAR4REID/CAVIARa", "CAVIARa"))
 IMAGES_PER_CAMERA = 10
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "CAVIAR4REID/CAVIARa", "CAVIARa")
 
 
 def read_pool(base: Path) -> DGPool:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import DGPool, first_dir, numbered_samples, two_views
+from . import DGPool, ReleaseTree, numbered_samples, two_views
 
-LAYOUT = "root/campus/<pid:04d><n:03d>.png (e.g. 0001001.png; n 001-002 view A, 003-004 view B; cuhk01/ optional)"
+RELEASE = ReleaseTree(
+    "root/campus/<pid:04d><n:03d>.png (e.g. 0001001.png; n 001-002 view A, 003-004 view B; cuhk01/ optional)",
+    levels=("cuhk01/campus", "campus"))
 IMAGES_PER_VIEW = 2
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "cuhk01/campus", "campus")
 
 
 def read_pool(base: Path) -> DGPool:

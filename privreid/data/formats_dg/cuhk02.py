@@ -13,16 +13,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images, views_by_identity
+from . import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
-LAYOUT = "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)"
+RELEASE = ReleaseTree(
+    "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)",
+    levels=("cuhk02/Dataset", "Dataset"), holding=("P1/cam1",))
 PAIRS = ("P1", "P2", "P3", "P4", "P5")
 TEST_PAIR = "P5"
 _NAME = re.compile(r"(\d+)_")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "cuhk02/Dataset", "Dataset", holding=("P1/cam1",))
 
 
 def read_pool(base: Path) -> DGPool:

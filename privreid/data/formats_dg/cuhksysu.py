@@ -19,16 +19,14 @@ from pathlib import Path
 from privreid.data.types import Sample
 from privreid.errors import DataError
 
-from . import DGPool, bad_name, first_dir, images, views_by_identity
+from . import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
-LAYOUT = ("root/cropped_images/p<pid>_s<scene>_<n>.jpg (e.g. p11422_s16929_1.jpg) + "
-          "root/annotation/test/train_test/TestG100.mat (the cuhksysu/ level is optional)")
+RELEASE = ReleaseTree(
+    "root/cropped_images/p<pid>_s<scene>_<n>.jpg (e.g. p11422_s16929_1.jpg) + "
+    "root/annotation/test/train_test/TestG100.mat (the cuhksysu/ level is optional)",
+    levels=("cuhksysu", ""), holding=("cropped_images",))
 PROTOCOL_FILE = Path("annotation") / "test" / "train_test" / "TestG100.mat"
 _NAME = re.compile(r"p(\d+)_s(\d+)_\d+\.jpg")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "cuhksysu", "", holding=("cropped_images",))
 
 
 def _crops(base: Path) -> list[tuple[Sample, int]]:
@@ -47,7 +45,7 @@ def read_g100(base: Path) -> list[tuple[Sample, list[Sample]]]:
 
     path = base / PROTOCOL_FILE
     if not path.is_file():
-        raise DataError(f"missing {path}; cuhksysu expects {LAYOUT}")
+        raise DataError(f"missing {path}; cuhksysu expects {RELEASE.layout}")
     try:
         entries = loadmat(str(path), simplify_cells=True)["TestG100"]
     except (OSError, ValueError, KeyError, TypeError) as exc:

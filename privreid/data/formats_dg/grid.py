@@ -11,15 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images, views_by_identity
+from . import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
-LAYOUT = ("root/underground_reid/{probe,gallery}/<pid:04d>_<cam>_....jpeg (e.g. "
-          "0001_1_25004_107_32_106_221.jpeg; pid 0000 = gallery distractor; the grid/ level is optional)")
+RELEASE = ReleaseTree(
+    "root/underground_reid/{probe,gallery}/<pid:04d>_<cam>_....jpeg (e.g. "
+    "0001_1_25004_107_32_106_221.jpeg; pid 0000 = gallery distractor; the grid/ level is optional)",
+    levels=("grid/underground_reid", "underground_reid", ""), holding=("probe", "gallery"))
 _NAME = re.compile(r"(\d+)_(\d+)_")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "grid/underground_reid", "underground_reid", "", holding=("probe", "gallery"))
 
 
 def read_pool(base: Path) -> DGPool:

@@ -11,15 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, ReleaseTree, bad_name, images
 
-LAYOUT = ("root/i-LIDS_Pedestrian/Persons/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; the ilids/ level is "
-          "optional)")
+RELEASE = ReleaseTree(
+    "root/i-LIDS_Pedestrian/Persons/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; the ilids/ level is optional)",
+    levels=("ilids/i-LIDS_Pedestrian/Persons", "i-LIDS_Pedestrian/Persons", "Persons"))
 _NAME = re.compile(r"(\d{4})(\d{3})\.jpg")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "ilids/i-LIDS_Pedestrian/Persons", "i-LIDS_Pedestrian/Persons", "Persons")
 
 
 def read_pool(base: Path) -> DGPool:

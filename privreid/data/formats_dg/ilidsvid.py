@@ -13,15 +13,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images, views_by_identity
+from . import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
-LAYOUT = ("root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level "
-          "is optional)")
+RELEASE = ReleaseTree(
+    "root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level is optional)",
+    levels=("ilids-vid/i-LIDS-VID/images", "i-LIDS-VID/images", "images"), holding=("cam1", "cam2"))
 _PERSON = re.compile(r"person(\d+)")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "ilids-vid/i-LIDS-VID/images", "i-LIDS-VID/images", "images", holding=("cam1", "cam2"))
 
 
 def read_pool(base: Path) -> DGPool:

@@ -12,17 +12,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, ReleaseTree, bad_name, images
 
-LAYOUT = ("root/prid_2011/single_shot/{cam_a,cam_b}/person_<pid:04d>.png (e.g. person_0001.png; "
-          "the prid2011/ level is optional)")
+RELEASE = ReleaseTree(
+    "root/prid_2011/single_shot/{cam_a,cam_b}/person_<pid:04d>.png (e.g. person_0001.png; "
+    "the prid2011/ level is optional)",
+    levels=("prid2011/prid_2011/single_shot", "prid_2011/single_shot", "single_shot", ""), holding=("cam_a", "cam_b"))
 PAIRED = 200  # persons 1..200 appear in both cameras
 _NAME = re.compile(r"person_(\d+)\.png")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "prid2011/prid_2011/single_shot", "prid_2011/single_shot", "single_shot", "",
-                     holding=("cam_a", "cam_b"))
 
 
 def read_pool(base: Path) -> DGPool:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import DGPool, bad_name, first_dir, images
+from . import DGPool, ReleaseTree, bad_name, images
 
-LAYOUT = "root/3DPeS/RGB/<pid>_<camera>_<...>.bmp (e.g. 001_1_20100611_0001.bmp; the 3DPeS/ level is optional)"
+RELEASE = ReleaseTree(
+    "root/3DPeS/RGB/<pid>_<camera>_<...>.bmp (e.g. 001_1_20100611_0001.bmp; the 3DPeS/ level is optional)",
+    levels=("3DPeS/RGB", "RGB"))
 _NAME = re.compile(r"(\d+)_(\d+)_")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "3DPeS/RGB", "RGB")
 
 
 def read_pool(base: Path) -> DGPool:

@@ -12,14 +12,12 @@ from pathlib import Path
 
 from privreid.errors import DataError
 
-from . import DGPool, first_dir, images
+from . import DGPool, ReleaseTree, images
 
-LAYOUT = ("root/VIPeR/{cam_a,cam_b}/<n>_<angle>.bmp (e.g. 000_45.bmp; the n-th images of cam_a and cam_b "
-          "show one person; the VIPeR/ or viper/VIPeR/ levels are optional)")
-
-
-def find(root: Path) -> Path | None:
-    return first_dir(root, "viper/VIPeR", "VIPeR", "", holding=("cam_a", "cam_b"))
+RELEASE = ReleaseTree(
+    "root/VIPeR/{cam_a,cam_b}/<n>_<angle>.bmp (e.g. 000_45.bmp; the n-th images of cam_a and cam_b "
+    "show one person; the VIPeR/ or viper/VIPeR/ levels are optional)",
+    levels=("viper/VIPeR", "VIPeR", ""), holding=("cam_a", "cam_b"))
 
 
 def read_pool(base: Path) -> DGPool:
