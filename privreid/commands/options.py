@@ -13,6 +13,10 @@ command's signature; :func:`run_config` builds the run configuration from the
 command's parameters by the same table, then applies ``--set``
 (:func:`privreid.config.apply_sets`).  Options that do not set a field
 (``--out``, ``--resume``, ...) stay in the command's own signature.
+
+:func:`settings_options` does the same for a command's own settings
+dataclass (``privreid invert``'s :class:`~privreid.attacks.inversion.optimise.InversionSettings`):
+one option per field, with the field's default and type.
 """
 
 from __future__ import annotations
