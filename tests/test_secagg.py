@@ -412,6 +412,11 @@ def test_flower_secaggplus_gives_the_in_process_model_exactly_and_no_update_in_t
     assert flower["global_state"].keys() == inproc["global_state"].keys()
     for k, v in inproc["global_state"].items():
         assert torch.equal(flower["global_state"][k], v), k
+    def train_records(ckpt):  # each site's training metrics, with their types (an int stays an int)
+        return sorted(((r["client"], k, type(v).__name__, v) for r in ckpt["metrics"] if r["scope"] == "train"
+                       for k, v in r.items() if k != "client"))
+
+    assert train_records(flower) == train_records(inproc) and train_records(flower)
     plain_cfg = flower_cfg(synth3)
     plain_cfg.train.secure_aggregation = False
     FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False,
