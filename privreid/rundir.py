@@ -185,8 +185,9 @@ def _remove_if_only_provenance(out: Path) -> None:
     out.rmdir()
 
 
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``.
+def write_file_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``
+    (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
 
     No reader ever sees a half-written ``path``, and a ``write`` that raises
     leaves neither a temporary file nor a changed ``path`` behind.
@@ -202,4 +203,4 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
+    write_file_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from .config import RunConfig
 from .errors import ConfigError
 from .reporting.files import save_figure, write_csv_rows
+from .rundir import write_file_atomically
 
 #: CLI knob name -> TrainConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -149,9 +150,8 @@ def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> di
         if stored.get("settings") == key:
             return stored["results"]
     results = _leakage(run_dir / "ckpt.pt", settings, device)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"settings": key, "results": results}, indent=2))
-    os.replace(tmp, cache)
+    write_file_atomically(cache, lambda tmp: tmp.write_text(json.dumps({"settings": key, "results": results},
+                                                                       indent=2)))
     return results
 
 

@@ -214,7 +214,7 @@ def test_dp_budget_stop_evaluates_the_final_model(tiny_synth, tmp_path):
 
 def test_write_atomically_replaces_whole_or_not_at_all(tmp_path):
     """The one atomic-write helper (run JSON, client memories, exports): a failing write keeps the old file."""
-    from privreid.rundir import write_atomically, write_json_atomic
+    from privreid.rundir import write_file_atomically, write_json_atomic
 
     path = tmp_path / "summary.json"
     write_json_atomic(path, {"b": 1, "a": [2]})
@@ -225,6 +225,6 @@ def test_write_atomically_replaces_whole_or_not_at_all(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        write_atomically(path, half_then_fail)
+        write_file_atomically(path, half_then_fail)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
     assert path.read_text().startswith('{\n  "a"')

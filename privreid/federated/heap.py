@@ -33,8 +33,8 @@ client and the next one faults those pages back in.  Measured with
 ``benchmarks/round_overhead.py`` (ResNet-18 at 64x32, 3 clients x 4 steps,
 one run each): a 64 MiB slack trimmed 6 times in 21 client turns and a
 FedPav round took 1.049x the centralised round on the same steps; 128 MiB,
-1.028x.  ``benchmarks/memory.py`` stays flat with it (27 / 3 clients: FedPav
-1.03x, MOON 1.06x; target 1.15x).
+1.028x.  ``benchmarks/memory.py`` stays flat with the default (its table in
+the README's memory section).
 """
 
 from __future__ import annotations

@@ -133,7 +133,8 @@ class TableSpec:
         if scale == "paper" and self.paper_refusal:
             return f"not runnable yet: {self.cost[scale]}"
         n = len(self.runs(scale))
-        return f"{n} run{'s' if n != 1 else ''}, {SMOKE_BUDGET + ', ' if scale == 'smoke' else ''}{self.cost[scale]}"
+        parts = [f"{n} run" + ("s" if n != 1 else ""), *([SMOKE_BUDGET] if scale == "smoke" else []), self.cost[scale]]
+        return ", ".join(parts)
 
 
 def _fedreid_table2() -> TableSpec:

@@ -80,6 +80,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 
 from ..federated.policy import StateDict
+from ..rundir import write_file_atomically
 from .protocol import rounding_seed
 
 #: FitIns config keys privreid adds (everything else in it is the run record)
@@ -145,11 +146,13 @@ def secagg_state_path(ctxt: Context, run_id: int):
 def _save_state(ctxt: Context, path) -> None:
     data = config_record_to_proto(ctxt.state.config_records[RECORD_KEY_STATE]).SerializeToString()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the site's secret keys
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the site's secret keys
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    write_file_atomically(path, write)
 
 
 def _restore_state(ctxt: Context, path) -> None:
