@@ -13,10 +13,14 @@ A :class:`DGPool` is the whole dataset before any split: the images of every
 identity in two *views* (the query camera and the gallery camera of the
 benchmarks' protocols) plus gallery-only distractors.  Train / test splits are
 drawn from it by :mod:`privreid.data.formats_dg.splits` (the DG-ReID protocol
-of Song et al., CVPR 2019, and FedPav's cross-camera protocol);
-:func:`load_dg_dataset` returns split 0 of seed 0 as a plain
-:class:`~privreid.data.types.ReIDDataset`, which is what training on one of
-these datasets uses (torchreid's ``split_id=0``).
+of Song et al., CVPR 2019, FedPav's cross-camera protocol and FedPav's
+nine-client split); :func:`load_dg_dataset` returns split 0 of seed 0 as a
+plain :class:`~privreid.data.types.ReIDDataset`, which is what training on
+one of these datasets uses (torchreid's ``split_id=0``).  Any of them trains
+a client: ``--data DIR`` (or ``DIR:<format>``) gives the ``dg`` split's train
+identities (CUHK02: P1-P4, every image, as FedARKS trains on it), and
+``DIR:<format>-fedpav`` FedPav's client split of the five small datasets of
+its federation (PRID, CUHK01, VIPeR, 3DPeS, i-LIDS; paper 004, Table 1).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from privreid.data.formats.base import DETECT_SMALL, IMAGE_SUFFIXES, DatasetForm
 from privreid.data.types import ReIDDataset, Sample
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["DGPool", "DG_FORMATS", "ReleaseTree", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
+__all__ = ["CLIENT_SPLITS", "DGPool", "DG_FORMATS", "ReleaseTree", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
            "load_dg_dataset", "load_pool"]
 
 
@@ -122,19 +126,38 @@ def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
     return pool
 
 
-def load_dg_dataset(root: str | os.PathLike, fmt: str) -> ReIDDataset:
-    """Split 0 (seed 0) of ``fmt``'s default protocol as a :class:`ReIDDataset` (train pids relabelled)."""
+def load_dg_dataset(root: str | os.PathLike, fmt: str, protocol: str | None = None) -> ReIDDataset:
+    """Split 0 (seed 0) of ``protocol`` (default: ``fmt``'s default protocol) as a :class:`ReIDDataset`
+    (train pids relabelled); named ``<fmt>-<protocol>`` when a protocol is given (``prid-fedpav``)."""
     from .splits import default_protocol, make_splits, split_dataset
 
     pool = load_pool(root, fmt)
-    return split_dataset(pool, make_splits(pool, default_protocol(fmt), num_splits=1, seed=0)[0])
+    ds = split_dataset(pool, make_splits(pool, protocol or default_protocol(fmt), num_splits=1, seed=0)[0])
+    if protocol is not None:
+        ds.name = f"{fmt}-{protocol}"
+    return ds
+
+
+#: the ``--format <name>-<variant>`` split variants of the DG formats: FedPav's client split (``prid-fedpav``)
+CLIENT_SPLITS = ("fedpav",)
 
 
 def dataset_format(fmt: str) -> DatasetFormat:
-    """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks)."""
+    """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks);
+    the FedPav clients take the variant ``fedpav`` (their split of paper 004, Table 1)."""
+    from .splits import FEDPAV_TEST_IDS
+
     module = DG_FORMATS[fmt]
-    return DatasetFormat(fmt, module.RELEASE.layout, lambda root: module.RELEASE.find(root) is not None,
-                         lambda root, variant=None: load_dg_dataset(root, fmt), priority=DETECT_SMALL, family="dg")
+    variants = CLIENT_SPLITS if fmt in FEDPAV_TEST_IDS else ()
+
+    def load(root: Path, variant: str | None = None) -> ReIDDataset:
+        if variant is not None and variant not in variants:
+            raise ConfigError(f"unknown {fmt} variant {variant!r}; choose one of: {', '.join(variants)}")
+        return load_dg_dataset(root, fmt, variant)
+
+    return DatasetFormat(fmt, module.RELEASE.layout, lambda root: module.RELEASE.find(root) is not None, load,
+                         priority=DETECT_SMALL, family="dg", variant_pattern="|".join(variants) or None,
+                         variant_doc="|".join(variants) or None)
 
 
 # --------------------------------------------------------------------------- helpers for the format modules

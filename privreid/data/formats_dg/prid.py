@@ -4,7 +4,9 @@ torchreid's layout: ``prid2011/prid_2011/single_shot/{cam_a,cam_b}/person_<pid:0
 Only persons 1-200 are the same people in both cameras (the release's
 readme; numbers above 200 name different people in each camera): they are
 paired; camera B's persons 201-749 are gallery distractors; camera A's
-persons 201-385 are not used, as in torchreid.  View A (query) is ``cam_a``, view B (gallery) ``cam_b``.
+persons 201-385 are train-only identities (one view), as in the DGD
+conversion FedPav trains on (Cysu/dgd_person_reid ``data/format_prid.py``),
+where torchreid leaves them out.  View A (query) is ``cam_a``, view B (gallery) ``cam_b``.
 """
 
 from __future__ import annotations
@@ -35,4 +37,5 @@ def read_pool(base: Path) -> DGPool:
     a, b = cams
     views = {pid: ([a[pid]], [b[pid]]) for pid in sorted(a.keys() & b.keys()) if pid <= PAIRED}
     distractors = [b[pid] for pid in sorted(b) if pid not in views]
+    views |= {pid: ([a[pid]], []) for pid in sorted(a) if pid > PAIRED}
     return DGPool("prid", str(base), views, distractors=distractors)

@@ -11,6 +11,21 @@ completed with the dataset's distractors (PRID 549 camera-B-only people ->
 in one view) is the split's train set.  Results are the mean and std over
 the splits (:mod:`privreid.evaluation.dg_protocol`).
 
+``fedpav`` -- FedPav's nine-client split (paper 004, Table 1), as its
+authors' code prepares it (cap-ntu/FedReID ``data_preprocess``, which reads
+the ``meta.json`` / ``split.json`` of Xiao et al.'s DGD conversion scripts,
+Cysu/dgd_person_reid ``data/format_*.py``): the test identities are a random
+half of the identities (rounded up: VIPeR 316, CUHK01 486, i-LIDS 60), 100
+for 3DPeS and 100 of PRID's 200 paired people; every other identity trains,
+with all its images (FedPav trains on ``train_all`` = DGD's ``trainval``:
+PRID 285 people, its 185 camera-A-only ones included).  The query is every
+view-A image of the test identities and the gallery every view-B image (DGD's
+"first half views are probe") plus the distractors (PRID: 649 gallery images);
+a test identity seen in one view only is gallery-only (DGD puts 3DPeS' one-
+camera people in ``cam_1``); an i-LIDS identity's images are shuffled and
+halved, the first ``n // 2`` as query.  The release's ``split.json`` files
+are not published, so privreid draws its own (seeded) split.
+
 ``crosscam`` -- FedPav's Table 5 protocol (paper 004, Sec. 5.4): a random
 draw of identities seen by both cameras (CAVIAR4REID 36, as [32, 38]; GRID
 all 250), every image of view A as query and every image of view B as the
@@ -40,9 +55,12 @@ from privreid.errors import ConfigError, DataError
 
 from . import DGPool
 
-SPLIT_PROTOCOLS = ("dg", "crosscam")
+SPLIT_PROTOCOLS = ("dg", "crosscam", "fedpav")
 #: FedPav Table 5: identities drawn per cross-camera test (None: every paired identity)
 CROSSCAM_IDS = {"caviar": 36, "grid": None}
+#: FedPav's small clients (Table 1): test identities drawn (None: half of all identities, rounded up); PRID draws
+#: among its paired people, the others among all identities (Cysu/dgd_person_reid data/format_{prid,3dpes}.py)
+FEDPAV_TEST_IDS = {"prid": 100, "cuhk01": None, "viper": None, "3dpes": 100, "ilids": None}
 NUM_SPLITS = 10
 
 
@@ -64,6 +82,8 @@ def default_protocol(fmt: str) -> str:
 def num_test_ids(pool: DGPool, protocol: str) -> int:
     """How many identities a split of ``protocol`` tests on (see the module docstring)."""
     paired = len(pool.paired_ids)
+    if protocol == "fedpav":
+        return min(FEDPAV_TEST_IDS[pool.name] or math.ceil(len(pool.views) / 2), len(_test_candidates(pool, protocol)))
     if protocol == "crosscam":
         if pool.name not in CROSSCAM_IDS:
             raise ConfigError(f"FedPav's cross-camera protocol is defined for {', '.join(CROSSCAM_IDS)}, "
@@ -71,6 +91,15 @@ def num_test_ids(pool: DGPool, protocol: str) -> int:
         wanted = CROSSCAM_IDS[pool.name] or paired
         return min(wanted, paired)
     return math.ceil(paired / 2)
+
+
+def _test_candidates(pool: DGPool, protocol: str) -> list[int]:
+    """The identities a split of ``protocol`` draws its test identities from (see the module docstring)."""
+    if protocol == "fedpav":
+        if pool.name not in FEDPAV_TEST_IDS:
+            raise ConfigError(f"FedPav's client split is defined for {', '.join(FEDPAV_TEST_IDS)}, not {pool.name}")
+        return pool.paired_ids if pool.name == "prid" else sorted(pool.views)
+    return pool.paired_ids
 
 
 def make_splits(pool: DGPool, protocol: str = "dg", *, num_splits: int = NUM_SPLITS, seed: int = 0) -> list[DGSplit]:
@@ -90,8 +119,9 @@ def _split(pool: DGPool, protocol: str, seed: int, index: int) -> DGSplit:
     if pool.fixed_test is not None:
         test = [pid for pid in pool.fixed_test if pid in set(paired)]
     else:
-        order = rng.permutation(len(paired))
-        test = sorted(paired[i] for i in order[: num_test_ids(pool, protocol)])
+        candidates = _test_candidates(pool, protocol)
+        order = rng.permutation(len(candidates))
+        test = sorted(candidates[i] for i in order[: num_test_ids(pool, protocol)])
     if not test:
         raise DataError(f"{pool.name} at {pool.root}: no identity to test on")
     test_set = set(test)
@@ -100,7 +130,9 @@ def _split(pool: DGPool, protocol: str, seed: int, index: int) -> DGSplit:
     query, gallery = [], []
     for pid in test:
         view_a, view_b = pool.views[pid]
-        if pool.shared_view:
+        if protocol == "fedpav":
+            q, g = _fedpav_views(view_a, view_b, pool.shared_view, rng)
+        elif pool.shared_view:
             first, second = rng.choice(len(view_a), size=2, replace=False)
             q = [view_a[first]]
             g = [view_a[second]] if single else [s for i, s in enumerate(view_a) if i != first]
@@ -110,9 +142,20 @@ def _split(pool: DGPool, protocol: str, seed: int, index: int) -> DGSplit:
             q, g = view_a, view_b
         query += [(path, pid, 0) for path, _, _ in q]
         gallery += [(path, pid, 1) for path, _, _ in g]
-    if protocol == "dg":
+    if protocol in ("dg", "fedpav"):
         gallery += [(path, pid, 1) for path, pid, _ in pool.distractors]
     return DGSplit(index, seed, protocol, train_ids, test, query, gallery)
+
+
+def _fedpav_views(view_a: list[Sample], view_b: list[Sample], shared: bool,
+                  rng: np.random.Generator) -> tuple[list[Sample], list[Sample]]:
+    """A FedPav test identity's query and gallery images (see the module docstring)."""
+    if shared:
+        order = rng.permutation(len(view_a))
+        return [view_a[i] for i in order[: len(view_a) // 2]], [view_a[i] for i in order[len(view_a) // 2:]]
+    if not view_a or not view_b:
+        return [], view_a + view_b
+    return view_a, view_b
 
 
 def train_samples(pool: DGPool, split: DGSplit) -> list[Sample]:
