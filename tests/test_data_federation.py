@@ -67,8 +67,17 @@ def test_bad_format_suffix_is_one_line(tmp_path, spec, message):
     with pytest.raises(ConfigError, match=message) as info:
         parse_data_spec(spec)
     assert "\n" not in str(info.value)
-    res = runner.invoke(app, ["data", "info", spec])
-    assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
+    for command in (["data", "info", spec], ["train", "--data", spec, "--dry-run"]):
+        res = runner.invoke(app, command)
+        assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1, command
+
+
+def test_train_dry_run_evaluates_each_client_of_a_mixed_federation(tmp_path):
+    market, viper = make_market(tmp_path / "market"), make_viper(tmp_path / "viper", 8)
+    res = runner.invoke(app, ["train", "--data", str(market), "--data", f"{viper}:viper-fedpav", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "market (seen): Market-1501 rules: 2 queries x 4 gallery images" in res.output
+    assert "viper (seen): Market-1501 rules: 4 queries x 4 gallery images" in res.output  # FedPav's split: 8 -> 4
 
 
 def test_dg_benchmarks_train_clients_with_their_own_labels(tmp_path):
@@ -187,6 +196,18 @@ def test_every_table_runs_at_paper_scale(tmp_path):
     data_root = _paper_tree(tmp_path / "data")
     for key in ("fedpav-table3", "fedpav-table4", "fedpav-table5", "fedarks-table1", "fedarks-table3"):
         assert check_table(key, "paper", data_root) is TABLES[key]
+
+
+def test_paper_scale_checks_each_folder_in_its_clients_format(tmp_path):
+    import shutil
+
+    data_root = _paper_tree(tmp_path / "data")
+    shutil.rmtree(data_root / "prid")
+    (data_root / "prid" / "elsewhere").mkdir(parents=True)
+    res = runner.invoke(app, ["reproduce", "fedpav-table3", "--scale", "paper", "--data-root", str(data_root),
+                              "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert f"dataset {data_root / 'prid'} is not in the prid-fedpav layout (root/prid_2011/single_shot/" in res.output
 
 
 def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):

@@ -96,12 +96,10 @@ def check_table(key: str, scale: str, data_root) -> TableSpec:
 def _check_dataset(path: Path, fmt: str) -> None:
     """Refuse, naming the expected layout, when ``path`` does not hold a ``fmt`` dataset."""
     from ..data.catalog import load_with_format
-    from ..data.formats import DATASET_FORMATS
-    from ..data.formats_dg import DG_FORMATS, dg_layout, load_pool
-    from ..data.formats_vi import VI_FORMATS
+    from ..data.formats import get_format
+    from ..data.formats_dg import DG_FORMATS, load_pool
 
-    layout = (dg_layout(fmt) if fmt in DG_FORMATS else VI_FORMATS.get(fmt)
-              or DATASET_FORMATS.get(fmt.split("-")[0], ""))
+    layout = get_format(fmt)[0].layout
     if not path.is_dir():
         raise DataError(f"missing dataset {path.name}: expected {path} in the {fmt} layout: {layout}")
     try:
