@@ -13,7 +13,7 @@ from privreid.cli import app
 from privreid.data.catalog import build_federation, load_datasets, parse_data_spec, resolve_datasets
 from privreid.data.formats import load_dataset
 from privreid.data.formats_dg import load_pool
-from privreid.data.formats_dg.splits import make_splits
+from privreid.data.formats_dg.splits import make_splits, train_samples
 from privreid.data.published_counts import FEDPAV_TABLE1, check_counts
 from privreid.errors import ConfigError
 
@@ -134,9 +134,9 @@ def test_fedpav_split_matches_table1_on_full_size_trees(tmp_path, fmt, build):
 def test_check_counts_flags_a_difference_and_says_why(tmp_path):
     ds = load_dataset(make_prid(tmp_path), "prid-fedpav")
     lines = check_counts("prid-fedpav", ds)
-    assert lines == [f"train images: 385 != 3,744 in FedPav Table 1 (paper 004) (FedPav's clients train on up to 10 "
-                     "frames per camera of each person's multi_shot sequence (Cysu/dgd_person_reid "
-                     "data/format_prid.py); privreid reads the single_shot images, one per camera)"]
+    assert len(lines) == 1 and lines[0].startswith(
+        "train images: 385 != 3,744 in FedPav Table 1 (paper 004) (FedPav's clients train on up to 10 frames per "
+        "camera of each person's multi_shot sequence (Cysu/dgd_person_reid data/format_prid.py): without multi_shot/")
     # the dg split is not FedPav's: not compared, the spelling that is is named
     assert check_counts("prid", load_dataset(tmp_path, "prid")) == [
         "FedPav Table 1 (paper 004) splits this dataset as --data DIR:prid-fedpav; read as prid, its counts are "
@@ -234,3 +234,46 @@ def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):
     assert sorted(c.domain for c in federation.clients) == sorted(loaded)
     assert {name: item.dataset.num_train_pids for name, item in loaded.items() if name in ("prid", "3dpes")} == {
         "prid": 285, "3dpes": 4}
+
+
+def test_fedarks_paper_runs_train_on_cuhk02_and_hold_one_domain_out(tmp_path):
+    """FedARKS Table 1's paper-scale tasks: the three other domains train (CUHK02: P1-P4, every image), the
+    task's domain is the unseen test set."""
+    from privreid.commands.sweep import base_config
+    from privreid.data.catalog import federation_for_config
+    from privreid.reproduce import TABLES
+
+    data_root = _paper_tree(tmp_path / "data")
+    row = next(r for r in TABLES["fedarks-table1"].rows if r.name == "FedARKS")
+    for task, held_out in (("MS+C2+C3→M", "market1501"), ("M+C2+C3→MS", "msmt17"), ("MS+C2+M→C3", "cuhk03np")):
+        args = [a.format(data_root=data_root, device="cpu") for a in row.train[task]["paper"]]
+        args = [str(Path(__file__).resolve().parents[1] / a) if a.startswith("configs/") else a for a in args]
+        federation = federation_for_config(base_config(args))
+        assert sorted(c.domain for c in federation.clients) == sorted(
+            {"market1501", "cuhk02", "cuhk03np", "msmt17"} - {held_out}), task
+        assert [t.name for t in federation.unseen] == [held_out], task
+        cuhk02 = next(c for c in federation.clients if c.domain == "cuhk02")
+        assert (cuhk02.num_classes, len(cuhk02.train)) == (9, 36)  # make_cuhk02: P1-P4 hold 9 people, 4 images each
+
+
+def test_fedpav_split_of_prid_trains_on_up_to_ten_frames_of_each_sequence(tmp_path):
+    """With the release's multi_shot/ sequences, a train person contributes up to 10 frames per camera (DGD's
+    draw); camera B's sequence only for the paired persons (person_0201 of cam_b is someone else)."""
+    root = make_prid(tmp_path)
+    multi = root / "prid2011" / "prid_2011" / "multi_shot"
+    for cam, persons in (("cam_a", 385), ("cam_b", 749)):
+        for pid in range(1, persons + 1):
+            for n in range(1, 13 if pid % 2 else 7):  # odd persons: 12 frames, even ones: 6
+                _img(multi / cam / f"person_{pid:04d}" / f"{n:04d}.png")
+    pool = load_pool(root, "prid")
+    split = make_splits(pool, "fedpav", num_splits=1)[0]
+    ds = load_dataset(root, "prid-fedpav")
+    train_pids = split.train_ids
+    per_cam = {pid: min(10, 12 if pid % 2 else 6) for pid in train_pids}
+    expected = sum(2 * per_cam[pid] if pid <= 200 else per_cam[pid] for pid in train_pids)
+    assert len(ds.train) == expected and ds.num_train_pids == 285
+    assert all("multi_shot" in path for path, _, _ in ds.train)
+    assert not any("cam_b" in path for path, pid, _ in train_samples(pool, split) if pid > 200)
+    # the test images stay the single-shot ones
+    assert all("single_shot" in path for path, _, _ in ds.query + ds.gallery)
+    assert ds.train == load_dataset(root, "prid-fedpav").train  # seeded

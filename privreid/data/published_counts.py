@@ -38,8 +38,9 @@ FEDPAV_TABLE1_NOTES: dict[tuple[str, str], str] = {
     ("dukemtmcreid", "gallery images"): "the release's bounding_box_test holds 17,661 images (torchreid's count); "
                                         "the paper prints 17,611",
     ("prid-fedpav", "train images"): "FedPav's clients train on up to 10 frames per camera of each person's "
-                                     "multi_shot sequence (Cysu/dgd_person_reid data/format_prid.py); privreid "
-                                     "reads the single_shot images, one per camera",
+                                     "multi_shot sequence (Cysu/dgd_person_reid data/format_prid.py): without "
+                                     "multi_shot/ beside single_shot/, privreid trains on the single-shot images; "
+                                     "with it, " + _DRAW,
     ("3dpes-fedpav", "query identities"): _DRAW + "; a test person seen by one camera is gallery-only",
     **{(fmt, f"{split} images"): _DRAW for fmt in ("3dpes-fedpav", "ilids-fedpav") for split in SPLITS},
 }

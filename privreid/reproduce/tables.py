@@ -231,9 +231,9 @@ FEDPAV_PAPER_COST = "300 rounds ResNet-50 on nine datasets; GPU, days"
 #: where FedPav's nine-client data differs from the paper's (written under Tables 3-5)
 FEDPAV_DATA_DEVIATIONS = (
     "the small clients' train / test identities are privreid's seeded draw of FedPav's client split (its authors' "
-    "split.json files are not published); PRID trains on its single-shot images (385), where FedPav's clients "
-    "sample up to 10 frames per camera of the multi-shot sequences (3,744); `privreid data info` flags each count "
-    "that differs from the paper's Table 1",
+    "split.json files are not published), so image counts differ from its Table 1 (`privreid data info` flags "
+    "each one); PRID trains on up to 10 frames per camera of its multi_shot sequences, as FedPav's clients do, "
+    "only when multi_shot/ sits beside single_shot/ (else on the 385 single-shot images, against 3,744)",
     "the paper's \"iLIDS-VID\" client is QMUL i-LIDS (119 people, 476 images: its Table 1 and its authors' "
     "meta.json), read with --format ilids",
 )

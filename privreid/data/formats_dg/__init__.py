@@ -70,11 +70,14 @@ class DGPool:
     ``views[pid] = (view_a, view_b)``: the identity's images in the query view
     and in the gallery view (``view_b`` is ``view_a`` itself for i-LIDS, which
     has no camera labels: query and gallery are then two distinct images).  An
-    identity with one empty view can only be trained on.  ``distractors`` are
+    identity with one empty view is never a query (it trains, or, in FedPav's
+    split, may be a gallery-only test person).  ``distractors`` are
     gallery-only images of identities outside ``views`` (GRID's 775, PRID's
     cam_b-only 549).  ``shared_view`` marks the i-LIDS / CUHK-SYSU case.
     ``fixed_test`` lists the test identities of a dataset with one released
-    split (CUHK02: the P5 camera pair) instead of random splits.
+    split (CUHK02: the P5 camera pair) instead of random splits.  ``frames``
+    are an identity's sequence frames in each view where the release has them
+    besides ``views`` (PRID's ``multi_shot/``): FedPav's split trains on them.
     """
 
     name: str
@@ -83,6 +86,7 @@ class DGPool:
     distractors: list[Sample] = field(default_factory=list)
     shared_view: bool = False
     fixed_test: list[int] | None = None
+    frames: dict[int, tuple[list[Sample], list[Sample]]] = field(default_factory=dict)
 
     @property
     def paired_ids(self) -> list[int]:

@@ -18,7 +18,9 @@ Cysu/dgd_person_reid ``data/format_*.py``): the test identities are a random
 half of the identities (rounded up: VIPeR 316, CUHK01 486, i-LIDS 60), 100
 for 3DPeS and 100 of PRID's 200 paired people; every other identity trains,
 with all its images (FedPav trains on ``train_all`` = DGD's ``trainval``:
-PRID 285 people, its 185 camera-A-only ones included).  The query is every
+PRID 285 people, its 185 camera-A-only ones included; where the PRID
+release's ``multi_shot`` sequences are present, a train person's images are
+up to 10 frames drawn from each camera's sequence, as DGD draws them).  The query is every
 view-A image of the test identities and the gallery every view-B image (DGD's
 "first half views are probe") plus the distractors (PRID: 649 gallery images);
 a test identity seen in one view only is gallery-only (DGD puts 3DPeS' one-
@@ -62,6 +64,8 @@ CROSSCAM_IDS = {"caviar": 36, "grid": None}
 #: among its paired people, the others among all identities (Cysu/dgd_person_reid data/format_{prid,3dpes}.py)
 FEDPAV_TEST_IDS = {"prid": 100, "cuhk01": None, "viper": None, "3dpes": 100, "ilids": None}
 NUM_SPLITS = 10
+#: FedPav's clients train on at most this many frames per camera of a sequence (Cysu/dgd_person_reid format_prid.py)
+FEDPAV_FRAMES = 10
 
 
 @dataclass
@@ -159,12 +163,23 @@ def _fedpav_views(view_a: list[Sample], view_b: list[Sample], shared: bool,
 
 
 def train_samples(pool: DGPool, split: DGSplit) -> list[Sample]:
-    """Every image of the split's train identities, with its own camid (views A and B once each)."""
+    """Every image of the split's train identities, with its own camid (views A and B once each); FedPav's
+    split takes up to :data:`FEDPAV_FRAMES` frames per view from the pool's ``frames`` where it has them."""
+    rng = np.random.default_rng([split.seed, split.index, 1])
     out = []
     for pid in split.train_ids:
         view_a, view_b = pool.views[pid]
-        out += view_a if pool.shared_view else view_a + view_b
+        if split.protocol == "fedpav" and any(pool.frames.get(pid, ())):
+            out += [s for frames in pool.frames[pid] for s in _draw(frames, rng)]
+        else:
+            out += view_a if pool.shared_view else view_a + view_b
     return out
+
+
+def _draw(frames: list[Sample], rng: np.random.Generator) -> list[Sample]:
+    """Up to :data:`FEDPAV_FRAMES` of ``frames``, drawn without replacement, in frame order."""
+    keep = rng.choice(len(frames), size=min(FEDPAV_FRAMES, len(frames)), replace=False)
+    return [frames[i] for i in sorted(keep)]
 
 
 def split_dataset(pool: DGPool, split: DGSplit) -> ReIDDataset:
