@@ -31,6 +31,11 @@ RGB_SOURCES = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk
 RGB_SOURCES_TEXT = "Duke+Market+CUHK03+MSMT17"
 
 
+def data_args(folders: dict[str, str]) -> list[str]:
+    """``--data {data_root}/<folder>:<format>`` for each paper-scale folder (each root in its own layout)."""
+    return [a for folder, fmt in folders.items() for a in ("--data", f"{{data_root}}/{folder}:{fmt}")]
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of the paper: ``name`` as printed, and what fills it at each scale.
@@ -137,7 +142,7 @@ def _fedreid_table2() -> TableSpec:
     tests = (("iLIDS", "ilids", "synth-ilids"), ("VIPeR", "viper", "synth-viper"), ("3DPeS", "3dpes", "synth-3dpes"),
              ("CAVIAR", "caviar", "synth-caviar"), ("PRID", "prid", "synth-prid"), ("GRID", "grid", "synth-grid"))
     sources = RGB_SOURCES
-    paper_data = [a for root in sources for a in ("--data", "{data_root}/" + root)]
+    paper_data = data_args(sources)
     fedreid = Row("FedReID", train={"": {
         "smoke": ["--method", "fedreid", "--data", "synth", *SMOKE_TRAIN],
         "paper": ["--config", "configs/fedreid-paper.yaml", *paper_data, "--device", "{device}"],
@@ -185,7 +190,7 @@ def _ska_table4() -> TableSpec:
     variants = (("Baseline", "false", "false", "false"), ("Baseline+AN", "true", "false", "false"),
                 ("Baseline+LSN", "false", "true", "false"), ("Baseline+LSN+Dual", "false", "true", "true"),
                 ("Baseline+LSN+AN", "true", "true", "false"), ("Baseline+LSN+AN+Dual", "true", "true", "true"))
-    paper_data = [a for root in RGB_SOURCES for a in ("--data", "{data_root}/" + root)]
+    paper_data = data_args(RGB_SOURCES)
     rows = []
     for name, an, lsn, dual in variants:
         opts = ["--opt", f"an={an}", "--opt", f"lsn={lsn}", "--opt", f"dual={dual}"]
@@ -218,9 +223,8 @@ FEDPAV_CLIENTS = (("MSMT17", "synthA", "msmt17"), ("DukeMTMC", "synthB", "dukemt
                   ("iLIDS-VID", None, "ilids"))
 #: FedPav's federation at paper scale: --data-root folder -> the format of its client (the small datasets in FedPav's
 #: client split, privreid.data.formats_dg.splits protocol "fedpav"); one --data DIR:FORMAT each
-FEDPAV_TRAIN = {"msmt17": "msmt17", "dukemtmcreid": "dukemtmcreid", "market1501": "market1501",
-                "cuhk03np": "cuhk03np-detected", "prid": "prid-fedpav", "cuhk01": "cuhk01-fedpav",
-                "viper": "viper-fedpav", "3dpes": "3dpes-fedpav", "ilids": "ilids-fedpav"}
+FEDPAV_TRAIN = ({folder: RGB_SOURCES[folder] for folder in ("msmt17", "dukemtmcreid", "market1501", "cuhk03np")}
+                | {folder: f"{folder}-fedpav" for folder in ("prid", "cuhk01", "viper", "3dpes", "ilids")})
 #: the public (unlabelled, shared) data set of CC, CDW and KD (paper 004, Sec. 5.5: CUHK02, all of it)
 FEDPAV_PUBLIC = {"cuhk02": "cuhk02"}
 FEDPAV_PUBLIC_OPTS = ["--opt", "public_data={data_root}/cuhk02:cuhk02", "--opt", "public_size=0"]
@@ -237,11 +241,6 @@ FEDPAV_DATA_DEVIATIONS = (
     "the paper's \"iLIDS-VID\" client is QMUL i-LIDS (119 people, 476 images: its Table 1 and its authors' "
     "meta.json), read with --format ilids",
 )
-
-
-def data_args(folders: dict[str, str]) -> list[str]:
-    """``--data {data_root}/<folder>:<format>`` for each paper-scale folder (each root in its own layout)."""
-    return [a for folder, fmt in folders.items() for a in ("--data", f"{{data_root}}/{folder}:{fmt}")]
 
 
 def _fedpav_run(method: str, *paper: str) -> dict:
@@ -273,7 +272,7 @@ FIG3_BETAS = ("0", "0.0005", "0.005")
 
 def _fedreid_fig3() -> TableSpec:
     sources = RGB_SOURCES
-    paper_data = [a for root in sources for a in ("--data", "{data_root}/" + root)]
+    paper_data = data_args(sources)
     rows = [Row(name) for name in ("Supervised", "Random-Guess")]
     for name, mode in (("Single (Eq. 14)", "upload"), ("Double (Eq. 14+15)", "both")):
         noise = ["--beta-mode", mode]
@@ -361,7 +360,7 @@ SKA_TABLE2_ROWS = (("local supervised", "standalone"), ("FedAvg+D", "fedavg"), (
 
 def _ska_table2() -> TableSpec:
     """Seen domains, every row: each client's personalised model on its own test set (as in Table 4)."""
-    paper_data = [a for root in RGB_SOURCES for a in ("--data", "{data_root}/" + root)]
+    paper_data = data_args(RGB_SOURCES)
     smoke_domains = ",".join(smoke for _, smoke, _ in SKA_SOURCES)
     rows = []
     for name, method in SKA_TABLE2_ROWS:
@@ -447,8 +446,8 @@ FEDARKS_TASKS = (("MS+C2+C3→M", "synthA", "market1501"), ("M+C2+C3→MS", "syn
 FEDARKS_PAPER_COST = "40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, days"
 #: FedARKS' four domains at paper scale: --data-root folder -> format (CUHK02 trains on its P1-P4 identities, every
 #: image: the `dg` split's train set; CUHK03 as RGB_SOURCES reads it)
-FEDARKS_DOMAINS = {"market1501": "market1501", "cuhk02": "cuhk02", "cuhk03np": "cuhk03np-detected",
-                   "msmt17": "msmt17"}
+FEDARKS_DOMAINS = {"market1501": RGB_SOURCES["market1501"], "cuhk02": "cuhk02", "cuhk03np": RGB_SOURCES["cuhk03np"],
+                   "msmt17": RGB_SOURCES["msmt17"]}
 
 
 def _fedarks_columns() -> tuple[Column, ...]:

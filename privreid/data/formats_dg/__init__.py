@@ -36,7 +36,7 @@ from privreid.data.formats.base import DETECT_SMALL, IMAGE_SUFFIXES, DatasetForm
 from privreid.data.types import ReIDDataset, Sample
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["CLIENT_SPLITS", "DGPool", "DG_FORMATS", "ReleaseTree", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
+__all__ = ["DGPool", "DG_FORMATS", "ReleaseTree", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
            "load_dg_dataset", "load_pool"]
 
 
@@ -142,9 +142,6 @@ def load_dg_dataset(root: str | os.PathLike, fmt: str, protocol: str | None = No
     return ds
 
 
-#: the ``--format <name>-<variant>`` split variants of the DG formats: FedPav's client split (``prid-fedpav``)
-CLIENT_SPLITS = ("fedpav",)
-
 
 def dataset_format(fmt: str) -> DatasetFormat:
     """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks);
@@ -152,7 +149,7 @@ def dataset_format(fmt: str) -> DatasetFormat:
     from .splits import FEDPAV_TEST_IDS
 
     module = DG_FORMATS[fmt]
-    variants = CLIENT_SPLITS if fmt in FEDPAV_TEST_IDS else ()
+    variants = ("fedpav",) if fmt in FEDPAV_TEST_IDS else ()
 
     def load(root: Path, variant: str | None = None) -> ReIDDataset:
         if variant is not None and variant not in variants:
