@@ -76,6 +76,13 @@ class ModelConfig:
     dropout: float = 0.0
 
 
+#: the learning-rate schedules over rounds (:mod:`privreid.federated.lr_schedule`)
+LR_SCHEDULES = ("step", "once", "local-step", "none")
+
+#: the ranking metrics of evaluations (:data:`privreid.evaluation.metrics.METRICS`): squared Euclidean distance,
+#: or cosine similarity of L2-normalised features (FedPav's and L2RW+'s reference code)
+EVAL_METRICS = ("euclidean", "cosine")
+
 #: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048);
 #: a larger one only exhausts memory
 MAX_FEAT_DIM = 65536
@@ -107,6 +114,11 @@ class TrainConfig:
     evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
     paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
     ``eval_every`` k: evaluate after every k-th round and after the last; 0 (the default) after the last only.
+    ``eval_metric``: how every evaluation ranks (:data:`EVAL_METRICS`), and
+    ``eval_flip`` whether it averages each feature with its mirror image's;
+    both are recorded in ``summary.json`` (:func:`evaluation_settings`).
+    ``lr_schedule``: the learning-rate schedule over rounds
+    (:mod:`privreid.federated.lr_schedule`; its ``k`` is ``lr_step``).
 
     ``secure_aggregation``: the server learns only the sum of a round's
     uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation`), with
@@ -125,6 +137,7 @@ class TrainConfig:
     lr_neck: float | None = None
     lr_step: int = 40
     lr_gamma: float = 0.1
+    lr_schedule: str = "step"
     momentum: float = 0.9
     weight_decay: float = 5e-4
     label_smoothing: float = 0.1
@@ -136,6 +149,7 @@ class TrainConfig:
     max_steps_per_epoch: int | None = None
     eval_every: int = 0
     eval_flip: bool = False
+    eval_metric: str = "euclidean"
     report_best: int = 1
     num_workers: int = 0
     seed: int = 0
@@ -209,7 +223,11 @@ class RunConfig:
             (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
             (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
             (t.eval_every >= 0, f"eval_every must be >= 0 (got {t.eval_every})"),
+            (t.eval_metric in EVAL_METRICS, f"eval_metric must be one of {', '.join(EVAL_METRICS)} (got "
+             f"{t.eval_metric!r})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
+            (t.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)} (got "
+             f"{t.lr_schedule!r})"),
             (t.triplet_weight is None or t.triplet_weight >= 0, "triplet_weight must be >= 0"),
             (t.beta >= 0, f"beta must be >= 0 (got {t.beta})"),
             (t.beta_mode in ("upload", "download", "both"), f"beta_mode must be upload, download or both "
@@ -246,6 +264,11 @@ def lr_neck(config: RunConfig) -> float:
     """The neck's learning rate: ``--lr-neck``, else the backbone's (``--lr-backbone``)."""
     t = config.train
     return t.lr_backbone if t.lr_neck is None else t.lr_neck
+
+
+def evaluation_settings(config: RunConfig) -> dict[str, Any]:
+    """How every evaluation of the run ranks: ``{"metric", "flip"}`` (``summary.json``'s ``evaluation`` block)."""
+    return {"metric": config.train.eval_metric, "flip": config.train.eval_flip}
 
 
 def dp_delta(config: RunConfig) -> float:

@@ -87,3 +87,29 @@ def test_summary_json_carries_best_and_deviations(tiny_synth, tmp_path):
     assert len(summary["best"]["rounds"]) == 2 and min(scores[r] for r in summary["best"]["rounds"]) >= \
         max(scores[r] for r in scores if r not in summary["best"]["rounds"])
     assert summary["deviations"] == deviations(cfg) and "--report-best 2 (FedPav: 3" in " ".join(summary["deviations"])
+
+
+def test_training_evaluations_rank_with_the_runs_metric_and_summary_says_which(tiny_synth, tmp_path):
+    # issue 25: FedPav's and L2RW+'s reference code rank by cosine, Wu & Gong's by Euclidean distance; before, every
+    # training-time evaluation ranked by Euclidean distance whatever the run said, and summary.json did not say.
+    import json
+
+    from privreid.data.catalog import federation_for_config
+    from privreid.evaluation.model_eval import evaluate_model
+    from privreid.federated.engine import FederatedEngine
+
+    from conftest import tiny_config
+
+    cfg = tiny_config(tiny_synth, rounds=1, eval_metric="cosine", eval_flip=True)
+    federation = federation_for_config(cfg)
+    engine = FederatedEngine(cfg, federation, tmp_path, progress=False)
+    engine.run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["evaluation"] == {"metric": "cosine", "flip": True}
+    testset = federation.unseen[0]
+    rec = next(m for m in engine.metrics if m["scope"] == "global" and m["testset"] == testset.name)
+    engine._load_global()
+    kwargs = dict(height=32, width=16, flip=True)
+    cosine = evaluate_model(engine.model, testset, metric="cosine", **kwargs)
+    euclidean = evaluate_model(engine.model, testset, metric="euclidean", **kwargs)
+    assert rec["mAP"] == pytest.approx(cosine["mAP"]) and cosine["mAP"] != euclidean["mAP"]

@@ -23,13 +23,13 @@ runner = CliRunner()
 #: every long flag `privreid train --help` listed before issue 12 (the baseline), SKA's three ablation flags aside
 BASELINE_TRAIN_FLAGS = (
     "--config --method --data --format --protocol --train-domains --test-domains --num-clients --rounds "
-    "--local-epochs --batch-size --optimizer --lr-backbone --lr-head --lr-neck --lr-step --lr-gamma "
+    "--local-epochs --batch-size --optimizer --lr-backbone --lr-head --lr-neck --lr-step --lr-schedule --lr-gamma "
     "--client-fraction --triplet-weight --label-smoothing --random-erasing --dropout --max-steps --eval-every "
-    "--eval-flip --report-best --opt --beta --beta-mode --dp-sgd --client-dp --noise-multiplier --max-grad-norm "
+    "--eval-flip --eval-metric --report-best --opt --beta --beta-mode --dp-sgd --client-dp --noise-multiplier --max-grad-norm "
     "--clip --target-epsilon --delta --secure-aggregation --secagg-shares --secagg-threshold --secagg-clip "
     "--secagg-quantization --secagg-max-weight --arch --neck --feat-dim --last-stride --pretrained --weights "
     "--height --width --audit-holdout --seed --device --workers --out --overwrite --no-overwrite --resume "
-    "--no-resume --quiet --no-quiet --logger").split()
+    "--no-resume --quiet --no-quiet --logger --dry-run --json").split()
 
 
 def _train_params(args: list[str]) -> dict:

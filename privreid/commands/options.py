@@ -77,7 +77,9 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "lr_neck": _o("train.lr_neck",
         "Neck (embedding bottleneck) learning rate (default: --lr-backbone; FedPav's and L2RW+'s reference "
         "code train it at the classifier's rate)."),
-    "lr_step": _o("train.lr_step", "Decay the learning rates by --lr-gamma every N rounds."),
+    "lr_step": _o("train.lr_step", "The N of --lr-schedule (rounds; local epochs for local-step)."),
+    "lr_schedule": _o("train.lr_schedule", "Learning-rate schedule: step (x gamma every N rounds), once (x gamma "
+        "from round N on), local-step (x gamma every N local epochs, restarting each round) or none."),
     "lr_gamma": _o("train.lr_gamma", "Learning-rate decay factor."),
     "client_fraction": _o("train.client_fraction",
         "Fraction C of clients sampled per round (default: the method's; 1.0, FedReID 0.5)."),
@@ -95,6 +97,8 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "Evaluate every k rounds and after the last; 0 = after the last only."),
     "eval_flip": _o("train.eval_flip", "--eval-flip",
         "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does)."),
+    "eval_metric": _o("train.eval_metric",
+        "Rank by euclidean (squared distance) or cosine (L2-normalised features: FedPav's and L2RW+'s code)."),
     "report_best": _o("train.report_best",
         "summary.json's `best` block: 1 = the last evaluation; K > 1 = the mean of the K global evaluations "
         "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds)."),

@@ -32,14 +32,24 @@ def train_command(
     quiet: bool = typer.Option(False, help="No progress bars."),
     logger: str = typer.Option("none", help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
                                "pip install 'privreid[tensorboard]') or wandb ('privreid[wandb]'); none."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything, train nothing, write nothing: print "
+                                 "the resolved configuration, every parameter group's learning rate in every "
+                                 "round, how each test set is ranked and the run's deviations."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object (keys "
+                                 "config, lr_schedule, lr, evaluation, deviations)."),
     **options,
 ) -> None:
     """Train a model (federated, centralised or standalone).
 
     Example: privreid train --method centralized --rounds 5 --out runs/central
+    Example: privreid train --config configs/fedpav-paper.yaml --data synth --dry-run
     """
     from ..provenance import train_preset
     from ..training import train_run
+
+    if dry_run or as_json:
+        run_or_exit(_dry_run, ctx, config_file, as_json)
+        return
 
     def go() -> dict:
         p = params_with_preset(ctx, config_file)
@@ -48,6 +58,24 @@ def train_command(
 
     summary = run_or_exit(go)
     typer.echo(json.dumps(_brief(summary), indent=2))
+
+
+def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> None:
+    """``--dry-run``: the :func:`~privreid.run_plan.run_plan` of the run, after validating its data and --out."""
+    from ..data.catalog import federation_for_config
+    from ..errors import ConfigError
+    from ..rundir import check_output_dir
+    from ..run_plan import render_plan, run_plan
+
+    p = params_with_preset(ctx, config_file)
+    if not p["dry_run"]:
+        raise ConfigError("--json prints the plan of --dry-run; give both")
+    if p["overwrite"] and p["resume"]:
+        raise ConfigError("--overwrite and --resume exclude each other")
+    check_output_dir(Path(p["out"]))
+    config = train_config(p).validate()
+    plan = run_plan(config, federation_for_config(config, verify=True))
+    typer.echo(json.dumps(plan, indent=2) if as_json else render_plan(plan))
 
 
 def _brief(summary: dict) -> dict:

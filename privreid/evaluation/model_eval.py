@@ -45,7 +45,7 @@ from .features import extract_features
 from .metrics import evaluate, evaluate_cuhk03
 
 __all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
-           "dataset_features", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
+           "dataset_features", "describe_protocol", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
            "rank_testset", "sample_features"]
 
 #: the metrics every evaluation record holds (fractions in [0, 1])
@@ -113,6 +113,22 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
         out["trials"] = int(result["trials"])
         out["std"] = dict(result["std"])
     return out
+
+
+def describe_protocol(testset: TestSet) -> str:
+    """How :func:`rank_testset` ranks ``testset`` (without the CUHK03 option), in words, for dry runs and reports."""
+    if not is_cross_modality(testset):
+        return (f"Market-1501 rules: {len(testset.query)} queries x {len(testset.gallery)} gallery images, same "
+                "identity and camera removed from the gallery, mAP over queries with a positive")
+    p = testset.vi_protocol
+    kind = f"video (tracklets, mean of {p.seq_len} frames)" if testset.tracklets is not None else "visible-infrared"
+    trials = "the whole gallery" if p.gallery_trials == 1 else f"{p.gallery_trials} single-shot gallery trials"
+    parts = [kind, f"{IR_TO_VISIBLE} by default", trials]
+    if p.cmc_by_identity:
+        parts.append("CMC over identities")
+    if p.colocated_cameras:
+        parts.append(f"co-located cameras {list(p.colocated_cameras)} ignore each other")
+    return ", ".join(parts)
 
 
 def check_protocol(testset: TestSet, single_gallery_shot: bool) -> None:

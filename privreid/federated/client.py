@@ -8,7 +8,9 @@ returns scalar metrics.  Clients are the only code that touches images.
 :class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
 9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
 loss, with separate learning rates for the classifier (0.05) and the backbone
-(0.005), decayed by ``gamma`` every ``lr_step`` rounds.  The neck (the
+(0.005), multiplied by the run's learning-rate schedule
+(:mod:`privreid.federated.lr_schedule`, ``--lr-schedule``; per round, or per
+local epoch for ``local-step``).  The neck (the
 embedding bottleneck) trains at the backbone's rate unless ``--lr-neck`` is
 given (FedPav's reference code trains its 512-d bottleneck at the classifier's
 rate; the paper presets say so).  ``optimizer="adam"`` swaps SGD for Adam
@@ -46,6 +48,7 @@ from ..data.types import ClientData
 from ..losses import batch_hard_triplet_loss, identity_loss
 from ..models import ReIDModel
 from . import fast_optim
+from .lr_schedule import get_schedule, lr_factor
 from .policy import StateDict
 
 
@@ -80,11 +83,6 @@ class ClientContext:
     #: what the server transmitted besides model keys (DPPT's global centres of this client's
     #: identities, L2RW+ Sec. III-C step 4), for this round only
     received_extra: StateDict = field(default_factory=dict)
-
-
-def round_lr_factor(config: RunConfig, round_index: int) -> float:
-    """Step decay by round: ``gamma ** (round // lr_step)``."""
-    return config.train.lr_gamma ** (round_index // config.train.lr_step)
 
 
 def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: Dataset | None = None,
@@ -132,7 +130,7 @@ class SupervisedUpdate:
         trains the per-tensor loop's weights bit for bit (:mod:`.fast_optim`).
         """
         t = self.config.train
-        factor = round_lr_factor(self.config, round_index)
+        factor = lr_factor(self.config, round_index)
         head = list(model.classifier.parameters())
         neck = [p for p in model.neck.parameters() if p.requires_grad] if t.lr_neck is not None else []
         grouped = {id(p) for p in head + neck}
@@ -180,8 +178,14 @@ class SupervisedUpdate:
         model.train()
         opt = self.optimizer(model, ctx.round)
         self.restore_optimizer(ctx, opt)
+        schedule = get_schedule(self.config)
+        round_rates = [group["lr"] for group in opt.param_groups]
         total, steps, seen = 0.0, 0, 0
         for epoch in range(t.local_epochs):
+            if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs
+                scale = lr_factor(self.config, ctx.round, epoch) / lr_factor(self.config, ctx.round, 0)
+                for group, rate in zip(opt.param_groups, round_rates):
+                    group["lr"] = rate * scale
             loader = self.loader(ctx, epoch)
             if isinstance(loader.sampler, PKSampler):
                 loader.sampler.set_epoch(epoch)

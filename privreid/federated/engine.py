@@ -59,7 +59,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
-from ..config import RunConfig
+from ..config import RunConfig, evaluation_settings
 from ..deviations import deviations
 from ..device import resolve_device
 from ..data.types import ClientData, Federation, TestSet
@@ -286,7 +286,7 @@ class FederatedEngine:
     def _eval(self, testset: TestSet) -> dict[str, float]:
         d, t = self.config.data, self.config.train
         return evaluate_model(self.model, testset, height=d.height, width=d.width, device=self.device,
-                              flip=t.eval_flip, num_workers=t.num_workers)
+                              flip=t.eval_flip, metric=t.eval_metric, num_workers=t.num_workers)
 
     def _record(self, rec: dict[str, Any]) -> None:
         self.metrics.append(rec)
@@ -528,5 +528,6 @@ class FederatedEngine:
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
         out["best"] = best_block(self.metrics, self.config.train.report_best)
+        out["evaluation"] = evaluation_settings(self.config)
         out["deviations"] = deviations(self.config)
         return out

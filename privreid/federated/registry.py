@@ -100,6 +100,11 @@ class Method:
             secure aggregation sums them with their indicators; Flower's
             SecAgg+ carries model updates only, so ``flower run
             --secure-aggregation`` refuses such runs before it starts.
+        lr_factor: ``(config, round_index) -> factor`` where the method
+            replaces the run's ``--lr-schedule`` with its own (DPPT's per-step
+            one-cycle, reported at each round's first step by
+            :func:`privreid.federated.lr_schedule.lr_table`); ``None``: the
+            run's schedule.
     """
 
     name: str
@@ -120,6 +125,7 @@ class Method:
     keeps_trained_model: bool = False
     needs_per_client_uploads: bool | None = None
     exchanges_extras: bool | Callable[[RunConfig], bool] = False
+    lr_factor: Callable[[RunConfig, int], float | None] | None = None
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)

@@ -245,6 +245,14 @@ def one_cycle_factor(progress: float, total: float, peak: float = ONECYCLE_PEAK)
     return float(np.interp(progress, [0.0, peak * total, total], [ONECYCLE_START, 1.0, 0.0]))
 
 
+def round_start_factor(config, round_index: int) -> float | None:
+    """The one-cycle multiplier at the first step of round ``round_index`` (``None`` with ``onecycle=false``)."""
+    if not settings_for(config).onecycle:
+        return None
+    t = config.train
+    return one_cycle_factor(round_index * t.local_epochs, t.rounds * t.local_epochs, settings_for(config).peak)
+
+
 def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V-DPPT (Eq. 9): ``(pre_neck, z, logits)`` of clips ``(B, T, 3, H, W)``.
 
@@ -515,5 +523,6 @@ DPPT = register(
         global_eval_state=lambda global_state, client_states: model_state(global_state),
         options=DPPTSettings,
         model_transforms=model_transforms,
+        lr_factor=round_start_factor,
     )
 )

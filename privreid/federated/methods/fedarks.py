@@ -73,7 +73,8 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 from ...models.reid_net import CLASSIFIER_PREFIX
-from ..client import ClientContext, SupervisedUpdate, round_lr_factor
+from ..client import ClientContext, SupervisedUpdate
+from ..lr_schedule import lr_factor
 from ..policy import StateDict, local_prefixes
 from ..registry import Method, register
 from ..strategy import RoundResult, Strategy, Upload, weighted_average
@@ -173,7 +174,7 @@ class FedARKSUpdate(SupervisedUpdate):
         body["params"] = [p for p in body["params"] if id(p) not in part_ids]
         t = self.config.train
         opt.add_param_group({"params": list(model.part.parameters()),
-                             "lr": t.lr_head * round_lr_factor(self.config, round_index)})
+                             "lr": t.lr_head * lr_factor(self.config, round_index)})
         return opt
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:

@@ -1,0 +1,73 @@
+"""``privreid train --dry-run``: the whole recipe before a GPU-day is spent, and nothing written (issue 25, sec. 4)."""
+
+import hashlib
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from privreid.cli import app
+from privreid.run_plan import _rate_spans
+
+runner = CliRunner()
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TINY = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--device", "cpu",
+        "--test-domains", "synthC"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_dry_run_json_plans_a_paper_preset_and_writes_nothing(tiny_synth, tmp_path):
+    out = tmp_path / "run"
+    res = invoke("train", "--config", CONFIGS / "fedreid-paper.yaml", "--data", tiny_synth, *TINY, "--rounds", 30,
+                 "--out", out, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    assert {"config", "deviations", "lr", "evaluation", "lr_schedule"} <= set(plan)
+    assert plan["config"]["train"]["method"] == "fedreid" and plan["config"]["data"]["height"] == 32
+    # one rate per round for each group: once at round 20 (0-based), the FedReID reference code's schedule
+    assert plan["lr"]["backbone"] == [0.01] * 20 + [0.01 * 0.1] * 10 and len(plan["lr"]["head"]) == 30
+    assert plan["evaluation"]["metric"] == "euclidean" and plan["evaluation"]["flip"] is True
+    assert plan["evaluation"]["testsets"]["synthC"]["split"] == "unseen"
+    assert "Market-1501 rules" in plan["evaluation"]["testsets"]["synthA"]["protocol"]
+    # the scale-down is listed with its source
+    assert any(d.startswith("--height 32 (FedReID: 256; reference code SunTongtongtong/FedReid")
+               for d in plan["deviations"])
+    assert not out.exists()
+
+
+def test_dry_run_text_and_an_existing_run_is_untouched(tiny_synth, tmp_path):
+    out = tmp_path / "run"
+    res = invoke("train", "--data", tiny_synth, *TINY, "--rounds", 1, "--max-steps", 1, "--quiet", "--out", out)
+    assert res.exit_code == 0, res.output
+    before = tree_digest(out)
+    res = invoke("train", "--config", CONFIGS / "fedpav-paper.yaml", "--data", tiny_synth, *TINY, "--out", out,
+                 "--dry-run")
+    assert res.exit_code == 0, res.output
+    assert "rounds 1-300: backbone 0.005, head 0.05, neck 0.05" in res.output
+    assert "evaluation: metric cosine, flip on" in res.output
+    assert "--lr-schedule local-step follows the reference code cap-ntu/FedReID client.py" in res.output
+    assert tree_digest(out) == before
+
+
+def test_dry_run_refuses_bad_input_in_one_line(tiny_synth, tmp_path):
+    res = invoke("train", "--data", tiny_synth, *TINY, "--lr-schedule", "cosine", "--dry-run", "--out", tmp_path / "x")
+    assert res.exit_code == 2 and "lr_schedule must be one of" in res.output
+    res = invoke("train", "--data", tmp_path / "missing", "--dry-run", "--out", tmp_path / "x")
+    assert res.exit_code == 2 and "not found" in res.output
+    res = invoke("train", "--data", tiny_synth, *TINY, "--json", "--out", tmp_path / "x")
+    assert res.exit_code == 2 and "--json prints the plan of --dry-run" in res.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_rate_spans_cover_every_round_once():
+    rates = {"backbone": [1, 1, 0.5, 0.5, 0.25], "head": [10, 10, 5, 5, 2.5]}
+    assert _rate_spans(rates) == ["  rounds 1-2: backbone 1, head 10", "  rounds 3-4: backbone 0.5, head 5",
+                                  "  round 5: backbone 0.25, head 2.5"]
