@@ -260,8 +260,8 @@ def test_devkit_map_is_the_references():
         else:
             with pytest.raises(DataError, match="no query has a positive"):
                 evaluate(*single, metric="cosine", ap="devkit")
-    via = rank_testset(ReIDTestSet("fixture", [], []), (torch.tensor(qf), q_pids, q_cams), (torch.tensor(gf), g_pids, g_cams),
-                       metric="cosine", ap="devkit")
+    via = rank_testset(ReIDTestSet("fixture", [], []), (torch.tensor(qf), q_pids, q_cams),
+                       (torch.tensor(gf), g_pids, g_cams), metric="cosine", ap="devkit")
     assert via["mAP"] == ours["mAP"] and via["rank1"] == ours["rank1"]
 
 

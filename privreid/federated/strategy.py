@@ -165,7 +165,7 @@ BN_BUFFER_MODES = ("average", "first")
 
 
 def is_norm_buffer(key: str) -> bool:
-    """True for a BatchNorm buffer of a state dict (``...running_mean``, ``...running_var``, ``...num_batches_tracked``)."""
+    """True for a BatchNorm buffer of a state dict: its key ends in one of :data:`NORM_BUFFERS`."""
     return key.rpartition(".")[2] in NORM_BUFFERS
 
 

@@ -293,7 +293,10 @@ def _device(config: RunConfig) -> torch.device:
 
 
 class WeightedAverage(Strategy):
-    """``sum_k p_k w_k`` with the given weighting (FedPav-CDW: Eq. 2); ``bn_buffers``: :class:`~privreid.federated.strategy.WeightedSum`."""
+    """``sum_k p_k w_k`` with the given weighting (FedPav-CDW: Eq. 2).
+
+    ``bn_buffers``: as :class:`~privreid.federated.strategy.WeightedSum`'s.
+    """
 
     def __init__(self, weighting: Weighting, bn_buffers: str = "average"):
         self.weighting, self.bn_buffers = weighting, bn_buffers
