@@ -171,11 +171,18 @@ FEDPAV = Recipe("FedPav", (
                prose=f"{P004} Sec. 3.5: x0.1 every 40 rounds (--lr-schedule step), which over 300 rounds leaves "
                      "10^-7 of the rate"),
     PaperValue("--eval-metric", "cosine", f"{FEDPAV_CODE} evaluate.py: dot product of L2-normalised features"),
+    PaperValue("--eval-ap", "devkit", f"{FEDPAV_CODE} evaluate.py: the Market-1501 devkit's trapezoid AP, averaged "
+               "over all queries"),
+    PaperValue("--opt bn_buffers", "first", f"{FEDPAV_CODE} server.py:15-50: parameters averaged, BatchNorm running "
+               "statistics taken from the first sampled client", _option("bn_buffers")),
     PaperValue("--client-fraction", 1.0, f"{FEDPAV_CODE}: every client trains every round"),
     PaperValue("--eval-every", 10, f"{P004} Sec. 4.2.2"),
     PaperValue("--report-best", 3, f"{P004} Sec. 4.2.2: the mean of the three best global models"),
     PaperValue("--eval-flip", True, FEDPAV_CODE),
 ))
+
+#: FedPav and its CDW / KD / CC variants (paper 004 Algorithms 1-3)
+FEDPAV_METHODS = ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd", "fedpav-cdw-cc")
 
 P002 = "paper 002 Sec. IV-A"
 FEDREID = Recipe("FedReID", (
@@ -215,6 +222,16 @@ def _dppt_epochs(config: RunConfig) -> tuple[int, ...]:
     return (30,) if config.data.protocol in ("ei", "by-dataset") else (50, 100)
 
 
+def _dppt_topk(config: RunConfig) -> int:
+    """The reference code's top-K of the memory rectification bank: 3 under EI, else 5 (CI images)."""
+    return 3 if config.data.protocol in ("ei", "by-dataset") else 5
+
+
+def _dppt_peak(config: RunConfig) -> float:
+    """The reference code's one-cycle peak as a fraction of the run: epoch 16 of 30 (EI) or of 50 (CI)."""
+    return 16 / 30 if config.data.protocol in ("ei", "by-dataset") else 0.32
+
+
 def _dppt_options(*settings: tuple[str, Any]) -> tuple[PaperValue, ...]:
     """DPPT's ``--opt`` settings that L2RW+ Sec. IV-B states, each read from the run's method options."""
     return tuple(PaperValue(f"--opt {name}", value, P003, _option(name)) for name, value in settings)
@@ -235,15 +252,22 @@ DPPT = Recipe("L2RW+ DPPT", (
     PaperValue("--opt instances", 8, f"{P003}: 8 identities x 8 images", _option("instances")),
     PaperValue("--local-epochs", 1, L2RW_CODE),
     PaperValue("--rounds", _dppt_epochs, f"{P003}: CI 50, EI 30, video 100"),
-    *_dppt_options(("topk", 4), ("lambda_mrb", 1.0), ("base", "fedavg")),
+    PaperValue("--opt topk", _dppt_topk, f"{L2RW_CODE}: top_k 5 for CI images (CI/train.py), 3 for EI "
+               "(EI/train.py:134); 4 for HITSZ-VCM video", _option("topk"), prose=f"{P003}: TOP K = 4"),
+    PaperValue("--opt peak", _dppt_peak, f"{L2RW_CODE}: the one-cycle peaks at epoch 16 (CI 16 of 50, EI 16 of 30, "
+               "EI/train.py:60-62)", _option("peak")),
+    PaperValue("--opt persistent_optimizer", True, f"{L2RW_CODE} CI/train.py:399-402: one SGD optimiser per client, "
+               "its momentum kept across rounds", _option("persistent_optimizer")),
+    PaperValue("--opt neck_bias", True, f"{L2RW_CODE} CI/model.py:39-40: the BNNeck bias is trainable",
+               _option("neck_bias")),
+    *_dppt_options(("lambda_mrb", 1.0), ("base", "fedavg")),
     PaperValue("--eval-flip", False, L2RW_CODE),
     PaperValue("--eval-metric", "cosine", f"{L2RW_CODE} CI/test.py: L2-normalised features"),
 ))
 
 #: method -> the recipe of the paper it implements (baselines such as fedavg have none)
 PAPER_RECIPES: dict[str, Recipe] = {
-    **{name: FEDPAV for name in ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd",
-                                 "fedpav-cdw-cc")},
+    **{name: FEDPAV for name in FEDPAV_METHODS},
     "fedreid": FEDREID,
     "ska": SKA,
     "fedarks": FEDARKS,
@@ -290,8 +314,39 @@ RULES: tuple[Rule, ...] = (
                    "stages, deleted once it has answered unmask" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
                                "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
                                else "")),
+    Rule("fedpav-selection", _method(*FEDPAV_METHODS),
+         lambda c: "FedPav reports the global model's evaluations (the last, or the mean of the --report-best K best "
+                   "by mean seen rank-1); paper 004 Alg. 1 returns each client's best local model, the reference code "
+                   "keeps the last model (cap-ntu/FedReID main.py:111-112) and the paper's 'mean of the 3 best' "
+                   "is picked on the test results by experiments/plot_Rank1_mAP_bar.py:18-47"),
+    Rule("fedpav-cmc-queries", _method(*FEDPAV_METHODS),
+         lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the FedPav "
+                   "reference code divides by all queries (cap-ntu/FedReID evaluate.py:88)"),
+    Rule("fedpav-cdw-probe", _method("fedpav", "fedpav-kd", "fedpav-cc"),
+         lambda c: "without CDW no probe forward runs; the FedPav reference code runs its CDW probe every round "
+                   "(client.py:102): one train-mode forward of a training batch that updates the BatchNorm "
+                   "statistics of the uploaded model and, from round 1, of the global model"),
+    Rule("fedpav-kd-cadence", _method("fedpav-kd", "fedpav-cdw-kd"),
+         lambda c: "knowledge distillation runs after every aggregation, as paper 004 Alg. 3 says; the reference "
+                   "code distils every 10th round (cap-ntu/FedReID main.py:113-117), with every client (not only "
+                   "the round's) as teacher; privreid keeps the paper's cadence because its strategies are pure "
+                   "functions of one round's uploads and the reference's cadence is tied to its evaluation loop"),
+    Rule("fedpav-first-buffers", lambda c: c.train.method in FEDPAV_METHODS and _option("bn_buffers")(c) == "first",
+         lambda c: "--opt bn_buffers=first takes the BatchNorm statistics of the round's first client in client "
+                   "order; the reference code's client order is random each round (cap-ntu/FedReID server.py:83)"),
     Rule("dppt-pooling", _method("dppt"),
          lambda c: "DPPT pools the trunk by global average pooling (L2RW+ reference code: GeM pooling)"),
+    Rule("dppt-reference-training", _method("dppt"),
+         lambda c: "DPPT's training differs from the L2RW+ reference code (Joey623/L2RW CI/) in: the BNNeck weight "
+                   "starts at 1 (code: N(1, 0.01^2)); the one-cycle rate of step b is the code's of step b+1 (its "
+                   "adjust_lr reads lrs[batch_idx - 1], train.py:407); full precision (code: mixed precision); no "
+                   "Pad(10) + random crop augmentation; FedAvg weights are image counts (code: rounded down to a "
+                   "multiple of 64, train.py:626-629); the MRB loss runs from the first epoch on normalised "
+                   "features (code: off in epoch 1, 0.5 MSE + 0.5 cosine on raw features towards prototypes "
+                   "averaged with absent identities counted as zeros, loss.py:52-75, train.py:596-609)"),
+    Rule("dppt-test-feature", _method("dppt"),
+         lambda c: "DPPT ranks the post-BNNeck feature; the reference code prints both the pre-BN (GeM) and the "
+                   "post-BN feature's results (CI/test.py:204-207) and the paper does not say which it reports"),
     Rule("fedarks-part-bands", _method("fedarks"),
          lambda c: "FedARKS body parts are fixed horizontal bands of the feature map (head 0-25%, torso 25-55%, "
                    "legs 55-100%), not PifPaf keypoints (paper 001, RK)"),
@@ -300,6 +355,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
                    "normalisation pretrained on ImageNet)"),
 )
+
+
+def _setting(value: PaperValue, actual: Any) -> str:
+    """``--opt name=value`` or ``--option value``, as a user sets it."""
+    return f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else f"{value.option} {_show(actual)}"
 
 
 def recipe_deviations(config: RunConfig) -> list[str]:
@@ -311,8 +371,7 @@ def recipe_deviations(config: RunConfig) -> list[str]:
     for value in recipe.values:
         actual, expected = value.actual(config), value.expected(config)
         if not _same(actual, expected):
-            setting = f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else \
-                f"{value.option} {_show(actual)}"
+            setting = _setting(value, actual)
             prose = "" if value.prose is None else f"; the paper's prose: {value.prose}"
             out.append(f"{setting} ({recipe.paper}: {_show(expected)}; {value.source}{prose})")
     return out
@@ -327,7 +386,7 @@ def prose_departures(config: RunConfig) -> list[str]:
     recipe = PAPER_RECIPES.get(config.train.method)
     if recipe is None:
         return []
-    return [f"{value.option} {_show(value.actual(config))} follows the {value.source}; not the paper's prose "
+    return [f"{_setting(value, value.actual(config))} follows the {value.source}; not the paper's prose "
             f"({value.prose})" for value in recipe.values
             if value.prose is not None and _same(value.actual(config), value.expected(config))]
 

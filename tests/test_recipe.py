@@ -168,3 +168,23 @@ def test_secure_aggregation_states_its_deviations_and_distributed_dp_adds_its_ac
     assert "not parameters" in text and "Flower: 1000" in text and "continuous Gaussian" not in text
     [text_dp] = [d for d in deviations(with_dp) if d.startswith("secure aggregation")]
     assert "continuous Gaussian" in text_dp
+
+
+def test_dppt_preset_follows_the_reference_code_and_names_the_prose():
+    # issue 25: Joey623/L2RW keeps one SGD optimiser per client, trains the BNNeck bias and uses top_k 5 under CI
+    # (the paper says K = 4); the preset follows the code and names the prose it departs from
+    from pathlib import Path
+
+    from privreid.commands.sweep import base_config
+    from privreid.deviations import prose_departures
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "dppt-sysu-paper.yaml"
+    config = base_config(["--config", str(path)])
+    assert recipe_deviations(config) == []
+    [topk] = prose_departures(config)
+    assert topk.startswith("--opt topk=5 follows the reference code Joey623/L2RW") and "TOP K = 4" in topk
+    fresh = base_config(["--config", str(path), "--opt", "persistent_optimizer=false", "--opt", "topk=4"])
+    devs = recipe_deviations(fresh)
+    assert any(d.startswith("--opt persistent_optimizer=off (L2RW+ DPPT: on; reference code") for d in devs)
+    assert any(d.startswith("--opt topk=4 (L2RW+ DPPT: 5;") and "the paper's prose" in d for d in devs)
+    assert any("mixed precision" in d for d in deviations(config))

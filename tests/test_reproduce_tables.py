@@ -40,7 +40,7 @@ def test_fedreid_fig3_smoke_end_to_end(tmp_path):
 
 
 def test_ska_table4_rows_switch_the_three_components():
-    from privreid.federated.methods.ska import options_from_config
+    from privreid.federated.methods.ska import SKA, options_from_config
 
     expected = {"Baseline": (False, False, False), "Baseline+AN": (True, False, False),
                 "Baseline+LSN": (False, True, False), "Baseline+LSN+Dual": (False, True, True),
@@ -50,6 +50,8 @@ def test_ska_table4_rows_switch_the_three_components():
         assert cfg.train.method == "ska"
         opts = options_from_config(cfg)
         assert (opts.an, opts.lsn, opts.dual) == (an, lsn, dual)
+        # issue 25: the Baseline rows are Table 2's FedAvg+D and FedBN+D, weighted by data volume
+        assert SKA.option(cfg, "weighting") == ("volume" if row in ("Baseline", "Baseline+LSN") else "uniform"), row
     sources = {c.name: (c.source, c.smoke, c.metric) for c in TABLES["ska-table4"].columns}
     assert sources["Duke R1"] == (("local", "rank1"), "synthA", "rank1")
     assert sources["VIPeR mAP"] == (("dg", "viper"), "synth-viper", "mAP")

@@ -71,3 +71,26 @@ def test_rate_spans_cover_every_round_once():
     rates = {"backbone": [1, 1, 0.5, 0.5, 0.25], "head": [10, 10, 5, 5, 2.5]}
     assert _rate_spans(rates) == ["  rounds 1-2: backbone 1, head 10", "  rounds 3-4: backbone 0.5, head 5",
                                   "  round 5: backbone 0.25, head 2.5"]
+
+
+def test_reproduce_dry_run_plans_every_run_of_a_paper_table_without_data(tmp_path):
+    res = invoke("reproduce", "fedreid-table2", "--scale", "paper", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    [run] = plan["runs"]
+    assert run["config"]["data"]["roots"][0].startswith("DATA_ROOT/")
+    assert run["lr"]["backbone"][19:21] == [0.01, 0.01 * 0.1] and run["evaluation"]["metric"] == "euclidean"
+    assert [c["test set"] for c in plan["cells"]][:2] == ["ilids", "viper"]
+    res = invoke("reproduce", "fedreid-table2", "--scale", "paper", "--dry-run", "--data-root", tmp_path / "none")
+    assert res.exit_code == 2 and "missing dataset" in res.output  # given a --data-root, its datasets are checked
+
+
+def test_reproduce_dry_run_smoke_covers_every_table_run():
+    from privreid.reproduce import TABLES, plan_table
+
+    for key, spec in TABLES.items():
+        if not spec.rows:
+            continue
+        plan = plan_table(key, scale="smoke")
+        assert [r["run"] for r in plan["runs"]] == spec.runs("smoke"), key
+        assert all(len(r["lr"]["backbone"]) == r["config"]["train"]["rounds"] for r in plan["runs"]), key

@@ -21,6 +21,10 @@ def reproduce_command(
                                              "named by its --format (e.g. DIR/viper, DIR/market1501)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output: runs/, table.md, table.csv (resumable)."),
     device: DeviceOption = "auto",
+    dry_run: bool = typer.Option(False, "--dry-run", help="Train and write nothing: print each run's plan (as "
+                                 "`privreid train --dry-run`) and the table's cells; at paper scale --data-root "
+                                 "is then optional (given, its datasets are checked)."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object."),
 ) -> None:
     """Run every cell of a paper's table and write table.md / table.csv beside the published numbers.
 
@@ -28,6 +32,7 @@ def reproduce_command(
 
     Example: privreid reproduce --list
     Example: privreid reproduce fedreid-table2 --scale smoke --out runs/fedreid-table2
+    Example: privreid reproduce fedpav-table4 --scale paper --dry-run
     """
     from ..reproduce import list_tables as rows_of_list
     from ..reproduce import check_table, run_table
@@ -39,6 +44,10 @@ def reproduce_command(
             typer.echo(f"{'':15s}   smoke: {r['smoke']}; paper: {r['paper budget']}")
             if r["status"] != "runs":
                 typer.echo(f"{'':15s}   status: {r['status']}")
+        return
+
+    if dry_run or as_json:
+        run_or_exit(_dry_run, table, scale, data_root, device, dry_run, as_json)
         return
 
     def go():
@@ -53,3 +62,29 @@ def reproduce_command(
         run_or_exit(go)
         typer.echo((out / "table.md").read_text())
         typer.echo(f"wrote {out / 'table.md'} and {out / 'table.csv'}")
+
+
+def _dry_run(table: Optional[str], scale: str, data_root: Optional[Path], device: str, dry_run: bool,
+             as_json: bool) -> None:
+    import json
+
+    from ..reproduce import plan_table
+    from ..run_plan import render_plan
+
+    if not dry_run:
+        raise ConfigError("--json prints the plan of --dry-run; give both")
+    if table is None:
+        raise ConfigError("name a table (privreid reproduce --list shows them)")
+    plan = plan_table(table, scale=scale, data_root=data_root, device=device)
+    if as_json:
+        typer.echo(json.dumps(plan, indent=2))
+        return
+    typer.echo(f"{plan['table']} at {scale} scale: {len(plan['runs'])} run(s)")
+    for run in plan["runs"]:
+        typer.echo(f"\n== run {run['run']}: privreid train {' '.join(run['train_args'])}")
+        typer.echo(render_plan(run))
+    typer.echo("\ncells:")
+    for cell in plan["cells"]:
+        typer.echo(f"  {cell['column']}: {cell['test set']} ({' '.join(cell['source'])})")
+    for text in plan["table_deviations"]:
+        typer.echo(f"table deviation: {text}")

@@ -27,7 +27,11 @@ objective (FedProx's proximal term, KD, ...) subclass it and override
 :meth:`SupervisedUpdate.extra_loss`.
 
 Optimiser state (momentum) is created fresh every round, as in the FedPav
-reference code; nothing but model weights persists between rounds.
+reference code; nothing but model weights persists between rounds, unless a
+method keeps it in the client's memory through the hooks
+:meth:`SupervisedUpdate.restore_optimizer` and
+:meth:`SupervisedUpdate.keep_optimizer` (DPPT's ``persistent_optimizer``,
+:mod:`.optimizer_state`).
 """
 
 from __future__ import annotations
@@ -160,6 +164,12 @@ class SupervisedUpdate:
         The default keeps the per-round rates of :meth:`optimizer`.
         """
 
+    def restore_optimizer(self, ctx: ClientContext, opt: torch.optim.Optimizer) -> None:
+        """Hook called once the round's optimiser is built, before training (default: it starts fresh)."""
+
+    def keep_optimizer(self, ctx: ClientContext, opt: torch.optim.Optimizer) -> None:
+        """Hook called after the round's training with its optimiser (default: the state is dropped)."""
+
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         from tqdm.auto import tqdm
 
@@ -167,6 +177,7 @@ class SupervisedUpdate:
         model = ctx.model
         model.train()
         opt = self.optimizer(model, ctx.round)
+        self.restore_optimizer(ctx, opt)
         schedule = get_schedule(self.config)
         round_rates = [group["lr"] for group in opt.param_groups]
         total, steps, seen = 0.0, 0, 0
@@ -202,4 +213,5 @@ class SupervisedUpdate:
                 seen += len(labels)
                 steps += 1
                 bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        self.keep_optimizer(ctx, opt)
         return {"loss": total / max(seen, 1), "steps": float(steps), "samples_seen": float(seen)}

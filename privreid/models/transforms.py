@@ -11,6 +11,7 @@ or added by the defence's ``wrap`` (DP-SGD's ``group_norm``):
 ``group_norm``      every BatchNorm -> GroupNorm, for DP-SGD's per-sample gradients
 ``attentive_norm``  SKA's attentive normalisation on each block's ``bn2`` (paper 000, Eq. 2)
 ``dual_norm``       SKA's local generalised norm copies ``general_norms`` (paper 000, Sec. 3.3)
+``neck_bias``       the BNNeck's bias trains (L2RW+'s DPPT, as its reference code)
 ==================  ==========================================================
 
 :func:`privreid.models.build_model` applies them in one fixed order, whatever
@@ -44,6 +45,7 @@ from torch import nn
 from privreid.errors import ConfigError
 from privreid.models.attentive_norm import ACTIVATIONS, DEFAULT_COMPONENTS, apply_attentive_norm
 from privreid.models.part_branch import PartBranch
+from privreid.models.reid_net import BNNeck
 from privreid.models.resnet import NORM_TYPES, replace_norm_layers
 
 if TYPE_CHECKING:
@@ -240,6 +242,25 @@ class DualNormTransform(ModelTransform):
         return model
 
 
+@dataclass(frozen=True)
+class NeckBiasTransform(ModelTransform):
+    """``neck_bias``: the BNNeck's bias trains instead of staying frozen at zero.
+
+    DPPT's reference code (Joey623/L2RW ``CI/model.py:39-40``) uses a plain
+    ``BatchNorm1d`` bottleneck whose bias is a trainable parameter (zero at
+    initialisation), where Luo et al.'s BNNeck freezes it.  Only for the
+    ``bnneck`` neck (the linear neck's bias trains already).
+    """
+
+    name: ClassVar[str] = "neck_bias"
+
+    def apply(self, model: ReIDModel) -> ReIDModel:
+        if not isinstance(model.neck, BNNeck):
+            raise ConfigError(f"model transform neck_bias needs the bnneck neck, got {model.neck_kind!r}")
+        model.neck.bn.bias.requires_grad_(True)
+        return model
+
+
 #: name -> transform class; within each phase (before / after the weights) transforms apply in this order
 TRANSFORMS: dict[str, type[ModelTransform]] = {}
 
@@ -252,7 +273,8 @@ def register_transform(cls: type[ModelTransform]) -> type[ModelTransform]:
     return cls
 
 
-for _cls in (MLPHeadTransform, PartBranchTransform, GroupNormTransform, AttentiveNormTransform, DualNormTransform):
+for _cls in (MLPHeadTransform, PartBranchTransform, NeckBiasTransform, GroupNormTransform, AttentiveNormTransform,
+             DualNormTransform):
     register_transform(_cls)
 
 

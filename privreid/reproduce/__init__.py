@@ -72,8 +72,11 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     return rows
 
 
-def check_table(key: str, scale: str, data_root) -> TableSpec:
-    """Table ``key``'s spec if it runs at ``scale`` (with ``data_root`` at paper scale); ConfigError if not."""
+def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> TableSpec:
+    """Table ``key``'s spec if it runs at ``scale`` (with ``data_root`` at paper scale); ConfigError if not.
+
+    ``check_data=False`` (a dry run without ``--data-root``) skips the datasets.
+    """
     if key not in TABLES:
         raise ConfigError(f"unknown table {key!r}; `privreid reproduce --list` names them: {', '.join(TABLES)}")
     spec = TABLES[key]
@@ -81,7 +84,7 @@ def check_table(key: str, scale: str, data_root) -> TableSpec:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if not spec.rows:
         raise ConfigError(f"{key} is {spec.status}")
-    if scale == "paper":
+    if scale == "paper" and check_data:
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
         from ..evaluation.dg_protocol import resolve_eval_format
@@ -150,13 +153,45 @@ def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, 
     run_dir = out / "runs" / row.run_name(group)
     if (run_dir / "summary.json").is_file():
         return run_dir
+    echo(f"training {row.run_name(group)} ({scale})")
+    train_run(base_config(_run_args(row, group, scale, data_root, device)), run_dir,
+              resume=(run_dir / "ckpt.pt").is_file(), progress=False)
+    return run_dir
+
+
+def _run_args(row: Row, group: str, scale: str, data_root, device: str) -> list[str]:
+    """The ``privreid train`` arguments of ``row``'s run in ``group`` at ``scale`` (presets from configs/)."""
     args = [a.format(data_root=data_root, device=device) for a in row.train[group][scale]]
     args = [str(CONFIGS / Path(a).name) if a.startswith("configs/") else a for a in args]
     if scale == "smoke" and device != "auto":
         args += ["--device", device]
-    echo(f"training {row.run_name(group)} ({scale})")
-    train_run(base_config(args), run_dir, resume=(run_dir / "ckpt.pt").is_file(), progress=False)
-    return run_dir
+    return args
+
+
+def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") -> dict[str, Any]:
+    """``reproduce --dry-run``: table ``key``'s runs at ``scale``, each with its :func:`~privreid.run_plan.run_plan`.
+
+    Nothing is trained or written.  At paper scale without ``data_root`` the
+    runs are planned with ``DATA_ROOT`` in their paths and no dataset is
+    checked; with it, every dataset is checked first (as a real run does).
+    """
+    from ..commands.sweep import base_config
+    from ..run_plan import run_plan
+
+    spec = check_table(key, scale, data_root, check_data=data_root is not None or scale != "paper")
+    root = "DATA_ROOT" if data_root is None else data_root
+    rows = spec.rows + ((spec.reference,) if spec.reference is not None else ())
+    runs = {}
+    for row in rows:
+        for column in spec.columns:
+            name = row.run_name(column.group)
+            if row.trains(column, scale) and name not in runs:
+                args = _run_args(row, column.group, scale, root, device)
+                runs[name] = {"train_args": args, **run_plan(base_config(args))}
+    cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source)} for c in spec.columns
+             if c.source[0] != "mean"]
+    return {"table": key, "scale": scale, "runs": [{"run": n, **runs[n]} for n in sorted(runs)], "cells": cells,
+            "table_deviations": list(spec.deviations)}
 
 
 def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, dataset: str, scale: str,

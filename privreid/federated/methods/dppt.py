@@ -96,7 +96,20 @@ Options (``--opt key=value``; the Table VII ablations are options):
   the run, epoch 16 of 50, then down to 0), updated every step;
   it replaces the per-round step decay (``--lr-step``), which ``false``
   keeps.  The schedule spans the configured ``rounds``: extending a finished
-  run with ``--resume --rounds N`` changes it;
+  run with ``--resume --rounds N`` changes it.  Step ``b`` of an epoch trains
+  at the rate of progress ``b / n_batches``; the reference code's
+  ``adjust_lr`` (``CI/train.py:405-407``) reads ``lrs[batch_idx - 1]``, so
+  its step ``b`` takes step ``b - 1``'s rate and its first step the epoch's
+  last one (one step of lag, ``tests/test_reference_dppt.py``);
+* ``persistent_optimizer`` (false): each client keeps its optimiser state
+  (SGD's momentum buffers) in its memory from one of its rounds to the next,
+  as the reference code's one optimiser per client
+  (:mod:`privreid.federated.optimizer_state`); false builds a fresh optimiser
+  every round, as every other method;
+* ``neck_bias`` (true): with ``--neck bnneck`` the bottleneck's bias trains,
+  as in the reference code (``CI/model.py:39-40``: a plain ``BatchNorm1d``),
+  the ``neck_bias`` model transform; false keeps the BNNeck's frozen bias.
+  The linear neck's bias always trains;
 * ``base``: the federated algorithm DPPT is added to (Table II rows):
   ``fedavg`` (default), ``fedprox`` (proximal term, ``prox_mu`` 0.01) or
   ``moon`` (model-contrastive term, ``moon_mu`` 1, ``moon_tau`` 0.5); these
@@ -108,9 +121,10 @@ FedProx / MOON with L_id + L_cir" are ``base=... mrb=false ca=none``.
 
 Deviations from the reference code (besides those listed in
 :mod:`privreid.federated.mrb` and :class:`privreid.data.transforms.ChannelAugmentation`):
-its backbone pools with GeM, privreid with the average (``--neck bnneck`` is
-its plain BatchNorm bottleneck).  Its bottleneck trains at the classifier's
-rate: ``--lr-neck`` (the ``dppt-sysu-paper`` preset sets it).
+its backbone pools with GeM, privreid with the average (``--neck bnneck`` with
+``neck_bias`` is its plain BatchNorm bottleneck, whose weight it initialises
+from N(1, 0.01^2) where privreid uses ones).  Its bottleneck trains at the
+classifier's rate: ``--lr-neck`` (the ``dppt-sysu-paper`` preset sets it).
 
 Cost: one feature copy (``D`` floats) per training image of the round is
 held until the centres are computed (ResNet-50, 2048-d: 8 KB per image); the
@@ -134,6 +148,7 @@ from ...models.reid_net import is_classifier_key
 from ...seeding import derive_seed
 from ..client import ClientContext, SupervisedUpdate, client_loader
 from ..mrb import FeatureBank, global_memory, mrb_loss
+from ..optimizer_state import load_optimizer_state, save_optimizer_state
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
 from ..strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload
@@ -270,6 +285,8 @@ class DPPTSettings:
     seq_len: int = 6
     onecycle: bool = True
     peak: float = ONECYCLE_PEAK
+    persistent_optimizer: bool = False
+    neck_bias: bool = True
     base: str = "fedavg"
     prox_mu: float = 0.01
     moon_mu: float = 1.0
@@ -305,6 +322,14 @@ class DPPTLocalTraining:
     def optimizer(self, model, round_index: int):
         # one-cycle replaces the per-round step decay: the configured (round-0) rates are its peaks
         return super().optimizer(model, 0 if self.settings.onecycle else round_index)
+
+    def restore_optimizer(self, ctx: ClientContext, opt) -> None:
+        if self.settings.persistent_optimizer:
+            load_optimizer_state(opt, ctx.memory)
+
+    def keep_optimizer(self, ctx: ClientContext, opt) -> None:
+        if self.settings.persistent_optimizer:
+            save_optimizer_state(opt, ctx.memory)
 
     def forward(self, ctx: ClientContext, images: torch.Tensor):
         if images.dim() == 5:
@@ -469,6 +494,11 @@ def settings_for(config) -> DPPTSettings:
     return settings
 
 
+def model_transforms(config) -> list[str]:
+    """``neck_bias`` where the run's neck is the BNNeck and the option is on (module docstring)."""
+    return ["neck_bias"] if config.model.neck == "bnneck" and settings_for(config).neck_bias else []
+
+
 def make_client_update(config) -> DPPTLocalTraining:
     s = settings_for(config)
     if s.base == "fedprox":
@@ -492,6 +522,7 @@ DPPT = register(
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,
         global_eval_state=lambda global_state, client_states: model_state(global_state),
         options=DPPTSettings,
+        model_transforms=model_transforms,
         lr_factor=round_start_factor,
     )
 )
