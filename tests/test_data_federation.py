@@ -277,3 +277,19 @@ def test_fedpav_split_of_prid_trains_on_up_to_ten_frames_of_each_sequence(tmp_pa
     # the test images stay the single-shot ones
     assert all("single_shot" in path for path, _, _ in ds.query + ds.gallery)
     assert ds.train == load_dataset(root, "prid-fedpav").train  # seeded
+
+
+def test_reproduce_dry_run_plans_fedpavs_paper_runs_with_per_root_formats():
+    import json
+
+    res = runner.invoke(app, ["reproduce", "fedpav-table4", "--scale", "paper", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    assert [r["run"] for r in plan["runs"]] == sorted(["Benchmark", "FedNova", "FedProx", "CC", "CDW", "CC & CDW",
+                                                        "Standalone"])
+    for run in plan["runs"]:
+        data = [run["train_args"][i + 1] for i, a in enumerate(run["train_args"]) if a == "--data"]
+        assert data == [f"DATA_ROOT/{folder}:{fmt}" for folder, fmt in (
+            ("msmt17", "msmt17"), ("dukemtmcreid", "dukemtmcreid"), ("market1501", "market1501"),
+            ("cuhk03np", "cuhk03np-detected"), ("prid", "prid-fedpav"), ("cuhk01", "cuhk01-fedpav"),
+            ("viper", "viper-fedpav"), ("3dpes", "3dpes-fedpav"), ("ilids", "ilids-fedpav"))], run["run"]
