@@ -163,7 +163,7 @@ def test_euclidean_ranking_matches_the_reference_and_names_its_ap_and_denominato
     ap = [np.mean(np.arange(1, len(r) + 1) / r) for r in ranks]
     assert res["mAP"] == pytest.approx(np.mean(ap), abs=1e-9)
     # Deviation "Wu & Gong mAP": the reference's AP is the trapezoid sum_k (1/m)((k-1)/(r_k-1) + k/r_k)/2
-    # (compute_mAP.py:24-30, a first positive at rank 1 counting precision 1), and evaluate.py divides CMC and
+    # (compute_mAP.py:26-33, a first positive at rank 1 counting precision 1), and evaluate.py divides CMC and
     # mAP by all queries, those without a positive included; privreid averages precisions over valid queries.
     trapezoid = [np.sum([((k - 1) / (r - 1) if r > 1 else 1.0) + k / r for k, r in enumerate(rs, 1)]) / (2 * len(rs))
                  for rs in ranks]
@@ -220,7 +220,7 @@ def test_attention_with_batchnorm_is_not_privreids():
 def test_reference_keeps_the_lowest_validation_loss_of_the_last_30_percent_privreid_the_last_round():
     fx = fixture("model_selection")
     val, rounds = fx["val_loss"], fx["settings"]["global_ep"]
-    first = int(np.ceil(0.7 * rounds))  # fedreid_train.py:90: `epoch < 0.7 * num_epochs` always overwrites
+    first = int(np.ceil(0.7 * rounds))  # lib/fedreid_train.py:87: `epoch < 0.7 * num_epochs` always overwrites
     assert fx["saved_rounds"][:first + 1] == list(range(first + 1))
     assert fx["kept_round"] == first + int(np.argmin(val[first:]))  # strict `<`: the earliest minimum
     # Deviation "FedReID model selection": privreid reports the last evaluated round (--report-best 1); it has
