@@ -6,6 +6,7 @@ Where privreid deliberately differs, the test asserts the difference and
 names it.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,15 +16,19 @@ import pytest
 import torch
 from torch import nn
 
-from privreid.checkpoint import TRAINED_PREFIX
+from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint
 from privreid.commands.sweep import base_config
+from privreid.data.catalog import build_federation
 from privreid.evaluation import evaluate
 from privreid.federated.best import select_rounds
+from privreid.federated.engine import FederatedEngine
 from privreid.federated.lr_schedule import lr_table
 from privreid.federated.methods.fedreid import half_average_start
 from privreid.federated.strategy import Upload, UniformAverage
 from privreid.models import build_model
 from privreid.models.attentive_norm import AttentiveNorm2d
+
+from conftest import tiny_config
 
 FIXTURES = Path(__file__).parent / "reference" / "wugong"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -246,3 +251,15 @@ def test_presets_retrieve_on_the_pooled_feature_and_classify_with_the_reference_
     assert torch.equal(head[0].bias, torch.zeros(512)) and torch.equal(head[1].bias, torch.zeros(512))
     assert 0.9 < float(head[1].weight.mean()) < 1.1 and 0.01 < float(head[1].weight.std()) < 0.03  # N(1, 0.02^2)
     assert float(head[4].weight.std()) < 0.002  # N(0, 0.001^2)
+
+
+@pytest.mark.parametrize("method", ["fedreid", "ska"])
+def test_methods_train_with_the_pooled_feature_and_keep_the_mapping_network_local(tiny_synth, tmp_path, method):
+    cfg = tiny_config(tiny_synth, method=method, rounds=1)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, neck="none")).validate()
+    federation = build_federation(cfg.data.roots, test_domains=cfg.data.test_domains)
+    FederatedEngine(cfg, federation, tmp_path, progress=False).run()
+    ckpt = load_checkpoint(tmp_path / "ckpt.pt")
+    assert ckpt["model_config"]["neck"] == "none" and ckpt["model_config"]["feat_dim"] == 512
+    assert {"name": "mlp_head", "negative_slope": 0.1} in ckpt["model_config"]["transforms"]
+    assert not any(k.startswith(("neck.", "classifier.")) for k in ckpt["global_state"])  # the head never leaves

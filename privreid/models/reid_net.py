@@ -183,7 +183,7 @@ class ReIDModel(nn.Module):
         self.classifier = None if num_classes == 0 else self.new_head(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Retrieval feature ``(B, feat_dim)``: the neck output (after its BatchNorm; the pooled feature with ``"none"``).
+        """Retrieval feature ``(B, feat_dim)``: the neck output (after its BN; the pooled feature with ``"none"``).
 
         With a part branch: the fused theta of FedARKS Eq. 1 (the neck output
         when ``part.fusion_weight == 1``).

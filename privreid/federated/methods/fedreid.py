@@ -114,7 +114,7 @@ class FedReIDOptions:
 
 
 def mapping_head(slope: float) -> dict:
-    """The ``mlp_head`` model transform with activation slope ``slope`` (:func:`privreid.models.transforms.mlp_head`)."""
+    """The ``mlp_head`` model transform, activation slope ``slope`` (:func:`privreid.models.transforms.mlp_head`)."""
     return {"name": "mlp_head", "negative_slope": slope}
 
 
