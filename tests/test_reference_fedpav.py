@@ -69,9 +69,6 @@ def test_fedpav_preset_rates_per_local_epoch_are_the_references_with_five_local_
         assert lr_table(config)[group] == pytest.approx([epochs[0] for epochs in rounds], rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="off by one local epoch: the reference calls scheduler.step() at the start "
-                   "of each local epoch (client.py:53), so local epoch e (0-based) runs at gamma**((e + 1) // 40) and "
-                   "the first decay is at e = 39; privreid's local-step gives gamma**(e // 40)")
 def test_fedpav_preset_first_local_decay_is_the_references():
     ref = fixture("lr_schedule")["E45"]
     config = preset("--local-epochs", "45", "--rounds", "1")

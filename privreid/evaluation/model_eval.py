@@ -120,11 +120,13 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
     return out
 
 
-def describe_protocol(testset: TestSet) -> str:
+def describe_protocol(testset: TestSet, ap: str = "torchreid") -> str:
     """How :func:`rank_testset` ranks ``testset`` (without the CUHK03 option), in words, for dry runs and reports."""
     if not is_cross_modality(testset):
+        mean_ap = ("the Market-1501 devkit's trapezoid AP over all queries" if ap == "devkit" else
+                   "torchreid's AP over queries with a positive")
         return (f"Market-1501 rules: {len(testset.query)} queries x {len(testset.gallery)} gallery images, same "
-                "identity and camera removed from the gallery, mAP over queries with a positive")
+                f"identity and camera removed from the gallery, mAP: {mean_ap}")
     p = testset.vi_protocol
     kind = f"video (tracklets, mean of {p.seq_len} frames)" if testset.tracklets is not None else "visible-infrared"
     trials = "the whole gallery" if p.gallery_trials == 1 else f"{p.gallery_trials} single-shot gallery trials"
