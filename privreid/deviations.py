@@ -361,6 +361,13 @@ RULES: tuple[Rule, ...] = (
          and _option("an")(c),
          lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
                    "normalisation pretrained on ImageNet)"),
+    Rule("ska-an-architecture", lambda c: c.train.method == "ska" and _option("an")(c),
+         lambda c: "SKA's attentive normalisation sits in torchvision's ResNet-50 and gates its mixture with "
+                   "Linear + hard sigmoid; the AN ResNet-50 the reference code loads (SunTongtongtong/FedReid "
+                   "lib/resnet50_AN.py:_resnet, checkpoint resnet-50-an-imagenet-200e-lbsmth-mixup, whose config "
+                   "of that name in iVMCL/AOGNet-v2 sets norm_attention_mode 2, imagenet_head7x7 false, "
+                   "replace_stride_with_avgpool true) puts a BatchNorm between the attention conv and the hard "
+                   "sigmoid (lib/AttNorm_AN.py:83-86), a three-conv 3x3 stem and average-pool downsampling"),
 )
 
 

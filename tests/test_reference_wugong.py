@@ -19,6 +19,7 @@ from torch import nn
 from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint
 from privreid.commands.sweep import base_config
 from privreid.data.catalog import build_federation
+from privreid.deviations import deviations
 from privreid.evaluation import evaluate
 from privreid.federated.best import select_rounds
 from privreid.federated.engine import FederatedEngine
@@ -219,6 +220,9 @@ def test_attention_with_batchnorm_is_not_privreids():
     with torch.no_grad():
         an.attention.weight.copy_(torch.tensor(mode["params"]["attention_weight"]))
         assert not torch.allclose(an.attention_weights(x), torch.tensor(mode["train"]["lambda"]), atol=1e-3)
+    # named in every SKA run with AN (deviation "ska-an-architecture")
+    assert any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml")))
+    assert not any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml", "--opt", "an=false")))
 
 
 # --------------------------------------------------------------------------- (e) model selection
