@@ -185,9 +185,13 @@ FEDPAV = Recipe("FedPav", (
 FEDPAV_METHODS = ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd", "fedpav-cdw-cc")
 
 P002 = "paper 002 Sec. IV-A"
+WU_GONG_NO_NECK = (f"{WU_GONG_CODE} lib/model.py embedding_net_test: retrieval on the 2048-d pooled ResNet-50 "
+                   "feature, no BatchNorm")
 FEDREID = Recipe("FedReID", (
     *_stated(P002, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
-    PaperValue("--neck", "bnneck", f"{P002}: a 2048-d feature"),
+    PaperValue("--neck", "none", f"{P002}: a 2048-d feature; {WU_GONG_NO_NECK}"),
+    PaperValue("--opt mapping_slope", 0.1, f"{WU_GONG_CODE} lib/model.py MLP: LeakyReLU(0.1)", _option("mapping_slope"),
+               prose="paper 002 Eq. 7: ReLU (--opt mapping_slope=0)"),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 002 Sec. III: identity loss"),
     *_stated(P002, ("--client-fraction", 0.5), ("--beta", 0.0)),
@@ -200,6 +204,9 @@ FEDREID = Recipe("FedReID", (
 P000 = "paper 000 Sec. 4.2"
 SKA = Recipe("SKA", (
     *_stated(P000, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
+    PaperValue("--neck", "none", WU_GONG_NO_NECK),
+    PaperValue("--opt head", "mlp", f"{P000}: two fully-connected layers for classification ({WU_GONG_CODE} "
+               "lib/model.py MLP)", _option("head")),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 000 Algorithm 1: identity loss"),
     *_wu_gong_training(P000, lr_step=40, schedule=PaperValue("--lr-schedule", "step",
@@ -354,6 +361,13 @@ RULES: tuple[Rule, ...] = (
          and _option("an")(c),
          lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
                    "normalisation pretrained on ImageNet)"),
+    Rule("ska-an-architecture", lambda c: c.train.method == "ska" and _option("an")(c),
+         lambda c: "SKA's attentive normalisation sits in torchvision's ResNet-50 and gates its mixture with "
+                   "Linear + hard sigmoid; the AN ResNet-50 the reference code loads (SunTongtongtong/FedReid "
+                   "lib/resnet50_AN.py:_resnet, checkpoint resnet-50-an-imagenet-200e-lbsmth-mixup, whose config "
+                   "of that name in iVMCL/AOGNet-v2 sets norm_attention_mode 2, imagenet_head7x7 false, "
+                   "replace_stride_with_avgpool true) puts a BatchNorm between the attention conv and the hard "
+                   "sigmoid (lib/AttNorm_AN.py:83-86), a three-conv 3x3 stem and average-pool downsampling"),
 )
 
 

@@ -127,7 +127,8 @@ def test_fedreid_trains_end_to_end_and_scores_every_client(tiny_synth, tmp_path,
     summary = engine.run()
     assert 0.0 <= summary["global_unseen"]["rank1"] <= 1.0
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
-    assert ckpt["model_config"]["transforms"] == [{"name": "mlp_head"}]
+    # the reference code's LeakyReLU(0.1) mapping network (FedReID's mapping_slope option)
+    assert ckpt["model_config"]["transforms"] == [{"name": "mlp_head", "negative_slope": 0.1}]
     for round_no in (1, 2):  # every client, selected this round or not
         scored = {m["client"] for m in ckpt["metrics"] if m["scope"] == "local" and m["round"] == round_no}
         assert scored == {"synthA", "synthB"}

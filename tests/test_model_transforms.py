@@ -171,9 +171,9 @@ def test_methods_and_dp_sgd_declare_their_transforms(tmp_path):
         return [t["name"] for t in build_method(cfg).model_config(cfg)["transforms"]]
 
     assert names("fedpav") == [] and names("fedreid") == ["mlp_head"] and names("fedarks") == ["part_branch"]
-    assert names("ska") == ["attentive_norm", "dual_norm"]
-    assert names("ska", method_options={"an": "false"}) == ["dual_norm"]
-    assert names("ska", method_options={"an": "false", "lsn": "false"}) == []
+    assert names("ska") == ["mlp_head", "attentive_norm", "dual_norm"]
+    assert names("ska", method_options={"an": "false"}) == ["mlp_head", "dual_norm"]
+    assert names("ska", method_options={"an": "false", "lsn": "false", "head": "linear"}) == []
     assert names("fedpav", dp_sgd=True, noise_multiplier=1.0) == ["group_norm"]
 
 

@@ -38,7 +38,7 @@ def test_attentive_norm_matches_hand_computation():
     x = torch.randn(2, 3, 2, 2)
     y = an(x)
     for b in range(2):
-        gap = x[b].mean(dim=(1, 2))
+        gap = x[b].mean(dim=(1, 2)) / torch.sqrt(x[b].flatten(1).var(1) + 1e-3)  # per-channel std (reference)
         lam = torch.sigmoid(torch.stack([gap[0], -gap[2] + 0.5]))
         for c in range(3):
             xhat = (x[b, c] - an.running_mean[c]) / torch.sqrt(an.running_var[c] + an.eps)
@@ -303,8 +303,8 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
     from privreid.federated.registry import get_method
 
     ups = _uploads()
-    off = {"an": False, "lsn": False, "dual": False}
-    for opts, baseline in ((off, "fedavg"), ({"an": False, "dual": False}, "fedbn")):
+    off = {"an": False, "lsn": False, "dual": False, "head": "linear"}
+    for opts, baseline in ((off, "fedavg"), ({"an": False, "dual": False, "head": "linear"}, "fedbn")):
         cfg = ska_config(tiny_synth, **opts, weighting="volume")
         base_cfg = tiny_config(tiny_synth, method=baseline)
         got = ska.SKA.make_strategy(cfg).aggregate({}, ups).global_state
@@ -321,8 +321,8 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
         ska.SKA.make_strategy(ska_config(tiny_synth, weighting="cdw"))
 
 
-@pytest.mark.parametrize("opts,baseline", [({"an": False, "lsn": False, "dual": False}, "fedavg"),
-                                           ({"an": False, "dual": False}, "fedbn")])
+@pytest.mark.parametrize("opts,baseline", [({"an": False, "lsn": False, "dual": False, "head": "linear"}, "fedavg"),
+                                           ({"an": False, "dual": False, "head": "linear"}, "fedbn")])
 def test_table4_ablation_rows_coincide_with_the_baselines(tiny_synth, tmp_path, opts, baseline):
     runs = {}
     for name, cfg in (("ska", ska_config(tiny_synth, **opts, weighting="volume")),

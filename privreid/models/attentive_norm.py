@@ -7,8 +7,14 @@ mixture of ``M`` channel-wise affine transforms with instance-specific
 weights:
 
     x_hat = (x - mu(x)) / sigma(x)                       (batch standardisation)
-    lambda = act(FC(GAP(x)))            in R^{B x M}     (channel-attention unit)
+    lambda = act(FC(GAP(x) / sqrt(Var(x) + 1e-3)))  in R^{B x M}     (channel-attention unit)
     AN(x)  = sum_{i=1..M} lambda_i * (gamma_i * x_hat + beta_i)      (Eq. 2)
+
+The attention unit reads the pooled feature divided by each instance's
+per-channel standard deviation over the spatial positions (``Var`` unbiased,
+plus 1e-3), as the authors' code does (SunTongtongtong/FedReid
+``lib/AttNorm_AN.py:109-116``, ``AttentionWeights.forward``); a 1x1 map, whose
+unbiased variance is undefined, uses the biased one (0).
 
 ``mu``/``sigma`` are BatchNorm's per-channel batch statistics in training
 and its running statistics in evaluation (the module *is* an
@@ -48,6 +54,9 @@ import torch.nn.functional as F
 from torch import nn
 
 ACTIVATIONS = ("hsigmoid", "sigmoid", "softmax")
+
+#: added to the per-channel variance before the attention unit divides by its square root (reference code)
+ATTENTION_VAR_EPS = 1e-3
 
 #: mixture components M per ResNet stage (layer1..layer4)
 DEFAULT_COMPONENTS: tuple[int, int, int, int] = (10, 10, 20, 20)
@@ -124,8 +133,10 @@ class AttentiveNorm2d(nn.BatchNorm2d):
         return an
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """``lambda = act(FC(GAP(x)))``, shape ``(B, M)``."""
-        return _activate(self.attention(x.mean(dim=(2, 3))), self.act)
+        """``lambda = act(FC(GAP(x) / sqrt(Var(x) + 1e-3)))``, shape ``(B, M)``; statistics per instance and channel."""
+        flat = x.flatten(2)
+        var = flat.var(dim=2, correction=1 if flat.shape[2] > 1 else 0)
+        return _activate(self.attention(flat.mean(dim=2) * torch.rsqrt(var + ATTENTION_VAR_EPS)), self.act)
 
     def mix(self, x_hat: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
         """Eq. 2 for given standardised features and attention weights."""

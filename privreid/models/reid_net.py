@@ -9,8 +9,13 @@ Necks:
   Luo et al., "Bag of Tricks and a Strong Baseline for Deep Person
   Re-identification" (CVPRW 2019).  The triplet loss sees the feature before the
   BN, the classifier the feature after it; the feature dimension is ``C``.
+* ``"none"``: no neck; the retrieval feature is the pooled trunk feature itself
+  (``C``-d, no BatchNorm), as Wu & Gong's code retrieves with FedReID and SKA
+  (SunTongtongtong/FedReid ``lib/model.py``, ``embedding_net_test``: the
+  2048-d average-pooled ResNet-50 feature); their mapping network is then the
+  classifier (model transform ``mlp_head``).
 
-``forward`` always returns the retrieval feature (the neck output after its BN)
+``forward`` always returns the retrieval feature (the neck output, after its BN if it has one)
 so the model can be handed as is to feature extractors and attack libraries;
 training code calls :meth:`ReIDModel.forward_train`.
 
@@ -39,7 +44,7 @@ from privreid.errors import ConfigError
 from privreid.models.part_branch import fuse
 from privreid.models.resnet import NormFactory, ResNet
 
-NECKS = ("linear", "bnneck")
+NECKS = ("linear", "bnneck", "none")
 
 #: ``(feat_dim, num_classes) -> a fresh identity classifier``
 HeadFactory = Callable[[int, int], nn.Module]
@@ -98,9 +103,9 @@ class ReIDModel(nn.Module):
     Args:
         arch: trunk architecture (``resnet18``, ``resnet34``, ``resnet50``).
         num_classes: classifier size; 0 builds no classifier (evaluation only).
-        neck: ``"linear"`` or ``"bnneck"``.
-        feat_dim: output size of the linear neck.  With ``"bnneck"`` it is not
-            used: the feature dimension is the trunk's ``out_dim``.
+        neck: ``"linear"``, ``"bnneck"`` or ``"none"``.
+        feat_dim: output size of the linear neck.  With ``"bnneck"`` and
+            ``"none"`` it is not used: the feature dimension is the trunk's ``out_dim``.
         last_stride: stride of ``layer4`` (1 = Luo et al.'s ReID trick).
         norm_layer: norm factory for the trunk (default BatchNorm2d).  It is
             not part of :meth:`model_config`.
@@ -144,7 +149,7 @@ class ReIDModel(nn.Module):
             self.neck: nn.Module = LinearNeck(self.backbone.out_dim, feat_dim)
             self.feat_dim = feat_dim
         else:
-            self.neck = BNNeck(self.backbone.out_dim)
+            self.neck = BNNeck(self.backbone.out_dim) if neck == "bnneck" else nn.Identity()
             self.feat_dim = self.backbone.out_dim
         self.head_factory: HeadFactory = linear_head
         self.part: nn.Module | None = None
@@ -162,9 +167,9 @@ class ReIDModel(nn.Module):
         return any(t.name == name for t in self.transforms)
 
     def new_head(self, num_classes: int) -> nn.Module:
-        """A fresh classifier as :meth:`reset_classifier` installs it: :attr:`head_factory`, on the neck's
+        """A fresh classifier as :meth:`reset_classifier` installs it: :attr:`head_factory`, on the trunk's
         device and dtype, adapted by every applied transform (``group_norm`` turns its BatchNorm into GroupNorm)."""
-        ref = next(self.neck.parameters())
+        ref = next(self.backbone.parameters())
         head = self.head_factory(self.feat_dim, num_classes).to(ref.device, ref.dtype)
         for transform in self.transforms:
             head = transform.adapt_head(head)
@@ -178,7 +183,7 @@ class ReIDModel(nn.Module):
         self.classifier = None if num_classes == 0 else self.new_head(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Retrieval feature ``(B, feat_dim)``: the neck output after its BatchNorm.
+        """Retrieval feature ``(B, feat_dim)``: the neck output (after its BN; the pooled feature with ``"none"``).
 
         With a part branch: the fused theta of FedARKS Eq. 1 (the neck output
         when ``part.fusion_weight == 1``).

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,13 +87,22 @@ class ModelTransform:
         return {"name": self.name, **params}
 
 
-def mlp_head(feat_dim: int, num_classes: int, hidden: int = 512) -> nn.Module:
+def mlp_head(feat_dim: int, num_classes: int, hidden: int = 512, negative_slope: float = 0.0) -> nn.Module:
     """FedReID's mapping network (Wu & Gong, paper 002, Eq. 7): ``FC -> BN -> ReLU -> Dropout(0.5) -> FC``.
 
-    The last FC starts from N(0, 0.001^2) weights and zero bias, as the linear head.
+    ``negative_slope > 0`` makes the activation ``LeakyReLU(negative_slope)``,
+    as the authors' code builds it (SunTongtongtong/FedReid ``lib/model.py``,
+    ``MLP``: ``LeakyReLU(0.1)``; Eq. 7 writes ReLU).  Initialisation as that
+    code's (the papers are silent): the first FC Kaiming-normal (fan-out),
+    the BN weight N(1, 0.02^2), the last FC N(0, 0.001^2), biases zero.
     """
-    head = nn.Sequential(nn.Linear(feat_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=False),
-                         nn.Dropout(0.5), nn.Linear(hidden, num_classes))
+    act = nn.LeakyReLU(negative_slope) if negative_slope > 0 else nn.ReLU(inplace=False)
+    head = nn.Sequential(nn.Linear(feat_dim, hidden), nn.BatchNorm1d(hidden), act, nn.Dropout(0.5),
+                         nn.Linear(hidden, num_classes))
+    nn.init.kaiming_normal_(head[0].weight, mode="fan_out")
+    nn.init.zeros_(head[0].bias)
+    nn.init.normal_(head[1].weight, 1.0, 0.02)
+    nn.init.zeros_(head[1].bias)
     nn.init.normal_(head[4].weight, std=0.001)
     nn.init.zeros_(head[4].bias)
     return head
@@ -100,12 +110,28 @@ def mlp_head(feat_dim: int, num_classes: int, hidden: int = 512) -> nn.Module:
 
 @dataclass(frozen=True)
 class MLPHeadTransform(ModelTransform):
-    """``mlp_head``: the identity classifier is FedReID's 2-FC mapping network (:func:`mlp_head`, paper 002 Eq. 7)."""
+    """``mlp_head``: the identity classifier is FedReID's 2-FC mapping network (:func:`mlp_head`, paper 002 Eq. 7).
+
+    Args:
+        negative_slope: of the activation; 0 (default) is Eq. 7's ReLU, 0.1
+            the reference code's LeakyReLU (:func:`mlp_head`).
+    """
 
     name: ClassVar[str] = "mlp_head"
 
+    negative_slope: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.negative_slope) < 1.0:
+            raise ConfigError(f"mlp_head negative_slope must lie in [0, 1), got {self.negative_slope!r}")
+        object.__setattr__(self, "negative_slope", float(self.negative_slope))
+
+    def to_config(self) -> dict[str, Any]:
+        """``{"name": "mlp_head"}`` for ReLU, the entry of checkpoints written before ``negative_slope`` existed."""
+        return super().to_config() if self.negative_slope else {"name": self.name}
+
     def apply(self, model: ReIDModel) -> ReIDModel:
-        model.head_factory = mlp_head
+        model.head_factory = functools.partial(mlp_head, negative_slope=self.negative_slope)
         if model.classifier is not None:
             model.reset_classifier(model.num_classes)
         return model

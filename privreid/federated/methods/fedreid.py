@@ -2,7 +2,12 @@
 
 * Model: the client is an embedding network (backbone + neck, shared) and a
   mapping network, the 2-FC head of Eq. 7 (FC -> BN -> ReLU -> Dropout -> FC),
-  which never leaves the client (model transform ``mlp_head``).
+  which never leaves the client (model transform ``mlp_head``).  Its
+  activation is the reference code's ``LeakyReLU(0.1)`` (SunTongtongtong/FedReid
+  ``lib/model.py``, ``MLP``); ``--opt mapping_slope=0`` is Eq. 7's ReLU.  The
+  reference retrieves on the 2048-d pooled trunk feature with no neck
+  (``--neck none``, the paper preset) and its mapping network reads that
+  feature.
 * Selection: a random fraction C = 0.5 of the clients per round (Sec. 4),
   ``ceil(C N)`` of them (Eq. 5).
 * Client-server collaboration (Eq. 8, the method's client start): on
@@ -92,6 +97,10 @@ def server_logits(model: torch.nn.Module, server_state: StateDict, images: torch
     return functional_call(model.classifier, head, (feat,))
 
 
+#: the mapping network's LeakyReLU slope in the authors' code (SunTongtongtong/FedReid ``lib/model.py``, ``MLP``)
+WU_GONG_SLOPE = 0.1
+
+
 @dataclass(frozen=True)
 class FedReIDOptions:
     """FedReID's method options (paper 002)."""
@@ -100,6 +109,13 @@ class FedReIDOptions:
     temperature: float = 3.0
     #: weight gamma of the KL term (``None``: T^2)
     gamma: float | None = None
+    #: negative slope of the mapping network's activation (reference code: LeakyReLU(0.1); Eq. 7's ReLU: 0)
+    mapping_slope: float = WU_GONG_SLOPE
+
+
+def mapping_head(slope: float) -> dict:
+    """The ``mlp_head`` model transform, activation slope ``slope`` (:func:`privreid.models.transforms.mlp_head`)."""
+    return {"name": "mlp_head", "negative_slope": slope}
 
 
 class FedReIDUpdate(SupervisedUpdate):
@@ -167,7 +183,7 @@ FEDREID = register(
         needs_per_client_uploads=False,
         make_client_start=lambda config: half_average_start,
         options=FedReIDOptions,
-        model_transforms=("mlp_head",),
+        model_transforms=lambda config: [mapping_head(float(FEDREID.option(config, "mapping_slope")))],
         client_fraction=0.5,
         keeps_trained_model=True,
     )

@@ -5,6 +5,14 @@ Three components, each switchable for the Table 4 / 5 ablations with
 true; ``--opt weighting=volume`` for the rows that equal Table 2's baselines,
 see "Ablations"):
 
+* **Head** (Sec. 4.2: "two fully-connected layers ... for classification"):
+  the identity classifier is the authors' 2-FC mapping network (FC -> BN ->
+  LeakyReLU(0.1) -> Dropout -> FC, SunTongtongtong/FedReid ``lib/model.py``,
+  ``MLP``; model transform ``mlp_head``), local like every classifier and
+  reading the pooled trunk feature, which is also the retrieval feature with
+  ``--neck none`` (the paper preset; the reference's ``embedding_net_test``).
+  ``--opt head=linear`` is the base model's linear classifier.
+
 * **AN** (Sec. 3.2, Eq. 2): the second BatchNorm of every residual block is
   attentive normalisation (:class:`privreid.models.attentive_norm.
   AttentiveNorm2d`), model transform ``attentive_norm``.
@@ -74,9 +82,9 @@ and the model, so both are registered as functions of the run configuration
 FedBN+D, which weight by data volume, while Algorithm 1 (line 6) averages
 uniformly.  ``--opt weighting=volume`` makes the ablations coincide with
 those baselines: ``ska --opt an=false --opt lsn=false --opt dual=false
---opt weighting=volume`` is ``fedavg`` (same model, policy, strategy and
-personalised model) and ``--opt an=false --opt dual=false --opt
-weighting=volume`` is ``fedbn`` (its global model too).  The default stays
+--opt weighting=volume --opt head=linear`` is ``fedavg`` (same model, policy,
+strategy and personalised model) and ``--opt an=false --opt dual=false --opt
+weighting=volume --opt head=linear`` is ``fedbn`` (its global model too).  The default stays
 Algorithm 1's uniform mean; the two differ only with unequal client sizes.
 """
 
@@ -96,6 +104,7 @@ from ..registry import Method, register
 from ..strategy import DataVolumeAverage, Strategy, UniformAverage
 from .fedbn import global_eval_state as fedbn_global_eval_state
 from .fedbn import is_norm_key
+from .fedreid import WU_GONG_SLOPE, mapping_head
 
 GENERAL_PREFIX = "general_norms."
 LG_HEAD_MEMORY = "lg_classifier/"
@@ -114,6 +123,8 @@ class SKAOptions:
     dual: bool = True
     #: the server's average: ``uniform`` (Alg. 1 line 6) or ``volume`` (FedAvg's data-volume weights)
     weighting: str = "uniform"
+    #: the identity classifier: ``mlp`` (the 2-FC mapping network, Sec. 4.2) or ``linear``
+    head: str = "mlp"
 
     @property
     def dual_active(self) -> bool:
@@ -121,9 +132,16 @@ class SKAOptions:
         return self.dual and self.lsn
 
 
+#: ``--opt head=...``: the model transforms of each identity classifier
+HEADS = {"mlp": [mapping_head(WU_GONG_SLOPE)], "linear": []}
+
+
 def options_from_config(config) -> SKAOptions:
-    """The run's SKA options (:meth:`Method.settings`); the policy and model depend on an / lsn / dual only."""
-    return SKAOptions(**{k: SKA.option(config, k) for k in ("an", "lsn", "dual")})
+    """The run's SKA options (:meth:`Method.settings`); the policy and model depend on an / lsn / dual / head only."""
+    opts = SKAOptions(**{k: SKA.option(config, k) for k in ("an", "lsn", "dual", "head")})
+    if opts.head not in HEADS:
+        raise ConfigError(f"ska option head must be one of {', '.join(HEADS)}, got {opts.head!r}")
+    return opts
 
 
 #: ``--opt weighting=...``: the server's average (Alg. 1 line 6 is ``uniform``)
@@ -169,9 +187,10 @@ def policy_for(opts: SKAOptions) -> ParameterPolicy:
                                        "non-norm layers and the generalised norm layers shared")
 
 
-def model_transforms_for(opts: SKAOptions) -> list[str]:
-    """AN (Sec. 3.2, Eq. 2): ``attentive_norm``; Dual (Sec. 3.3): ``dual_norm`` (:mod:`privreid.models.transforms`)."""
-    return [name for name, on in (("attentive_norm", opts.an), ("dual_norm", opts.dual_active)) if on]
+def model_transforms_for(opts: SKAOptions) -> list:
+    """The head (Sec. 4.2: ``mlp_head``), AN (Sec. 3.2, Eq. 2: ``attentive_norm``), Dual (Sec. 3.3: ``dual_norm``)."""
+    return [*HEADS[opts.head],
+            *(name for name, on in (("attentive_norm", opts.an), ("dual_norm", opts.dual_active)) if on)]
 
 
 # --------------------------------------------------------------------------- Algorithm 1, pure
