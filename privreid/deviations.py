@@ -151,7 +151,9 @@ def _wu_gong_training(source: str, lr_step: int, schedule: PaperValue) -> tuple[
             *_stated(source, ("--lr-backbone", 0.01), ("--lr-head", 0.1), ("--lr-step", lr_step), ("--lr-gamma", 0.1),
                      ("--batch-size", 32), ("--local-epochs", 1), ("--rounds", 100)),
             schedule,
-            PaperValue("--eval-metric", "euclidean", f"{WU_GONG_CODE} evaluate.py: Euclidean distance"))
+            PaperValue("--eval-metric", "euclidean", f"{WU_GONG_CODE} evaluate.py: Euclidean distance"),
+            PaperValue("--eval-ap", "devkit", f"{WU_GONG_CODE} evaluation/compute_mAP.py:26-33, evaluate.py:40: the "
+                       "Market-1501 devkit's trapezoid AP, averaged over all queries"))
 
 
 FEDPAV_CODE = "reference code cap-ntu/FedReID"
@@ -326,9 +328,23 @@ RULES: tuple[Rule, ...] = (
                    "by mean seen rank-1); paper 004 Alg. 1 returns each client's best local model, the reference code "
                    "keeps the last model (cap-ntu/FedReID main.py:111-112) and the paper's 'mean of the 3 best' "
                    "is picked on the test results by experiments/plot_Rank1_mAP_bar.py:18-47"),
-    Rule("fedpav-cmc-queries", _method(*FEDPAV_METHODS),
-         lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the FedPav "
-                   "reference code divides by all queries (cap-ntu/FedReID evaluate.py:88)"),
+    Rule("cmc-queries", _method(*FEDPAV_METHODS, "fedreid", "ska"),
+         lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the reference "
+                   "code divides by all queries (" + ("SunTongtongtong/FedReid evaluate.py:39" if c.train.method in
+                                                       ("fedreid", "ska") else "cap-ntu/FedReID evaluate.py:88") + ")"),
+    Rule("fedreid-selection", _method("fedreid"),
+         lambda c: "FedReID reports the global model's last evaluation; the reference code keeps the server model "
+                   "with the lowest validation loss (client 1's validation split, through its mapping network) among "
+                   "the rounds from 70% of the run on (SunTongtongtong/FedReid lib/fedreid_train.py:87-95)"),
+    Rule("wu-gong-input-size", _method("fedreid", "ska"),
+         lambda c: "training images are resized to the input size and padded-and-cropped, test images resized to it "
+                   "(bilinear); the Wu & Gong reference code resizes to 288x144 (bicubic), random-crops 256x128 and "
+                   "tests at 288x144 (SunTongtongtong/FedReid utils/get_dataset.py:17-19, 61)"),
+    Rule("fedreid-first-participation", lambda c: c.train.method == "fedreid" and _client_fraction(c) < 1.0,
+         lambda c: "a client first selected after round 1 starts from the server model; the reference code "
+                   "half-averages it with the initial model it stored for every client (SunTongtongtong/FedReid "
+                   "lib/fedreid_train.py:31-32), and its server copy also trains a copy of the client's mapping "
+                   "network (lib/localUpdate.py:74-78), which privreid's leaves untrained"),
     Rule("fedpav-cdw-probe", _method("fedpav", "fedpav-kd", "fedpav-cc"),
          lambda c: "without CDW no probe forward runs; the FedPav reference code runs its CDW probe every round "
                    "(client.py:102): one train-mode forward of a training batch that updates the BatchNorm "

@@ -140,7 +140,8 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "secagg_max_weight": _o("train.secagg_max_weight",
         "Secure aggregation: public bound of a client's weight (default: the largest of the round)."),
     "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50."),
-    "neck": _o("model.neck", "Neck: linear (Linear+BN embedding) or bnneck."),
+    "neck": _o("model.neck", "Neck: linear (Linear+BN embedding), bnneck, or none (the pooled trunk feature, as "
+        "Wu & Gong's FedReID / SKA code retrieves)."),
     "feat_dim": _o("model.feat_dim", "Embedding size of the linear neck."),
     "last_stride": _o("model.last_stride", "Stride of the last ResNet stage (1 or 2)."),
     "pretrained": _o("model.pretrained",
