@@ -217,7 +217,10 @@ def _ska_table4() -> TableSpec:
         columns=seen + unseen, rows=tuple(rows), paper_train=RGB_SOURCES,
         deviations=("the seen-domain columns are each client's personalised model on its own test set, the unseen "
                     "ones the global model under the DG protocol (the paper does not say which model it tests on "
-                    "source domains)",),
+                    "source domains)",
+                    "the Baseline and Baseline+LSN rows weight by data volume (Table 2's FedAvg+D / FedBN+D) and keep "
+                    "SKA's network (the 2-FC mapping head): the ablation changes AN, LSN and the dual model only; "
+                    "Wu & Gong's released code has no SKA training to check this against"),
     )
 
 
