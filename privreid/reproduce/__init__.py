@@ -254,7 +254,8 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
     cfg = ckpt.run_config
     dev = resolve_device(device)
     return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
-                             device=dev, write_splits_to=run_dir / f"splits-{name}.json")
+                             device=dev, flip=cfg.train.eval_flip, metric=cfg.train.eval_metric,
+                             write_splits_to=run_dir / f"splits-{name}.json")
 
 
 def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:

@@ -1,0 +1,71 @@
+"""The small benchmarks' test protocols as the papers' tables and code define them (issue 25, section 1):
+CAVIAR4REID's 36 test identities (FedReID Table I), CUHK01 / CUHK02 every view-A image against every view-B
+image (torchreid, FedPav Table 1), CUHK-SYSU's 2,900 queries against a gallery without distractors (FedReID
+Table I), on fixture trees with the releases' file names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from privreid.data.formats import load_dataset
+from privreid.data.formats_dg import load_pool
+from privreid.data.formats_dg.splits import make_splits
+
+from test_dg_formats import make_caviar, make_cuhk01, make_cuhk02, make_cuhksysu, make_ilids
+
+
+def test_caviar_dg_split_tests_36_of_the_50_paired_people_single_shot(tmp_path):
+    """FedReID Table I: 36 test identities, 72 test images (one query in camera 1, one gallery image in camera 2
+    each); half of the 50 paired people (25, the generic rule) would not give those sizes."""
+    pool = load_pool(make_caviar(tmp_path, paired=50, single=22), "caviar")
+    assert len(pool.paired_ids) == 50 and len(pool.views) == 72
+    for split in make_splits(pool, "dg", num_splits=3, seed=0):
+        assert len(split.test_ids) == 36 and set(split.test_ids) <= set(pool.paired_ids)
+        assert (len(split.query), len(split.gallery)) == (36, 36)  # 72 test images
+        assert [pid for _, pid, _ in split.query] == [pid for _, pid, _ in split.gallery] == split.test_ids
+        assert all(int(Path(p).stem[4:]) <= 10 for p, _, _ in split.query)  # camera 1: images 001-010
+        assert all(int(Path(p).stem[4:]) >= 11 for p, _, _ in split.gallery)  # camera 2: images 011-020
+        assert len(split.train_ids) == 14 + 22  # the other paired people and the one-camera people
+
+
+def test_cuhk01_tests_every_view_a_image_against_every_view_b_image(tmp_path):
+    """FedPav Table 1 (its data_preprocess, as torchreid's cuhk01.py): 485 train ids, 486 test ids with
+    972 query and 972 gallery images."""
+    ds = load_dataset(make_cuhk01(tmp_path, ids=971), "cuhk01")
+    assert ds.num_train_pids == 485 and len(ds.train) == 1940
+    assert (len({pid for _, pid, _ in ds.query}), len(ds.query), len(ds.gallery)) == (486, 972, 972)
+    assert {Path(p).name[4:] for p, _, _ in ds.query} == {"001.png", "002.png"}
+    assert {Path(p).name[4:] for p, _, _ in ds.gallery} == {"003.png", "004.png"}
+
+
+def test_cuhk02_tests_every_p5_cam1_image_against_every_p5_cam2_image(tmp_path):
+    """torchreid's cuhk02.py: P5's cam1 images are the query, its cam2 images the gallery."""
+    ds = load_dataset(make_cuhk02(tmp_path), "cuhk02")
+    assert sorted(Path(p).relative_to(Path(p).parents[2]).as_posix() for p, _, _ in ds.query) == [
+        f"P5/cam1/{pid:03d}_{n}.png" for pid in (1, 2, 3) for n in (1, 2)]
+    assert sorted(Path(p).relative_to(Path(p).parents[2]).as_posix() for p, _, _ in ds.gallery) == [
+        f"P5/cam2/{pid:03d}_{n}.png" for pid in (1, 2, 3) for n in (1, 2)]
+
+
+def test_cuhksysu_fixed_set_is_the_queries_against_their_persons_gallery_crops(tmp_path):
+    """FedReID Sec. IV-A: the 2,900 queries, the gallery their persons' crops in their TestG100 gallery scenes
+    (no distractor: person 4 in scenes 4 and 6, and person 2 in query 1's scene 5, are dropped)."""
+    from privreid.data.formats_dg.cuhksysu import RELEASE, read_fixed_set
+
+    query, gallery = read_fixed_set(RELEASE.find(make_cuhksysu(tmp_path)))
+    assert [(Path(p).name, pid, cam) for p, pid, cam in query] == [
+        ("p1_s1_1.jpg", 1, 0), ("p2_s2_1.jpg", 2, 0), ("p3_s3_1.jpg", 3, 0)]
+    assert [(Path(p).name, pid, cam) for p, pid, cam in gallery] == [
+        ("p1_s4_1.jpg", 1, 1), ("p2_s5_1.jpg", 2, 1), ("p3_s6_1.jpg", 3, 1)]
+
+
+def test_fedpav_ilids_client_is_qmul_ilids(tmp_path):
+    """FedPav's "iLIDS-VID" column (paper 004 Table 1: 59 + 60 identities, 248 + 228 = 476 images) is QMUL
+    i-LIDS, as the reference's data_preprocess/data/ilids/meta.json holds it, not iLIDS-VID's 300 people."""
+    from privreid.reproduce.tables import FEDPAV_CLIENTS
+
+    assert {column: folder for column, _, folder in FEDPAV_CLIENTS}["iLIDS-VID"] == "ilids"
+    pool = load_pool(make_ilids(tmp_path), "ilids")
+    assert len(pool.views) == 119 and sum(len(a) for a, _ in pool.views.values()) == 476
