@@ -69,3 +69,21 @@ def test_fedpav_ilids_client_is_qmul_ilids(tmp_path):
     assert {column: folder for column, _, folder in FEDPAV_CLIENTS}["iLIDS-VID"] == "ilids"
     pool = load_pool(make_ilids(tmp_path), "ilids")
     assert len(pool.views) == 119 and sum(len(a) for a, _ in pool.views.values()) == 476
+
+
+def test_msmt17_train_variant_leaves_out_the_val_list(tmp_path):
+    """FedReID (Table I) and SKA train on list_train.txt only (30,248 images), FedPav (Table 1) on train + val
+    (32,621): `--format msmt17-train` / `msmt17-trainval` (the default, `msmt17`)."""
+    from privreid.errors import ConfigError
+    from test_formats import MSMT_LISTS, make_msmt
+
+    make_msmt(tmp_path)
+    val = {line.split()[0] for line in MSMT_LISTS["list_val.txt"]}
+    both, default, train = (load_dataset(tmp_path, name) for name in ("msmt17-trainval", "msmt17", "msmt17-train"))
+    assert len(both.train) == len(default.train) == 4 and default.name == "msmt17"
+    assert {p for p, _, _ in both.train} - {p for p, _, _ in train.train} == {str(tmp_path / "train" / v)
+                                                                             for v in val}
+    assert len(train.train) == 3 and train.num_train_pids == 2 and train.name == "msmt17-train"
+    assert train.query == both.query and train.gallery == both.gallery
+    with pytest.raises(ConfigError, match="unknown msmt17 variant 'all'; choose one of: trainval, train"):
+        load_dataset(tmp_path, "msmt17-all")
