@@ -1,7 +1,8 @@
-"""The small benchmarks' test protocols as the papers' tables and code define them (issue 25, section 1):
+"""Test protocols as the papers' tables and code define them (issue 25, section 1):
 CAVIAR4REID's 36 test identities (FedReID Table I), CUHK01 / CUHK02 every view-A image against every view-B
 image (torchreid, FedPav Table 1), CUHK-SYSU's 2,900 queries against a gallery without distractors (FedReID
-Table I), on fixture trees with the releases' file names."""
+Table I), FedPav's i-LIDS client, MSMT17's two training sets, LLCM's query cameras (L2RW+'s code), on fixture
+trees with the releases' file names."""
 
 from __future__ import annotations
 
@@ -87,3 +88,24 @@ def test_msmt17_train_variant_leaves_out_the_val_list(tmp_path):
     assert train.query == both.query and train.gallery == both.gallery
     with pytest.raises(ConfigError, match="unknown msmt17 variant 'all'; choose one of: trainval, train"):
         load_dataset(tmp_path, "msmt17-all")
+
+
+def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
+    """Joey623/L2RW CI/test.py ranks process_query_llcm(mode=2), the NIR cameras 1, 2, 4-9 (CI/data_manager.py),
+    against every visible camera: a test person's test_nir/cam3 images are not queries."""
+    from privreid.data.formats_vi import load_llcm
+    from test_vi_formats import image
+
+    root = tmp_path / "LLCM"
+    (root / "idx").mkdir(parents=True)
+    for mod in ("vis", "nir"):
+        rel = f"train_{mod}/cam1/0001/a.jpg"
+        image(root / rel, grey=mod == "nir")
+        (root / "idx" / f"train_{mod}.txt").write_text(f"{rel} 0\n")
+    (root / "idx" / "test_id.txt").write_text("3\n")
+    for cam in range(1, 10):
+        for mod in ("vis", "nir"):
+            image(root / f"test_{mod}" / f"cam{cam}" / "0003" / "a.jpg", grey=mod == "nir")
+    ds = load_llcm(tmp_path)
+    assert [cam + 1 for _, _, cam in ds.query] == [1, 2, 4, 5, 6, 7, 8, 9]
+    assert [cam + 1 for _, _, cam in ds.gallery] == list(range(1, 10))
