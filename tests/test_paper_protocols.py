@@ -6,6 +6,7 @@ trees with the releases' file names."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,32 @@ def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
     ds = load_llcm(tmp_path)
     assert [cam + 1 for _, _, cam in ds.query] == [1, 2, 4, 5, 6, 7, 8, 9]
     assert [cam + 1 for _, _, cam in ds.gallery] == list(range(1, 10))
+
+
+def test_llcm_test_lists_match_the_reference_code(tmp_path):
+    """tests/reference/protocols/llcm_lists.json: Joey623/L2RW CI/data_manager.py's process_query_llcm(mode=2)
+    and process_gallery_llcm(mode=1, trial=0, 1), run unchanged on this tree (tests/reference/README.md).
+    Exact: the query images, their order, pids and cameras; each reference trial draws one visible image per
+    (identity, camera) group, and privreid's gallery holds exactly those groups."""
+    from privreid.data.formats_vi import load_llcm
+    from test_vi_formats import image
+
+    root = tmp_path / "LLCM"
+    (root / "idx").mkdir(parents=True)
+    for mod in ("vis", "nir"):
+        rel = f"train_{mod}/cam1/0001/a.jpg"
+        image(root / rel, grey=mod == "nir")
+        (root / "idx" / f"train_{mod}.txt").write_text(f"{rel} 0\n")
+    (root / "idx" / "test_id.txt").write_text("3,4\n")
+    for pid in (3, 4):  # the recording script's tree: 0, 1 or 2 images per identity, camera and modality
+        for cam in range(1, 10):
+            for mod in ("vis", "nir"):
+                for k in range((pid + cam + (mod == "nir")) % 3):
+                    image(root / f"test_{mod}" / f"cam{cam}" / f"{pid:04d}" / f"{mod}_{k}.jpg", grey=mod == "nir")
+    reference = json.loads((Path(__file__).parent / "reference" / "protocols" / "llcm_lists.json").read_text())
+    ds = load_llcm(tmp_path)
+    assert [[Path(p).relative_to(root).as_posix(), pid, cam + 1] for p, pid, cam in ds.query] == reference["query"]
+    groups = {(pid, cam + 1) for _, pid, cam in ds.gallery}
+    gallery = {Path(p).relative_to(root).as_posix() for p, _, _ in ds.gallery}
+    for trial in reference["gallery_trials"]:
+        assert {(pid, cam) for _, pid, cam in trial} == groups and {p for p, _, _ in trial} <= gallery
