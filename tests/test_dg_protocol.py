@@ -116,6 +116,10 @@ def test_eval_format_cuhksysu_ranks_the_fixed_query_set_against_one_gallery(chec
     [row] = json.loads((tmp_path / "out.json").read_text())
     assert row["protocol"] == "fixed" and (row["num_query"], row["num_gallery"]) == (3, 3)
     assert "ranked against one gallery" in res.output
+    g100 = runner.invoke(app, ["eval", "--model", str(checkpoint), "--data", str(root), "--format", "cuhksysu-g100",
+                               "--device", "cpu"])
+    assert g100.exit_code == 0, g100.output
+    assert "(g100)" in g100.output and "each ranked against its own gallery" in g100.output
 
 
 @pytest.fixture(scope="module")
