@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -150,3 +151,22 @@ def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp
                                                 flip=flip, metric=metric)["per_split"]
               for flip, metric in ((True, "cosine"), (False, "euclidean"))}
     assert result["per_split"] == ranked[(True, "cosine")] != ranked[(False, "euclidean")]
+
+
+def test_reproduce_recomputes_a_dg_cache_ranked_otherwise_than_the_run(flip_cosine_run, tmp_path):
+    """An eval-<dataset>.json written before the DG cells followed the run's settings is not reused."""
+    from privreid import reproduce
+
+    make_viper(tmp_path / "data" / "viper", n=12)
+    summary = json.loads((flip_cosine_run / "summary.json").read_text())
+    assert summary["evaluation"] == {"metric": "cosine", "flip": True}
+    run = shutil.copytree(flip_cosine_run, tmp_path / "run")
+    cache = run / "eval-viper.json"
+    cache.write_text(json.dumps({"protocol": "dg", "rank1": 2.0, "evaluation": {"metric": "euclidean",
+                                                                                 "flip": False}}))
+    args = (run, summary, "viper", "viper", "paper", tmp_path / "data", "cpu", "viper")
+    fresh = reproduce._cached_dg_evaluation(*args)
+    assert fresh["evaluation"] == summary["evaluation"] and fresh["rank1"] <= 1.0
+    assert json.loads(cache.read_text()) == fresh
+    cache.write_text(json.dumps({**fresh, "rank1": 2.0}))  # ranked as the run: reused
+    assert reproduce._cached_dg_evaluation(*args)["rank1"] == 2.0
