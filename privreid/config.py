@@ -83,6 +83,10 @@ LR_SCHEDULES = ("step", "once", "local-step", "none")
 #: or cosine similarity of L2-normalised features (FedPav's and L2RW+'s reference code)
 EVAL_METRICS = ("euclidean", "cosine")
 
+#: the average precision of evaluations (:data:`privreid.evaluation.metrics.AP_MODES`): torchreid's over queries
+#: with a positive, or the Market-1501 devkit's trapezoid rule over all queries (FedPav's reference evaluate.py)
+EVAL_APS = ("torchreid", "devkit")
+
 #: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048);
 #: a larger one only exhausts memory
 MAX_FEAT_DIM = 65536
@@ -115,8 +119,9 @@ class TrainConfig:
     paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
     ``eval_every`` k: evaluate after every k-th round and after the last; 0 (the default) after the last only.
     ``eval_metric``: how every evaluation ranks (:data:`EVAL_METRICS`), and
-    ``eval_flip`` whether it averages each feature with its mirror image's;
-    both are recorded in ``summary.json`` (:func:`evaluation_settings`).
+    ``eval_flip`` whether it averages each feature with its mirror image's,
+    ``eval_ap`` which average precision it reports (:data:`EVAL_APS`); all
+    are recorded in ``summary.json`` (:func:`evaluation_settings`).
     ``lr_schedule``: the learning-rate schedule over rounds
     (:mod:`privreid.federated.lr_schedule`; its ``k`` is ``lr_step``).
 
@@ -150,6 +155,7 @@ class TrainConfig:
     eval_every: int = 0
     eval_flip: bool = False
     eval_metric: str = "euclidean"
+    eval_ap: str = "torchreid"
     report_best: int = 1
     num_workers: int = 0
     seed: int = 0
@@ -223,6 +229,7 @@ class RunConfig:
             (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
             (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
             (t.eval_every >= 0, f"eval_every must be >= 0 (got {t.eval_every})"),
+            (t.eval_ap in EVAL_APS, f"eval_ap must be one of {', '.join(EVAL_APS)} (got {t.eval_ap!r})"),
             (t.eval_metric in EVAL_METRICS, f"eval_metric must be one of {', '.join(EVAL_METRICS)} (got "
              f"{t.eval_metric!r})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
@@ -267,8 +274,8 @@ def lr_neck(config: RunConfig) -> float:
 
 
 def evaluation_settings(config: RunConfig) -> dict[str, Any]:
-    """How every evaluation of the run ranks: ``{"metric", "flip"}`` (``summary.json``'s ``evaluation`` block)."""
-    return {"metric": config.train.eval_metric, "flip": config.train.eval_flip}
+    """How every evaluation of the run ranks: ``{"metric", "flip", "ap"}`` (``summary.json``'s ``evaluation`` block)."""
+    return {"metric": config.train.eval_metric, "flip": config.train.eval_flip, "ap": config.train.eval_ap}
 
 
 def dp_delta(config: RunConfig) -> float:

@@ -171,11 +171,18 @@ FEDPAV = Recipe("FedPav", (
                prose=f"{P004} Sec. 3.5: x0.1 every 40 rounds (--lr-schedule step), which over 300 rounds leaves "
                      "10^-7 of the rate"),
     PaperValue("--eval-metric", "cosine", f"{FEDPAV_CODE} evaluate.py: dot product of L2-normalised features"),
+    PaperValue("--eval-ap", "devkit", f"{FEDPAV_CODE} evaluate.py: the Market-1501 devkit's trapezoid AP, averaged "
+               "over all queries"),
+    PaperValue("--opt bn_buffers", "first", f"{FEDPAV_CODE} server.py:15-50: parameters averaged, BatchNorm running "
+               "statistics taken from the first sampled client", _option("bn_buffers")),
     PaperValue("--client-fraction", 1.0, f"{FEDPAV_CODE}: every client trains every round"),
     PaperValue("--eval-every", 10, f"{P004} Sec. 4.2.2"),
     PaperValue("--report-best", 3, f"{P004} Sec. 4.2.2: the mean of the three best global models"),
     PaperValue("--eval-flip", True, FEDPAV_CODE),
 ))
+
+#: FedPav and its CDW / KD / CC variants (paper 004 Algorithms 1-3)
+FEDPAV_METHODS = ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd", "fedpav-cdw-cc")
 
 P002 = "paper 002 Sec. IV-A"
 FEDREID = Recipe("FedReID", (
@@ -260,8 +267,7 @@ DPPT = Recipe("L2RW+ DPPT", (
 
 #: method -> the recipe of the paper it implements (baselines such as fedavg have none)
 PAPER_RECIPES: dict[str, Recipe] = {
-    **{name: FEDPAV for name in ("fedpav", "fedpav-cdw", "fedpav-kd", "fedpav-cc", "fedpav-cdw-kd",
-                                 "fedpav-cdw-cc")},
+    **{name: FEDPAV for name in FEDPAV_METHODS},
     "fedreid": FEDREID,
     "ska": SKA,
     "fedarks": FEDARKS,
@@ -308,6 +314,26 @@ RULES: tuple[Rule, ...] = (
                    "stages, deleted once it has answered unmask" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
                                "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
                                else "")),
+    Rule("fedpav-selection", _method(*FEDPAV_METHODS),
+         lambda c: "FedPav reports the global model's evaluations (the last, or the mean of the --report-best K best "
+                   "by mean seen rank-1); paper 004 Alg. 1 returns each client's best local model, the reference code "
+                   "keeps the last model (cap-ntu/FedReID main.py:111-112) and the paper's 'mean of the 3 best' "
+                   "is picked on the test results by experiments/plot_Rank1_mAP_bar.py:18-47"),
+    Rule("fedpav-cmc-queries", _method(*FEDPAV_METHODS),
+         lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the FedPav "
+                   "reference code divides by all queries (cap-ntu/FedReID evaluate.py:88)"),
+    Rule("fedpav-cdw-probe", _method("fedpav", "fedpav-kd", "fedpav-cc"),
+         lambda c: "without CDW no probe forward runs; the FedPav reference code runs its CDW probe every round "
+                   "(client.py:102): one train-mode forward of a training batch that updates the BatchNorm "
+                   "statistics of the uploaded model and, from round 1, of the global model"),
+    Rule("fedpav-kd-cadence", _method("fedpav-kd", "fedpav-cdw-kd"),
+         lambda c: "knowledge distillation runs after every aggregation, as paper 004 Alg. 3 says; the reference "
+                   "code distils every 10th round (cap-ntu/FedReID main.py:113-117), with every client (not only "
+                   "the round's) as teacher; privreid keeps the paper's cadence because its strategies are pure "
+                   "functions of one round's uploads and the reference's cadence is tied to its evaluation loop"),
+    Rule("fedpav-first-buffers", lambda c: c.train.method in FEDPAV_METHODS and _option("bn_buffers")(c) == "first",
+         lambda c: "--opt bn_buffers=first takes the BatchNorm statistics of the round's first client in client "
+                   "order; the reference code's client order is random each round (cap-ntu/FedReID server.py:83)"),
     Rule("dppt-pooling", _method("dppt"),
          lambda c: "DPPT pools the trunk by global average pooling (L2RW+ reference code: GeM pooling)"),
     Rule("dppt-reference-training", _method("dppt"),

@@ -35,7 +35,7 @@ def run_plan(config: RunConfig, federation: Federation | None = None) -> dict[st
     get_method(config.train.method)
     evaluation: dict[str, Any] = evaluation_settings(config)
     if federation is not None:
-        evaluation["testsets"] = {ts.name: {"split": split, "protocol": describe_protocol(ts)}
+        evaluation["testsets"] = {ts.name: {"split": split, "protocol": describe_protocol(ts, config.train.eval_ap)}
                                   for split, testsets in (("seen", federation.seen), ("unseen", federation.unseen))
                                   for ts in testsets}
     schedule = get_schedule(config)
@@ -69,7 +69,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines = ["configuration (resolved):"]
     lines += ["  " + line for line in yaml.safe_dump(plan["config"], sort_keys=False).splitlines()]
     lines += [f"learning rates ({plan['lr_schedule']}), at each round's first step:", *_rate_spans(plan["lr"])]
-    lines.append(f"evaluation: metric {ev['metric']}, flip {'on' if ev['flip'] else 'off'}")
+    lines.append(f"evaluation: metric {ev['metric']}, flip {'on' if ev['flip'] else 'off'}, AP {ev['ap']}")
     for name, ts in ev.get("testsets", {}).items():
         lines.append(f"  {name} ({ts['split']}): {ts['protocol']}")
     lines.append(f"deviations ({len(plan['deviations'])}):" if plan["deviations"] else "deviations: none")

@@ -100,16 +100,18 @@ def test_training_evaluations_rank_with_the_runs_metric_and_summary_says_which(t
 
     from conftest import tiny_config
 
-    cfg = tiny_config(tiny_synth, rounds=1, eval_metric="cosine", eval_flip=True)
+    cfg = tiny_config(tiny_synth, rounds=1, eval_metric="cosine", eval_flip=True, eval_ap="devkit")
     federation = federation_for_config(cfg)
     engine = FederatedEngine(cfg, federation, tmp_path, progress=False)
     engine.run()
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["evaluation"] == {"metric": "cosine", "flip": True}
+    assert summary["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}
     testset = federation.unseen[0]
     rec = next(m for m in engine.metrics if m["scope"] == "global" and m["testset"] == testset.name)
     engine._load_global()
     kwargs = dict(height=32, width=16, flip=True)
-    cosine = evaluate_model(engine.model, testset, metric="cosine", **kwargs)
-    euclidean = evaluate_model(engine.model, testset, metric="euclidean", **kwargs)
+    cosine = evaluate_model(engine.model, testset, metric="cosine", ap="devkit", **kwargs)
+    euclidean = evaluate_model(engine.model, testset, metric="euclidean", ap="devkit", **kwargs)
+    torchreid_ap = evaluate_model(engine.model, testset, metric="cosine", **kwargs)
     assert rec["mAP"] == pytest.approx(cosine["mAP"]) and cosine["mAP"] != euclidean["mAP"]
+    assert cosine["mAP"] != torchreid_ap["mAP"]

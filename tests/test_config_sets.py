@@ -25,7 +25,7 @@ BASELINE_TRAIN_FLAGS = (
     "--config --method --data --format --protocol --train-domains --test-domains --num-clients --rounds "
     "--local-epochs --batch-size --optimizer --lr-backbone --lr-head --lr-neck --lr-step --lr-schedule --lr-gamma "
     "--client-fraction --triplet-weight --label-smoothing --random-erasing --dropout --max-steps --eval-every "
-    "--eval-flip --eval-metric --report-best --opt --beta --beta-mode --dp-sgd --client-dp --noise-multiplier --max-grad-norm "
+    "--eval-flip --eval-metric --eval-ap --report-best --opt --beta --beta-mode --dp-sgd --client-dp --noise-multiplier --max-grad-norm "
     "--clip --target-epsilon --delta --secure-aggregation --secagg-shares --secagg-threshold --secagg-clip "
     "--secagg-quantization --secagg-max-weight --arch --neck --feat-dim --last-stride --pretrained --weights "
     "--height --width --audit-holdout --seed --device --workers --out --overwrite --no-overwrite --resume "

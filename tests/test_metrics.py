@@ -188,6 +188,26 @@ def test_hand_computed_example():
     assert r["num_valid_queries"] == 1
 
 
+def test_devkit_ap_by_hand():
+    # The hand-computed example's query (positives at kept ranks 2 and 4) plus a second query, pid 3 (camera
+    # 0), whose only gallery image g5 is in its own camera: removed, so that query has no positive.
+    # Devkit AP, trapezoid over each positive's 1/m of recall, from the precision just before it to at it:
+    #   rank 2: ((1 - 1) / (2 - 1) + 1/2) / 2 = 0.25;  rank 4: ((2 - 1) / (4 - 1) + 2/4) / 2 = 5/12
+    #   AP = (0.25 + 5/12) / 2 = 1/3; mAP over all 2 queries (the invalid one counts 0) = 1/6.
+    # A positive at rank 1 adds its full share: precision 1 just before it.
+    qf = torch.tensor([[0.0], [0.0]])
+    gf = torch.tensor([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]])
+    args = (qf, gf, [1, 3], [2, 1, 1, 0, 1, 3], [0, 0], [1, 1, 0, 1, 2, 0])
+    devkit = evaluate(*args, ap="devkit")
+    assert devkit["mAP"] == pytest.approx(1 / 6)
+    torchreid = evaluate(*args)
+    assert torchreid["mAP"] == pytest.approx(0.5)  # over the one valid query
+    for key in ("cmc", "mINP", "num_valid_queries"):
+        np.testing.assert_array_equal(devkit[key], torchreid[key])
+    top = evaluate(torch.tensor([[0.0]]), torch.tensor([[1.0], [2.0]]), [1], [1, 2], [0], [1, 1], ap="devkit")
+    assert top["mAP"] == 1.0
+
+
 def test_two_queries_average_and_short_max_rank():
     # Query A: positive first -> AP 1, INP 1, first rank 1.
     # Query B (pid 2): gallery is g0 (pid 1, d=0), g1 (pid 2, d=1) -> rank 2,

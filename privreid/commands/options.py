@@ -99,6 +99,9 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does)."),
     "eval_metric": _o("train.eval_metric",
         "Rank by euclidean (squared distance) or cosine (L2-normalised features: FedPav's and L2RW+'s code)."),
+    "eval_ap": _o("train.eval_ap",
+        "Average precision: torchreid (over queries with a positive) or devkit (the Market-1501 devkit's trapezoid "
+        "rule over all queries: FedPav's reference code)."),
     "report_best": _o("train.report_best",
         "summary.json's `best` block: 1 = the last evaluation; K > 1 = the mean of the K global evaluations "
         "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds)."),

@@ -131,11 +131,15 @@ def _chain(strategy: Strategy):
 
 
 def upload_weight(strategy: Strategy) -> Callable[[Upload], float] | None:
-    """The weight a mean-type strategy gives one upload (found through wrappers), or None."""
+    """The weight a mean-type strategy gives one upload (found through wrappers), or None.
+
+    None as well for a mean that takes BatchNorm buffers from one upload
+    (``bn_buffers="first"``): a sum cannot give them.
+    """
     for s in _chain(strategy):
         acc = s.accumulator({})
         if isinstance(acc, WeightedSum):
-            return acc.weight
+            return acc.weight if acc.bn_buffers == "average" else None
         if hasattr(s, "upload_weight"):
             return s.upload_weight
     return None

@@ -170,8 +170,8 @@ def evaluate_corrupted(
         progress: show a progress bar over the feature-extraction passes.
 
         evaluation: ``height`` and ``width`` (required), ``batch_size``,
-            ``device``, ``flip``, ``num_workers``, ``metric`` and
-            ``single_gallery_shot``: the keyword arguments of
+            ``device``, ``flip``, ``num_workers``, ``metric``,
+            ``single_gallery_shot`` and ``ap``: the keyword arguments of
             :func:`privreid.evaluation.model_eval.evaluate_model`, with its
             defaults (:func:`~privreid.evaluation.model_eval.evaluation_settings`);
             visible-infrared test sets are ranked in its default mode,
@@ -195,14 +195,14 @@ def evaluate_corrupted(
     names = resolve_corruptions(corruptions)
     if testset.tracklets is not None:
         raise ConfigError(f"corruptions act on images; {testset.name} holds video tracklets")
-    check_protocol(testset, settings["single_gallery_shot"])
+    check_protocol(testset, settings["single_gallery_shot"], settings["ap"])
     check_corruption_options(corrupt=corrupt, severity=severity, repeats=repeats, seed=seed, pixel_scale=pixel_scale)
     transform = build_transforms(settings["height"], settings["width"], train=False)
     query, gallery = evaluation_split(testset)
     sides = {"query": query, "gallery": gallery}
     corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]
     extract = {key: settings[key] for key in ("batch_size", "device", "flip", "num_workers")}
-    rank = {key: settings[key] for key in ("metric", "single_gallery_shot")}
+    rank = {key: settings[key] for key in ("metric", "single_gallery_shot", "ap")}
     passes = 1 + repeats
     bar = None
     if progress:

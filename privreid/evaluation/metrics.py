@@ -23,6 +23,15 @@ positives among its kept gallery items:
   the ranking up to the hardest positive that is made of positives);
 * ``CMC[k] = 1`` if ``r_1 <= k + 1``.
 
+``ap="devkit"`` instead takes the Market-1501 evaluation devkit's AP, the
+area under the precision-recall curve by the trapezoid rule: each positive
+adds ``1/m`` of recall, over which precision goes from ``(k - 1) / (r_k - 1)``
+just before it (``1`` when ``r_k = 1``) to ``k / r_k``, so
+``AP = (1/m) * sum_k ((k - 1) / (r_k - 1) + k / r_k) / 2``; and ``mAP`` is
+averaged over **all** queries, a query without a positive counting 0, as
+the FedPav reference code (cap-ntu/FedReID ``evaluate.py``) averages it.
+CMC, rank-k and mINP are unchanged (over the valid queries).
+
 Cost.  torchreid builds the whole ``Q x G`` distance matrix and argsorts
 every row (about 20 GB at MSMT17 size).  Every metric above needs only the
 ranks of the positives, so this module processes the queries in chunks.  For
@@ -56,9 +65,11 @@ import torch
 
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["evaluate", "evaluate_cuhk03", "METRICS"]
+__all__ = ["evaluate", "evaluate_cuhk03", "AP_MODES", "METRICS"]
 
 METRICS = ("euclidean", "cosine")
+#: how AP is computed and averaged (module docstring): torchreid's, or the Market-1501 devkit's as FedPav's code
+AP_MODES = ("torchreid", "devkit")
 
 # Default number of distance entries per query chunk (2**24 float32 = 64 MiB).
 _CHUNK_ELEMENTS = 1 << 24
@@ -71,7 +82,7 @@ _RANK_KEYS = (1, 5, 10, 20)
 
 
 def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
-             chunk_size: int | None = None) -> dict:
+             chunk_size: int | None = None, ap: str = "torchreid") -> dict:
     """Evaluate a ReID ranking with the Market-1501 protocol.
 
     Args:
@@ -85,6 +96,8 @@ def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidea
         max_rank: length of the returned CMC curve.
         chunk_size: number of queries processed at a time.  ``None`` picks it so
             that one chunk holds about 2**24 distances (a 64 MiB buffer).
+        ap: ``"torchreid"`` (default) or ``"devkit"`` (:data:`AP_MODES`, the
+            module docstring): which AP, and which queries ``mAP`` averages.
 
     Returns:
         A dict with ``"cmc"`` (numpy float64 array of length ``max_rank``:
@@ -101,28 +114,28 @@ def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidea
         ranks directly, so they do not depend on ``max_rank``.
 
     Raises:
-        ConfigError: unknown ``metric``, mismatched shapes or lengths, or a
-            non-positive ``max_rank`` / ``chunk_size``.
+        ConfigError: unknown ``metric`` or ``ap``, mismatched shapes or lengths,
+            or a non-positive ``max_rank`` / ``chunk_size``.
         DataError: empty or non-finite features, or no query with a positive
             in the gallery.
     """
     problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
-                       max_rank, chunk_size)
-    first, ap, inp = [], [], []
+                       max_rank, chunk_size, ap)
+    first, aps, inp = [], [], []
     for chunk in _iter_chunks(problem):
-        f, a, i = _rank_metrics(chunk.ranks, chunk.num_pos)
+        f, a, i = _rank_metrics(chunk.ranks, chunk.num_pos, ap)
         first.append(f)
-        ap.append(a)
+        aps.append(a)
         inp.append(i)
     first = np.concatenate(first)
     hist = np.bincount(np.minimum(first, problem.hist_len),
                        minlength=problem.hist_len + 1).astype(np.float64)
-    return _summarise(hist, len(first), np.concatenate(ap),
-                      np.concatenate(inp), max_rank)
+    return _summarise(hist, len(first), np.concatenate(aps),
+                      np.concatenate(inp), max_rank, _ap_queries(problem, ap))
 
 
 def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
-                    chunk_size: int | None = None, repeats: int = 10, seed: int = 0) -> dict:
+                    chunk_size: int | None = None, repeats: int = 10, seed: int = 0, ap: str = "torchreid") -> dict:
     """Evaluate with the CUHK03 single-gallery-shot protocol.
 
     As torchreid's ``eval_cuhk03``: for each valid query (same removal and
@@ -144,15 +157,16 @@ def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "e
     (which uses the global numpy state), so CMC values agree with torchreid's
     in expectation, not draw for draw.
 
-    Args and returns are as for :func:`evaluate`, plus ``repeats`` (number of
-    samplings, >= 1) and ``seed`` (a non-negative integer).
+    Args and returns are as for :func:`evaluate` (``ap`` included), plus
+    ``repeats`` (number of samplings, >= 1) and ``seed`` (a non-negative
+    integer).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
-                       max_rank, chunk_size)
+                       max_rank, chunk_size, ap)
     g_order = problem.g_order
     g_sorted = problem.g_pids[g_order]
     group_start = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
@@ -160,10 +174,10 @@ def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "e
     group_pids = g_sorted[group_start]
 
     hist = np.zeros(problem.hist_len + 1, dtype=np.float64)
-    ap, inp, num_valid = [], [], 0
+    aps, inp, num_valid = [], [], 0
     for chunk in _iter_chunks(problem):
-        _, a, i = _rank_metrics(chunk.ranks, chunk.num_pos)
-        ap.append(a)
+        _, a, i = _rank_metrics(chunk.ranks, chunk.num_pos, ap)
+        aps.append(a)
         inp.append(i)
         num_valid += len(chunk.queries)
         dist = chunk.dist.numpy()
@@ -181,8 +195,8 @@ def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "e
             ranks = 1 + before.sum(axis=1)
             hist += np.bincount(np.minimum(ranks, problem.hist_len),
                                 minlength=problem.hist_len + 1) / repeats
-    return _summarise(hist, num_valid, np.concatenate(ap), np.concatenate(inp),
-                      max_rank)
+    return _summarise(hist, num_valid, np.concatenate(aps), np.concatenate(inp),
+                      max_rank, _ap_queries(problem, ap))
 
 
 # --------------------------------------------------------------------------
@@ -213,9 +227,11 @@ class _Problem:
 
 
 def _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank,
-             chunk_size) -> _Problem:
+             chunk_size, ap) -> _Problem:
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}; expected one of {METRICS}")
+    if ap not in AP_MODES:
+        raise ConfigError(f"unknown ap {ap!r}; expected one of {AP_MODES}")
     if isinstance(max_rank, bool) or not isinstance(max_rank, (int, np.integer)) or max_rank < 1:
         raise ConfigError(f"max_rank must be a positive integer, got {max_rank!r}")
     if chunk_size is not None and (
@@ -440,28 +456,36 @@ def _count_below(dist, caps, targets, out, start, stop) -> None:
                            out=torch.from_numpy(out[s:e]))
 
 
-def _rank_metrics(ranks: np.ndarray, num_pos: np.ndarray):
-    """First-positive rank, AP and INP per query from its positives' ranks."""
+def _rank_metrics(ranks: np.ndarray, num_pos: np.ndarray, ap: str = "torchreid"):
+    """First-positive rank, AP (``ap``: module docstring) and INP per query from its positives' ranks."""
     r = np.sort(np.where(ranks > 0, ranks, np.iinfo(np.int64).max), axis=1)
     k = np.arange(1, r.shape[1] + 1)
     real = k[None, :] <= num_pos[:, None]
-    ap = np.where(real, k / r, 0.0).sum(axis=1) / num_pos
+    precision = k / r
+    if ap == "devkit":  # trapezoid between the precision just before each positive and at it
+        precision = (np.where(r > 1, (k - 1) / np.maximum(r - 1, 1), 1.0) + precision) / 2
     inp = num_pos / r[np.arange(len(r)), num_pos - 1]
-    return r[:, 0], ap, inp
+    return r[:, 0], np.where(real, precision, 0.0).sum(axis=1) / num_pos, inp
+
+
+def _ap_queries(problem: _Problem, ap: str) -> int:
+    """The number of queries ``mAP`` averages over: the valid ones, or all of them (``ap="devkit"``)."""
+    return len(problem.qf) if ap == "devkit" else len(problem.valid)
 
 
 def _summarise(hist: np.ndarray, num_valid: int, ap: np.ndarray, inp: np.ndarray,
-               max_rank: int) -> dict:
+               max_rank: int, ap_queries: int) -> dict:
     """Build the result dict from a histogram of first-positive ranks.
 
     ``hist[r]`` is the (possibly fractional) number of valid queries whose
     first positive is at rank ``r`` (the last bin collects every larger rank).
+    ``ap`` holds the valid queries' APs; ``mAP`` is their sum over ``ap_queries``.
     """
     cmc = np.cumsum(hist[1:]) / num_valid
     out = {"cmc": cmc[:max_rank].copy()}
     for k in _RANK_KEYS:
         out[f"rank{k}"] = float(cmc[k - 1])
-    out["mAP"] = float(np.mean(ap))
+    out["mAP"] = float(np.sum(ap) / ap_queries)
     out["mINP"] = float(np.mean(inp))
     out["num_valid_queries"] = int(num_valid)
     return out

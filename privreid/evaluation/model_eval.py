@@ -17,7 +17,10 @@ decides the protocol, here and nowhere else (:func:`is_cross_modality`):
   L2RW+);
 * any other test set by the Market-1501 rules
   (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
-  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`).
+  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with
+  torchreid's AP or (``ap="devkit"``) the Market-1501 devkit's, averaged over
+  all queries as the FedPav reference code does (:data:`~privreid.evaluation.
+  metrics.AP_MODES`).
 
 A model whose features are not all finite cannot rank: it is scored at
 chance level, the exact expectation under a uniformly random ranking
@@ -42,7 +45,7 @@ from ..errors import ConfigError
 from .chance import chance_metrics
 from .cross_modality import IR_TO_VISIBLE, MODES, TemporalMean, evaluate_cross_modality, mode_split
 from .features import extract_features
-from .metrics import evaluate, evaluate_cuhk03
+from .metrics import AP_MODES, evaluate, evaluate_cuhk03
 
 __all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
            "dataset_features", "describe_protocol", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
@@ -71,13 +74,15 @@ def evaluation_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[
 
 
 def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean", single_gallery_shot: bool = False,
-                 seed: int = 0) -> dict:
+                 seed: int = 0, ap: str = "torchreid") -> dict:
     """Rank ``query`` against ``gallery`` features of ``testset`` under its protocol (module docstring).
 
     ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as
     :func:`extract_features` returns), e.g. of :func:`evaluation_split`'s
     samples, possibly a subset or transformed.  ``seed`` draws the single-shot
-    gallery trials of a VI protocol.
+    gallery trials of a VI protocol.  ``ap`` (Market-style test sets only):
+    ``"torchreid"`` or ``"devkit"`` (:func:`~privreid.evaluation.metrics.evaluate`);
+    chance-level metrics are torchreid's expectation whatever ``ap``.
 
     Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``,
     ``rank20``, ``mAP``, ``mINP``, ``num_valid_queries``; with several
@@ -85,7 +90,7 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
     and ``non_finite_features: True`` when the features were not finite
     (chance-level metrics).
     """
-    check_protocol(testset, single_gallery_shot)
+    check_protocol(testset, single_gallery_shot, ap)
     cross = is_cross_modality(testset)
     (qf, q_pids, q_cams), (gf, g_pids, g_cams) = query, gallery
     qf, gf = torch.as_tensor(qf, dtype=torch.float32), torch.as_tensor(gf, dtype=torch.float32)
@@ -106,7 +111,7 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
                                          seed=seed)
     else:
         rank = evaluate_cuhk03 if single_gallery_shot else evaluate
-        result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric)
+        result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric, ap=ap)
     out = {k: float(result[k]) for k in RESULT_KEYS}
     out["num_valid_queries"] = int(result["num_valid_queries"])
     if result.get("trials", 1) > 1:
@@ -115,11 +120,13 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
     return out
 
 
-def describe_protocol(testset: TestSet) -> str:
+def describe_protocol(testset: TestSet, ap: str = "torchreid") -> str:
     """How :func:`rank_testset` ranks ``testset`` (without the CUHK03 option), in words, for dry runs and reports."""
     if not is_cross_modality(testset):
+        mean_ap = ("the Market-1501 devkit's trapezoid AP over all queries" if ap == "devkit" else
+                   "torchreid's AP over queries with a positive")
         return (f"Market-1501 rules: {len(testset.query)} queries x {len(testset.gallery)} gallery images, same "
-                "identity and camera removed from the gallery, mAP over queries with a positive")
+                f"identity and camera removed from the gallery, mAP: {mean_ap}")
     p = testset.vi_protocol
     kind = f"video (tracklets, mean of {p.seq_len} frames)" if testset.tracklets is not None else "visible-infrared"
     trials = "the whole gallery" if p.gallery_trials == 1 else f"{p.gallery_trials} single-shot gallery trials"
@@ -131,11 +138,17 @@ def describe_protocol(testset: TestSet) -> str:
     return ", ".join(parts)
 
 
-def check_protocol(testset: TestSet, single_gallery_shot: bool) -> None:
-    """Refuse the CUHK03 protocol on a test set ranked by its own visible-infrared / video protocol."""
+def check_protocol(testset: TestSet, single_gallery_shot: bool, ap: str = "torchreid") -> None:
+    """Refuse the CUHK03 protocol, or an AP other than torchreid's, on a test set ranked by its own
+    visible-infrared / video protocol, and an unknown ``ap``."""
+    if ap not in AP_MODES:
+        raise ConfigError(f"unknown ap {ap!r}; expected one of {AP_MODES}")
     if single_gallery_shot and is_cross_modality(testset):
         raise ConfigError(f"the CUHK03 single-gallery-shot protocol does not apply to {testset.name}, a "
                           "visible-infrared or video test set ranked by its own protocol")
+    if ap != "torchreid" and is_cross_modality(testset):
+        raise ConfigError(f"the Market-1501 devkit's AP does not apply to {testset.name}, a visible-infrared or "
+                          "video test set ranked by its own protocol")
 
 
 def dataset_features(model: torch.nn.Module, dataset, *, batch_size: int = 128, device: torch.device | str = "cpu",
@@ -178,6 +191,7 @@ def evaluate_model(
     num_workers: int = 0,
     metric: str = "euclidean",
     single_gallery_shot: bool = False,
+    ap: str = "torchreid",
     seed: int = 0,
     progress: bool = False,
 ) -> dict:
@@ -187,19 +201,20 @@ def evaluate_model(
     L2RW+ tables' mode, or ``visible-to-ir``) and ``seq_len`` to video ones;
     ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets
     only).  ``flip`` averages each feature with that of the flipped image.
+    ``ap``: ``"torchreid"`` or ``"devkit"`` (:func:`rank_testset`).
     """
-    check_protocol(testset, single_gallery_shot)
+    check_protocol(testset, single_gallery_shot, ap)
     query, gallery = evaluation_split(testset, mode)
     extract = dict(height=height, width=width, seq_len=seq_len, batch_size=batch_size, device=device, flip=flip,
                    num_workers=num_workers, progress=progress)
     return rank_testset(testset, sample_features(model, testset, query, **extract),
                         sample_features(model, testset, gallery, **extract), metric=metric,
-                        single_gallery_shot=single_gallery_shot, seed=seed)
+                        single_gallery_shot=single_gallery_shot, seed=seed, ap=ap)
 
 
 #: the keyword arguments of :func:`evaluate_model` that say how features are extracted and ranked
 EVALUATION_SETTINGS = ("height", "width", "batch_size", "device", "flip", "num_workers", "metric",
-                       "single_gallery_shot")
+                       "single_gallery_shot", "ap")
 
 
 def evaluation_settings(**given) -> dict:

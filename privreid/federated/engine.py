@@ -286,7 +286,8 @@ class FederatedEngine:
     def _eval(self, testset: TestSet) -> dict[str, float]:
         d, t = self.config.data, self.config.train
         return evaluate_model(self.model, testset, height=d.height, width=d.width, device=self.device,
-                              flip=t.eval_flip, metric=t.eval_metric, num_workers=t.num_workers)
+                              flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
+                              num_workers=t.num_workers)
 
     def _record(self, rec: dict[str, Any]) -> None:
         self.metrics.append(rec)

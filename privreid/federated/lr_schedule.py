@@ -12,10 +12,12 @@ and the local epoch ``e`` within it.  ``k`` is ``--lr-step`` and ``gamma``
   FedReID reference code (SunTongtongtong/FedReid ``lib/localUpdate.py``:
   ``decay_factor = 1.0 if cur_epoch < 20 else 0.1``), which paper 002
   Sec. IV-A words as "decay by 0.1 after 20 global epochs".
-* ``local-step``: ``gamma ** (e // k)``, restarting every round.  The FedPav
-  reference code (cap-ntu/FedReID ``client.py``) builds a new
-  ``StepLR(step_size=40)`` inside every local ``train()`` and steps it once
-  per local epoch, so with one local epoch the rate never decays.
+* ``local-step``: ``gamma ** ((e + 1) // k)``, restarting every round.  The
+  FedPav reference code (cap-ntu/FedReID ``client.py:41-53``) builds a new
+  ``StepLR(step_size=40)`` inside every local ``train()`` and steps it at the
+  start of each local epoch (so local epoch ``e`` runs after ``e + 1`` steps:
+  the first decay is at ``e = k - 1``); with one local epoch and ``k > 1``
+  the rate never decays (fixture ``tests/reference/fedpav/lr_schedule.json``).
 * ``none``: a constant rate.
 
 A method may replace the run's schedule with its own per-step one
@@ -51,7 +53,7 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
              lambda c: f"x{c.train.lr_gamma:g} every {c.train.lr_step} rounds"),
     Schedule("once", lambda c, r, e: 1.0 if r < c.train.lr_step else _gamma(c),
              lambda c: f"x{c.train.lr_gamma:g} once, from round {c.train.lr_step + 1} on"),
-    Schedule("local-step", lambda c, r, e: _gamma(c) ** (e // c.train.lr_step),
+    Schedule("local-step", lambda c, r, e: _gamma(c) ** ((e + 1) // c.train.lr_step),
              lambda c: f"x{c.train.lr_gamma:g} every {c.train.lr_step} local epochs, restarting every round",
              per_epoch=True),
     Schedule("none", lambda c, r, e: 1.0, lambda c: "constant"),

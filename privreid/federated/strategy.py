@@ -156,20 +156,40 @@ class Strategy:
         return isinstance(self.accumulator({}), KeepUploads)
 
 
+#: the last key component of BatchNorm's buffers (its running statistics and its batch counter)
+NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+#: what a weighted mean does with them: ``average`` them like the parameters, or take the round's ``first``
+#: upload's (the FedPav reference code, cap-ntu/FedReID ``server.py``: it averages ``named_parameters()`` of a
+#: deep copy of the first sampled client's model)
+BN_BUFFER_MODES = ("average", "first")
+
+
+def is_norm_buffer(key: str) -> bool:
+    """True for a BatchNorm buffer of a state dict: its key ends in one of :data:`NORM_BUFFERS`."""
+    return key.rpartition(".")[2] in NORM_BUFFERS
+
+
 class WeightedSum(Accumulator):
     """``sum_k w_k state_k / sum_k w_k`` folded one upload at a time, in float64.
 
     ``weight(upload)`` gives ``w_k``.  Integer buffers (BatchNorm's
     ``num_batches_tracked``) cannot be averaged meaningfully; they are taken
-    from the upload with the largest weight (the first one on ties).  Only the
-    running sums and those small integer tensors are held, never an upload.
+    from the upload with the largest weight (the first one on ties).  With
+    ``bn_buffers="first"`` every BatchNorm buffer (:func:`is_norm_buffer`) is
+    instead the first upload's, as added (:data:`BN_BUFFER_MODES`).  Only the
+    running sums and those small tensors are held, never an upload.
     """
 
-    def __init__(self, weight: Callable[[Upload], float]):
+    def __init__(self, weight: Callable[[Upload], float], bn_buffers: str = "average"):
+        if bn_buffers not in BN_BUFFER_MODES:
+            raise ValueError(f"bn_buffers must be one of {', '.join(BN_BUFFER_MODES)}, got {bn_buffers!r}")
         self.weight = weight
+        self.bn_buffers = bn_buffers
         self.sums: dict[str, torch.Tensor] = {}
         self.dtypes: dict[str, torch.dtype] = {}
         self.integers: StateDict = {}
+        #: the first upload's BatchNorm buffers (``bn_buffers="first"``)
+        self.kept: StateDict = {}
         self.total = 0.0
         self.heaviest = float("-inf")
         self.first: str | None = None
@@ -179,17 +199,20 @@ class WeightedSum(Accumulator):
         w = float(self.weight(upload))
         if self.first is None:
             self.first = upload.client
+            if self.bn_buffers == "first":
+                self.kept = {k: v.clone() for k, v in upload.state.items() if is_norm_buffer(k)}
             for key, value in upload.state.items():
-                if torch.is_floating_point(value):
+                if torch.is_floating_point(value) and key not in self.kept:
                     self.sums[key] = torch.zeros_like(value, dtype=torch.float64)
                     self.dtypes[key] = value.dtype
-        elif upload.state.keys() != self.sums.keys() | self.integers.keys():
+        elif upload.state.keys() != self.sums.keys() | self.integers.keys() | self.kept.keys():
             raise ValueError(f"client {upload.client} uploaded a different set of keys")
         for key, acc in self.sums.items():
             acc.add_(upload.state[key].to(torch.float64), alpha=w)
         if w > self.heaviest:
             self.heaviest = w
-            self.integers = {k: v.clone() for k, v in upload.state.items() if not torch.is_floating_point(v)}
+            self.integers = {k: v.clone() for k, v in upload.state.items()
+                             if not torch.is_floating_point(v) and k not in self.kept}
         self.total += w
         self.count += 1
 
@@ -201,14 +224,15 @@ class WeightedSum(Accumulator):
             raise ValueError("aggregation weights must sum to a positive value")
         out: StateDict = {k: (acc / self.total).to(self.dtypes[k]) for k, acc in self.sums.items()}
         out.update(self.integers)
+        out.update(self.kept)
         return out
 
     def result(self) -> RoundResult:
         return RoundResult(self.mean())
 
 
-def weighted_average(uploads: list[Upload], weights: list[float]) -> StateDict:
-    """``sum_k w_k * state_k / sum_k w_k`` for floating tensors (see :class:`WeightedSum`).
+def weighted_average(uploads: list[Upload], weights: list[float], bn_buffers: str = "average") -> StateDict:
+    """``sum_k w_k * state_k / sum_k w_k`` for floating tensors (see :class:`WeightedSum`, also for ``bn_buffers``).
 
     For strategies whose weights depend on every upload at once (CDW, KS):
     the weights are known up front, so the fold is the same as streaming.
@@ -218,7 +242,7 @@ def weighted_average(uploads: list[Upload], weights: list[float]) -> StateDict:
     if len(weights) != len(uploads):
         raise ValueError("one weight per upload is required")
     by_upload = {id(up): float(w) for up, w in zip(uploads, weights)}
-    acc = WeightedSum(lambda up: by_upload[id(up)])
+    acc = WeightedSum(lambda up: by_upload[id(up)], bn_buffers)
     for up in uploads:
         acc.add(up)
     return acc.mean()
@@ -228,11 +252,14 @@ class DataVolumeAverage(Strategy):
     """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k``.
 
     Paper 004, Algorithm 1, line 7; ``n`` is the total volume of the clients
-    selected this round.
+    selected this round.  ``bn_buffers``: see :class:`WeightedSum`.
     """
 
+    def __init__(self, bn_buffers: str = "average"):
+        self.bn_buffers = bn_buffers
+
     def accumulator(self, global_state: StateDict) -> WeightedSum:
-        return WeightedSum(lambda upload: float(upload.num_samples))
+        return WeightedSum(lambda upload: float(upload.num_samples), self.bn_buffers)
 
 
 class UniformAverage(Strategy):

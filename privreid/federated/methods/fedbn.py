@@ -63,17 +63,16 @@ from ...models.reid_net import is_classifier_key
 from ..client import SupervisedUpdate
 from ..policy import ParameterPolicy, StateDict
 from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from ..strategy import DataVolumeAverage, is_norm_buffer
 
 # a module path component that is a norm layer: ``bn``, ``bn1``, ``bn2``, ... or a
 # shortcut's norm ``downsample.1`` (torchvision naming, see privreid.models.resnet)
 _NORM_MODULE = re.compile(r"(?:^|\.)(?:bn\d*|downsample\.1)\.")
-_NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
 def is_norm_key(key: str) -> bool:
     """True for parameters and buffers of a normalisation layer of a :class:`~privreid.models.ReIDModel`."""
-    return bool(_NORM_MODULE.search(key)) or key.rpartition(".")[2] in _NORM_BUFFERS
+    return bool(_NORM_MODULE.search(key)) or is_norm_buffer(key)
 
 
 FEDBN_POLICY = ParameterPolicy(

@@ -12,12 +12,43 @@ engine keeps in the client's memory (``keeps_trained_model``; one model copy
 per client, as the authors' code keeps every client's model) and scores at
 every evaluated round for every client (a client not selected yet: the global
 model).  ``load_model(ckpt, client=NAME)`` returns it.
+
+Option ``bn_buffers`` (``--opt bn_buffers=first``; FedPav and its CDW / KD /
+CC variants): the global model's BatchNorm running statistics.  ``average``
+(default): averaged with the parameters by the same weights.  ``first``: the
+round's first upload's (the first selected client in client order), as the
+authors' reference code does: cap-ntu/FedReID ``server.py`` ``aggregate_models``
+deep-copies the first sampled client's model and averages only its
+``named_parameters()`` (there, the first client of a random order).
 """
 
+from dataclasses import dataclass
+
+from ...config import RunConfig
+from ...errors import ConfigError
 from ..client import SupervisedUpdate
 from ..policy import CLASSIFIER_LOCAL
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from ..registry import Method, get_method, register
+from ..strategy import BN_BUFFER_MODES, DataVolumeAverage
+
+
+@dataclass(frozen=True)
+class FedPavOptions:
+    """FedPav's method options (its variants add the public set's, :mod:`.fedpav_variants`)."""
+
+    #: BatchNorm running statistics of the global model: "average" (weighted, as the parameters) or "first" (the
+    #: round's first upload's, as the reference code)
+    bn_buffers: str = "average"
+
+
+def bn_buffers(config: RunConfig) -> str:
+    """The run's ``bn_buffers`` option, checked against :data:`~privreid.federated.strategy.BN_BUFFER_MODES`."""
+    value = get_method(config.train.method).option(config, "bn_buffers")
+    if value not in BN_BUFFER_MODES:
+        raise ConfigError(f"{config.train.method} option bn_buffers must be one of {', '.join(BN_BUFFER_MODES)}, "
+                          f"got {value!r}")
+    return value
+
 
 FEDPAV = register(
     Method(
@@ -25,8 +56,9 @@ FEDPAV = register(
         summary="FedPav: shared backbone averaged by data volume, local classifiers (paper 004, Alg. 1)",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config: DataVolumeAverage(bn_buffers(config)),
         needs_per_client_uploads=False,
+        options=FedPavOptions,
         keeps_trained_model=True,
     )
 )

@@ -24,8 +24,11 @@ fedpav-cdw-cc    CDW        CDW probe    clustered (Alg. 2)
 
 The paper does not combine KD and CC (Sec. 5.4), so neither does privreid.
 Every method reads the public set of :mod:`privreid.federated.public_data`
-(options ``public_data``, ``public_size``, ``public_batch``); the KD methods
-add ``kd_lr`` (0.0005, Sec. 3.5), ``kd_epochs`` (1) and ``kd_batch_size`` (32).
+(options ``public_data``, ``public_size``, ``public_batch``) and takes FedPav's
+``bn_buffers`` (:mod:`.fedpav`; ``first``: every weighted average of the
+method, each cluster's included, keeps its first upload's BatchNorm buffers);
+the KD methods add ``kd_lr`` (0.0005, Sec. 3.5), ``kd_epochs`` (1) and
+``kd_batch_size`` (32).
 
 Design decisions
 ----------------
@@ -132,6 +135,7 @@ from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
 from ..public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
 from ..registry import Method, register
 from ..strategy import ClientServerState, RoundResult, Strategy, Upload, weighted_average
+from .fedpav import FedPavOptions, bn_buffers
 
 #: the scalar a CDW client reports (Eq. 1)
 CDW_METRIC = "cdw_distance"
@@ -139,7 +143,12 @@ CDW_METRIC = "cdw_distance"
 CC_MODEL, CC_MEMBERS = "cluster_model", "cluster_members"
 
 @dataclass(frozen=True)
-class KDOptions(PublicOptions):
+class VariantOptions(PublicOptions, FedPavOptions):
+    """The options of every FedPav variant: FedPav's and the public set's."""
+
+
+@dataclass(frozen=True)
+class KDOptions(VariantOptions):
     """The options of the KD server step (Sec. 4.2): the public set's and the distillation's."""
 
     #: learning rate of the server's distillation
@@ -284,13 +293,16 @@ def _device(config: RunConfig) -> torch.device:
 
 
 class WeightedAverage(Strategy):
-    """``sum_k p_k w_k`` with the given weighting (FedPav-CDW: Eq. 2)."""
+    """``sum_k p_k w_k`` with the given weighting (FedPav-CDW: Eq. 2).
 
-    def __init__(self, weighting: Weighting):
-        self.weighting = weighting
+    ``bn_buffers``: as :class:`~privreid.federated.strategy.WeightedSum`'s.
+    """
+
+    def __init__(self, weighting: Weighting, bn_buffers: str = "average"):
+        self.weighting, self.bn_buffers = weighting, bn_buffers
 
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
-        return RoundResult(weighted_average(uploads, self.weighting(uploads)))
+        return RoundResult(weighted_average(uploads, self.weighting(uploads), self.bn_buffers))
 
 
 # ----------------------------------------------------------------------------- KD
@@ -351,12 +363,13 @@ class DistilledAverage(Strategy):
     """
 
     def __init__(self, weighting: Weighting, server: ServerModel, images: torch.Tensor, *, lr: float = 0.0005,
-                 epochs: int = 1, batch_size: int = 32, order_seed: int = 0):
+                 epochs: int = 1, batch_size: int = 32, order_seed: int = 0, bn_buffers: str = "average"):
         self.weighting, self.server, self.images = weighting, server, images
         self.lr, self.epochs, self.batch_size, self.order_seed = lr, epochs, batch_size, order_seed
+        self.bn_buffers = bn_buffers
 
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
-        average = weighted_average(uploads, self.weighting(uploads))  # line 8-9
+        average = weighted_average(uploads, self.weighting(uploads), self.bn_buffers)  # line 8-9
         if self.epochs == 0:
             return RoundResult(average)
         model = self.server.build()
@@ -387,8 +400,8 @@ def client_signature(features: torch.Tensor) -> np.ndarray:
 class ClusteredAverage(Strategy):
     """Client clustering (paper 004 Sec. 5.1, Alg. 2 lines 8-12); global model = weighted average of all."""
 
-    def __init__(self, weighting: Weighting, server: ServerModel, batch: torch.Tensor):
-        self.weighting, self.server, self.batch = weighting, server, batch
+    def __init__(self, weighting: Weighting, server: ServerModel, batch: torch.Tensor, bn_buffers: str = "average"):
+        self.weighting, self.server, self.batch, self.bn_buffers = weighting, server, batch, bn_buffers
 
     def configure(self, global_state: StateDict, client, client_server_state: ClientServerState,
                   round_index: int) -> StateDict:
@@ -414,8 +427,9 @@ class ClusteredAverage(Strategy):
         clusters = []
         for members in groups(np.asarray(labels)):
             ups = [uploads[i] for i in members]
-            clusters.append(([u.client for u in ups], weighted_average(ups, self.weighting(ups))))  # line 12
-        return weighted_average(uploads, self.weighting(uploads)), clusters
+            clusters.append(([u.client for u in ups],
+                             weighted_average(ups, self.weighting(ups), self.bn_buffers)))  # line 12
+        return weighted_average(uploads, self.weighting(uploads), self.bn_buffers), clusters
 
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         """The global model; each member's per-client server state is its cluster's model (shared tensors)."""
@@ -453,12 +467,15 @@ def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
 
 def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig], Strategy]:
     def make(config: RunConfig) -> Strategy:
+        buffers = bn_buffers(config)
         if server is None:
-            return WeightedAverage(weighting)
+            return WeightedAverage(weighting, buffers)
         public = load_public_set(config)
         if server == "kd":
-            return DistilledAverage(weighting, ServerModel.from_config(config), public.images, **kd_settings(config))
-        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)))
+            return DistilledAverage(weighting, ServerModel.from_config(config), public.images, **kd_settings(config),
+                                    bn_buffers=buffers)
+        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)),
+                                buffers)
 
     return make
 
@@ -474,7 +491,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         make_client_update=_client_update(cdw),
         make_strategy=_strategy(cosine_distance_weights if cdw else data_volume_weights, server),
         needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
-        options=KDOptions if server == "kd" else PublicOptions,
+        options=KDOptions if server == "kd" else VariantOptions,
         keeps_trained_model=True,
     )
 
