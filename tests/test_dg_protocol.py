@@ -129,14 +129,14 @@ def flip_cosine_run(tiny_synth, tmp_path_factory):
     res = runner.invoke(app, ["train", "--method", "centralized", "--rounds", "1", "--data", str(tiny_synth),
                               "--height", "32", "--width", "16", "--feat-dim", "16", "--batch-size", "8",
                               "--max-steps", "1", "--eval-every", "5", "--device", "cpu", "--quiet",
-                              "--eval-flip", "--eval-metric", "cosine", "--out", str(out)])
+                              "--eval-flip", "--eval-metric", "cosine", "--eval-ap", "devkit", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return out
 
 
 def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp_path):
-    """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's train.eval_flip and
-    train.eval_metric, like its seen-domain cells; before, they ranked plain Euclidean features."""
+    """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's train.eval_flip,
+    eval_metric and eval_ap, like its seen-domain cells; before, they ranked plain Euclidean features."""
     from privreid import reproduce
     from privreid.checkpoint import Checkpoint
     from privreid.evaluation.dg_protocol import evaluate_dg_model
@@ -145,12 +145,12 @@ def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp
     for path in sorted((make_viper(tmp_path / "data" / "viper", n=12)).rglob("*.bmp")):  # distinct features
         Image.fromarray(rng.integers(0, 256, (32, 16, 3), dtype=np.uint8)).save(path)
     result = reproduce._evaluate_dg(flip_cosine_run, "viper", "viper", "paper", tmp_path / "data", "cpu", "viper")
-    assert result["evaluation"] == {"metric": "cosine", "flip": True}
+    assert result["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}
     model = Checkpoint.load(flip_cosine_run / "ckpt.pt").load_model()
-    ranked = {(flip, metric): evaluate_dg_model(model, tmp_path / "data" / "viper", "viper", height=32, width=16,
-                                                flip=flip, metric=metric)["per_split"]
-              for flip, metric in ((True, "cosine"), (False, "euclidean"))}
-    assert result["per_split"] == ranked[(True, "cosine")] != ranked[(False, "euclidean")]
+    ranked = {settings: evaluate_dg_model(model, tmp_path / "data" / "viper", "viper", height=32, width=16,
+                                          flip=settings[0], metric=settings[1], ap=settings[2])["per_split"]
+              for settings in ((True, "cosine", "devkit"), (False, "euclidean", "torchreid"))}
+    assert result["per_split"] == ranked[(True, "cosine", "devkit")] != ranked[(False, "euclidean", "torchreid")]
 
 
 def test_reproduce_recomputes_a_dg_cache_ranked_otherwise_than_the_run(flip_cosine_run, tmp_path):
@@ -159,7 +159,7 @@ def test_reproduce_recomputes_a_dg_cache_ranked_otherwise_than_the_run(flip_cosi
 
     make_viper(tmp_path / "data" / "viper", n=12)
     summary = json.loads((flip_cosine_run / "summary.json").read_text())
-    assert summary["evaluation"] == {"metric": "cosine", "flip": True}
+    assert summary["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}
     run = shutil.copytree(flip_cosine_run, tmp_path / "run")
     cache = run / "eval-viper.json"
     cache.write_text(json.dumps({"protocol": "dg", "rank1": 2.0, "evaluation": {"metric": "euclidean",

@@ -31,8 +31,8 @@ def eval_command(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
                             "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
-                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5, cuhksysu-g100 for "
-                            "CUHK-SYSU's TestG100) are "
+                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5, "
+                            "cuhksysu-g100 for CUHK-SYSU's TestG100) are "
                             "ranked under their own protocol, mean (std) over --num-splits seeded splits "
                             "written next to --json; see docs/datasets.md."),
     splits: Optional[Path] = typer.Option(None, "--splits", help="Small DG benchmarks: reuse the splits of "

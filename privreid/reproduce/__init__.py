@@ -152,7 +152,7 @@ def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, 
     """The run's evaluation on the DG benchmark ``dataset`` (``eval-<name>.json``, computed once per run).
 
     A cache that ranks otherwise than the run evaluates (``summary.json``'s
-    ``evaluation`` block: ``train.eval_flip`` and ``train.eval_metric``) is
+    ``evaluation`` block: ``train.eval_flip``, ``eval_metric``, ``eval_ap``) is
     computed again.
     """
     cache = run_dir / f"eval-{name}.json"
@@ -266,6 +266,7 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
     dev = resolve_device(device)
     return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
                              device=dev, flip=cfg.train.eval_flip, metric=cfg.train.eval_metric,
+                             ap=cfg.train.eval_ap,
                              write_splits_to=run_dir / f"splits-{name}.json")
 
 
