@@ -160,8 +160,9 @@ def test_prid_views_and_distractors(trees):
     pool = load_pool(trees["prid"], "prid")
     assert pool.paired_ids == list(range(1, 201))
     assert [pid for _, pid, _ in pool.distractors] == list(range(201, 750))
+    assert [pid for pid, (a, b) in pool.views.items() if not b] == list(range(201, 386))  # camera A only: train
     ds = load_dataset(trees["prid"], "prid")
-    assert ds.num_train_pids == 100 and ds.num_train_cams == 2 and len(ds.train) == 200
+    assert ds.num_train_pids == 285 and ds.num_train_cams == 2 and len(ds.train) == 385
     assert all(Path(p).parent.name == "cam_a" for p, _, _ in ds.query)
 
 

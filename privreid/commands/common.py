@@ -18,7 +18,8 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
              "(the embedded synthetic visible-infrared entities, as images / tracklets), a `privreid data synth` "
              "directory, a dataset root (Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17; visible-infrared: "
              "SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus; see docs/vi-datasets.md), or a folder of "
-             "dataset roots. Repeat for several datasets.")
+             "dataset roots. Repeat for several datasets, each read in its own layout: DIR:FORMAT names it "
+             "(`privreid data formats`), otherwise --format applies.")
 
 
 #: ``--device``, the same on every command that runs a model: ``device: DeviceOption = "auto"``

@@ -51,18 +51,36 @@ def data_synth(
 
 @data_app.command("info")
 def data_info(
-    root: Path = typer.Argument(..., help="A dataset root, a `data synth` directory, or a folder of datasets."),
-    fmt: str = typer.Option("auto", "--format", help=f"Dataset layout (auto-detected by default): {format_help()}."),
+    roots: list[str] = typer.Argument(..., help="Dataset roots (each optionally DIR:FORMAT), `data synth` "
+                                      "directories, or folders of datasets."),
+    fmt: str = typer.Option("auto", "--format", help=f"Dataset layout of the roots without :FORMAT (auto-detected by "
+                            f"default): {format_help()}."),
 ) -> None:
-    """Print per-split statistics (identities / images / cameras), like Table 1 of the papers.
+    """Print, for each dataset, its format and per-split statistics (identities / images / cameras), like Table 1
+    of the papers; counts that differ from FedPav's Table 1 (paper 004) are flagged.
 
-    Example: privreid data info ~/datasets/Market-1501
+    Example: privreid data info ~/datasets/Market-1501 ~/datasets/prid2011:prid-fedpav
     """
     from ..data import format_stats_table
-    from ..data.catalog import resolve_datasets, verify_datasets
+    from ..data.catalog import load_datasets, verify_datasets
+    from ..data.published_counts import check_counts
 
-    datasets = run_or_exit(resolve_datasets, [str(root)], fmt)
-    run_or_exit(verify_datasets, datasets)
-    for name, ds in datasets.items():
-        typer.echo(f"== {name} ({ds.root})")
-        typer.echo(format_stats_table(ds))
+    loaded = run_or_exit(load_datasets, roots, fmt)
+    run_or_exit(verify_datasets, {name: item.dataset for name, item in loaded.items()})
+    for name, item in loaded.items():
+        typer.echo(f"== {name} ({item.dataset.root}) format: {item.format}")
+        typer.echo(format_stats_table(item.dataset))
+        for line in check_counts(item.format, item.dataset):
+            typer.echo(f"   {line}")
+
+
+@data_app.command("formats")
+def data_formats() -> None:
+    """List the dataset formats (the --format values, and the FORMAT of --data DIR:FORMAT) with their layouts.
+
+    Example: privreid data formats
+    """
+    from ..data.formats import available_formats
+
+    for fmt in available_formats().values():
+        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout}")

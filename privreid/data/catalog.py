@@ -16,6 +16,12 @@ Each ``--data`` value is one of:
   one dataset named after the directory;
 * a directory whose sub-directories are dataset roots: one dataset each.
 
+Each root is read in its own layout: ``DIR:FORMAT`` names it (a registered
+format spelling, ``privreid data formats``: ``DIR:cuhk03np-labeled``,
+``DIR:prid-fedpav``), otherwise ``--format`` applies (``auto``, the
+default, detects each root's layout on its own), so one federation mixes
+layouts (FedPav's nine clients: :func:`parse_data_spec`).
+
 When an embedded synthetic federation is used and no domains are named, the
 last domain is held out as the unseen (leave-one-domain-out) test domain,
 which is the demo's setting.
@@ -24,10 +30,11 @@ which is the demo's setting.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from .formats import load_dataset, verify_images
+from .formats import format_choices, get_format, load_dataset, verify_images
 from .holdout import apply_audit_holdout
 from .partition import make_federation
 from .types import Federation, ReIDDataset
@@ -36,6 +43,7 @@ from .formats_vi import frame_dataset
 SYNTH = "synth"
 SYNTH_VI = "synth-vi"
 SYNTH_VI_VIDEO = "synth-vi-video"
+SYNTH_DG = "synth-dg"
 _EMBEDDED = (SYNTH, SYNTH_VI, SYNTH_VI_VIDEO)
 
 
@@ -54,37 +62,92 @@ def _named(ds: ReIDDataset, name: str) -> ReIDDataset:
     return ds
 
 
+@dataclass(frozen=True)
+class DataSpec:
+    """One ``--data`` value: the root, and the format given with it (``None``: ``--format``'s)."""
+
+    root: str
+    format: str | None = None
+
+
+def _is_format(name: str) -> bool:
+    try:
+        return name == "auto" or get_format(name) is not None
+    except ConfigError:
+        return False
+
+
+def parse_data_spec(spec: str) -> DataSpec:
+    """``DIR:FORMAT`` -> ``DataSpec(DIR, FORMAT)``; anything else is a root without a format.
+
+    The text after the last ``:`` is a format when it is ``auto`` or a
+    registered spelling (:func:`privreid.data.formats.format_choices`);
+    otherwise ``spec`` is a path that contains ``:``, which must then exist,
+    or :class:`ConfigError` says, in one line, that the suffix is no format.
+    The embedded synthetic datasets take no format.
+    """
+    root, colon, suffix = spec.rpartition(":")
+    if not colon:
+        return DataSpec(spec)
+    if _is_format(suffix):
+        if root in (*_EMBEDDED, SYNTH_DG):
+            raise ConfigError(f"--data {spec}: the embedded dataset {root!r} takes no :FORMAT")
+        return DataSpec(root, suffix)
+    if Path(spec).expanduser().exists():
+        return DataSpec(spec)
+    raise ConfigError(f"--data {spec}: {suffix!r} is not a dataset format (DIR:FORMAT; choose one of: "
+                      f"{', '.join(format_choices())}) and {spec} is not a directory")
+
+
+@dataclass
+class LoadedDataset:
+    """A dataset of a federation: the ``--data`` value it came from and the format that read it."""
+
+    dataset: ReIDDataset
+    spec: str
+    #: the loader's name for the dataset (its format spelling: ``market1501``, ``cuhk03np-detected``,
+    #: ``prid-fedpav``; ``synthetic`` for the embedded and generated data)
+    format: str
+
+
 def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 0) -> dict[str, ReIDDataset]:
     """Load every dataset named by ``roots`` (see module docstring)."""
+    return {name: loaded.dataset for name, loaded in load_datasets(roots, fmt, synth_seed).items()}
+
+
+def load_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 0) -> dict[str, LoadedDataset]:
+    """:func:`resolve_datasets`, with each dataset's ``--data`` value and format (``privreid data info``)."""
     from .synthetic import SynthConfig, ensure_synthetic
     from .synthetic_vi import SynthVIConfig, ensure_synthetic_vi
 
     roots = list(roots or [SYNTH])
-    out: dict[str, ReIDDataset] = {}
-    for spec in roots:
-        if spec == SYNTH:
+    out: dict[str, LoadedDataset] = {}
+    for text in roots:
+        spec = parse_data_spec(text)
+        formats: dict[str, str] = {}
+        if spec.root == SYNTH:
             found = _load_synthetic_root(ensure_synthetic(config=SynthConfig(seed=synth_seed)))
-        elif spec == "synth-dg":  # the small unseen-domain stand-ins (privreid.data.synthetic_dg)
+        elif spec.root == SYNTH_DG:  # the small unseen-domain stand-ins (privreid.data.synthetic_dg)
             from .synthetic_dg import SynthDGConfig, ensure_synthetic_dg
 
             found = _load_synthetic_root(ensure_synthetic_dg(config=SynthDGConfig(seed=synth_seed)))
-        elif spec in (SYNTH_VI, SYNTH_VI_VIDEO):
-            config = SynthVIConfig(seed=synth_seed, video=spec == SYNTH_VI_VIDEO)
+        elif spec.root in (SYNTH_VI, SYNTH_VI_VIDEO):
+            config = SynthVIConfig(seed=synth_seed, video=spec.root == SYNTH_VI_VIDEO)
             found = _load_synthetic_root(ensure_synthetic_vi(config=config))
         else:
-            root = Path(spec).expanduser()
+            root = Path(spec.root).expanduser()
             if not root.exists():
                 raise DataError(f"dataset directory not found: {root}")
             if not root.is_dir():
                 raise DataError(f"not a directory: {root}")
-            if (root / "manifest.json").is_file():
+            if (root / "manifest.json").is_file() and spec.format is None:
                 found = _load_synthetic_root(root)
             else:
-                found = _load_dataset_or_children(root, fmt)
+                found, formats = _load_dataset_or_children(root, spec.format or fmt)
         for name, ds in found.items():
             if name in out:
                 raise ConfigError(f"two datasets are named {name!r}; rename one of the directories")
-            out[name] = ds
+            out[name] = LoadedDataset(ds, text, formats.get(name, "synthetic"))
     return out
 
 
@@ -93,21 +156,23 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
 load_with_format = load_dataset
 
 
-def _load_dataset_or_children(root: Path, fmt: str) -> dict[str, ReIDDataset]:
+def _load_dataset_or_children(root: Path, fmt: str) -> tuple[dict[str, ReIDDataset], dict[str, str]]:
+    """``root`` as one dataset, or (``fmt`` auto) its sub-directories as datasets; with each one's format."""
     try:
-        return {root.name: _named(load_with_format(root, fmt), root.name)}
+        found = {root.name: load_with_format(root, fmt)}
     except DataError as first_error:
         if fmt != "auto":
             raise
-        children = {}
+        found = {}
         for child in sorted(p for p in root.iterdir() if p.is_dir()):
             try:
-                children[child.name] = _named(load_with_format(child, "auto"), child.name)
+                found[child.name] = load_with_format(child, "auto")
             except DataError:
                 continue
-        if not children:
+        if not found:
             raise first_error
-        return children
+    formats = {name: ds.name for name, ds in found.items()}
+    return {name: _named(ds, name) for name, ds in found.items()}, formats
 
 
 def verify_datasets(datasets: dict[str, ReIDDataset]) -> None:

@@ -84,8 +84,6 @@ def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> 
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if not spec.rows:
         raise ConfigError(f"{key} is {spec.status}")
-    if scale == "paper" and spec.paper_refusal:
-        raise ConfigError(f"{key}: {spec.paper_refusal}")
     if scale == "paper" and check_data:
         if data_root is None:
             raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
@@ -101,12 +99,10 @@ def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> 
 def _check_dataset(path: Path, fmt: str) -> None:
     """Refuse, naming the expected layout, when ``path`` does not hold a ``fmt`` dataset."""
     from ..data.catalog import load_with_format
-    from ..data.formats import DATASET_FORMATS
-    from ..data.formats_dg import DG_FORMATS, dg_layout, load_pool
-    from ..data.formats_vi import VI_FORMATS
+    from ..data.formats import get_format
+    from ..data.formats_dg import DG_FORMATS, load_pool
 
-    layout = (dg_layout(fmt) if fmt in DG_FORMATS else VI_FORMATS.get(fmt)
-              or DATASET_FORMATS.get(fmt.split("-")[0], ""))
+    layout = get_format(fmt)[0].layout
     if not path.is_dir():
         raise DataError(f"missing dataset {path.name}: expected {path} in the {fmt} layout: {layout}")
     try:

@@ -13,10 +13,14 @@ A :class:`DGPool` is the whole dataset before any split: the images of every
 identity in two *views* (the query camera and the gallery camera of the
 benchmarks' protocols) plus gallery-only distractors.  Train / test splits are
 drawn from it by :mod:`privreid.data.formats_dg.splits` (the DG-ReID protocol
-of Song et al., CVPR 2019, and FedPav's cross-camera protocol);
-:func:`load_dg_dataset` returns split 0 of seed 0 as a plain
-:class:`~privreid.data.types.ReIDDataset`, which is what training on one of
-these datasets uses (torchreid's ``split_id=0``).
+of Song et al., CVPR 2019, FedPav's cross-camera protocol and FedPav's
+nine-client split); :func:`load_dg_dataset` returns split 0 of seed 0 as a
+plain :class:`~privreid.data.types.ReIDDataset`, which is what training on
+one of these datasets uses (torchreid's ``split_id=0``).  Any of them trains
+a client: ``--data DIR`` (or ``DIR:<format>``) gives the ``dg`` split's train
+identities (CUHK02: P1-P4, every image, as FedARKS trains on it), and
+``DIR:<format>-fedpav`` FedPav's client split of the five small datasets of
+its federation (PRID, CUHK01, VIPeR, 3DPeS, i-LIDS; paper 004, Table 1).
 """
 
 from __future__ import annotations
@@ -66,11 +70,14 @@ class DGPool:
     ``views[pid] = (view_a, view_b)``: the identity's images in the query view
     and in the gallery view (``view_b`` is ``view_a`` itself for i-LIDS, which
     has no camera labels: query and gallery are then two distinct images).  An
-    identity with one empty view can only be trained on.  ``distractors`` are
+    identity with one empty view is never a query (it trains, or, in FedPav's
+    split, may be a gallery-only test person).  ``distractors`` are
     gallery-only images of identities outside ``views`` (GRID's 775, PRID's
     cam_b-only 549).  ``shared_view`` marks the i-LIDS / CUHK-SYSU case.
     ``fixed_test`` lists the test identities of a dataset with one released
-    split (CUHK02: the P5 camera pair) instead of random splits.
+    split (CUHK02: the P5 camera pair) instead of random splits.  ``frames``
+    are an identity's sequence frames in each view where the release has them
+    besides ``views`` (PRID's ``multi_shot/``): FedPav's split trains on them.
     """
 
     name: str
@@ -79,6 +86,7 @@ class DGPool:
     distractors: list[Sample] = field(default_factory=list)
     shared_view: bool = False
     fixed_test: list[int] | None = None
+    frames: dict[int, tuple[list[Sample], list[Sample]]] = field(default_factory=dict)
 
     @property
     def paired_ids(self) -> list[int]:
@@ -122,19 +130,35 @@ def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
     return pool
 
 
-def load_dg_dataset(root: str | os.PathLike, fmt: str) -> ReIDDataset:
-    """Split 0 (seed 0) of ``fmt``'s default protocol as a :class:`ReIDDataset` (train pids relabelled)."""
+def load_dg_dataset(root: str | os.PathLike, fmt: str, protocol: str | None = None) -> ReIDDataset:
+    """Split 0 (seed 0) of ``protocol`` (default: ``fmt``'s default protocol) as a :class:`ReIDDataset`
+    (train pids relabelled); named ``<fmt>-<protocol>`` when a protocol is given (``prid-fedpav``)."""
     from .splits import default_protocol, make_splits, split_dataset
 
     pool = load_pool(root, fmt)
-    return split_dataset(pool, make_splits(pool, default_protocol(fmt), num_splits=1, seed=0)[0])
+    ds = split_dataset(pool, make_splits(pool, protocol or default_protocol(fmt), num_splits=1, seed=0)[0])
+    if protocol is not None:
+        ds.name = f"{fmt}-{protocol}"
+    return ds
+
 
 
 def dataset_format(fmt: str) -> DatasetFormat:
-    """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks)."""
+    """``fmt`` as a :class:`privreid.data.formats.DatasetFormat` registry entry (detected after the large benchmarks);
+    the FedPav clients take the variant ``fedpav`` (their split of paper 004, Table 1)."""
+    from .splits import FEDPAV_TEST_IDS
+
     module = DG_FORMATS[fmt]
-    return DatasetFormat(fmt, module.RELEASE.layout, lambda root: module.RELEASE.find(root) is not None,
-                         lambda root, variant=None: load_dg_dataset(root, fmt), priority=DETECT_SMALL, family="dg")
+    variants = ("fedpav",) if fmt in FEDPAV_TEST_IDS else ()
+
+    def load(root: Path, variant: str | None = None) -> ReIDDataset:
+        if variant is not None and variant not in variants:
+            raise ConfigError(f"unknown {fmt} variant {variant!r}; choose one of: {', '.join(variants)}")
+        return load_dg_dataset(root, fmt, variant)
+
+    return DatasetFormat(fmt, module.RELEASE.layout, lambda root: module.RELEASE.find(root) is not None, load,
+                         priority=DETECT_SMALL, family="dg", variant_pattern="|".join(variants) or None,
+                         variant_doc="|".join(variants) or None)
 
 
 # --------------------------------------------------------------------------- helpers for the format modules
