@@ -66,10 +66,11 @@ def make_3dpes(root: Path) -> Path:
     return root
 
 
-def make_caviar(root: Path) -> Path:
-    # identities 1-3 in both cameras (10 + 10 images), identity 4 in camera 1 only
-    for pid in range(1, 5):
-        for n in range(1, 21 if pid < 4 else 11):
+def make_caviar(root: Path, paired: int = 3, single: int = 1) -> Path:
+    """Identities 1..paired in both cameras (10 + 10 images), the next ``single`` in camera 1 only
+    (the release: 50 and 22)."""
+    for pid in range(1, paired + single + 1):
+        for n in range(1, 21 if pid <= paired else 11):
             _img(root / "CAVIAR4REID" / "CAVIARa" / f"{pid:04d}{n:03d}.jpg")
     return root
 
@@ -206,8 +207,8 @@ def test_cuhk01_views_pair_images_1_2_and_3_4(trees):
     a, b = pool.views[2]
     assert [Path(p).name for p, _, _ in a] == ["0002001.png", "0002002.png"]
     assert [cam for _, _, cam in b] == [1, 1]
-    ds = load_dataset(trees["cuhk01"], "cuhk01")
-    assert ds.num_train_pids == 3 and len(ds.query) == len(ds.gallery) == 3
+    ds = load_dataset(trees["cuhk01"], "cuhk01")  # every view-A image against every view-B image
+    assert ds.num_train_pids == 3 and len(ds.query) == len(ds.gallery) == 6
 
 
 def test_cuhk02_p5_is_the_fixed_test_pair(trees):
@@ -259,8 +260,9 @@ def test_wrong_layout_names_the_expected_tree(tmp_path):
         load_pool(tmp_path / "missing", "grid")
     with pytest.raises(ConfigError, match="unknown split protocol"):
         make_splits(load_pool(make_cuhk01(tmp_path / "c"), "cuhk01"), "loo")
-    with pytest.raises(ConfigError, match="cross-camera protocol is defined for caviar, grid"):
-        make_splits(load_pool(tmp_path / "c", "cuhk01"), "crosscam")
+    with pytest.raises(ConfigError, match="cross-camera protocol is defined for caviar, grid, cuhk01, cuhk02, "
+                                          "not viper"):
+        make_splits(load_pool(make_viper(tmp_path / "v", n=4), "viper"), "crosscam")
 
 
 def test_bad_file_name_is_reported(tmp_path):

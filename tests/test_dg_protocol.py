@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from privreid.cli import app
@@ -14,7 +16,7 @@ from privreid.data.formats_dg.splits import DGSplit
 from privreid.evaluation.dg_protocol import rank_per_query_galleries, rank_splits, resolve_eval_format
 from privreid.errors import ConfigError
 
-from test_dg_formats import make_caviar, make_viper
+from test_dg_formats import make_caviar, make_cuhksysu, make_viper
 
 runner = CliRunner()
 
@@ -49,7 +51,9 @@ def test_per_query_galleries_by_hand():
 def test_eval_formats():
     assert resolve_eval_format("prid") == ("prid", "dg")
     assert resolve_eval_format("grid-crosscam") == ("grid", "crosscam")
-    assert resolve_eval_format("cuhksysu") == ("cuhksysu", "g100")
+    assert resolve_eval_format("cuhksysu") == ("cuhksysu", "fixed")  # FedReID's 2,900 queries, no distractors
+    assert resolve_eval_format("cuhksysu-g100") == ("cuhksysu", "g100")
+    assert resolve_eval_format("cuhk01") == ("cuhk01", "crosscam")  # torchreid / FedPav: all images of both views
     with pytest.raises(ConfigError, match="not a small DG benchmark format"):
         resolve_eval_format("market1501")
 
@@ -102,3 +106,67 @@ def test_eval_format_bad_input_one_line_exit_2(checkpoint, tmp_path, args, messa
     res = runner.invoke(app, ["eval", "--model", str(checkpoint), "--device", "cpu", *args])
     assert res.exit_code == 2
     assert message in res.output and res.output.count("\n") == 1
+
+
+def test_eval_format_cuhksysu_ranks_the_fixed_query_set_against_one_gallery(checkpoint, tmp_path):
+    """FedReID's CUHK-SYSU test (paper 002 Table I): the queries against their persons' gallery crops only."""
+    root = make_cuhksysu(tmp_path / "data")
+    res = runner.invoke(app, ["eval", "--model", str(checkpoint), "--data", str(root), "--format", "cuhksysu",
+                              "--device", "cpu", "--json", str(tmp_path / "out.json")])
+    assert res.exit_code == 0, res.output
+    [row] = json.loads((tmp_path / "out.json").read_text())
+    assert row["protocol"] == "fixed" and (row["num_query"], row["num_gallery"]) == (3, 3)
+    assert "ranked against one gallery" in res.output
+    g100 = runner.invoke(app, ["eval", "--model", str(checkpoint), "--data", str(root), "--format", "cuhksysu-g100",
+                               "--device", "cpu"])
+    assert g100.exit_code == 0, g100.output
+    assert "(g100)" in g100.output and "each ranked against its own gallery" in g100.output
+
+
+@pytest.fixture(scope="module")
+def flip_cosine_run(tiny_synth, tmp_path_factory):
+    out = tmp_path_factory.mktemp("flip-cosine")
+    res = runner.invoke(app, ["train", "--method", "centralized", "--rounds", "1", "--data", str(tiny_synth),
+                              "--height", "32", "--width", "16", "--feat-dim", "16", "--batch-size", "8",
+                              "--max-steps", "1", "--eval-every", "5", "--device", "cpu", "--quiet",
+                              "--eval-flip", "--eval-metric", "cosine", "--eval-ap", "devkit", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp_path):
+    """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's train.eval_flip,
+    eval_metric and eval_ap, like its seen-domain cells; before, they ranked plain Euclidean features."""
+    from privreid import reproduce
+    from privreid.checkpoint import Checkpoint
+    from privreid.evaluation.dg_protocol import evaluate_dg_model
+
+    rng = np.random.default_rng(0)
+    for path in sorted((make_viper(tmp_path / "data" / "viper", n=12)).rglob("*.bmp")):  # distinct features
+        Image.fromarray(rng.integers(0, 256, (32, 16, 3), dtype=np.uint8)).save(path)
+    result = reproduce._evaluate_dg(flip_cosine_run, "viper", "viper", "paper", tmp_path / "data", "cpu", "viper")
+    assert result["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}
+    model = Checkpoint.load(flip_cosine_run / "ckpt.pt").load_model()
+    ranked = {settings: evaluate_dg_model(model, tmp_path / "data" / "viper", "viper", height=32, width=16,
+                                          flip=settings[0], metric=settings[1], ap=settings[2])["per_split"]
+              for settings in ((True, "cosine", "devkit"), (False, "euclidean", "torchreid"))}
+    assert result["per_split"] == ranked[(True, "cosine", "devkit")] != ranked[(False, "euclidean", "torchreid")]
+
+
+def test_reproduce_recomputes_a_dg_cache_ranked_otherwise_than_the_run(flip_cosine_run, tmp_path):
+    """An eval-<dataset>.json written before the DG cells followed the run's settings is not reused."""
+    from privreid import reproduce
+
+    make_viper(tmp_path / "data" / "viper", n=12)
+    summary = json.loads((flip_cosine_run / "summary.json").read_text())
+    assert summary["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}
+    run = shutil.copytree(flip_cosine_run, tmp_path / "run")
+    cache = run / "eval-viper.json"
+    cache.write_text(json.dumps({"protocol": "dg", "rank1": 2.0, "evaluation": {"metric": "euclidean",
+                                                                                 "flip": False}}))
+    args = (run, summary, "viper", "viper", "paper", tmp_path / "data", "cpu", "viper")
+    fresh = reproduce._cached_dg_evaluation(*args)
+    assert fresh["evaluation"] == summary["evaluation"] and fresh["rank1"] <= 1.0
+    assert json.loads(cache.read_text()) == fresh
+    cache.write_text(json.dumps({**fresh, "rank1": 2.0}))  # ranked as the run: reused
+    assert reproduce._cached_dg_evaluation(*args)["rank1"] == 2.0

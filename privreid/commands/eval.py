@@ -31,7 +31,8 @@ def eval_command(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
                             "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
-                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5) are "
+                            "cuhksysu, ilidsvid; grid-crosscam / caviar-crosscam for FedPav's Table 5, "
+                            "cuhksysu-g100 for CUHK-SYSU's TestG100) are "
                             "ranked under their own protocol, mean (std) over --num-splits seeded splits "
                             "written next to --json; see docs/datasets.md."),
     splits: Optional[Path] = typer.Option(None, "--splits", help="Small DG benchmarks: reuse the splits of "
@@ -143,7 +144,8 @@ def eval_command(
             (("rank1", "R1"), ("rank5", "R5"), ("rank10", "R10"), ("mAP", "mAP"), ("mINP", "mINP"))}}
             for r in rows]))
         typer.echo(f"mean (std) over {rows[0]['splits']} split(s), seed {rows[0]['seed']}" if "std" in rows[0]
-                   else "mean over the queries, each ranked against its own gallery")
+                   else "mean over the queries, each ranked against its own gallery" if rows[0]["protocol"] == "g100"
+                   else "mean over the queries, ranked against one gallery")
     elif corruption is None:
         typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
                                   "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],

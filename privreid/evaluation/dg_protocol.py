@@ -5,15 +5,19 @@
   :func:`privreid.evaluation.metrics.evaluate`; the result is the mean and the
   (population) std over the splits, as Song et al. (CVPR 2019) and FedReID
   (paper 002, Table II) report it.
-* ``g100`` (CUHK-SYSU): each of the 2,900 queries is ranked against its own
-  gallery (the crops of its 100 gallery scenes); R-k, mAP and mINP are means
-  over the queries with a match in their gallery.
+* ``fixed`` (CUHK-SYSU, FedReID's test: paper 002, Table I): the 2,900
+  query crops ranked against one gallery, the crops of the queries' persons
+  in their gallery scenes (:func:`~privreid.data.formats_dg.cuhksysu.read_fixed_set`).
+* ``g100`` (CUHK-SYSU's TestG100): each of the 2,900 queries is ranked
+  against its own gallery (the crops of its 100 gallery scenes); R-k, mAP and
+  mINP are means over the queries with a match in their gallery.
 
 Features are extracted once per image, whatever the number of splits.
 ``--format`` names for :func:`resolve_eval_format`: a dataset format of
-:data:`privreid.data.formats_dg.DG_FORMATS` (``cuhksysu`` -> ``g100``, the
-others -> ``dg``) or ``grid-crosscam`` / ``caviar-crosscam`` (FedPav, paper 004,
-Table 5).
+:data:`privreid.data.formats_dg.DG_FORMATS` (``cuhksysu`` -> ``fixed``, the
+others -> their :func:`~privreid.data.formats_dg.splits.default_protocol`),
+``cuhksysu-g100``, or ``grid-crosscam`` / ``caviar-crosscam`` (FedPav, paper
+004, Table 5).
 """
 
 from __future__ import annotations
@@ -26,43 +30,47 @@ import torch
 
 from ..data import ImageDataset, build_transforms
 from ..data.formats_dg import DG_FORMATS, load_pool
-from ..data.formats_dg.splits import DGSplit, make_splits, read_splits, write_splits
+from ..data.formats_dg.splits import DGSplit, default_protocol, make_splits, read_splits, write_splits
 from ..data.types import Sample
 from ..errors import ConfigError, DataError
 from .metrics import evaluate
 from .model_eval import SUMMARY_KEYS, dataset_features
 
-CROSSCAM_FORMATS = {"grid-crosscam": "grid", "caviar-crosscam": "caviar"}
+#: the ``--format`` names of a protocol other than the dataset's default: name -> (dataset format, protocol)
+PROTOCOL_FORMATS = {"grid-crosscam": ("grid", "crosscam"), "caviar-crosscam": ("caviar", "crosscam"),
+                    "cuhksysu-g100": ("cuhksysu", "g100")}
 
 
 def is_dg_eval_format(fmt: str) -> bool:
-    return fmt in DG_FORMATS or fmt in CROSSCAM_FORMATS
+    return fmt in DG_FORMATS or fmt in PROTOCOL_FORMATS
 
 
 def resolve_eval_format(fmt: str) -> tuple[str, str]:
     """``--format`` -> ``(dataset format, protocol)`` (see the module docstring)."""
-    if fmt in CROSSCAM_FORMATS:
-        return CROSSCAM_FORMATS[fmt], "crosscam"
+    if fmt in PROTOCOL_FORMATS:
+        return PROTOCOL_FORMATS[fmt]
     if fmt not in DG_FORMATS:
         raise ConfigError(f"{fmt!r} is not a small DG benchmark format; choose one of: "
-                          f"{', '.join([*DG_FORMATS, *CROSSCAM_FORMATS])}")
-    return fmt, "g100" if fmt == "cuhksysu" else "dg"
+                          f"{', '.join([*DG_FORMATS, *PROTOCOL_FORMATS])}")
+    return fmt, "fixed" if fmt == "cuhksysu" else default_protocol(fmt)
 
 
-def rank_splits(features: dict[str, np.ndarray], splits: list[DGSplit], *, metric: str = "euclidean") -> dict:
-    """Mean / std over ``splits`` of R1/R5/R10/mAP/mINP, ranking with ``features[path]``.
+def rank_splits(features: dict[str, np.ndarray], splits: list[DGSplit], *, metric: str = "euclidean",
+                ap: str = "torchreid") -> dict:
+    """Mean / std over ``splits`` of R1/R5/R10/mAP/mINP, ranking with ``features[path]`` (``metric``, ``ap``:
+    :func:`~privreid.evaluation.metrics.evaluate`).
 
     Returns ``{"rank1": mean, ..., "std": {"rank1": std, ...}, "splits": n, "per_split": [...]}``.
     """
     per_split = []
     for split in splits:
-        result = evaluate(*_stack(features, split.query, split.gallery), metric=metric)
+        result = evaluate(*_stack(features, split.query, split.gallery), metric=metric, ap=ap)
         per_split.append({k: float(result[k]) for k in SUMMARY_KEYS})
     return _mean_std(per_split, splits=len(splits))
 
 
 def rank_per_query_galleries(features: dict[str, np.ndarray], pairs: list[tuple[Sample, list[Sample]]], *,
-                             metric: str = "euclidean") -> dict:
+                             metric: str = "euclidean", ap: str = "torchreid") -> dict:
     """Means over queries of R1/R5/R10/mAP/mINP when each query has its own gallery (CUHK-SYSU TestG100).
 
     Queries whose gallery holds no image of their identity are not counted
@@ -74,7 +82,7 @@ def rank_per_query_galleries(features: dict[str, np.ndarray], pairs: list[tuple[
             continue
         qf, gf, q_pids, g_pids, _, _ = _stack(features, [query], gallery)
         result = evaluate(qf, gf, q_pids, g_pids, np.zeros(1, np.int64), np.ones(len(gallery), np.int64),
-                          metric=metric)
+                          metric=metric, ap=ap)
         per_query.append({k: float(result[k]) for k in SUMMARY_KEYS})
     if not per_query:
         raise DataError("no query has its person in its gallery")
@@ -84,11 +92,16 @@ def rank_per_query_galleries(features: dict[str, np.ndarray], pairs: list[tuple[
 
 def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str, *, height: int, width: int,
                       device: torch.device | str = "cpu", flip: bool = False, metric: str = "euclidean",
-                      num_splits: int = 10, seed: int = 0, splits_file: str | os.PathLike | None = None,
+                      ap: str = "torchreid", num_splits: int = 10, seed: int = 0,
+                      splits_file: str | os.PathLike | None = None,
                       write_splits_to: str | os.PathLike | None = None, batch_size: int = 128) -> dict:
     """Evaluate ``model`` on the benchmark at ``root`` (``--format fmt``) under its protocol.
 
-    ``splits_file`` reuses splits written before (by ``write_splits_to`` or
+    ``flip`` averages each feature with its mirror image's, ``metric`` ranks
+    and ``ap`` is the average precision (as ``train.eval_flip`` /
+    ``eval_metric`` / ``eval_ap``); the result records them (``"evaluation"``,
+    as ``summary.json``).  ``splits_file`` reuses splits
+    written before (by ``write_splits_to`` or
     :func:`privreid.data.formats_dg.splits.write_splits`) instead of drawing
     ``num_splits`` seeded ones.  The result has ``"protocol"`` and, for split
     protocols, the mean / std of :func:`rank_splits`.
@@ -103,12 +116,20 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
                                        batch_size=batch_size, device=device, flip=flip)
         return dict(zip(unique, feats.cpu().numpy()))
 
+    settings = {"protocol": protocol, "evaluation": {"metric": metric, "flip": flip, "ap": ap}}
+    if protocol == "fixed":
+        from ..data.formats_dg.cuhksysu import read_fixed_set
+
+        query, gallery = read_fixed_set(Path(pool.root))
+        result = evaluate(*_stack(extract(query + gallery), query, gallery), metric=metric, ap=ap)
+        return {**settings, **{k: float(result[k]) for k in SUMMARY_KEYS}, "num_query": len(query),
+                "num_gallery": len(gallery)}
     if protocol == "g100":
         from ..data.formats_dg.cuhksysu import read_g100
 
         pairs = read_g100(Path(pool.root))
         features = extract([q for q, _ in pairs] + [g for _, gallery in pairs for g in gallery])
-        return {"protocol": protocol, **rank_per_query_galleries(features, pairs, metric=metric)}
+        return {**settings, **rank_per_query_galleries(features, pairs, metric=metric, ap=ap)}
     if splits_file is not None:
         splits = read_splits(splits_file, pool)
     else:
@@ -116,7 +137,7 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
     if write_splits_to is not None:
         write_splits(write_splits_to, pool, splits)
     features = extract([s for split in splits for s in split.query + split.gallery])
-    return {"protocol": protocol, "seed": splits[0].seed, **rank_splits(features, splits, metric=metric)}
+    return {**settings, "seed": splits[0].seed, **rank_splits(features, splits, metric=metric, ap=ap)}
 
 
 def _stack(features: dict[str, np.ndarray], query: list[Sample], gallery: list[Sample]):

@@ -140,10 +140,21 @@ def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data
                  if key.split("@")[-1] == dataset]
         return None if not found else 100 * sum(found) / len(found)
     name = dataset + ("-crosscam" if what.endswith("-crosscam") else "")
+    return 100 * _cached_dg_evaluation(run_dir, summary, dataset, what, scale, data_root, device, name)[column.metric]
+
+
+def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, scale: str, data_root, device: str,
+                          name: str) -> dict:
+    """The run's evaluation on the DG benchmark ``dataset`` (``eval-<name>.json``, computed once per run).
+
+    A cache that ranks otherwise than the run evaluates (``summary.json``'s
+    ``evaluation`` block: ``train.eval_flip``, ``eval_metric``, ``eval_ap``) is
+    computed again.
+    """
     cache = run_dir / f"eval-{name}.json"
-    if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, what, scale, data_root, device, name)))
-    return 100 * json.loads(cache.read_text())[column.metric]
+    if not cache.is_file() or json.loads(cache.read_text()).get("evaluation") != summary.get("evaluation"):
+        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
+    return json.loads(cache.read_text())
 
 
 def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
@@ -250,7 +261,9 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
     cfg = ckpt.run_config
     dev = resolve_device(device)
     return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
-                             device=dev, write_splits_to=run_dir / f"splits-{name}.json")
+                             device=dev, flip=cfg.train.eval_flip, metric=cfg.train.eval_metric,
+                             ap=cfg.train.eval_ap,
+                             write_splits_to=run_dir / f"splits-{name}.json")
 
 
 def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:

@@ -1,10 +1,15 @@
 """MSMT17 V1 or V2 (Wei et al., CVPR 2018) with its ``list_*.txt`` files (``<relpath> <pid>`` per line).
 
 The camera is the third ``_``-separated field of the file name, 1-based
-(``0000_000_01_0303morning_0015_0.jpg`` -> camid 0).  ``train`` is
-``list_train.txt`` + ``list_val.txt``: the 32,621 images / 1,041 identities
-that papers (and torchreid's docstring) report.  Note that torchreid's own
-loader only adds the ``val`` images when ``combineall`` is set.
+(``0000_000_01_0303morning_0015_0.jpg`` -> camid 0).  Two variants of the
+training set, both of 1,041 identities:
+
+* ``msmt17`` / ``msmt17-trainval`` (the default): ``list_train.txt`` +
+  ``list_val.txt``, 32,621 images, as FedPav (paper 004, Table 1) and
+  torchreid's docstring count it;
+* ``msmt17-train``: ``list_train.txt`` only, 30,248 images, as FedReID
+  (paper 002, Table I) and SKA (paper 000) train, and as torchreid's own
+  loader reads it unless ``combineall`` is set.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from privreid.data.types import ReIDDataset, Sample
-from privreid.errors import DataError
+from privreid.errors import ConfigError, DataError
 
 from .base import DETECT_RELEASE, DatasetFormat, check_ids, check_root, make_dataset, subfolder
 
@@ -23,6 +28,8 @@ LAYOUT = ("root/list_{train,val,query,gallery}.txt with '<relpath> <pid>' lines,
           "the files may sit in root/MSMT17_V1/ or root/MSMT17_V2/")
 SUBDIRS = ("MSMT17_V1", "MSMT17_V2")  # torchreid's order: V1 wins when both exist
 IMAGE_DIRS = (("train", "test"), ("mask_train_v2", "mask_test_v2"))  # V1, V2
+#: variant -> the list files of its training set (see the module docstring)
+TRAIN_LISTS = {"trainval": ("list_train.txt", "list_val.txt"), "train": ("list_train.txt",)}
 
 
 def detect(root: Path) -> bool:
@@ -30,6 +37,9 @@ def detect(root: Path) -> bool:
 
 
 def load(root: Path, variant: str | None = None) -> ReIDDataset:
+    variant = variant or "trainval"
+    if variant not in TRAIN_LISTS:
+        raise ConfigError(f"unknown msmt17 variant {variant!r}; choose one of: {', '.join(TRAIN_LISTS)}")
     base = subfolder(check_root(root), SUBDIRS)
     for train_name, test_name in IMAGE_DIRS:
         if (base / train_name).is_dir():
@@ -39,10 +49,11 @@ def load(root: Path, variant: str | None = None) -> ReIDDataset:
     train_dir, test_dir = base / train_name, base / test_name
     if not test_dir.is_dir():
         raise DataError(f"missing split folder {test_dir}")
-    train = read_list(train_dir, base / "list_train.txt") + read_list(train_dir, base / "list_val.txt")
+    train = [sample for name in TRAIN_LISTS[variant] for sample in read_list(train_dir, base / name)]
     query = read_list(test_dir, base / "list_query.txt")
     gallery = read_list(test_dir, base / "list_gallery.txt")
-    return make_dataset("msmt17", base, train=train, query=query, gallery=gallery)
+    name = "msmt17" if variant == "trainval" else f"msmt17-{variant}"
+    return make_dataset(name, base, train=train, query=query, gallery=gallery)
 
 
 def read_list(image_dir: Path, list_path: Path) -> list[Sample]:
@@ -69,4 +80,5 @@ def read_list(image_dir: Path, list_path: Path) -> list[Sample]:
     return samples
 
 
-FORMAT = DatasetFormat("msmt17", LAYOUT, detect=detect, load=load, priority=DETECT_RELEASE, family="rgb")
+FORMAT = DatasetFormat("msmt17", LAYOUT, detect=detect, load=load, priority=DETECT_RELEASE, family="rgb",
+                       variant_pattern=r".+", variant_doc="{" + ",".join(TRAIN_LISTS) + "}")

@@ -2,7 +2,9 @@
 
 Not in torchreid.  The release is ``CAVIAR4REID/CAVIARa/<pid:04d><n:03d>.jpg``
 (``0001001.jpg``): images 1-10 of an identity come from the first camera,
-11-20 from the second.  View A (query) is the first camera.  The 22 people
+11-20 from the second.  View A (query) is the first camera.  A ``dg`` split
+tests on 36 of the 50 people seen by both cameras (FedReID's Table I: half
+of all 72 people; :mod:`~privreid.data.formats_dg.splits`); the 22 people
 seen by one camera only are trained on and never tested.
 """
 

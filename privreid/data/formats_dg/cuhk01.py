@@ -2,6 +2,9 @@
 
 torchreid's layout: ``cuhk01/campus/<pid:04d><n:03d>.png`` (``0001001.png``);
 images 1-2 are view A (query), 3-4 view B (gallery), as torchreid assigns them.
+Its default protocol tests both images of view A against both of view B
+(``crosscam``, :func:`~privreid.data.formats_dg.splits.default_protocol`), as
+torchreid and FedPav's data preparation do.
 """
 
 from __future__ import annotations

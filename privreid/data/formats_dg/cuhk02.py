@@ -5,7 +5,7 @@ identity is the first ``_`` field and identities of different pairs are
 different people, so privreid's pid is ``100000 * (k - 1) + pid``.  The
 camids run over the ten cameras (``P1/cam1`` -> 0, ``P1/cam2`` -> 1, ...), as in
 torchreid.  The one released split is torchreid's: P1-P4 train, P5 test
-(query ``cam1``, gallery ``cam2``).
+(every ``cam1`` image a query, every ``cam2`` image in the gallery).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 torchreid's layout: ``ilids/i-LIDS_Pedestrian/Persons/<pid:04d><n:03d>.jpg``
 (``0001001.jpg``).  With no camera labels, the protocol draws two distinct
 images of a test identity, one for the query and one for the gallery, as
-torchreid does; every image has camid 0 in training.
+torchreid does; every image has camid 0 in training.  It is the i-LIDS client
+of FedPav's federation, which paper 004 calls "iLIDS-VID" (its Table 1: 59 +
+60 identities, 476 images; the reference's ``data_preprocess/data/ilids/meta.json``).
 """
 
 from __future__ import annotations

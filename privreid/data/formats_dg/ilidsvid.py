@@ -1,9 +1,10 @@
 """iLIDS-VID (Wang et al., ECCV 2014): 300 people, one sequence and one key image in each of 2 cameras.
 
 torchreid reads the sequences (``i-LIDS-VID/sequences/cam<k>/person<id>/``);
-FedPav uses the dataset as images, which privreid reads from the release's
+privreid reads the key images of the release's
 ``i-LIDS-VID/images/cam<k>/person<id:03d>/cam<k>_person<id:03d>.png`` folder
-(view A = cam1, view B = cam2).  The release's ten splits
+(view A = cam1, view B = cam2).  FedPav's "iLIDS-VID" client is not this
+dataset but QMUL i-LIDS (:mod:`~privreid.data.formats_dg.ilids`).  The release's ten splits
 (``train-test people splits/*.mat``) are not read: splits are drawn like the
 other datasets' (seeded random halves).
 """

@@ -1,4 +1,4 @@
-"""Train / test splits of the small benchmarks: the DG-ReID protocol and FedPav's cross-camera protocol.
+"""Train / test splits of the small benchmarks: the DG-ReID protocol, FedPav's client split, the cross-camera protocol.
 
 ``dg`` -- the small-set protocol of Song et al. (CVPR 2019, Sec. 4.1), used by
 FedReID (paper 002, Sec. 4) and SKA (paper 000, Sec. 4.1): each of 10 random
@@ -7,9 +7,13 @@ splits tests on half of the identities seen in both views (rounded up: PRID
 of 119), single-shot (one query image from view A and one gallery image from
 view B per test identity; two distinct images for i-LIDS), the gallery
 completed with the dataset's distractors (PRID 549 camera-B-only people ->
-649 gallery images, GRID 775 -> 900).  The other half (and identities seen
-in one view) is the split's train set.  Results are the mean and std over
-the splits (:mod:`privreid.evaluation.dg_protocol`).
+649 gallery images, GRID 775 -> 900).  CAVIAR4REID tests on half of all its
+72 people, drawn among the 50 seen by both cameras (36, not 25): FedReID's
+Table I lists 36 test identities and 72 test images, and its Table II
+compares with DSTML and UMDL, whose protocol draws 36 identities seen by two
+cameras (as FedPav, paper 004 Sec. 5.4, states it).  The other identities
+(and those seen in one view) are the split's train set.  Results are the
+mean and std over the splits (:mod:`privreid.evaluation.dg_protocol`).
 
 ``fedpav`` -- FedPav's nine-client split (paper 004, Table 1), as its
 authors' code prepares it (cap-ntu/FedReID ``data_preprocess``, which reads
@@ -28,11 +32,17 @@ camera people in ``cam_1``); an i-LIDS identity's images are shuffled and
 halved, the first ``n // 2`` as query.  The release's ``split.json`` files
 are not published, so privreid draws its own (seeded) split.
 
-``crosscam`` -- FedPav's Table 5 protocol (paper 004, Sec. 5.4): a random
-draw of identities seen by both cameras (CAVIAR4REID 36, as [32, 38]; GRID
-all 250), every image of view A as query and every image of view B as the
-gallery, no distractors (the paper does not mention GRID's).  privreid draws
-10 such sets and averages, where the paper reports one draw.
+``crosscam`` -- every image of view A as query and every image of view B as
+the gallery, no distractors.  FedPav's Table 5 (paper 004, Sec. 5.4) draws
+CAVIAR4REID's 36 identities seen by both cameras (as [32, 38]) and all of
+GRID's 250 (the paper does not mention GRID's distractors); privreid draws
+10 such sets and averages, where the paper reports one draw.  It is also the
+default protocol of CUHK01 and CUHK02 (:func:`default_protocol`), as
+torchreid's loaders test them (CUHK01: half of the 971 people, rounded up,
+each with its two view-A images as queries and its two view-B images in the
+gallery, the sizes of FedPav's Table 1 too: 486 identities, 972 query and
+972 gallery images; CUHK02: the P5 pair, every ``cam1`` image against every
+``cam2`` image).
 
 Datasets with one released split (:attr:`DGPool.fixed_test`: CUHK02's P5,
 CUHK-SYSU's query identities) test on it in every split.  Query images get
@@ -60,6 +70,14 @@ from . import DGPool
 SPLIT_PROTOCOLS = ("dg", "crosscam", "fedpav")
 #: FedPav Table 5: identities drawn per cross-camera test (None: every paired identity)
 CROSSCAM_IDS = {"caviar": 36, "grid": None}
+#: the datasets with a cross-camera protocol: FedPav's Table 5, and torchreid's CUHK01 (half of the paired
+#: identities, rounded up) and CUHK02 (its P5 pair)
+CROSSCAM_DATASETS = (*CROSSCAM_IDS, "cuhk01", "cuhk02")
+#: the datasets whose ``dg`` splits test on half of all their identities, not of the paired ones, drawn among
+#: the paired ones (CAVIAR4REID: 36 of 72, FedReID's Table I)
+HALF_OF_ALL = ("caviar",)
+#: the datasets tested every image of view A against every image of view B by default
+ALL_IMAGES = ("cuhk01", "cuhk02")
 #: FedPav's small clients (Table 1): test identities drawn (None: half of all identities, rounded up); PRID draws
 #: among its paired people, the others among all identities (Cysu/dgd_person_reid data/format_{prid,3dpes}.py)
 FEDPAV_TEST_IDS = {"prid": 100, "cuhk01": None, "viper": None, "3dpes": 100, "ilids": None}
@@ -80,7 +98,8 @@ class DGSplit:
 
 
 def default_protocol(fmt: str) -> str:
-    return "dg"
+    """``crosscam`` for CUHK01 / CUHK02 (every image of view A against every image of view B), ``dg`` otherwise."""
+    return "crosscam" if fmt in ALL_IMAGES else "dg"
 
 
 def num_test_ids(pool: DGPool, protocol: str) -> int:
@@ -89,12 +108,13 @@ def num_test_ids(pool: DGPool, protocol: str) -> int:
     if protocol == "fedpav":
         return min(FEDPAV_TEST_IDS[pool.name] or math.ceil(len(pool.views) / 2), len(_test_candidates(pool, protocol)))
     if protocol == "crosscam":
-        if pool.name not in CROSSCAM_IDS:
-            raise ConfigError(f"FedPav's cross-camera protocol is defined for {', '.join(CROSSCAM_IDS)}, "
+        if pool.name not in CROSSCAM_DATASETS:
+            raise ConfigError(f"the cross-camera protocol is defined for {', '.join(CROSSCAM_DATASETS)}, "
                               f"not {pool.name}")
-        wanted = CROSSCAM_IDS[pool.name] or paired
-        return min(wanted, paired)
-    return math.ceil(paired / 2)
+        if pool.name in CROSSCAM_IDS:
+            return min(CROSSCAM_IDS[pool.name] or paired, paired)
+    counted = len(pool.views) if protocol == "dg" and pool.name in HALF_OF_ALL else paired
+    return min(math.ceil(counted / 2), paired)
 
 
 def _test_candidates(pool: DGPool, protocol: str) -> list[int]:
