@@ -94,3 +94,16 @@ def test_reproduce_dry_run_smoke_covers_every_table_run():
         plan = plan_table(key, scale="smoke")
         assert [r["run"] for r in plan["runs"]] == spec.runs("smoke"), key
         assert all(len(r["lr"]["backbone"]) == r["config"]["train"]["rounds"] for r in plan["runs"]), key
+
+
+def test_each_paper_reads_msmt17_as_its_table_one_counts_it():
+    # FedReID / SKA Table I: the 30,248 train images; FedPav Table 1: train + val (32,621)
+    from privreid.reproduce import plan_table
+
+    def msmt(key):
+        [root] = {r for run in plan_table(key, scale="paper")["runs"] for r in run["config"]["data"]["roots"]
+                  if "msmt17" in r}
+        return root.split(":")[-1]
+
+    assert msmt("fedreid-table2") == msmt("ska-table4") == "msmt17-train"
+    assert msmt("fedpav-table4") == "msmt17"

@@ -27,7 +27,7 @@ SMOKE_BUDGET = "1 round, 32x16"
 
 #: the four source domains of FedReID and SKA at paper scale: --data-root folder -> format
 RGB_SOURCES = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk03np": "cuhk03np-detected",
-               "msmt17": "msmt17"}
+               "msmt17": "msmt17-train"}  # FedReID Table I / SKA: MSMT17's 30,248 train images, without val
 RGB_SOURCES_TEXT = "Duke+Market+CUHK03+MSMT17"
 
 
@@ -156,6 +156,8 @@ def _fedreid_table2() -> TableSpec:
         columns=tuple(Column(name, ("dg", fmt), smoke, fmt) for name, fmt, smoke in tests),
         rows=tuple(Row(name) for name in comparators) + (fedreid,),
         paper_train=sources,
+        deviations=("CAVIAR's test draw (36 of its 50 two-camera people, one image per camera) follows Table I; "
+                    "the authors' code has no CAVIAR split",),
     )
 
 
@@ -232,7 +234,8 @@ FEDPAV_CLIENTS = (("MSMT17", "synthA", "msmt17"), ("DukeMTMC", "synthB", "dukemt
                   ("iLIDS-VID", None, "ilids"))
 #: FedPav's federation at paper scale: --data-root folder -> the format of its client (the small datasets in FedPav's
 #: client split, privreid.data.formats_dg.splits protocol "fedpav"); one --data DIR:FORMAT each
-FEDPAV_TRAIN = ({folder: RGB_SOURCES[folder] for folder in ("msmt17", "dukemtmcreid", "market1501", "cuhk03np")}
+FEDPAV_TRAIN = ({"msmt17": "msmt17"}  # paper 004 Table 1: MSMT17's train + val, 32,621 images
+                | {folder: RGB_SOURCES[folder] for folder in ("dukemtmcreid", "market1501", "cuhk03np")}
                 | {folder: f"{folder}-fedpav" for folder in ("prid", "cuhk01", "viper", "3dpes", "ilids")})
 #: the public (unlabelled, shared) data set of CC, CDW and KD (paper 004, Sec. 5.5: CUHK02, all of it)
 FEDPAV_PUBLIC = {"cuhk02": "cuhk02"}
@@ -355,6 +358,8 @@ def _l2rw_table2() -> TableSpec:
               "paper": "50 rounds ResNet-50 on SYSU-MM01, RegDB and LLCM, cameras as clients; GPU, days"},
         columns=columns, rows=tuple(rows),
         paper_train={"sysu-mm01": "sysu-mm01", "regdb": "regdb", "llcm": "llcm"},
+        deviations=("RegDB is trial 1 only, as the paper's Table II; the authors' code (Joey623/L2RW CI/test.py:270-327) "
+                    "trains one model per trial and averages the 10 trials",),
     )
 
 
@@ -456,7 +461,7 @@ FEDARKS_PAPER_COST = "40 rounds ResNet-50 on Market/CUHK02/CUHK03/MSMT17; GPU, d
 #: FedARKS' four domains at paper scale: --data-root folder -> format (CUHK02 trains on its P1-P4 identities, every
 #: image: the `dg` split's train set; CUHK03 as RGB_SOURCES reads it)
 FEDARKS_DOMAINS = {"market1501": RGB_SOURCES["market1501"], "cuhk02": "cuhk02", "cuhk03np": RGB_SOURCES["cuhk03np"],
-                   "msmt17": RGB_SOURCES["msmt17"]}
+                   "msmt17": "msmt17"}  # paper 001 does not say which MSMT17 list: privreid's default
 
 
 def _fedarks_columns() -> tuple[Column, ...]:
