@@ -137,9 +137,8 @@ def test_global_memory_is_eq5_of_the_uploads_and_reaches_clients(two_rounds):
     assert all(m["mrb_steps"] == m["steps"] > 0 and m["mrb"] > 0 for m in train if m["round"] == 2)
 
 
-def test_resume_continues_exactly(two_rounds, tmp_path):
-    """Killed in round 2 (after the round-1 checkpoint), resumed: same model and global memory."""
-    cfg, engine, summary, seen, out = two_rounds
+def run_killed_in_round_2(cfg, out) -> None:
+    """Train ``cfg`` into ``out`` until the server's round-2 aggregation, which is interrupted (KeyboardInterrupt)."""
     calls = []
     original = DPPTAggregate.accumulator
 
@@ -152,7 +151,13 @@ def test_resume_continues_exactly(two_rounds, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DPPTAggregate, "accumulator", crash_in_round_2)
         with pytest.raises(KeyboardInterrupt):
-            FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run()
+            FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+
+
+def test_resume_continues_exactly(two_rounds, tmp_path):
+    """Killed in round 2 (after the round-1 checkpoint), resumed: same model and global memory."""
+    cfg, engine, summary, seen, out = two_rounds
+    run_killed_in_round_2(cfg, tmp_path)
     assert load_checkpoint(tmp_path / "ckpt.pt")["round"] == 1
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run(resume=True)
     full, resumed = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "ckpt.pt")

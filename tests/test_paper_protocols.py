@@ -91,10 +91,8 @@ def test_msmt17_train_variant_leaves_out_the_val_list(tmp_path):
         load_dataset(tmp_path, "msmt17-all")
 
 
-def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
-    """Joey623/L2RW CI/test.py ranks process_query_llcm(mode=2), the NIR cameras 1, 2, 4-9 (CI/data_manager.py),
-    against every visible camera: a test person's test_nir/cam3 images are not queries."""
-    from privreid.data.formats_vi import load_llcm
+def llcm_tree(tmp_path, test_ids) -> Path:
+    """An LLCM root under ``tmp_path``: one training image per modality, ``test_ids`` listed as test identities."""
     from test_vi_formats import image
 
     root = tmp_path / "LLCM"
@@ -103,7 +101,17 @@ def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
         rel = f"train_{mod}/cam1/0001/a.jpg"
         image(root / rel, grey=mod == "nir")
         (root / "idx" / f"train_{mod}.txt").write_text(f"{rel} 0\n")
-    (root / "idx" / "test_id.txt").write_text("3\n")
+    (root / "idx" / "test_id.txt").write_text(",".join(map(str, test_ids)) + "\n")
+    return root
+
+
+def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
+    """Joey623/L2RW CI/test.py ranks process_query_llcm(mode=2), the NIR cameras 1, 2, 4-9 (CI/data_manager.py),
+    against every visible camera: a test person's test_nir/cam3 images are not queries."""
+    from privreid.data.formats_vi import load_llcm
+    from test_vi_formats import image
+
+    root = llcm_tree(tmp_path, (3,))
     for cam in range(1, 10):
         for mod in ("vis", "nir"):
             image(root / f"test_{mod}" / f"cam{cam}" / "0003" / "a.jpg", grey=mod == "nir")
@@ -120,13 +128,7 @@ def test_llcm_test_lists_match_the_reference_code(tmp_path):
     from privreid.data.formats_vi import load_llcm
     from test_vi_formats import image
 
-    root = tmp_path / "LLCM"
-    (root / "idx").mkdir(parents=True)
-    for mod in ("vis", "nir"):
-        rel = f"train_{mod}/cam1/0001/a.jpg"
-        image(root / rel, grey=mod == "nir")
-        (root / "idx" / f"train_{mod}.txt").write_text(f"{rel} 0\n")
-    (root / "idx" / "test_id.txt").write_text("3,4\n")
+    root = llcm_tree(tmp_path, (3, 4))
     for pid in (3, 4):  # the recording script's tree: 0, 1 or 2 images per identity, camera and modality
         for cam in range(1, 10):
             for mod in ("vis", "nir"):

@@ -21,7 +21,7 @@ from privreid.data.types import VIProtocol
 from privreid.evaluation.cross_modality import evaluate_cross_modality
 from privreid.federated.client import ClientContext
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.methods.dppt import DPPT, DPPTAggregate, DPPTSettings, make_client_update
+from privreid.federated.methods.dppt import DPPT, DPPTSettings, make_client_update
 from privreid.federated.mrb import FeatureBank, global_memory, local_memory
 from privreid.federated.optimizer_state import OPTIMIZER_PREFIX
 from privreid.federated.policy import clone_state
@@ -30,6 +30,7 @@ from privreid.models import build_model
 from privreid.seeding import seed_everything
 
 from conftest import tiny_config
+from test_dppt import run_killed_in_round_2
 
 FIXTURES = Path(__file__).parent / "reference" / "dppt"
 CPU = torch.device("cpu")
@@ -257,20 +258,8 @@ def test_persistent_optimizer_resumes_exactly(tiny_synth, tmp_path):
     cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
     full = tmp_path / "full"
     FederatedEngine(cfg, federation_for_config(cfg), full, progress=False).run()
-    calls = []
-    original = DPPTAggregate.accumulator
-
-    def crash_in_round_2(self, global_state):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return original(self, global_state)
-
     resumed = tmp_path / "resumed"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(DPPTAggregate, "accumulator", crash_in_round_2)
-        with pytest.raises(KeyboardInterrupt):
-            FederatedEngine(cfg, federation_for_config(cfg), resumed, progress=False).run()
+    run_killed_in_round_2(cfg, resumed)
     first = load_checkpoint(resumed / "ckpt.pt")
     assert first["round"] == 1
     assert all(any(k.startswith(OPTIMIZER_PREFIX) for k in m) for m in first["client_memory"].values())
