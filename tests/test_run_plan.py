@@ -81,6 +81,8 @@ def test_reproduce_dry_run_plans_every_run_of_a_paper_table_without_data(tmp_pat
     assert run["config"]["data"]["roots"][0].startswith("DATA_ROOT/")
     assert run["lr"]["backbone"][19:21] == [0.01, 0.01 * 0.1] and run["evaluation"]["metric"] == "euclidean"
     assert [c["test set"] for c in plan["cells"]][:2] == ["ilids", "viper"]
+    assert plan["cells"][0]["ranking"].startswith("ilids under the DG-ReID protocol (10 seeded splits")
+    assert "with the run's metric, flip and AP" in plan["cells"][0]["ranking"]
     res = invoke("reproduce", "fedreid-table2", "--scale", "paper", "--dry-run", "--data-root", tmp_path / "none")
     assert res.exit_code == 2 and "missing dataset" in res.output  # given a --data-root, its datasets are checked
 

@@ -85,6 +85,6 @@ def _dry_run(table: Optional[str], scale: str, data_root: Optional[Path], device
         typer.echo(render_plan(run))
     typer.echo("\ncells:")
     for cell in plan["cells"]:
-        typer.echo(f"  {cell['column']}: {cell['test set']} ({' '.join(cell['source'])})")
+        typer.echo(f"  {cell['column']}: {cell['test set']}: {cell['ranking']}")
     for text in plan["table_deviations"]:
         typer.echo(f"table deviation: {text}")

@@ -179,6 +179,26 @@ def _run_args(row: Row, group: str, scale: str, data_root, device: str) -> list[
     return args
 
 
+#: the DG test protocols in words (privreid.data.formats_dg.splits)
+PROTOCOL_WORDS = {"dg": "DG-ReID protocol (10 seeded splits, single-shot)",
+                  "crosscam": "cross-camera protocol (every view-A image against every view-B image)",
+                  "fixed": "fixed query and gallery", "g100": "TestG100 protocol"}
+
+
+def _cell_ranking(column: Column) -> str:
+    """How a cell of ``column`` is ranked, in words (``reproduce --dry-run``)."""
+    kind, what = column.source
+    if kind == "dg":
+        from ..evaluation.dg_protocol import resolve_eval_format
+
+        fmt, protocol = resolve_eval_format(what)
+        return f"{fmt} under the {PROTOCOL_WORDS.get(protocol, protocol)}, the global model, with the run's metric, " \
+               "flip and AP"
+    if kind in ("seen", "global", "local"):
+        return f"the run's {kind} evaluation (summary.json), with its metric, flip and AP"
+    return f"{kind} {what}"
+
+
 def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") -> dict[str, Any]:
     """``reproduce --dry-run``: table ``key``'s runs at ``scale``, each with its :func:`~privreid.run_plan.run_plan`.
 
@@ -199,8 +219,8 @@ def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") ->
             if row.trains(column, scale) and name not in runs:
                 args = _run_args(row, column.group, scale, root, device)
                 runs[name] = {"train_args": args, **run_plan(base_config(args))}
-    cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source)} for c in spec.columns
-             if c.source[0] != "mean"]
+    cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source),
+              "ranking": _cell_ranking(c)} for c in spec.columns if c.source[0] != "mean"]
     return {"table": key, "scale": scale, "runs": [{"run": n, **runs[n]} for n in sorted(runs)], "cells": cells,
             "table_deviations": list(spec.deviations)}
 
