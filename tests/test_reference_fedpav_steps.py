@@ -146,7 +146,7 @@ def test_aggregated_parameters_are_the_references(ours):
 
 
 def test_released_classifier_bias_changes_the_losses_from_the_second_step(ours):
-    """Deviation: privreid's identity classifier has no bias; the reference's ``ClassBlock`` classifier
+    """Deviation ``fedpav-classifier-bias``: privreid's identity classifier has no bias; the reference's ``ClassBlock`` classifier
     ``nn.Linear(512, n)`` has one that trains at the classifier rate (``model.py:59-62``).  The first loss is the
     same (the bias starts at zero); from the second step on the losses differ by more than the tolerance."""
     clients, _ = ours
@@ -158,6 +158,12 @@ def test_released_classifier_bias_changes_the_losses_from_the_second_step(ours):
         for step in range(1, len(run["losses"])):
             assert run["losses"][step] != pytest.approx(released[name]["losses"][step], rel=10 * LOSS_RTOL)
     assert "classifier.bias" not in clients["c0"]["state"]
+    from privreid.config import RunConfig
+    from privreid.deviations import deviations
+
+    # the deviation entry that states it, in every FedPav run (RunConfig's default method is fedpav)
+    assert any(d.startswith("the identity classifier has no bias") and "model.py:29-31, 59-62" in d
+               for d in deviations(RunConfig()))
 
 
 def test_first_client_bn_statistics_differ_by_the_references_cdw_probe(ours):
