@@ -328,6 +328,12 @@ RULES: tuple[Rule, ...] = (
                    "by mean seen rank-1); paper 004 Alg. 1 returns each client's best local model, the reference code "
                    "keeps the last model (cap-ntu/FedReID main.py:111-112) and the paper's 'mean of the 3 best' "
                    "is picked on the test results by experiments/plot_Rank1_mAP_bar.py:18-47"),
+    Rule("fedpav-classifier-bias", _method(*FEDPAV_METHODS),
+         lambda c: "the identity classifier has no bias and the neck's BatchNorm weight starts at 1; the FedPav "
+                   "reference code's ClassBlock classifier nn.Linear(512, n) has a zero-initialised bias trained at "
+                   "the classifier's rate and its BatchNorm weight starts from N(1, 0.02^2) (cap-ntu/FedReID "
+                   "model.py:29-31, 59-62); with the bias frozen at zero the reference's first steps and round equal "
+                   "privreid's (tests/test_reference_fedpav_steps.py)"),
     Rule("cmc-queries", _method(*FEDPAV_METHODS, "fedreid", "ska"),
          lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the reference "
                    "code divides by all queries (" + ("SunTongtongtong/FedReid evaluate.py:39" if c.train.method in

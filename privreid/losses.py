@@ -53,7 +53,10 @@ def circle_loss(features: torch.Tensor, labels: torch.Tensor, margin: float = 0.
     computed as ``softplus(logsumexp(n-terms) + logsumexp(p-terms))``; the
     weights ``a_p`` and ``a_n`` are treated as constants (no gradient), as in
     the paper.  The result is the mean over anchors that have at least one
-    positive and one negative (0, with a gradient path, when none has).
+    positive and one negative (0, with a gradient path, when none has).  The
+    L2RW reference code (Joey623/L2RW ``CI/loss.py:47``) averages over all
+    anchors, an anchor without a positive counting 0: the two are identical
+    under P x K sampling (every anchor has a positive), which both use.
 
     Defaults ``margin=0.45`` and ``gamma=64`` are those of the L2RW / L2RW+
     reference code (paper 003's baseline loss); Sun et al. report ``m=0.25``
