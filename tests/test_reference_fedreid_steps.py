@@ -4,7 +4,7 @@
 of the client model, the identity loss of the server copy and the KL term
 that the reference's ``LocalUpdateLM.update_weights`` computed in 3 steps,
 from the same weights and batches as here (``tests/reference/README.md``,
-section "SunTongtongtong/FedReid", first steps).  Both sides start from
+section "SunTongtongtong/FedReid (FedReID) first steps").  Both sides start from
 privreid's ``fedreid-paper.yaml`` model (ResNet-50, no neck, the 2-FC mapping
 network with LeakyReLU 0.1) with its dropout set to 0: the client model from
 torch seed 0, the server embedding theta^f from seed 1, the server copy's
