@@ -349,8 +349,12 @@ RULES: tuple[Rule, ...] = (
     Rule("fedreid-first-participation", lambda c: c.train.method == "fedreid" and _client_fraction(c) < 1.0,
          lambda c: "a client first selected after round 1 starts from the server model; the reference code "
                    "half-averages it with the initial model it stored for every client (SunTongtongtong/FedReid "
-                   "lib/fedreid_train.py:31-32), and its server copy also trains a copy of the client's mapping "
-                   "network (lib/localUpdate.py:74-78), which privreid's leaves untrained"),
+                   "lib/fedreid_train.py:31-32)"),
+    Rule("fedreid-server-copy-mapping", _method("fedreid"),
+         lambda c: "the server copy computes its predictions with the client's mapping network, detached; the "
+                   "reference code's copy trains its own copy of that network with the copy's identity loss during "
+                   "local training (SunTongtongtong/FedReid lib/localUpdate.py:75-78), so from the second step its "
+                   "identity loss and the KL term differ (tests/test_reference_fedreid_steps.py)"),
     Rule("fedpav-cdw-probe", _method("fedpav", "fedpav-kd", "fedpav-cc"),
          lambda c: "without CDW no probe forward runs; the FedPav reference code runs its CDW probe every round "
                    "(client.py:102): one train-mode forward of a training batch that updates the BatchNorm "
