@@ -18,13 +18,15 @@ from .config import RunConfig, evaluation_settings
 from .data.types import Federation
 
 
-def run_plan(config: RunConfig, federation: Federation | None = None) -> dict[str, Any]:
+def run_plan(config: RunConfig, federation: Federation | None = None,
+             datasets: dict[str, str] | None = None) -> dict[str, Any]:
     """``{"config", "lr_schedule", "lr", "evaluation", "deviations"}`` of ``config`` (validated first).
 
     ``lr`` maps each parameter group to its rate in every round (at the
     round's first step).  ``evaluation`` holds the run's ranking settings
     and, given the ``federation``, ``testsets``: each test set's split
-    (seen / unseen) and ranking protocol.
+    (seen / unseen) and ranking protocol.  ``datasets`` (dataset name -> the
+    format that read it), when given, is the plan's ``datasets``.
     """
     from .deviations import deviations
     from .evaluation.model_eval import describe_protocol
@@ -41,6 +43,7 @@ def run_plan(config: RunConfig, federation: Federation | None = None) -> dict[st
     schedule = get_schedule(config)
     return {
         "config": config.to_dict(),
+        **({"datasets": datasets} if datasets is not None else {}),
         "lr_schedule": f"{schedule.name}: {schedule.describe(config)}",
         "lr": lr_table(config),
         "evaluation": evaluation,
@@ -68,6 +71,8 @@ def render_plan(plan: dict[str, Any]) -> str:
     ev = plan["evaluation"]
     lines = ["configuration (resolved):"]
     lines += ["  " + line for line in yaml.safe_dump(plan["config"], sort_keys=False).splitlines()]
+    if "datasets" in plan:
+        lines.append("datasets: " + ", ".join(f"{name} ({fmt})" for name, fmt in plan["datasets"].items()))
     lines += [f"learning rates ({plan['lr_schedule']}), at each round's first step:", *_rate_spans(plan["lr"])]
     lines.append(f"evaluation: metric {ev['metric']}, flip {'on' if ev['flip'] else 'off'}, AP {ev['ap']}")
     for name, ts in ev.get("testsets", {}).items():

@@ -36,6 +36,7 @@ def test_dry_run_json_plans_a_paper_preset_and_writes_nothing(tiny_synth, tmp_pa
     assert plan["lr"]["backbone"] == [0.01] * 20 + [0.01 * 0.1] * 10 and len(plan["lr"]["head"]) == 30
     assert plan["evaluation"]["metric"] == "euclidean" and plan["evaluation"]["flip"] is True
     assert plan["evaluation"]["testsets"]["synthC"]["split"] == "unseen"
+    assert plan["datasets"] == {name: "synthetic" for name in ("synthA", "synthB", "synthC")}
     assert "Market-1501 rules" in plan["evaluation"]["testsets"]["synthA"]["protocol"]
     # the scale-down is listed with its source
     assert any(d.startswith("--height 32 (FedReID: 256; reference code SunTongtongtong/FedReid")
@@ -109,3 +110,14 @@ def test_each_paper_reads_msmt17_as_its_table_one_counts_it():
 
     assert msmt("fedreid-table2") == msmt("ska-table4") == "msmt17-train"
     assert msmt("fedpav-table4") == "msmt17"
+
+
+def test_dry_run_names_each_roots_format(tmp_path):
+    from test_cli import market_tree
+
+    market_tree(tmp_path / "mkt", train_pids=(1, 2, 3))
+    res = invoke("train", "--data", f"{tmp_path / 'mkt'}:market1501", "--data", "synth", "--height", 32, "--width",
+                 16, "--device", "cpu", "--test-domains", "synthD", "--dry-run", "--json", "--out", tmp_path / "x")
+    assert res.exit_code == 0, res.output
+    datasets = json.loads(res.output)["datasets"]
+    assert datasets["mkt"] == "market1501" and datasets["synthA"] == "synthetic"

@@ -62,7 +62,7 @@ def train_command(
 
 def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> None:
     """``--dry-run``: the :func:`~privreid.run_plan.run_plan` of the run, after validating its data and --out."""
-    from ..data.catalog import federation_for_config
+    from ..data.catalog import federation_for_config, load_datasets
     from ..errors import ConfigError
     from ..rundir import check_output_dir
     from ..run_plan import render_plan, run_plan
@@ -74,7 +74,9 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
         raise ConfigError("--overwrite and --resume exclude each other")
     check_output_dir(Path(p["out"]))
     config = train_config(p).validate()
-    plan = run_plan(config, federation_for_config(config, verify=True))
+    d = config.data
+    datasets = {name: loaded.format for name, loaded in load_datasets(d.roots, d.format, d.synth_seed).items()}
+    plan = run_plan(config, federation_for_config(config, verify=True), datasets)
     typer.echo(json.dumps(plan, indent=2) if as_json else render_plan(plan))
 
 
