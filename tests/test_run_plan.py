@@ -121,3 +121,20 @@ def test_dry_run_names_each_roots_format(tmp_path):
     assert res.exit_code == 0, res.output
     datasets = json.loads(res.output)["datasets"]
     assert datasets["mkt"] == "market1501" and datasets["synthA"] == "synthetic"
+
+
+def test_eval_ranks_with_the_devkit_ap_on_request(tiny_synth, tmp_path):
+    # issue 25: `privreid eval` offers the Market-1501 devkit's AP (FedPav's and Wu & Gong's code) beside torchreid's
+    out = tmp_path / "run"
+    res = invoke("train", "--data", tiny_synth, *TINY, "--rounds", 1, "--max-steps", 1, "--quiet", "--out", out)
+    assert res.exit_code == 0, res.output
+    maps = {}
+    for ap in ("torchreid", "devkit"):
+        res = invoke("eval", "--model", out / "ckpt.pt", "--domains", "synthC", "--device", "cpu", "--ap", ap,
+                     "--json", tmp_path / f"{ap}.json")
+        assert res.exit_code == 0, res.output
+        [row] = json.loads((tmp_path / f"{ap}.json").read_text())
+        maps[ap] = row["mAP"]
+    assert maps["torchreid"] != maps["devkit"]
+    res = invoke("eval", "--model", out / "ckpt.pt", "--device", "cpu", "--ap", "trapezoid")
+    assert res.exit_code == 2 and "trapezoid" in res.output

@@ -19,6 +19,9 @@ def eval_command(
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
     flip: bool = typer.Option(False, help="Average features of the image and its mirror."),
     metric: str = typer.Option("euclidean", help="euclidean or cosine."),
+    ap: str = typer.Option("torchreid", "--ap", help="Average precision: torchreid (over queries with a positive) "
+                           "or devkit (the Market-1501 devkit's trapezoid rule over all queries, as FedPav's and "
+                           "Wu & Gong's code; Market-style and small DG test sets only)."),
     single_gallery_shot: bool = typer.Option(False, help="CUHK03 protocol: one gallery image per identity, "
                                              "averaged over 10 repeats."),
     mode: Optional[str] = typer.Option(None, "--mode", help="Visible-infrared data only: ir-to-visible "
@@ -107,7 +110,8 @@ def eval_command(
         for testset in testsets:
             rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len,
                                          height=cfg.data.height, width=cfg.data.width, device=dev, flip=flip,
-                                         metric=metric, single_gallery_shot=single_gallery_shot, progress=True))
+                                         metric=metric, ap=ap, single_gallery_shot=single_gallery_shot,
+                                         progress=True))
         return rows
 
     def dg_rows() -> list[dict]:
@@ -128,7 +132,7 @@ def eval_command(
             name = Path(root).name
             written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
             result = evaluate_dg_model(net, root, fmt, height=cfg.data.height, width=cfg.data.width, device=dev,
-                                       flip=flip, metric=metric, num_splits=num_splits, seed=seed,
+                                       flip=flip, metric=metric, ap=ap, num_splits=num_splits, seed=seed,
                                        splits_file=splits, write_splits_to=written)
             rows.append({"testset": f"{name} ({result['protocol']})", **result})
         return rows
