@@ -233,6 +233,9 @@ def test_site_is_one_dataset_and_its_client_matches_the_in_process_one(tiny_synt
     fed = federation_for_config(tiny_config(tiny_synth))
     assert site.client == fed.clients[0] and site.federation.seen[0] == fed.seen[0]
     assert Site.load(str(tiny_synth / "synthA"), name="hospital-1").client.name == "hospital-1"
+    # DIR:FORMAT, as `privreid train --data` takes it (issue 25)
+    named = Site.load(f"{tiny_synth / 'synthA'}:market1501", state_dir=tmp_path)
+    assert named.client.num_samples == site.client.num_samples
 
 
 def test_site_state_keeps_two_versions_per_run_in_the_state_dir(tiny_synth, tmp_path):

@@ -85,7 +85,7 @@ def superlink_command(
 
 @flower_app.command("supernode")
 def supernode_command(
-    data: str = typer.Option(..., "--data", help="This site's dataset root (one dataset, any supported layout)."),
+    data: str = typer.Option(..., "--data", help="This site's dataset root (one dataset, any supported layout; DIR:FORMAT names its layout)."),
     superlink: str = typer.Option("127.0.0.1:8000", help="The SuperLink's HOST:PORT."),
     name: Optional[str] = typer.Option(None, help="Client name (default: the dataset's name)."),
     fmt: str = typer.Option("auto", "--format", help="Dataset layout (auto-detected by default)."),

@@ -80,8 +80,11 @@ class Site:
     @classmethod
     def load(cls, data: str, *, fmt: str = "auto", name: str | None = None,
              state_dir: str | os.PathLike | None = None) -> Site:
-        if data == "synth" or not Path(data).expanduser().is_dir():
-            raise DataError(f"site dataset directory not found: {data}")
+        from ..data.catalog import parse_data_spec
+
+        root = parse_data_spec(data).root  # DIR or DIR:FORMAT, as `privreid train --data`
+        if root == "synth" or not Path(root).expanduser().is_dir():
+            raise DataError(f"site dataset directory not found: {root}")
         datasets = resolve_datasets([data], fmt)
         if len(datasets) != 1:
             raise DataError(f"a site holds exactly one dataset; {data} holds {len(datasets)} "
