@@ -12,7 +12,7 @@ DEMO   := runs/demo
 # Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
 DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 # The demo's leakage/robustness report, sized for a CPU: unseen domain, FGSM + PGD on 60 queries,
-# the full corruption mix (3 repeats), 2 inversion subjects (shared-update threat model).  Full settings: README "Leakage and robustness".
+# the full corruption mix (3 repeats), 2 inversion subjects (shared-update threat model).  Full settings: docs/leakage-and-robustness.md.
 REPORT_ARGS := --suite attacks,corruptions,inversion --testsets unseen --attacks fgsm,pgd --steps 5 \
 	--max-queries 60 --corruptions all --repeats 3 --subjects 2 --iterations 100 --threat shared --quiet
 

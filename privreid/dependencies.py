@@ -1,7 +1,7 @@
 """Third-party packages that only some commands need: one-line install hints instead of tracebacks.
 
 ``pip install privreid`` installs everything the core commands use, torchattacks
-included (README, "Install").  Flower (``privreid[flower]``) and the ONNX
+included (docs/install.md).  Flower (``privreid[flower]``) and the ONNX
 exporter (``privreid[export]``) are extras, and so are the metric mirrors of
 ``privreid train --logger`` (``privreid[tensorboard]``, ``privreid[wandb]``).  A command that needs a package
 calls :func:`require` before any work is done; a missing package then becomes a
