@@ -211,17 +211,13 @@ def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") ->
 
     spec = check_table(key, scale, data_root, check_data=data_root is not None or scale != "paper")
     root = "DATA_ROOT" if data_root is None else data_root
-    rows = spec.rows + ((spec.reference,) if spec.reference is not None else ())
-    runs = {}
-    for row in rows:
-        for column in spec.columns:
-            name = row.run_name(column.group)
-            if row.trains(column, scale) and name not in runs:
-                args = _run_args(row, column.group, scale, root, device)
-                runs[name] = {"train_args": args, **run_plan(base_config(args))}
+    runs = []
+    for name, (row, group) in spec.run_groups(scale).items():
+        args = _run_args(row, group, scale, root, device)
+        runs.append({"run": name, "train_args": args, **run_plan(base_config(args))})
     cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source),
               "ranking": _cell_ranking(c)} for c in spec.columns if c.source[0] != "mean"]
-    return {"table": key, "scale": scale, "runs": [{"run": n, **runs[n]} for n in sorted(runs)], "cells": cells,
+    return {"table": key, "scale": scale, "runs": runs, "cells": cells,
             "table_deviations": list(spec.deviations)}
 
 

@@ -125,11 +125,20 @@ class TableSpec:
     #: where privreid's cells differ from the paper's protocol (written under the table)
     deviations: tuple[str, ...] = ()
 
+    def run_groups(self, scale: str) -> dict[str, tuple[Row, str]]:
+        """Run directory -> (row, group) of every run :func:`privreid.reproduce.run_table` trains at ``scale``
+        (the reference's included), sorted by name."""
+        rows = self.rows + ((self.reference,) if self.reference is not None else ())
+        found: dict[str, tuple[Row, str]] = {}
+        for row in rows:
+            for column in self.columns:
+                if row.trains(column, scale):  # rows sharing a run: the first, as run_table trains it
+                    found.setdefault(row.run_name(column.group), (row, column.group))
+        return dict(sorted(found.items()))
+
     def runs(self, scale: str) -> list[str]:
         """The run directories :func:`privreid.reproduce.run_table` trains at ``scale`` (the reference's included)."""
-        rows = self.rows + ((self.reference,) if self.reference is not None else ())
-        return sorted({row.run_name(column.group) for row in rows for column in self.columns
-                       if row.trains(column, scale)})
+        return list(self.run_groups(scale))
 
     def budget(self, scale: str) -> str:
         """``cost[scale]`` after the number of runs."""
