@@ -27,12 +27,10 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
     ``summary.json``'s ``files`` block names every file of the run.
     """
-    from .errors import ConfigError
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run
 
-    if overwrite and resume:
-        raise ConfigError("--overwrite and --resume exclude each other")
+    check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
@@ -59,6 +57,14 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
                                                         if logger == "tensorboard" else {})}
         write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def check_run_flags(overwrite: bool, resume: bool) -> None:
+    """Refuse ``--overwrite`` with ``--resume`` (checked before anything is read or written)."""
+    from .errors import ConfigError
+
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume exclude each other")
 
 
 def eval_cadence(config: RunConfig) -> str:

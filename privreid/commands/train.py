@@ -66,12 +66,12 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     from ..errors import ConfigError
     from ..rundir import check_output_dir
     from ..run_plan import render_plan, run_plan
+    from ..training import check_run_flags
 
     p = params_with_preset(ctx, config_file)
     if not p["dry_run"]:
         raise ConfigError("--json prints the plan of --dry-run; give both")
-    if p["overwrite"] and p["resume"]:
-        raise ConfigError("--overwrite and --resume exclude each other")
+    check_run_flags(p["overwrite"], p["resume"])
     check_output_dir(Path(p["out"]))
     config = train_config(p).validate()
     d = config.data
