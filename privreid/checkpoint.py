@@ -33,8 +33,12 @@ validated dict as stored, for code that edits and re-saves a checkpoint.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``),
 so a crash never leaves a truncated checkpoint.  Reads use
-``torch.load(weights_only=True)``: a checkpoint carrying arbitrary pickled
-objects is refused instead of executed.
+:func:`privreid.pickle_scan.safe_torch_load`: a checkpoint carrying arbitrary
+pickled objects is refused instead of executed, whatever the environment
+says.  ``integrity`` (:func:`integrity_hash`, absent in older checkpoints)
+is recorded at save and checked on load, so a corrupted file is refused
+instead of scored.  Every file a checkpoint names (``client_memory_files``)
+must lie inside its run's ``client_memory/`` folder.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ FORMAT = "privreid-ckpt-v1"
 #: client-memory prefix of the shared keys a client keeps from its last local training
 #: (methods with ``keeps_trained_model``, see :class:`privreid.federated.registry.Method`)
 TRAINED_PREFIX = "trained/"
+#: the payload key of the checkpoint's :func:`integrity_hash`, recorded at save and checked on load
+INTEGRITY_KEY = "integrity"
 REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
 
 
@@ -73,7 +79,9 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "privreid_version": __version__, **ckpt}
+    payload = {"format": FORMAT, "privreid_version": __version__,
+               **{k: v for k, v in ckpt.items() if k != INTEGRITY_KEY}}
+    payload[INTEGRITY_KEY] = integrity_hash(payload)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -101,15 +109,15 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    from .pickle_scan import UnsafePickle, safe_torch_load
+
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file; the error says it
             warnings.simplefilter("ignore")
-            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+            ckpt = safe_torch_load(path, map_location=map_location)
     except pickle.UnpicklingError as exc:
-        from .pickle_scan import unsafe_global
-
-        found = unsafe_global(path)
-        what = f"the global {found}" if found else "objects that are not plain tensors/containers"
+        what = f"the global {exc.found}" if isinstance(exc, UnsafePickle) else \
+            "objects that are not plain tensors/containers"
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
                               "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
@@ -120,21 +128,73 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
-    if client_memory and "client_memory_files" in ckpt:
+    recorded = ckpt.pop(INTEGRITY_KEY, None)  # absent in checkpoints from before the hash
+    if recorded is not None and recorded != integrity_hash(ckpt):
+        raise CheckpointError(f"{path} is corrupted (integrity hash mismatch); restore it from a copy or "
+                              "train again")
+    files = ckpt.get("client_memory_files")
+    if files is not None:
+        from .federated.memory_store import MEMORY_DIR, memory_file_path
+
+        if not isinstance(files, dict):
+            raise CheckpointError(f"{path} is not a privreid checkpoint (client_memory_files is not a mapping)")
+        for file in files.values():  # every path a checkpoint names stays inside its run directory
+            if file is not None:
+                memory_file_path(path.parent / MEMORY_DIR, file)
+    if client_memory and files is not None:
         # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
         ckpt["client_memory"] = _read_client_memories(path.parent, ckpt.pop("client_memory_files"))
     return ckpt
 
 
+def integrity_hash(ckpt: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of a checkpoint's content: every key, primitive and tensor (dtype, shape, bytes) in order.
+
+    Stored in the payload (:data:`INTEGRITY_KEY`) rather than over the
+    file's bytes in a sidecar, so ``ckpt.pt`` alone stays a whole
+    checkpoint (copied, renamed or re-saved) and the check needs no second
+    file to stay in step with it.  It is computed over the objects, not the
+    zip, so it sees what a reader gets: a flipped byte in a tensor's data,
+    which torch loads without complaint, changes it.  Cost: one pass of
+    SHA-256 over the tensors' memory (no copy), about 0.1-0.2 s for a
+    100 MB checkpoint, paid on every save and load.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+
+    def feed(obj: Any) -> None:
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            digest.update(f"T{t.dtype}{tuple(t.shape)}|".encode())
+            if t.numel():
+                digest.update(t.reshape(-1).view(torch.uint8).numpy())
+        elif isinstance(obj, dict):
+            digest.update(f"D{len(obj)}|".encode())
+            for k, v in obj.items():
+                feed(k)
+                feed(v)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+            digest.update(f"{type(obj).__name__[0]}{len(obj)}|".encode())
+            for v in items:
+                feed(v)
+        else:  # str, int, float, bool, None
+            digest.update(f"{type(obj).__name__}:{obj!r}|".encode())
+
+    feed({k: v for k, v in ckpt.items() if k != INTEGRITY_KEY})
+    return "sha256:" + digest.hexdigest()
+
+
 def _read_client_memories(run_dir: Path, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
-    from .federated.memory_store import MEMORY_DIR, load_memory_file
+    from .federated.memory_store import MEMORY_DIR, load_memory_file, memory_file_path
 
     out = {}
     for name, file in files.items():
         if not file:
             out[name] = {}
             continue
-        path = run_dir / MEMORY_DIR / file
+        path = memory_file_path(run_dir / MEMORY_DIR, file)
         try:
             out[name] = load_memory_file(path)
         except FileNotFoundError:
@@ -143,6 +203,9 @@ def _read_client_memories(run_dir: Path, files: dict[str, str | None]) -> dict[s
         except pickle.UnpicklingError as exc:
             raise CheckpointError(f"refusing to load {path}: it holds objects that are not plain "
                                   "tensors/containers (nothing was executed)") from exc
+        except Exception as exc:  # truncated or not a torch file
+            raise CheckpointError(f"{run_dir / 'ckpt.pt'} keeps client {name}'s memory in {path}, which is "
+                                  f"not readable ({type(exc).__name__}); copy the run directory whole") from exc
     return out
 
 
@@ -286,6 +349,16 @@ class Checkpoint:
                 model.reset_classifier(int(shared_head[CLASSIFIER_PREFIX + "weight"].shape[0]))
                 state.update(shared_head)
             state = personal_state(state, local, self.client_memory.get(client, {}))
+        expected = model.state_dict()
+        for key, value in state.items():
+            if key in expected and tuple(value.shape) != tuple(expected[key].shape):
+                raise CheckpointError(f"checkpoint does not match its model config: {key} has shape "
+                                      f"{tuple(value.shape)} in the checkpoint, {tuple(expected[key].shape)} in the "
+                                      f"model {self.model_config} builds")
+        nonfinite = next((k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+        if nonfinite is not None:
+            raise CheckpointError(f"{self.path or 'checkpoint'} holds non-finite weights ({nonfinite} has inf/NaN "
+                                  "values): the run it comes from diverged; evaluate an earlier checkpoint")
         missing, unexpected = model.load_state_dict(state, strict=False)
         bad_missing = [k for k in missing if not is_classifier_key(k)]
         if unexpected or bad_missing:

@@ -1,49 +1,108 @@
-"""Name the globals a pickle would import, without executing it (for the refusal of an unsafe checkpoint).
+"""The one way privreid reads a torch file: scan its pickle for globals, then ``torch.load(weights_only=True)``.
 
-:func:`privreid.checkpoint.load_checkpoint` loads with
-``torch.load(weights_only=True)``, which refuses anything but tensors and
-containers; its message does not always say what was refused (a plain
-protocol-4 pickle fails on an opcode first).  :func:`pickle_globals` reads
-the opcodes with :mod:`pickletools` (which never executes them) and lists the
-``module.name`` globals, so the refusal can name the offending one.
+Every ``torch.load`` in privreid goes through :func:`safe_torch_load`.
+``torch.load(weights_only=True)`` refuses anything but tensors and
+containers, but a process environment can weaken a load
+(``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` turns off the check of every call
+that does not pass ``weights_only``), and torch's refusal does not always
+say what was refused (a plain protocol-4 pickle fails on an opcode first).
+So the pickle is read first with :mod:`pickletools`, which never executes
+it: :func:`pickle_globals` lists the ``module.name`` globals it would
+import, and a file naming one a torch file of tensors never holds
+(outside :data:`SAFE_PREFIXES`) is refused with
+:class:`UnsafePickle` before anything is unpickled, whatever the
+environment says.  The scan is fail-closed: a global whose name the scan
+cannot follow (built from the memo in a way it does not track) counts as
+unsafe, and only torch's zip format is read (the legacy format is a
+sequence of pickles; privreid has never written it).
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import pickletools
 import zipfile
 from pathlib import Path
+from typing import Any
 
 #: globals a torch checkpoint holds legitimately
 SAFE_PREFIXES = ("torch.", "collections.OrderedDict", "builtins.set", "_codecs.encode", "numpy.")
+#: what :func:`pickle_globals` reports for a global whose name it cannot follow
+UNKNOWN_GLOBAL = "<a global built from the pickle memo>"
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
+               "SHORT_BINSTRING"}
 
 
-def pickle_globals(path: str | Path) -> list[str]:
-    """The ``module.name`` globals of the pickle in ``path`` (a torch zip file: its ``data.pkl``)."""
-    path = Path(path)
+class UnsafePickle(pickle.UnpicklingError):
+    """A torch file whose pickle would import something a file of tensors never holds (nothing was executed)."""
+
+    def __init__(self, path: Path, found: str):
+        super().__init__(f"{path} contains the global {found}, which a torch file of tensors never holds "
+                         "(nothing was executed)")
+        self.found = found
+
+
+def _pickles(path: Path) -> list[bytes]:
+    """The pickles of the torch file at ``path``: every ``*.pkl`` member of a zip, or the whole file otherwise."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist() if n.endswith("data.pkl")]
-            data = zf.read(names[0]) if names else b""
-    else:
-        data = path.read_bytes()
-    found, strings = [], []
+            return [zf.read(n) for n in zf.namelist() if n.endswith(".pkl")]
+    return [path.read_bytes()]
+
+
+def _globals_of(data: bytes) -> list[str]:
+    found: list[str] = []
+    pushed: list[str | None] = []  # what each opcode pushed, when it is a string; None otherwise
+    memo: dict[int, str | None] = {}
     try:
         for op, arg, _ in pickletools.genops(data):
-            if op.name == "GLOBAL":
+            if op.name in ("GLOBAL", "INST"):
                 found.append(str(arg).replace(" ", "."))
-            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                found.append(f"{strings[-2]}.{strings[-1]}")
-            elif isinstance(arg, str):
-                strings.append(arg)
-    except Exception:  # noqa: BLE001 - a malformed pickle: report what was read so far
+            elif op.name == "STACK_GLOBAL":
+                module, name = (pushed[-2:] + [None, None])[:2] if len(pushed) >= 2 else (None, None)
+                found.append(f"{module}.{name}" if module is not None and name is not None else UNKNOWN_GLOBAL)
+            if op.name == "MEMOIZE":
+                memo[len(memo)] = pushed[-1] if pushed else None
+            elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[int(arg)] = pushed[-1] if pushed else None
+            elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                pushed.append(memo.get(int(arg)))
+            elif op.name in _STRING_OPS:
+                pushed.append(str(arg))
+            else:
+                pushed.append(None)
+    except Exception:  # noqa: BLE001 - a malformed pickle: what was read so far (torch refuses the rest)
         pass
     return found
 
 
-def unsafe_global(path: str | Path) -> str | None:
+def pickle_globals(path: str | os.PathLike) -> list[str]:
+    """The ``module.name`` globals of the pickle(s) in ``path`` (a torch zip file: its ``*.pkl`` members)."""
+    return [g for data in _pickles(Path(path)) for g in _globals_of(data)]
+
+
+def unsafe_global(path: str | os.PathLike) -> str | None:
     """The first global of ``path``'s pickle that a checkpoint never holds; ``None`` if there is none."""
     try:
         return next((g for g in pickle_globals(path) if not g.startswith(SAFE_PREFIXES)), None)
-    except OSError:
+    except (OSError, zipfile.BadZipFile):
         return None
+
+
+def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """``torch.load(path, weights_only=True, **kwargs)`` after the scan (module docstring).
+
+    Raises :class:`UnsafePickle` (a :class:`pickle.UnpicklingError`, as
+    torch's own refusal) naming the offending global, or :class:`ValueError`
+    for a file that is not a torch zip file; nothing in the file is executed.
+    """
+    import torch
+
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a torch zip file")
+    found = unsafe_global(path)
+    if found is not None:
+        raise UnsafePickle(path, found)
+    return torch.load(path, weights_only=True, **kwargs)

@@ -48,6 +48,7 @@ from ..checkpoint import Checkpoint
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
+from ..pickle_scan import safe_torch_load
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -133,7 +134,7 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     digest = hashlib.sha256(json.dumps([config.to_dict(), client], sort_keys=True).encode()).hexdigest()[:10]
     store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}{'-sums' if aggregate else ''}.pt"
     if store.is_file():
-        saved = torch.load(store, weights_only=True)
+        saved = safe_torch_load(store)
         return {"uploads": {int(r): s for r, s in saved["uploads"].items()},
                 "sums": {int(r): RoundSum(**s) for r, s in saved.get("sums", {}).items()},
                 "verified": bool(saved["verified"])}

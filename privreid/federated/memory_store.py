@@ -10,8 +10,9 @@ directory (``client_memory/``) instead and loads it when it is used: at most
 least recently used back (only if it changed) and drops it.
 
 Files.  A memory changed in round ``r`` is written to
-``client_memory/<client>.r<r>.pt`` (a new name each round the memory
-changes), so the checkpoint of round ``r - 1`` keeps pointing at intact files
+``client_memory/<client>.r<r>.pt`` (:func:`memory_file_name`: the client's
+name percent-encoded, so distinct clients never share a file; a new name each
+round the memory changes), so the checkpoint of round ``r - 1`` keeps pointing at intact files
 while round ``r`` runs; the checkpoint names its files
 (``client_memory_files``), :func:`privreid.checkpoint.load_checkpoint` reads
 them back into ``client_memory``, and files no checkpoint names any more are
@@ -45,7 +46,6 @@ replace all of it.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -53,12 +53,42 @@ from typing import Any
 
 import torch
 
+from ..errors import CheckpointError
 from ..rundir import write_file_atomically
 
 #: the folder under the run directory that holds the client memories
 MEMORY_DIR = "client_memory"
 #: how many client memories are loaded at once
 RESIDENT = 1
+
+
+def memory_file_name(client: str, round_no: int) -> str:
+    """The file of ``client``'s memory changed in round ``round_no``: ``<client>.r<round>.pt``.
+
+    The name is percent-encoded (:func:`urllib.parse.quote` with nothing
+    kept but ``A-Za-z0-9_.-~``), which is injective: "site a", "site_a" and
+    "site/a" get ``site%20a``, ``site_a`` and ``site%2Fa``, and non-ASCII
+    names their UTF-8 bytes, so no two clients share a file and a name
+    never leaves the folder.  Checkpoints from before this encoding name
+    their files in ``client_memory_files`` and load unchanged.
+    """
+    from urllib.parse import quote
+
+    return f"{quote(client, safe='')}.r{round_no}.pt"
+
+
+def memory_file_path(directory: Path, file: object) -> Path:
+    """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a
+    plain file name that stays inside ``directory`` once symlinks and ``..`` are resolved (nothing outside the
+    run directory is ever read)."""
+    directory = Path(directory)
+    if not isinstance(file, str) or not file:
+        raise CheckpointError(f"the checkpoint names a client-memory file {file!r}, which is not a file name")
+    path = directory / file
+    if not path.resolve().is_relative_to(directory.resolve()) or path.resolve() == directory.resolve():
+        raise CheckpointError(f"refusing to read client-memory file {file!r}: it lies outside {directory} "
+                              "(a checkpoint names only files of its own run)")
+    return path
 
 
 def load_memory_file(path: Path) -> dict[str, Any]:
@@ -70,7 +100,9 @@ def load_memory_file(path: Path) -> dict[str, Any]:
     mapping is private: writing to a loaded tensor changes this process's
     copy, never the file, which an earlier checkpoint may still name.
     """
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    from ..pickle_scan import safe_torch_load
+
+    return safe_torch_load(path, map_location="cpu", mmap=True)
 
 
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
@@ -117,7 +149,7 @@ class ClientMemory(MutableMapping):
         """Load the file, if unread, under the entries set since (in the file's order, new entries last)."""
         if self._data is None or self._unread:
             self._store.wait(self.file)
-            stored = load_memory_file(self._store.directory / self.file)
+            stored = load_memory_file(memory_file_path(self._store.directory, self.file))
             self._file_keys = tuple(stored)
             self._data = {**stored, **(self._data or {})}
             self._unread = False
@@ -229,7 +261,7 @@ class ClientMemories(MutableMapping):
         """
         self.wait()
         self.directory.mkdir(parents=True, exist_ok=True)
-        file = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.r{round_no}.pt"
+        file = memory_file_name(name, round_no)
         self._writing = (file, _writer().submit(save_memory_file, data, self.directory, file))
         return file
 

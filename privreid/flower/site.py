@@ -47,6 +47,7 @@ from ..data.types import ClientData, Federation
 from ..environment import cache_root
 from ..errors import DataError
 from ..federated.policy import StateDict
+from ..pickle_scan import safe_torch_load
 
 NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR = "data", "format", "name", "state-dir"
 
@@ -106,7 +107,7 @@ class SiteState:
     def _versions(self) -> dict[int, dict[str, Any]]:
         if not self.path.is_file():
             return {}
-        payload = torch.load(self.path, weights_only=True)
+        payload = safe_torch_load(self.path)
         return {int(k): v for k, v in payload["versions"].items()}
 
     def load(self, round_index: int) -> tuple[StateDict, dict] | None:

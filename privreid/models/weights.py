@@ -19,6 +19,7 @@ from torch import nn
 
 from privreid.errors import ConfigError
 from privreid.models.resnet import ResNet
+from privreid.pickle_scan import safe_torch_load
 
 # arch -> name of torchvision's weight enum; the IMAGENET1K_V1 member is used.
 IMAGENET_WEIGHTS = {
@@ -88,7 +89,7 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not path.exists():
         raise ConfigError(f"weights file {path} does not exist")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = safe_torch_load(path, map_location="cpu")
     except Exception as err:  # unpickling, zip or I/O errors
         raise ConfigError(f"cannot read weights file {path} ({_one_line(err)})") from err
 

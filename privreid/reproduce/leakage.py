@@ -27,6 +27,7 @@ import torch
 
 from ..data.types import MODALITIES
 from ..errors import ConfigError
+from ..pickle_scan import UnsafePickle, safe_torch_load
 
 #: the paper's attack: iDLG, Adam at lr 0.01, 200 iterations (its "Discussion on privacy")
 FIG8_ATTACK = {"attack": "idlg", "iterations": 200, "lr": 0.01}
@@ -136,7 +137,12 @@ def leakage_figure(spec, rows: list[dict], path) -> None:
         for group in groups:
             saved = path.parent / "runs" / row.run_name(group) / f"inversion-{row.measure[1]}.pt"
             if saved.is_file():
-                images[(row.name, group)] = torch.load(saved)
+                try:
+                    images[(row.name, group)] = safe_torch_load(saved)
+                except UnsafePickle as exc:  # tampered: refused, nothing executed
+                    raise ConfigError(f"refusing to read {exc}") from exc
+                except Exception as exc:  # truncated or foreign
+                    raise ConfigError(f"{saved} is not a readable torch file ({type(exc).__name__})") from exc
     cos = {(r["row"], r["column"]): r["privreid"] for r in rows}
     ncols = 1 + 3 * len(groups)
     fig, axes = plt.subplots(len(subjects), ncols, figsize=(0.9 * ncols, 2.0 * len(subjects) + 0.4), squeeze=False)
