@@ -134,16 +134,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                               "train again")
     files = ckpt.get("client_memory_files")
     if files is not None:
-        from .federated.memory_store import MEMORY_DIR, memory_file_path
-
         if not isinstance(files, dict):
             raise CheckpointError(f"{path} is not a privreid checkpoint (client_memory_files is not a mapping)")
-        for file in files.values():  # every path a checkpoint names stays inside its run directory
-            if file is not None:
-                memory_file_path(path.parent / MEMORY_DIR, file)
+        _check_client_memories(path, ckpt["round"], files)
     if client_memory and files is not None:
         # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
-        ckpt["client_memory"] = _read_client_memories(path.parent, ckpt.pop("client_memory_files"))
+        ckpt["client_memory"] = _read_client_memories(path, ckpt["round"], ckpt.pop("client_memory_files"))
     return ckpt
 
 
@@ -186,26 +182,48 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _read_client_memories(run_dir: Path, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
-    from .federated.memory_store import MEMORY_DIR, load_memory_file, memory_file_path
+def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> None:
+    """Refuse, in one line naming the file and the round, a client-memory file the checkpoint at ``path`` names
+    that lies outside its run, is missing, is not a whole torch file, or would import an unsafe global.
+
+    Cheap (a zip directory and a small pickle per file, no tensor data), so
+    ``--resume`` is refused before its first round rather than when it reaches the client.
+    """
+    import zipfile
+
+    from .federated.memory_store import MEMORY_DIR, memory_file_path
+    from .pickle_scan import unsafe_global
+
+    for name, file in files.items():
+        if not file:
+            continue
+        memory = memory_file_path(path.parent / MEMORY_DIR, file)
+        kept = f"{path} (round {round_no}) keeps client {name}'s memory in {memory}"
+        if not memory.is_file():
+            raise CheckpointError(f"{kept}, which is missing; copy the run directory whole")
+        if not zipfile.is_zipfile(memory):
+            raise CheckpointError(f"{kept}, which is truncated or not a torch file; restore it from a copy")
+        found = unsafe_global(memory)
+        if found is not None:
+            raise CheckpointError(f"refusing to load {memory} (client {name}'s memory of round {round_no}): it "
+                                  f"contains the global {found}, which a memory never holds (nothing was executed)")
+
+
+def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
+    """The memories :func:`_check_client_memories` passed, read; a file that still fails to load: one line."""
+    from .federated.memory_store import MEMORY_DIR, load_memory_file
 
     out = {}
     for name, file in files.items():
         if not file:
             out[name] = {}
             continue
-        path = memory_file_path(run_dir / MEMORY_DIR, file)
+        memory = path.parent / MEMORY_DIR / file
         try:
-            out[name] = load_memory_file(path)
-        except FileNotFoundError:
-            raise CheckpointError(f"{run_dir / 'ckpt.pt'} keeps client {name}'s memory in {path}, which is "
-                                  f"missing; copy the run directory whole") from None
-        except pickle.UnpicklingError as exc:
-            raise CheckpointError(f"refusing to load {path}: it holds objects that are not plain "
-                                  "tensors/containers (nothing was executed)") from exc
-        except Exception as exc:  # truncated or not a torch file
-            raise CheckpointError(f"{run_dir / 'ckpt.pt'} keeps client {name}'s memory in {path}, which is "
-                                  f"not readable ({type(exc).__name__}); copy the run directory whole") from exc
+            out[name] = load_memory_file(memory)
+        except Exception as exc:  # damaged inside a whole zip
+            raise CheckpointError(f"{path} (round {round_no}) keeps client {name}'s memory in {memory}, which is "
+                                  f"not readable ({type(exc).__name__}); restore it from a copy") from exc
     return out
 
 

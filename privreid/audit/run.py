@@ -103,6 +103,9 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             raise ConfigError(f"{label}: method {ckpt.method!r} has no global model; audit a client (--client)")
         if settings.client is not None and settings.client not in ckpt.client_states:
             raise ConfigError(f"{label}: no client {settings.client!r}; clients: {', '.join(ckpt.trained_clients)}")
+        if settings.round is not None and settings.round > ckpt.round and set(settings.views) - {"public"}:
+            raise ConfigError(f"{label}: --round {settings.round} is past the checkpoint's last round "
+                              f"({ckpt.round}); nothing to replay")
         if "server-aggregate" in settings.views:
             from .views import mean_weight
 

@@ -70,7 +70,7 @@ from ..rundir import write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
 from .client import ClientContext
-from .divergence import check_finite_training, json_line
+from .divergence import check_finite_states, check_finite_training, json_line
 from .early_stop import evaluate_after_stop
 from .heap import HeapTrimmer
 from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
@@ -464,6 +464,9 @@ class FederatedEngine:
         return True
 
     def _checkpoint(self, round_no: int) -> None:
+        check_finite_states({"the global model": self.global_state,
+                             **{f"client {name}'s local state": state for name, state in self.client_states.items()}},
+                            round_no, self.out_dir)
         memories = self.client_memory
         on_disk = isinstance(memories, ClientMemories)
         files = memories.flush(wait=False) if on_disk else None
