@@ -61,9 +61,7 @@ def _malicious_memory(tmp: Path) -> None:
 
 
 EVAL = ("eval", "--model", "{run}/ckpt.pt", "--device", "cpu")
-RESUME = ("train", "--config", "{run}/config.yaml", "--resume", "--out", "{run}", "--rounds", "3", "--quiet")
-#: what a refused --resume must leave as it was (the provenance files are another item of issue 26)
-RUN_STATE = ("run/ckpt.pt", "run/client_memory")
+RESUME = ("train", "--out", "{run}", "--resume", "--rounds", "3", "--quiet")
 
 CASES = [
     BadInput("eval-client-path-traversal", (*EVAL, "--client", "../.."), keep=("run",), says="clients: synthA, synthB"),
@@ -76,10 +74,10 @@ CASES = [
              setup=lambda tmp: _edit(tmp / "run", lambda raw: raw["model_config"].update(feat_dim=64))),
     BadInput("eval-flipped-bytes", EVAL, keep=("run",), says="corrupted (integrity hash mismatch)",
              setup=_flip_tensor_bytes),
-    BadInput("resume-missing-memory", RESUME, keep=RUN_STATE, says="(round 2) keeps client",
+    BadInput("resume-missing-memory", RESUME, keep=("run",), says="(round 2) keeps client",
              setup=lambda tmp: _memory(tmp).unlink()),
-    BadInput("resume-truncated-memory", RESUME, keep=RUN_STATE, says="truncated", setup=_truncate_memory),
-    BadInput("resume-malicious-memory", RESUME, keep=RUN_STATE, says="nothing was executed", setup=_malicious_memory),
+    BadInput("resume-truncated-memory", RESUME, keep=("run",), says="truncated", setup=_truncate_memory),
+    BadInput("resume-malicious-memory", RESUME, keep=("run",), says="nothing was executed", setup=_malicious_memory),
     BadInput("audit-round-past-the-checkpoint", ("audit", "--models", "{run}/ckpt.pt", "--view", "server", "--round",
                                                  "99", "--out", "{tmp}/audit", "--device", "cpu", "--quiet"),
              keep=("run", "audit"), says="past the checkpoint's last round (2)"),
