@@ -86,6 +86,8 @@ EVAL_METRICS = ("euclidean", "cosine")
 #: the average precision of evaluations (:data:`privreid.evaluation.metrics.AP_MODES`): torchreid's over queries
 #: with a positive, or the Market-1501 devkit's trapezoid rule over all queries (FedPav's reference evaluate.py)
 EVAL_APS = ("torchreid", "devkit")
+#: what a client's memory keeps between rounds (:class:`TrainConfig` ``client_memory``)
+CLIENT_MEMORY = ("full", "private")
 
 #: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048);
 #: a larger one only exhausts memory
@@ -124,6 +126,12 @@ class TrainConfig:
     are recorded in ``summary.json`` (:func:`evaluation_settings`).
     ``lr_schedule``: the learning-rate schedule over rounds
     (:mod:`privreid.federated.lr_schedule`; its ``k`` is ``lr_step``).
+    ``client_memory`` (:data:`CLIENT_MEMORY`): ``full`` keeps, for methods
+    that score a client's trained local model, a copy of its trained shared
+    keys; ``private`` keeps only what training needs (DP accountants, MOON's
+    previous model), so a personalised model is the global model with the
+    client's local keys, and a run stores one model per client less
+    (:mod:`privreid.federated.memory_store`).
 
     ``secure_aggregation``: the server learns only the sum of a round's
     uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation`), with
@@ -157,6 +165,7 @@ class TrainConfig:
     eval_metric: str = "euclidean"
     eval_ap: str = "torchreid"
     report_best: int = 1
+    client_memory: str = "full"
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"
@@ -228,6 +237,8 @@ class RunConfig:
             (0.0 <= t.label_smoothing < 1.0, f"label_smoothing must lie in [0, 1) (got {t.label_smoothing})"),
             (0.0 <= m.dropout < 1.0, f"dropout must lie in [0, 1) (got {m.dropout})"),
             (t.report_best >= 1, f"report_best must be >= 1 (got {t.report_best})"),
+            (t.client_memory in CLIENT_MEMORY, f"client_memory must be one of {', '.join(CLIENT_MEMORY)} (got "
+             f"{t.client_memory!r})"),
             (t.eval_every >= 0, f"eval_every must be >= 0 (got {t.eval_every})"),
             (t.eval_ap in EVAL_APS, f"eval_ap must be one of {', '.join(EVAL_APS)} (got {t.eval_ap!r})"),
             (t.eval_metric in EVAL_METRICS, f"eval_metric must be one of {', '.join(EVAL_METRICS)} (got "

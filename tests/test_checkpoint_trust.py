@@ -190,3 +190,34 @@ def test_eval_refuses_non_finite_and_mismatched_weights_in_one_line(finished, tm
     save_checkpoint(raw, run / "ckpt.pt")
     with pytest.raises(CheckpointError, match=r"has shape \(\d+.*\) in the checkpoint, \(64"):
         Checkpoint.load(run / "ckpt.pt").load_model()
+
+
+@pytest.mark.parametrize("client_memory", ["full", "private"])
+def test_memory_files_on_disk_peak_at_two_per_client_and_private_memory_writes_none(tiny_synth, tmp_path,
+                                                                                  monkeypatch, client_memory):
+    from privreid.data.catalog import build_federation
+    from privreid.federated import memory_store
+
+    cfg = tiny_config(tiny_synth, rounds=3, client_memory=client_memory)
+    fed = build_federation(cfg.data.roots, test_domains=cfg.data.test_domains, protocol="by-identity",
+                           num_clients=3)
+    on_disk: list[int] = []
+    save = memory_store.save_memory_file
+
+    def counting(data, directory, file):
+        save(data, directory, file)
+        on_disk.append(len(list(directory.glob("*.pt"))))
+
+    monkeypatch.setattr(memory_store, "save_memory_file", counting)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine.run()
+    n = len(fed.clients)
+    assert n >= 3
+    files = list((tmp_path / MEMORY_DIR).glob("*.pt"))
+    if client_memory == "full":
+        assert len(on_disk) == 3 * n and max(on_disk) <= 2 * n and len(files) == n  # superseded files pruned
+    else:
+        assert on_disk == [] and files == []
+        ckpt = Checkpoint.load(tmp_path / "ckpt.pt")
+        state = ckpt.load_model(fed.clients[0].name).state_dict()
+        assert all(torch.equal(state[k], v) for k, v in ckpt.global_state.items())  # global + its local keys

@@ -379,7 +379,7 @@ class FederatedEngine:
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
         shared = clone_state(self.policy.shared(state))  # one copy: the memory and the upload are only read
-        if self.method.keeps_trained_model:
+        if self.method.keeps_trained_model and self.config.train.client_memory == "full":
             ctx.memory.update({TRAINED_PREFIX + k: v for k, v in shared.items()})
         if isinstance(ctx.memory, ClientMemory):
             ctx.memory.mark_dirty()  # the update may have changed entries in place

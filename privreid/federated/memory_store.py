@@ -22,6 +22,18 @@ Values round-trip exactly (``torch.save`` / ``torch.load``), so results and
 not read, when loaded (:func:`load_memory_file`), so entries a round
 replaces without using are never read back.
 
+Disk use.  A file holds what the method keeps; for methods that score a
+client's trained local model (``keeps_trained_model``: FedPav, FedReID)
+that is a copy of the client's shared keys, 45 MiB for a ResNet-18, written
+every round the client trains.  A round's new files sit beside the ones the
+last checkpoint names until the round's own checkpoint is committed, and
+the superseded ones are deleted then (:meth:`ClientMemories.prune`), so a
+run peaks at two files per client: about 2 x 45 MiB x 90 = 8 GB for 90
+FedPav clients at ResNet-18.  ``--set train.client_memory=private``
+(:class:`privreid.config.TrainConfig`) keeps only what training needs (no
+trained copy; FedPav without DP then writes no memory file at all), and a
+client's personalised model is the global model with its local keys.
+
 Writes run on one background thread (:meth:`ClientMemories.write`), so a
 memory is written while the next client trains instead of before it starts:
 a ResNet-18's 45 MiB took 16-28 ms of each FedPav client's turn at 64x32.
@@ -197,7 +209,8 @@ class ClientMemory(MutableMapping):
                 self._data = {**{k: self._data[k] for k in self._file_keys}, **self._data}
                 self._unread = False
             self._read_file()  # otherwise the file's other entries are kept
-            self.file = self._store.write(self.name, round_no, self._data)
+            # an empty memory needs no file (``client_memory=private`` FedPav keeps nothing)
+            self.file = self._store.write(self.name, round_no, self._data) if self._data else None
             self._file_keys = tuple(self._data)
             self.dirty = False
         if self.file is not None:
