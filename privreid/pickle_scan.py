@@ -100,9 +100,9 @@ def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
     import torch
 
     path = Path(path)
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a torch zip file")
-    found = unsafe_global(path)
+    found = unsafe_global(path)  # a bare pickle too: its refusal names what it would have imported
     if found is not None:
         raise UnsafePickle(path, found)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a torch zip file")
     return torch.load(path, weights_only=True, **kwargs)

@@ -102,8 +102,11 @@ def test_the_safe_loader_refuses_a_malicious_pickle_whatever_the_environment(tmp
         torch.load(bad)
     assert marker.exists()
     marker.unlink()
-    with pytest.raises(ValueError, match="not a torch zip file"):  # a bare pickle (protocol 4) is never unpickled
-        (tmp_path / "plain.pt").write_bytes(pickle.dumps(Evil(), protocol=4))
+    (tmp_path / "plain.pt").write_bytes(pickle.dumps(Evil(), protocol=4))
+    with pytest.raises(UnsafePickle, match="contains the global .*open"):  # a bare pickle is scanned too
+        safe_torch_load(tmp_path / "plain.pt")
+    (tmp_path / "plain.pt").write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(ValueError, match="not a torch zip file"):  # and never unpickled
         safe_torch_load(tmp_path / "plain.pt")
     assert not marker.exists()
 
