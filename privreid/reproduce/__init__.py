@@ -28,6 +28,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ConfigError, DataError
+from ..rundir import write_text_atomic
 from .tables import SCALES, TABLES, Column, Row, TableSpec
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
@@ -345,6 +346,6 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     lines += ["| " + " | ".join(line) + " |" for line in body]
     if spec.deviations:
         lines += ["", "Deviations from the paper's protocol:", *[f"* {d}" for d in spec.deviations]]
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "table.md", "\n".join(lines) + "\n")
     if spec.figure is not None:
         spec.figure(spec, rows, out / "figure.png")
