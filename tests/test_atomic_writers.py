@@ -2,7 +2,7 @@
 
 FIFOs are made with ``os.mkfifo`` in the test's temporary directory and read
 by a thread (:class:`FifoReader`), so a test cannot hang; disk full is a
-fault-injecting file (:func:`full_disk`), never a real device.
+fault-injecting file (:func:`badinput.full_disk`), never a real device.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from badinput import full_disk
 
-from privreid import rundir
 from privreid.checkpoint import load_checkpoint, save_checkpoint
 from privreid.export import export_model
 from privreid.federated.memory_store import load_memory_file, save_memory_file
@@ -170,38 +170,9 @@ def test_a_directory_is_refused_and_a_regular_file_replaced(tmp_path):
 
 
 # --------------------------------------------------------------------------- disk full
-class _FullFile:
-    """A binary file that takes ``room`` bytes, then fails every write with ENOSPC (a full disk)."""
-
-    def __init__(self, fh, room: int):
-        self.fh, self.room = fh, room
-
-    def write(self, data) -> int:
-        if len(data) > self.room:
-            self.fh.write(data[:self.room])
-            self.room = 0
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self.room -= len(data)
-        return self.fh.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.fh, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.fh.close()
-
-
-def full_disk(monkeypatch, room: int = 1000) -> None:
-    """Every file privreid.rundir opens (:func:`save_torch`) holds at most ``room`` bytes."""
-    monkeypatch.setattr(rundir, "open", lambda *a, **k: _FullFile(open(*a, **k), room), raising=False)
-
-
 @pytest.mark.parametrize("room", [0, 100, 1000, 20_000])
 def test_torch_save_on_a_full_disk_raises_the_os_error(tmp_path, monkeypatch, room):
-    full_disk(monkeypatch, room)
+    full_disk(monkeypatch, room=room, name="x.pt")
     with pytest.raises(OSError) as raised:
         save_torch({"a": torch.zeros(10_000)}, tmp_path / "x.pt")
     assert raised.value.errno == errno.ENOSPC
@@ -220,7 +191,7 @@ def test_checkpoint_on_a_full_disk_raises_the_os_error_and_keeps_the_previous_on
     model = tiny_model()
     path = save_checkpoint(minimal_ckpt(model, round=1), tmp_path / "ckpt.pt")
     before = path.read_bytes()
-    full_disk(monkeypatch, 4096)
+    full_disk(monkeypatch, room=4096, name=".ckpt.pt.tmp")
     with pytest.raises(OSError) as raised:
         save_checkpoint(minimal_ckpt(model, round=2), path)
     assert raised.value.errno == errno.ENOSPC
@@ -229,7 +200,7 @@ def test_checkpoint_on_a_full_disk_raises_the_os_error_and_keeps_the_previous_on
 
 
 def test_state_dict_export_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
-    full_disk(monkeypatch, 4096)
+    full_disk(monkeypatch, room=4096, name=".model.pt.tmp")
     with pytest.raises(OSError) as raised:
         export_model(tiny_model(), "state-dict", tmp_path / "model.pt", height=32, width=16)
     assert raised.value.errno == errno.ENOSPC and list(tmp_path.iterdir()) == []
