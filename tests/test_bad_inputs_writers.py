@@ -45,14 +45,15 @@ FAST = [
 
 @pytest.mark.parametrize("case", FAST, ids=str)
 def test_full_disk_is_one_line_and_leaves_the_old_file(case, tmp_path, monkeypatch):
-    import tqdm
-
-    monkeypatch.setattr(tqdm, "tqdm", functools.partial(tqdm.tqdm, disable=True))  # corrupt's progress bar
     check_refused(_on_full_disk(case, tmp_path, monkeypatch, "*grid.png*"), tmp_path)
 
 
 def _on_full_disk(case: BadInput, tmp: Path, monkeypatch, name: str) -> BadInput:
-    """``case`` set up, then every file written whose name matches ``name`` on a full disk."""
+    """``case`` set up, then every file written whose name matches ``name`` on a full disk (no progress bars:
+    ``corrupt`` and ``eval`` always draw them on stderr)."""
+    import tqdm
+
+    monkeypatch.setattr(tqdm, "tqdm", functools.partial(tqdm.tqdm, disable=True))
     case.setup(tmp)
     full_disk(monkeypatch, name=name)
     return dataclasses.replace(case, setup=None)
@@ -75,12 +76,10 @@ def run(trained, tmp_path):
 
 
 SLOW = [
-    BadInput("eval-json-full-disk", ("eval", "--model", "{run}/ckpt.pt", "--data", "{synth}", "--height", "32",
-                                     "--width", "16", "--device", "cpu", "--test-domains", "synthC",
-                                     "--json", "{tmp}/out/results.json"),
+    BadInput("eval-json-full-disk", ("eval", "--model", "{run}/ckpt.pt", "--data", "{synth}", "--domains", "synthC",
+                                     "--device", "cpu", "--json", "{tmp}/out/results.json"),
              keep=("out",), setup=_old_report("results.json"), says="disk full"),
-    BadInput("compare-markdown-full-disk", ("compare", "{run}/ckpt.pt", "--data", "{synth}", "--height", "32",
-                                            "--width", "16", "--device", "cpu", "--test-domains", "synthC",
+    BadInput("compare-markdown-full-disk", ("compare", "{run}/ckpt.pt", "--no-untrained", "--device", "cpu",
                                             "--markdown", "{tmp}/out/results.md"),
              keep=("out",), setup=_old_report("results.md"), says="disk full"),
     BadInput("export-state-dict-full-disk", ("export", "--model", "{run}/ckpt.pt", "--overwrite",
@@ -118,8 +117,8 @@ def test_export_and_eval_json_write_through_a_fifo(run, tmp_path, tiny_synth):
     assert stat.S_ISFIFO(reader.path.lstat().st_mode) and payload["state_dict"]
 
     reader = FifoReader(tmp_path / "results.fifo")
-    outcome = run_cli(("eval", "--model", str(run / "ckpt.pt"), "--data", str(tiny_synth), "--height", "32",
-                       "--width", "16", "--device", "cpu", "--test-domains", "synthC", "--json", str(reader.path)))
+    outcome = run_cli(("eval", "--model", str(run / "ckpt.pt"), "--data", str(tiny_synth), "--domains", "synthC",
+                       "--device", "cpu", "--json", str(reader.path)))
     assert outcome.exit_code == 0, outcome.stderr
     assert reader.finish().lstrip().startswith(b"[") and stat.S_ISFIFO(reader.path.lstat().st_mode)
 

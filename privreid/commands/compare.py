@@ -65,7 +65,7 @@ def compare_command(
         table = format_table(rows)
         typer.echo(table)
         if markdown:
-            write_text_atomic(markdown, table + "\n")
+            run_or_exit(write_text_atomic, markdown, table + "\n")
         return
 
     from ..attacks.inversion.aggregate import parse_clients
@@ -92,5 +92,5 @@ def compare_command(
         if result["clean"]:
             typer.echo(format_table(result["clean"]))
             if markdown:
-                write_text_atomic(markdown, format_table(result["clean"]) + "\n")
+                run_or_exit(write_text_atomic, markdown, format_table(result["clean"]) + "\n")
         typer.echo(f"wrote {out / 'report.md'}")

@@ -169,4 +169,4 @@ def eval_command(
         for line in deviations:
             typer.echo(f"deviation: {line}")
     if json_out:
-        write_text_atomic(json_out, json.dumps(rows, indent=2))
+        run_or_exit(write_text_atomic, json_out, json.dumps(rows, indent=2))
