@@ -154,7 +154,7 @@ def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, 
     """
     cache = run_dir / f"eval-{name}.json"
     if not cache.is_file() or json.loads(cache.read_text()).get("evaluation") != summary.get("evaluation"):
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
+        write_text_atomic(cache, json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
     return json.loads(cache.read_text())
 
 
@@ -231,7 +231,7 @@ def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, datas
     family = kind.split("-")[0]
     cache = run_dir / (f"attack-{what}-{dataset}.json" if family == "attack" else f"corruption-{dataset}.json")
     if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
+        write_text_atomic(cache, json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
     result = json.loads(cache.read_text())
     if family == "attack":
         clean, attacked = result[f"clean_{metric}"], result[metric]
