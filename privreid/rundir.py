@@ -12,7 +12,7 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    directory is refused with one line.  The kernel drops the lock when its
    process dies, so the lock file of a killed run (a dead pid) is simply
    taken over;
-3. removes the temporary files (``.ckpt.pt.*.tmp`` ...) that a run killed
+3. removes the temporary files (``.ckpt.pt.tmp`` ...) that a run killed
    during an atomic write left behind (only while holding the lock);
 4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
    ``env.json``) and mirrors what is printed to ``log.txt``;
@@ -22,11 +22,15 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
 Files that are not directories (``eval --json``, ``compare --markdown``) are
 checked with :func:`check_output_file`.
 
-Every file privreid writes goes through :func:`write_file_atomically` (or its
+Every output file (checkpoints, client-memory files, exports, reports, JSON,
+tables, figures, caches) goes through :func:`write_file_atomically` (or its
 shorthands :func:`write_text_atomic`, :func:`write_json_atomic`,
 :func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader
-ever sees a half-written file and a failed write (a full disk) leaves the old
-file as it was.  A rename never replaces what is not a regular file:
+ever sees a half-written or 0-byte file and a failed write (a full disk)
+leaves the old file as it was.  ``torch.save`` is called through
+:func:`save_torch`, which raises a failed write as its OSError (a full disk is
+then one line, :func:`os_error_message`).  A rename never replaces what is not
+a regular file:
 
 * an existing FIFO or character device at the path is written *through*
   (opened and written, no rename), as ``cmd > fifo`` would, for outputs a
