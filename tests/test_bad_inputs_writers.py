@@ -154,3 +154,21 @@ def test_a_broken_stdout_pipe_stops_a_run_quietly_and_resumably(trained, tmp_pat
     assert tree_digest(run).get(".privreid.lock") is None
     outcome = run_cli((*args[:-1], "--resume", "--quiet"))
     assert outcome.exit_code == 0, outcome.stderr
+
+
+def test_run_or_exit_passes_a_broken_pipe_on_and_makes_other_os_errors_one_line(capsys):
+    import errno
+
+    import click
+
+    from privreid.commands.common import run_or_exit
+
+    def fails(exc):
+        raise exc
+
+    with pytest.raises(BrokenPipeError):  # click exits quietly with status 1
+        run_or_exit(fails, BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
+    with pytest.raises(click.exceptions.Exit) as stopped:
+        run_or_exit(fails, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    assert stopped.value.exit_code == 2
+    assert capsys.readouterr().err == "error: cannot write or read: No space left on device (disk full)\n"
