@@ -16,8 +16,9 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    during an atomic write left behind (only while holding the lock);
 4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
    ``env.json``) and mirrors what is printed to ``log.txt``;
-5. on a failure, removes the directory again if it created it and nothing
-   but provenance was written to it.
+5. on a failure before any work was written (a refusal), puts the
+   directory back as it was: the provenance files' old bytes, and no
+   directory at all if it created it.
 
 Files that are not directories (``eval --json``, ``compare --markdown``) are
 checked with :func:`check_output_file`.
@@ -179,28 +180,37 @@ def remove_orphaned_temporaries(directory: Path) -> list[Path]:
 # --------------------------------------------------------------------------- the context of every run
 @contextmanager
 def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config: dict[str, Any] | None = None,
-             device: str | None = None, seed: int | None = None, prepare=None) -> Iterator[Path]:
+             device: str | None = None, seed: int | None = None, prepare=None, resumed: bool = False
+             ) -> Iterator[Path]:
     """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
 
     ``config`` is what ``config.yaml`` holds (default: the parameters of the
     running click command, :func:`privreid.provenance.command_config`);
     ``prepare(out)`` runs under the lock before anything is written (e.g.
-    :func:`privreid.federated.engine.prepare_out_dir`).  If the block fails and ``out`` was created
-    here and holds only provenance, ``out`` is removed.
+    :func:`privreid.federated.engine.prepare_out_dir`); ``resumed`` keeps the
+    earlier environments in ``env.json`` (:func:`privreid.provenance.write_provenance`).
+
+    A refused command leaves ``out`` as it found it: if the block fails
+    before anything but the provenance changed in ``out`` (a bad argument,
+    a missing checkpoint), the provenance files get their old bytes back
+    (or are removed), the empty folders it made are removed, and so is
+    ``out`` itself if it was created here.
     """
     from . import provenance
 
     out = check_output_dir(out)
     created = not out.exists()
     run_lock, failed = None, True
+    before = _RunFiles(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         if lock:
             run_lock = RunLock(out).acquire()
             remove_orphaned_temporaries(out)
+            before = _RunFiles(out)
         if prepare is not None:
             prepare(out)
-        provenance.write_provenance(out, command, config=config, device=device, seed=seed)
+        provenance.write_provenance(out, command, config=config, device=device, seed=seed, resumed=resumed)
         with provenance.run_log(out):
             yield out
         failed = False
@@ -209,25 +219,48 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     except OSError as exc:
         raise OutputError(os_error_message(exc)) from exc
     finally:
+        if failed and out.is_dir() and _RunFiles(out).work == before.work:
+            before.restore(out, remove_dir=created)
         if run_lock is not None:
             run_lock.release()
-        if failed and created and out.is_dir():
-            _remove_if_only_provenance(out)
 
 
-def _remove_if_only_provenance(out: Path) -> None:
-    """Remove ``out`` if it holds nothing but the files :func:`open_run` wrote and empty folders."""
-    from .provenance import PROVENANCE_FILES
+class _RunFiles:
+    """What a run directory holds: the bytes of its provenance files, and the size and time of every other file."""
 
-    ours = {*PROVENANCE_FILES.values(), LOCK_FILE}
-    files = [p for p in out.rglob("*") if not p.is_dir()]
-    if any(p.parent != out or p.name not in ours for p in files):
-        return
-    for p in files:
-        p.unlink(missing_ok=True)
-    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        folder.rmdir()
-    out.rmdir()
+    def __init__(self, out: Path):
+        from .provenance import PROVENANCE_FILES
+
+        self.provenance = {name: _read_or_none(out / name) for name in PROVENANCE_FILES.values()}
+        self.folders: set[Path] = set()
+        self.work: dict[str, tuple[int, int]] = {}
+        if not out.is_dir():
+            return
+        for p in out.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                self.folders.add(p)
+            elif p.parent != out or p.name not in {*self.provenance, LOCK_FILE}:
+                st = p.lstat()
+                self.work[str(p.relative_to(out))] = (st.st_size, st.st_mtime_ns)
+
+    def restore(self, out: Path, *, remove_dir: bool) -> None:
+        """Put the provenance files back as they were and remove the folders made since (``out`` too if asked)."""
+        for name, data in self.provenance.items():
+            if data is None:
+                (out / name).unlink(missing_ok=True)
+            elif _read_or_none(out / name) != data:
+                write_file_atomically(out / name, lambda tmp, data=data: tmp.write_bytes(data))
+        for folder in sorted({p for p in out.rglob("*") if p.is_dir()} - self.folders,
+                             key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        if remove_dir and not any(p.name != LOCK_FILE for p in out.iterdir()):
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 #: kinds of non-regular file, by ``stat.S_IFMT``, a writer refuses
