@@ -127,12 +127,15 @@ def train_preset(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None = None, device: str | None = None,
-                     seed: int | None = None) -> None:
+                     seed: int | None = None, resumed: bool = False) -> None:
     """Write ``config.yaml`` and ``env.json`` into ``out``.
 
     Defaults: ``config`` the running command's parameters (and the options it
     passes on, e.g. ``sweep``'s train options); ``device`` and ``seed`` its
-    ``--device`` (``auto`` resolved) and ``--seed``.
+    ``--device`` (``auto`` resolved) and ``--seed``.  ``resumed`` (``train
+    --resume``): ``env.json`` describes this start and keeps the environments
+    of the earlier starts, oldest first, under ``previous`` (a run resumed on
+    another machine or with another torch says so).
     """
     import click
     import yaml
@@ -151,9 +154,25 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    (out / PROVENANCE_FILES["config"]).write_text(header + yaml.safe_dump(config, sort_keys=False))
-    (out / PROVENANCE_FILES["environment"]).write_text(
-        json.dumps(environment(device=device, seed=seed), indent=2) + "\n")
+    from .rundir import write_text_atomic
+
+    env = environment(device=device, seed=seed)
+    if resumed:
+        env["previous"] = _previous_environments(out / PROVENANCE_FILES["environment"])
+    write_text_atomic(out / PROVENANCE_FILES["config"], header + yaml.safe_dump(config, sort_keys=False))
+    write_text_atomic(out / PROVENANCE_FILES["environment"], json.dumps(env, indent=2) + "\n")
+
+
+def _previous_environments(path: Path) -> list[dict[str, Any]]:
+    """The environments of a run's earlier starts, from its ``env.json`` (none if absent or unreadable)."""
+    try:
+        env = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(env, dict):
+        return []
+    previous = env.pop("previous", [])
+    return [*(previous if isinstance(previous, list) else []), env]
 
 
 def provenance_files(out: Path) -> dict[str, str]:
