@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 
 import pytest
@@ -167,6 +168,11 @@ def test_random_bytes_give_one_line(tmp_path):
     assert "is not a model file privreid reads" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(CheckpointError, match="not found"):
         load_any_model(tmp_path / "missing.pth")
+    if importlib.util.find_spec("onnxruntime") is not None:
+        (tmp_path / "noise.onnx").write_bytes(bytes(range(256)) * 8)
+        with pytest.raises(CheckpointError, match="not an ONNX model onnxruntime can run") as err:
+            load_any_model(tmp_path / "noise.onnx")
+        assert "\n" not in str(err.value)
 
 
 def test_adapter_contract():
@@ -195,3 +201,49 @@ def test_evaluate_matches_evaluate_model(tiny_synth):
         want = privreid.evaluate_model(model, as_test_set(name, ds), height=H, width=W)
         assert got.testsets[name]["mAP"] == pytest.approx(want["mAP"], abs=1e-6)
         assert got.to_dict()["testsets"][name]["rank1"] == pytest.approx(want["rank1"], abs=1e-6)
+
+
+def _privreid_model() -> nn.Module:
+    from privreid.models import build_model
+
+    torch.manual_seed(0)
+    return _randomise_bn(build_model(arch="resnet18", feat_dim=32, num_classes=5))
+
+
+@pytest.mark.parametrize("fmt", ["state-dict", "torchreid", "onnx"])
+def test_privreid_exports_load_with_their_recorded_input(tmp_path, fmt):
+    """Each export gives the model's features (torchreid's: relu of them, its fc block ends with a ReLU) at the
+    recorded 32x16 input, with no size given."""
+    if fmt == "onnx":
+        for name in ("onnx", "onnxscript", "onnxruntime"):
+            pytest.importorskip(name)
+    from privreid.export import export_model
+
+    model = _privreid_model()
+    export_model(model, fmt, tmp_path / f"model.{fmt}", height=H, width=W)
+    adapter = load_any_model(tmp_path / f"model.{fmt}")
+    assert (adapter.height, adapter.width) == (H, W) and "32x16 (file)" in adapter.report.line()
+    expected = {"state-dict": model, "torchreid": nn.Sequential(model, nn.ReLU()), "onnx": model}[fmt]
+    with torch.no_grad():
+        want = expected(_normalised(_images()))
+        torch.testing.assert_close(adapter.features_of(_images()), want, atol=1e-4, rtol=1e-4)
+    if fmt != "onnx":
+        with torch.no_grad():
+            torch.testing.assert_close(adapter.logits(_images()), adapter.classifier(want))
+
+
+def test_torchscript_archive_with_a_smuggled_pickle_is_refused(tmp_path):
+    """A TorchScript archive whose constants.pkl names a non-torch global is refused before torch.jit.load."""
+    import zipfile
+
+    with pytest.warns(FutureWarning):
+        traced = torch.jit.trace(nn.Linear(3, 2), torch.zeros(1, 3))
+    traced.save(str(tmp_path / "clean.ts"))
+    marker = tmp_path / "executed"
+    with zipfile.ZipFile(tmp_path / "clean.ts") as src, zipfile.ZipFile(tmp_path / "evil.ts", "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            dst.writestr(item, pickle.dumps(_Marker(marker)) if item.filename.endswith("constants.pkl") else data)
+    with pytest.raises(CheckpointError, match="name the global (builtins|io).open"):
+        load_any_model(tmp_path / "evil.ts")
+    assert not marker.exists()

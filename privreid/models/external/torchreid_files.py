@@ -21,7 +21,6 @@ from typing import Any
 
 from torch import nn
 
-from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
 from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
 from privreid.models.external.report import LoadReport
