@@ -247,3 +247,14 @@ def test_torchscript_archive_with_a_smuggled_pickle_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="name the global (builtins|io).open"):
         load_any_model(tmp_path / "evil.ts")
     assert not marker.exists()
+
+
+def test_privreid_checkpoint_loads_its_global_model(tiny_synth, tmp_path):
+    from conftest import tiny_config
+
+    privreid.train_run(tiny_config(tiny_synth, rounds=1), tmp_path / "run")
+    model = privreid.load_model(tmp_path / "run" / "ckpt.pt").eval()
+    adapter = load_any_model(tmp_path / "run" / "ckpt.pt")
+    assert (adapter.height, adapter.width) == (H, W)
+    assert adapter.report.kind.startswith("privreid checkpoint (fedpav")
+    _assert_same(adapter, model)

@@ -16,6 +16,7 @@ classifier cannot be told apart in a scripted graph, so there is none.
 
 from __future__ import annotations
 
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,9 @@ def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
         raise CheckpointError(f"refusing to load {path}: its pickles name the global {unsafe}, which a "
                               "TorchScript model never holds (nothing was executed)")
     try:
-        module = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch's deprecation notice for torch.jit; the library stays quiet
+            warnings.simplefilter("ignore", FutureWarning)
+            module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - a damaged archive or an unknown operator
         raise CheckpointError(f"{path} is a TorchScript archive torch cannot load ({type(exc).__name__})") from None
     given = input_settings(None, options, "torchreid")
