@@ -82,6 +82,12 @@ def pickle_globals(path: str | os.PathLike) -> list[str]:
     return [g for data in _pickles(Path(path)) for g in _globals_of(data)]
 
 
+def archive_globals(path: str | os.PathLike) -> list[str]:
+    """The ``module.name`` globals of every pickle (``*.pkl``) in the zip archive ``path`` (a TorchScript file)."""
+    with zipfile.ZipFile(path) as zf:
+        return [g for name in zf.namelist() if name.endswith(".pkl") for g in _globals_of(zf.read(name))]
+
+
 def unsafe_global(path: str | os.PathLike) -> str | None:
     """The first global of ``path``'s pickle that a checkpoint never holds; ``None`` if there is none."""
     try:

@@ -58,6 +58,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
             engine.record_hooks.append(mirror)
         try:
             summary = engine.run(resume=resume)
+        except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly (commands.common.run_or_exit)
+            raise
         except OSError as exc:
             raise _write_failed(out, exc) from exc
         finally:

@@ -49,6 +49,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
 from ..pickle_scan import safe_torch_load
+from ..rundir import save_torch_atomic
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -155,7 +156,7 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     saved = {"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}
     if aggregate:
         saved["sums"] = {str(r): dataclasses.asdict(s) for r, s in engine.sums.items()}
-    torch.save(saved, store)
+    save_torch_atomic(saved, store)
     return {"uploads": engine.recorded, "sums": engine.sums, "verified": verified}
 
 
