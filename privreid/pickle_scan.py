@@ -13,8 +13,9 @@ import, and a file naming one a torch file of tensors never holds
 :class:`UnsafePickle` before anything is unpickled, whatever the
 environment says.  The scan is fail-closed: a global whose name the scan
 cannot follow (built from the memo in a way it does not track) counts as
-unsafe, and only torch's zip format is read (the legacy format is a
-sequence of pickles; privreid has never written it).
+unsafe.  Files in torch's legacy format (a sequence of pickles; the scan
+reads the first) still load, as ``weights_only=True`` is passed explicitly,
+which no environment variable overrides.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class UnsafePickle(pickle.UnpicklingError):
 
 
 def _pickles(path: Path) -> list[bytes]:
-    """The pickles of the torch file at ``path``: every ``*.pkl`` member of a zip, or the whole file otherwise."""
+    """The pickle ``torch.load`` reads from ``path``: a zip's ``data.pkl`` member, or the whole file otherwise
+    (:func:`archive_globals` scans every pickle of a TorchScript archive)."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
-            return [zf.read(n) for n in zf.namelist() if n.endswith(".pkl")]
+            return [zf.read(n) for n in zf.namelist() if n.endswith("data.pkl")]
     return [path.read_bytes()]
 
 
@@ -78,7 +80,7 @@ def _globals_of(data: bytes) -> list[str]:
 
 
 def pickle_globals(path: str | os.PathLike) -> list[str]:
-    """The ``module.name`` globals of the pickle(s) in ``path`` (a torch zip file: its ``*.pkl`` members)."""
+    """The ``module.name`` globals of the pickle in ``path`` (a torch zip file: its ``data.pkl``)."""
     return [g for data in _pickles(Path(path)) for g in _globals_of(data)]
 
 
@@ -100,8 +102,8 @@ def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
     """``torch.load(path, weights_only=True, **kwargs)`` after the scan (module docstring).
 
     Raises :class:`UnsafePickle` (a :class:`pickle.UnpicklingError`, as
-    torch's own refusal) naming the offending global, or :class:`ValueError`
-    for a file that is not a torch zip file; nothing in the file is executed.
+    torch's own refusal) naming the offending global; nothing in the file is
+    executed.  Other failures are torch's (a truncated or foreign file).
     """
     import torch
 
@@ -109,6 +111,4 @@ def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
     found = unsafe_global(path)  # a bare pickle too: its refusal names what it would have imported
     if found is not None:
         raise UnsafePickle(path, found)
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a torch zip file")
     return torch.load(path, weights_only=True, **kwargs)
