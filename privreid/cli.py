@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+import click
 import typer
 from typer.core import TyperGroup
 
@@ -17,14 +18,61 @@ from .commands.common import fail as _fail
 from .errors import MissingDependencyError
 
 
+def _one_line(exc: click.ClickException, ctx: click.Context | None = None) -> None:
+    """A command-line parse error (click's usage box) as one ``error:`` line naming the help to read (that of the
+    command it names, else of ``ctx``'s), exit 2."""
+    ctx = getattr(exc, "ctx", None) or ctx
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    _fail(" ".join(exc.format_message().split()) + hint)
+
+
+def _refuse_empty_path(callback):
+    """An option callback that refuses an empty path (``--out ""`` is the current directory, never what was meant)."""
+
+    def check(ctx, param, value):
+        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
+            raise click.BadParameter("an empty path (it would be the current directory); name a file or folder",
+                                     ctx, param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
+
+def _guard_paths(command: click.Command) -> None:
+    """Every path option of ``command`` and its subcommands refuses an empty path (:func:`_refuse_empty_path`)."""
+    for param in command.params:
+        if isinstance(param.type, click.Path):
+            param.callback = _refuse_empty_path(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        _guard_paths(sub)
+
+
 class _Group(TyperGroup):
-    """Every command: a missing optional package (privreid.dependencies) is one ``error:`` line and exit 2."""
+    """Every command and subcommand, one contract: a parse error (unknown option, a value of the wrong type, a
+    missing argument), an empty path and a missing optional package (privreid.dependencies) are each one
+    ``error:`` line and exit 2.  ``privreid`` alone still prints the help."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _guard_paths(self)
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.ClickException as exc:
+            _one_line(exc)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except MissingDependencyError as exc:
             _fail(str(exc))
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.ClickException as exc:
+            _one_line(exc, ctx)
 
 
 app = typer.Typer(
