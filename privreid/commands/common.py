@@ -165,7 +165,10 @@ def preset_value(ctx, param, value):
 
     Scalars are rendered as the text a user would type (:func:`_as_typed`)
     and parsed by the option's type: numbers, booleans, choices and paths are
-    checked the same way as flags.  Repeatable options (``--data``, ``--opt``)
+    checked the same way as flags.  An integer option takes a YAML integer only
+    (``rounds: "3"`` and ``rounds: 2.7`` are refused, as a quoted or fractional
+    count is a mistake); a number option also takes text, because YAML 1.1
+    reads ``5e-3`` as a string.  Repeatable options (``--data``, ``--opt``)
     take a scalar or a list; ``opt`` also takes a mapping (``{mu: 0.01}``).
     ``null`` is accepted only for options whose default is "not given".
     """
@@ -175,6 +178,11 @@ def preset_value(ctx, param, value):
         if param.multiple or param.default is None:
             return [] if param.multiple else None
         raise ConfigError("a value is required (null given)")
+    if isinstance(param.type, click.types.IntParamType) and not param.multiple \
+            and isinstance(value, (bool, float, str)):
+        quoted = " (quoted, it is text in YAML: write the number without quotes)" \
+            if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() else ""
+        raise ConfigError(f"{_as_typed(value)!r} is not a valid integer{quoted}")
     if param.multiple:
         if param.name == "opt" and isinstance(value, dict):
             value = [f"{k}={json.dumps(v)}" for k, v in value.items()]
