@@ -1,8 +1,9 @@
 """The ``privreid`` command line (typer).
 
 Every command prints a one-line error and exits with status 2 on bad input
-(:class:`privreid.errors.PrivreidError`); nothing is written before the input
-has been validated.
+(:class:`privreid.errors.PrivreidError`, and click's parse errors, which the
+group turns into one line instead of a usage box); nothing is written before
+the input has been validated.
 """
 
 from __future__ import annotations
@@ -15,36 +16,8 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .commands.common import fail as _fail
+from .commands.common import refuse_empty_paths, usage_error_line
 from .errors import MissingDependencyError
-
-
-def _one_line(exc: click.ClickException, ctx: click.Context | None = None) -> None:
-    """A command-line parse error (click's usage box) as one ``error:`` line naming the help to read (that of the
-    command it names, else of ``ctx``'s), exit 2."""
-    ctx = getattr(exc, "ctx", None) or ctx
-    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    _fail(" ".join(exc.format_message().split()) + hint)
-
-
-def _refuse_empty_path(callback):
-    """An option callback that refuses an empty path (``--out ""`` is the current directory, never what was meant)."""
-
-    def check(ctx, param, value):
-        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
-            raise click.BadParameter("an empty path (it would be the current directory); name a file or folder",
-                                     ctx, param)
-        return callback(ctx, param, value) if callback is not None else value
-
-    return check
-
-
-def _guard_paths(command: click.Command) -> None:
-    """Every path option of ``command`` and its subcommands refuses an empty path (:func:`_refuse_empty_path`)."""
-    for param in command.params:
-        if isinstance(param.type, click.Path):
-            param.callback = _refuse_empty_path(param.callback)
-    for sub in getattr(command, "commands", {}).values():
-        _guard_paths(sub)
 
 
 class _Group(TyperGroup):
@@ -54,7 +27,7 @@ class _Group(TyperGroup):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        _guard_paths(self)
+        refuse_empty_paths(self)
 
     def make_context(self, *args, **kwargs):
         try:
@@ -62,7 +35,7 @@ class _Group(TyperGroup):
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.ClickException as exc:
-            _one_line(exc)
+            usage_error_line(exc)
 
     def invoke(self, ctx):
         try:
@@ -72,7 +45,7 @@ class _Group(TyperGroup):
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.ClickException as exc:
-            _one_line(exc, ctx)
+            usage_error_line(exc, ctx)
 
 
 app = typer.Typer(

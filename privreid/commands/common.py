@@ -8,6 +8,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 
 from ..errors import ConfigError, PrivreidError
@@ -30,6 +31,36 @@ def fail(msg: str) -> None:
     """Print ``error: msg`` to stderr and exit with status 2."""
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
+
+
+def usage_error_line(exc: click.ClickException, ctx: click.Context | None = None) -> None:
+    """A command-line parse error (click's usage box) as one ``error:`` line naming the help to read (that of the
+    command it names, else of ``ctx``'s), exit 2."""
+    ctx = getattr(exc, "ctx", None) or ctx
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    fail(" ".join(exc.format_message().split()) + hint)
+
+
+def _refuse_empty_path(callback):
+    """An option callback that refuses an empty path (``--out ""`` is the current directory, never what was meant)."""
+
+    def check(ctx, param, value):
+        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
+            raise click.BadParameter("an empty path (it would be the current directory); name a file or folder",
+                                     ctx, param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
+
+def refuse_empty_paths(command: click.Command) -> None:
+    """Every path option and argument of ``command`` and of its subcommands refuses an empty path
+    (:func:`_refuse_empty_path`); ``privreid``'s group applies it once, to the whole command tree."""
+    for param in command.params:
+        if isinstance(param.type, click.Path):
+            param.callback = _refuse_empty_path(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        refuse_empty_paths(sub)
 
 
 def csv_list(value: Optional[str]) -> Optional[list[str]]:
