@@ -17,13 +17,15 @@ from typer.core import TyperGroup
 from . import __version__
 from .commands.common import fail as _fail
 from .commands.common import refuse_empty_paths, usage_error_line
-from .errors import MissingDependencyError
+from .environment import check_environment
+from .errors import PrivreidError
 
 
 class _Group(TyperGroup):
     """Every command and subcommand, one contract: a parse error (unknown option, a value of the wrong type, a
-    missing argument), an empty path and a missing optional package (privreid.dependencies) are each one
-    ``error:`` line and exit 2.  ``privreid`` alone still prints the help."""
+    missing argument), an empty path and any user-input error a command did not catch itself (a missing
+    optional package, privreid.dependencies; an environment variable read at import, privreid.environment) are
+    each one ``error:`` line and exit 2.  ``privreid`` alone still prints the help."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -39,8 +41,9 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx):
         try:
+            check_environment()
             return super().invoke(ctx)
-        except MissingDependencyError as exc:
+        except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))
         except click.exceptions.NoArgsIsHelpError:
             raise

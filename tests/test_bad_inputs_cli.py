@@ -217,6 +217,10 @@ VALUE_CASES = [
     BadInput("sweep-unknown-param", ("sweep", "--param", "nosuch", "--values", "1,2", "--out", "{tmp}/out"),
              keep=("out",), says="nosuch"),
     BadInput("data-info-missing", ("data", "info", "{tmp}/nope"), says="nope"),
+    *[BadInput(f"{words[0]}-{name}-{v}", (*words, "--out", "{tmp}/out"), keep=("out",), env={name: v}, says=name)
+      for words in (("train", "--data", "{synth}"), ("data", "synth"))
+      for name, v in (("PRIVREID_DECODED_MB", "nan"), ("PRIVREID_DECODED_MB", "-1"),
+                      ("PRIVREID_HEAP_SLACK_MB", "inf"))],
     BadInput("unknown-command", ("nosuchcommand",), says="no such command"),
     BadInput("unknown-data-subcommand", ("data", "nosuch"), says="no such command"),
     BadInput("unknown-flower-subcommand", ("flower", "nosuch"), says="no such command"),
@@ -253,3 +257,17 @@ def test_a_group_alone_still_prints_its_help(words):
 
     outcome = run_cli(words)
     assert "Usage: privreid" in outcome.stdout and "error:" not in outcome.stderr
+
+
+#: cases that only a real process shows (an environment variable read when privreid.data is first imported)
+SUBPROCESS_CASES = [
+    BadInput(f"eval-decoded-mb-{v}", ("eval", "--model", "{tmp}/nope.pt"), env={"PRIVREID_DECODED_MB": v},
+             says="PRIVREID_DECODED_MB", subprocess=True)
+    for v in ("nan", "-1", "lots")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=str)
+def test_refused_in_one_line_by_a_process(case, tmp_path):
+    check_refused(case, tmp_path)
