@@ -4,8 +4,10 @@
 below the rounds the checkpoint has completed.  ``device`` may change
 between spellings of the same device (``auto`` on a machine without CUDA is
 ``cpu``), and ``num_workers`` (data-loading processes) and ``eval_every``
-(the evaluation cadence: evaluating reads the model and draws no random
-numbers) may change freely: none of them changes the trained model.
+(the evaluation cadence: every round's randomness is seeded afresh from
+the run's seed and the round, :func:`privreid.seeding.derive_seed`, so an
+evaluation between rounds does not change what the next round trains) may
+change freely: none of them changes the trained model.
 """
 
 from __future__ import annotations
