@@ -95,16 +95,19 @@ def _cut(monkeypatch, out, *flags):
     assert res.exit_code == 130, res.stderr
 
 
-def test_resume_with_no_flag_at_all_is_bit_identical_and_keeps_config_yaml(tiny_synth, tmp_path, monkeypatch):
+def test_resume_with_no_flag_at_all_is_bit_identical_keeps_config_yaml_and_continues_the_log(tiny_synth, tmp_path, monkeypatch):
     flags = ("--data", tiny_synth, *TINY, "--rounds", "3", "--eval-every", "1", "--lr-backbone", "0.02")
     _train("train", *flags, "--out", tmp_path / "full")
     _cut(monkeypatch, tmp_path / "cut", *flags)
     config = (tmp_path / "cut" / "config.yaml").read_bytes()
+    log_before = (tmp_path / "cut" / "log.txt").read_text()
 
     _train("train", "--out", tmp_path / "cut", "--resume")
 
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
     assert (tmp_path / "cut" / "config.yaml").read_bytes() == config  # nothing changed: the record stays
+    log = (tmp_path / "cut" / "log.txt").read_text()
+    assert log.startswith(log_before) and log[len(log_before):].startswith("--- resumed: privreid ")
 
 
 def test_resume_may_change_the_evaluation_cadence_not_the_model(tiny_synth, tmp_path, monkeypatch):
