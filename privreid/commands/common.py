@@ -27,10 +27,10 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 
 
-def fail(msg: str) -> None:
-    """Print ``error: msg`` to stderr and exit with status 2."""
+def fail(msg: str, code: int = 2) -> None:
+    """Print ``error: msg`` to stderr and exit with status ``code`` (2: bad input)."""
     typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def usage_error_line(exc: click.ClickException, ctx: click.Context | None = None) -> None:
@@ -70,13 +70,19 @@ def csv_list(value: Optional[str]) -> Optional[list[str]]:
 
 def run_or_exit(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors (:class:`PrivreidError`) and OS errors (a read-only or full
-    disk, a file in the way of an output) into a one-line message + exit 2."""
+    disk, a file in the way of an output) into a one-line message + exit 2.
+
+    A broken pipe (the reader of stdout left: ``privreid ... | head``) is not an error of the command: it
+    is raised on to click, which exits quietly with status 1 (the run directory stays as a stop leaves it).
+    """
     from ..rundir import os_error_message
 
     try:
         return fn(*args, **kwargs)
-    except PrivreidError as exc:
-        fail(str(exc))
+    except PrivreidError as exc:  # a run stopped by a signal exits as the shell would (130, 143)
+        fail(str(exc), getattr(exc, "exit_code", 2))
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         fail(os_error_message(exc))
 

@@ -138,7 +138,7 @@ def eval_command(
         return rows
 
     from ..evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
-    from ..rundir import check_output_file
+    from ..rundir import check_output_file, write_text_atomic
 
     run_or_exit(check_output_file, json_out, "--json")
     rows = run_or_exit(go)
@@ -169,4 +169,4 @@ def eval_command(
         for line in deviations:
             typer.echo(f"deviation: {line}")
     if json_out:
-        json_out.write_text(json.dumps(rows, indent=2))
+        run_or_exit(write_text_atomic, json_out, json.dumps(rows, indent=2))
