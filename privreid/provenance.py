@@ -87,8 +87,13 @@ def environment(*, device: str | None = None, seed: int | None = None) -> dict[s
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "device": device,
         "seed": seed,
-        "command": ["privreid", *sys.argv[1:]],
+        "command": command_line(),
     }
+
+
+def command_line() -> list[str]:
+    """This process's command line as the user typed it (``privreid train ...``)."""
+    return ["privreid", *sys.argv[1:]]
 
 
 # --------------------------------------------------------------------------- config.yaml
@@ -229,11 +234,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 @contextmanager
-def run_log(out: Path) -> Iterator[None]:
-    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it."""
+def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
+    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it.
+
+    The log is appended to; ``resumed`` first writes a separator line naming the resume and its command
+    (``--- resumed: privreid train --out runs/x --resume ---``), so the log reads as one run.
+    """
+    import shlex
+
     from .errors import PrivreidError
 
     with open(out / PROVENANCE_FILES["log"], "a", encoding="utf-8") as log:
+        if resumed:
+            log.write(f"--- resumed: {shlex.join(command_line())} ---\n")
         tees = [_Tee(sys.stdout, log), _Tee(sys.stderr, log)]
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = tees

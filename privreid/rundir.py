@@ -188,7 +188,8 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     running click command, :func:`privreid.provenance.command_config`);
     ``prepare(out)`` runs under the lock before anything is written (e.g.
     :func:`privreid.federated.engine.prepare_out_dir`); ``resumed`` keeps the
-    earlier environments in ``env.json`` (:func:`privreid.provenance.write_provenance`).
+    earlier environments in ``env.json`` (:func:`privreid.provenance.write_provenance`) and continues
+    ``log.txt`` after a separator line naming the resume (:func:`privreid.provenance.run_log`).
 
     A refused command leaves ``out`` as it found it: if the block fails
     before anything but the provenance changed in ``out`` (a bad argument,
@@ -211,7 +212,7 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
         if prepare is not None:
             prepare(out)
         provenance.write_provenance(out, command, config=config, device=device, seed=seed, resumed=resumed)
-        with provenance.run_log(out):
+        with provenance.run_log(out, resumed=resumed):
             yield out
         failed = False
     except BrokenPipeError:  # stdout's reader left: not a fault of the run directory (commands.common.run_or_exit)

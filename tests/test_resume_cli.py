@@ -71,3 +71,61 @@ def test_a_signal_leaves_one_line_with_the_kept_round_and_the_resume_command(sig
     assert (out / "log.txt").read_text().splitlines()[-1] == lines[0]
     res = run_cli(("train", "--out", str(out), "--resume", "--rounds", "2"))
     assert res.exit_code == 0, res.stderr
+
+
+def _interrupt_in_round(monkeypatch, round_no: int) -> None:
+    """Ctrl-C in round ``round_no`` (1-based), after its work and before its checkpoint."""
+    from privreid.federated.engine import FederatedEngine
+
+    checkpoint = FederatedEngine._checkpoint
+
+    def interrupted(engine, r):
+        if r == round_no:
+            raise KeyboardInterrupt
+        checkpoint(engine, r)
+
+    monkeypatch.setattr(FederatedEngine, "_checkpoint", interrupted)
+
+
+def _cut(monkeypatch, out, *flags):
+    """``privreid train *flags --out out`` interrupted in round 2: round 1 is checkpointed."""
+    with monkeypatch.context() as m:
+        _interrupt_in_round(m, 2)
+        res = run_cli(("train", *map(str, flags), "--out", str(out)))
+    assert res.exit_code == 130, res.stderr
+
+
+def test_resume_with_no_flag_at_all_is_bit_identical_keeps_config_yaml_and_continues_the_log(tiny_synth, tmp_path, monkeypatch):
+    flags = ("--data", tiny_synth, *TINY, "--rounds", "3", "--eval-every", "1", "--lr-backbone", "0.02")
+    _train("train", *flags, "--out", tmp_path / "full")
+    _cut(monkeypatch, tmp_path / "cut", *flags)
+    config = (tmp_path / "cut" / "config.yaml").read_bytes()
+    log_before = (tmp_path / "cut" / "log.txt").read_text()
+
+    _train("train", "--out", tmp_path / "cut", "--resume")
+
+    assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+    assert (tmp_path / "cut" / "config.yaml").read_bytes() == config  # nothing changed: the record stays
+    log = (tmp_path / "cut" / "log.txt").read_text()
+    assert log.startswith(log_before) and log[len(log_before):].startswith("--- resumed: privreid ")
+
+
+def test_resume_may_change_the_evaluation_cadence_not_the_model(tiny_synth, tmp_path, monkeypatch):
+    """--eval-every is safe to change: the resumed run trains the same model; the old way (--config) works too."""
+    import torch
+
+    from privreid.checkpoint import load_checkpoint
+
+    flags = ("--data", tiny_synth, *TINY, "--rounds", "3")
+    _train("train", *flags, "--out", tmp_path / "full")
+    _cut(monkeypatch, tmp_path / "cut", *flags)
+
+    cut = tmp_path / "cut"
+    _train("train", "--config", cut / "config.yaml", "--out", cut, "--resume", "--eval-every", "1")
+
+    full, resumed = (load_checkpoint(p / "ckpt.pt")["global_state"] for p in (tmp_path / "full", cut))
+    assert full.keys() == resumed.keys() and all(torch.equal(full[k], resumed[k]) for k in full)
+    evaluated = {json.loads(line)["round"] for line in (cut / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line).get("scope") == "global"}
+    assert evaluated == {2, 3}  # the new cadence from the resumed round on
+    assert "eval-every: 1\n" in (cut / "config.yaml").read_text()

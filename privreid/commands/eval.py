@@ -81,7 +81,7 @@ def eval_command(
     from ..reporting import format_table
 
     def corruption_options() -> dict:
-        if severity != "random" and not severity.isdigit():
+        if severity != "random" and not (severity.isascii() and severity.isdigit()):  # isdigit() alone takes a superscript
             raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
         options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
                        repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))

@@ -30,7 +30,8 @@ def train_command(
     overwrite: bool = typer.Option(False, help="Replace a run already in --out."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its checkpoint, with the configuration "
                                 "it recorded (OUT/config.yaml): no other flag is needed. Flags given with it may "
-                                "change only --rounds (to more), --workers and --device."),
+                                "change only --rounds (to more), --eval-every, --workers, --device, --quiet and "
+                                "--logger; any other change is refused, naming the field."),
     quiet: bool = typer.Option(False, help="No progress bars."),
     logger: str = typer.Option("none", help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
                                "pip install 'privreid[tensorboard]') or wandb ('privreid[wandb]'); none."),

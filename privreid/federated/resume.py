@@ -3,8 +3,11 @@
 ``rounds`` may grow (continue a finished run for more rounds) but not fall
 below the rounds the checkpoint has completed.  ``device`` may change
 between spellings of the same device (``auto`` on a machine without CUDA is
-``cpu``), and ``num_workers`` (data-loading processes) may change freely:
-neither changes the numbers.
+``cpu``), and ``num_workers`` (data-loading processes) and ``eval_every``
+(the evaluation cadence: every round's randomness is seeded afresh from
+the run's seed and the round, :func:`privreid.seeding.derive_seed`, so an
+evaluation between rounds does not change what the next round trains) may
+change freely: none of them changes the trained model.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 
 #: train fields a resume may change freely
-FREE_FIELDS = ("rounds", "num_workers", "device")
+FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
 
 
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
