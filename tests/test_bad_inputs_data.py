@@ -40,3 +40,39 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_refused(case, tmp_path):
     check_refused(case, tmp_path)
+
+
+def _damage(tmp: Path, how: str) -> None:
+    market_tree(tmp)
+    query = sorted((tmp / "market" / "query").iterdir())
+    for path in query[:2]:
+        data = path.read_bytes()
+        path.write_bytes(b"" if how == "zero-byte" else data[:-3])  # headers intact, the scan cut short
+
+
+def _png_tree(tmp: Path) -> None:
+    market_tree(tmp)
+    path = tmp / "market" / "query" / "0005_c1s1_000001_00.jpg"
+    Image.open(path).save(path.with_suffix(".png"))
+    png = path.with_suffix(".png")
+    png.write_bytes(png.read_bytes()[:-30])
+    path.unlink()
+
+
+@pytest.mark.parametrize("how", ["zero-byte", "truncated"])
+def test_damaged_jpegs_are_refused_naming_the_first_and_the_count(how, tmp_path):
+    case = BadInput(f"{how}-jpeg", ("data", "info", "{tmp}/market"), keep=("market",),
+                    setup=lambda tmp: _damage(tmp, how), says="2 of 8 images of market")
+    line = check_refused(case, tmp_path)
+    assert "0005_c1s1_000001_00.jpg" in line
+
+
+def test_a_truncated_png_is_refused(tmp_path):
+    from privreid.data.formats import load_dataset, verify_images
+    from privreid.errors import DataError
+
+    _png_tree(tmp_path)
+    ds = load_dataset(tmp_path / "market", "market1501")
+    ds.query.append((str(tmp_path / "market" / "query" / "0005_c1s1_000001_00.png"), 5, 0))
+    with pytest.raises(DataError, match=r"0005_c1s1_000001_00.png: .*\(1 of"):
+        verify_images(ds, splits=("query",))

@@ -343,7 +343,8 @@ def test_verify_images(tmp_path):
     verify_images(ds, full_decode=True)
     truncated = tmp_path / "bounding_box_test" / "0007_c2s1_002001_01.jpg"
     truncated.write_bytes(JPEG[:-3])  # scan data cut short, headers intact
-    verify_images(ds)  # Image.verify() only checks headers
+    with pytest.raises(DataError, match="0007_c2s1_002001_01.jpg: the JPEG is cut short .*1 of"):
+        verify_images(ds)  # found without decoding
     with pytest.raises(DataError, match="0007_c2s1_002001_01.jpg"):
         verify_images(ds, full_decode=True)
     garbage = tmp_path / "query" / "0002_c5s1_000126_00.jpg"
