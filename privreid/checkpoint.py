@@ -31,8 +31,9 @@ client's personalised model assembled by :func:`personal_state`, the
 function the engine scores it with).  :func:`load_checkpoint` returns the
 validated dict as stored, for code that edits and re-saves a checkpoint.
 
-Writes are atomic (temporary file in the same directory, then ``os.replace``),
-so a crash never leaves a truncated checkpoint.  Reads use
+Writes are atomic (temporary file in the same directory, then ``os.replace``:
+:func:`privreid.rundir.write_file_atomically`), so a crash or a full disk
+never leaves a truncated checkpoint: the previous one stays intact.  Reads use
 ``torch.load(weights_only=True)``: a checkpoint carrying arbitrary pickled
 objects is refused instead of executed.
 """
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -52,6 +52,7 @@ import torch
 
 from . import __version__
 from .errors import CheckpointError
+from .rundir import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
 
@@ -70,22 +71,20 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
     temporary name, before it replaces ``path``; if it raises, ``path`` is
     left as it was.  The engine waits there for the client-memory files the
     checkpoint names, which are written meanwhile on another thread.
+    A failed write (a full disk) raises its OSError, never torch's
+    RuntimeError (:func:`privreid.rundir.save_torch`), with ``path`` unchanged;
+    a FIFO or device at ``path`` is refused (:class:`privreid.rundir.OutputError`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "privreid_version": __version__, **ckpt}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+
+    def write(tmp: Path) -> None:
+        save_torch(payload, tmp, sync=True)
         if before_commit is not None:
             before_commit()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    write_file_atomically(path, write, stream=False)
     return path
 
 

@@ -1,30 +1,54 @@
 """The ``privreid`` command line (typer).
 
 Every command prints a one-line error and exits with status 2 on bad input
-(:class:`privreid.errors.PrivreidError`); nothing is written before the input
-has been validated.
+(:class:`privreid.errors.PrivreidError`, and click's parse errors, which the
+group turns into one line instead of a usage box); nothing is written before
+the input has been validated.
 """
 
 from __future__ import annotations
 
 import sys
 
+import click
 import typer
 from typer.core import TyperGroup
 
 from . import __version__
 from .commands.common import fail as _fail
-from .errors import MissingDependencyError
+from .commands.common import refuse_empty_paths, usage_error_line
+from .environment import check_environment
+from .errors import PrivreidError
 
 
 class _Group(TyperGroup):
-    """Every command: a missing optional package (privreid.dependencies) is one ``error:`` line and exit 2."""
+    """Every command and subcommand, one contract: a parse error (unknown option, a value of the wrong type, a
+    missing argument), an empty path and any user-input error a command did not catch itself (a missing
+    optional package, privreid.dependencies; an environment variable read at import, privreid.environment) are
+    each one ``error:`` line and exit 2.  ``privreid`` alone still prints the help."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        refuse_empty_paths(self)
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.ClickException as exc:
+            usage_error_line(exc)
 
     def invoke(self, ctx):
         try:
+            check_environment()
             return super().invoke(ctx)
-        except MissingDependencyError as exc:
+        except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.ClickException as exc:
+            usage_error_line(exc, ctx)
 
 
 app = typer.Typer(

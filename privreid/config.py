@@ -91,6 +91,14 @@ EVAL_APS = ("torchreid", "devkit")
 #: a larger one only exhausts memory
 MAX_FEAT_DIM = 65536
 
+#: the largest image side (--height, --width) privreid builds: four times any ReID input (256x128, 384x192); a larger
+#: one only exhausts memory (one decoded image is 3 H W bytes, a batch's activations hundreds of times more)
+MAX_IMAGE_SIDE = 2048
+
+#: the largest seed: numpy's generators take 32-bit seeds (privreid.seeding takes the seed modulo 2**32), so a
+#: larger seed would silently alias a smaller one
+MAX_SEED = 2**32 - 1
+
 #: DP-SGD's per-sample clipping bound C when --max-grad-norm is not given (Opacus' tutorials use 1.0)
 DEFAULT_MAX_GRAD_NORM = 1.0
 #: delta of the (epsilon, delta) guarantees when --delta is not given; it must stay below 1/N
@@ -205,7 +213,15 @@ class RunConfig:
             raise ConfigError(f"incompatible run configuration: {exc}") from exc
 
     def validate(self) -> "RunConfig":
-        """Check value ranges; raise :class:`ConfigError` naming the bad field."""
+        """Check value ranges; raise :class:`ConfigError` naming the bad field.
+
+        Every number field must be finite first (a NaN or infinite option would otherwise only fail,
+        or diverge, rounds later), whatever set it: a flag, ``--set`` or a preset.
+        """
+        for section, obj in (("data", self.data), ("model", self.model), ("train", self.train)):
+            for name, value in dataclasses.asdict(obj).items():
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ConfigError(f"{section}.{name} must be a finite number (got {value})")
         t, d, m = self.train, self.data, self.model
         lrs = [t.lr_backbone, t.lr_head] + ([] if t.lr_neck is None else [t.lr_neck])
         checks = [
@@ -232,6 +248,10 @@ class RunConfig:
             (t.eval_ap in EVAL_APS, f"eval_ap must be one of {', '.join(EVAL_APS)} (got {t.eval_ap!r})"),
             (t.eval_metric in EVAL_METRICS, f"eval_metric must be one of {', '.join(EVAL_METRICS)} (got "
              f"{t.eval_metric!r})"),
+            (t.momentum >= 0, f"momentum must be >= 0 (got {t.momentum})"),
+            (t.weight_decay >= 0, f"weight_decay must be >= 0 (got {t.weight_decay})"),
+            (t.triplet_margin >= 0, f"triplet_margin must be >= 0 (got {t.triplet_margin})"),
+            (0 <= t.seed <= MAX_SEED, f"seed must be in 0..{MAX_SEED} (got {t.seed})"),
             (t.lr_step > 0, f"lr_step must be > 0 (got {t.lr_step})"),
             (t.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)} (got "
              f"{t.lr_schedule!r})"),
@@ -240,10 +260,14 @@ class RunConfig:
             (t.beta_mode in ("upload", "download", "both"), f"beta_mode must be upload, download or both "
              f"(got {t.beta_mode!r})"),
             (t.optimizer in ("sgd", "adam"), f"optimizer must be sgd or adam (got {t.optimizer!r})"),
-            (t.instances_per_id > 0, "instances_per_id must be > 0"),
+            (0 < t.instances_per_id <= t.batch_size, f"instances_per_id must lie in [1, batch_size {t.batch_size}] "
+             f"(a PK batch holds K instances of each of its identities; got {t.instances_per_id})"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
             (0.0 <= d.audit_holdout < 1.0, f"audit_holdout must lie in [0, 1) (got {d.audit_holdout})"),
             (d.height >= 16 and d.width >= 8, f"image size {d.height}x{d.width} is too small (min 16x8)"),
+            (max(d.height, d.width) <= MAX_IMAGE_SIDE, f"image size {d.height}x{d.width} is too large (max "
+             f"{MAX_IMAGE_SIDE} per side: one decoded image alone would take {3 * d.height * d.width / 2**20:.0f} "
+             f"MiB, a batch of {t.batch_size} a multiple of that)"),
             (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
              f"device must be auto, cpu or cuda (got {t.device!r})"),
         ]

@@ -45,3 +45,13 @@ def mib_from_env(name: str, default: float, *, off: bool = False) -> float | Non
     if not (math.isfinite(value) and value >= 0):
         raise ConfigError(f"{name} must be a number of MiB >= 0{' or ' + repr('off') if off else ''}, got {raw!r}")
     return value
+
+
+#: the MiB-valued variables, each with whether it takes ``off``
+MIB_VARIABLES = {"PRIVREID_DECODED_MB": False, "PRIVREID_HEAP_SLACK_MB": True}
+
+
+def check_environment() -> None:
+    """Parse every variable privreid reads now, so a bad value is one ConfigError before a command does any work."""
+    for name, off in MIB_VARIABLES.items():
+        mib_from_env(name, 0, off=off)

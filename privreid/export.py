@@ -65,7 +65,7 @@ from .dependencies import require
 from .errors import ConfigError
 from .models import ReIDModel
 from .models.reid_net import CLASSIFIER_PREFIX
-from .rundir import write_file_atomically
+from .rundir import save_torch_atomic, write_file_atomically
 
 FORMATS = ("state-dict", "torchreid", "onnx")
 #: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)
@@ -186,11 +186,11 @@ def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: 
     report: dict[str, Any] = {"path": str(out), "format": fmt, "feat_dim": model.feat_dim, "input": spec}
     if fmt == "state-dict":
         payload = state_dict_payload(model, spec, source)
-        write_file_atomically(out, lambda tmp: torch.save(payload, tmp))
+        save_torch_atomic(payload, out)
     elif fmt == "torchreid":
         payload = torchreid_payload(model, spec, source)
         report["torchreid"] = payload["torchreid"]
-        write_file_atomically(out, lambda tmp: torch.save(payload, tmp))
+        save_torch_atomic(payload, out)
     else:
         onnx = require("onnx")
 
@@ -208,5 +208,5 @@ def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: 
                 raise RuntimeError(f"the ONNX graph does not reproduce the model (relative difference "
                                    f"{report['onnx_max_rel_diff']:.2e}); please report this")
 
-        write_file_atomically(out, write)
+        write_file_atomically(out, write, stream=False)  # ONNX is read back: a file, never a stream
     return report

@@ -27,6 +27,17 @@ def pickle_globals(path: str | Path) -> list[str]:
             data = zf.read(names[0]) if names else b""
     else:
         data = path.read_bytes()
+    return _globals(data)
+
+
+def archive_globals(path: str | Path) -> list[str]:
+    """The ``module.name`` globals of every pickle (``*.pkl``) in the zip archive ``path`` (a TorchScript file)."""
+    with zipfile.ZipFile(path) as zf:
+        return [g for name in zf.namelist() if name.endswith(".pkl") for g in _globals(zf.read(name))]
+
+
+def _globals(data: bytes) -> list[str]:
+    """The ``module.name`` globals the pickle ``data`` imports, read with :mod:`pickletools` (never executed)."""
     found, strings = [], []
     try:
         for op, arg, _ in pickletools.genops(data):

@@ -87,8 +87,13 @@ def environment(*, device: str | None = None, seed: int | None = None) -> dict[s
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "device": device,
         "seed": seed,
-        "command": ["privreid", *sys.argv[1:]],
+        "command": command_line(),
     }
+
+
+def command_line() -> list[str]:
+    """This process's command line as the user typed it (``privreid train ...``)."""
+    return ["privreid", *sys.argv[1:]]
 
 
 # --------------------------------------------------------------------------- config.yaml
@@ -127,12 +132,15 @@ def train_preset(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None = None, device: str | None = None,
-                     seed: int | None = None) -> None:
+                     seed: int | None = None, resumed: bool = False) -> None:
     """Write ``config.yaml`` and ``env.json`` into ``out``.
 
     Defaults: ``config`` the running command's parameters (and the options it
     passes on, e.g. ``sweep``'s train options); ``device`` and ``seed`` its
-    ``--device`` (``auto`` resolved) and ``--seed``.
+    ``--device`` (``auto`` resolved) and ``--seed``.  ``resumed`` (``train
+    --resume``): ``env.json`` describes this start and keeps the environments
+    of the earlier starts, oldest first, under ``previous`` (a run resumed on
+    another machine or with another torch says so).
     """
     import click
     import yaml
@@ -151,9 +159,25 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    (out / PROVENANCE_FILES["config"]).write_text(header + yaml.safe_dump(config, sort_keys=False))
-    (out / PROVENANCE_FILES["environment"]).write_text(
-        json.dumps(environment(device=device, seed=seed), indent=2) + "\n")
+    from .rundir import write_text_atomic
+
+    env = environment(device=device, seed=seed)
+    if resumed:
+        env["previous"] = _previous_environments(out / PROVENANCE_FILES["environment"])
+    write_text_atomic(out / PROVENANCE_FILES["config"], header + yaml.safe_dump(config, sort_keys=False))
+    write_text_atomic(out / PROVENANCE_FILES["environment"], json.dumps(env, indent=2) + "\n")
+
+
+def _previous_environments(path: Path) -> list[dict[str, Any]]:
+    """The environments of a run's earlier starts, from its ``env.json`` (none if absent or unreadable)."""
+    try:
+        env = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(env, dict):
+        return []
+    previous = env.pop("previous", [])
+    return [*(previous if isinstance(previous, list) else []), env]
 
 
 def provenance_files(out: Path) -> dict[str, str]:
@@ -210,11 +234,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 @contextmanager
-def run_log(out: Path) -> Iterator[None]:
-    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it."""
+def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
+    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it.
+
+    The log is appended to; ``resumed`` first writes a separator line naming the resume and its command
+    (``--- resumed: privreid train --out runs/x --resume ---``), so the log reads as one run.
+    """
+    import shlex
+
     from .errors import PrivreidError
 
     with open(out / PROVENANCE_FILES["log"], "a", encoding="utf-8") as log:
+        if resumed:
+            log.write(f"--- resumed: {shlex.join(command_line())} ---\n")
         tees = [_Tee(sys.stdout, log), _Tee(sys.stderr, log)]
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = tees

@@ -12,15 +12,37 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    directory is refused with one line.  The kernel drops the lock when its
    process dies, so the lock file of a killed run (a dead pid) is simply
    taken over;
-3. removes the temporary files (``.ckpt.pt.*.tmp`` ...) that a run killed
+3. removes the temporary files (``.ckpt.pt.tmp`` ...) that a run killed
    during an atomic write left behind (only while holding the lock);
 4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
    ``env.json``) and mirrors what is printed to ``log.txt``;
-5. on a failure, removes the directory again if it created it and nothing
-   but provenance was written to it.
+5. on a failure before any work was written (a refusal), puts the
+   directory back as it was: the provenance files' old bytes, and no
+   directory at all if it created it.
 
 Files that are not directories (``eval --json``, ``compare --markdown``) are
 checked with :func:`check_output_file`.
+
+Every output file (checkpoints, client-memory files, exports, reports, JSON,
+tables, figures, caches) goes through :func:`write_file_atomically` (or its
+shorthands :func:`write_text_atomic`, :func:`write_json_atomic`,
+:func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader
+ever sees a half-written or 0-byte file and a failed write (a full disk)
+leaves the old file as it was.  ``torch.save`` is called through
+:func:`save_torch`, which raises a failed write as its OSError (a full disk is
+then one line, :func:`os_error_message`).  A rename never replaces what is not
+a regular file:
+
+* an existing FIFO or character device at the path is written *through*
+  (opened and written, no rename), as ``cmd > fifo`` would, for outputs a
+  stream can carry (reports, JSON, tables, figures, state-dict exports);
+* outputs that must be a file (checkpoints, client-memory files, ONNX, which
+  is read back after writing, the SecAgg+ site state) refuse a FIFO or device
+  in one line (``stream=False``);
+* a directory, a block device or a socket at the path is always refused.
+
+Files get the umask's permissions, like every run file; only secrets (the
+SecAgg+ site state, :mod:`privreid.secagg.flower`) are written 0600.
 """
 
 from __future__ import annotations
@@ -29,6 +51,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,29 +118,50 @@ def os_error_message(exc: OSError, where: str | os.PathLike | None = None) -> st
 
 # --------------------------------------------------------------------------- lock
 class RunLock:
-    """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid."""
+    """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid.
+
+    The holder deletes the lock file on release, before it unlocks.  A
+    process that opened the file just before may then lock the deleted file
+    while another creates and locks a new one; so :meth:`acquire` holds the
+    lock only once the file it locked is still the one at the path (same
+    inode), and otherwise tries again.  Since only a holder deletes the file,
+    at most one process holds the lock on the file the path names.
+    """
 
     def __init__(self, directory: Path):
         self.path = Path(directory) / LOCK_FILE
         self.fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise ConfigError(f"{self.path.parent} is in use by another privreid run (pid {owner}, lock "
-                              f"{self.path}); wait for it or choose another --out") from None
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise ConfigError(f"{self.path.parent} is in use by another privreid run (pid {owner}, lock "
+                                  f"{self.path}); wait for it or choose another --out") from None
+            if self._names(fd):
+                break
+            os.close(fd)  # a released (deleted) lock file: lock the one the path names now
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
         return self
 
+    def _names(self, fd: int) -> bool:
+        """Whether the path still names the file open as ``fd``."""
+        try:
+            here = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
     def release(self) -> None:
         if self.fd is not None:
-            self.path.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)  # while locked: only the holder deletes the lock file
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
@@ -136,62 +180,118 @@ def remove_orphaned_temporaries(directory: Path) -> list[Path]:
 # --------------------------------------------------------------------------- the context of every run
 @contextmanager
 def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config: dict[str, Any] | None = None,
-             device: str | None = None, seed: int | None = None, prepare=None) -> Iterator[Path]:
+             device: str | None = None, seed: int | None = None, prepare=None, resumed: bool = False
+             ) -> Iterator[Path]:
     """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
 
     ``config`` is what ``config.yaml`` holds (default: the parameters of the
     running click command, :func:`privreid.provenance.command_config`);
     ``prepare(out)`` runs under the lock before anything is written (e.g.
-    :func:`privreid.federated.engine.prepare_out_dir`).  If the block fails and ``out`` was created
-    here and holds only provenance, ``out`` is removed.
+    :func:`privreid.federated.engine.prepare_out_dir`); ``resumed`` keeps the
+    earlier environments in ``env.json`` (:func:`privreid.provenance.write_provenance`) and continues
+    ``log.txt`` after a separator line naming the resume (:func:`privreid.provenance.run_log`).
+
+    A refused command leaves ``out`` as it found it: if the block fails
+    before anything but the provenance changed in ``out`` (a bad argument,
+    a missing checkpoint), the provenance files get their old bytes back
+    (or are removed), the empty folders it made are removed, and so is
+    ``out`` itself if it was created here.
     """
     from . import provenance
 
     out = check_output_dir(out)
     created = not out.exists()
     run_lock, failed = None, True
+    before = _RunFiles(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         if lock:
             run_lock = RunLock(out).acquire()
             remove_orphaned_temporaries(out)
+            before = _RunFiles(out)
         if prepare is not None:
             prepare(out)
-        provenance.write_provenance(out, command, config=config, device=device, seed=seed)
-        with provenance.run_log(out):
+        provenance.write_provenance(out, command, config=config, device=device, seed=seed, resumed=resumed)
+        with provenance.run_log(out, resumed=resumed):
             yield out
         failed = False
+    except BrokenPipeError:  # stdout's reader left: not a fault of the run directory (commands.common.run_or_exit)
+        raise
     except OSError as exc:
         raise OutputError(os_error_message(exc)) from exc
     finally:
+        if failed and out.is_dir() and _RunFiles(out).work == before.work:
+            before.restore(out, remove_dir=created)
         if run_lock is not None:
             run_lock.release()
-        if failed and created and out.is_dir():
-            _remove_if_only_provenance(out)
 
 
-def _remove_if_only_provenance(out: Path) -> None:
-    """Remove ``out`` if it holds nothing but the files :func:`open_run` wrote and empty folders."""
-    from .provenance import PROVENANCE_FILES
+class _RunFiles:
+    """What a run directory holds: the bytes of its provenance files, and the size and time of every other file."""
 
-    ours = {*PROVENANCE_FILES.values(), LOCK_FILE}
-    files = [p for p in out.rglob("*") if not p.is_dir()]
-    if any(p.parent != out or p.name not in ours for p in files):
-        return
-    for p in files:
-        p.unlink(missing_ok=True)
-    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        folder.rmdir()
-    out.rmdir()
+    def __init__(self, out: Path):
+        from .provenance import PROVENANCE_FILES
+
+        self.provenance = {name: _read_or_none(out / name) for name in PROVENANCE_FILES.values()}
+        self.folders: set[Path] = set()
+        self.work: dict[str, tuple[int, int]] = {}
+        if not out.is_dir():
+            return
+        for p in out.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                self.folders.add(p)
+            elif p.parent != out or p.name not in {*self.provenance, LOCK_FILE}:
+                st = p.lstat()
+                self.work[str(p.relative_to(out))] = (st.st_size, st.st_mtime_ns)
+
+    def restore(self, out: Path, *, remove_dir: bool) -> None:
+        """Put the provenance files back as they were and remove the folders made since (``out`` too if asked)."""
+        for name, data in self.provenance.items():
+            if data is None:
+                (out / name).unlink(missing_ok=True)
+            elif _read_or_none(out / name) != data:
+                write_file_atomically(out / name, lambda tmp, data=data: tmp.write_bytes(data))
+        for folder in sorted({p for p in out.rglob("*") if p.is_dir()} - self.folders,
+                             key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        if remove_dir and not any(p.name != LOCK_FILE for p in out.iterdir()):
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
 
 
-def write_file_atomically(path: Path, write: Callable[[Path], None]) -> None:
+def _read_or_none(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+#: kinds of non-regular file, by ``stat.S_IFMT``, a writer refuses
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+#: non-regular files a stream can be written through to
+_STREAMS = (stat.S_IFIFO, stat.S_IFCHR)
+
+
+def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
     """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``
     (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
 
     No reader ever sees a half-written ``path``, and a ``write`` that raises
-    leaves neither a temporary file nor a changed ``path`` behind.
+    leaves neither a temporary file nor a changed ``path`` behind.  An
+    existing FIFO or character device at ``path`` is never replaced: it is
+    written through (``write(path)``), or refused with :class:`OutputError`
+    if ``stream=False``; any other non-regular file is refused (module docstring).
     """
+    path = Path(path)
+    try:
+        kind = stat.S_IFMT(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        kind = stat.S_IFREG
+    if kind != stat.S_IFREG:
+        if not (stream and kind in _STREAMS):
+            raise OutputError(f"{path} is {_KINDS.get(kind, 'not a regular file')}; give the path of a "
+                              "regular file (it is never replaced)")
+        write(path)
+        return
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         write(tmp)
@@ -201,6 +301,57 @@ def write_file_atomically(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file (never half-written, never a 0-byte file)."""
+    write_file_atomically(Path(path), lambda tmp: tmp.write_text(text))
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
-    write_file_atomically(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+class _WriteRecorder:
+    """A binary file for ``torch.save`` that keeps the OSError its ``write`` raised (see :func:`save_torch`)."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def save_torch(obj: Any, path: Path, *, sync: bool = False) -> None:
+    """``torch.save(obj)`` to ``path`` (``sync``: then ``fsync``); a failed write raises its OSError.
+
+    ``torch.save`` reports most failed writes (a full disk) as a
+    ``RuntimeError`` ("unexpected pos ...") that names no errno, which the
+    one-line handler of OS errors would miss.  The file is written through
+    :class:`_WriteRecorder`, so exactly the RuntimeErrors that follow a
+    failed write become that write's OSError; any other RuntimeError is raised as it is.
+    """
+    import torch
+
+    with open(path, "wb") as fh:
+        recorder = _WriteRecorder(fh)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError as exc:
+            if recorder.error is None:
+                raise
+            raise recorder.error from exc
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
+
+
+def save_torch_atomic(obj: Any, path: Path, *, stream: bool = True) -> None:
+    """:func:`save_torch` through :func:`write_file_atomically`."""
+    write_file_atomically(Path(path), lambda tmp: save_torch(obj, tmp), stream=stream)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 from .config import RunConfig
 from .data.catalog import federation_for_config
+from .errors import PrivreidError
 from .federated.engine import FederatedEngine, prepare_out_dir
 from .federated.registry import get_method
 from .rundir import write_json_atomic
@@ -18,8 +21,11 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
               logger: str = "none") -> dict[str, Any]:
     """Validate ``config``, build the federation and the engine, then train into ``out``; returns ``summary.json``.
 
-    Everything is validated (config, method, data, model, ``out`` and
-    ``logger``) before ``out`` is touched.  ``resume`` continues from
+    Everything is validated (config, method, data, model, ``out``,
+    ``logger`` and, for ``resume``, the checkpoint and its configuration)
+    before ``out`` is touched.  SIGINT and SIGTERM stop the run with one
+    line naming the last checkpointed round and the ``--resume`` command
+    (:func:`stop_on_signals`).  ``resume`` continues from
     ``out/ckpt.pt``; ``overwrite`` replaces a finished or partial run.  The
     run holds ``out``'s lock and writes its provenance
     (:func:`privreid.rundir.open_run`): ``preset`` is what ``config.yaml``
@@ -30,15 +36,20 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run
 
+    from .federated.resume import check_resumable
+
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
     get_method(config.train.method)
+    if resume:
+        check_resumable(out, config)
     federation = federation_for_config(config, verify=True)
     engine = FederatedEngine(config, federation, out, progress=progress)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
-                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume)):
+                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume),
+                  resumed=resume), stop_on_signals(out):
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
@@ -47,6 +58,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
             engine.record_hooks.append(mirror)
         try:
             summary = engine.run(resume=resume)
+        except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly (commands.common.run_or_exit)
+            raise
         except OSError as exc:
             raise _write_failed(out, exc) from exc
         finally:
@@ -57,6 +70,59 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
                                                         if logger == "tensorboard" else {})}
         write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+class Stopped(PrivreidError):
+    """The run was stopped by a signal; ``exit_code`` is the shell's (128 + the signal number)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def stop_on_signals(out: Path) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM during the block into :class:`Stopped`, whose one line says which round's
+    checkpoint is kept and how to continue (it reaches stderr and, through :func:`privreid.provenance.run_log`,
+    ``log.txt``).  Outside the main thread (no signal handlers there) the block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _Signal(signum)
+
+    saved = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except (_Signal, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, _Signal) else signal.SIGINT
+        raise Stopped(f"stopped by {signal.Signals(signum).name}; {_kept_checkpoint(out)}", 128 + signum) from None
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+class _Signal(BaseException):
+    """A signal received during a run (a BaseException, so no ``except Exception`` in the engine swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _kept_checkpoint(out: Path) -> str:
+    """Which checkpoint of ``out`` a stopped or failed run leaves, and what to do next, in words."""
+    from .checkpoint import Checkpoint
+
+    try:
+        return (f"the checkpoint of round {Checkpoint.load(out / 'ckpt.pt', client_memory=False).round} "
+                f"({out / 'ckpt.pt'}) is intact; continue with: privreid train --out {out} --resume")
+    except PrivreidError:
+        return "no checkpoint was written yet"
 
 
 def check_run_flags(overwrite: bool, resume: bool) -> None:
@@ -79,13 +145,6 @@ def eval_cadence(config: RunConfig) -> str:
 
 def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
-    from .checkpoint import Checkpoint
-    from .errors import PrivreidError
     from .rundir import OutputError, os_error_message
 
-    try:
-        kept = f"the checkpoint of round {Checkpoint.load(out / 'ckpt.pt').round} ({out / 'ckpt.pt'}) is " \
-               "intact and loadable; fix the cause and pass --resume"
-    except PrivreidError:
-        kept = "no checkpoint was written yet"
-    return OutputError(f"{os_error_message(exc, out)}; {kept}")
+    return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out)}")

@@ -16,6 +16,7 @@ environment read at import, real stdio).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -133,3 +134,50 @@ def check_refused(case: BadInput, tmp: Path, **where: Path | str) -> str:
     after = {str(d): tree_digest(d) for d in keep}
     assert after == before, f"{case.id}: a refused command changed {[d for d in before if before[d] != after[d]]}"
     return line
+
+
+class _FullFile:
+    """A file that takes ``room`` more bytes (or characters), then fails every write with ENOSPC (a full disk)."""
+
+    def __init__(self, fh, room: int):
+        self.fh, self.room = fh, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            self.fh.write(data[:self.room])
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.fh.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+    def __iter__(self):
+        return iter(self.fh)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+def full_disk(monkeypatch, *, room: int = 0, name: str = "*") -> None:
+    """A fault-injecting disk for in-process tests: every file opened for writing whose name matches the glob
+    ``name`` takes ``room`` bytes, then its writes fail with ENOSPC (``open``, ``io.open`` and ``Path.open``)."""
+    import builtins
+    import fnmatch
+    import io
+
+    real_open = builtins.open
+
+    def open_full(file, mode="r", *args, **kwargs):
+        fh = real_open(file, mode, *args, **kwargs)
+        writes = any(c in mode for c in "wax+")
+        if writes and isinstance(file, (str, os.PathLike)) and fnmatch.fnmatch(Path(file).name, name):
+            return _FullFile(fh, room)
+        return fh
+
+    monkeypatch.setattr(builtins, "open", open_full)
+    monkeypatch.setattr(io, "open", open_full)

@@ -26,7 +26,6 @@ def preset(tmp_path, text: str) -> Path:
     ("lr-backbone: 5e-3\n", ("train", "lr_backbone"), 0.005),  # a string to PyYAML: no exponent sign
     ('dp-sgd: "false"\n', ("train", "dp_sgd"), False),  # a non-empty string is truthy in Python
     ("dp-sgd: no\n", ("train", "dp_sgd"), False),
-    ("rounds: '7'\n", ("train", "rounds"), 7),
     ("data: synth\n", ("data", "roots"), ["synth"]),
     ("test-domains: 2019\n", ("data", "test_domains"), ["2019"]),  # a number where a name is expected
     ("opt: {mu: 0.01}\n", ("train", "method_options"), {"mu": 0.01}),
@@ -41,6 +40,8 @@ def test_preset_values_are_typed_like_flags(tmp_path, text, field, value):
 BAD = [
     ('rounds: "abc"\n', "rounds: 'abc' is not a valid integer"),
     ("rounds: 2.7\n", "rounds: '2.7' is not a valid integer"),
+    ("rounds: '7'\n", "rounds: '7' is not a valid integer (quoted"),  # an int option takes a YAML int (issue 26)
+    ("rounds: {a: 1}\n", "rounds: expected a single value"),
     ("lr-head: fast\n", "lr-head: 'fast' is not a valid float"),
     ("dp-sgd: maybe\n", "dp-sgd: 'maybe' is not a valid boolean"),
     ("rounds: [1, 2]\n", "rounds: expected a single value"),

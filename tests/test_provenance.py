@@ -147,7 +147,7 @@ def test_disk_full_keeps_the_previous_checkpoint_and_says_so(tiny_synth, tmp_pat
 
     monkeypatch.setattr(ckpt_module.torch, "save", save)
     res = invoke("train", "--data", tiny_synth, "--rounds", 3, *TINY, "--out", out)
-    one_line_error(res, "No space left on device", "disk full", "checkpoint of round 1", "intact and loadable")
+    one_line_error(res, "No space left on device", "disk full", "checkpoint of round 1", "is intact", "--resume")
     assert calls == [1, 2]
     assert load_checkpoint(out / "ckpt.pt")["round"] == 1
     assert not list(out.glob(".*.tmp")) and not (out / LOCK_FILE).exists()

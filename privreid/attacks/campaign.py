@@ -19,6 +19,7 @@ import torch
 from ..checkpoint import checkpoint_labels, label_file_stem
 from ..data.types import TestSet
 from ..errors import ConfigError
+from ..rundir import write_text_atomic
 
 __all__ = ["attack_checkpoints", "attack_models", "write_attack_report"]
 
@@ -96,8 +97,8 @@ def write_attack_report(out: Path, report: str, records: list[dict[str, Any]], p
     from .retrieval import plot_attack_examples
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report)
-    (out / "results.json").write_text(json.dumps(
+    write_text_atomic(out / "report.md", report)
+    write_text_atomic(out / "results.json", json.dumps(
         {"settings": {k: v for k, v in settings.items() if k != "paths"},
          "checkpoints": [str(p) for p in settings["paths"]], "results": records}, indent=2))
     write_csv_rows(records, out / "results.csv")

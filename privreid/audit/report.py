@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..reporting.files import save_figure
+from ..rundir import write_text_atomic
 from .metrics import FPR_TARGETS, fpr_label, roc_curve
 
 
@@ -69,7 +70,7 @@ def write_report(out: Path, records: list[dict[str, Any]], curves: list[tuple[st
                  dp: list[dict[str, Any]] | None = None) -> list[Path]:
     """Write ``audit.json``, ``roc.png`` (when there are MIA records) and ``report.md`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "audit.json").write_text(json.dumps({"records": records, "dp_audit": dp or []}, indent=2) + "\n")
+    write_text_atomic(out / "audit.json", json.dumps({"records": records, "dp_audit": dp or []}, indent=2) + "\n")
     files = [out / "audit.json"]
     sections = ["# privreid membership audit"]
     if records:
@@ -82,6 +83,6 @@ def write_report(out: Path, records: list[dict[str, Any]], curves: list[tuple[st
         from .dp_audit import dp_table
 
         sections.append("## Empirical DP audit (Steinke, Nasr & Jagielski, one run)\n\n" + dp_table(dp))
-    (out / "report.md").write_text("\n\n".join(sections) + "\n")
+    write_text_atomic(out / "report.md", "\n\n".join(sections) + "\n")
     files.append(out / "report.md")
     return files

@@ -48,6 +48,7 @@ from ..checkpoint import Checkpoint
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
+from ..rundir import save_torch_atomic
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -154,7 +155,7 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     saved = {"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}
     if aggregate:
         saved["sums"] = {str(r): dataclasses.asdict(s) for r, s in engine.sums.items()}
-    torch.save(saved, store)
+    save_torch_atomic(saved, store)
     return {"uploads": engine.recorded, "sums": engine.sums, "verified": verified}
 
 

@@ -8,6 +8,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 
 from ..errors import ConfigError, PrivreidError
@@ -26,10 +27,40 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 
 
-def fail(msg: str) -> None:
-    """Print ``error: msg`` to stderr and exit with status 2."""
+def fail(msg: str, code: int = 2) -> None:
+    """Print ``error: msg`` to stderr and exit with status ``code`` (2: bad input)."""
     typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+def usage_error_line(exc: click.ClickException, ctx: click.Context | None = None) -> None:
+    """A command-line parse error (click's usage box) as one ``error:`` line naming the help to read (that of the
+    command it names, else of ``ctx``'s), exit 2."""
+    ctx = getattr(exc, "ctx", None) or ctx
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    fail(" ".join(exc.format_message().split()) + hint)
+
+
+def _refuse_empty_path(callback):
+    """An option callback that refuses an empty path (``--out ""`` is the current directory, never what was meant)."""
+
+    def check(ctx, param, value):
+        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
+            raise click.BadParameter("an empty path (it would be the current directory); name a file or folder",
+                                     ctx, param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
+
+def refuse_empty_paths(command: click.Command) -> None:
+    """Every path option and argument of ``command`` and of its subcommands refuses an empty path
+    (:func:`_refuse_empty_path`); ``privreid``'s group applies it once, to the whole command tree."""
+    for param in command.params:
+        if isinstance(param.type, click.Path):
+            param.callback = _refuse_empty_path(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        refuse_empty_paths(sub)
 
 
 def csv_list(value: Optional[str]) -> Optional[list[str]]:
@@ -39,13 +70,19 @@ def csv_list(value: Optional[str]) -> Optional[list[str]]:
 
 def run_or_exit(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors (:class:`PrivreidError`) and OS errors (a read-only or full
-    disk, a file in the way of an output) into a one-line message + exit 2."""
+    disk, a file in the way of an output) into a one-line message + exit 2.
+
+    A broken pipe (the reader of stdout left: ``privreid ... | head``) is not an error of the command: it
+    is raised on to click, which exits quietly with status 1 (the run directory stays as a stop leaves it).
+    """
     from ..rundir import os_error_message
 
     try:
         return fn(*args, **kwargs)
-    except PrivreidError as exc:
-        fail(str(exc))
+    except PrivreidError as exc:  # a run stopped by a signal exits as the shell would (130, 143)
+        fail(str(exc), getattr(exc, "exit_code", 2))
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         fail(os_error_message(exc))
 
@@ -165,7 +202,10 @@ def preset_value(ctx, param, value):
 
     Scalars are rendered as the text a user would type (:func:`_as_typed`)
     and parsed by the option's type: numbers, booleans, choices and paths are
-    checked the same way as flags.  Repeatable options (``--data``, ``--opt``)
+    checked the same way as flags.  An integer option takes a YAML integer only
+    (``rounds: "3"`` and ``rounds: 2.7`` are refused, as a quoted or fractional
+    count is a mistake); a number option also takes text, because YAML 1.1
+    reads ``5e-3`` as a string.  Repeatable options (``--data``, ``--opt``)
     take a scalar or a list; ``opt`` also takes a mapping (``{mu: 0.01}``).
     ``null`` is accepted only for options whose default is "not given".
     """
@@ -175,6 +215,11 @@ def preset_value(ctx, param, value):
         if param.multiple or param.default is None:
             return [] if param.multiple else None
         raise ConfigError("a value is required (null given)")
+    if isinstance(param.type, click.types.IntParamType) and not param.multiple \
+            and isinstance(value, (bool, float, str)):
+        quoted = " (quoted, it is text in YAML: write the number without quotes)" \
+            if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() else ""
+        raise ConfigError(f"{_as_typed(value)!r} is not a valid integer{quoted}")
     if param.multiple:
         if param.name == "opt" and isinstance(value, dict):
             value = [f"{k}={json.dumps(v)}" for k, v in value.items()]

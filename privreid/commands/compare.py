@@ -54,7 +54,7 @@ def compare_command(
     from ..comparison import compare_checkpoints
     from ..reporting import format_table
 
-    from ..rundir import check_output_file
+    from ..rundir import check_output_file, write_text_atomic
 
     paths = list(models_opt or []) + list(models or [])
     if not paths:
@@ -65,7 +65,7 @@ def compare_command(
         table = format_table(rows)
         typer.echo(table)
         if markdown:
-            markdown.write_text(table + "\n")
+            run_or_exit(write_text_atomic, markdown, table + "\n")
         return
 
     from ..attacks.inversion.aggregate import parse_clients
@@ -92,5 +92,5 @@ def compare_command(
         if result["clean"]:
             typer.echo(format_table(result["clean"]))
             if markdown:
-                markdown.write_text(format_table(result["clean"]) + "\n")
+                run_or_exit(write_text_atomic, markdown, format_table(result["clean"]) + "\n")
         typer.echo(f"wrote {out / 'report.md'}")

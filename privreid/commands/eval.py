@@ -81,7 +81,7 @@ def eval_command(
     from ..reporting import format_table
 
     def corruption_options() -> dict:
-        if severity != "random" and not severity.isdigit():
+        if severity != "random" and not (severity.isascii() and severity.isdigit()):  # isdigit() alone takes a superscript
             raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
         options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
                        repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
@@ -139,7 +139,7 @@ def eval_command(
         return rows
 
     from ..evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
-    from ..rundir import check_output_file
+    from ..rundir import check_output_file, write_text_atomic
 
     run_or_exit(check_output_file, json_out, "--json")
     rows = run_or_exit(go)
@@ -170,4 +170,4 @@ def eval_command(
         for line in deviations:
             typer.echo(f"deviation: {line}")
     if json_out:
-        json_out.write_text(json.dumps(rows, indent=2))
+        run_or_exit(write_text_atomic, json_out, json.dumps(rows, indent=2))

@@ -28,7 +28,10 @@ def train_command(
                                                "command line override it. See configs/."),
     out: Path = typer.Option(Path("runs/latest"), help="Output directory (ckpt.pt, metrics.jsonl, summary.json)."),
     overwrite: bool = typer.Option(False, help="Replace a run already in --out."),
-    resume: bool = typer.Option(False, help="Continue the run in --out from its checkpoint."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its checkpoint, with the configuration "
+                                "it recorded (OUT/config.yaml): no other flag is needed. Flags given with it may "
+                                "change only --rounds (to more), --eval-every, --workers, --device, --quiet and "
+                                "--logger; any other change is refused, naming the field."),
     quiet: bool = typer.Option(False, help="No progress bars."),
     logger: str = typer.Option("none", help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
                                "pip install 'privreid[tensorboard]') or wandb ('privreid[wandb]'); none."),
@@ -52,12 +55,28 @@ def train_command(
         return
 
     def go() -> dict:
-        p = params_with_preset(ctx, config_file)
+        p = train_params(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
                          progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"])
 
     summary = run_or_exit(go)
     typer.echo(json.dumps(_brief(summary), indent=2))
+
+
+def train_params(ctx: typer.Context, config_file: Optional[Path]) -> dict:
+    """``privreid train``'s parameters: the flags given, over ``--config``'s preset.
+
+    With ``--resume`` and no ``--config``, the preset is the run's own
+    ``config.yaml``: ``privreid train --out runs/x --resume`` continues the
+    run as it was configured, and the flags given with it may change only
+    what :data:`privreid.federated.resume.FREE_FIELDS` allows (anything else
+    is refused, naming the field).
+    """
+    if config_file is None and ctx.params.get("resume"):
+        recorded = Path(ctx.params["out"]) / "config.yaml"
+        if recorded.is_file():
+            config_file = recorded
+    return params_with_preset(ctx, config_file)
 
 
 def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> None:
@@ -68,7 +87,7 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     from ..run_plan import render_plan, run_plan
     from ..training import check_run_flags
 
-    p = params_with_preset(ctx, config_file)
+    p = train_params(ctx, config_file)
     if not p["dry_run"]:
         raise ConfigError("--json prints the plan of --dry-run; give both")
     check_run_flags(p["overwrite"], p["resume"])

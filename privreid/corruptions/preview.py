@@ -9,6 +9,7 @@ import torch
 
 from privreid.errors import ConfigError
 
+from ..reporting.files import savefig_atomic
 from . import check_severity, corrupt, resolve_corruptions
 
 #: File types the preview can be written as (matplotlib's raster and vector back ends).
@@ -58,7 +59,7 @@ def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | S
             axes[r][0].set_ylabel(name, rotation=0, ha="right", va="center", fontsize=7)
         fig.tight_layout(pad=0.3)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=150)
+        savefig_atomic(fig, path, dpi=150)
     finally:
         plt.close(fig)
     return rows

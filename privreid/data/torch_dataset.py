@@ -41,10 +41,18 @@ class DecodedImages:
     hold their own.  Callers never write to the returned tensors.
     """
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int | None = None) -> None:
+        #: None: ``PRIVREID_DECODED_MB``, read when first needed (a bad value is then a command's one-line error,
+        #: not a traceback while privreid is imported)
+        self._max_bytes = max_bytes
         self.nbytes = 0
         self._images: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+
+    @property
+    def max_bytes(self) -> int:
+        if self._max_bytes is None:
+            self._max_bytes = _decoded_budget()
+        return self._max_bytes
 
     def get(self, path: str, pipeline: TensorPipeline) -> torch.Tensor:
         try:
@@ -74,7 +82,7 @@ def _decoded_budget() -> int:
 
 
 #: the process's decoded images (:class:`DecodedImages`)
-DECODED = DecodedImages(_decoded_budget())
+DECODED = DecodedImages()
 
 
 class _Transformed(Dataset):

@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from ..rundir import write_file_atomically
+from ..rundir import save_torch_atomic
 
 #: the folder under the run directory that holds the client memories
 MEMORY_DIR = "client_memory"
@@ -82,7 +82,7 @@ def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     just after a checkpoint can lose memory files it names, as the operating
     system had not written them yet.
     """
-    write_file_atomically(directory / file, lambda tmp: torch.save(data, tmp))
+    save_torch_atomic(data, directory / file, stream=False)
 
 
 @functools.cache

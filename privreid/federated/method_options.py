@@ -8,13 +8,15 @@ DPPTSettings`) and passes the class as ``Method(options=...)``.
 mapping: JSON scalars or strings) into an instance: an unknown key is an
 error naming the method's options; each value is coerced to its field's type
 by :func:`privreid.config.parse_value`, booleans by the one rule of
-:func:`privreid.config.parse_bool` (true/false, yes/no, 1/0).  Ranges stay
-with the method that uses the value.
+:func:`privreid.config.parse_bool` (true/false, yes/no, 1/0), and a number
+must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges
+stay with the method that uses the value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,4 +54,6 @@ def parse_options(options: type, values: Mapping[str, Any], method: str) -> Any:
             parsed[key] = parse_value(value, types_[key])
         except ValueError as exc:
             raise ConfigError(f"{method} option {key} must be {exc}, got {value!r}") from None
+        if isinstance(parsed[key], float) and not math.isfinite(parsed[key]):
+            raise ConfigError(f"{method} option {key} must be a finite number, got {value!r}")
     return options(**parsed)

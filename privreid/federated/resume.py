@@ -3,21 +3,27 @@
 ``rounds`` may grow (continue a finished run for more rounds) but not fall
 below the rounds the checkpoint has completed.  ``device`` may change
 between spellings of the same device (``auto`` on a machine without CUDA is
-``cpu``), and ``num_workers`` (data-loading processes) may change freely:
-neither changes the numbers.
+``cpu``), and ``num_workers`` (data-loading processes) and ``eval_every``
+(the evaluation cadence: every round's randomness is seeded afresh from
+the run's seed and the round, :func:`privreid.seeding.derive_seed`, so an
+evaluation between rounds does not change what the next round trains) may
+change freely: none of them changes the trained model.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ..config import RunConfig
 from ..errors import ConfigError
 
 #: train fields a resume may change freely
-FREE_FIELDS = ("rounds", "num_workers", "device")
+FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
 
 
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
-    """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``."""
+    """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``,
+    with the checkpoint's value and the new one."""
     from ..device import resolve_device
 
     if current.train.rounds < rounds_done:
@@ -26,8 +32,22 @@ def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None
     a, b = saved.to_dict(), current.to_dict()
     for field in FREE_FIELDS:
         a["train"].pop(field), b["train"].pop(field)
-    diffs = [f"{section}.{k}" for section in b for k in b[section] if b[section][k] != a[section].get(k)]
+    diffs = [f"{section}.{k} {a[section].get(k)!r} -> {b[section][k]!r}"
+             for section in b for k in b[section] if b[section][k] != a[section].get(k)]
     if resolve_device(saved.train.device).type != resolve_device(current.train.device).type:
-        diffs.append("train.device")
+        diffs.append(f"train.device {saved.train.device!r} -> {current.train.device!r}")
     if diffs:
-        raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)})")
+        raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)}); only "
+                          f"{', '.join(FREE_FIELDS)} may change: `privreid train --out DIR --resume` alone "
+                          "continues with the recorded configuration")
+
+
+def check_resumable(out: Path, config: RunConfig) -> None:
+    """Refuse, before anything in ``out`` is written, a ``--resume`` whose checkpoint is missing, unreadable,
+    malicious or of another configuration (:func:`check_resume`)."""
+    from ..checkpoint import Checkpoint
+    from .engine import prepare_out_dir
+
+    prepare_out_dir(out, overwrite=False, resume=True)
+    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False)
+    check_resume(ckpt.run_config, config, ckpt.round)

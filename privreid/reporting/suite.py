@@ -63,6 +63,7 @@ from ..errors import ConfigError
 from ..evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
                                         evaluate_corrupted, is_scaled)
 from ..device import resolve_device
+from ..rundir import write_text_atomic
 from .files import save_figure, write_csv_rows
 from .tables import format_table
 
@@ -380,8 +381,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     result["deviations"] = suite_deviations(settings)
     sections.append("## Deviations\n\n" + ("\n".join(f"- {line}" for line in result["deviations"])
                                             or "None: every section follows the protocol it cites."))
-    (out / "report.md").write_text("\n\n".join(sections) + "\n")
-    (out / "report.json").write_text(json.dumps(
+    write_text_atomic(out / "report.md", "\n\n".join(sections) + "\n")
+    write_text_atomic(out / "report.json", json.dumps(
         {"checkpoints": [str(p) for p in paths], "settings": asdict(settings), "deviations": result["deviations"]},
         indent=2))
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ConfigError, DataError
+from ..rundir import write_text_atomic
 from .tables import SCALES, TABLES, Column, Row, TableSpec
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
@@ -153,7 +154,7 @@ def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, 
     """
     cache = run_dir / f"eval-{name}.json"
     if not cache.is_file() or json.loads(cache.read_text()).get("evaluation") != summary.get("evaluation"):
-        cache.write_text(json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
+        write_text_atomic(cache, json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
     return json.loads(cache.read_text())
 
 
@@ -230,7 +231,7 @@ def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, datas
     family = kind.split("-")[0]
     cache = run_dir / (f"attack-{what}-{dataset}.json" if family == "attack" else f"corruption-{dataset}.json")
     if not cache.is_file():
-        cache.write_text(json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
+        write_text_atomic(cache, json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
     result = json.loads(cache.read_text())
     if family == "attack":
         clean, attacked = result[f"clean_{metric}"], result[metric]
@@ -345,6 +346,6 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     lines += ["| " + " | ".join(line) + " |" for line in body]
     if spec.deviations:
         lines += ["", "Deviations from the paper's protocol:", *[f"* {d}" for d in spec.deviations]]
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "table.md", "\n".join(lines) + "\n")
     if spec.figure is not None:
         spec.figure(spec, rows, out / "figure.png")

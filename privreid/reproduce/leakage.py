@@ -27,6 +27,7 @@ import torch
 
 from ..data.types import MODALITIES
 from ..errors import ConfigError
+from ..rundir import save_torch_atomic
 
 #: the paper's attack: iDLG, Adam at lr 0.01, 200 iterations (its "Discussion on privacy")
 FIG8_ATTACK = {"attack": "idlg", "iterations": 200, "lr": 0.01}
@@ -96,7 +97,8 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     rec = reconstruct(net, subject.image, label, threat=FIG8_THREAT, shared=shared, settings=settings,
                       label_smoothing=target.config.train.label_smoothing, defence=defence,
                       seed=derive_seed(0, "invert", path))
-    torch.save({"subject": rec.subject, "reconstruction": rec.reconstruction}, run_dir / f"inversion-{modality}.pt")
+    save_torch_atomic({"subject": rec.subject, "reconstruction": rec.reconstruction},
+                      run_dir / f"inversion-{modality}.pt")
     meta = {"checkpoint": str(run_dir / "ckpt.pt"), "method": target.ckpt.method, "threat": FIG8_THREAT,
             **FIG8_ATTACK, "match": settings.distance, "tv": settings.tv_weight, "modality": modality}
     write_metrics_json(cache, settings=meta, subjects=[{"path": path, "client": client, "label": label,

@@ -152,7 +152,7 @@ def _save_state(ctxt: Context, path) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
 
-    write_file_atomically(path, write)
+    write_file_atomically(path, write, stream=False)
 
 
 def _restore_state(ctxt: Context, path) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from ...checkpoint import Checkpoint, checkpoint_labels, label_file_stem
 from ...errors import CheckpointError, ConfigError
+from ...rundir import write_text_atomic
 
 
 @dataclass
@@ -156,7 +157,7 @@ def write_summary(out: Path, caption: str, rows, results: list[dict]) -> Campaig
 
     table = f"{caption}\n\n{summary_table(rows)}\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(table)
+    write_text_atomic(out / "summary.md", table)
     return CampaignResult(table, results)
 
 

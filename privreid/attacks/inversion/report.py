@@ -42,6 +42,7 @@ from torch import nn
 
 from privreid.reporting import format_table
 from privreid.reporting.files import save_figure
+from privreid.rundir import write_text_atomic
 
 from .attack import Reconstruction
 from .threat_models import to_model_input
@@ -117,7 +118,7 @@ def write_metrics_json(path: str | Path, *, settings: dict[str, Any], subjects: 
                                                  "reference": "Wang et al. 2004"}},
                "subjects": [{**subject, **s} for subject, s in zip(subjects, scores)],
                "summary": summarise(scores)}
-    path.write_text(json.dumps(_finite(payload), indent=2))
+    write_text_atomic(path, json.dumps(_finite(payload), indent=2))
     return path
 
 

@@ -64,6 +64,7 @@ import numpy as np
 
 from privreid.data.types import ReIDDataset, Sample, relabel
 from privreid.errors import ConfigError, DataError
+from privreid.rundir import write_text_atomic
 
 from . import DGPool
 
@@ -216,7 +217,7 @@ def write_splits(path: str | os.PathLike, pool: DGPool, splits: list[DGSplit]) -
     body = {"dataset": pool.name, "splits": [{**asdict(s), "query": rel(s.query), "gallery": rel(s.gallery)}
                                              for s in splits]}
     path = Path(path)
-    path.write_text(json.dumps(body, indent=1))
+    write_text_atomic(path, json.dumps(body, indent=1))
     return path
 
 

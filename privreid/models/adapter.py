@@ -1,0 +1,153 @@
+"""The adapter contract: what privreid needs from any ReID model, whoever trained it.
+
+A :class:`ReIDAdapter` holds a module plus how to get its retrieval features
+(the module's output, a callable, or a named layer read with a forward hook),
+the input size and normalisation it was trained with, and optionally its
+identity classifier.  Every model file loader (:mod:`privreid.models.external`)
+returns one, and so can user code in three lines::
+
+    net = torchvision.models.resnet50(weights="DEFAULT")
+    adapter = ReIDAdapter(net, features="avgpool", height=256, width=128)
+    privreid.evaluate(adapter, "synth")
+
+Images reach an adapter in ``[0, 1]`` (``(B, 3, height, width)``, RGB);
+:meth:`ReIDAdapter.features` applies the model's own mean / std.  privreid's
+evaluation pipeline feeds ImageNet-normalised images
+(:func:`privreid.data.build_transforms`); :meth:`ReIDAdapter.as_module`
+undoes that normalisation first, so any adapter runs wherever a privreid
+``ReIDModel`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from privreid.errors import ConfigError
+
+if TYPE_CHECKING:
+    from privreid.models.external.report import LoadReport
+
+#: what the commands that need no classifier (and no gradients, for a non-differentiable model) offer instead
+FEATURE_ONLY_ALTERNATIVES = "privreid eval, eval --corruption and attack need only features"
+
+
+def _channels(values: Sequence[float]) -> torch.Tensor:
+    return torch.tensor([float(v) for v in values], dtype=torch.float32).view(1, 3, 1, 1)
+
+
+@dataclass
+class ReIDAdapter:
+    """A ReID model for privreid: ``model`` plus how to read its retrieval features.
+
+    Args:
+        model: the network (put in eval mode by the evaluations).
+        features: how a normalised batch becomes features: ``None`` (the
+            module's output), a callable ``normalised_images -> (B, D)``, or
+            the name of a submodule of ``model`` (``dict(model.named_modules())``)
+            whose output, flattened, is the feature (read with a forward hook
+            while ``model`` runs).
+        height, width: the input size the model expects.
+        mean, std: per-channel normalisation of ``[0, 1]`` pixels the model was trained with.
+        classifier: identity classifier reading the feature, or ``None``.
+        differentiable: whether gradients flow from the features to the images
+            (``False`` for an ONNX model run by onnxruntime).
+        report: what a loader read from a file (:class:`~privreid.models.external.report.LoadReport`), else ``None``.
+    """
+
+    model: nn.Module
+    features: Callable[[torch.Tensor], torch.Tensor] | str | None = None
+    height: int = 256
+    width: int = 128
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+    classifier: nn.Module | None = None
+    differentiable: bool = True
+    report: LoadReport | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ConfigError(f"mean and std need 3 values each, std positive; got mean={list(self.mean)}, "
+                              f"std={list(self.std)}")
+        if self.height < 1 or self.width < 1:
+            raise ConfigError(f"height and width must be positive, got {self.height}x{self.width}")
+        if isinstance(self.features, str) and self.features not in dict(self.model.named_modules()):
+            raise ConfigError(f"the model has no layer named {self.features!r} (features= takes a name from "
+                              "model.named_modules())")
+
+    def normalise(self, images: torch.Tensor) -> torch.Tensor:
+        """``[0, 1]`` images -> the model's input, ``(images - mean) / std``."""
+        return (images - _channels(self.mean).to(images)) / _channels(self.std).to(images)
+
+    def features_of_normalised(self, x: torch.Tensor) -> torch.Tensor:
+        """Retrieval features ``(B, D)`` of an already normalised batch ``x``."""
+        if self.features is None:
+            return self.model(x)
+        if callable(self.features):
+            return self.features(x)
+        captured: list[torch.Tensor] = []
+        layer = dict(self.model.named_modules())[self.features]
+        handle = layer.register_forward_hook(lambda _module, _inputs, output: captured.append(output))
+        try:
+            self.model(x)
+        finally:
+            handle.remove()
+        return torch.flatten(captured[-1], 1)
+
+    def features_of(self, images: torch.Tensor) -> torch.Tensor:
+        """Retrieval features ``(B, D)`` of ``images`` in ``[0, 1]``, ``(B, 3, height, width)``."""
+        if tuple(images.shape[-2:]) != (self.height, self.width):
+            raise ConfigError(f"the model takes {self.height}x{self.width} images, got "
+                              f"{images.shape[-2]}x{images.shape[-1]}")
+        return self.features_of_normalised(self.normalise(images))
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        """Identity logits of ``images`` in ``[0, 1]``: the classifier on the retrieval feature."""
+        if self.classifier is None:
+            raise ConfigError(f"this model has no identity classifier; {FEATURE_ONLY_ALTERNATIVES}")
+        return self.classifier(self.features_of(images))
+
+    def as_module(self) -> nn.Module:
+        """An ``nn.Module`` from ImageNet-normalised images (privreid's pipeline) to this model's features."""
+        return AdaptedModel(self)
+
+
+class AdaptedModel(nn.Module):
+    """:meth:`ReIDAdapter.as_module`: re-normalises privreid's input to the model's mean / std, returns features.
+
+    ``model`` and ``classifier`` are submodules, so ``.eval()`` and ``.to()`` reach them.
+    """
+
+    def __init__(self, adapter: ReIDAdapter) -> None:
+        super().__init__()
+        self.adapter = adapter
+        self.model = adapter.model
+        self.classifier = adapter.classifier
+        scale = _channels(IMAGENET_STD) / _channels(adapter.std)
+        self.register_buffer("scale", scale, persistent=False)
+        self.register_buffer("shift", (_channels(IMAGENET_MEAN) - _channels(adapter.mean)) / _channels(adapter.std),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Features of ``x``, normalised with ImageNet's mean / std (what privreid's test transform yields)."""
+        return self.adapter.features_of_normalised(x * self.scale + self.shift)
+
+
+def as_adapter(model: Any, **load_options: Any) -> ReIDAdapter:
+    """``model`` as an adapter: an adapter as is, an ``nn.Module`` with defaults (its output is the feature,
+    256x128 ImageNet input, a ``classifier`` attribute if it has one), a path through
+    :func:`privreid.models.external.load_any_model` (``load_options`` are its keyword arguments)."""
+    if isinstance(model, ReIDAdapter):
+        return model
+    if isinstance(model, nn.Module):
+        classifier = getattr(model, "classifier", None)
+        return ReIDAdapter(model, classifier=classifier if isinstance(classifier, nn.Module) else None,
+                           **load_options)
+    from privreid.models.external import load_any_model
+
+    return load_any_model(model, **load_options)

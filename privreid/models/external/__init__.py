@@ -1,0 +1,67 @@
+"""Loading ReID models privreid did not train: one function, :func:`load_any_model`, for every file kind.
+
+Each kind (:data:`MODEL_FILES`, one module per kind) detects its files and
+loads them into a :class:`~privreid.models.adapter.ReIDAdapter`, with a
+:class:`~privreid.models.external.report.LoadReport` saying what was loaded,
+mapped and ignored.  Torch files are read with ``torch.load(weights_only=True)``
+and a refusal names the unsafe global (:mod:`.files`); TorchScript archives are
+scanned before ``torch.jit.load`` (:mod:`.torchscript_files`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from privreid.errors import CheckpointError
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external import (
+    fastreid_files,
+    onnx_files,
+    privreid_files,
+    torchreid_files,
+    torchscript_files,
+)
+from privreid.models.external.files import ModelFile, read_torch_file
+from privreid.models.external.report import LoadReport
+
+__all__ = ["MODEL_FILES", "LoadReport", "ModelFile", "load_any_model", "model_file_kind"]
+
+#: every kind, in detection order (the first whose ``detect`` accepts a file loads it)
+MODEL_FILES: list[ModelFile] = [*privreid_files.KINDS, *torchreid_files.KINDS, *fastreid_files.KINDS,
+                                *torchscript_files.KINDS, *onnx_files.KINDS]
+
+
+def model_file_kind(path: str | os.PathLike, obj: Any) -> ModelFile:
+    """The kind of ``path`` (``obj``: what :func:`read_torch_file` read); CheckpointError naming the accepted kinds."""
+    for kind in MODEL_FILES:
+        if kind.detect(Path(path), obj):
+            return kind
+    raise CheckpointError(f"{path} is not a model file privreid reads (accepted: "
+                          f"{', '.join(kind.name for kind in MODEL_FILES)})")
+
+
+def load_any_model(path: str | os.PathLike, *, arch: str | None = None, height: int | None = None,
+                   width: int | None = None, mean: list[float] | None = None, std: list[float] | None = None,
+                   last_stride: int | None = None, client: str | None = None) -> ReIDAdapter:
+    """Load the model in ``path``, whatever its kind, as a :class:`ReIDAdapter` on the CPU in eval mode.
+
+    ``arch`` (``resnet18/34/50``) is checked against the architecture read
+    from a ResNet file's keys; ``height``, ``width``, ``mean``, ``std`` are used
+    where the file does not record them (defaults: 256x128, ImageNet mean /
+    std); ``last_stride`` overrides the convention's default (torchreid and
+    torchvision 2, fast-reid 1) where the file does not record it; ``client``
+    picks a personalised model of a privreid checkpoint.  ``adapter.report``
+    says what was loaded, mapped, ignored and which settings were used.
+
+    Raises:
+        CheckpointError: a missing, unsafe or unrecognised file, or weights that do not map (one line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"model file not found: {path}")
+    obj = read_torch_file(path)
+    options = dict(arch=arch, height=height, width=width, mean=mean, std=std, last_stride=last_stride,
+                   client=client)
+    return model_file_kind(path, obj).load(path, obj, options)

@@ -1,0 +1,65 @@
+"""privreid's own files: a training checkpoint (``privreid-ckpt-v1``) and ``export --format state-dict``.
+
+Both rebuild a :class:`~privreid.models.ReIDModel` strictly; its ``forward`` is
+the retrieval feature and its classifier (if any) reads that feature.  The
+export records its input size and mean / std; a checkpoint records the run's
+input size (ImageNet mean / std, privreid's only normalisation).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from privreid.errors import CheckpointError
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external.files import ModelFile
+from privreid.models.external.report import LoadReport
+from privreid.models.external.settings import input_settings
+
+STATE_DICT_FORMAT = "privreid-state-dict-v1"
+
+
+def _adapter(model, path: Path, kind: str, recorded: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    model.eval()
+    given = input_settings(recorded, options, "privreid")
+    feature = "the neck output (ReIDModel.forward)"
+    report = LoadReport(kind, str(path), "privreid's own layout, loaded strictly", len(model.state_dict()),
+                        settings={**given["settings"], "feature": feature,
+                                  "classifier": "yes" if model.classifier is not None else "none"})
+    return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
+                       classifier=model.classifier, report=report)
+
+
+def _load_export(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    from privreid.models import build_from_config
+
+    try:
+        model = build_from_config(obj["model_config"])
+        model.load_state_dict(obj["state_dict"], strict=True)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: a privreid state-dict export whose weights do not fit its model_config "
+                              f"({type(exc).__name__})") from None
+    return _adapter(model, path, "privreid state-dict export", obj.get("input") or {}, options)
+
+
+def _load_checkpoint(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    from privreid.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.load(path)
+    model = ckpt.load_model(options.get("client"))
+    data = ckpt.run_config.data
+    return _adapter(model, path, f"privreid checkpoint ({ckpt.method}, round {ckpt.round})",
+                    {"height": data.height, "width": data.width}, options)
+
+
+def _format(obj: Any) -> Any:
+    return obj.get("format") if isinstance(obj, dict) else None
+
+
+KINDS = [
+    ModelFile("privreid-checkpoint", "a privreid training checkpoint (privreid-ckpt-v1)",
+              lambda path, obj: _format(obj) == "privreid-ckpt-v1", _load_checkpoint),
+    ModelFile("privreid-state-dict", "privreid export --format state-dict",
+              lambda path, obj: _format(obj) == STATE_DICT_FORMAT, _load_export),
+]

@@ -1,0 +1,100 @@
+"""torchreid checkpoints (``model.pth.tar-N``) and privreid's ``export --format torchreid``.
+
+torchreid (KaiyangZhou/deep-person-reid, ``torchreid/models/resnet.py``)
+saves ``{"state_dict", "epoch", "rank1", "optimizer", ...}`` (keys prefixed
+``module.`` under DataParallel).  Its ``ResNet`` is the trunk (torchvision's
+names), an optional ``fc`` block ``Linear -> BatchNorm1d -> ReLU`` (``fc.0``,
+``fc.1``; ``fc_dims``) and ``classifier = Linear(feature_dim, num_classes)``.
+In eval mode it returns ``v``, the pooled trunk feature after ``fc``: that is
+the retrieval feature here, and the classifier reads it as in training.
+torchreid does not record the architecture: it is read from the keys
+(``--arch`` is checked against it), and the last stride, which no weight
+shows, is torchreid's ``resnet18/34/50`` default of 2 unless ``last_stride``
+is given.  privreid's torchreid export records ``arch``, ``last_stride``
+(``"torchreid"``) and the input size and mean / std (``"input"``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
+from privreid.models.external.report import LoadReport
+from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
+from privreid.models.external.settings import input_settings
+
+#: torchreid's ResNet default last stride (``resnet18/34/50``; its ``*_fc512`` variants use 1)
+TORCHREID_LAST_STRIDE = 2
+
+
+def _state(obj: Any) -> dict | None:
+    return tensor_dict(strip_prefix(obj["state_dict"])) if isinstance(obj, dict) and "state_dict" in obj else None
+
+
+def _detect(path: Path, obj: Any) -> bool:
+    state = _state(obj)
+    return state is not None and "conv1.weight" in state and "layer1.0.conv1.weight" in state
+
+
+def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    state = _state(obj)
+    recorded = obj.get("torchreid") if isinstance(obj.get("torchreid"), dict) else {}
+    last_stride = recorded.get("last_stride") or options.get("last_stride") or TORCHREID_LAST_STRIDE
+    trunk = build_trunk(state, str(path), arch=recorded.get("arch") or options.get("arch"),
+                        last_stride=last_stride)
+    used = set(trunk_keys(state))
+    if "fc.0.weight" in state:  # Linear -> BatchNorm1d -> ReLU (one fc dim; torchreid's fc_dims=[d])
+        head: nn.Module = nn.Sequential(linear(state["fc.0.weight"], state.get("fc.0.bias")),
+                                        batch_norm(state, "fc.1."), nn.ReLU())
+        used |= {k for k in state if k.startswith(("fc.0.", "fc.1."))}
+        feature = "the fc block's output (Linear, BatchNorm1d, ReLU), torchreid's eval feature"
+    else:
+        head, feature = nn.Identity(), "the pooled trunk feature, torchreid's eval feature"
+    ignored = {}
+    classifier = None
+    if "classifier.weight" in state:
+        classifier = linear(state["classifier.weight"], state.get("classifier.bias"))
+        used |= {"classifier.weight", "classifier.bias"}
+    ignored.update({k: "not part of torchreid's ResNet" for k in state if k not in used})
+    model = TrunkHead(trunk, head).eval()
+    given = input_settings(obj.get("input") if isinstance(obj.get("input"), dict) else None, options, "torchreid")
+    kind = "privreid torchreid export" if "torchreid" in obj else "torchreid checkpoint"
+    report = LoadReport(kind, str(path), f"torchreid ResNet -> {trunk.arch} (last stride {last_stride})",
+                        len(used & set(state)), ignored,
+                        {**given["settings"], "feature": feature,
+                         "classifier": f"{classifier.out_features} identities" if classifier else "none"})
+    return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
+                       classifier=classifier, report=report)
+
+
+def _detect_torchvision(path: Path, obj: Any) -> bool:
+    state = tensor_dict(strip_prefix(obj)) if isinstance(obj, dict) else None
+    return state is not None and "conv1.weight" in state and "layer1.0.conv1.weight" in state
+
+
+def _load_torchvision(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    """A plain torchvision ResNet state dict: the pooled trunk feature; ``fc`` is ImageNet's classifier."""
+    state = strip_prefix(obj)
+    last_stride = options.get("last_stride") or TORCHREID_LAST_STRIDE
+    trunk = build_trunk(state, str(path), arch=options.get("arch"), last_stride=last_stride)
+    used = set(trunk_keys(state))
+    ignored = {k: ("an ImageNet-style classifier, not an identity classifier" if k.startswith("fc.")
+                   else "not part of a ResNet trunk") for k in state if k not in used}
+    given = input_settings(None, options, "torchvision")
+    report = LoadReport("torchvision ResNet state dict", str(path), f"trunk -> {trunk.arch} (last stride "
+                        f"{last_stride})", len(used), ignored,
+                        {**given["settings"], "feature": "the pooled trunk feature", "classifier": "none"})
+    return ReIDAdapter(trunk.eval(), None, given["height"], given["width"], given["mean"], given["std"],
+                       report=report)
+
+
+KINDS = [
+    ModelFile("torchreid", "a torchreid checkpoint (model.pth.tar-N) or privreid export --format torchreid",
+              _detect, _load),
+    ModelFile("torchvision", "a plain torchvision ResNet state dict (resnet18/34/50)",
+              _detect_torchvision, _load_torchvision),
+]

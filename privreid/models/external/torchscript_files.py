@@ -1,0 +1,63 @@
+"""TorchScript files (``torch.jit.save``): the module's output is the retrieval feature.
+
+What loading one trusts: a TorchScript archive holds code (``code/``, in
+TorchScript, a subset of Python) and pickles (``data.pkl``, ``constants.pkl``)
+that ``torch.jit.load`` reads with torch's own unpickler.  That code runs only
+TorchScript operators: it cannot import modules, open files through Python or
+call arbitrary Python, but the graph is the author's (it may compute anything
+torch operators compute, and a custom operator library would have to be
+loaded by the caller, which privreid never does).  Before ``torch.jit.load``,
+every embedded pickle is scanned (:func:`privreid.pickle_scan.archive_globals`)
+and a file whose pickles name a global other than torch's and TorchScript's
+own classes (``__torch__.*``) is refused.  Input size and mean / std come from
+the arguments (torchreid's 256x128 ImageNet convention by default); a
+classifier cannot be told apart in a scripted graph, so there is none.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privreid.errors import CheckpointError
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external.files import ModelFile, was_read
+from privreid.models.external.report import LoadReport
+from privreid.models.external.settings import input_settings
+from privreid.pickle_scan import SAFE_PREFIXES, archive_globals
+
+#: globals a TorchScript archive's pickles hold legitimately: torch's, and its own compiled classes
+TORCHSCRIPT_PREFIXES = (*SAFE_PREFIXES, "__torch__.")
+
+
+def _detect(path: Path, obj: Any) -> bool:
+    if was_read(obj) or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    return any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names)
+
+
+def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
+    unsafe = next((g for g in archive_globals(path) if not g.startswith(TORCHSCRIPT_PREFIXES)), None)
+    if unsafe is not None:
+        raise CheckpointError(f"refusing to load {path}: its pickles name the global {unsafe}, which a "
+                              "TorchScript model never holds (nothing was executed)")
+    try:
+        with warnings.catch_warnings():  # torch's deprecation notice for torch.jit; the library stays quiet
+            warnings.simplefilter("ignore", FutureWarning)
+            module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - a damaged archive or an unknown operator
+        raise CheckpointError(f"{path} is a TorchScript archive torch cannot load ({type(exc).__name__})") from None
+    given = input_settings(None, options, "torchreid")
+    report = LoadReport("TorchScript", str(path), "the scripted module as is", len(module.state_dict()),
+                        settings={**given["settings"], "feature": "the module's output", "classifier": "none"})
+    return ReIDAdapter(module.eval(), None, given["height"], given["width"], given["mean"], given["std"],
+                       report=report)
+
+
+KINDS = [ModelFile("torchscript", "a TorchScript file (torch.jit.save)", _detect, _load)]
