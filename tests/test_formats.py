@@ -137,8 +137,8 @@ def test_dukemtmcreid_detected_by_file_names(tmp_path):
     assert sorted((pid, cam) for _, pid, cam in ds.train) == [(0, 1), (0, 4), (1, 7)]
     assert [(pid, cam) for _, pid, cam in ds.query] == [(5, 1)]
     assert sorted((pid, cam) for _, pid, cam in ds.gallery) == [(5, 6), (6, 0)]
-    same = load_dataset(tmp_path, "market1501")  # same parsing, only the name differs
-    assert same.name == "market1501" and (same.train, same.query, same.gallery) == (ds.train, ds.query, ds.gallery)
+    with pytest.raises(DataError, match="looks like a dukemtmcreid dataset, not market1501"):
+        load_dataset(tmp_path, "market1501")  # a --format the tree does not follow is refused
 
 
 def test_dukemtmcreid_nested_release_folder(tmp_path):
@@ -263,7 +263,7 @@ def test_unknown_name_and_bad_variants(tmp_path):
     with pytest.raises(ConfigError, match="only applies to cuhk03np"):
         load_dataset(tmp_path, variant="labeled")  # auto-detected market1501
     with pytest.raises(ConfigError, match="unknown cuhk03np variant"):
-        load_dataset(tmp_path, "cuhk03np", variant="manual")
+        load_dataset(make_cuhk(tmp_path / "cuhk"), "cuhk03np", variant="manual")
 
 
 def test_missing_split_folder(tmp_path):
@@ -343,7 +343,8 @@ def test_verify_images(tmp_path):
     verify_images(ds, full_decode=True)
     truncated = tmp_path / "bounding_box_test" / "0007_c2s1_002001_01.jpg"
     truncated.write_bytes(JPEG[:-3])  # scan data cut short, headers intact
-    verify_images(ds)  # Image.verify() only checks headers
+    with pytest.raises(DataError, match="0007_c2s1_002001_01.jpg: the JPEG is cut short .*1 of"):
+        verify_images(ds)  # found without decoding
     with pytest.raises(DataError, match="0007_c2s1_002001_01.jpg"):
         verify_images(ds, full_decode=True)
     garbage = tmp_path / "query" / "0002_c5s1_000126_00.jpg"

@@ -13,6 +13,7 @@ from PIL import Image
 
 from privreid import __version__
 from privreid.data import synthetic as syn
+from privreid.data.synthetic_cache import DATASET_MARKER
 from privreid.data.synthetic import (
     SynthConfig,
     domain_names,
@@ -55,7 +56,7 @@ def small_dir(tmp_path_factory) -> Path:
 def test_layout_names_and_counts(small_dir: Path):
     names = domain_names(SMALL)
     assert names == ["synthA", "synthB"]
-    assert sorted(p.name for p in small_dir.iterdir()) == sorted(names + ["manifest.json"])
+    assert sorted(p.name for p in small_dir.iterdir()) == sorted(names + ["manifest.json", DATASET_MARKER])
     manifest = json.loads((small_dir / "manifest.json").read_text())
     assert manifest["domains"] == names
     assert manifest["config"] == SMALL.to_dict()
@@ -149,14 +150,19 @@ def test_refuses_nonempty_out_dir(tmp_path: Path):
         generate_synthetic(out, SMALL)
     assert (out / "keep.txt").read_text() == "hi"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x"]
-    # an existing empty directory is fine, and overwrite=True replaces content
+    # overwrite=True never replaces a directory privreid did not write
+    with pytest.raises(DataError, match="not a dataset privreid generated"):
+        generate_synthetic(out, SMALL, overwrite=True)
+    assert (out / "keep.txt").read_text() == "hi"
+    # an existing empty directory is fine, and overwrite=True replaces a generated dataset
     empty = tmp_path / "empty"
     empty.mkdir()
     cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1})
     generate_synthetic(empty, cfg)
     assert (empty / "manifest.json").exists()
-    generate_synthetic(out, cfg, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "manifest.json").exists()
+    (empty / "synthA" / "query" / "extra.jpg").write_bytes(b"")
+    generate_synthetic(empty, cfg, overwrite=True)
+    assert not (empty / "synthA" / "query" / "extra.jpg").exists() and (empty / "manifest.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "x"]
 
 

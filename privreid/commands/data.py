@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -24,9 +25,13 @@ def data_synth(
                             "vi-folders layout) instead of RGB domains."),
     video: bool = typer.Option(False, "--video", help="Visible-infrared tracklets (one folder of frames of one "
                                "walk cycle per tracklet); implies --vi."),
-    overwrite: bool = typer.Option(False, help="Replace an existing directory."),
+    overwrite: bool = typer.Option(False, help="Replace a dataset written before by `data synth` (never a "
+                                   "directory it did not write, nor one a run is using)."),
 ) -> None:
     """Write the synthetic multi-domain ReID dataset (Market-1501 layout per domain, or visible-infrared).
+
+    The dataset is written into a hidden sibling folder and renamed into place at the end: a generation that
+    fails or is stopped (Ctrl-C, SIGTERM) leaves nothing behind.
 
     Example: privreid data synth --out data/synth   (or: privreid data synth --vi --out data/synth-vi)
     """
@@ -45,8 +50,24 @@ def data_synth(
     from ..rundir import check_output_dir
 
     run_or_exit(check_output_dir, out)
-    path = run_or_exit(generate, out, config, progress=True, overwrite=overwrite)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        path = run_or_exit(generate, out, config, progress=True, overwrite=overwrite)
+    except _Terminated:  # the temporary folder is already removed
+        typer.echo("error: stopped by SIGTERM; nothing was written", err=True)
+        raise typer.Exit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     typer.echo(f"wrote {path}")
+
+
+class _Terminated(BaseException):
+    """SIGTERM as an exception (not an ``Exception``: nothing on the way catches it), so that the half-written
+    temporary folder is removed on the way out, as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise _Terminated
 
 
 @data_app.command("info")

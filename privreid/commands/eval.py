@@ -73,7 +73,7 @@ def eval_command(
     from ..checkpoint import Checkpoint
     from ..commands.corrupt import parse_pixel_scale
     from ..corruptions import resolve_corruptions
-    from ..data.catalog import resolve_datasets
+    from ..data.catalog import resolve_datasets, verify_datasets
     from ..data.partition import as_test_set
     from ..evaluation.corrupted_eval import check_corruption_options, is_scaled
     from ..evaluation.model_eval import check_eval_options, evaluate_testset
@@ -104,6 +104,7 @@ def eval_command(
         unknown = [d for d in wanted if d not in datasets]
         if unknown:
             raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+        verify_datasets({name: datasets[name] for name in wanted}, splits=("query", "gallery"))
         testsets = [as_test_set(name, datasets[name]) for name in wanted]
         check_eval_options(testsets, **kinds)
         rows = []

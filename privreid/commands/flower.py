@@ -101,10 +101,11 @@ def supernode_command(
     Example: privreid flower supernode --data /data/Market-1501 --superlink coordinator:8000 --root-certificates ca.pem
     """
     from ..data.catalog import resolve_datasets, verify_datasets
-    from ..flower.deployment import supernode_command as command
+    from ..flower.deployment import check_port, supernode_command as command
     from ..flower.site import NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR, Site
 
     def build() -> list[str]:
+        check_port(port)  # before the dataset is read
         if insecure == (root_certificates is not None):
             raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
                               "not both, not neither")

@@ -175,11 +175,12 @@ def _load_dataset_or_children(root: Path, fmt: str) -> tuple[dict[str, ReIDDatas
     return {name: _named(ds, name) for name, ds in found.items()}, formats
 
 
-def verify_datasets(datasets: dict[str, ReIDDataset]) -> None:
-    """Check every image (and tracklet frame) of every dataset: :class:`DataError` names the first corrupt,
-    empty or unreadable file (``privreid train``, ``data info`` and ``flower supernode`` call it first)."""
+def verify_datasets(datasets: dict[str, ReIDDataset], splits: tuple[str, ...] = ("train", "query", "gallery")) -> None:
+    """Check every image (and tracklet frame) of ``splits`` of every dataset: :class:`DataError` names the first
+    corrupt, empty or cut-short file and their count (``privreid train``, ``eval`` (its query and gallery),
+    ``data info`` and ``flower supernode`` call it first)."""
     for ds in datasets.values():
-        verify_images(frame_dataset(ds))
+        verify_images(frame_dataset(ds), splits=splits)
 
 
 def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: str = "by-dataset",

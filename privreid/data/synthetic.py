@@ -256,20 +256,22 @@ def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
 
         bar = tqdm(total=total, desc="synthetic", unit="img")
     counts = {}
-    for d, (dname, items) in enumerate(zip(names, plans)):
-        for split in SPLITS:
-            (tmp / dname / split).mkdir(parents=True)
-        cams = [camera_style(config, d, c) for c in range(config.cams_per_domain)]
-        apps = {pid: identity_appearance(config, d, pid)
-                for pid in {i.pid for i in items if i.kind == "id"}}
-        for it in items:
-            arr = _render_item(config, d, it, cams, apps)
-            _save_jpeg(arr, tmp / dname / it.split / it.filename, config.jpeg_quality)
-            if bar is not None:
-                bar.update(1)
-        counts[dname] = _count(items)
-    if bar is not None:
-        bar.close()
+    try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+        for d, (dname, items) in enumerate(zip(names, plans)):
+            for split in SPLITS:
+                (tmp / dname / split).mkdir(parents=True)
+            cams = [camera_style(config, d, c) for c in range(config.cams_per_domain)]
+            apps = {pid: identity_appearance(config, d, pid)
+                    for pid in {i.pid for i in items if i.kind == "id"}}
+            for it in items:
+                arr = _render_item(config, d, it, cams, apps)
+                _save_jpeg(arr, tmp / dname / it.split / it.filename, config.jpeg_quality)
+                if bar is not None:
+                    bar.update(1)
+            counts[dname] = _count(items)
+    finally:
+        if bar is not None:
+            bar.close()
     write_manifest(tmp, "privreid-synthetic", config, domains=names, counts=counts, total_images=total)
 
 

@@ -8,7 +8,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict
+from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from PIL import Image
 from privreid import __version__
 from privreid import environment
 from privreid.errors import DataError
+from privreid.rundir import LOCK_FILE, RunLock
 from privreid.data import synthetic_config
 from privreid.data.synthetic_config import FORMAT_VERSION, RENDER_VERSION, config_hash
 
@@ -29,6 +32,59 @@ def _save_jpeg(arr: np.ndarray, path: Path, quality: int) -> None:
 
 def _is_nonempty_dir(p: Path) -> bool:
     return p.is_dir() and any(p.iterdir())
+
+
+#: the file every generated dataset holds: only a directory holding it (or an older dataset's exact layout,
+#: :func:`is_generated_dataset`) is ever replaced by ``overwrite``
+DATASET_MARKER = ".privreid-dataset"
+
+
+def is_generated_dataset(path: Path) -> bool:
+    """Whether ``path`` is a dataset privreid generated, and so may be replaced by ``overwrite``.
+
+    Datasets hold :data:`DATASET_MARKER`.  Older ones (written before the
+    marker) are recognised by their exact layout: a ``manifest.json`` of a
+    ``privreid-synthetic*`` format, and nothing beside it but the domain
+    folders it lists (:func:`write_manifest`'s ``domains``).
+    """
+    if (path / DATASET_MARKER).is_file():
+        return True
+    manifest = read_manifest(path)
+    if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith("privreid-synthetic"):
+        return False
+    domains = manifest.get("domains")
+    if not isinstance(domains, list):
+        return False
+    return all(entry.name == "manifest.json" or (entry.name in domains and entry.is_dir()
+                                                 and not entry.is_symlink()) for entry in path.iterdir())
+
+
+def _temporary_prefix(out: Path, kind: str) -> str:
+    """``.<name>.<kind>-<pid>-``: the sibling folders a generation works in, named by the process that owns them."""
+    return f".{out.name}.{kind}-{os.getpid()}-"
+
+
+def remove_abandoned_temporaries(out: Path) -> list[Path]:
+    """Delete the temporary siblings of ``out`` that a generation killed without warning (SIGKILL, power loss)
+    left: those whose owning process (the pid in the name) is no longer alive."""
+    removed = []
+    for tmp in out.parent.glob(f".{glob_escape(out.name)}.*-*-*"):
+        kind, _, rest = tmp.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and tmp.is_dir() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def write_manifest(root: Path, fmt: str, config, *, format_version: int = FORMAT_VERSION,
@@ -57,17 +113,33 @@ def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *
     out = Path(out_dir).expanduser().absolute()
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} exists and is not a directory")
-    if _is_nonempty_dir(out) and not overwrite:
-        raise DataError(f"{out} exists and is not empty (pass --overwrite, overwrite=True, to replace it)")
+    replacing = _is_nonempty_dir(out)
+    if replacing:
+        _check_replaceable(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        fill(tmp)
-        _move_into_place(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    remove_abandoned_temporaries(out)
+    with ExitStack() as stack:
+        if replacing and (out / LOCK_FILE).exists():  # a run has used it: wait for nobody, refuse while it runs
+            stack.callback(RunLock(out).acquire().release)
+        tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(out, "tmp"), dir=out.parent))
+        try:
+            fill(tmp)
+            (tmp / DATASET_MARKER).write_text("written by privreid; `privreid data synth --overwrite` may "
+                                              "replace this directory\n")
+            _move_into_place(tmp, out, overwrite)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return out
+
+
+def _check_replaceable(out: Path, overwrite: bool) -> None:
+    """Refuse, in one line, to write into the non-empty ``out`` unless it is a generated dataset and ``overwrite``."""
+    if not is_generated_dataset(out):
+        raise DataError(f"{out} is not empty and is not a dataset privreid generated (no {DATASET_MARKER}); "
+                        "it is never replaced: choose a new or empty directory")
+    if not overwrite:
+        raise DataError(f"{out} exists and is not empty (pass --overwrite, overwrite=True, to replace it)")
 
 
 def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -75,7 +147,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
         if _is_nonempty_dir(out):
             if not overwrite:
                 raise DataError(f"{out} was filled by someone else while generating")
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            trash = Path(tempfile.mkdtemp(prefix=_temporary_prefix(out, "old"), dir=out.parent))
             os.replace(out, trash / "old")
             try:
                 os.replace(tmp, out)

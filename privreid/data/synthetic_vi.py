@@ -346,34 +346,36 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
         bar = tqdm(total=total, desc="synthetic VI", unit="img")
     style = config.style_config()
     counts = {}
-    for e, (name, shots) in enumerate(zip(names, plans)):
-        visible = [camera_style(style, e, c) for c in range(config.cams_per_entity)]
-        infrared = [thermal_camera(v) for v in visible]
-        apps = {}
-        for shot in shots:
-            if shot.pid not in apps:
-                key = (config.seed, _TAG_VI_IDENTITY, e, shot.pid)
-                apps[shot.pid] = sample_appearance(_rng(*key), key)
-            frames = _render_shot(config, e, shot, apps[shot.pid], visible[shot.cam], infrared[shot.cam])
-            folder = tmp / name / shot.folder()
-            stem = f"{shot.pid:04d}_c{shot.cam + 1}"
-            if config.video:
-                folder = folder / f"t{shot.k}"
-                paths = [folder / f"{stem}_t{shot.k}_f{t:02d}.jpg" for t in range(len(frames))]
-            else:
-                paths = [folder / f"{stem}_{shot.k}.jpg"]
-            folder.mkdir(parents=True, exist_ok=True)
-            for arr, path in zip(frames, paths):
-                _save(arr, path, shot.modality, config.jpeg_quality)
-            if bar is not None:
-                bar.update(len(frames))
-        counts[name] = {
-            f"{split}/{modality}": {"shots": sum(1 for s in shots if (s.split, s.modality) == (split, modality)),
-                                    "ids": len({s.pid for s in shots if (s.split, s.modality) == (split, modality)})}
-            for split in _SPLITS for modality in (VISIBLE, INFRARED)
-        }
-    if bar is not None:
-        bar.close()
+    try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+        for e, (name, shots) in enumerate(zip(names, plans)):
+            visible = [camera_style(style, e, c) for c in range(config.cams_per_entity)]
+            infrared = [thermal_camera(v) for v in visible]
+            apps = {}
+            for shot in shots:
+                if shot.pid not in apps:
+                    key = (config.seed, _TAG_VI_IDENTITY, e, shot.pid)
+                    apps[shot.pid] = sample_appearance(_rng(*key), key)
+                frames = _render_shot(config, e, shot, apps[shot.pid], visible[shot.cam], infrared[shot.cam])
+                folder = tmp / name / shot.folder()
+                stem = f"{shot.pid:04d}_c{shot.cam + 1}"
+                if config.video:
+                    folder = folder / f"t{shot.k}"
+                    paths = [folder / f"{stem}_t{shot.k}_f{t:02d}.jpg" for t in range(len(frames))]
+                else:
+                    paths = [folder / f"{stem}_{shot.k}.jpg"]
+                folder.mkdir(parents=True, exist_ok=True)
+                for arr, path in zip(frames, paths):
+                    _save(arr, path, shot.modality, config.jpeg_quality)
+                if bar is not None:
+                    bar.update(len(frames))
+            counts[name] = {
+                f"{split}/{modality}": {"shots": sum(1 for s in shots if (s.split, s.modality) == (split, modality)),
+                                        "ids": len({s.pid for s in shots if (s.split, s.modality) == (split, modality)})}
+                for split in _SPLITS for modality in (VISIBLE, INFRARED)
+            }
+    finally:
+        if bar is not None:
+            bar.close()
     write_manifest(tmp, "privreid-synthetic-vi", config, format_version=VI_FORMAT_VERSION,
                    render_version=VI_RENDER_VERSION, domains=names,
                    cameras={name: camera_modalities(config, e) for e, name in enumerate(names)},

@@ -96,11 +96,30 @@ class TLS:
         for flag, path in files.items():
             if path is not None and not Path(path).is_file():
                 raise ConfigError(f"{flag}: file not found: {path}")
+        if not self.insecure:  # Flower's server would fail on them with a traceback after starting
+            import ssl
+
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            for flags, load in (("--ssl-certfile/--ssl-keyfile", lambda: context.load_cert_chain(self.certfile,
+                                                                                                  self.keyfile)),
+                                ("--ssl-ca-certfile", lambda: context.load_verify_locations(self.ca_certfile))):
+                try:
+                    load()
+                except ssl.SSLError as exc:
+                    raise ConfigError(f"{flags}: not a PEM certificate and its private key "
+                                      f"({exc.reason or exc})") from None
+
+
+def check_port(port: int, option: str = "--port") -> None:
+    """Refuse, in one line, a port outside 1-65535 (Flower's own parser would print its usage instead)."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{option} {port}: a port is a number from 1 to 65535")
 
 
 def superlink_command(*, host: str = "127.0.0.1", port: int = 8000, tls: TLS | None = None,
                       database: Path | None = None) -> list[str]:
     tls = tls or TLS()
+    check_port(port)
     cmd = [str(BIN_DIR / "flower-superlink"), "--host", host, "--port", str(port),
            "--disable-runtime-dependency-installation"]
     if tls.insecure:
@@ -140,6 +159,7 @@ def node_config_arg(values: dict[str, Any]) -> str:
 
 def supernode_command(superlink: str, node_config: dict[str, Any], *, port: int = 9094, host: str = "127.0.0.1",
                       root_certificates: Path | None = None) -> list[str]:
+    check_port(port)
     cmd = [str(BIN_DIR / "flower-supernode"), "--superlink", superlink, "--host", host, "--port", str(port),
            "--node-config", node_config_arg(node_config)]
     if root_certificates is None:
@@ -225,10 +245,15 @@ def _flwr(args: list[str], flwr_home: Path, timeout: float = 120) -> dict[str, A
     try:
         out = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise FlowerRunError(f"flwr {args[0]} failed: {(proc.stderr or proc.stdout).strip()[-1000:]}") from None
+        raise FlowerRunError(f"flwr {args[0]} failed: {_one_line(proc.stderr or proc.stdout)[-1000:]}") from None
     if not out.get("success", False):
-        raise FlowerRunError(f"flwr {args[0]}: {str(out.get('error-message', out)).strip()}")
+        raise FlowerRunError(f"flwr {args[0]}: {_one_line(str(out.get('error-message', out)))}")
     return out
+
+
+def _one_line(text: str) -> str:
+    """Flower's multi-line message (an unreachable SuperLink's, a traceback's end) as one line."""
+    return " ".join(text.split())
 
 
 def submit(app_dir: Path, flwr_home: Path) -> int:

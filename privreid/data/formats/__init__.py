@@ -60,6 +60,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "DatasetFormat",
     "available_formats",
+    "check_format_matches",
     "check_ids",
     "check_root",
     "detect_format",
@@ -171,7 +172,31 @@ def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | 
     if variant is not None and fmt.variant_pattern is None:
         with_variants = [f.name for f in _registry().values() if f.variant_pattern is not None]
         raise ConfigError(f"variant={variant!r} only applies to {', '.join(with_variants)}, not to {fmt.name}")
+    if name != "auto":
+        check_format_matches(root, fmt)
     return fmt.load(Path(root), variant)
+
+
+def check_format_matches(root: str | os.PathLike, fmt: DatasetFormat) -> None:
+    """Refuse, in one line, a format that ``root`` does not follow when another format recognises it.
+
+    A format without a detector (a user's, ``sysu-mm01-indoor``) is not
+    checked, nor a root no format recognises: its loader says what is missing.
+    """
+    if fmt.detect is None and fmt.loose_detect is None:
+        return
+    path = Path(root).expanduser().absolute()
+    if not path.is_dir() or next(path.iterdir(), None) is None:
+        return
+    if any(detect is not None and detect(path) for detect in (fmt.detect, fmt.loose_detect)):
+        return
+    try:
+        found = detect_format(path)
+    except DataError:
+        return
+    if found != fmt.name:
+        raise DataError(f"{path} looks like a {found} dataset, not {fmt.name}: give --format {found} (or "
+                        f"DIR:{found}), or auto")
 
 
 def detect_format(root: str | os.PathLike) -> str:

@@ -124,23 +124,39 @@ def read_image(path: str | os.PathLike) -> Image.Image:
         raise DataError(f"cannot read image {path}: {exc}") from exc
 
 
-def verify_images(dataset: ReIDDataset, *, full_decode: bool = False) -> None:
-    """Check every image of ``dataset``; raise :class:`DataError` naming the first bad file.
+def verify_images(dataset: ReIDDataset, *, full_decode: bool = False,
+                  splits: tuple[str, ...] = ("train", "query", "gallery")) -> None:
+    """Check every image of ``splits`` of ``dataset``; :class:`DataError` names the first bad file and the count.
 
-    By default each file is opened and checked with PIL's ``Image.verify()``,
-    which is fast but only inspects headers (and PNG checksums): a JPEG cut
-    short passes.  ``full_decode=True`` decodes every image instead, which also
-    catches truncated files, at the cost of reading all pixels.
+    By default each file is checked with PIL's ``Image.verify()`` (headers,
+    PNG chunks and checksums) and a JPEG must end its last scan with an
+    end-of-image marker, which catches empty, corrupt and cut-short files
+    without decoding pixels.  ``full_decode=True`` decodes every image instead.
     """
-    for path, _, _ in dataset.train + dataset.query + dataset.gallery:
-        if full_decode:
-            read_image(path)
-            continue
-        try:
-            with Image.open(path) as img:
-                img.verify()
-        except PIL_ERRORS as exc:
-            raise DataError(f"corrupt image {path}: {exc}") from exc
+    paths = [path for split in splits for path, _, _ in getattr(dataset, split)]
+    bad = [(path, problem) for path in paths if (problem := image_problem(path, full_decode=full_decode))]
+    if bad:
+        path, problem = bad[0]
+        raise DataError(f"corrupt image {path}: {problem} ({len(bad)} of {len(paths)} images of {dataset.name} "
+                        "are empty, corrupt or cut short)")
+
+
+def image_problem(path: str | os.PathLike, *, full_decode: bool = False) -> str | None:
+    """Why ``path`` is not a whole image (empty, corrupt, cut short), or None."""
+    try:
+        with Image.open(path) as img:
+            if full_decode:
+                img.convert("RGB")
+                return None
+            img.verify()
+            jpeg = img.format == "JPEG"
+    except PIL_ERRORS as exc:
+        return str(exc) or type(exc).__name__
+    if jpeg:  # Image.verify() reads a JPEG's headers only; its scan data never holds an unescaped marker
+        data = Path(path).read_bytes()
+        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+            return "the JPEG is cut short (no end-of-image marker after its last scan)"
+    return None
 
 
 def check_ids(path: Path, pid: int, cam: int) -> None:

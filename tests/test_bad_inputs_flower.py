@@ -1,0 +1,51 @@
+"""Bad inputs to ``privreid flower``: each refused in one ``error:`` line, exit 2, before any Flower process
+starts (no server is needed) (issue 26)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from badinput import BadInput, check_refused
+from privreid.flower import deployment
+from privreid.flower.messages import FlowerRunError
+
+
+def _garbage_certificates(tmp: Path) -> None:
+    for name in ("server.pem", "server.key", "ca.pem"):
+        (tmp / name).write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+
+
+CERTS = ("--ssl-certfile", "{tmp}/server.pem", "--ssl-keyfile", "{tmp}/server.key", "--ssl-ca-certfile",
+         "{tmp}/ca.pem")
+CASES = [
+    BadInput("superlink-port-out-of-range", ("flower", "superlink", "--insecure", "--port", "70000"),
+             says="--port 70000"),
+    BadInput("superlink-port-zero", ("flower", "superlink", "--insecure", "--port", "0"), says="1 to 65535"),
+    BadInput("supernode-port-out-of-range", ("flower", "supernode", "--data", "synth", "--insecure", "--port",
+                                             "-1"), says="--port -1"),
+    BadInput("superlink-garbage-certificate", ("flower", "superlink", *CERTS), setup=_garbage_certificates,
+             says="not a PEM certificate"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_refused(case, tmp_path, monkeypatch):
+    monkeypatch.setattr("os.execve", lambda *a: pytest.fail(f"started {a[0]}"))
+    check_refused(case, tmp_path)
+
+
+def test_an_unreachable_superlinks_message_is_one_line(monkeypatch, tmp_path):
+    """``flwr run`` against nothing answers with a multi-line message: privreid passes it on as one line."""
+    answer = '{"success": false, "error-message": "Connection to the SuperLink is unavailable.\\n\\nPlease check ' \
+             'the address."}'
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, answer, ""))
+    with pytest.raises(FlowerRunError) as caught:
+        deployment.submit(tmp_path, tmp_path)
+    assert str(caught.value) == ("flwr run: Connection to the SuperLink is unavailable. Please check the "
+                                 "address.")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "Traceback\n  x\nE"))
+    with pytest.raises(FlowerRunError, match="^flwr run failed: Traceback x E$"):
+        deployment.submit(tmp_path, tmp_path)
