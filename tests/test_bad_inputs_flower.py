@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from badinput import BadInput, check_refused
+from badinput import BadInput, check_refused, run_cli
 from privreid.flower import deployment
 from privreid.flower.messages import FlowerRunError
 
@@ -49,3 +49,22 @@ def test_an_unreachable_superlinks_message_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "Traceback\n  x\nE"))
     with pytest.raises(FlowerRunError, match="^flwr run failed: Traceback x E$"):
         deployment.submit(tmp_path, tmp_path)
+
+
+def test_flower_run_writes_the_provenance_of_train(tmp_path, monkeypatch):
+    """Issue 26, 5: `flower run` records config.yaml, env.json and log.txt as `train` does (the SuperLink faked)."""
+    import json
+
+    import yaml
+
+    def fake_run(settings, superlink, **kwargs):
+        (settings.out_dir / "summary.json").write_text(json.dumps({"method": "fedpav", "rounds": 1}))
+
+    monkeypatch.setattr("privreid.flower.deployment.run_on_superlink", fake_run)
+    out = tmp_path / "fl"
+    res = run_cli(("flower", "run", "--insecure", "--rounds", "1", "--seed", "5", "--quiet", "--out", str(out)))
+    assert res.exit_code == 0, res.stderr
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["rounds"] == 1 and config["seed"] == 5 and config["superlink"] == "127.0.0.1:8000"
+    assert json.loads((out / "env.json").read_text())["seed"] == 5
+    assert "fedpav on Flower: waiting for" in (out / "log.txt").read_text()

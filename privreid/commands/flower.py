@@ -170,7 +170,10 @@ def run_command(
 
     from .common import params_with_preset
     from ..federated.engine import prepare_out_dir
+    from ..federated.resume import check_resumable
     from ..flower.deployment import rounds_done, run_on_superlink
+    from ..provenance import train_preset
+    from ..rundir import open_run
     from ..flower.server_app import ServerSettings, check_flower_support
 
     def go() -> dict:
@@ -197,21 +200,26 @@ def run_command(
 
             fraction = config.train.client_fraction or get_method(config.train.method).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))
-        prepare_out_dir(out_dir, overwrite=p["overwrite"], resume=p["resume"])
-        typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at {p['superlink']}; "
-                   f"writing {out_dir}")
-        bar = tqdm(total=config.train.rounds, desc=config.train.method, disable=p["quiet"], dynamic_ncols=True)
+        if p["resume"]:
+            check_resumable(out_dir, config)
+        with open_run(out_dir, "flower run", config=train_preset(p), device=config.train.device,
+                      seed=config.train.seed, resumed=p["resume"],
+                      prepare=lambda d: prepare_out_dir(d, overwrite=p["overwrite"], resume=p["resume"])):
+            typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at "
+                       f"{p['superlink']}; writing {out_dir}")
+            bar = tqdm(total=config.train.rounds, desc=config.train.method, disable=p["quiet"],
+                       dynamic_ncols=True)
 
-        def progress() -> None:
-            bar.update(rounds_done(out_dir) - bar.n)
+            def progress() -> None:
+                bar.update(rounds_done(out_dir) - bar.n)
 
-        try:
-            run_on_superlink(settings, p["superlink"], root_certificates=p["root_certificates"],
-                             timeout=p["timeout"], on_poll=progress)
-            progress()
-        finally:
-            bar.close()
-        return json.loads((out_dir / "summary.json").read_text())
+            try:
+                run_on_superlink(settings, p["superlink"], root_certificates=p["root_certificates"],
+                                 timeout=p["timeout"], on_poll=progress)
+                progress()
+            finally:
+                bar.close()
+            return json.loads((out_dir / "summary.json").read_text())
 
     summary = run_or_exit(go)
     typer.echo(json.dumps({k: v for k, v in summary.items() if not k.endswith("per_testset")}, indent=2))
