@@ -322,8 +322,8 @@ CASES = {
     # 4a.12 messages
     "4a.12-format-lists-vi": lambda t, s, m: (["data", "info", market_tree(t / "m"), "--format", "nosuch"],
                                               "sysu-mm01"),
-    "4a.12-synth-overwrite-flag": lambda t, s, m: (["data", "synth", "--out", _file(t / "d" / "x").parent],
-                                                   "--overwrite"),
+    "4a.12-synth-foreign-dir": lambda t, s, m: (["data", "synth", "--out", _file(t / "d" / "x").parent],
+                                                 "never replaced"),
     "4a.12-text-checkpoint": lambda t, s, m: (["eval", "--model", _file(t / "c.pt", "just text\n" * 9)],
                                               "not a privreid checkpoint"),
     "4a.12-pickle-names-global": lambda t, s, m: (["eval", "--model", _pickle(t / "evil.pkl")],

@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 
 from privreid.data.synthetic import RENDER_VERSION, SynthConfig, generate_synthetic
+from privreid.data.synthetic_cache import DATASET_MARKER
 from privreid.data.synthetic_dg import SynthDGConfig, generate_synthetic_dg
 from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
 
@@ -19,9 +20,10 @@ RENDER_2 = {
 
 
 def tree_hash(root: Path) -> str:
+    """The rendered dataset's files and bytes (the provenance marker, which holds no rendered data, left out)."""
     digest = hashlib.sha256()
     for path in sorted(Path(root).rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != DATASET_MARKER:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
