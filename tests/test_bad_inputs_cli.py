@@ -51,7 +51,8 @@ def _out(command: click.Command) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def parse_cases() -> list[BadInput]:
-    """For every command: an unknown option; for each of its number options, text; for each path option, ''."""
+    """For every command: an unknown option; for each of its number options, text; for each path option, '';
+    for its seed, 2**64 and -1."""
     cases = []
     for words, command in COMMANDS.items():
         name = "-".join(words)
@@ -67,6 +68,9 @@ def parse_cases() -> list[BadInput]:
             if isinstance(p.type, click.types.IntParamType):
                 cases.append(BadInput(f"{name}{flag}-not-an-integer", (*words, flag, "1.5", *rest), keep=keep,
                                       says="not a valid integer"))
+            if p.name == "seed":  # every command's seed: what numpy's and torch's generators take
+                cases += [BadInput(f"{name}{flag}-{v}", (*words, flag, v, *rest), keep=keep,
+                                   says="seed must be in 0..4294967295") for v in (str(2**64), "-1")]
             elif isinstance(p.type, click.types.FloatParamType):
                 cases.append(BadInput(f"{name}{flag}-not-a-number", (*words, flag, "fast", *rest), keep=keep,
                                       says="not a valid float"))

@@ -55,12 +55,31 @@ def _refuse_empty_path(callback):
 
 def refuse_empty_paths(command: click.Command) -> None:
     """Every path option and argument of ``command`` and of its subcommands refuses an empty path
-    (:func:`_refuse_empty_path`); ``privreid``'s group applies it once, to the whole command tree."""
-    for param in command.params:
+    (:func:`_refuse_empty_path`), and every ``--seed`` a value outside 0..:data:`~privreid.config.MAX_SEED` (what
+    numpy's and torch's generators take); ``privreid``'s group applies it once, to the whole command tree."""
+    for param in _all_params(command):
         if isinstance(param.type, click.Path):
             param.callback = _refuse_empty_path(param.callback)
+        elif param.name == "seed" and isinstance(param.type, click.types.IntParamType):
+            param.callback = _bounded_seed(param.callback)
+
+
+def _all_params(command: click.Command) -> Iterator[click.Parameter]:
+    yield from command.params
     for sub in getattr(command, "commands", {}).values():
-        refuse_empty_paths(sub)
+        yield from _all_params(sub)
+
+
+def _bounded_seed(callback):
+    """An option callback that refuses a seed the random generators cannot take."""
+    from ..config import MAX_SEED
+
+    def check(ctx, param, value):
+        if value is not None and not 0 <= value <= MAX_SEED:
+            raise click.BadParameter(f"seed must be in 0..{MAX_SEED} (got {value})", ctx, param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
 
 
 def csv_list(value: Optional[str]) -> Optional[list[str]]:
