@@ -55,7 +55,7 @@ from typing import Any
 import torch
 
 from . import __version__
-from .errors import CheckpointError
+from .errors import CheckpointError, NotACheckpointError
 from .rundir import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
@@ -120,10 +120,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
                               "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
-        raise CheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
+        raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
                               f"{type(exc).__name__})") from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
+        raise NotACheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")

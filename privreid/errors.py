@@ -22,5 +22,9 @@ class CheckpointError(PrivreidError):
     """A checkpoint is unreadable, unsafe or incompatible."""
 
 
+class NotACheckpointError(CheckpointError):
+    """A file that is not a privreid checkpoint at all (another kind of model file, or no model file)."""
+
+
 class MissingDependencyError(PrivreidError):
     """A third-party package that a command needs is not installed (or fails to import); says what to install."""

@@ -325,7 +325,7 @@ CASES = {
     "4a.12-synth-foreign-dir": lambda t, s, m: (["data", "synth", "--out", _file(t / "d" / "x").parent],
                                                  "never replaced"),
     "4a.12-text-checkpoint": lambda t, s, m: (["eval", "--model", _file(t / "c.pt", "just text\n" * 9)],
-                                              "not a privreid checkpoint"),
+                                              "not a model file privreid reads"),
     "4a.12-pickle-names-global": lambda t, s, m: (["eval", "--model", _pickle(t / "evil.pkl")],
                                                   "the global posix.system"),
 }

@@ -127,7 +127,7 @@ def test_eval_command_reports_mean_and_std_under_corruption(trained, tmp_path):
     (["--corruption", "fog", "--severity", "mild"], "--severity must be an integer from 1 to 5 or 'random'"),
     (["--corruption", "fog", "--corrupt", "sideways"], "corrupt must be one of query, gallery, both"),
     (["--corruption", "fog", "--repeats", "0"], "repeats must be a positive integer, got 0"),
-    (["--corruption", "fog", "--seed", "-1"], "seed must be a non-negative integer, got -1"),
+    (["--corruption", "fog", "--seed", "-1"], "seed must be in 0..4294967295 (got -1)"),
     (["--corruption", "fog", "--pixel-scale", "x"], "--pixel-scale"),
 ])
 def test_eval_command_rejects_bad_corruption_options(trained, args, message):

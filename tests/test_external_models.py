@@ -258,3 +258,26 @@ def test_privreid_checkpoint_loads_its_global_model(tiny_synth, tmp_path):
     assert (adapter.height, adapter.width) == (H, W)
     assert adapter.report.kind.startswith("privreid checkpoint (fedpav")
     _assert_same(adapter, model)
+
+
+def test_privreid_eval_ranks_a_torchvision_state_dict_like_the_python_api(tmp_path, tiny_synth):
+    """Issue 27, 1: `privreid eval --model FILE --arch` takes a model privreid did not train, prints the load
+    report in one line and ranks exactly as privreid.evaluate."""
+    import json
+
+    from badinput import run_cli
+
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), tmp_path / "rn18.pth")
+    res = run_cli(("eval", "--model", str(tmp_path / "rn18.pth"), "--arch", "resnet18", "--height", "32",
+                   "--width", "16", "--data", str(tiny_synth), "--domains", "synthC", "--device", "cpu",
+                   "--json", str(tmp_path / "eval.json")))
+    assert res.exit_code == 0, res.stderr
+    assert "torchvision" in res.stdout.splitlines()[0]
+    row = json.loads((tmp_path / "eval.json").read_text())[0]
+    want = privreid.evaluate(tmp_path / "rn18.pth", str(tiny_synth), arch="resnet18", height=32, width=16)
+    assert row["mAP"] == pytest.approx(want.testsets["synthC"]["mAP"], abs=1e-6)
+    for args, says in (((), "it records no data, give --data"), (("--data", str(tiny_synth), "--client", "a"),
+                                                                "--client picks a personalised model")):
+        res = run_cli(("eval", "--model", str(tmp_path / "rn18.pth"), *args))
+        assert res.exit_code == 2 and says in res.stderr, res.stderr

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..errors import ConfigError
 from .common import DATA_HELP, DeviceOption, csv_list, run_or_exit
 
+if TYPE_CHECKING:
+    import torch
+
 
 def eval_command(
-    model: Path = typer.Option(..., "--model", help="Checkpoint (ckpt.pt) to evaluate."),
+    model: Path = typer.Option(..., "--model", help="Checkpoint (ckpt.pt) to evaluate, or a model trained "
+                               "elsewhere: a torchreid or fast-reid checkpoint, a torchvision ResNet state dict, "
+                               "a privreid export, TorchScript or ONNX (docs/models.md; give --data)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="A model file from elsewhere: its ResNet "
+                                       "(resnet18/34/50), checked against the file's keys."),
+    height: Optional[int] = typer.Option(None, "--height", help="A model file from elsewhere that records no "
+                                         "input size: its input height (default 256, torchreid's and fast-reid's)."),
+    width: Optional[int] = typer.Option(None, "--width", help="The same for the width (default 128)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the checkpoint's data."),
     domains: Optional[str] = typer.Option(None, help="Comma-separated domains to test on (default: all)."),
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
@@ -70,7 +81,6 @@ def eval_command(
     Example: privreid eval --model runs/dppt/ckpt.pt --data synth-vi --mode visible-to-ir
     Example: privreid eval --model runs/fedpav/ckpt.pt --corruption all --severity random --repeats 10
     """
-    from ..checkpoint import Checkpoint
     from ..commands.corrupt import parse_pixel_scale
     from ..corruptions import resolve_corruptions
     from ..data.catalog import resolve_datasets, verify_datasets
@@ -95,11 +105,10 @@ def eval_command(
             return dg_rows()
         corrupted = corruption_options() if corruption is not None else None
         check_eval_options([], **kinds)
-        ckpt = Checkpoint.load(model)
-        cfg = ckpt.run_config
         dev = resolve_device(device)
-        net = ckpt.load_model(client, device=dev)
-        datasets = resolve_datasets(data or cfg.data.roots, cfg.data.format if not data else fmt)
+        loaded = load_eval_model(model, client=client, arch=arch, size=(height, width), device=dev, data=data)
+        net = loaded.net
+        datasets = resolve_datasets(data or loaded.roots, loaded.format if not data else fmt)
         wanted = csv_list(domains) or list(datasets)
         unknown = [d for d in wanted if d not in datasets]
         if unknown:
@@ -110,7 +119,7 @@ def eval_command(
         rows = []
         for testset in testsets:
             rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len,
-                                         height=cfg.data.height, width=cfg.data.width, device=dev, flip=flip,
+                                         height=loaded.height, width=loaded.width, device=dev, flip=flip,
                                          metric=metric, ap=ap, single_gallery_shot=single_gallery_shot,
                                          progress=True))
         return rows
@@ -124,15 +133,13 @@ def eval_command(
                               "and --single-gallery-shot do not apply")
         if num_splits < 1 or seed < 0:
             raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
-        ckpt = Checkpoint.load(model)
-        cfg = ckpt.run_config
         dev = resolve_device(device)
-        net = ckpt.load_model(client, device=dev)
+        loaded = load_eval_model(model, client=client, arch=arch, size=(height, width), device=dev, data=data)
         rows = []
         for root in data:
             name = Path(root).name
             written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
-            result = evaluate_dg_model(net, root, fmt, height=cfg.data.height, width=cfg.data.width, device=dev,
+            result = evaluate_dg_model(loaded.net, root, fmt, height=loaded.height, width=loaded.width, device=dev,
                                        flip=flip, metric=metric, ap=ap, num_splits=num_splits, seed=seed,
                                        splits_file=splits, write_splits_to=written)
             rows.append({"testset": f"{name} ({result['protocol']})", **result})
@@ -171,3 +178,44 @@ def eval_command(
             typer.echo(f"deviation: {line}")
     if json_out:
         run_or_exit(write_text_atomic, json_out, json.dumps(rows, indent=2))
+
+
+@dataclass
+class EvalModel:
+    """The network ``privreid eval`` ranks with, its input size, and the data it defaults to."""
+
+    net: torch.nn.Module
+    height: int
+    width: int
+    roots: list[str]
+    format: str
+
+
+def load_eval_model(path: Path, *, client: Optional[str], arch: Optional[str], size: tuple, device,
+                    data) -> EvalModel:
+    """A privreid checkpoint (its global or ``client``'s model, its data and input size), or any model file
+    :func:`privreid.models.external.load_any_model` reads (its input size from the file or the defaults; the
+    load report printed in one line; ``--data`` required)."""
+    from ..checkpoint import Checkpoint
+    from ..errors import NotACheckpointError
+
+    try:
+        ckpt = Checkpoint.load(path)
+    except NotACheckpointError:
+        from ..models.external import load_any_model
+
+        if client is not None:
+            raise ConfigError("--client picks a personalised model of a privreid checkpoint; "
+                              f"{path} is not one") from None
+        adapter = load_any_model(path, arch=arch, height=size[0], width=size[1])
+        if not data:
+            raise ConfigError(f"{path} is a {adapter.report.kind} file, not a privreid checkpoint: it records no "
+                              "data, give --data")
+        typer.echo(adapter.report.line())
+        return EvalModel(adapter.as_module().to(device), adapter.height, adapter.width, [], "auto")
+    if arch is not None or size != (None, None):
+        raise ConfigError("--arch, --height and --width are for model files from elsewhere; a privreid "
+                          "checkpoint records its model and input size")
+    cfg = ckpt.run_config
+    return EvalModel(ckpt.load_model(client, device=device), cfg.data.height, cfg.data.width, cfg.data.roots,
+                     cfg.data.format)
