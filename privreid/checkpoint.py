@@ -108,13 +108,15 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
-    from .pickle_scan import UnsafePickle, safe_torch_load
+    from .pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
 
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file; the error says it
             warnings.simplefilter("ignore")
             ckpt = safe_torch_load(path, map_location=map_location)
     except pickle.UnpicklingError as exc:
+        if not isinstance(exc, UnsafePickle) and not looks_like_pickle(path):  # text, noise: torch's legacy reader
+            raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a torch file)") from exc
         what = f"the global {exc.found}" if isinstance(exc, UnsafePickle) else \
             "objects that are not plain tensors/containers"
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "

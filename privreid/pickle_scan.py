@@ -98,6 +98,16 @@ def unsafe_global(path: str | os.PathLike) -> str | None:
         return None
 
 
+def looks_like_pickle(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a torch zip file (with a ``data.pkl``) or starts like a binary pickle (protocol 2+):
+    a file that is neither (text, ONNX, noise) is no checkpoint at all, not a refused one."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            return any(name.endswith("data.pkl") for name in zf.namelist())
+    with open(path, "rb") as f:
+        return f.read(1) == b"\x80"
+
+
 def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
     """``torch.load(path, weights_only=True, **kwargs)`` after the scan (module docstring).
 

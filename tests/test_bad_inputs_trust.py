@@ -102,3 +102,12 @@ def test_refused_in_one_line(case, tmp_path, finished_run):
     shutil.copytree(finished_run, tmp_path / "run")
     check_refused(case, tmp_path, run=tmp_path / "run")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_text_file_is_no_model_file_not_a_refused_pickle(tmp_path):
+    """A short text file (torch's legacy reader calls it a bad pickle) is named as no model file at all."""
+    from badinput import assert_one_error_line, run_cli
+
+    (tmp_path / "hostname").write_text("vm\n")
+    line = assert_one_error_line(run_cli(("eval", "--model", str(tmp_path / "hostname"), "--data", "synth")))
+    assert "is not a model file privreid reads" in line and "refusing" not in line, line

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,25 +47,16 @@ def read_torch_file(path: str | os.PathLike) -> Any:
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        from privreid.pickle_scan import unsafe_global
+        from privreid.pickle_scan import looks_like_pickle, unsafe_global
 
         found = unsafe_global(path)
-        if found is None and not _is_pickle(path):  # not a pickle at all (ONNX, noise): another kind or none
+        if found is None and not looks_like_pickle(path):  # not a pickle at all (ONNX, noise): another kind or none
             return _NOT_READ
         what = f"the global {found}" if found else "objects that are not plain tensors/containers"
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a model file never holds "
                               "(nothing was executed)") from exc
     except Exception:  # noqa: BLE001 - not a torch pickle: a TorchScript archive, ONNX, or no model file
         return _NOT_READ
-
-
-def _is_pickle(path: Path) -> bool:
-    """Whether ``path`` is a torch zip file (with a ``data.pkl``) or starts like a binary pickle (protocol 2+)."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            return any(name.endswith("data.pkl") for name in zf.namelist())
-    with open(path, "rb") as f:
-        return f.read(1) == b"\x80"
 
 
 def was_read(obj: Any) -> bool:
