@@ -86,32 +86,15 @@ def stop_on_signals(out: Path) -> Iterator[None]:
     checkpoint is kept and how to continue (it reaches stderr and, through :func:`privreid.provenance.run_log`,
     ``log.txt``).  Outside the main thread (no signal handlers there) the block runs as it is."""
     import signal
-    import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    from .signals import Signalled, raising_signals
 
-    def stop(signum, frame):
-        raise _Signal(signum)
-
-    saved = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
-    except (_Signal, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, _Signal) else signal.SIGINT
+        with raising_signals(signal.SIGINT, signal.SIGTERM):
+            yield
+    except (Signalled, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
         raise Stopped(f"stopped by {signal.Signals(signum).name}; {_kept_checkpoint(out)}", 128 + signum) from None
-    finally:
-        for s, handler in saved.items():
-            signal.signal(s, handler)
-
-
-class _Signal(BaseException):
-    """A signal received during a run (a BaseException, so no ``except Exception`` in the engine swallows it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
 
 
 def _kept_checkpoint(out: Path) -> str:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..data.formats import format_help
+from ..signals import Signalled, raising_signals
 from .common import run_or_exit
 
 data_app = typer.Typer(help="Synthetic data and dataset statistics.", no_args_is_help=True)
@@ -50,24 +51,13 @@ def data_synth(
     from ..rundir import check_output_dir
 
     run_or_exit(check_output_dir, out)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        path = run_or_exit(generate, out, config, progress=True, overwrite=overwrite)
-    except _Terminated:  # the temporary folder is already removed
+        with raising_signals(signal.SIGTERM):  # unwinds like Ctrl-C: the temporary folder is removed
+            path = run_or_exit(generate, out, config, progress=True, overwrite=overwrite)
+    except Signalled:
         typer.echo("error: stopped by SIGTERM; nothing was written", err=True)
         raise typer.Exit(128 + signal.SIGTERM) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     typer.echo(f"wrote {path}")
-
-
-class _Terminated(BaseException):
-    """SIGTERM as an exception (not an ``Exception``: nothing on the way catches it), so that the half-written
-    temporary folder is removed on the way out, as on Ctrl-C."""
-
-
-def _raise_terminated(signum: int, frame) -> None:
-    raise _Terminated
 
 
 @data_app.command("info")
