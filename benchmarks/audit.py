@@ -3,7 +3,7 @@
 Trains one FedPav run on a small synthetic federation, then times
 ``privreid audit`` on it: the ``loss`` + ``feature`` attacks (no shadows),
 and LiRA (online and offline) with K shadow models, each a full training
-run with the audited run's configuration (:mod:`privreid.audit.shadows`),
+run with the audited run's configuration (:mod:`privreid.auditing.shadows`),
 for every K given.  Each K starts from an empty shadow cache.  The ratio is
 audit wall time / training wall time; LiRA's is about K (shadow training)
 plus the feature extraction of the target and the K shadows.
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    from privreid.audit import AuditSettings, run_audit
+    from privreid.auditing import AuditSettings, run_audit
     from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
     from privreid.data.synthetic import SynthConfig, generate_synthetic
     from privreid.training import train_run

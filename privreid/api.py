@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from privreid.data.types import TestSet
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from privreid.models.adapter import as_adapter
+from privreid.models.adapter import ReIDAdapter, as_adapter
 
 
 @dataclass
@@ -52,3 +52,255 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
                                        device=device, progress=progress) for ts in _testsets(data)}
     return EvaluationResult({name: {k: r[k] for k in SUMMARY_KEYS} for name, r in records.items()}, records,
                             adapter.report.to_dict() if adapter.report else None)
+
+
+def _network(model: Any, load_options: dict[str, Any], device: str) -> tuple[ReIDAdapter, Any]:
+    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``."""
+    adapter = as_adapter(model, **load_options)
+    return adapter, adapter.as_module().to(device).eval()
+
+
+@dataclass
+class AttackRow:
+    """One (test set, attack) of :func:`attack`: clean and attacked R1 / mAP / mINP and the relative drops."""
+
+    testset: str
+    method: str
+    clean: dict[str, float]
+    attacked: dict[str, float]
+    drop: dict[str, float]  #: (clean - attacked) / clean per metric
+
+
+@dataclass
+class AttackResult:
+    """:func:`attack`'s numbers: the budget and one :class:`AttackRow` per test set and attack method."""
+
+    eps: float
+    alpha: float
+    steps: int
+    target: str
+    rows: list[AttackRow]
+    records: list[dict[str, Any]] = field(repr=False)  #: the flat rows ``privreid attack`` writes to results.csv
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", eps: float = 8 / 255,
+           alpha: float | None = None, steps: int = 10, target: str = "query", max_queries: int | None = None,
+           batch_size: int = 32, seed: int = 0, device: str = "cpu", progress: bool = False,
+           **load_options: Any) -> AttackResult:
+    """Adversarial queries against ``model`` on every test set of ``data`` (``privreid attack``'s campaign).
+
+    ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a
+    list; ``eps`` the L_inf budget in ``[0, 1]`` pixels; ``alpha`` the step
+    of the iterative attacks (default ``eps / 4``: 2/255 at 8/255, as
+    torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``
+    and ``load_options`` as :func:`evaluate`.
+    """
+    from privreid.attacks.campaign import attack_models
+    from privreid.attacks.feature_attacks import check_budget
+    from privreid.attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
+    from privreid.errors import ConfigError
+
+    alpha = eps / 4 if alpha is None else alpha
+    check_budget(eps, alpha, steps)
+    if target not in TARGETS:
+        raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    adapter, net = _network(model, load_options, device)
+    if not adapter.differentiable:
+        raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
+                          "privreid.evaluate and privreid.corrupt need no gradients)")
+    records, _ = attack_models([("model", net, adapter.height, adapter.width)], _testsets(data),
+                               methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
+                               device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
+                               progress=progress)
+    keys = [key for key, _ in METRIC_KEYS]
+    rows = [AttackRow(r["testset"], r["attack"], {k: r[f"clean_{k}"] for k in keys}, {k: r[k] for k in keys},
+                      {k: r[f"drop_{k}"] for k in keys}) for r in records]
+    return AttackResult(eps, alpha, steps, target, rows, records)
+
+
+@dataclass
+class CorruptionNumbers:
+    """One test set under corruptions: clean metrics, and the mean and std over the repeats."""
+
+    clean: dict[str, float]
+    mean: dict[str, float]
+    std: dict[str, float]
+
+
+@dataclass
+class CorruptionResult:
+    """:func:`corrupt`'s numbers per test set, with the protocol's settings and its deviations."""
+
+    testsets: dict[str, CorruptionNumbers]
+    corruptions: list[str]
+    severity: int | str
+    repeats: int
+    deviations: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "all", severity: int | str = "random",
+            side: str = "both", repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1,
+            batch_size: int = 128, device: str = "cpu", progress: bool = False,
+            **load_options: Any) -> CorruptionResult:
+    """R1 / mAP / mINP of ``model`` under CIL-ReID's corruption protocol (``privreid eval --corruption``).
+
+    See :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted` for the
+    protocol; ``side`` is what is corrupted (``query``, ``gallery``, ``both``).
+    Needs no gradients, so ONNX models work.  ``model`` and ``load_options`` as :func:`evaluate`.
+    """
+    from privreid.evaluation.corrupted_eval import evaluate_corrupted
+
+    adapter, net = _network(model, load_options, device)
+    results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
+                                           repeats=repeats, seed=seed, pixel_scale=pixel_scale, progress=progress,
+                                           height=adapter.height, width=adapter.width, batch_size=batch_size,
+                                           device=device)
+               for ts in _testsets(data)}
+    first = next(iter(results.values()))
+    return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in SUMMARY_KEYS}, r["mean"], r["std"])
+                             for name, r in results.items()},
+                            first["corruptions"], severity, repeats, first["deviations"])
+
+
+@dataclass
+class InversionResult:
+    """:func:`invert`'s numbers: per subject and on average, the reconstruction's and a random image's
+    MSE / PSNR / SSIM / feature cosine to the subject, and the inferred labels; the images themselves."""
+
+    method: str
+    iterations: int
+    subjects: list[dict[str, Any]]
+    summary: dict[str, Any]
+    reconstructions: Any = field(repr=False)  #: ``(N, 3, H, W)`` tensor in ``[0, 1]``
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "iterations": self.iterations, "subjects": self.subjects,
+                "summary": self.summary}
+
+
+def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", iterations: int = 200,
+           lr: float = 0.01, label_smoothing: float = 0.0, seed: int = 0, device: str = "cpu",
+           progress: bool = False, **load_options: Any) -> InversionResult:
+    """Reconstruct ``images`` from ``model``'s one-image training gradients (the ``full`` threat model).
+
+    The attacker observes the whole gradient of the identity loss (classifier
+    included) of one training step on each image with its ``labels`` entry:
+    :mod:`privreid.attacks.inversion.threat_models`, as ``privreid invert
+    --threat full``.  ``images``: ``(N, 3, H, W)`` in ``[0, 1]`` at the
+    model's input size.  ``method``: ``dlg``, ``idlg``, ``ig``
+    (:data:`privreid.INVERSION_ATTACKS`).  Needs a classifier and gradients;
+    the shared-update threat models need a privreid checkpoint's federation
+    (``privreid invert``).  ``model`` and ``load_options`` as :func:`evaluate`.
+    """
+    import torch
+
+    from privreid.attacks.inversion import InversionSettings, reconstruct
+    from privreid.attacks.inversion.report import score, summarise
+    from privreid.errors import ConfigError
+    from privreid.seeding import derive_seed
+
+    settings = InversionSettings(attack=method, iterations=iterations, lr=lr)
+    adapter, net = _network(model, load_options, device)
+    if not adapter.differentiable or adapter.classifier is None:
+        raise ConfigError("inversion observes the gradient of the identity loss: the model needs gradients and a "
+                          "classifier (privreid.evaluate, privreid.attack and privreid.audit's feature attack "
+                          "need only features)")
+    images = torch.as_tensor(images, dtype=torch.float32)
+    if images.ndim != 4 or tuple(images.shape[1:]) != (3, adapter.height, adapter.width) or len(images) != len(labels):
+        raise ConfigError(f"images must be (N, 3, {adapter.height}, {adapter.width}) with one label each; got "
+                          f"{tuple(images.shape)} and {len(labels)} label(s)")
+    recs = [reconstruct(net, image, int(label), threat="full", shared=set(), settings=settings,
+                        label_smoothing=label_smoothing, seed=derive_seed(seed, "invert", str(k)), progress=progress)
+            for k, (image, label) in enumerate(zip(images, labels))]
+    scores = [score(net, rec) for rec in recs]
+    return InversionResult(method, iterations, scores, summarise(scores),
+                           torch.stack([rec.reconstruction for rec in recs]))
+
+
+@dataclass
+class AuditResult:
+    """:func:`audit`'s numbers: how well ``attack`` tells members from non-members (AUC, TPR at low FPR,
+    best balanced accuracy, bootstrap intervals), with the statistic it scored."""
+
+    attack: str
+    statistic: str
+    auc: float
+    tpr_at_fpr: dict[str, float]
+    balanced_accuracy: float
+    members: int
+    nonmembers: int
+    record: dict[str, Any] = field(repr=False)  #: :func:`privreid.auditing.metrics.summarise`'s whole record
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: str = "image",
+          attack: str = "feature", bootstrap: int = 200, seed: int = 0, batch_size: int = 128, device: str = "cpu",
+          **load_options: Any) -> AuditResult:
+    """Membership inference against ``model``: were these images (``level="image"``) or these people
+    (``level="identity"``) in its training set?
+
+    ``members`` / ``nonmembers``: ``(image path, identity, ...)`` samples (an
+    :class:`~privreid.data.ImageDataset`'s samples work); at identity level
+    the images of one identity are one candidate, and an identity must not be
+    on both sides.  ``attack``: ``feature`` (image level: the prototype
+    margin, how much closer an image is to its identity's other images than
+    to any other identity; identity level: compactness minus the nearest
+    other identity's similarity) or ``loss`` (the classifier's
+    log-likelihood; a model without a classifier is refused: use
+    ``feature``): :mod:`privreid.auditing.attacks`.  LiRA needs shadow models
+    trained like the target, which only ``privreid audit`` on privreid
+    checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
+    """
+    from privreid.auditing.attacks import ATTACKS
+    from privreid.auditing.membership import LEVELS, MembershipSet
+    from privreid.auditing.metrics import summarise
+    from privreid.auditing.statistics import probe_outputs
+    from privreid.errors import ConfigError
+
+    if attack not in ("feature", "loss"):
+        raise ConfigError(f"privreid.audit runs the feature or loss attack, got {attack!r} (LiRA needs shadow "
+                          "models: privreid audit on privreid checkpoints)")
+    if level not in LEVELS:
+        raise ConfigError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+    adapter, net = _network(model, load_options, device)
+    if attack == "loss" and adapter.classifier is None:
+        raise ConfigError("the loss attack reads the classifier's log-likelihood; this model has no classifier "
+                          "(use attack='feature')")
+    ms = MembershipSet(level, None, "given", membership_candidates(members, nonmembers, level))
+    outputs = probe_outputs(net, sorted({p for c in ms.candidates for p in c.probes}), height=adapter.height,
+                            width=adapter.width, device=device, batch_size=batch_size)
+    scored = ATTACKS[attack].score(ms, outputs)
+    record = summarise(ms.labels, scored.scores, bootstrap=bootstrap, seed=seed)
+    return AuditResult(attack, scored.statistic, record["auc"], record["tpr_at_fpr"], record["balanced_accuracy"],
+                       record["members"], record["nonmembers"], record)
+
+
+def membership_candidates(members: list[tuple], nonmembers: list[tuple], level: str) -> list:
+    """:class:`~privreid.auditing.membership.Candidate` per image (``level="image"``) or per identity, members first;
+    ConfigError when an image (or, at identity level, an identity) is on both sides or a side is empty."""
+    from privreid.auditing.membership import Candidate
+    from privreid.errors import ConfigError
+
+    if not members or not nonmembers:
+        raise ConfigError("an audit needs members and non-members")
+    candidates: dict[str, Candidate] = {}
+    for member, samples in ((True, members), (False, nonmembers)):
+        for sample in samples:
+            path, identity = str(sample[0]), str(sample[1])
+            key = path if level == "image" else identity
+            known = candidates.get(key)
+            if known is not None and (level == "image" or known.member != member):
+                raise ConfigError(f"{key!r} is both a member and a non-member" if known.member != member
+                                  else f"the image {path} is listed twice")
+            if known is None:
+                candidates[key] = Candidate(key, member, identity, [], None)
+            candidates[key].probes.append(path)
+    return list(candidates.values())

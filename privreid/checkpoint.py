@@ -404,9 +404,18 @@ def load_model(path_or_ckpt: str | os.PathLike | dict[str, Any] | Checkpoint, *,
 
 def checkpoint_labels(ckpts: list[Checkpoint]) -> list[str]:
     """``method (run dir)`` per loaded checkpoint, made unique with ``#2``, ``#3`` ... where they repeat."""
+    return unique_labels([checkpoint_label(ckpt) for ckpt in ckpts])
+
+
+def checkpoint_label(ckpt: Checkpoint) -> str:
+    """``method (run dir)``: how reports name a checkpoint."""
+    return f"{ckpt.method} ({ckpt.path.parent.name or ckpt.path.stem})"
+
+
+def unique_labels(bases: list[str]) -> list[str]:
+    """``bases`` with repeats made unique: ``a``, ``a #2``, ``a #3`` ..."""
     labels: list[str] = []
-    for ckpt in ckpts:
-        base = f"{ckpt.method} ({ckpt.path.parent.name or ckpt.path.stem})"
+    for base in bases:
         label, n = base, 1
         while label in labels:
             n += 1

@@ -332,3 +332,11 @@ def check_logger(kind: str) -> None:
         raise ConfigError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
     if kind != "none":
         require(kind)
+
+
+def record_models(out: Path, models: list) -> None:
+    """``out/models.json``: what each model of an evaluation is (a privreid checkpoint's method and round, or a
+    file from elsewhere's load report: kind, mapped and ignored keys, input settings)."""
+    from .rundir import write_text_atomic
+
+    write_text_atomic(out / "models.json", json.dumps([m.provenance() for m in models], indent=2) + "\n")

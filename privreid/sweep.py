@@ -14,7 +14,7 @@ run with the same settings, then measures for every run, on the same data:
 * adversarial robustness: mAP under PGD (:mod:`privreid.attacks.retrieval`)
   on the first seen test set;
 * membership leakage of the released model: TPR at 1% FPR of the ``loss``
-  attack at the image and the identity level (:mod:`privreid.audit`; capped
+  attack at the image and the identity level (:mod:`privreid.auditing`; capped
   at ``mia_max_per_class`` members and non-members).
 
 Resumable: a run with a ``summary.json`` is finished and skipped, a run with
@@ -134,8 +134,8 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
 
 
 def membership_leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
-    """``MIA TPR@1% <level>`` of the ``loss`` attack on the released model (:func:`privreid.audit.run_audit`)."""
-    from .audit import AuditSettings, run_audit
+    """``MIA TPR@1% <level>`` of the ``loss`` attack on the released model (:func:`privreid.auditing.run_audit`)."""
+    from .auditing import AuditSettings, run_audit
 
     audit = run_audit([ckpt_path], ckpt_path.parent / "audit", AuditSettings(
         attacks=["loss"], bootstrap=0, max_per_class=settings.mia_max_per_class, seed=settings.seed), device=device)

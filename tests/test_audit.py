@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from privreid.audit import AuditSettings, run_audit
-from privreid.audit.attacks import ATTACKS
-from privreid.audit.membership import build_membership
-from privreid.audit.metrics import binomial_interval, bootstrap_intervals, roc_curve, summarise, auc, tpr_at_fpr
-from privreid.audit.statistics import probe_outputs, unique_probes
+from privreid.auditing import AuditSettings, run_audit
+from privreid.auditing.attacks import ATTACKS
+from privreid.auditing.membership import build_membership
+from privreid.auditing.metrics import binomial_interval, bootstrap_intervals, roc_curve, summarise, auc, tpr_at_fpr
+from privreid.auditing.statistics import probe_outputs, unique_probes
 from privreid.cli import app
 from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config

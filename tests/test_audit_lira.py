@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import privreid.defenses.client_dp as client_dp
-from privreid.audit import AuditSettings, run_audit
-from privreid.audit.dp_audit import DPAuditSettings, audit_scores, epsilon_lower_bound, p_value, run_dp_audit
-from privreid.audit.lira import balanced_masks, lira_scores
+from privreid.auditing import AuditSettings, run_audit
+from privreid.auditing.dp_audit import DPAuditSettings, audit_scores, epsilon_lower_bound, p_value, run_dp_audit
+from privreid.auditing.lira import balanced_masks, lira_scores
 from privreid.training import train_run
 
 from conftest import tiny_config
@@ -66,7 +66,7 @@ def test_server_view_replays_and_verifies_uploads(tiny_synth, tmp_path):
 def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(tiny_synth, tmp_path):
     import torch
 
-    from privreid.audit.views import replay_aggregates, replay_uploads
+    from privreid.auditing.views import replay_aggregates, replay_uploads
     from privreid.checkpoint import Checkpoint
     from privreid.data.catalog import federation_for_config
 
@@ -99,7 +99,7 @@ def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(ti
 
 
 def test_server_aggregate_view_refuses_servers_that_read_each_upload(tiny_synth, tmp_path):
-    from privreid.audit.views import mean_weight
+    from privreid.auditing.views import mean_weight
     from privreid.errors import ConfigError
     from privreid.federated.strategy import Upload
 

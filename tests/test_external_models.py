@@ -11,38 +11,16 @@ import torchvision
 from torch import nn
 
 import privreid
-from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.errors import CheckpointError, ConfigError
 from privreid.models.adapter import ReIDAdapter
 from privreid.models.external import load_any_model
 
-H, W = 32, 16
+from model_files import H, W, fastreid_parts, torchreid_parts
+from model_files import images as _images
+from model_files import normalised as _normalised
+from model_files import randomise_bn as _randomise_bn
+from model_files import trunk as _trunk
 
-
-def _images(n: int = 4) -> torch.Tensor:
-    return torch.rand(n, 3, H, W, generator=torch.Generator().manual_seed(0))
-
-
-def _normalised(images: torch.Tensor) -> torch.Tensor:
-    return (images - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-
-
-def _randomise_bn(module: nn.Module) -> nn.Module:
-    """Non-trivial running statistics, so a wrongly mapped BatchNorm changes the features."""
-    gen = torch.Generator().manual_seed(1)
-    for m in module.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-            m.weight.data.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-    return module.eval()
-
-
-def _trunk() -> nn.Module:
-    torch.manual_seed(0)
-    net = torchvision.models.resnet18(weights=None)
-    net.fc = nn.Identity()
-    return _randomise_bn(net)
 
 
 def _assert_same(adapter: ReIDAdapter, reference: nn.Module) -> None:
@@ -70,43 +48,26 @@ def test_torchvision_state_dict(tmp_path):
 
 
 def test_torchreid_checkpoint(tmp_path):
-    trunk = _trunk()
-    fc = _randomise_bn(nn.Sequential(nn.Linear(512, 32), nn.BatchNorm1d(32), nn.ReLU()))
-    classifier = nn.Linear(32, 5)
-    state = {**trunk.state_dict(), **{f"fc.{k}": v for k, v in fc.state_dict().items()},
-             **{f"classifier.{k}": v for k, v in classifier.state_dict().items()}}
-    torch.save({"state_dict": {f"module.{k}": v for k, v in state.items()}, "epoch": 60, "rank1": 0.9},
-               tmp_path / "model.pth.tar-60")
+    checkpoint, reference, classifier = torchreid_parts()
+    torch.save(checkpoint, tmp_path / "model.pth.tar-60")
     adapter = load_any_model(tmp_path / "model.pth.tar-60", height=H, width=W, last_stride=2)
-    reference = nn.Sequential(trunk, fc).eval()
     _assert_same(adapter, reference)
     images = _images()
     with torch.no_grad():
         torch.testing.assert_close(adapter.logits(images), classifier(reference(_normalised(images))))
     report = adapter.report.to_dict()
-    assert report["kind"] == "torchreid checkpoint" and report["mapped"] == len(state)
+    assert report["kind"] == "torchreid checkpoint" and report["mapped"] == len(checkpoint["state_dict"])
     assert "32x16 (argument)" in adapter.report.line() and "ImageNet (torchreid default)" in adapter.report.line()
 
 
 def test_fastreid_checkpoint(tmp_path):
-    trunk = _trunk()
-    trunk.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True)  # fast-reid's ResNet
-    trunk.layer4[0].conv1.stride = (1, 1)  # last stride 1
-    trunk.layer4[0].downsample[0].stride = (1, 1)
-    bnneck = _randomise_bn(nn.BatchNorm2d(512))
-    classifier = torch.randn(7, 512)
-    state = {**{f"backbone.{k}": v for k, v in trunk.state_dict().items()},
-             **{f"heads.bottleneck.0.{k}": v for k, v in bnneck.state_dict().items()}, "heads.weight": classifier}
-    torch.save({"model": state, "iteration": 100}, tmp_path / "model_final.pth")
+    checkpoint, reference, _ = fastreid_parts()
+    torch.save(checkpoint, tmp_path / "model_final.pth")
     adapter = load_any_model(tmp_path / "model_final.pth", height=H, width=W)
-
-    class Reference(nn.Module):
-        def forward(self, x):
-            return bnneck(trunk(x)[..., None, None])[..., 0, 0]
-
-    _assert_same(adapter, Reference().eval())
+    _assert_same(adapter, reference)
     assert adapter.classifier.out_features == 7
     assert "BNNeck" in adapter.report.line() and "fast-reid default" in adapter.report.line()
+    state = checkpoint["model"]
     state["heads.pool_layer.p"] = torch.tensor([3.0])  # GeM pooling: not mapped, named
     torch.save({"model": state}, tmp_path / "gem.pth")
     with pytest.raises(CheckpointError, match="heads.pool_layer.p"):

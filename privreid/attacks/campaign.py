@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import checkpoint_labels, label_file_stem
+from ..checkpoint import label_file_stem
 from ..data.types import TestSet
 from ..errors import ConfigError
 from ..rundir import write_text_atomic
@@ -58,23 +58,21 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
 
 
 def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,
-                       device) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
-    """``privreid attack``'s campaign: the checkpoints of ``settings["paths"]`` on the first one's test sets
-    (or ``data`` / ``domains``), each at its own input size; see :func:`attack_models`."""
-    from ..checkpoint import Checkpoint
+                       device, models: list | None = None) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
+    """``privreid attack``'s campaign: the models of ``settings["paths"]`` (privreid checkpoints or files from
+    elsewhere, :mod:`privreid.models.evaluated`; ``models`` if already loaded) on the test sets of ``data``
+    or of the first checkpoint (``domains`` picks some), each at its own input size; see :func:`attack_models`."""
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
     from ..device import resolve_device
+    from ..models.evaluated import data_source, load_evaluated_models, model_labels
 
-    paths = settings["paths"]
-    ckpts = [Checkpoint.load(p) for p in paths]
-    configs = [c.run_config for c in ckpts]
+    models = models or load_evaluated_models(settings["paths"])
+    for model in models:
+        model.require("gradients", "privreid attack", "privreid eval and eval --corruption need no gradients")
+    source = data_source(models, data)
     dev = resolve_device(device)
-    nets = [c.load_model(client, device=dev) for c in ckpts]
-    labels = checkpoint_labels(ckpts)
-    first = configs[0]
-    datasets = resolve_datasets(data or first.data.roots, first.data.format if not data else "auto",
-                                synth_seed=first.data.synth_seed)
+    datasets = resolve_datasets(source.roots, source.format, synth_seed=source.synth_seed)
     wanted = domains or list(datasets)
     unknown = [d for d in wanted if d not in datasets]
     if unknown:
@@ -82,8 +80,8 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     video = [d for d in wanted if datasets[d].tracklets is not None]
     if video:
         raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
-    models = [(label, net, cfg.data.height, cfg.data.width) for label, net, cfg in zip(labels, nets, configs)]
-    return attack_models(models, [as_test_set(name, datasets[name]) for name in wanted],
+    nets = [(label, m.network(client, device=dev), *m.input_size) for label, m in zip(model_labels(models), models)]
+    return attack_models(nets, [as_test_set(name, datasets[name]) for name in wanted],
                          methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],
                          steps=settings["steps"], target=settings["target"], device=dev, max_queries=max_queries,
                          batch_size=batch_size, examples=examples, seed=seed, progress=True, bar=True)

@@ -9,7 +9,8 @@ from typing import Any, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import DeviceOption, checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit
+from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, checkpoint_paths, csv_list,
+                     load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -28,7 +29,8 @@ def parse_fraction(text: str, option: str) -> float:
 
 
 def attack_command(
-    model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) to attack."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) to attack, or a model file "
+                                         "from elsewhere (docs/models.md; give --data)."),
     models: Optional[list[Path]] = typer.Option(
         None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
     more_models: Optional[list[Path]] = typer.Argument(
@@ -46,6 +48,9 @@ def attack_command(
     examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
     device: DeviceOption = "auto",
+    arch: ArchOption = None,
+    height: HeightOption = None,
+    width: WidthOption = None,
     out: Optional[Path] = typer.Option(None, help="Write report.md, results.json, results.csv and "
                                                   "examples_<model>.png here."),
 ) -> None:
@@ -61,6 +66,7 @@ def attack_command(
     from ..attacks.feature_attacks import check_budget
     from ..attacks.campaign import attack_checkpoints, write_attack_report
     from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
+    from ..provenance import record_models
 
     def validate() -> dict[str, Any]:
         settings = {"eps": parse_fraction(eps, "--eps"), "alpha": parse_fraction(alpha, "--alpha"),
@@ -76,10 +82,11 @@ def attack_command(
         return settings
 
     settings = run_or_exit(validate)
+    loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width)
     with run_dir_or_exit(out, "attack"):
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
-                                        examples=examples, seed=seed, device=device)
+                                        examples=examples, seed=seed, device=device, models=loaded)
         caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
                    f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
                    f"↓ is the relative drop (clean - attacked) / clean.")
@@ -87,4 +94,5 @@ def attack_command(
         typer.echo(report)
         if out is not None:
             write_attack_report(out, report, records, pictures, settings)
+            record_models(out, loaded)
             typer.echo(f"wrote {out}")

@@ -1,7 +1,7 @@
 """``privreid audit``: membership inference (image / identity level) and the empirical DP audit.
 
-The audits themselves are :func:`privreid.audit.run_audit` and
-:func:`privreid.audit.dp_audit.run_dp_audit`.
+The audits themselves are :func:`privreid.auditing.run_audit` and
+:func:`privreid.auditing.dp_audit.run_dp_audit`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def audit_command(
 
     Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --attack loss,feature,lira --out runs/audit
     """
-    from ..audit import AuditSettings, run_audit
+    from ..auditing import AuditSettings, run_audit
 
     echo = (lambda _: None) if quiet else typer.echo
     paths = list(models or []) + list(more_models or [])
@@ -75,8 +75,8 @@ def audit_command(
         return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
 
     def _dp(ckpt_paths):
-        from ..audit.dp_audit import DPAuditSettings, run_dp_audit
-        from ..audit.report import write_report
+        from ..auditing.dp_audit import DPAuditSettings, run_dp_audit
+        from ..auditing.report import write_report
         from ..checkpoint import Checkpoint, checkpoint_labels
 
         settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
@@ -94,8 +94,8 @@ def audit_command(
         write_report(out, [], [], dp=records)
         return records
 
-    from ..audit.report import table_rows, markdown_table
-    from ..audit.dp_audit import dp_table
+    from ..auditing.report import table_rows, markdown_table
+    from ..auditing.dp_audit import dp_table
 
     with run_dir_or_exit(out, "audit"):
         records = run_or_exit(go)

@@ -26,6 +26,27 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
 #: ``--device``, the same on every command that runs a model: ``device: DeviceOption = "auto"``
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
 
+#: how a model file from elsewhere is read (docs/models.md): the same three options on every command that takes models
+ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its ResNet "
+                                                   "(resnet18/34/50), checked against the file's keys.")]
+HeightOption = Annotated[Optional[int], typer.Option("--height", help="A model file from elsewhere that records no "
+                                                     "input size: its input height (default 256, torchreid's "
+                                                     "and fast-reid's).")]
+WidthOption = Annotated[Optional[int], typer.Option("--width", help="The same for the width (default 128).")]
+
+
+def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
+                        width: Optional[int] = None) -> list:
+    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
+    announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
+    from ..models.evaluated import load_evaluated_models
+
+    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width)
+    for model in models:
+        if model.load_line():
+            typer.echo(model.load_line())
+    return models
+
 
 def fail(msg: str, code: int = 2) -> None:
     """Print ``error: msg`` to stderr and exit with status ``code`` (2: bad input)."""

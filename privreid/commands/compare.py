@@ -9,15 +9,22 @@ import typer
 
 from ..attacks.inversion.threat_models import THREATS
 from ..errors import ConfigError
-from .common import DeviceOption, csv_list, fail, run_dir_or_exit, run_or_exit
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, fail,
+                     load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
-    models: Optional[list[Path]] = typer.Argument(None, help="Checkpoints to compare (same data)."),
+    models: Optional[list[Path]] = typer.Argument(None, help="Checkpoints to compare (same data), or model files "
+                                                  "from elsewhere (docs/models.md)."),
     models_opt: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints (alternative to the "
                                                     "positional list; --models a.pt b.pt)."),
     untrained: bool = typer.Option(True, help="Add a randomly initialised model of the same architecture."),
     device: DeviceOption = "auto",
+    data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the first checkpoint's "
+                                             "data (needed when no model is a privreid checkpoint)."),
+    arch: ArchOption = None,
+    height: HeightOption = None,
+    width: WidthOption = None,
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
                                         "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
@@ -54,14 +61,17 @@ def compare_command(
     from ..comparison import compare_checkpoints
     from ..reporting import format_table
 
+    from ..provenance import record_models
     from ..rundir import check_output_file, write_text_atomic
 
     paths = list(models_opt or []) + list(models or [])
     if not paths:
         fail("give at least one checkpoint")
     run_or_exit(check_output_file, markdown, "--markdown")
+    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
     if suite is None:
-        rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device)
+        rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
+                           models=loaded)
         table = format_table(rows)
         typer.echo(table)
         if markdown:
@@ -85,7 +95,7 @@ def compare_command(
                                  inversion_subjects=subjects, inversion_iterations=iterations,
                                  inversion_threat=threat,
                                  inversion_clients=parse_clients(clients) if clients else None)
-        return run_suite(paths, out, settings, device=device, progress=not quiet)
+        return run_suite(paths, out, settings, device=device, progress=not quiet, data=data, models=loaded)
 
     with run_dir_or_exit(out, "compare"):
         result = run_or_exit(go)
@@ -93,4 +103,5 @@ def compare_command(
             typer.echo(format_table(result["clean"]))
             if markdown:
                 run_or_exit(write_text_atomic, markdown, format_table(result["clean"]) + "\n")
+        record_models(out, loaded)
         typer.echo(f"wrote {out / 'report.md'}")

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import DATA_HELP, DeviceOption, csv_list, run_or_exit
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, load_models_or_exit,
+                     run_or_exit)
 
 if TYPE_CHECKING:
     import torch
@@ -20,11 +21,9 @@ def eval_command(
     model: Path = typer.Option(..., "--model", help="Checkpoint (ckpt.pt) to evaluate, or a model trained "
                                "elsewhere: a torchreid or fast-reid checkpoint, a torchvision ResNet state dict, "
                                "a privreid export, TorchScript or ONNX (docs/models.md; give --data)."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="A model file from elsewhere: its ResNet "
-                                       "(resnet18/34/50), checked against the file's keys."),
-    height: Optional[int] = typer.Option(None, "--height", help="A model file from elsewhere that records no "
-                                         "input size: its input height (default 256, torchreid's and fast-reid's)."),
-    width: Optional[int] = typer.Option(None, "--width", help="The same for the width (default 128)."),
+    arch: ArchOption = None,
+    height: HeightOption = None,
+    width: WidthOption = None,
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the checkpoint's data."),
     domains: Optional[str] = typer.Option(None, help="Comma-separated domains to test on (default: all)."),
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
@@ -195,27 +194,9 @@ def load_eval_model(path: Path, *, client: Optional[str], arch: Optional[str], s
                     data) -> EvalModel:
     """A privreid checkpoint (its global or ``client``'s model, its data and input size), or any model file
     :func:`privreid.models.external.load_any_model` reads (its input size from the file or the defaults; the
-    load report printed in one line; ``--data`` required)."""
-    from ..checkpoint import Checkpoint
-    from ..errors import NotACheckpointError
+    load report printed in one line; ``--data`` required); :mod:`privreid.models.evaluated`."""
+    from ..models.evaluated import data_source
 
-    try:
-        ckpt = Checkpoint.load(path)
-    except NotACheckpointError:
-        from ..models.external import load_any_model
-
-        if client is not None:
-            raise ConfigError("--client picks a personalised model of a privreid checkpoint; "
-                              f"{path} is not one") from None
-        adapter = load_any_model(path, arch=arch, height=size[0], width=size[1])
-        if not data:
-            raise ConfigError(f"{path} is a {adapter.report.kind} file, not a privreid checkpoint: it records no "
-                              "data, give --data")
-        typer.echo(adapter.report.line())
-        return EvalModel(adapter.as_module().to(device), adapter.height, adapter.width, [], "auto")
-    if arch is not None or size != (None, None):
-        raise ConfigError("--arch, --height and --width are for model files from elsewhere; a privreid "
-                          "checkpoint records its model and input size")
-    cfg = ckpt.run_config
-    return EvalModel(ckpt.load_model(client, device=device), cfg.data.height, cfg.data.width, cfg.data.roots,
-                     cfg.data.format)
+    [model] = load_models_or_exit([path], arch=arch, height=size[0], width=size[1])
+    source = data_source([model], data)
+    return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format)

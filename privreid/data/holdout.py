@@ -1,7 +1,7 @@
 """``--audit-holdout F``: keep a seeded fraction of each client's training images out of training.
 
 The held-out images are the image-level non-members of a membership audit
-(:mod:`privreid.audit`): the same identities and cameras as the members,
+(:mod:`privreid.auditing`): the same identities and cameras as the members,
 never trained on.  Per client and per identity with ``n`` training images,
 ``round(F n)`` images are held out, at most ``n - 1`` so that every identity
 keeps a training image (the client's labels stay ``0..n_classes-1`` and

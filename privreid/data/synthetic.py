@@ -314,7 +314,7 @@ def generate_synthetic_extra(out_dir: str | os.PathLike, config: SynthExtraConfi
     """Render ``per_cam`` new images of every training identity in each of its cameras, never in the train split.
 
     They are the image-level non-members of a membership audit
-    (:mod:`privreid.audit`): same identities, same cameras, same renderer as
+    (:mod:`privreid.auditing`): same identities, same cameras, same renderer as
     the training images, new poses and noise (seed keys ``(domain, pid, cam,
     images_per_id_per_cam + j)``, which the federation itself never draws for
     a training identity), so members and non-members are exchangeable for a

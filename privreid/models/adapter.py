@@ -137,6 +137,15 @@ class AdaptedModel(nn.Module):
         """Features of ``x``, normalised with ImageNet's mean / std (what privreid's test transform yields)."""
         return self.adapter.features_of_normalised(x * self.scale + self.shift)
 
+    def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(feat, feat, logits)``, the shape of :meth:`privreid.models.ReIDModel.forward_train`, for the
+        inversion threat models' client step: the classifier reads the retrieval feature (a model from
+        elsewhere exposes no separate pre-neck feature)."""
+        if self.classifier is None:
+            raise ConfigError(f"this model has no identity classifier; {FEATURE_ONLY_ALTERNATIVES}")
+        feat = self(x)
+        return feat, feat, self.classifier(feat)
+
 
 def as_adapter(model: Any, **load_options: Any) -> ReIDAdapter:
     """``model`` as an adapter: an adapter as is, an ``nn.Module`` with defaults (its output is the feature,

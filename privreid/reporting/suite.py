@@ -13,7 +13,7 @@ sets of the first checkpoint's configuration, as in
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
 * ``drops.png``: the relative mAP drop per attack and per corruption, one bar
   per model (mean over the test sets);
-* ``audit/``: membership inference (:mod:`privreid.audit`), ``audit.json``,
+* ``audit/``: membership inference (:mod:`privreid.auditing`), ``audit.json``,
   ``roc.png``, ``report.md``; its table is in ``report.md``;
 * ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
   reconstruction, bilateral-filtered reconstruction, its Laplacian), and
@@ -54,7 +54,7 @@ from typing import Any
 from ..attacks.feature_attacks import ATTACKS
 from ..attacks.campaign import attack_models
 from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
-from ..checkpoint import Checkpoint, checkpoint_labels
+
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
 from ..data.catalog import federation_for_config
@@ -92,7 +92,7 @@ class SuiteSettings:
     inversion_threat: str = "full"
     #: the aggregate threat's m (clients summed); None: each run's clients per round
     inversion_clients: list[int] | None = None
-    #: membership audit (privreid.audit): attacks and the cap on members / non-members per level
+    #: membership audit (privreid.auditing): attacks and the cap on members / non-members per level
     audit_attacks: list[str] = field(default_factory=lambda: ["loss", "feature"])
     audit_max_per_class: int | None = 300
     seed: int = 0
@@ -127,7 +127,7 @@ def _testsets(cfg: RunConfig, settings: SuiteSettings) -> list[TestSet]:
     which = settings.testsets
     sets = {"seen": fed.seen, "unseen": fed.unseen, "all": fed.seen + fed.unseen}[which]
     if not sets:
-        raise ConfigError(f"the first checkpoint's data has no {which} test sets")
+        raise ConfigError(f"the test data has no {which} test sets")
     video = [ts.name for ts in sets if ts.tracklets is not None]
     image_suites = [s for s in ("attacks", "corruptions") if s in settings.suites]
     if video and image_suites:
@@ -275,52 +275,70 @@ def plot_inversion(threat: str, single: list[dict], aggregate: list[dict], path:
 
 
 def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: SuiteSettings | None = None, *,
-              device: str = "auto", progress: bool = False) -> dict[str, Any]:
-    """Run the selected evaluations on every checkpoint and write the report into ``out`` (see module docstring).
+              device: str = "auto", progress: bool = False, data: list[str] | None = None,
+              models: list | None = None, **file_options: Any) -> dict[str, Any]:
+    """Run the selected evaluations on every model and write the report into ``out`` (see module docstring).
+
+    ``paths``: privreid checkpoints or model files from elsewhere
+    (:mod:`privreid.models.evaluated`; ``file_options`` say how to read the
+    latter, ``models`` if already loaded), on the test sets of ``data`` or of
+    the first checkpoint.  The inversion and audit suites need privreid
+    checkpoints (a client's update, its training data); the attacks suite
+    needs gradients.
 
     Returns ``{"clean": rows, "attacks": records, "corruptions": records,
     "inversion": {...}, "deviations": [...], "files": [...]}`` (absent
     suites are empty).
     """
     from ..comparison import compare_checkpoints
+    from ..models.evaluated import data_source, load_evaluated_models, model_labels
 
     settings = settings or SuiteSettings()
     settings.validate()
     if not paths:
         raise ConfigError("give at least one checkpoint")
     paths = [Path(p) for p in paths]
-    ckpts = [Checkpoint.load(p) for p in paths]
-    labels = checkpoint_labels(ckpts)
-    cfg = ckpts[0].run_config
+    models = models or load_evaluated_models(paths, **file_options)
+    instead = "the clean, attacks and corruptions suites take any model"
+    for suite in ("inversion", "audit"):
+        if suite in settings.suites:
+            for model in models:
+                model.require("checkpoint", f"the {suite} suite", instead)
+    if "attacks" in settings.suites:
+        for model in models:
+            model.require("gradients", "the attacks suite", "the clean and corruptions suites need no gradients")
+    labels = model_labels(models)
+    source = data_source(models, data)
     dev = resolve_device(device)
-    testsets = _testsets(cfg, settings)
+    testsets = _testsets(source.config, settings)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "audit": [],
                               "deviations": [],
                               "files": []}
     sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
-                f"Test sets: {', '.join(t.name for t in testsets)} (from the first checkpoint's data)."]
+                f"Test sets: {', '.join(t.name for t in testsets)} "
+                f"({'from --data' if data else 'from the first checkpoint' + chr(39) + 's data'})."]
 
     def evaluated_models():
-        for label, ckpt in zip(labels, ckpts):
-            if not ckpt.has_global_model:
-                raise ConfigError(f"{label}: method {ckpt.method!r} has no global model; the suite compares "
-                                  "global models (use privreid attack/invert --client for standalone runs)")
-            yield label, ckpt.load_model(device=dev)
+        for label, model in zip(labels, models):
+            if model.checkpoint is not None and not model.checkpoint.has_global_model:
+                raise ConfigError(f"{label}: method {model.checkpoint.method!r} has no global model; the suite "
+                                  "compares global models (use privreid attack/invert --client for standalone runs)")
+            yield label, model.network(device=dev), model.input_size
 
     if "clean" in settings.suites:
-        rows = compare_checkpoints(paths, device=device)
+        rows = compare_checkpoints(paths, device=device, data=data, models=models)
         result["clean"] = rows
         write_csv_rows(rows, out / "clean.csv")
         sections.append("## Clean retrieval (R1 / mAP / mINP, %)\n\n" + format_table(rows))
 
     if "attacks" in settings.suites or "corruptions" in settings.suites:
-        size = dict(height=cfg.data.height, width=cfg.data.width, device=dev)
-        for label, model in evaluated_models():
+        for label, model, (height, width) in evaluated_models():
+            size = dict(height=height, width=width, device=dev)
             for ts in testsets:
                 if "attacks" in settings.suites:
-                    records, _ = attack_models([(label, model, cfg.data.height, cfg.data.width)], [ts],
+                    records, _ = attack_models([(label, model, height, width)], [ts],
                                                methods=settings.attacks, eps=settings.eps, alpha=settings.alpha,
                                                steps=settings.steps, target=settings.target, device=dev,
                                                max_queries=settings.max_queries, seed=settings.seed,
@@ -369,8 +387,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                         f"{agg.table}\n{agg_grids}\n\n![leakage per threat](inversion.png)")
 
     if "audit" in settings.suites:
-        from ..audit import AuditSettings, run_audit
-        from ..audit.report import markdown_table, table_rows
+        from ..auditing import AuditSettings, run_audit
+        from ..auditing.report import markdown_table, table_rows
 
         audit = run_audit(paths, out / "audit", AuditSettings(attacks=settings.audit_attacks, seed=settings.seed,
                                                               max_per_class=settings.audit_max_per_class), device=device)
@@ -383,7 +401,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                                             or "None: every section follows the protocol it cites."))
     write_text_atomic(out / "report.md", "\n\n".join(sections) + "\n")
     write_text_atomic(out / "report.json", json.dumps(
-        {"checkpoints": [str(p) for p in paths], "settings": asdict(settings), "deviations": result["deviations"]},
+        {"checkpoints": [str(p) for p in paths], "models": [m.provenance() for m in models],
+         "settings": asdict(settings), "deviations": result["deviations"]},
         indent=2))
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())
     return result

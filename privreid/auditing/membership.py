@@ -18,7 +18,7 @@
     them apart by count.
 
 Each candidate also says which images it adds to which client's training
-when a shadow model includes it (:mod:`privreid.audit.shadows`): an image
+when a shadow model includes it (:mod:`privreid.auditing.shadows`): an image
 candidate adds itself; an identity candidate adds its training images
 (members) or its test images that are not probes (non-members).
 """

@@ -1,4 +1,4 @@
-"""``run_audit``: membership inference for every (checkpoint, level, attack, view); see :mod:`privreid.audit`."""
+"""``run_audit``: membership inference for every (checkpoint, level, attack, view); see :mod:`privreid.auditing`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """LiRA's shadow models, trained by privreid itself with the audited run's configuration.
 
 Shadow ``i`` trains on the audited run's data with the candidate universe
-(members and non-members of :mod:`privreid.audit.membership`) re-drawn:
+(members and non-members of :mod:`privreid.auditing.membership`) re-drawn:
 each candidate is IN for exactly half of the K shadows
-(:func:`~privreid.audit.lira.balanced_masks`, Carlini et al.'s split).  An
+(:func:`~privreid.auditing.lira.balanced_masks`, Carlini et al.'s split).  An
 OUT member's images are removed from its client; an IN non-member's images
 are added to its home client (same domain; the client that held the image
 for held-out images and extra renders).  Everything else (method, rounds,

@@ -1,23 +1,23 @@
 """Membership-inference attacks: one class each, in a registry (``privreid audit --attack``).
 
 An attack turns one model's outputs on the probe images
-(:class:`~privreid.audit.statistics.ProbeOutputs`) into one score per
+(:class:`~privreid.auditing.statistics.ProbeOutputs`) into one score per
 candidate, higher meaning "member".
 
 ``loss``
     The identity loss: the audited client's classifier head where the model
     has one and it covers every candidate (a personalised model,
     ``--client``), else the feature-space prototype loss
-    (:func:`~privreid.audit.statistics.prototype_statistics`).
+    (:func:`~privreid.auditing.statistics.prototype_statistics`).
 ``feature``
     Classifier-free statistics of the features: the prototype margin at the
     image level; intra-identity compactness minus the nearest-neighbour
     similarity to the rest of the gallery at the identity level.  They apply
     to the global model a deployment publishes.
 ``lira-online`` / ``lira-offline``
-    LiRA (:mod:`privreid.audit.lira`) on the logit-scaled prototype
+    LiRA (:mod:`privreid.auditing.lira`) on the logit-scaled prototype
     confidence, with shadow models trained by privreid
-    (:mod:`privreid.audit.shadows`).  ``lira`` selects both.
+    (:mod:`privreid.auditing.shadows`).  ``lira`` selects both.
 """
 
 from __future__ import annotations

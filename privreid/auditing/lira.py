@@ -1,6 +1,6 @@
 """The likelihood-ratio test of LiRA (Carlini et al., S&P 2022, Sec. IV, Algorithm 1).
 
-For every candidate, the statistic ``phi`` (:mod:`privreid.audit.statistics`)
+For every candidate, the statistic ``phi`` (:mod:`privreid.auditing.statistics`)
 of the K shadow models that trained on it (IN) and of those that did not
 (OUT) are modelled as Gaussians:
 

@@ -1,0 +1,163 @@
+"""The models an evaluation command ranks with: privreid checkpoints and model files from elsewhere, side by side.
+
+``eval``, ``attack``, ``audit``, ``invert`` and ``compare`` take a list of
+paths.  Each is a privreid checkpoint (its run records the data, the input size
+and every client's model) or any file :func:`privreid.models.external.load_any_model`
+reads (torchreid, fast-reid, torchvision, TorchScript, ONNX, privreid's own
+exports), which records at most its input size and normalisation.  An
+:class:`EvaluatedModel` holds either, with what each command asks of it:
+
+* :meth:`EvaluatedModel.network` -- the module privreid's pipelines run
+  (ImageNet-normalised images in, retrieval features out; a ``classifier``
+  attribute when there is one);
+* :meth:`EvaluatedModel.require` -- a one-line refusal when a command needs
+  what the file lacks: a privreid checkpoint (training data, clients, the
+  federated update), gradients (ONNX runs in onnxruntime) or a classifier;
+* :func:`data_source` -- the data the commands default to: ``--data`` when
+  given, else the first privreid checkpoint's run; a file from elsewhere
+  records no data, so a list of only such files needs ``--data``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from privreid.checkpoint import Checkpoint, checkpoint_label, unique_labels
+from privreid.errors import ConfigError, NotACheckpointError
+from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter
+
+__all__ = ["DataSource", "EvaluatedModel", "data_source", "load_evaluated_models", "model_labels"]
+
+#: what ``require`` can ask for, and how a refusal names it
+NEEDS = {
+    "checkpoint": "a privreid checkpoint (its run's clients, training data and shared update)",
+    "gradients": "gradients through the model",
+    "classifier": "an identity classifier",
+}
+
+
+@dataclass
+class EvaluatedModel:
+    """One model of an evaluation: ``checkpoint`` (a privreid run) or ``adapter`` (a file from elsewhere)."""
+
+    path: Path
+    checkpoint: Checkpoint | None = None
+    adapter: ReIDAdapter | None = field(default=None, repr=False)
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """``(height, width)`` the model takes: the run's, or the file's (or the loader's stated default)."""
+        if self.checkpoint is not None:
+            data = self.checkpoint.run_config.data
+            return data.height, data.width
+        return self.adapter.height, self.adapter.width
+
+    @property
+    def kind(self) -> str:
+        return "privreid checkpoint" if self.checkpoint is not None else self.adapter.report.kind
+
+    def has(self, need: str) -> bool:
+        """Whether the model offers ``need`` (a key of :data:`NEEDS`)."""
+        if self.checkpoint is not None:
+            return True
+        return {"checkpoint": False, "gradients": self.adapter.differentiable,
+                "classifier": self.adapter.classifier is not None}[need]
+
+    def require(self, need: str, command: str, instead: str = FEATURE_ONLY_ALTERNATIVES) -> None:
+        """ConfigError, one line, when ``command`` needs ``need`` and this model has not got it."""
+        if not self.has(need):
+            raise ConfigError(f"{command} needs {NEEDS[need]}; {self.path} is a {self.kind} without it "
+                              f"({instead})")
+
+    def network(self, client: str | None = None, *, device: Any = "cpu") -> nn.Module:
+        """The module privreid's pipelines run: ImageNet-normalised ``(B, 3, H, W)`` -> features, in eval mode.
+
+        ``client`` picks a personalised model of a privreid checkpoint; a file
+        from elsewhere has none, and naming one is refused.
+        """
+        if self.checkpoint is not None:
+            return self.checkpoint.load_model(client, device=device).eval()
+        if client is not None:
+            raise ConfigError(f"--client picks a personalised model of a privreid checkpoint; {self.path} is a "
+                              f"{self.kind}")
+        return self.adapter.as_module().to(device).eval()
+
+    def load_line(self) -> str | None:
+        """What was loaded, mapped and ignored, in one line (files from elsewhere; ``None`` for a checkpoint)."""
+        return None if self.adapter is None else self.adapter.report.line()
+
+    def provenance(self) -> dict[str, Any]:
+        """JSON-ready record of what this model is, for a run's ``models.json``."""
+        if self.checkpoint is not None:
+            return {"path": str(self.path), "kind": self.kind, "method": self.checkpoint.method,
+                    "round": self.checkpoint.round}
+        return self.adapter.report.to_dict()
+
+
+def load_evaluated_models(paths: list[str | os.PathLike], **file_options: Any) -> list[EvaluatedModel]:
+    """Each path as a privreid checkpoint, or else through :func:`~privreid.models.external.load_any_model`.
+
+    ``file_options`` (``arch``, ``height``, ``width``, ``mean``, ``std``,
+    ``last_stride``; ``None`` values are dropped) apply to files from
+    elsewhere only; given with nothing but privreid checkpoints they are
+    refused, since a checkpoint records its model and input size.
+    """
+    from privreid.models.external import load_any_model
+
+    options = {k: v for k, v in file_options.items() if v is not None}
+    models = []
+    for path in map(Path, paths):
+        try:
+            models.append(EvaluatedModel(path, checkpoint=Checkpoint.load(path)))
+        except NotACheckpointError:
+            models.append(EvaluatedModel(path, adapter=load_any_model(path, **options)))
+    if options and all(m.checkpoint is not None for m in models):
+        flags = ", ".join("--" + k.replace("_", "-") for k in options)
+        raise ConfigError(f"{flags} describe(s) model files from elsewhere; a privreid checkpoint records its "
+                          "model and input size")
+    return models
+
+
+def model_labels(models: list[EvaluatedModel]) -> list[str]:
+    """``method (run dir)`` for a checkpoint, ``file name (kind)`` otherwise; repeats made unique with ``#2`` ..."""
+    return unique_labels([checkpoint_label(m.checkpoint) if m.checkpoint is not None
+                          else f"{m.path.name} ({m.kind})" for m in models])
+
+
+@dataclass
+class DataSource:
+    """Where the test data comes from: ``roots`` in ``format`` (``synth_seed`` for synthetic data), and
+    ``config``, a run configuration whose data section describes them (the first privreid checkpoint's own,
+    or the defaults' with ``--data``'s roots) for :func:`privreid.data.catalog.federation_for_config`."""
+
+    roots: list[str]
+    format: str
+    synth_seed: int
+    config: Any
+
+
+def data_source(models: list[EvaluatedModel], data: list[str] | None) -> DataSource:
+    """``--data`` when given, else the first privreid checkpoint's data; ConfigError when neither exists.
+
+    With ``--data`` the seen / unseen split is the defaults' (``privreid train --data`` with no other flag).
+    """
+    from dataclasses import replace
+
+    from privreid.config import DataConfig, RunConfig
+
+    first = next((m.checkpoint for m in models if m.checkpoint is not None), None)
+    if not data:
+        if first is None:
+            raise ConfigError(f"{models[0].path} is a {models[0].kind} file, not a privreid checkpoint: it records "
+                              "no data, give --data")
+        cfg = first.run_config
+        return DataSource(list(cfg.data.roots), cfg.data.format, cfg.data.synth_seed, cfg)
+    base = first.run_config if first is not None else RunConfig()
+    seed = base.data.synth_seed
+    cfg = replace(base, data=DataConfig(roots=[str(d) for d in data], synth_seed=seed))
+    return DataSource(cfg.data.roots, "auto", seed, cfg)
