@@ -259,48 +259,11 @@ def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: s
     trained like the target, which only ``privreid audit`` on privreid
     checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
     """
-    from privreid.auditing.attacks import ATTACKS
-    from privreid.auditing.membership import LEVELS, MembershipSet
-    from privreid.auditing.metrics import summarise
-    from privreid.auditing.statistics import probe_outputs
-    from privreid.errors import ConfigError
+    from privreid.auditing.given import audit_given
 
-    if attack not in ("feature", "loss"):
-        raise ConfigError(f"privreid.audit runs the feature or loss attack, got {attack!r} (LiRA needs shadow "
-                          "models: privreid audit on privreid checkpoints)")
-    if level not in LEVELS:
-        raise ConfigError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     adapter, net = _network(model, load_options, device)
-    if attack == "loss" and adapter.classifier is None:
-        raise ConfigError("the loss attack reads the classifier's log-likelihood; this model has no classifier "
-                          "(use attack='feature')")
-    ms = MembershipSet(level, None, "given", membership_candidates(members, nonmembers, level))
-    outputs = probe_outputs(net, sorted({p for c in ms.candidates for p in c.probes}), height=adapter.height,
-                            width=adapter.width, device=device, batch_size=batch_size)
-    scored = ATTACKS[attack].score(ms, outputs)
-    record = summarise(ms.labels, scored.scores, bootstrap=bootstrap, seed=seed)
+    scored = audit_given(net, (adapter.height, adapter.width), members, nonmembers, level=level, attack=attack,
+                         bootstrap=bootstrap, seed=seed, batch_size=batch_size, device=device)
+    record = scored.record
     return AuditResult(attack, scored.statistic, record["auc"], record["tpr_at_fpr"], record["balanced_accuracy"],
                        record["members"], record["nonmembers"], record)
-
-
-def membership_candidates(members: list[tuple], nonmembers: list[tuple], level: str) -> list:
-    """:class:`~privreid.auditing.membership.Candidate` per image (``level="image"``) or per identity, members first;
-    ConfigError when an image (or, at identity level, an identity) is on both sides or a side is empty."""
-    from privreid.auditing.membership import Candidate
-    from privreid.errors import ConfigError
-
-    if not members or not nonmembers:
-        raise ConfigError("an audit needs members and non-members")
-    candidates: dict[str, Candidate] = {}
-    for member, samples in ((True, members), (False, nonmembers)):
-        for sample in samples:
-            path, identity = str(sample[0]), str(sample[1])
-            key = path if level == "image" else identity
-            known = candidates.get(key)
-            if known is not None and (level == "image" or known.member != member):
-                raise ConfigError(f"{key!r} is both a member and a non-member" if known.member != member
-                                  else f"the image {path} is listed twice")
-            if known is None:
-                candidates[key] = Candidate(key, member, identity, [], None)
-            candidates[key].probes.append(path)
-    return list(candidates.values())

@@ -195,3 +195,52 @@ def test_the_torchreid_classifier_reaches_the_inversion_threat(tmp_path):
     result = privreid.invert(tmp_path / "model.pth.tar-60", images, [3], method="idlg", iterations=2, height=H,
                              width=W)
     assert result.subjects[0]["label_correct"] is True
+
+
+def test_invert_and_audit_take_a_torchreid_file(model_files, tiny_synth, tmp_path):
+    """`privreid invert` attacks a file's own classifier under the full threat (labels: the model's predictions);
+    `privreid audit` scores its training identities against its test identities, as privreid.audit does."""
+    path = str(model_files["torchreid"])
+    size = ("--height", str(H), "--width", str(W))
+    res = run_cli(("invert", "--model", path, *size, "--data", str(tiny_synth), "--n", "2", "--attack", "idlg",
+                   "--iterations", "2", "--device", "cpu", "--out", str(tmp_path / "inv")))
+    assert res.exit_code == 0, res.stderr
+    metrics = json.loads((tmp_path / "inv" / "metrics.json").read_text())
+    assert [s["label_source"] for s in metrics["subjects"]] == ["predicted by the model"] * 2
+    assert metrics["settings"]["threat"] == "full" and metrics["settings"]["model"]["kind"] == "torchreid checkpoint"
+    assert (tmp_path / "inv" / "grid.png").is_file() and (tmp_path / "inv" / "models.json").is_file()
+
+    res = run_cli(("audit", "--models", path, *size, "--data", str(tiny_synth), "--attack", "feature,loss",
+                   "--bootstrap", "0", "--device", "cpu", "--out", str(tmp_path / "audit")))
+    assert res.exit_code == 0, res.stderr
+    records = json.loads((tmp_path / "audit" / "audit.json").read_text())["records"]
+    assert [(r["level"], r["attack"]) for r in records] == [("identity", "feature"), ("identity", "loss")]
+    from privreid.auditing.given import split_membership
+    from privreid.data.catalog import resolve_datasets
+
+    members, nonmembers = split_membership(resolve_datasets([str(tiny_synth)]))
+    api = privreid.audit(path, members, nonmembers, level="identity", attack="feature", bootstrap=0, height=H,
+                         width=W)
+    assert records[0]["auc"] == pytest.approx(api.auc) and records[0]["members"] == api.members
+
+
+def test_commands_that_need_a_classifier_or_a_run_say_so(tiny_synth, tmp_path, model_files):
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), tmp_path / "rn18.pth")
+    plain = (str(tmp_path / "rn18.pth"), "--arch", "resnet18", "--height", str(H), "--width", str(W))
+    before = tree_digest(tmp_path)
+    cases = [
+        (("invert", "--model", *plain, "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
+         "privreid invert needs an identity classifier"),
+        (("invert", "--model", str(model_files["torchreid"]), "--threat", "shared", "--data", str(tiny_synth),
+          "--out", str(tmp_path / "o")), "--threat shared observes a federated client's shared update"),
+        (("audit", "--models", *plain, "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
+         "the loss attack needs an identity classifier"),
+        (("audit", "--models", *plain, "--attack", "feature", "--out", str(tmp_path / "o")),
+         "records no training data: give --data"),
+        (("audit", "--models", *plain, "--attack", "lira", "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
+         "--attack lira"),
+    ]
+    for args, says in cases:
+        assert_one_error_line(run_cli(args), says)
+    assert tree_digest(tmp_path) == before

@@ -12,16 +12,19 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import DeviceOption, csv_list, run_dir_or_exit, run_or_exit
+from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, load_models_or_exit,
+                     run_dir_or_exit, run_or_exit)
 
 
 def audit_command(
     models: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints to audit: --models a.pt b.pt "
-                                                "(or repeat --models)."),
+                                                "(or repeat --models), or model files from elsewhere with --data "
+                                                "(docs/models.md)."),
     more_models: Optional[list[Path]] = typer.Argument(None, metavar="[CKPT]...",
                                                        help="More checkpoints (what follows --models a.pt)."),
-    level: str = typer.Option("image,identity", help="image (was this image trained on?), identity (was this "
-                              "person in the training data, judged from other images of them?), or both."),
+    level: Optional[str] = typer.Option(None, help="image (was this image trained on?), identity (was this "
+                                        "person in the training data, judged from other images of them?), or both "
+                                        "(default; a model file from elsewhere: identity)."),
     attack: str = typer.Option("loss,feature", help="Comma list of loss, feature, lira-online, lira-offline; "
                                "'lira' = both LiRA variants; 'all'."),
     view: str = typer.Option("public", help="public (the released global model, or --client's personalised "
@@ -45,6 +48,12 @@ def audit_command(
     canary_norm: float = typer.Option(1000.0, help="DP audit, client level: canary update norm in units of --clip."),
     seed: int = typer.Option(0, help="Seed of the samples, shadows and canaries."),
     device: DeviceOption = "auto",
+    data: Optional[list[str]] = typer.Option(None, "--data", help="A model file from elsewhere: the data it was "
+                                             "trained on; its training identities are the members, its test "
+                                             "identities the non-members (identity level)."),
+    arch: ArchOption = None,
+    height: HeightOption = None,
+    width: WidthOption = None,
     out: Path = typer.Option(Path("runs/audit"), help="Output directory: audit.json, roc.png, report.md, cache/."),
     quiet: bool = typer.Option(False, help="No progress messages."),
 ) -> None:
@@ -59,6 +68,8 @@ def audit_command(
     Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --attack loss,feature,lira --out runs/audit
     """
     from ..auditing import AuditSettings, run_audit
+    from ..device import resolve_device
+    from ..provenance import record_models
 
     echo = (lambda _: None) if quiet else typer.echo
     paths = list(models or []) + list(more_models or [])
@@ -66,13 +77,45 @@ def audit_command(
     def go():
         if not paths:
             raise ConfigError("give at least one checkpoint (--models)")
+        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
+        if any(m.checkpoint is None for m in loaded):
+            return _files(loaded)
+        if data:
+            raise ConfigError("--data names the training data of a model file from elsewhere; a privreid "
+                              "checkpoint records its own")
         if dp_audit:
             return _dp(paths)
-        settings = AuditSettings(levels=csv_list(level) or [], attacks=csv_list(attack) or [],
+        settings = AuditSettings(levels=csv_list(level or "image,identity") or [], attacks=csv_list(attack) or [],
                                  views=csv_list(view) or [], client=client, round=round_, shadows=shadows,
                                  probes_per_identity=probes_per_identity, max_per_class=max_per_class,
                                  extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
         return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
+
+    def _files(loaded):
+        from ..auditing.given import GIVEN_ATTACKS, audit_files
+        from ..models.evaluated import model_labels
+
+        names = csv_list(attack) or []
+        if len(loaded) != sum(m.checkpoint is None for m in loaded):
+            raise ConfigError("privreid audit takes privreid checkpoints or model files from elsewhere, not both "
+                              "in one run")
+        if dp_audit or view != "public" or client or round_ is not None or level not in (None, "identity"):
+            raise ConfigError("a model file from elsewhere is audited at --level identity, --view public: the "
+                              "image level, the server views and the DP audit need a privreid run")
+        if not data:
+            raise ConfigError("a model file from elsewhere records no training data: give --data, the data it "
+                              "was trained on (its training identities are the members)")
+        unknown = [a for a in names if a not in GIVEN_ATTACKS]
+        if unknown:
+            raise ConfigError(f"--attack {','.join(unknown)}: a model file from elsewhere is audited with "
+                              f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
+        for m in loaded:
+            if "loss" in names:
+                m.require("classifier", "the loss attack", "use --attack feature, which needs only features")
+        records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
+                              device=resolve_device(device))
+        record_models(out, loaded)
+        return records
 
     def _dp(ckpt_paths):
         from ..auditing.dp_audit import DPAuditSettings, run_dp_audit

@@ -1,7 +1,8 @@
 """``privreid invert``: reconstruct a client's training image from what the server would receive.
 
 The campaign itself (subjects, owners, defences, outputs) is
-:func:`privreid.attacks.inversion.campaign.invert_checkpoints`.
+:func:`privreid.attacks.inversion.campaign.invert_checkpoints`, and for model
+files from elsewhere :func:`~privreid.attacks.inversion.campaign.invert_files`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import typer
 
 from ..attacks.inversion.optimise import InversionSettings, attacks_help
 from ..attacks.inversion.threat_models import threats_help
-from .common import DeviceOption, checkpoint_paths, run_dir_or_exit, run_or_exit
+from ..errors import ConfigError
+from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, checkpoint_paths, load_models_or_exit,
+                     run_dir_or_exit, run_or_exit)
 from .options import settings_options
 
 
@@ -25,7 +28,9 @@ from .options import settings_options
     iterations="Adam iterations per subject.",
     lr="Adam learning rate (pixels in [0, 1]).")
 def invert_command(
-    model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) whose client is attacked."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) whose client is attacked, or "
+                                         "a model file from elsewhere with a classifier (docs/models.md; "
+                                         "--threat full)."),
     models: Optional[list[Path]] = typer.Option(
         None, "--models", help="Several checkpoints attacked on the same subjects: --models a.pt b.pt "
                                "(or repeat --models)."),
@@ -49,6 +54,12 @@ def invert_command(
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
     device: DeviceOption = "auto",
+    data: Optional[list[str]] = typer.Option(None, "--data", help="A model file from elsewhere: the subjects are "
+                                             "--n training images of this data's first domain (their labels: "
+                                             "the model's own predictions)."),
+    arch: ArchOption = None,
+    height: HeightOption = None,
+    width: WidthOption = None,
     out: Path = typer.Option(Path("runs/invert"), help="Output directory: metrics.json, grid.png, summary.md "
                                                        "(one sub-directory per checkpoint with several)."),
     **attack_settings,
@@ -64,6 +75,7 @@ def invert_command(
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --n 4 --attack ig --out runs/invert
     """
     from ..attacks.inversion.threat_models import get_threat
+    from ..provenance import record_models
 
     def validate():
         settings = InversionSettings(**attack_settings)
@@ -72,9 +84,34 @@ def invert_command(
         return settings, checkpoint_paths(model, models, more_models), model_threat
 
     settings, paths, model_threat = run_or_exit(validate)
+    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
+    from_files = [m for m in loaded if m.checkpoint is None]
+
+    def check_files():
+        if len(from_files) != len(loaded):
+            raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
+                              "elsewhere, not both in one run")
+        if threat != "full":
+            raise ConfigError(f"--threat {threat} observes a federated client's shared update, which only a "
+                              "privreid checkpoint has; a model file from elsewhere is attacked under --threat full")
+        for m in from_files:
+            m.require("gradients", "privreid invert", "privreid eval and eval --corruption need no gradients")
+            m.require("classifier", "privreid invert",
+                      "the client's training step is its identity loss; privreid attack and privreid "
+                      "audit --method feature need only features")
+
+    if from_files:
+        run_or_exit(check_files)
     with run_dir_or_exit(out, "invert"):
-        result = run_or_exit(model_threat.campaign, paths, out, settings=settings, client=client, index=index,
-                             image=image, label=label, n=n, clients=clients, defended=defended, seed=seed,
-                             device=device)
+        if from_files:
+            from ..attacks.inversion.campaign import invert_files
+
+            result = run_or_exit(invert_files, loaded, out, settings=settings, image=image, label=label, data=data,
+                                 index=index, n=n, seed=seed, device=device)
+            record_models(out, loaded)
+        else:
+            result = run_or_exit(model_threat.campaign, paths, out, settings=settings, client=client, index=index,
+                                 image=image, label=label, n=n, clients=clients, defended=defended, seed=seed,
+                                 device=device)
         typer.echo(result.table)
         typer.echo(f"wrote {out}")

@@ -5,6 +5,10 @@ Subjects are training images of one client of the first checkpoint (``--index``,
 same subjects, each through the client that trained on the subject, with that
 client's label and classifier head; random starts are shared across
 checkpoints, so the random-image baselines match row by row.
+
+Models from elsewhere (:func:`invert_files`) are attacked under the ``full``
+threat model only (the shared threats need a federated client's upload), on
+an image file or images of ``--data``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from ...checkpoint import Checkpoint, checkpoint_labels, label_file_stem
 from ...errors import CheckpointError, ConfigError
 from ...rundir import write_text_atomic
+from .threat_models import to_model_input
 
 
 @dataclass
@@ -169,7 +174,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     from tqdm.auto import tqdm
 
     from . import NO_DEFENCE, defence_as_trained, reconstruct
-    from .report import save_grid, score, summarise, write_metrics_json
+    from .report import score
     from ...device import resolve_device
     from ...seeding import derive_seed
 
@@ -185,7 +190,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
         owners = [client_of(target, s, first_client, label) for s in subjects]
         models = {name: attacked_model(target, name, threat, dev) for name in dict.fromkeys(c for c, _ in owners)}
         jobs.append((target, models, owners))
-    summaries, results = [], []
+    results = []
     bar = tqdm(total=len(targets) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
     for target, models, owners in jobs:
         defence = defence_as_trained(target.config) if defended else NO_DEFENCE
@@ -201,20 +206,105 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                               "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
             bar.update()
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
-        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "threat": threat,
-                "attack": settings.attack, "match": settings.distance, "tv": settings.tv_weight,
-                "iterations": settings.iterations, "lr": settings.lr, "seed": seed,
-                "defence": asdict(defence), "image_size": list(subjects[0].image.shape[1:])}
-        write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
-        save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" if d["index"] is not None
-                                                      else f"id {d['label']}" for d in described],
-                  title=f"{target.name}: {settings.attack}, threat {threat}")
-        summaries.append((target.name, summarise(scores)))
-        results.append({"name": target.name, "summary": summaries[-1][1], "dir": str(where),
-                        "grid": str(where / "grid.png")})
+        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defence": asdict(defence)}
+        results.append(_write_model_result(where, target.name, meta, described, recs, scores, settings=settings,
+                                           threat=threat, seed=seed))
     bar.close()
-    caption = (f"Gradient inversion ({settings.attack}, threat {threat}, {settings.distance} matching, "
-               f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
-               f"{'defences as trained' if defended else 'no defences'}; {len(subjects)} subject(s)); "
-               "mean ± std, each model above its random-image baseline.")
-    return write_summary(out, caption, summaries, results)
+    return write_summary(out, _caption(settings, threat, "defences as trained" if defended else "no defences",
+                                       len(subjects)), [(r["name"], r["summary"]) for r in results], results)
+
+
+def _write_model_result(where: Path, name: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
+                        scores: list[dict[str, Any]], *, settings, threat: str, seed: int) -> dict[str, Any]:
+    """One model's ``metrics.json`` and ``grid.png`` in ``where``; its entry of :class:`CampaignResult` ``models``."""
+    from .report import save_grid, summarise, write_metrics_json
+
+    meta = {**meta, "threat": threat, "attack": settings.attack, "match": settings.distance,
+            "tv": settings.tv_weight, "iterations": settings.iterations, "lr": settings.lr, "seed": seed,
+            "image_size": list(recs[0].subject.shape[1:])}
+    write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
+    save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" if d["index"] is not None
+                                                  else f"id {d['label']}" for d in described],
+              title=f"{name}: {settings.attack}, threat {threat}")
+    return {"name": name, "summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
+
+
+def _caption(settings, threat: str, defences: str, subjects: int) -> str:
+    return (f"Gradient inversion ({settings.attack}, threat {threat}, {settings.distance} matching, "
+            f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
+            f"{defences}; {subjects} subject(s)); mean ± std, each model above its random-image baseline.")
+
+
+def file_subjects(height: int, width: int, *, image: Path | None, data: list[str] | None, index: int | None,
+                  n: int) -> list[Subject]:
+    """Subjects for models from elsewhere: ``image`` (at the models' input size), or ``n`` training images of
+    ``data``'s first domain from ``index`` on, resized to ``height`` x ``width``."""
+    from ...data.catalog import resolve_datasets
+    from ...data.formats import read_image
+
+    if image is not None:
+        if data or index is not None or n != 1:
+            raise ConfigError("--image attacks exactly one image; --data, --index and --n pick dataset subjects")
+        if not image.is_file():
+            raise ConfigError(f"--image: no such file: {image}")
+        pil = read_image(image)
+        if pil.size != (width, height):
+            raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
+                              f"{height}x{width}; resize it first")
+        return [Subject(_to_unit_tensor(pil, height, width), str(image), None)]
+    if not data:
+        raise ConfigError("a model file from elsewhere records no training data: give --image FILE or --data ROOT")
+    train = next(iter(resolve_datasets(list(data)).values())).train
+    return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
+            for i in subject_indices(len(train), index or 0, n)]
+
+
+def invert_files(models: list, out: Path, *, settings, image: Path | None = None, label: int | None = None,
+                 data: list[str] | None = None, index: int | None = None, n: int = 1, seed: int = 0,
+                 device: str = "cpu", progress: bool = True) -> CampaignResult:
+    """The ``full`` threat on models from elsewhere (:class:`privreid.models.evaluated.EvaluatedModel`), each
+    with its own classifier, on the same subjects (:func:`file_subjects`).
+
+    The file records no training labels, so a subject's label is ``label``
+    (``--image``) or else the identity the model itself predicts for it, as
+    the client would if its label were that identity; ``metrics.json`` says
+    which (``label_source``).  No defence applies: the file records none.
+    """
+    from tqdm.auto import tqdm
+
+    from . import reconstruct
+    from .report import score
+    from ...device import resolve_device
+    from ...models.evaluated import model_labels
+    from ...seeding import derive_seed
+
+    sizes = {m.input_size for m in models}
+    if len(sizes) > 1:
+        raise ConfigError(f"the models take different input sizes ({sorted(sizes)}); attack them separately")
+    dev = resolve_device(device)
+    subjects = file_subjects(*sizes.pop(), image=image, data=data, index=index, n=n)
+    results = []
+    bar = tqdm(total=len(models) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    for name, model in zip(model_labels(models), models):
+        net = model.network(device=dev)
+        recs, scores, described = [], [], []
+        for subject in subjects:
+            if label is not None:
+                pid, source = label, "--label"
+            else:
+                with torch.no_grad():
+                    pid = int(net.forward_train(to_model_input(subject.image[None].to(dev)))[2].argmax())
+                source = "predicted by the model"
+            rec = reconstruct(net, subject.image, pid, threat="full", shared=set(), settings=settings,
+                              seed=derive_seed(seed, "invert", subject.path), progress=progress)
+            recs.append(rec)
+            scores.append(score(net, rec))
+            described.append({"index": subject.index, "path": subject.path, "label": pid, "label_source": source,
+                              "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+            bar.update()
+        where = out if len(models) == 1 else out / label_file_stem(name)
+        results.append(_write_model_result(where, name, {"model": model.provenance()}, described, recs, scores,
+                                           settings=settings, threat="full", seed=seed))
+    bar.close()
+    return write_summary(out, _caption(settings, "full", "no defences", len(subjects)),
+                         [(r["name"], r["summary"]) for r in results], results)
