@@ -41,6 +41,8 @@ _PUBLIC = {
     "InversionResult": ("privreid.api", "InversionResult"),
     "audit": ("privreid.api", "audit"),
     "AuditResult": ("privreid.api", "AuditResult"),
+    "compare": ("privreid.api", "compare"),
+    "ComparisonResult": ("privreid.api", "ComparisonResult"),
     "ReIDAdapter": ("privreid.models.adapter", "ReIDAdapter"),
     "load_any_model": ("privreid.models.external", "load_any_model"),
     "Checkpoint": ("privreid.checkpoint", "Checkpoint"),

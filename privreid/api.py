@@ -267,3 +267,52 @@ def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: s
     record = scored.record
     return AuditResult(attack, scored.statistic, record["auc"], record["tpr_at_fpr"], record["balanced_accuracy"],
                        record["members"], record["nonmembers"], record)
+
+
+@dataclass
+class ComparisonResult:
+    """:func:`compare`'s numbers: the clean table's rows (seen / unseen R1, mAP, mINP per model), the suites'
+    records, and the report folder when one was written."""
+
+    clean: list[dict[str, Any]]
+    attacks: list[dict[str, Any]] = field(default_factory=list)
+    corruptions: list[dict[str, Any]] = field(default_factory=list)
+    report: str | None = None  #: ``out/report.md``
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[str, ...] = ("clean",),
+            out: Any = None, untrained: bool = True, device: str = "cpu", progress: bool = False,
+            **suite_options: Any) -> ComparisonResult:
+    """Several models on the same test sets: ``privreid compare``, for privreid checkpoints, model files
+    from elsewhere and models in memory (adapters, ``nn.Module``) side by side.
+
+    ``data``: a ``--data`` value (or a list of them); default: the first
+    privreid checkpoint's data.  ``suites`` other than ``clean``
+    (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid
+    checkpoints) write a report into ``out``, with ``suite_options`` the
+    fields of :class:`privreid.reporting.suite.SuiteSettings` (``attacks``,
+    ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
+    Nothing is written without ``out``.
+    """
+    from pathlib import Path
+
+    from privreid.comparison import compare_checkpoints
+    from privreid.errors import ConfigError
+    from privreid.models.evaluated import load_evaluated_models
+
+    roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
+    loaded = load_evaluated_models(list(models))
+    paths = [m.path for m in loaded]
+    if list(suites) == ["clean"] and out is None:
+        return ComparisonResult(compare_checkpoints(paths, untrained=untrained, device=device, data=roots,
+                                                    models=loaded))
+    if out is None:
+        raise ConfigError(f"the {', '.join(s for s in suites if s != 'clean')} suite(s) write a report: give out=")
+    from privreid.reporting.suite import SuiteSettings, run_suite
+
+    result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
+                       progress=progress, data=roots, models=loaded)
+    return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))

@@ -29,9 +29,12 @@ from torch import nn
 
 from privreid.checkpoint import Checkpoint, checkpoint_label, unique_labels
 from privreid.errors import ConfigError, NotACheckpointError
-from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter
+from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter, as_adapter
 
 __all__ = ["DataSource", "EvaluatedModel", "data_source", "load_evaluated_models", "model_labels"]
+
+#: the kind of a model handed over in Python (an adapter or ``nn.Module``, no file)
+IN_MEMORY = "Python model"
 
 #: what ``require`` can ask for, and how a refusal names it
 NEEDS = {
@@ -59,7 +62,9 @@ class EvaluatedModel:
 
     @property
     def kind(self) -> str:
-        return "privreid checkpoint" if self.checkpoint is not None else self.adapter.report.kind
+        if self.checkpoint is not None:
+            return "privreid checkpoint"
+        return self.adapter.report.kind if self.adapter.report is not None else IN_MEMORY
 
     def has(self, need: str) -> bool:
         """Whether the model offers ``need`` (a key of :data:`NEEDS`)."""
@@ -88,19 +93,25 @@ class EvaluatedModel:
         return self.adapter.as_module().to(device).eval()
 
     def load_line(self) -> str | None:
-        """What was loaded, mapped and ignored, in one line (files from elsewhere; ``None`` for a checkpoint)."""
-        return None if self.adapter is None else self.adapter.report.line()
+        """What was loaded, mapped and ignored, in one line (files from elsewhere; ``None`` otherwise)."""
+        return None if self.adapter is None or self.adapter.report is None else self.adapter.report.line()
 
     def provenance(self) -> dict[str, Any]:
         """JSON-ready record of what this model is, for a run's ``models.json``."""
         if self.checkpoint is not None:
             return {"path": str(self.path), "kind": self.kind, "method": self.checkpoint.method,
                     "round": self.checkpoint.round}
+        if self.adapter.report is None:
+            return {"path": str(self.path), "kind": self.kind, "module": type(self.adapter.model).__name__,
+                    "settings": {"input": f"{self.adapter.height}x{self.adapter.width}",
+                                 "mean": list(self.adapter.mean), "std": list(self.adapter.std)}}
         return self.adapter.report.to_dict()
 
 
-def load_evaluated_models(paths: list[str | os.PathLike], **file_options: Any) -> list[EvaluatedModel]:
-    """Each path as a privreid checkpoint, or else through :func:`~privreid.models.external.load_any_model`.
+def load_evaluated_models(paths: list[Any], **file_options: Any) -> list[EvaluatedModel]:
+    """Each path as a privreid checkpoint, or else through :func:`~privreid.models.external.load_any_model`;
+    an adapter or ``nn.Module`` (:func:`~privreid.models.adapter.as_adapter`) is taken as it is, named by its
+    class and position (``ResNet #2``).
 
     ``file_options`` (``arch``, ``height``, ``width``, ``mean``, ``std``,
     ``last_stride``; ``None`` values are dropped) apply to files from
@@ -111,7 +122,12 @@ def load_evaluated_models(paths: list[str | os.PathLike], **file_options: Any) -
 
     options = {k: v for k, v in file_options.items() if v is not None}
     models = []
-    for path in map(Path, paths):
+    for position, path in enumerate(paths, 1):
+        if isinstance(path, (ReIDAdapter, nn.Module)):
+            adapter = as_adapter(path)
+            models.append(EvaluatedModel(Path(f"{type(adapter.model).__name__} #{position}"), adapter=adapter))
+            continue
+        path = Path(path)
         try:
             models.append(EvaluatedModel(path, checkpoint=Checkpoint.load(path)))
         except NotACheckpointError:
