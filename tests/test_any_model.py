@@ -244,3 +244,23 @@ def test_commands_that_need_a_classifier_or_a_run_say_so(tiny_synth, tmp_path, m
     for args, says in cases:
         assert_one_error_line(run_cli(args), says)
     assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["torchreid", "fastreid"])
+def test_eval_takes_the_normalisation_from_flags_where_the_file_records_none(kind, model_files, tiny_synth, tmp_path):
+    def cli_map(*flags):
+        out = tmp_path / f"eval{len(flags)}.json"
+        res = run_cli(("eval", "--model", str(model_files[kind]), "--height", str(H), "--width", str(W), *flags,
+                       "--data", str(tiny_synth), "--domains", "synthC", "--device", "cpu", "--json", str(out)))
+        assert res.exit_code == 0, res.stderr
+        return res.stdout.splitlines()[0], json.loads(out.read_text())[0]["mAP"]
+
+    line, halves = cli_map("--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5")
+    assert "mean/std [0.5, 0.5, 0.5]/[0.5, 0.5, 0.5] (argument)" in line
+    api = privreid.evaluate(model_files[kind], str(tiny_synth), height=H, width=W, mean=[0.5] * 3, std=[0.5] * 3)
+    assert halves == pytest.approx(api.testsets["synthC"]["mAP"], abs=1e-9)
+    _, imagenet = cli_map()
+    assert imagenet == pytest.approx(privreid.evaluate(model_files[kind], str(tiny_synth), height=H,
+                                                       width=W).testsets["synthC"]["mAP"], abs=1e-9)
+    assert_one_error_line(run_cli(("eval", "--model", str(model_files[kind]), "--mean", "1,2", "--data",
+                                   str(tiny_synth))), "--mean takes three comma-separated numbers")

@@ -9,8 +9,8 @@ from typing import Any, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, checkpoint_paths, csv_list,
-                     load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
+                     csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -51,6 +51,8 @@ def attack_command(
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
     out: Optional[Path] = typer.Option(None, help="Write report.md, results.json, results.csv and "
                                                   "examples_<model>.png here."),
 ) -> None:
@@ -82,7 +84,7 @@ def attack_command(
         return settings
 
     settings = run_or_exit(validate)
-    loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width)
+    loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
     with run_dir_or_exit(out, "attack"):
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,

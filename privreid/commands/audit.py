@@ -12,8 +12,8 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, load_models_or_exit,
-                     run_dir_or_exit, run_or_exit)
+from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
+                     load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def audit_command(
@@ -54,6 +54,8 @@ def audit_command(
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
     out: Path = typer.Option(Path("runs/audit"), help="Output directory: audit.json, roc.png, report.md, cache/."),
     quiet: bool = typer.Option(False, help="No progress messages."),
 ) -> None:
@@ -77,7 +79,7 @@ def audit_command(
     def go():
         if not paths:
             raise ConfigError("give at least one checkpoint (--models)")
-        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
+        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
         if any(m.checkpoint is None for m in loaded):
             return _files(loaded)
         if data:

@@ -33,15 +33,33 @@ HeightOption = Annotated[Optional[int], typer.Option("--height", help="A model f
                                                      "input size: its input height (default 256, torchreid's "
                                                      "and fast-reid's).")]
 WidthOption = Annotated[Optional[int], typer.Option("--width", help="The same for the width (default 128).")]
+MeanOption = Annotated[Optional[str], typer.Option("--mean", help="A model file from elsewhere that records no "
+                                                   "normalisation: its per-channel mean of [0, 1] pixels, e.g. "
+                                                   "0.5,0.5,0.5 (default: ImageNet's, as torchreid and fast-reid).")]
+StdOption = Annotated[Optional[str], typer.Option("--std", help="The same for the standard deviation.")]
+
+
+def parse_channels(text: Optional[str], option: str) -> Optional[list[float]]:
+    """``"0.5,0.5,0.5"`` -> three floats; ConfigError naming ``option`` otherwise."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ConfigError(f"{option} takes three comma-separated numbers (R,G,B), got {text!r}")
+    return values
 
 
 def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
-                        width: Optional[int] = None) -> list:
+                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None) -> list:
     """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
     announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
     from ..models.evaluated import load_evaluated_models
 
-    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width)
+    channels = run_or_exit(lambda: {"mean": parse_channels(mean, "--mean"), "std": parse_channels(std, "--std")})
+    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width, **channels)
     for model in models:
         if model.load_line():
             typer.echo(model.load_line())

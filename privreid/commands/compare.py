@@ -9,8 +9,8 @@ import typer
 
 from ..attacks.inversion.threat_models import THREATS
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, fail,
-                     load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
+                     fail, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
@@ -25,6 +25,8 @@ def compare_command(
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
                                         "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
@@ -68,7 +70,7 @@ def compare_command(
     if not paths:
         fail("give at least one checkpoint")
     run_or_exit(check_output_file, markdown, "--markdown")
-    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
+    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
     if suite is None:
         rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
                            models=loaded)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, WidthOption, csv_list, load_models_or_exit,
-                     run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
+                     load_models_or_exit, run_or_exit)
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +24,8 @@ def eval_command(
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the checkpoint's data."),
     domains: Optional[str] = typer.Option(None, help="Comma-separated domains to test on (default: all)."),
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
@@ -97,6 +99,7 @@ def eval_command(
         check_corruption_options(**options)
         return dict(corruptions=resolve_corruptions(csv_list(corruption) or []), **options)
 
+    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
     kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
 
     def go() -> list[dict]:
@@ -105,7 +108,7 @@ def eval_command(
         corrupted = corruption_options() if corruption is not None else None
         check_eval_options([], **kinds)
         dev = resolve_device(device)
-        loaded = load_eval_model(model, client=client, arch=arch, size=(height, width), device=dev, data=data)
+        loaded = load_eval_model(model, client=client, file_options=file_options, device=dev, data=data)
         net = loaded.net
         datasets = resolve_datasets(data or loaded.roots, loaded.format if not data else fmt)
         wanted = csv_list(domains) or list(datasets)
@@ -133,7 +136,7 @@ def eval_command(
         if num_splits < 1 or seed < 0:
             raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
         dev = resolve_device(device)
-        loaded = load_eval_model(model, client=client, arch=arch, size=(height, width), device=dev, data=data)
+        loaded = load_eval_model(model, client=client, file_options=file_options, device=dev, data=data)
         rows = []
         for root in data:
             name = Path(root).name
@@ -190,13 +193,12 @@ class EvalModel:
     format: str
 
 
-def load_eval_model(path: Path, *, client: Optional[str], arch: Optional[str], size: tuple, device,
-                    data) -> EvalModel:
+def load_eval_model(path: Path, *, client: Optional[str], file_options: dict, device, data) -> EvalModel:
     """A privreid checkpoint (its global or ``client``'s model, its data and input size), or any model file
     :func:`privreid.models.external.load_any_model` reads (its input size from the file or the defaults; the
     load report printed in one line; ``--data`` required); :mod:`privreid.models.evaluated`."""
     from ..models.evaluated import data_source
 
-    [model] = load_models_or_exit([path], arch=arch, height=size[0], width=size[1])
+    [model] = load_models_or_exit([path], **file_options)
     source = data_source([model], data)
     return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format)

@@ -15,8 +15,8 @@ import typer
 from ..attacks.inversion.optimise import InversionSettings, attacks_help
 from ..attacks.inversion.threat_models import threats_help
 from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, WidthOption, checkpoint_paths, load_models_or_exit,
-                     run_dir_or_exit, run_or_exit)
+from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
+                     load_models_or_exit, run_dir_or_exit, run_or_exit)
 from .options import settings_options
 
 
@@ -60,6 +60,8 @@ def invert_command(
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
     out: Path = typer.Option(Path("runs/invert"), help="Output directory: metrics.json, grid.png, summary.md "
                                                        "(one sub-directory per checkpoint with several)."),
     **attack_settings,
@@ -84,7 +86,7 @@ def invert_command(
         return settings, checkpoint_paths(model, models, more_models), model_threat
 
     settings, paths, model_threat = run_or_exit(validate)
-    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width)
+    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
     from_files = [m for m in loaded if m.checkpoint is None]
 
     def check_files():
