@@ -8,13 +8,15 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
-                     fail, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption,
+                     checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
     models: Optional[list[Path]] = typer.Argument(None, help="Checkpoints to compare (same data), or model files "
                                                   "from elsewhere (docs/models.md)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="One checkpoint (several: --models a.pt b.pt, or "
+                                         "positionally)."),
     models_opt: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints (alternative to the "
                                                     "positional list; --models a.pt b.pt)."),
     untrained: bool = typer.Option(True, help="Add a randomly initialised model of the same architecture."),
@@ -65,9 +67,7 @@ def compare_command(
     from ..provenance import record_models
     from ..rundir import check_output_file, write_text_atomic
 
-    paths = list(models_opt or []) + list(models or [])
-    if not paths:
-        fail("give at least one checkpoint")
+    paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
     file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
     if suite is None:
