@@ -40,6 +40,11 @@ def train_command(
                                  "round, how each test set is ranked and the run's deviations."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object (keys "
                                  "config, lr_schedule, lr, evaluation, deviations)."),
+    parallel_clients: Optional[int] = typer.Option(None, "--parallel-clients", help="Train up to K clients of a "
+                                                   "round at the same time on Flower's simulation engine (Ray; pip "
+                                                   "install 'privreid[simulation]'), each with this process's "
+                                                   "thread count; same results as one at a time. A Ray cluster: "
+                                                   "set RAY_ADDRESS (docs/parallel-clients.md)."),
     **options,
 ) -> None:
     """Train a model (federated, centralised or standalone).
@@ -57,7 +62,8 @@ def train_command(
     def go() -> dict:
         p = train_params(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
-                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"])
+                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"],
+                         parallel_clients=p["parallel_clients"])
 
     summary = run_or_exit(go)
     typer.echo(json.dumps(_brief(summary), indent=2))
