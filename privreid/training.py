@@ -51,6 +51,10 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     if parallel_clients is None:
         engine = FederatedEngine(config, federation, out, progress=progress)
     else:
+        from .dependencies import require
+
+        require("flwr", "privreid train --parallel-clients")
+        require("ray")
         from .flower.simulation import ParallelEngine
 
         engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)

@@ -10,6 +10,7 @@ same result.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -25,7 +26,8 @@ from privreid.flower.loopback import LoopbackGrid
 from privreid.flower.messages import FlowerRunError, UPLOAD
 from privreid.flower.simulation import ParallelEngine, client_app, worker_engine
 
-pytest.importorskip("ray")
+#: the tests that start Ray (``pip install 'privreid[simulation]'``)
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 
 TINY = ("--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
         "--rounds", "1", "--device", "cpu", "--quiet")
@@ -110,6 +112,7 @@ def test_parallel_clients_out_of_range_is_refused(tiny_synth, tmp_path, k, says)
 
 
 @pytest.mark.slow
+@needs_ray
 def test_two_parallel_clients_on_ray_equal_the_sequential_engine(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation_for_config(cfg)
@@ -120,6 +123,7 @@ def test_two_parallel_clients_on_ray_equal_the_sequential_engine(tiny_synth, tmp
 
 
 @pytest.mark.slow
+@needs_ray
 def test_a_run_killed_under_two_parallel_clients_resumes_to_the_same_result(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation_for_config(cfg)
