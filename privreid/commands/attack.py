@@ -84,8 +84,8 @@ def attack_command(
         return settings
 
     settings = run_or_exit(validate)
-    loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
     with run_dir_or_exit(out, "attack"):
+        loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
                                         examples=examples, seed=seed, device=device, models=loaded)

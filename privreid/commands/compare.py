@@ -70,10 +70,10 @@ def compare_command(
     if not paths:
         fail("give at least one checkpoint")
     run_or_exit(check_output_file, markdown, "--markdown")
-    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
+    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
     if suite is None:
         rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
-                           models=loaded)
+                           models=load_models_or_exit(paths, **file_options))
         table = format_table(rows)
         typer.echo(table)
         if markdown:
@@ -86,6 +86,8 @@ def compare_command(
     from ..commands.corrupt import parse_pixel_scale
     from ..reporting.suite import SUITES, SuiteSettings, run_suite
 
+    loaded: list = []  # the suite's models, loaded once the settings are valid
+
     def go():
         if out is None:
             raise ConfigError("--suite needs --out")
@@ -97,6 +99,7 @@ def compare_command(
                                  inversion_subjects=subjects, inversion_iterations=iterations,
                                  inversion_threat=threat,
                                  inversion_clients=parse_clients(clients) if clients else None)
+        loaded.extend(load_models_or_exit(paths, **file_options))
         return run_suite(paths, out, settings, device=device, progress=not quiet, data=data, models=loaded)
 
     with run_dir_or_exit(out, "compare"):

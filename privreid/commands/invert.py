@@ -86,10 +86,8 @@ def invert_command(
         return settings, checkpoint_paths(model, models, more_models), model_threat
 
     settings, paths, model_threat = run_or_exit(validate)
-    loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
-    from_files = [m for m in loaded if m.checkpoint is None]
 
-    def check_files():
+    def check_files(loaded, from_files):
         if len(from_files) != len(loaded):
             raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
                               "elsewhere, not both in one run")
@@ -99,13 +97,14 @@ def invert_command(
         for m in from_files:
             m.require("gradients", "privreid invert", "privreid eval and eval --corruption need no gradients")
             m.require("classifier", "privreid invert",
-                      "the client's training step is its identity loss; privreid attack and privreid "
-                      "audit --method feature need only features")
+                      "the client's training step is its identity loss; privreid attack and the feature "
+                      "attack of privreid audit need only features")
 
-    if from_files:
-        run_or_exit(check_files)
     with run_dir_or_exit(out, "invert"):
+        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
+        from_files = [m for m in loaded if m.checkpoint is None]
         if from_files:
+            run_or_exit(check_files, loaded, from_files)
             from ..attacks.inversion.campaign import invert_files
 
             result = run_or_exit(invert_files, loaded, out, settings=settings, image=image, label=label, data=data,
