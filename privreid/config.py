@@ -177,6 +177,8 @@ class TrainConfig:
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"
+    #: fp32, bf16 or fp16: autocast of the model's passes (:mod:`privreid.precision`)
+    precision: str = "fp32"
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"
@@ -285,6 +287,9 @@ class RunConfig:
         for ok, msg in checks + _privacy_checks(self):
             if not ok:
                 raise ConfigError(msg)
+        from .precision import check_precision
+
+        check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
 
 

@@ -157,6 +157,9 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "seed": _o("train.seed", "Random seed (runs are deterministic for a seed)."),
     "device": _o("train.device", "auto, cpu or cuda."),
     "workers": _o("train.num_workers", "Data-loading worker processes."),
+    "precision": _o("train.precision",
+        "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
+        "fp32 or bf16). Default fp32, as the papers."),
 }
 
 SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
