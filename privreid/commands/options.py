@@ -33,8 +33,7 @@ import click
 import typer
 
 from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
-                      RunConfig,
-                      apply_sets, field_types)
+                      RunConfig, apply_sets, field_types)
 from ..data.formats import format_help
 from .common import DATA_HELP, csv_list, parse_method_options
 
