@@ -21,6 +21,10 @@ from .environment import check_environment
 from .errors import PrivreidError
 
 
+#: ``ctx.meta`` key: the command line asks for a subcommand's --help (plugins are then not loaded unless named)
+_ASKS_HELP = "privreid.asks_help"
+
+
 class _Group(TyperGroup):
     """Every command and subcommand, one contract: a parse error (unknown option, a value of the wrong type, a
     missing argument), an empty path and any user-input error a command did not catch itself (a missing
@@ -45,6 +49,10 @@ class _Group(TyperGroup):
         on stderr."""
         name, command, rest = super().resolve_command(ctx, args)
         return name, command, renamed_args(name, rest, lambda line: typer.echo(line, err=True))
+
+    def parse_args(self, ctx, args):
+        ctx.meta[_ASKS_HELP] = any(arg in ctx.help_option_names for arg in args)  # read by the root callback
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -77,9 +85,18 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit."),
+         plugin: list[str] = typer.Option([], "--plugin", metavar="MODULE", help="Load a plugin that is not "
+                                          "installed: module.path or module.path:function (repeatable; also "
+                                          "$PRIVREID_PLUGINS, comma-separated). Installed plugins (entry points "
+                                          "'privreid.plugins') load without it. See docs/extending.md.")) -> None:
     """privreid command line."""
+    if plugin or not ctx.meta.get(_ASKS_HELP):  # a command runs: its methods, formats... may come from plugins
+        from .plugins import load_plugins
+
+        load_plugins(plugin, export=True)
 
 
 # --------------------------------------------------------------------------- one module per command

@@ -86,6 +86,8 @@ EVAL_METRICS = ("euclidean", "cosine")
 #: the average precision of evaluations (:data:`privreid.evaluation.metrics.AP_MODES`): torchreid's over queries
 #: with a positive, or the Market-1501 devkit's trapezoid rule over all queries (FedPav's reference evaluate.py)
 EVAL_APS = ("torchreid", "devkit")
+#: the precisions of a run's passes (:data:`privreid.precision.PRECISIONS` maps them to dtypes)
+PRECISIONS = ("fp32", "bf16", "fp16")
 #: the necks of :class:`privreid.models.reid_net.ReIDModel` (:class:`ModelConfig` ``neck``)
 NECKS = ("linear", "bnneck", "none")
 #: the partition protocols (:class:`DataConfig` ``protocol``; :func:`privreid.data.partition.make_federation`)
@@ -185,6 +187,8 @@ class TrainConfig:
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"
+    #: fp32, bf16 or fp16: autocast of the model's passes (:mod:`privreid.precision`)
+    precision: str = "fp32"
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"
@@ -293,6 +297,9 @@ class RunConfig:
         for ok, msg in checks + _privacy_checks(self):
             if not ok:
                 raise ConfigError(msg)
+        from .precision import check_precision
+
+        check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
 
 

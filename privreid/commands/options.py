@@ -32,8 +32,8 @@ from typing import Any, Optional
 import click
 import typer
 
-from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PROTOCOLS, RunConfig,
-                      apply_sets, field_types)
+from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
+                      RunConfig, apply_sets, field_types)
 from ..data.formats import format_help
 from .common import DATA_HELP, csv_list, parse_method_options
 
@@ -179,6 +179,9 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "seed": _o("train.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
     "device": _o("train.device", "auto, cpu or cuda.", panel=TRAINING),
     "workers": _o("train.num_workers", "Data-loading worker processes.", panel=DATA),
+    "precision": _o("train.precision",
+        "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
+        "fp32 or bf16). Default fp32, as the papers.", panel=TRAINING, choices=PRECISIONS),
 }
 
 SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from .common import params_with_preset, run_or_exit
-from .options import CONFIG_OPTIONS, OUTPUT, TRAINING, config_options, run_config
+from .options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
 
 #: the run-configuration options of ``privreid train``: every one of :data:`~.options.CONFIG_OPTIONS`
 TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
@@ -45,6 +45,10 @@ def train_command(
     as_json: bool = typer.Option(
         False, "--json", rich_help_panel=OUTPUT, help="With --dry-run: print the plan as one JSON object (keys "
         "config, lr_schedule, lr, evaluation, deviations)."),
+    parallel_clients: Optional[int] = typer.Option(
+        None, "--parallel-clients", rich_help_panel=FEDERATION, help="Train up to K clients of a round at the same "
+        "time on Flower's simulation engine (Ray; pip install 'privreid\\[simulation]'), each with this process's "
+        "thread count; same results as one at a time. A Ray cluster: set RAY_ADDRESS (docs/parallel-clients.md)."),
     **options,
 ) -> None:
     """Train a model (federated, centralised or standalone).
@@ -62,7 +66,8 @@ def train_command(
     def go() -> dict:
         p = train_params(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
-                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"])
+                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"],
+                         parallel_clients=p["parallel_clients"])
 
     summary = run_or_exit(go)
     typer.echo(summary_text(summary))
