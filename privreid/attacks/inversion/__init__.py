@@ -13,8 +13,10 @@
 from .attack import Reconstruction, reconstruct
 from .defences import NO_DEFENCE, Defence, defence_as_trained, defend_gradient
 from .labels import bias_sign_label, idlg_label, matched_sign_label
-from .optimise import ATTACKS, MATCHES, InversionAttack, InversionSettings, register_inversion_attack
-from .threat_models import THREATS, Observation, ThreatModel, leak_bottleneck_feature, observe, register_threat
+from .optimise import (ATTACKS, MATCHES, InversionAttack, InversionSettings, register_inversion_attack,
+                       unregister_inversion_attack)
+from .threat_models import (THREATS, Observation, ThreatModel, leak_bottleneck_feature, observe, register_threat,
+                            unregister_threat)
 
 __all__ = [
     "ATTACKS",
@@ -37,4 +39,6 @@ __all__ = [
     "reconstruct",
     "register_inversion_attack",
     "register_threat",
+    "unregister_inversion_attack",
+    "unregister_threat",
 ]

@@ -45,6 +45,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
 
@@ -110,22 +111,24 @@ class DLG(InversionAttack):
         return image, int(soft.detach().argmax()), "dlg (optimised soft label)"
 
 
+def _check_attack(attack: InversionAttack) -> None:
+    if attack.distance not in MATCHES:
+        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
+
+
 #: ``--attack`` name -> inversion attack, in ``--help`` order
-ATTACKS: dict[str, InversionAttack] = {}
+ATTACKS: Registry[InversionAttack] = Registry(
+    "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
 
 
 def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
     """Add ``attack`` to :data:`ATTACKS` (``--attack <name>`` then selects it); returns it."""
-    if not attack.name or attack.name in ATTACKS:
-        raise ConfigError(f"inversion attack name {attack.name!r} is empty or already registered")
-    if attack.distance not in MATCHES:
-        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
-    ATTACKS[attack.name] = attack
-    return attack
+    return ATTACKS.register(attack)
 
 
-for _attack in (DLG(), IDLG(), InvertingGradients()):
-    register_inversion_attack(_attack)
+def unregister_inversion_attack(name: str) -> None:
+    """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    ATTACKS.unregister(name)
 
 
 def attacks_help() -> str:
@@ -144,8 +147,7 @@ class InversionSettings:
     lr: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.attack not in ATTACKS:
-            raise ConfigError(f"unknown attack {self.attack!r}; choose one of {', '.join(ATTACKS)}")
+        ATTACKS.get(self.attack)
         if self.match is not None and self.match not in MATCHES:
             raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
         if self.tv is not None and not 0 <= self.tv < float("inf"):
