@@ -109,7 +109,7 @@ def test_invert_errors(checkpoints, tmp_path):
     assert "resize" in error_line(invoke("invert", "--model", fed, "--image", wrong, "--out", tmp_path / "o"))
     assert "not found" in error_line(invoke("invert", "--model", tmp_path / "missing.pt"))
     assert "out of range" in error_line(invoke("invert", "--model", fed, "--index", 10_000))
-    assert "unknown attack" in error_line(invoke("invert", "--model", fed, "--method", "gan"))
+    assert "unknown inversion attack" in error_line(invoke("invert", "--model", fed, "--method", "gan"))
     assert "unknown threat" in error_line(invoke("invert", "--model", fed, "--threat", "all"))
     assert "either --index or --image" in error_line(invoke("invert", "--model", fed, "--index", 0, "--image", wrong))
     assert "no client" in error_line(invoke("invert", "--model", fed, "--client", "nobody"))

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
@@ -35,7 +36,8 @@ def attack_command(
         None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
     more_models: Optional[list[Path]] = typer.Argument(
         None, metavar="[CKPT]...", help="More checkpoints (what follows --models a.pt lands here)."),
-    method: str = typer.Option("all", "--method", help="fgsm, pgd, bim, mifgsm, tifgsm, all, or a comma list."),
+    method: str = typer.Option("all", "--method",
+                               help=f"{', '.join([*retrieval_attack_names(), 'all'])}, or a comma list."),
     eps: str = typer.Option("8/255", help="L_inf budget in [0, 1] pixel units; a number or a fraction like 8/255."),
     alpha: str = typer.Option("1/255", help="Step size of the iterative attacks (pixel units; FGSM ignores it)."),
     steps: int = typer.Option(10, help="Iterations of the iterative attacks (FGSM: 1)."),

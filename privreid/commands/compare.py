@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
 from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption,
                      checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
@@ -33,7 +34,8 @@ def compare_command(
                                         "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
     out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
     testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
-    attacks: str = typer.Option("all", help="Suite attacks: fgsm, pgd, bim, mifgsm, tifgsm, all or a comma list."),
+    attacks: str = typer.Option("all", help=f"Suite attacks: {', '.join([*retrieval_attack_names(), 'all'])} or a "
+                                "comma list."),
     eps: str = typer.Option("8/255", help="Suite attack budget in [0, 1] pixels (a number or a fraction)."),
     steps: int = typer.Option(10, help="Suite attack iterations."),
     max_queries: Optional[int] = typer.Option(None, help="Suite: attack at most N queries per test set."),

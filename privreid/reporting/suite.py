@@ -53,7 +53,7 @@ from typing import Any
 
 from ..attacks.feature_attacks import ATTACKS
 from ..attacks.campaign import attack_models
-from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
+from ..attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
 
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
@@ -200,7 +200,7 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
                          and r["drop_mAP"] is not None]
                 values.append(100 * float(np.mean(drops)) if drops else 0.0)
             ax.bar(np.arange(len(units)) + i * width - 0.4 + width / 2, values, width, label=model)
-        ax.set_xticks(np.arange(len(units)), [ATTACK_LABELS.get(u, u) for u in units], rotation=30)
+        ax.set_xticks(np.arange(len(units)), [attack_label(u) for u in units], rotation=30)
         ax.set_ylabel("relative mAP drop (%)")
         ax.set_title(title)
         ax.axhline(0, color="black", linewidth=0.6)
