@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .commands.common import fail as _fail
-from .commands.common import refuse_empty_paths, usage_error_line
+from .commands.common import refuse_empty_paths, renamed_args, usage_error_line
 from .environment import check_environment
 from .errors import PrivreidError
 
@@ -43,6 +43,13 @@ class _Group(TyperGroup):
         except click.ClickException as exc:
             usage_error_line(exc)
 
+    def resolve_command(self, ctx, args):
+        """The command and its arguments, the old spellings of renamed options
+        (:data:`~privreid.commands.common.RENAMED_OPTIONS`) spelt as they are now, with one ``warning:`` line each
+        on stderr."""
+        name, command, rest = super().resolve_command(ctx, args)
+        return name, command, renamed_args(name, rest, lambda line: typer.echo(line, err=True))
+
     def parse_args(self, ctx, args):
         ctx.meta[_ASKS_HELP] = any(arg in ctx.help_option_names for arg in args)  # read by the root callback
         return super().parse_args(ctx, args)
@@ -66,7 +73,7 @@ app = typer.Typer(
          "attack, invert, corrupt, compare and sweep; Flower for multi-machine runs.\n\n"
          "Example: privreid train --method fedpav --rounds 10 --out runs/fedpav",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
