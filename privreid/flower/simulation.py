@@ -71,6 +71,8 @@ from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check
 CLIENT_STATE = "client-state"
 #: how often the server polls the simulation for replies, in seconds
 POLL_S = 0.005
+#: how long the server waits for the simulation to register its SuperNodes, in seconds
+NODES_TIMEOUT_S = 120.0
 
 
 def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> None:
@@ -152,16 +154,23 @@ class ParallelEngine(FederatedEngine):
         #: CPU threads of every client: this process's torch thread count, as the sequential engine trains
         self.threads = torch.get_num_threads()
         self.grid: Grid | None = None
+        #: the simulated SuperNode that trains each client (one per client), by client name
+        self.node_of: dict[str, int] = {}
         self.shared_shapes = {k: tuple(v.shape) for k, v in self.policy.shared(self.init_state).items()}
         self.ledger = ledger_keys(config)
 
     def backend_config(self) -> dict[str, Any]:
-        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients."""
-        gpus = 1 / self.parallel_clients if self.device.type == "cuda" else 0.0
+        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients.
+
+        On CUDA the ``K`` clients share this machine's GPUs: ``min(1, GPUs / K)``
+        each (Ray gives every worker its own ``CUDA_VISIBLE_DEVICES``).
+        """
+        devices = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        gpus = min(1.0, devices / self.parallel_clients)
         init: dict[str, Any] = {"logging_level": "error", "log_to_driver": False}
         if not os.environ.get("RAY_ADDRESS"):  # a local Ray; on a cluster its own resources decide
             init["num_cpus"] = self.parallel_clients * self.threads
-            init["num_gpus"] = 1 if gpus else 0
+            init["num_gpus"] = devices
         return {"client_resources": {"num_cpus": self.threads, "num_gpus": gpus}, "init_args": init}
 
     def run(self, *, resume: bool = False) -> dict[str, Any]:
@@ -175,8 +184,8 @@ class ParallelEngine(FederatedEngine):
 
         @server_app.main()
         def main(grid: Grid, context: Context) -> None:
-            self.grid = grid
             try:
+                self.attach(grid)
                 result["summary"] = FederatedEngine.run(self, resume=resume)
             except BaseException as exc:  # raised again in the caller's thread, as the sequential engine raises it
                 result["error"] = exc
@@ -198,6 +207,17 @@ class ParallelEngine(FederatedEngine):
         if "summary" not in result:
             raise FlowerRunError("the Flower simulation stopped before the run finished")
         return result["summary"]
+
+    def attach(self, grid: Grid) -> None:
+        """Train on ``grid``'s SuperNodes, one per client, once all of them have registered."""
+        deadline = time.monotonic() + NODES_TIMEOUT_S
+        while len(nodes := sorted(grid.get_node_ids())) < len(self.clients):
+            if time.monotonic() > deadline:
+                raise FlowerRunError(f"only {len(nodes)} of {len(self.clients)} simulated clients started within "
+                                     f"{NODES_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)
+        self.grid = grid
+        self.node_of = dict(zip((c.name for c in self.clients), nodes))
 
     def _message(self, node: int, client: ClientData, round_index: int) -> Message:
         """Client ``client``'s train message: what the server transmits, and the client's own state."""
@@ -228,15 +248,16 @@ class ParallelEngine(FederatedEngine):
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """Keep up to ``K`` selected clients training; fold their uploads in selection order as they come in."""
-        node_of = dict(zip((c.name for c in self.clients), sorted(self.grid.get_node_ids())))
         waiting = deque(enumerate(selected))
         in_flight: dict[str, int] = {}  # message id -> position in ``selected``
         arrived: dict[int, Message] = {}
         folded = 0
         while folded < len(selected):
+            if self.grid is None:  # :meth:`run` returned (a signal stopped the simulation): stop this thread too
+                raise FlowerRunError(f"round {round_index + 1} stopped with the simulation")
             while waiting and len(in_flight) + len(arrived) < self.parallel_clients:
                 i, client = waiting.popleft()
-                message = self._message(node_of[client.name], client, round_index)
+                message = self._message(self.node_of[client.name], client, round_index)
                 in_flight.update(dict.fromkeys(self.grid.push_messages([message]), i))
             for reply in self.grid.pull_messages(list(in_flight)):
                 arrived[in_flight.pop(reply.metadata.reply_to_message_id)] = reply
