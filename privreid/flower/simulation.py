@@ -22,13 +22,17 @@ cluster's resources decide, and ``K`` bounds the messages in flight.
 
 Privacy boundary.  A train reply carries the upload (``upload``, ``train``
 and, under DP-SGD, ``privacy-ledger``: what a Flower site sends) and the
-client's own state (``client-state``: its local keys and memory, which the
-in-process engine also keeps for it).  The client's state goes straight to
-the client's store (``client_states``, the on-disk client memories); the
-rest passes the Flower runtime's privacy gate
-(:func:`~.messages.check_reply`) before it becomes the
-:class:`~privreid.federated.strategy.Upload` that the strategy and the
-observers see.
+client's own state (``client-state``: its local keys, and the name of its
+memory file), which the in-process engine also keeps for it.  The client's
+state goes straight to the client's store (``client_states``; the memory
+file, which the worker read and wrote itself in the run's
+``client_memory/`` folder, is adopted by
+:class:`~privreid.federated.memory_store.ClientMemories`, so a memory never
+crosses the wire nor goes through the server's RAM); the rest passes the
+Flower runtime's privacy gate (:func:`~.messages.check_reply`) before it
+becomes the :class:`~privreid.federated.strategy.Upload` that the strategy
+and the observers see.  The workers must therefore see the run directory at
+the same path (one machine, or a shared filesystem on a cluster).
 
 Determinism.  Every client seeds its own stream from ``(seed, round,
 client)`` and the uploads are folded in selection order (a reply that
@@ -61,7 +65,8 @@ from ..data.catalog import federation_for_config
 from ..data.types import ClientData, Federation
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine, RoundInbox
-from ..federated.memory_store import ClientMemories
+from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
+                                       save_memory_file)
 from ..federated.strategy import Upload
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
@@ -85,17 +90,17 @@ def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> Non
 
 
 # ----------------------------------------------------------------------------- the client's own state on the wire
-def pack_client_state(local: dict | None, memory: dict) -> ConfigRecord:
-    """A client's local keys (``None`` before its first round) and memory as one ``torch.save`` blob."""
+def pack_client_state(local: dict | None, memory_file: str | None) -> ConfigRecord:
+    """A client's local keys (``None`` before its first round; one ``torch.save`` blob) and its memory file's name."""
     buffer = io.BytesIO()
-    torch.save({"local": local, "memory": dict(memory)}, buffer)
-    return ConfigRecord({"blob": buffer.getvalue()})
+    torch.save(local, buffer)
+    return ConfigRecord({"local": buffer.getvalue(), "memory-file": memory_file or ""})
 
 
-def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, dict]:
+def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, str | None]:
     """The inverse of :func:`pack_client_state` (tensors and containers only: ``weights_only``)."""
-    payload = torch.load(io.BytesIO(bytes(record["blob"])), map_location="cpu", weights_only=True)
-    return payload["local"], payload["memory"]
+    local = torch.load(io.BytesIO(bytes(record["local"])), map_location="cpu", weights_only=True)
+    return local, str(record["memory-file"]) or None
 
 
 # ----------------------------------------------------------------------------- the worker side
@@ -126,16 +131,23 @@ def train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(int(run["threads"]))
     engine = worker_engine(str(run["config"]))
     client = engine.by_name[str(run["client"])]
-    local, memory = unpack_client_state(msg.content.config_records[CLIENT_STATE])
+    local, memory_file = unpack_client_state(msg.content.config_records[CLIENT_STATE])
+    memory_dir = Path(str(run["memory-dir"]))
     engine.client_states.clear()
     engine.client_memory.clear()
     if local is not None:
         engine.client_states[client.name] = local
-    engine.client_memory[client.name] = memory
-    upload = engine.train_client(client, int(run["round"]), received=record_to_state(msg.content.array_records[GLOBAL]))
+    engine.client_memory[client.name] = (load_memory_file(memory_file_path(memory_dir, memory_file))
+                                         if memory_file else {})
+    round_index = int(run["round"])
+    upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
+    memory = engine.client_memory[client.name]
+    memory_file = memory_file_name(client.name, round_index + 1) if memory else None
+    if memory_file:  # as the sequential engine spills it: the file of this round, which the next checkpoint names
+        memory_dir.mkdir(parents=True, exist_ok=True)
+        save_memory_file(dict(memory), memory_dir, memory_file)
     content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics),
-                          CLIENT_STATE: pack_client_state(engine.client_states[client.name],
-                                                          engine.client_memory[client.name])})
+                          CLIENT_STATE: pack_client_state(engine.client_states[client.name], memory_file)})
     if upload.reports:  # DP-SGD's accountant, for the server's privacy ledger
         content[LEDGER] = state_to_record(upload.reports)
     return Message(content, reply_to=msg)
@@ -179,6 +191,8 @@ class ParallelEngine(FederatedEngine):
         from flwr.simulation import run_simulation
 
         os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+        # Ray's future default (it warns otherwise); workers asking for no GPU train on the CPU anyway
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         result: dict[str, Any] = {}
         server_app = ServerApp()
 
@@ -225,7 +239,8 @@ class ParallelEngine(FederatedEngine):
         received = self.configure(client, round_index)
         run = run_record(self.config, "", round=round_index, threads=self.threads)
         run["client"] = client.name
-        own = pack_client_state(self.client_states.get(client.name), self.client_memory.get(client.name, {}))
+        run["memory-dir"] = str(self.client_memory.directory.resolve())
+        own = pack_client_state(self.client_states.get(client.name), self.client_memory.file_of(client.name))
         content = RecordDict({RUN: run, GLOBAL: state_to_record(received), CLIENT_STATE: own})
         return Message(content, node, "train", group_id=str(round_index + 1))
 
@@ -234,11 +249,9 @@ class ParallelEngine(FederatedEngine):
         if reply.has_error():
             raise FlowerRunError(f"client {client.name} failed: {reply.error.reason}")
         content = reply.content
-        local, memory = unpack_client_state(content.config_records[CLIENT_STATE])
+        local, memory_file = unpack_client_state(content.config_records[CLIENT_STATE])
         self.client_states[client.name] = local
-        self.client_memory[client.name] = memory
-        if isinstance(self.client_memory, ClientMemories):  # written now, as the sequential engine does
-            self.client_memory[client.name].spill(self.client_memory.round)
+        self.client_memory.adopt(client.name, memory_file)
         del content[CLIENT_STATE]
         check_reply(reply, kind="train", shared_shapes=self.shared_shapes, model_keys=set(self.init_state),
                     ledger=self.ledger)
