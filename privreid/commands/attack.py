@@ -10,6 +10,7 @@ import typer
 
 from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
+from .options import PrecisionOption
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
@@ -50,6 +51,7 @@ def attack_command(
     examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "fp32",
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
@@ -74,7 +76,7 @@ def attack_command(
 
     def validate() -> dict[str, Any]:
         settings = {"eps": parse_fraction(eps, "--eps"), "alpha": parse_fraction(alpha, "--alpha"),
-                    "steps": steps, "target": target, "methods": resolve_methods(method)}
+                    "steps": steps, "target": target, "methods": resolve_methods(method), "precision": precision}
         check_budget(settings["eps"], settings["alpha"], steps)
         if target not in TARGETS:
             raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
@@ -90,7 +92,8 @@ def attack_command(
         loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
-                                        examples=examples, seed=seed, device=device, models=loaded)
+                                        examples=examples, seed=seed, device=device, models=loaded,
+                                        precision=precision)
         caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
                    f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
                    f"↓ is the relative drop (clean - attacked) / clean.")
