@@ -16,8 +16,14 @@ TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
 
 
 def train_config(p: dict):
-    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied)."""
-    return run_config(p, TRAIN_OPTIONS)
+    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied);
+    ``--adversary`` / ``--malicious-clients`` go into ``train.adversary`` with the options ``--set`` gave it."""
+    config = run_config(p, TRAIN_OPTIONS)
+    if p.get("adversary"):
+        count = (p.get("malicious_clients") or "1").strip()
+        malicious = int(count) if count.isdigit() else [name.strip() for name in count.split(",")]
+        config.train.adversary = {**config.train.adversary, "name": p["adversary"], "malicious": malicious}
+    return config
 
 
 @config_options(TRAIN_OPTIONS)
@@ -38,6 +44,10 @@ def train_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything, train nothing, write nothing: print "
                                  "the resolved configuration, every parameter group's learning rate in every "
                                  "round, how each test set is ranked and the run's deviations."),
+    adversary: Optional[str] = typer.Option(None, help="Poisoning attack run by --malicious-clients (docs/poisoning.md): "
+                                            "label-flip, sign-flip, scaled; its options: --set train.adversary.KEY=V."),
+    malicious_clients: Optional[str] = typer.Option(None, help="With --adversary: how many clients are malicious (the "
+                                                    "last K of the federation; default 1), or their names (a,b)."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object (keys "
                                  "config, lr_schedule, lr, evaluation, deviations)."),
     **options,
