@@ -19,9 +19,13 @@ inversion attack or a threat model; ``docs/extending.md``):
 (:mod:`privreid.attacks.feature_attacks`, needs torchattacks).
 """
 
+import logging
 from importlib import import_module
 
 __version__ = "0.1.0"
+
+# privreid logs through "privreid" and its children (privreid.log); the program that uses it configures the output
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: public name -> (module, attribute)
 _PUBLIC = {

@@ -19,6 +19,7 @@ from .commands.common import fail as _fail
 from .commands.common import refuse_empty_paths, usage_error_line
 from .environment import check_environment
 from .errors import PrivreidError
+from .log import configure_console
 
 
 class _Group(TyperGroup):
@@ -42,6 +43,7 @@ class _Group(TyperGroup):
     def invoke(self, ctx):
         try:
             check_environment()
+            configure_console()
             return super().invoke(ctx)
         except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))

@@ -190,10 +190,10 @@ def evaluate_under_attack(
             stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0],
                                clean_features=clean[name][0])
             if progress:
-                from tqdm.auto import tqdm
+                from ..log import progress_bar
 
-                stream = tqdm(stream, total=len(batches), unit="batch", leave=False,
-                              desc=f"{ATTACK_LABELS[method]} {testset.name} {name}")
+                stream = progress_bar(stream, total=len(batches), unit="batch", leave=False,
+                                      desc=f"{ATTACK_LABELS[method]} {testset.name} {name}")
             attacked[name] = extract_features(model, stream, device=device)
     seconds = time.perf_counter() - start
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
 
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
 
@@ -228,7 +228,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[[torch.Tensor], torc
     variables = [x, *extra]
     opt = torch.optim.Adam(variables, lr=settings.lr)
     tv = settings.tv_weight
-    bar = tqdm(range(settings.iterations), desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
     value = float("nan")
     for _ in bar:
         loss = objective(x)
