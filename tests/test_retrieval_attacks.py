@@ -84,7 +84,7 @@ def test_attacks_are_torchattacks_subclasses_with_documented_defaults(random_mod
                 "mifgsm": torchattacks.MIFGSM, "tifgsm": torchattacks.TIFGSM}[name]
         assert issubclass(cls, base) and issubclass(cls, FeatureAttack)
         attack = build_attack(name, random_model)
-        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(1 / 255 if name != "fgsm"
+        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(2 / 255 if name != "fgsm"
                                                                                         else 8 / 255)
         assert attack.steps == (1 if name == "fgsm" else 10)
         assert attack.normalization_used is not None  # ImageNet normalisation inside the attack

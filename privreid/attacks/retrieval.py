@@ -131,7 +131,7 @@ def evaluate_under_attack(
     width: int,
     method: str = "pgd",
     eps: float = 8 / 255,
-    alpha: float = 1 / 255,
+    alpha: float | None = None,
     steps: int = 10,
     target: str = "query",
     device: torch.device | str = "cpu",
