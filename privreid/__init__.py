@@ -25,9 +25,14 @@ with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 torchattacks).
 """
 
+import logging
+
 from privreid.lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+# privreid logs through "privreid" and its children (privreid.log); the program that uses it configures the output
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: public name -> (module, attribute)
 _PUBLIC = {

@@ -41,9 +41,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
 from privreid.registry import Registry
 
 from .settings import MATCHES, InversionSettings  # noqa: F401  (re-exported: the settings of every attack)
@@ -195,7 +195,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[[torch.Tensor], torc
     variables = [x, *extra]
     opt = torch.optim.Adam(variables, lr=settings.lr)
     tv = settings.tv_weight
-    bar = tqdm(range(settings.iterations), desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
     value = float("nan")
     for _ in bar:
         loss = objective(x)
