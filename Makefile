@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 EXTRAS := test,flower,export
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 DEMO   := runs/demo
-# Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
+# Demo budget: see README "The demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
 DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 # The demo's leakage/robustness report, sized for a CPU: unseen domain, FGSM + PGD on 60 queries,
 # the full corruption mix (3 repeats), 2 inversion subjects (shared-update threat model).  Full settings: docs/leakage-and-robustness.md.
