@@ -72,12 +72,14 @@ import torch.nn.functional as F
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.dependencies import require
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 
 torchattacks = require("torchattacks")  # missing: one-line install hint, no traceback
 from torchattacks.attack import Attack  # noqa: E402
 
 __all__ = ["ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
-           "FeatureTIFGSM", "build_attack", "check_budget", "default_alpha", "feature_objective", "warn_unreachable"]
+           "FeatureTIFGSM", "build_attack", "check_budget", "default_alpha", "feature_objective",
+           "register_retrieval_attack", "unregister_retrieval_attack", "warn_unreachable"]
 
 
 def feature_objective(adv_features: torch.Tensor, clean_features: torch.Tensor) -> torch.Tensor:
@@ -120,8 +122,12 @@ class FeatureAttack(Attack):
     """
 
     random_start = False
-    #: the row label of L2RW+'s Table IX (``ATTACK_LABELS``)
+    #: registry key (``privreid attack --method NAME``)
+    name = ""
+    #: the row label of L2RW+'s Table IX (:func:`~privreid.attacks.retrieval.attack_label`)
     label = ""
+    #: whether the attack takes ``alpha`` and ``steps`` (FGSM: one step of ``eps``)
+    iterative = True
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor | None = None, *args, **kwargs) -> torch.Tensor:
         """torchattacks' entry point with ``labels`` optional (unused; torchattacks 3.3.0 requires the argument)."""
@@ -192,8 +198,9 @@ class FeatureAttack(Attack):
 class FeatureFGSM(FeatureAttack, torchattacks.FGSM):
     """FGSM (Goodfellow et al. 2015): one step of size ``eps`` along ``sign(grad J)``."""
 
+    name = "fgsm"
     label = "FGSM"
-
+    iterative = False
     steps = 1
 
     @property
@@ -208,18 +215,21 @@ class FeatureBIM(FeatureAttack, torchattacks.BIM):
     clip used here is the same projection onto the eps-ball and ``[0, 1]``.
     """
 
+    name = "bim"
     label = "BIM"
 
 
 class FeaturePGD(FeatureAttack, torchattacks.PGD):
     """PGD (Madry et al. 2018): BIM from a uniform random start in the eps-ball (``random_start=True``)."""
 
+    name = "pgd"
     label = "PGD"
 
 
 class FeatureMIFGSM(FeatureAttack, torchattacks.MIFGSM):
     """MI-FGSM (Dong et al. 2018): BIM with L1-normalised gradient momentum (``decay``)."""
 
+    name = "mifgsm"
     label = "MIFGSM"
 
     def _direction(self, grad: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
@@ -234,6 +244,7 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
     (torchattacks' default 0: no momentum), exactly as torchattacks' TIFGSM.
     """
 
+    name = "tifgsm"
     label = "TIFGSM"
 
     def _model_view(self, adv: torch.Tensor) -> torch.Tensor:
@@ -293,20 +304,25 @@ def default_alpha(eps: float, steps: int = 10) -> float:
 def warn_unreachable(method: str, eps: float, alpha: float, steps: int) -> None:
     """Warn, in one line, when an iterative attack's ``steps`` steps of ``alpha`` cannot reach ``eps``
     (it is then weaker than one FGSM step of ``eps``)."""
-    if ATTACKS[method] is not FeatureFGSM and steps * alpha < eps:
+    if ATTACKS.get(method).iterative and steps * alpha < eps:
         warnings.warn(f"{method}: {steps} steps of {alpha * 255:.3g}/255 cannot reach eps = {eps * 255:.3g}/255, "
                       f"so it is weaker than FGSM; give a step of at least eps / steps (the default is 2.5 eps / steps)",
                       stacklevel=3)
 
 
-#: ``--method`` name -> attack class, in the order of L2RW+'s Table IX.
-ATTACKS: dict[str, type[FeatureAttack]] = {
-    "fgsm": FeatureFGSM,
-    "pgd": FeaturePGD,
-    "bim": FeatureBIM,
-    "mifgsm": FeatureMIFGSM,
-    "tifgsm": FeatureTIFGSM,
-}
+#: ``--method`` name -> attack class, the built-ins in the order of L2RW+'s Table IX.
+ATTACKS: Registry[type[FeatureAttack]] = Registry(
+    "attack", builtins=lambda: (FeatureFGSM, FeaturePGD, FeatureBIM, FeatureMIFGSM, FeatureTIFGSM))
+
+
+def register_retrieval_attack(cls: type[FeatureAttack]) -> type[FeatureAttack]:
+    """Add a :class:`FeatureAttack` subclass (``privreid attack --method <name>`` then runs it); returns it."""
+    return ATTACKS.register(cls)
+
+
+def unregister_retrieval_attack(name: str) -> None:
+    """Remove retrieval attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    ATTACKS.unregister(name)
 
 
 def build_attack(
@@ -330,12 +346,10 @@ def build_attack(
         ConfigError: unknown ``method``, ``eps`` outside ``[0, 1]``,
             ``alpha <= 0`` or ``steps < 1``.
     """
-    if method not in ATTACKS:
-        raise ConfigError(f"unknown attack {method!r}; choose from {', '.join(ATTACKS)} (or all)")
+    cls = ATTACKS.get(method)
     check_budget(eps, alpha, steps)
     alpha = default_alpha(eps, int(steps)) if alpha is None else alpha
     warn_unreachable(method, eps, alpha, steps)
-    cls = ATTACKS[method]
-    attack = cls(model, eps=eps) if cls is FeatureFGSM else cls(model, eps=eps, alpha=alpha, steps=int(steps))
+    attack = cls(model, eps=eps, alpha=alpha, steps=int(steps)) if cls.iterative else cls(model, eps=eps)
     attack.set_normalization_used(mean=list(mean), std=list(std))
     return attack

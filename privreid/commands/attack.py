@@ -8,7 +8,9 @@ from typing import Any, Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
+from .options import PrecisionOption
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
@@ -35,7 +37,8 @@ def attack_command(
         None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
     more_models: Optional[list[Path]] = typer.Argument(
         None, metavar="[CKPT]...", help="More checkpoints (what follows --models a.pt lands here)."),
-    method: str = typer.Option("all", "--method", help="fgsm, pgd, bim, mifgsm, tifgsm, all, or a comma list."),
+    method: str = typer.Option("all", "--method",
+                               help=f"{', '.join([*retrieval_attack_names(), 'all'])}, or a comma list."),
     eps: str = typer.Option("8/255", help="L_inf budget in [0, 1] pixel units; a number or a fraction like 8/255."),
     alpha: Optional[str] = typer.Option(None, help="Step size of the iterative attacks (pixel units; default "
                                         "2.5 eps / steps: torchattacks' 2/255 for 8/255 and 10 steps; FGSM ignores "
@@ -50,6 +53,7 @@ def attack_command(
     examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "fp32",
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
@@ -75,7 +79,7 @@ def attack_command(
     def validate() -> dict[str, Any]:
         settings = {"eps": parse_fraction(eps, "--eps"), "steps": steps, "target": target,
                     "alpha": None if alpha is None else parse_fraction(alpha, "--alpha"),
-                    "methods": resolve_methods(method)}
+                    "methods": resolve_methods(method), "precision": precision}
         check_budget(settings["eps"], settings["alpha"], steps)
         if settings["alpha"] is None:
             settings["alpha"] = default_alpha(settings["eps"], steps)
@@ -93,7 +97,8 @@ def attack_command(
         loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
-                                        examples=examples, seed=seed, device=device, models=loaded)
+                                        examples=examples, seed=seed, device=device, models=loaded,
+                                        precision=precision)
         caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
                    f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
                    f"↓ is the relative drop (clean - attacked) / clean.")

@@ -53,7 +53,7 @@ from typing import Any
 
 from ..attacks.feature_attacks import ATTACKS, default_alpha
 from ..attacks.campaign import attack_models
-from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
+from ..attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
 
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
@@ -214,7 +214,7 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
             low, high = min(spans), max(spans)
             margin = max(0.15 * (high - low), 1.0)
             ax.set_ylim(low - margin, high + 1.5 * margin)  # room for the numbers on the bars
-        ax.set_xticks(np.arange(len(units)), [ATTACK_LABELS.get(u, u) for u in units], rotation=30)
+        ax.set_xticks(np.arange(len(units)), [attack_label(u) for u in units], rotation=30)
         ax.set_ylabel("relative mAP drop (%), mean ± std over test sets")
         ax.set_title(title)
         ax.axhline(0, color="black", linewidth=0.6)
