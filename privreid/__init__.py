@@ -19,7 +19,7 @@ inversion attack or a threat model; ``docs/extending.md``):
 (:mod:`privreid.attacks.feature_attacks`, needs torchattacks).
 """
 
-from importlib import import_module
+from privreid.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -66,13 +66,4 @@ _PUBLIC = {
 
 __all__ = ["__version__", *_PUBLIC]
 
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        module, attribute = _PUBLIC[name]
-        return getattr(import_module(module), attribute)
-    raise AttributeError(f"module 'privreid' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

@@ -18,7 +18,7 @@ from .rundir import write_json_atomic
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False,
               progress: bool = True, echo: Callable[[str], None] | None = None, preset: dict | None = None,
-              logger: str = "none") -> dict[str, Any]:
+              logger: str = "none", parallel_clients: int | None = None) -> dict[str, Any]:
     """Validate ``config``, build the federation and the engine, then train into ``out``; returns ``summary.json``.
 
     Everything is validated (config, method, data, model, ``out``,
@@ -32,6 +32,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     holds (``privreid train``'s options; default: the :class:`RunConfig`).
     ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
     ``summary.json``'s ``files`` block names every file of the run.
+    ``parallel_clients`` trains up to that many clients of a round at once on
+    Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).
     """
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run
@@ -46,7 +48,16 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     if resume:
         check_resumable(out, config)
     federation = federation_for_config(config, verify=True)
-    engine = FederatedEngine(config, federation, out, progress=progress)
+    if parallel_clients is None:
+        engine = FederatedEngine(config, federation, out, progress=progress)
+    else:
+        from .dependencies import require
+
+        require("flwr", "privreid train --parallel-clients")
+        require("ray")
+        from .flower.simulation import ParallelEngine
+
+        engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
                   seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume),
                   resumed=resume), stop_on_signals(out):

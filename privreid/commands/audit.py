@@ -25,8 +25,8 @@ def audit_command(
     level: Optional[str] = typer.Option(None, help="image (was this image trained on?), identity (was this "
                                         "person in the training data, judged from other images of them?), or both "
                                         "(default; a model file from elsewhere: identity)."),
-    attack: str = typer.Option("loss,feature", help="Comma list of loss, feature, lira-online, lira-offline; "
-                               "'lira' = both LiRA variants; 'all'."),
+    attack: str = typer.Option("loss,feature", "--method", help="Comma list of loss, feature, lira-online, "
+                               "lira-offline; 'lira' = both LiRA variants; 'all'."),
     view: str = typer.Option("public", help="public (the released global model, or --client's personalised "
                              "model), server (the audited client's uploads, re-derived by replaying the run) and/or "
                              "server-aggregate (under secure aggregation: only the sum of each round's uploads)."),
@@ -109,11 +109,11 @@ def audit_command(
                               "was trained on (its training identities are the members)")
         unknown = [a for a in names if a not in GIVEN_ATTACKS]
         if unknown:
-            raise ConfigError(f"--attack {','.join(unknown)}: a model file from elsewhere is audited with "
+            raise ConfigError(f"--method {','.join(unknown)}: a model file from elsewhere is audited with "
                               f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
         for m in loaded:
             if "loss" in names:
-                m.require("classifier", "the loss attack", "use --attack feature, which needs only features")
+                m.require("classifier", "the loss attack", "use --method feature, which needs only features")
         records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
                               device=resolve_device(device))
         record_models(out, loaded)

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from ..attacks.inversion.threat_models import THREATS
 from ..errors import ConfigError
 from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
                      fail, load_models_or_exit, run_dir_or_exit, run_or_exit)
@@ -44,8 +43,8 @@ def compare_command(
                                     "lengths) or 'auto' / a factor (the scaled variant, titled 'scaled')."),
     subjects: int = typer.Option(2, help="Suite inversion subjects."),
     iterations: int = typer.Option(200, help="Suite inversion iterations."),
-    threat: str = typer.Option("full", help="Suite inversion's single-upload threat model: "
-                               f"{', '.join(n for n, t in THREATS.items() if t.single_upload)}."),
+    threat: str = typer.Option("full", metavar="THREAT", help="Suite inversion's threat model of one upload: "
+                               "full, shared or shared-feature (`privreid invert --help` says what each observes)."),
     clients: Optional[list[str]] = typer.Option(None, "--clients", help="Suite inversion: the aggregate threat "
                                                 "(what a server under secure aggregation sees) sums m clients' "
                                                 "updates, e.g. --clients 2,4 (default: each run's clients per "

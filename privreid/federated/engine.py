@@ -62,6 +62,7 @@ from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkp
 from ..config import RunConfig, evaluation_settings
 from ..deviations import deviations
 from ..device import resolve_device
+from ..precision import at_precision, check_precision, cuda_speedups
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
@@ -183,6 +184,7 @@ class FederatedEngine:
         self.progress = progress
         self.log = log or (lambda msg: tqdm.write(msg))
         self.device = resolve_device(config.train.device)
+        check_precision(config.train.precision, self.device, dp_sgd=config.train.dp_sgd)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
@@ -285,8 +287,8 @@ class FederatedEngine:
     # -- evaluation ------------------------------------------------------------
     def _eval(self, testset: TestSet) -> dict[str, float]:
         d, t = self.config.data, self.config.train
-        return evaluate_model(self.model, testset, height=d.height, width=d.width, device=self.device,
-                              flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
+        return evaluate_model(at_precision(self.model, t.precision, self.device), testset, height=d.height,
+                              width=d.width, device=self.device, flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
                               num_workers=t.num_workers)
 
     def _record(self, rec: dict[str, Any]) -> None:
@@ -439,9 +441,10 @@ class FederatedEngine:
         started = time.time()
         rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                       total=t.rounds, disable=not self.progress, dynamic_ncols=True)
-        for r in rounds:
-            if not self.run_round(r):
-                break
+        with cuda_speedups(self.device):
+            for r in rounds:
+                if not self.run_round(r):
+                    break
         summary = self.summary(time.time() - started)
         write_json_atomic(self.out_dir / "summary.json", summary)
         return summary
@@ -533,5 +536,6 @@ class FederatedEngine:
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
         out["best"] = best_block(self.metrics, self.config.train.report_best)
         out["evaluation"] = evaluation_settings(self.config)
+        out["precision"] = self.config.train.precision
         out["deviations"] = deviations(self.config)
         return out

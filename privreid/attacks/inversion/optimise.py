@@ -37,7 +37,6 @@ L2 distance or one minus the cosine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -46,9 +45,9 @@ from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
 
+from .settings import MATCHES, InversionSettings  # noqa: F401  (re-exported: the settings of every attack)
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
 
-MATCHES = ("l2", "cosine")
 
 
 class InversionAttack:
@@ -131,41 +130,6 @@ for _attack in (DLG(), IDLG(), InvertingGradients()):
 def attacks_help() -> str:
     """``--attack``'s help: every registered inversion attack with its default distance and TV weight."""
     return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
-
-
-@dataclass(frozen=True)
-class InversionSettings:
-    """Attack, distance, TV weight and Adam schedule; ``match`` / ``tv`` ``None`` = the attack's default."""
-
-    attack: str = "idlg"
-    match: str | None = None
-    tv: float | None = None
-    iterations: int = 200
-    lr: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.attack not in ATTACKS:
-            raise ConfigError(f"unknown attack {self.attack!r}; choose one of {', '.join(ATTACKS)}")
-        if self.match is not None and self.match not in MATCHES:
-            raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
-        if self.tv is not None and not 0 <= self.tv < float("inf"):
-            raise ConfigError(f"--tv must be finite and >= 0 (got {self.tv})")
-        if self.iterations < 1:
-            raise ConfigError(f"--iterations must be >= 1 (got {self.iterations})")
-        if not 0 < self.lr < float("inf"):
-            raise ConfigError(f"--lr must be finite and > 0 (got {self.lr})")
-
-    @property
-    def inversion_attack(self) -> InversionAttack:
-        return ATTACKS[self.attack]
-
-    @property
-    def distance(self) -> str:
-        return self.match or self.inversion_attack.distance
-
-    @property
-    def tv_weight(self) -> float:
-        return self.inversion_attack.tv if self.tv is None else self.tv
 
 
 def gradient_distance(dummy: list[torch.Tensor], observed: list[torch.Tensor], match: str,
