@@ -90,8 +90,10 @@ def test_flower_is_confined_and_its_internals_to_the_loopback_harness():
     for path in package.rglob("*.py"):
         rel = path.relative_to(package).as_posix()
         flwr = [n for n in _imports(path) if n == "flwr" or n.startswith("flwr.")]
-        # secagg/: SecAgg+ on Flower's primitives, imported only under --secure-aggregation after require("flwr")
-        if not rel.startswith(("flower/", "secagg/")):
+        # secagg/: SecAgg+ on Flower's primitives, imported only under --secure-aggregation after require("flwr");
+        # defenses/robust_aggregation.py: the robust rules on Flower's aggregate_* functions, imported inside the rules
+        # after RobustRule.check's require("flwr")
+        if not rel.startswith(("flower/", "secagg/")) and rel != "defenses/robust_aggregation.py":
             assert not flwr, f"{rel} imports {flwr}: the core must work without privreid[flower]"
         # secagg/protocol.py: the key pairs of SecAgg+ come from flwr.supercore.primitives.asymmetric in flwr 1.41,
         # the module Flower's own secaggplus_mod imports them from (pyproject pins flwr's minor release)
@@ -157,4 +159,15 @@ def test_secure_aggregation_without_flower_is_one_line_before_anything_is_writte
                                            "--quiet", "--out", tmp_path / "run"])
     assert code == 2 and lines == ["error: --secure-aggregation (SecAgg+ on Flower's primitives) needs flwr, which "
                                    "is not installed: pip install 'privreid[flower]'"], lines
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_a_robust_rule_without_flower_is_one_line_before_anything_is_written(tiny_synth, tmp_path):
+    """The robust rules run Flower's aggregate_* functions: without flwr, one line naming the extra."""
+    [(code, lines)] = run_without("flwr", ["train", "--data", tiny_synth, "--num-clients", "3", "--protocol",
+                                           "by-identity", "--set", "train.defenses.robust-median={}",
+                                           "--rounds", "1", "--height", "32", "--width", "16", "--max-steps", "1",
+                                           "--device", "cpu", "--quiet", "--out", tmp_path / "run"])
+    assert code == 2 and len(lines) == 1 and "pip install 'privreid[flower]'" in lines[0], lines
+    assert "robust-median" in lines[0]
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -90,6 +90,13 @@ class RobustRule(ServerDefence):
 
     order = 42
 
+    def check(self, config, clients, clients_per_round) -> None:
+        """Also: Flower, whose aggregation functions the rule runs, is installed (else one line naming the extra)."""
+        super().check(config, clients, clients_per_round)
+        from privreid.dependencies import require
+
+        require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
+
     def rule(self, config: RunConfig):
         raise NotImplementedError
 
