@@ -26,11 +26,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
+# Two workers: CI has two cores, and the suite's tests are independent (each writes only its tmp_path).
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow" -q -n 2
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # One torch thread: a float reduction's order may depend on the thread count, and the README's numbers were
 # produced with one thread, so `make demo` reproduces them to the digit on any machine.

@@ -37,18 +37,18 @@ L2 distance or one minus the cosine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
+from privreid.registry import Registry
 
+from .settings import MATCHES, InversionSettings  # noqa: F401  (re-exported: the settings of every attack)
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
 
-MATCHES = ("l2", "cosine")
 
 
 class InversionAttack:
@@ -110,62 +110,29 @@ class DLG(InversionAttack):
         return image, int(soft.detach().argmax()), "dlg (optimised soft label)"
 
 
+def _check_attack(attack: InversionAttack) -> None:
+    if attack.distance not in MATCHES:
+        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
+
+
 #: ``--attack`` name -> inversion attack, in ``--help`` order
-ATTACKS: dict[str, InversionAttack] = {}
+ATTACKS: Registry[InversionAttack] = Registry(
+    "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
 
 
 def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
     """Add ``attack`` to :data:`ATTACKS` (``--attack <name>`` then selects it); returns it."""
-    if not attack.name or attack.name in ATTACKS:
-        raise ConfigError(f"inversion attack name {attack.name!r} is empty or already registered")
-    if attack.distance not in MATCHES:
-        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
-    ATTACKS[attack.name] = attack
-    return attack
+    return ATTACKS.register(attack)
 
 
-for _attack in (DLG(), IDLG(), InvertingGradients()):
-    register_inversion_attack(_attack)
+def unregister_inversion_attack(name: str) -> None:
+    """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    ATTACKS.unregister(name)
 
 
 def attacks_help() -> str:
     """``--attack``'s help: every registered inversion attack with its default distance and TV weight."""
     return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
-
-
-@dataclass(frozen=True)
-class InversionSettings:
-    """Attack, distance, TV weight and Adam schedule; ``match`` / ``tv`` ``None`` = the attack's default."""
-
-    attack: str = "idlg"
-    match: str | None = None
-    tv: float | None = None
-    iterations: int = 200
-    lr: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.attack not in ATTACKS:
-            raise ConfigError(f"unknown attack {self.attack!r}; choose one of {', '.join(ATTACKS)}")
-        if self.match is not None and self.match not in MATCHES:
-            raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
-        if self.tv is not None and not 0 <= self.tv < float("inf"):
-            raise ConfigError(f"--tv must be finite and >= 0 (got {self.tv})")
-        if self.iterations < 1:
-            raise ConfigError(f"--iterations must be >= 1 (got {self.iterations})")
-        if not 0 < self.lr < float("inf"):
-            raise ConfigError(f"--lr must be finite and > 0 (got {self.lr})")
-
-    @property
-    def inversion_attack(self) -> InversionAttack:
-        return ATTACKS[self.attack]
-
-    @property
-    def distance(self) -> str:
-        return self.match or self.inversion_attack.distance
-
-    @property
-    def tv_weight(self) -> float:
-        return self.inversion_attack.tv if self.tv is None else self.tv
 
 
 def gradient_distance(dummy: list[torch.Tensor], observed: list[torch.Tensor], match: str,
@@ -228,7 +195,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[[torch.Tensor], torc
     variables = [x, *extra]
     opt = torch.optim.Adam(variables, lr=settings.lr)
     tv = settings.tv_weight
-    bar = tqdm(range(settings.iterations), desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
     value = float("nan")
     for _ in bar:
         loss = objective(x)
