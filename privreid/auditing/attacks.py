@@ -1,4 +1,4 @@
-"""Membership-inference attacks: one class each, in a registry (``privreid audit --attack``).
+"""Membership-inference attacks: one class each, in a registry (``privreid audit --method``).
 
 An attack turns one model's outputs on the probe images
 (:class:`~privreid.auditing.statistics.ProbeOutputs`) into one score per
@@ -86,7 +86,7 @@ class LiRAAttack(MembershipAttack):
 
 ATTACKS: dict[str, MembershipAttack] = {a.name: a for a in (LossAttack(), FeatureAttack(), LiRAAttack(True),
                                                             LiRAAttack(False))}
-#: names accepted by --attack besides the registry's: groups
+#: names accepted by --method besides the registry's: groups
 ALIASES = {"lira": ["lira-online", "lira-offline"], "all": list(ATTACKS)}
 
 

@@ -52,8 +52,8 @@ from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_
 
 
 class InversionAttack:
-    """A gradient-inversion attack: its ``--attack`` name, default distance and TV weight, and how it inverts
-    a ``full`` observation (:meth:`invert_full`; the shared threat models need no label and share one
+    """A gradient-inversion attack: its ``privreid invert --method`` name, default distance and TV weight, and how it
+    inverts a ``full`` observation (:meth:`invert_full`; the shared threat models need no label and share one
     objective, :func:`invert_shared_gradients`)."""
 
     name: str = ""
@@ -115,13 +115,13 @@ def _check_attack(attack: InversionAttack) -> None:
         raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
 
 
-#: ``--attack`` name -> inversion attack, in ``--help`` order
+#: ``privreid invert --method`` name -> inversion attack, in ``--help`` order
 ATTACKS: Registry[InversionAttack] = Registry(
     "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
 
 
 def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
-    """Add ``attack`` to :data:`ATTACKS` (``--attack <name>`` then selects it); returns it."""
+    """Add ``attack`` to :data:`ATTACKS` (``privreid invert --method <name>`` then selects it); returns it."""
     return ATTACKS.register(attack)
 
 
@@ -131,7 +131,7 @@ def unregister_inversion_attack(name: str) -> None:
 
 
 def attacks_help() -> str:
-    """``--attack``'s help: every registered inversion attack with its default distance and TV weight."""
+    """``privreid invert --method``'s help: every registered inversion attack, its default distance and TV weight."""
     return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
 
 
