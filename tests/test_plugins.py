@@ -238,3 +238,11 @@ def test_the_example_package_installed_with_pip_in_a_venv(tiny_synth, tmp_path):
     run = privreid("train", "--method", "fedtrim", "--data", str(data), *TINY, "--out", str(tmp_path / "run"))
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["method"] == "fedtrim"
+
+
+def test_the_docs_show_the_example_package_as_it_is():
+    section = (REPO / "docs" / "extending.md").read_text().split("## A plugin package\n", 1)[1]
+    shown = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert shown == (EXAMPLE / "pyproject.toml").read_text()
+    for name in ("__init__.py", "trimmed_mean.py", "pid_folders.py"):
+        assert name in section and (EXAMPLE / PACKAGE / name).is_file()

@@ -37,14 +37,14 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
     first test set when ``examples > 0``.  ``bar`` shows one progress bar
     over the jobs; ``progress`` one per attack.
     """
-    from tqdm.auto import tqdm
+    from ..log import progress_bar
 
     from .retrieval import evaluate_under_attack
 
     jobs = [(ts, i, m) for ts in testsets for i in range(len(models)) for m in methods]
     records: list[dict[str, Any]] = []
     pictures: dict[str, tuple] = {}
-    for ts, i, m in (tqdm(jobs, desc="attacks", unit="attack") if bar else jobs):
+    for ts, i, m in progress_bar(jobs, desc="attacks", unit="attack", enabled=bar):
         label, net, height, width = models[i]
         result = evaluate_under_attack(
             net, ts, height=height, width=width, method=m, eps=eps, alpha=alpha, steps=steps, target=target,

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
 from .options import PrecisionOption
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
@@ -36,9 +37,12 @@ def attack_command(
         None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
     more_models: Optional[list[Path]] = typer.Argument(
         None, metavar="[CKPT]...", help="More checkpoints (what follows --models a.pt lands here)."),
-    method: str = typer.Option("all", "--method", help="fgsm, pgd, bim, mifgsm, tifgsm, all, or a comma list."),
+    method: str = typer.Option("all", "--method",
+                               help=f"{', '.join([*retrieval_attack_names(), 'all'])}, or a comma list."),
     eps: str = typer.Option("8/255", help="L_inf budget in [0, 1] pixel units; a number or a fraction like 8/255."),
-    alpha: str = typer.Option("1/255", help="Step size of the iterative attacks (pixel units; FGSM ignores it)."),
+    alpha: Optional[str] = typer.Option(None, help="Step size of the iterative attacks (pixel units; default "
+                                        "2.5 eps / steps: torchattacks' 2/255 for 8/255 and 10 steps; FGSM ignores "
+                                        "it)."),
     steps: int = typer.Option(10, help="Iterations of the iterative attacks (FGSM: 1)."),
     target: str = typer.Option("query", help="Which images are attacked: query, gallery or both."),
     client: Optional[str] = typer.Option(None, help="Attack this client's personalised model."),
@@ -67,15 +71,18 @@ def attack_command(
 
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
-    from ..attacks.feature_attacks import check_budget
+    from ..attacks.feature_attacks import check_budget, default_alpha
     from ..attacks.campaign import attack_checkpoints, write_attack_report
     from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
     from ..provenance import record_models
 
     def validate() -> dict[str, Any]:
-        settings = {"eps": parse_fraction(eps, "--eps"), "alpha": parse_fraction(alpha, "--alpha"),
-                    "steps": steps, "target": target, "methods": resolve_methods(method), "precision": precision}
+        settings = {"eps": parse_fraction(eps, "--eps"), "steps": steps, "target": target,
+                    "alpha": None if alpha is None else parse_fraction(alpha, "--alpha"),
+                    "methods": resolve_methods(method), "precision": precision}
         check_budget(settings["eps"], settings["alpha"], steps)
+        if settings["alpha"] is None:
+            settings["alpha"] = default_alpha(settings["eps"], steps)
         if target not in TARGETS:
             raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
         for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),

@@ -69,9 +69,9 @@ per-sample analysis would not hold or the method would silently change:
 * SKA's attentive normalisation (batch statistics; :func:`use_group_norm`
   refuses it).
 
-Which methods run under DP-SGD is declared in
-:data:`privreid.defenses.plugins.dp_sgd.SUPPORT` (``privreid methods``
-prints it): moon's contrastive term is per sample, and the fedpav-cdw/kd/cc
+Which methods run under DP-SGD is declared by each method
+(``Method.dp_sgd_support``; ``privreid methods`` prints it) and enforced
+when the defence wraps it: moon's contrastive term is per sample, and the fedpav-cdw/kd/cc
 variants' probes and server steps use public data.
 
 Scope of the guarantee (also in the run's ``summary.json``): each client's
