@@ -41,7 +41,7 @@ import torch
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import PRECISIONS, DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from privreid.data import build_transforms  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.formats import read_image  # noqa: E402
@@ -51,7 +51,7 @@ from privreid.federated import fast_optim  # noqa: E402
 from privreid.federated.client import ClientContext, SupervisedUpdate  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
 from privreid.models import build_model  # noqa: E402
-from privreid.precision import PRECISIONS, autocast, cpu_bf16_native, cuda_speedups, grad_scaler, to_device  # noqa: E402
+from privreid.precision import autocast, cpu_bf16_native, cuda_speedups, grad_scaler, to_device  # noqa: E402
 
 
 def default_precisions(device: torch.device) -> tuple[list[str], str | None]:
