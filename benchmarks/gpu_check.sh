@@ -1,31 +1,128 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 25): the first rounds of the FedPav and FedReID paper presets (ResNet-50,
-# 256x128, their reference-code schedules and metrics) on the embedded synthetic federation, on a CUDA device.
-# No dataset or ImageNet weight can be downloaded on the lent machine, so --pretrained none and --data synth:
-# the figures are per-round costs and the plumbing (CUDA, data workers, evaluation), not paper accuracies.
+# The prepared GPU check (issues 25 and 29), on the embedded synthetic federation (no dataset or ImageNet weight can
+# be downloaded on the lent machine: --data synth --pretrained none; the figures are costs and plumbing, not paper
+# accuracies).  It prints one table (and writes it to $OUT_DIR/table.md):
+#   - ResNet-50 256x128 batch 32, privreid's local update against a raw torch loop, img/s at fp32, bf16 and fp16
+#     (benchmarks/precision.py; cudnn.benchmark and channels-last batches on CUDA), and the peak GPU memory;
+#   - seconds per FedPav round of 4 clients x 20 steps, sequential and with --parallel-clients 2 where privreid
+#     has it (Flower's simulation engine; skipped without flwr/ray);
+#   - one DP-SGD step (opacus), one secure-aggregation round (flwr) and 20 inversion iterations on the device, each
+#     checked to run: "ok (N s)", "skipped (X not installed)" or "FAILED (log)"; the script exits 1 if one failed;
+# then (issue 25) the first rounds of the FedPav and FedReID paper presets, one line each.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]        (on the GPU machine; python3 with torch, typer, pyyaml, tqdm)
-#   DEVICE=cpu ROUNDS=1 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1" bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_check.sh [OUT_DIR]    (on the GPU machine, < 8 min on one H100; OUT_DIR defaults to $OUT)
+#   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]    (everything tiny on the CPU: tests/test_gpu_check.py)
+# Knobs: PYTHON (python3), ROUNDS (preset rounds, 3), PRESETS=0 skips the presets, EXTRA (more preset options).
 set -euo pipefail
+SMOKE=0
+if [[ "${1:-}" == "--cpu-smoke" ]]; then SMOKE=1; shift; fi
 OUT_DIR=${1:-${OUT:-runs/gpu-check}}
-DEVICE=${DEVICE:-cuda}
-ROUNDS=${ROUNDS:-3}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if (( SMOKE )); then
+  DEVICE=cpu ARCH=resnet18 H=64 W=32 BATCH=8 STEPS=2 BENCH="--steps 1 --repeats 1" INV_ITERS=2 ROUNDS=1 WORKERS=0
+  PRECISIONS=fp32,bf16 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
+else
+  DEVICE=cuda ARCH=resnet50 H=256 W=128 BATCH=32 STEPS=20 BENCH="--steps 10 --repeats 3 --workers 4" INV_ITERS=20 WORKERS=2
+  ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 EXTRA=${EXTRA:-}
+fi
 mkdir -p "$OUT_DIR"
+ROWS="$OUT_DIR/rows.tsv"
+: > "$ROWS"
+FAILED=0
+row() { printf '%s\t%s\n' "$1" "$2" >> "$ROWS"; }
+
 {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 } | tee "$OUT_DIR/device.txt"
-for preset in fedpav fedreid; do
+
+# check NAME MODULES -- COMMAND...: run COMMAND (log in $OUT_DIR/NAME.log) unless a python module is missing
+check() {
+  local name=$1 modules=$2; shift 3
+  local m
+  for m in ${modules//,/ }; do
+    if ! "$PY" -c "import $m" 2>/dev/null; then row "$name" "skipped ($m not installed)"; return 0; fi
+  done
+  local start end
   start=$(date +%s.%N)
-  # shellcheck disable=SC2086
-  "$PY" -m privreid train --config "configs/$preset-paper.yaml" --data synth --pretrained none --device "$DEVICE" \
-      --workers 4 --rounds "$ROUNDS" --eval-every 1 --quiet --out "$OUT_DIR/$preset" --overwrite ${EXTRA:-} \
-      > "$OUT_DIR/$preset.log" 2>&1 || { tail -20 "$OUT_DIR/$preset.log"; exit 1; }
-  end=$(date +%s.%N)
-  "$PY" - "$OUT_DIR/$preset" "$start" "$end" <<'PYEOF' | tee -a "$OUT_DIR/summary.txt"
+  if "$@" > "$OUT_DIR/$name.log" 2>&1; then
+    end=$(date +%s.%N)
+    row "$name" "ok ($("$PY" -c "print(f'{$end - $start:.1f}')") s, process start included)"
+  else
+    row "$name" "FAILED (tail of $OUT_DIR/$name.log: $(tail -1 "$OUT_DIR/$name.log" | cut -c1-120))"
+    FAILED=1
+  fi
+}
+
+TINY=(--data synth --pretrained none --device "$DEVICE" --quiet --overwrite)
+# 1. throughput at each precision, privreid against the raw loop, and the peak GPU memory
+# shellcheck disable=SC2086
+if "$PY" benchmarks/precision.py --device "$DEVICE" --arch "$ARCH" --size "${H}x${W}" --batch "$BATCH" \
+    --precisions "$PRECISIONS" $BENCH --json "$OUT_DIR/precision.json" > "$OUT_DIR/precision.log" 2>&1; then
+  "$PY" - "$OUT_DIR/precision.json" >> "$ROWS" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for p, row in r["precisions"].items():
+    gain = row["privreid"]["vs_fp32"]
+    print(f"{r['arch']} {r['size']} batch {r['batch']}, {p}: img/s privreid / raw\t"
+          f"{row['privreid']['images_per_s']:.1f} / {row['raw']['images_per_s']:.1f} = {row['privreid_vs_raw']:.3f}"
+          + (f"; {gain:.2f}x fp32" if p != "fp32" and gain else ""))
+peaks = {p: row.get("peak_memory_mib") for p, row in r["precisions"].items()}
+print("peak GPU memory (MiB, max allocated)\t" + (", ".join(f"{p} {m:.0f}" for p, m in peaks.items())
+                                                 if all(m is not None for m in peaks.values()) else "n/a (no CUDA)"))
+PYEOF
+else
+  row "precision benchmark" "FAILED (tail of $OUT_DIR/precision.log: $(tail -1 "$OUT_DIR/precision.log" | cut -c1-120))"
+  FAILED=1
+fi
+
+# 2. seconds per FedPav round, 4 clients (synthA and synthB, 2 each) x STEPS steps: sequential, then K = 2
+ROUND=(train --method fedpav --train-domains synthA,synthB --test-domains synthD --protocol by-identity
+       --num-clients 2 --arch "$ARCH" --height "$H" --width "$W" --batch-size "$BATCH" --max-steps "$STEPS"
+       --local-epochs 1 --rounds 2 --eval-every 0 --workers "$WORKERS" "${TINY[@]}")
+round_row() {  # round_row LABEL DIR: s per round from summary.json (2 rounds and the final evaluation, halved)
+  "$PY" -c "import json, sys; s = json.load(open(sys.argv[1] + '/summary.json')); print(sys.argv[2] + '\t' + f\"{s['wall_time_s'] / s['rounds']:.2f} s/round (2 rounds, final evaluation included)\")" "$2" "$1" >> "$ROWS"
+}
+check "fedpav-round-sequential" "" -- "$PY" -m privreid "${ROUND[@]}" --out "$OUT_DIR/round-seq"
+[[ -f "$OUT_DIR/round-seq/summary.json" ]] && round_row "FedPav round, 4 clients x $STEPS steps, sequential" "$OUT_DIR/round-seq"
+if "$PY" -m privreid train --help 2>/dev/null | grep -q -- "--parallel-clients"; then
+  check "fedpav-round-parallel" "flwr,ray" -- "$PY" -m privreid "${ROUND[@]}" --parallel-clients 2 --out "$OUT_DIR/round-par"
+  [[ -f "$OUT_DIR/round-par/summary.json" ]] && round_row "FedPav round, 4 clients x $STEPS steps, parallel K=2" "$OUT_DIR/round-par"
+else
+  row "FedPav round, parallel K=2" "n/a (parallel clients not available)"
+fi
+
+# 3. one DP-SGD step, one secure-aggregation round, INV_ITERS inversion iterations, on the device
+ONE=(train --method fedpav --arch resnet18 --height 64 --width 32 --batch-size 8 --max-steps 1 --rounds 1
+     --eval-every 0 "${TINY[@]}")
+check "dp-sgd-step" "opacus" -- "$PY" -m privreid "${ONE[@]}" --dp-sgd --noise-multiplier 1.0 --out "$OUT_DIR/dp-sgd"
+check "secure-aggregation-round" "flwr" -- "$PY" -m privreid "${ONE[@]}" --secure-aggregation --out "$OUT_DIR/secagg"
+check "inversion-$INV_ITERS-iterations" "" -- bash -c "'$PY' -m privreid ${ONE[*]} --out '$OUT_DIR/inv-model' && \
+  '$PY' -m privreid invert --model '$OUT_DIR/inv-model/ckpt.pt' --iterations $INV_ITERS --device $DEVICE --out '$OUT_DIR/invert'"
+
+"$PY" - "$ROWS" "$OUT_DIR/device.txt" <<'PYEOF' | tee "$OUT_DIR/table.md"
+import sys
+rows = [line.rstrip("\n").split("\t", 1) for line in open(sys.argv[1]) if line.strip()]
+device = open(sys.argv[2]).read().strip().splitlines()
+print(f"GPU check, {device[0]}; {' / '.join(device[1:])}\n")
+width = max(len(r[0]) for r in rows)
+print(f"| {'check':{width}s} | result |\n|{'-' * (width + 2)}|--------|")
+for name, value in rows:
+    print(f"| {name:{width}s} | {value} |")
+PYEOF
+
+# 4. (issue 25) the first rounds of the paper presets
+if [[ "${PRESETS:-1}" != 0 ]]; then
+  for preset in fedpav fedreid; do
+    start=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    "$PY" -m privreid train --config "configs/$preset-paper.yaml" --data synth --pretrained none --device "$DEVICE" \
+        --workers 4 --rounds "$ROUNDS" --eval-every 1 --quiet --out "$OUT_DIR/$preset" --overwrite $EXTRA \
+        > "$OUT_DIR/$preset.log" 2>&1 || { tail -20 "$OUT_DIR/$preset.log"; exit 1; }
+    end=$(date +%s.%N)
+    "$PY" - "$OUT_DIR/$preset" "$start" "$end" <<'PYEOF' | tee -a "$OUT_DIR/summary.txt"
 import json, sys
 from pathlib import Path
 run, start, end = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
@@ -39,4 +136,6 @@ print(f"{s['method']}: {s['rounds']} rounds in {end - start:.1f} s wall (process
       f"seen R1 {100 * seen.get('rank1', float('nan')):.1f} mAP {100 * seen.get('mAP', float('nan')):.1f}; "
       f"train steps {sum(int(r.get('steps', 0)) for r in train)}; deviations {len(s['deviations'])}")
 PYEOF
-done
+  done
+fi
+exit "$FAILED"

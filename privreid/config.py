@@ -86,7 +86,7 @@ EVAL_METRICS = ("euclidean", "cosine")
 #: the average precision of evaluations (:data:`privreid.evaluation.metrics.AP_MODES`): torchreid's over queries
 #: with a positive, or the Market-1501 devkit's trapezoid rule over all queries (FedPav's reference evaluate.py)
 EVAL_APS = ("torchreid", "devkit")
-#: the precisions of a run's passes (:data:`privreid.precision.PRECISIONS` maps them to dtypes)
+#: the precisions of a run's passes (:data:`privreid.precision.DTYPES` maps them to dtypes)
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: the necks of :class:`privreid.models.reid_net.ReIDModel` (:class:`ModelConfig` ``neck``)
 NECKS = ("linear", "bnneck", "none")

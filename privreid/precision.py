@@ -31,9 +31,11 @@ from collections.abc import Iterator
 
 import torch
 
+from .config import PRECISIONS
 from .errors import ConfigError
 
-PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: the torch type of each of :data:`privreid.config.PRECISIONS`
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: the line ``privreid invert`` prints, and records, when ``--precision`` is not fp32
 INVERSION_NOTE = ("model inversion runs in fp32 whatever --precision says: its feature-matching objective "
@@ -59,7 +61,7 @@ def autocast(precision: str, device: torch.device | str) -> contextlib.AbstractC
     """The context a forward pass runs in: nothing for fp32, :func:`torch.autocast` to the 16-bit type else."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=PRECISIONS[precision])
+    return torch.autocast(torch.device(device).type, dtype=DTYPES[precision])
 
 
 class Autocast(torch.nn.Module):
@@ -76,7 +78,7 @@ class Autocast(torch.nn.Module):
         self.model, self.precision, self.device_type = model, precision, torch.device(device).type
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(self.device_type, dtype=PRECISIONS[self.precision]):
+        with torch.autocast(self.device_type, dtype=DTYPES[self.precision]):
             out = self.model(images)
         return out.float() if isinstance(out, torch.Tensor) else out
 

@@ -96,20 +96,23 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
     standard training transform of :func:`~privreid.data.build_transforms`;
     DPPT passes channel-augmented images or clips).  PK batches when triplet
     is on (``K = instances_per_id``) or ``instances`` (``K``) is given.
+    Training on CUDA, batches come in pinned memory, so that their copy to
+    the device (:func:`privreid.precision.to_device`) does not block the step.
     """
     t, d = config.train, config.data
     if dataset is None:
         dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
                                                               random_erasing=t.random_erasing))
     generator = torch.Generator().manual_seed(seed)
+    pin = t.device != "cpu" and torch.cuda.is_available()
     if instances or triplet_weight(config) > 0:
         k = instances or t.instances_per_id
         p = max(2, t.batch_size // k)
         sampler = PKSampler(client.train, p=p, k=k, seed=seed)
         return DataLoader(dataset, batch_size=p * k, sampler=sampler, drop_last=True,
-                          num_workers=t.num_workers, generator=generator)
+                          num_workers=t.num_workers, generator=generator, pin_memory=pin)
     return DataLoader(dataset, batch_size=t.batch_size, shuffle=True, generator=generator,
-                      drop_last=len(dataset) > t.batch_size, num_workers=t.num_workers)
+                      drop_last=len(dataset) > t.batch_size, num_workers=t.num_workers, pin_memory=pin)
 
 
 class SupervisedUpdate:

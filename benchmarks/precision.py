@@ -1,0 +1,197 @@
+"""Local training throughput at fp32 / bf16 / fp16: privreid's client update against a raw torch loop.
+
+One client of the embedded synthetic federation, a ResNet from scratch,
+identity cross-entropy, SGD, at each ``--precisions`` value (issue 29 §3):
+
+``privreid``  :class:`privreid.federated.client.SupervisedUpdate` with
+              ``--precision`` set: its ``DataLoader`` of the client's files
+              (decoded once and kept, as after a run's first epoch), the
+              training augmentation, the forward pass and loss under autocast,
+              the backward through the loss scaler (fp16), the optimiser step;
+``raw``       the loop a user writes on images already decoded, resized,
+              normalised and on the device: random batches, the same autocast
+              and scaler, the same optimiser implementation.
+
+The two are interleaved (one block of each, repeated) after a warm-up block,
+and the median time per step is reported with the ratio privreid / raw
+images/s, each precision's speed-up over fp32 and, on CUDA, the peak GPU
+memory allocated while it ran (both approaches' models and batches).  On the CPU the default
+precisions are fp32 and, where the processor computes bf16 natively
+(AVX512-BF16 or AMX; :func:`privreid.precision.cpu_bf16_native`), bf16:
+elsewhere CPU bf16 is emulated and slower than fp32, and it is skipped with a
+line saying so (``--precisions`` forces it).
+
+    OMP_NUM_THREADS=1 python benchmarks/precision.py
+    python benchmarks/precision.py --device cuda --arch resnet50 --size 256x128 --batch 32 --precisions fp32,bf16,fp16
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+# Run from a checkout without installing privreid.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from privreid.config import PRECISIONS, DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.data import build_transforms  # noqa: E402
+from privreid.data.catalog import federation_for_config  # noqa: E402
+from privreid.data.formats import read_image  # noqa: E402
+from privreid.data.torch_dataset import DECODED  # noqa: E402
+from privreid.data.transforms import tensor_pipeline  # noqa: E402
+from privreid.federated import fast_optim  # noqa: E402
+from privreid.federated.client import ClientContext, SupervisedUpdate  # noqa: E402
+from privreid.losses import identity_loss  # noqa: E402
+from privreid.models import build_model  # noqa: E402
+from privreid.precision import autocast, cpu_bf16_native, cuda_speedups, grad_scaler, to_device  # noqa: E402
+
+
+def default_precisions(device: torch.device) -> tuple[list[str], str | None]:
+    """The precisions measured by default on ``device``, and why one is left out (or None)."""
+    if device.type == "cuda":
+        return list(PRECISIONS), None
+    if cpu_bf16_native():
+        return ["fp32", "bf16"], "fp16 skipped on the CPU (no native fp16 arithmetic; --precisions forces it)"
+    return ["fp32"], "bf16 skipped: this CPU has no native bf16 (AVX512-BF16 / AMX); it would be emulated"
+
+
+def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
+           device: torch.device, args) -> dict:
+    """``{"privreid": block, "raw": block}`` at ``precision``; each call runs ``args.steps`` optimiser steps."""
+    config = RunConfig(data=DataConfig(height=args.height, width=args.width), model=ModelConfig(arch=args.arch),
+                       train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
+                                         lr_head=0.05, device=str(device), seed=0, precision=precision,
+                                         num_workers=args.workers))
+    update = SupervisedUpdate(config)
+    privreid_model = copy.deepcopy(base).to(device)
+    rounds = iter(range(10**6))
+
+    def privreid_block() -> int:
+        ctx = ClientContext(model=privreid_model, client=client, round=0, config=config, device=device,
+                            global_state={}, seed=next(rounds))
+        return int(update(ctx)["steps"])
+
+    t = config.train
+    hyper = dict(momentum=t.momentum, weight_decay=t.weight_decay, nesterov=True)
+    model = copy.deepcopy(base).to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=t.lr_backbone, **hyper,
+                          **fast_optim.implementation("sgd", device.type, **hyper))
+    scaler = grad_scaler(precision, device)
+    criterion = identity_loss(t.label_smoothing)
+    generator = torch.Generator(device=images.device).manual_seed(0)
+
+    def raw_block() -> int:
+        for _ in range(args.steps):
+            idx = torch.randint(len(images), (args.batch,), generator=generator, device=images.device)
+            with autocast(precision, device):
+                loss = criterion(model.forward_train(images[idx])[2], labels[idx])
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return args.steps
+
+    return {"privreid": privreid_block, "raw": raw_block}
+
+
+def timed(block, device: torch.device) -> float:
+    """Seconds per optimiser step of one call of ``block`` (CUDA work finished inside the timing)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    steps = block()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
+def measure(args) -> dict:
+    device = torch.device(args.device)
+    precisions, skipped = (args.precisions, None) if args.precisions else default_precisions(device)
+    config = RunConfig(data=DataConfig(height=args.height, width=args.width), train=TrainConfig(device="cpu"))
+    client = federation_for_config(config).clients[0]
+    pipeline = tensor_pipeline(build_transforms(args.height, args.width, train=True))
+    for path, _, _ in client.train:  # decoded as after the first epoch of a run
+        DECODED.get(path, pipeline)
+    test = build_transforms(args.height, args.width, train=False)
+    images = to_device(torch.stack([test(read_image(path)) for path, _, _ in client.train]), device)
+    labels = torch.tensor([pid for _, pid, _ in client.train], device=device)
+    torch.manual_seed(0)
+    base = build_model(arch=args.arch, num_classes=client.num_classes)
+    rows = {}
+    with cuda_speedups(device):
+        for precision in precisions:
+            approaches = blocks(precision, client, base, images, labels, device, args)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            for block in approaches.values():  # warm-up: allocator, cuDNN's algorithm search
+                block()
+            per_step: dict[str, list[float]] = {name: [] for name in approaches}
+            for _ in range(args.repeats):
+                for name, block in approaches.items():
+                    per_step[name].append(timed(block, device))
+            median = {name: statistics.median(ts) for name, ts in per_step.items()}
+            rows[precision] = {name: {"s_per_step": m, "images_per_s": args.batch / m} for name, m in median.items()}
+            rows[precision]["privreid_vs_raw"] = median["raw"] / median["privreid"]
+            rows[precision]["peak_memory_mib"] = (torch.cuda.max_memory_allocated(device) / 2**20
+                                                  if device.type == "cuda" else None)
+    for precision, row in rows.items():
+        for name in ("privreid", "raw"):
+            row[name]["vs_fp32"] = (row[name]["images_per_s"] / rows["fp32"][name]["images_per_s"]
+                                    if "fp32" in rows else None)
+    return {"device": device_name(device), "size": f"{args.height}x{args.width}", "arch": args.arch,
+            "batch": args.batch, "threads": torch.get_num_threads(), "skipped": skipped, "precisions": rows}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.backends.cpu.get_cpu_capability()})"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--arch", default="resnet18")
+    ap.add_argument("--size", default="64x32", help="HEIGHTxWIDTH")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=4, help="optimiser steps per timed block")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved blocks per approach")
+    ap.add_argument("--workers", type=int, default=0, help="privreid's data-loading workers")
+    ap.add_argument("--precisions", default=None, help=f"comma list of {', '.join(PRECISIONS)} (default: per device)")
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    try:
+        args.height, args.width = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        ap.error(f"--size: {args.size!r} is not HEIGHTxWIDTH")
+    if args.precisions:
+        args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        if unknown := [p for p in args.precisions if p not in PRECISIONS]:
+            ap.error(f"unknown precisions {unknown}; choose from {', '.join(PRECISIONS)}")
+    result = measure(args)
+    print(f"{result['device']}: {args.arch} {result['size']}, batch {args.batch}, median of {args.repeats} blocks "
+          f"of {args.steps} steps, {result['threads']} torch thread(s)")
+    if result["skipped"]:
+        print(result["skipped"])
+    print(f"{'precision':9s} {'privreid img/s':>14s} {'raw img/s':>10s} {'privreid/raw':>12s} {'vs fp32':>8s}")
+    for precision, row in result["precisions"].items():
+        gain = row["privreid"]["vs_fp32"]
+        print(f"{precision:9s} {row['privreid']['images_per_s']:14.1f} {row['raw']['images_per_s']:10.1f} "
+              f"{row['privreid_vs_raw']:12.3f} {'-' if gain is None else f'{gain:.2f}x':>8s}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"torch": torch.__version__, **result}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
