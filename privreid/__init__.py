@@ -25,9 +25,14 @@ with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 torchattacks).
 """
 
-from importlib import import_module
+import logging
+
+from privreid.lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+# privreid logs through "privreid" and its children (privreid.log); the program that uses it configures the output
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: public name -> (module, attribute)
 _PUBLIC = {
@@ -84,13 +89,4 @@ _PUBLIC = {
 
 __all__ = ["__version__", *_PUBLIC]
 
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        module, attribute = _PUBLIC[name]
-        return getattr(import_module(module), attribute)
-    raise AttributeError(f"module 'privreid' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

@@ -16,9 +16,14 @@ from typer.core import TyperGroup
 
 from . import __version__
 from .commands.common import fail as _fail
-from .commands.common import refuse_empty_paths, usage_error_line
+from .commands.common import refuse_empty_paths, renamed_args, usage_error_line
 from .environment import check_environment
 from .errors import PrivreidError
+from .log import configure_console
+
+
+#: ``ctx.meta`` key: the command line asks for a subcommand's --help (plugins are then not loaded unless named)
+_ASKS_HELP = "privreid.asks_help"
 
 
 class _Group(TyperGroup):
@@ -39,9 +44,21 @@ class _Group(TyperGroup):
         except click.ClickException as exc:
             usage_error_line(exc)
 
+    def resolve_command(self, ctx, args):
+        """The command and its arguments, the old spellings of renamed options
+        (:data:`~privreid.commands.common.RENAMED_OPTIONS`) spelt as they are now, with one ``warning:`` line each
+        on stderr."""
+        name, command, rest = super().resolve_command(ctx, args)
+        return name, command, renamed_args(name, rest, lambda line: typer.echo(line, err=True))
+
+    def parse_args(self, ctx, args):
+        ctx.meta[_ASKS_HELP] = any(arg in ctx.help_option_names for arg in args)  # read by the root callback
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             check_environment()
+            configure_console()
             return super().invoke(ctx)
         except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))
@@ -58,7 +75,7 @@ app = typer.Typer(
          "attack, invert, corrupt, compare and sweep; Flower for multi-machine runs.\n\n"
          "Example: privreid train --method fedpav --rounds 10 --out runs/fedpav",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -70,9 +87,18 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit."),
+         plugin: list[str] = typer.Option([], "--plugin", metavar="MODULE", help="Load a plugin that is not "
+                                          "installed: module.path or module.path:function (repeatable; also "
+                                          "$PRIVREID_PLUGINS, comma-separated). Installed plugins (entry points "
+                                          "'privreid.plugins') load without it. See docs/extending.md.")) -> None:
     """privreid command line."""
+    if plugin or not ctx.meta.get(_ASKS_HELP):  # a command runs: its methods, formats... may come from plugins
+        from .plugins import load_plugins
+
+        load_plugins(plugin, export=True)
 
 
 # --------------------------------------------------------------------------- one module per command

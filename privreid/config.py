@@ -86,6 +86,16 @@ EVAL_METRICS = ("euclidean", "cosine")
 #: the average precision of evaluations (:data:`privreid.evaluation.metrics.AP_MODES`): torchreid's over queries
 #: with a positive, or the Market-1501 devkit's trapezoid rule over all queries (FedPav's reference evaluate.py)
 EVAL_APS = ("torchreid", "devkit")
+#: the precisions of a run's passes (:data:`privreid.precision.PRECISIONS` maps them to dtypes)
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: the necks of :class:`privreid.models.reid_net.ReIDModel` (:class:`ModelConfig` ``neck``)
+NECKS = ("linear", "bnneck", "none")
+#: the partition protocols (:class:`DataConfig` ``protocol``; :func:`privreid.data.partition.make_federation`)
+PROTOCOLS = ("by-dataset", "by-camera", "by-identity", "ci", "ei", "es")
+#: the client optimisers (:class:`TrainConfig` ``optimizer``)
+OPTIMIZERS = ("sgd", "adam")
+#: where FedReID's beta white noise is added (:class:`TrainConfig` ``beta_mode``): Eq. 14, Eq. 15 or both
+BETA_MODES = ("upload", "download", "both")
 #: what a client's memory keeps between rounds (:class:`TrainConfig` ``client_memory``)
 CLIENT_MEMORY = ("full", "private")
 
@@ -177,6 +187,8 @@ class TrainConfig:
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"
+    #: fp32, bf16 or fp16: autocast of the model's passes (:mod:`privreid.precision`)
+    precision: str = "fp32"
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"
@@ -195,6 +207,9 @@ class TrainConfig:
     secagg_max_weight: float | None = None
     #: defences registered outside the built-ins: name -> options (:mod:`privreid.defenses.registry`)
     defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: a poisoning adversary among the clients (:mod:`privreid.adversaries`): ``name``, ``malicious`` (a count or
+    #: client names) and the attack's options; empty: none
+    adversary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,10 +219,12 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; an empty ``train.defenses`` is left out, so configurations without one stay as they were."""
+        """Plain data; an empty ``train.defenses`` or ``train.adversary`` is left out, so configurations without one
+        stay as they were."""
         out = dataclasses.asdict(self)
-        if not out["train"]["defenses"]:
-            del out["train"]["defenses"]
+        for key in ("defenses", "adversary"):
+            if not out["train"][key]:
+                del out["train"][key]
         return out
 
     @classmethod
@@ -268,9 +285,9 @@ class RunConfig:
              f"{t.lr_schedule!r})"),
             (t.triplet_weight is None or t.triplet_weight >= 0, "triplet_weight must be >= 0"),
             (t.beta >= 0, f"beta must be >= 0 (got {t.beta})"),
-            (t.beta_mode in ("upload", "download", "both"), f"beta_mode must be upload, download or both "
+            (t.beta_mode in BETA_MODES, f"beta_mode must be upload, download or both "
              f"(got {t.beta_mode!r})"),
-            (t.optimizer in ("sgd", "adam"), f"optimizer must be sgd or adam (got {t.optimizer!r})"),
+            (t.optimizer in OPTIMIZERS, f"optimizer must be sgd or adam (got {t.optimizer!r})"),
             (0 < t.instances_per_id <= t.batch_size, f"instances_per_id must lie in [1, batch_size {t.batch_size}] "
              f"(a PK batch holds K instances of each of its identities; got {t.instances_per_id})"),
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
@@ -285,6 +302,9 @@ class RunConfig:
         for ok, msg in checks + _privacy_checks(self):
             if not ok:
                 raise ConfigError(msg)
+        from .precision import check_precision
+
+        check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
 
 

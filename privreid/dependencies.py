@@ -1,7 +1,7 @@
 """Third-party packages that only some commands need: one-line install hints instead of tracebacks.
 
 ``pip install privreid`` installs everything the core commands use, torchattacks
-included (docs/install.md).  Flower (``privreid[flower]``) and the ONNX
+included (docs/install.md).  Flower (``privreid[flower]``), its simulation engine on Ray (``privreid[simulation]``) and the ONNX
 exporter (``privreid[export]``) are extras, and so are the metric mirrors of
 ``privreid train --logger`` (``privreid[tensorboard]``, ``privreid[wandb]``).  A command that needs a package
 calls :func:`require` before any work is done; a missing package then becomes a
@@ -24,6 +24,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "torchattacks": ("the adversarial attacks (privreid attack, compare --suite attacks, sweep)",
                      f"pip install '{TORCHATTACKS}'"),
     "flwr": ("privreid flower", "pip install 'privreid[flower]'"),
+    "ray": ("privreid train --parallel-clients", "pip install 'privreid[simulation]'"),
     "onnx": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxscript": ("privreid export --format onnx", "pip install 'privreid[export]'"),
     "onnxruntime": ("privreid export --format onnx", "pip install 'privreid[export]'"),

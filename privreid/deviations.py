@@ -303,6 +303,9 @@ def _dppt_local_classifier(config: RunConfig) -> bool:
 
 #: every deviation that is not a recipe value; add a method's rules here
 RULES: tuple[Rule, ...] = (
+    Rule("precision", lambda c: c.train.precision != "fp32",
+         lambda c: f"--precision {c.train.precision}: convolutions and matrix products under autocast in "
+                   f"{c.train.precision} (the papers and their code train and evaluate in fp32)"),
     Rule("label-smoothing", lambda c: c.train.label_smoothing > 0,
          lambda c: f"identity loss with label smoothing {c.train.label_smoothing:g} (the five papers and their "
                    "code use plain cross-entropy: --label-smoothing 0)"),

@@ -160,3 +160,12 @@ def _reconstruct_with_new_entries(model, threat):
     toy = reconstruct(model, _subject(), 1, threat="head-only", shared=shared, settings=settings, seed=0)
     assert threat.seen and all(n.startswith("classifier.") for n in threat.seen)
     assert torch.equal(toy.reconstruction, toy.baseline)
+
+
+def test_the_help_texts_builtin_retrieval_attacks_are_the_registrys():
+    """privreid.attacks names the built-in retrieval attacks without torch (for --help); they are the registry's."""
+    from privreid.attacks import BUILTIN_RETRIEVAL_ATTACKS, retrieval_attack_names
+    from privreid.attacks.feature_attacks import ATTACKS
+
+    assert [n for n in ATTACKS.names() if ATTACKS.origin(n) == "built-in"] == list(BUILTIN_RETRIEVAL_ATTACKS)
+    assert retrieval_attack_names() == ATTACKS.names()

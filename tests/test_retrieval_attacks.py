@@ -83,7 +83,7 @@ def test_attacks_are_torchattacks_subclasses_with_documented_defaults(random_mod
         base = getattr(torchattacks, cls.label)  # each built-in subclasses the torchattacks attack it is labelled as
         assert issubclass(cls, base) and issubclass(cls, FeatureAttack) and cls.name == name
         attack = build_attack(name, random_model)
-        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(1 / 255 if cls.iterative
+        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(2 / 255 if cls.iterative
                                                                                         else 8 / 255)
         assert attack.steps == (10 if cls.iterative else 1)
         assert attack.normalization_used is not None  # ImageNet normalisation inside the attack

@@ -60,7 +60,7 @@ def test_dry_run_text_and_an_existing_run_is_untouched(tiny_synth, tmp_path):
 
 def test_dry_run_refuses_bad_input_in_one_line(tiny_synth, tmp_path):
     res = invoke("train", "--data", tiny_synth, *TINY, "--lr-schedule", "cosine", "--dry-run", "--out", tmp_path / "x")
-    assert res.exit_code == 2 and "lr_schedule must be one of" in res.output
+    assert res.exit_code == 2 and "'cosine' is not one of 'step', 'once', 'local-step', 'none'" in res.output
     res = invoke("train", "--data", tmp_path / "missing", "--dry-run", "--out", tmp_path / "x")
     assert res.exit_code == 2 and "not found" in res.output
     res = invoke("train", "--data", tiny_synth, *TINY, "--json", "--out", tmp_path / "x")

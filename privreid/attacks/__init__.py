@@ -8,13 +8,16 @@
 """
 
 
-def retrieval_attack_names() -> list[str]:
-    """The registered retrieval attacks (``privreid attack --method``, the registry of
-    :mod:`privreid.attacks.feature_attacks`); none when torchattacks, which they run on, is not installed."""
-    from ..errors import MissingDependencyError
+import sys
 
-    try:
-        from .feature_attacks import ATTACKS
-    except MissingDependencyError:
-        return []
-    return ATTACKS.names()
+#: the built-in retrieval attacks, one class each in :mod:`privreid.attacks.feature_attacks` (a test keeps the two
+#: equal), named here so that a command's help needs neither torch nor torchattacks
+BUILTIN_RETRIEVAL_ATTACKS = ("fgsm", "pgd", "bim", "mifgsm", "tifgsm")
+
+
+def retrieval_attack_names() -> list[str]:
+    """The registered retrieval attacks (``privreid attack --method``): the registry's names once
+    :mod:`privreid.attacks.feature_attacks` is imported (a plugin that registers one imports it), else the
+    built-ins, without importing torch for a help text."""
+    registry = sys.modules.get("privreid.attacks.feature_attacks")
+    return registry.ATTACKS.names() if registry is not None else list(BUILTIN_RETRIEVAL_ATTACKS)

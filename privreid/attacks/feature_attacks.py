@@ -48,9 +48,13 @@ momentum (MI, TI).  Images are in ``[0, 1]`` pixel space, so ``eps`` and
 ``alpha`` are pixel fractions (8/255 ...); the model's ImageNet normalisation
 is applied inside the attack via torchattacks' ``set_normalization_used``.
 
-Defaults (:func:`build_attack`): ``eps = 8/255``, ``alpha = 1/255`` for
-every iterative attack (the step of the published ReID attacks, docs/architecture.md;
-torchattacks' own default is 2/255), ``steps = 10``; PGD starts at a uniform
+Defaults (:func:`build_attack`): ``eps = 8/255``, ``steps = 10`` and
+``alpha = 2.5 * eps / steps`` for every iterative attack (:func:`default_alpha`:
+torchattacks' 2/255 for 8/255 and 10 steps, scaled with the budget and the
+steps, so the steps can cross the eps-ball from PGD's random start; the former
+fixed 1/255 left 5-step PGD weaker than FGSM).  A step so small that
+``steps * alpha < eps`` cannot reach the budget and is warned about in one
+line (:func:`warn_unreachable`).  PGD starts at a uniform
 random point of the eps-ball (Madry et al.), MI-FGSM uses ``decay = 1.0``
 (Dong et al. 2018); TI-FGSM keeps all of torchattacks' defaults (Gaussian
 kernel of length 15 with ``nsig = 3``, momentum ``decay = 0``, input
@@ -59,6 +63,7 @@ diversity with ``resize_rate = 0.9`` and probability 0.5, no random start).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -73,8 +78,8 @@ torchattacks = require("torchattacks")  # missing: one-line install hint, no tra
 from torchattacks.attack import Attack  # noqa: E402
 
 __all__ = ["ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
-           "FeatureTIFGSM", "build_attack", "check_budget", "feature_objective", "register_retrieval_attack",
-           "unregister_retrieval_attack"]
+           "FeatureTIFGSM", "build_attack", "check_budget", "default_alpha", "feature_objective",
+           "register_retrieval_attack", "unregister_retrieval_attack", "warn_unreachable"]
 
 
 def feature_objective(adv_features: torch.Tensor, clean_features: torch.Tensor) -> torch.Tensor:
@@ -277,14 +282,32 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
         return F.pad(rescaled, [left, canvas_w - new_w - left, top, canvas_h - new_h - top], value=0)
 
 
-def check_budget(eps: float, alpha: float, steps: int) -> None:
-    """Raise :class:`ConfigError` unless ``0 <= eps <= 1``, ``alpha > 0`` and ``steps`` is an integer >= 1."""
+def check_budget(eps: float, alpha: float | None, steps: int) -> None:
+    """Raise :class:`ConfigError` unless ``0 <= eps <= 1``, ``alpha > 0`` (``None``: the default,
+    :func:`default_alpha`) and ``steps`` is an integer >= 1."""
     if not 0.0 <= eps <= 1.0:
         raise ConfigError(f"eps must be in [0, 1] (pixel scale, e.g. 8/255), got {eps}")
-    if not alpha > 0:
+    if alpha is not None and not alpha > 0:
         raise ConfigError(f"alpha (step size) must be > 0, got {alpha}")
     if isinstance(steps, bool) or int(steps) != steps or steps < 1:
         raise ConfigError(f"steps must be an integer >= 1, got {steps}")
+
+
+def default_alpha(eps: float, steps: int = 10) -> float:
+    """The step of the iterative attacks when none is given: ``2.5 * eps / steps`` (Madry et al.'s rule, the
+    default of their ``robustness`` library), which is torchattacks' 2/255 for its eps 8/255 and 10 steps, and lets
+    fewer steps still cross the eps-ball from PGD's random start (5 steps of 8/255: 4/255 each).  For ``eps = 0``,
+    which moves nothing, a positive step all the same (1/255)."""
+    return 2.5 * eps / steps if eps > 0 else 1 / 255
+
+
+def warn_unreachable(method: str, eps: float, alpha: float, steps: int) -> None:
+    """Warn, in one line, when an iterative attack's ``steps`` steps of ``alpha`` cannot reach ``eps``
+    (it is then weaker than one FGSM step of ``eps``)."""
+    if ATTACKS.get(method).iterative and steps * alpha < eps:
+        warnings.warn(f"{method}: {steps} steps of {alpha * 255:.3g}/255 cannot reach eps = {eps * 255:.3g}/255, "
+                      f"so it is weaker than FGSM; give a step of at least eps / steps (the default is 2.5 eps / steps)",
+                      stacklevel=3)
 
 
 #: ``--method`` name -> attack class, the built-ins in the order of L2RW+'s Table IX.
@@ -307,14 +330,15 @@ def build_attack(
     model: torch.nn.Module,
     *,
     eps: float = 8 / 255,
-    alpha: float = 1 / 255,
+    alpha: float | None = None,
     steps: int = 10,
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
 ) -> FeatureAttack:
     """A feature-space attack on ``model`` that takes ``[0, 1]`` pixels and normalises with ``mean``/``std``.
 
-    ``alpha`` and ``steps`` are ignored by FGSM (one step of ``eps``).  The
+    ``alpha`` (default :func:`default_alpha`) and ``steps`` are ignored by FGSM (one step of ``eps``); a step
+    that cannot reach ``eps`` is warned about (:func:`warn_unreachable`).  The
     other hyper-parameters keep their defaults (see the module docstring);
     change them on the returned object (e.g. ``attack.decay = 0.5``).
 
@@ -324,6 +348,8 @@ def build_attack(
     """
     cls = ATTACKS.get(method)
     check_budget(eps, alpha, steps)
+    alpha = default_alpha(eps, int(steps)) if alpha is None else alpha
+    warn_unreachable(method, eps, alpha, steps)
     attack = cls(model, eps=eps, alpha=alpha, steps=int(steps)) if cls.iterative else cls(model, eps=eps)
     attack.set_normalization_used(mean=list(mean), std=list(std))
     return attack

@@ -133,7 +133,7 @@ def evaluate_under_attack(
     width: int,
     method: str = "pgd",
     eps: float = 8 / 255,
-    alpha: float = 1 / 255,
+    alpha: float | None = None,
     steps: int = 10,
     target: str = "query",
     device: torch.device | str = "cpu",
@@ -192,10 +192,10 @@ def evaluate_under_attack(
             stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0],
                                clean_features=clean[name][0])
             if progress:
-                from tqdm.auto import tqdm
+                from ..log import progress_bar
 
-                stream = tqdm(stream, total=len(batches), unit="batch", leave=False,
-                              desc=f"{attack_label(method)} {testset.name} {name}")
+                stream = progress_bar(stream, total=len(batches), unit="batch", leave=False,
+                                      desc=f"{attack_label(method)} {testset.name} {name}")
             attacked[name] = extract_features(model, stream, device=device)
     seconds = time.perf_counter() - start
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -289,3 +289,30 @@ def preset_value(ctx, param, value):
         return param.type_cast_value(ctx, text)
     except click.BadParameter as exc:
         raise ConfigError(exc.message) from None
+
+
+#: command -> {old flag: its name now}: spellings kept for one release (0.1) beside the one name of a thing
+#: across commands (docs/cli.md); each prints one ``warning:`` line (:func:`renamed_args`)
+RENAMED_OPTIONS: dict[str, dict[str, str]] = {
+    "invert": {"--attack": "--method", "--n": "--subjects"},
+    "audit": {"--attack": "--method"},
+}
+
+
+def renamed_args(command: str, args: list[str], warn: Callable[[str], None]) -> list[str]:
+    """``args`` of ``privreid <command>`` with every old flag of :data:`RENAMED_OPTIONS` (``--n 4``,
+    ``--n=4``) spelt as it is now; ``warn`` gets one line for each old flag given.  Arguments after ``--``
+    are values, left alone."""
+    renamed = RENAMED_OPTIONS.get(command, {})
+    out, warned = [], set()
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        flag, eq, value = arg.partition("=")
+        if flag in renamed:
+            if flag not in warned:
+                warn(f"warning: {flag} is deprecated; use {renamed[flag]}")
+                warned.add(flag)
+            arg = renamed[flag] + eq + value
+        out.append(arg)
+    return out

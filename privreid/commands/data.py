@@ -87,11 +87,13 @@ def data_info(
 
 @data_app.command("formats")
 def data_formats() -> None:
-    """List the dataset formats (the --format values, and the FORMAT of --data DIR:FORMAT) with their layouts.
+    """List the dataset formats (the --format values, and the FORMAT of --data DIR:FORMAT) with their layouts and
+    where each comes from (built-in or a plugin).
 
     Example: privreid data formats
     """
     from ..data.formats import available_formats
+    from ..plugins import origin_of
 
     for fmt in available_formats().values():
-        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout}")
+        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout} [{origin_of(fmt)}]")

@@ -25,7 +25,7 @@ def export_command(
     client: Optional[str] = typer.Option(None, help="Export this client's personalised model (default: the "
                                          "global model)."),
     fmt: str = typer.Option("state-dict", "--format", help="state-dict (torch.load / build_model), torchreid "
-                            "(torchreid's ResNet key names) or onnx (onnxruntime; needs privreid[export])."),
+                            "(torchreid's ResNet key names) or onnx (onnxruntime; needs privreid\\[export])."),
     out: Path = typer.Option(..., help="File to write."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
 ) -> None:

@@ -12,19 +12,27 @@ from typing import Optional
 
 import typer
 
-from ..attacks.inversion.optimise import InversionSettings, attacks_help
-from ..attacks.inversion.threat_models import threats_help
+from ..attacks.inversion.settings import MATCHES, InversionSettings
 from ..errors import ConfigError
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      load_models_or_exit, run_dir_or_exit, run_or_exit)
 from .options import settings_options
 
+#: ``--method``'s help (the built-in inversion attacks: their registry, privreid.attacks.inversion.optimise, imports
+#: torch, which ``--help`` does not wait for; tests/test_option_names.py checks every registered one is named)
+INVERSION_ATTACK_HELP = ("Inversion attack: dlg (DLG: l2 distance, TV 0), idlg (iDLG: l2, TV 0) or ig (Inverting "
+                         "Gradients: cosine, TV 1e-4); an attack a plugin registers is named the same way.")
+#: ``--threat``'s help, the built-in threat models (their registry imports torch, as above)
+THREAT_HELP = ("Threat model: full (whole gradient, head included), shared (shared keys only), shared-feature (the "
+               "bottleneck's exact feature leak, then feature inversion) or aggregate (the sum of --clients m "
+               "clients' shared updates: what a server under secure aggregation sees).")
+
 
 @settings_options(
-    InversionSettings, "n",
-    attack=f"Inversion attack (matching distance, TV weight): {attacks_help()}.",
-    match="l2 or cosine (default: the attack's, see --attack).",
-    tv="Total-variation weight (default: the attack's, see --attack).",
+    InversionSettings, "subjects", flags={"attack": "--method"}, choices={"match": MATCHES},
+    attack=INVERSION_ATTACK_HELP,
+    match="Distance matched (default: the attack's, see --method).",
+    tv="Total-variation weight (default: the attack's, see --method).",
     iterations="Adam iterations per subject.",
     lr="Adam learning rate (pixels in [0, 1]).")
 def invert_command(
@@ -43,9 +51,9 @@ def invert_command(
     image: Optional[Path] = typer.Option(None, help="Attack this image file instead; it must have the model's "
                                                    "input size."),
     label: Optional[int] = typer.Option(None, help="With --image: its label in the client's classifier (default 0)."),
-    n: int = typer.Option(1, "--n", help="Number of subjects: --index, then evenly spaced through the client's "
-                                         "training list."),
-    threat: str = typer.Option("full", help=f"Threat model: {threats_help()}."),
+    subjects: int = typer.Option(1, "--subjects", help="Number of subjects: --index, then evenly spaced through "
+                                 "the client's training list."),
+    threat: str = typer.Option("full", metavar="THREAT", help=THREAT_HELP),
     clients: Optional[list[str]] = typer.Option(None, "--clients", help="--threat aggregate: how many clients' "
                                                 "updates are summed, e.g. --clients 1,2,4,8 (one row each, "
                                                 "next to the single-upload reference; default: the "
@@ -54,8 +62,10 @@ def invert_command(
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
     device: DeviceOption = "auto",
+    precision: str = typer.Option("fp32", "--precision", help="Accepted for symmetry with the other commands; "
+                                  "inversion runs in fp32 whatever it says (privreid.precision.INVERSION_NOTE)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help="A model file from elsewhere: the subjects are "
-                                             "--n training images of this data's first domain (their labels: "
+                                             "--subjects training images of this data's first domain (their labels: "
                                              "the model's own predictions)."),
     arch: ArchOption = None,
     height: HeightOption = None,
@@ -74,12 +84,14 @@ def invert_command(
     the model's feature cosine and label correctness, each next to a
     random-image baseline.
 
-    Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --n 4 --attack ig --out runs/invert
+    Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
     from ..attacks.inversion.threat_models import get_threat
+    from ..precision import INVERSION_NOTE, check_precision
     from ..provenance import record_models
 
     def validate():
+        check_precision(precision)
         settings = InversionSettings(**attack_settings)
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
@@ -101,6 +113,8 @@ def invert_command(
                       "attack of privreid audit need only features")
 
     with run_dir_or_exit(out, "invert"):
+        if precision != "fp32":  # inside the run directory, so log.txt keeps the line next to config.yaml's flag
+            typer.echo(f"note: --precision {precision} ignored: {INVERSION_NOTE}", err=True)
         loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
         from_files = [m for m in loaded if m.checkpoint is None]
         if from_files:
@@ -108,11 +122,11 @@ def invert_command(
             from ..attacks.inversion.campaign import invert_files
 
             result = run_or_exit(invert_files, loaded, out, settings=settings, image=image, label=label, data=data,
-                                 index=index, n=n, seed=seed, device=device)
+                                 index=index, n=subjects, seed=seed, device=device)
             record_models(out, loaded)
         else:
             result = run_or_exit(model_threat.campaign, paths, out, settings=settings, client=client, index=index,
-                                 image=image, label=label, n=n, clients=clients, defended=defended, seed=seed,
+                                 image=image, label=label, n=subjects, clients=clients, defended=defended, seed=seed,
                                  device=device)
         typer.echo(result.table)
         typer.echo(f"wrote {out}")

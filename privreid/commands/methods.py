@@ -6,17 +6,19 @@ import typer
 
 
 def methods_command() -> None:
-    """List the registered training methods, and which defences each can run under.
+    """List the registered training methods, where each comes from (built-in or a plugin), and which defences
+    each can run under.
 
     Example: privreid methods
     """
     from ..defenses.registry import defences
     from ..federated.method_options import option_defaults
     from ..federated.registry import available_methods, get_method
+    from ..plugins import origin_of
 
     for name in available_methods():
         method = get_method(name)
-        typer.echo(f"{name:14s} {method.summary}")
+        typer.echo(f"{name:14s} {method.summary} [{origin_of(method)}]")
         for defence in defences():
             typer.echo(" " * 15 + f"{defence.name}: {defence.supports(method)}")
         defaults = option_defaults(method.options)

@@ -27,137 +27,166 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
+import click
 import typer
 
-from ..config import RunConfig, apply_sets, field_types
+from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
+                      RunConfig, apply_sets, field_types)
 from ..data.formats import format_help
 from .common import DATA_HELP, csv_list, parse_method_options
 
 
+#: the help panels of ``privreid train --help``, in order (each :class:`ConfigOption` names one)
+PANELS = DATA, MODEL, TRAINING, FEDERATION, DEFENCES, EVALUATION, OUTPUT = (
+    "Data", "Model", "Training", "Federation", "Defences", "Evaluation", "Output")
+
+
 @dataclass(frozen=True)
 class ConfigOption:
-    """One command-line option that sets the run-configuration field ``path`` (``section.field``)."""
+    """One command-line option that sets the run-configuration field ``path`` (``section.field``), listed in the
+    help panel ``panel``."""
 
     path: str
     decls: tuple[str, ...]
     help: str
+    panel: str
     #: the option's type when it differs from the field's, with ``to_config`` converting its value
     cli_type: Any = None
     to_config: Callable[[Any], Any] | None = None
+    #: the values the option takes, shown as choices in the help and checked when parsed
+    choices: tuple[str, ...] | None = None
 
 
-def _o(path: str, *decls_and_help: str, cli_type: Any = None, to_config: Callable | None = None) -> ConfigOption:
-    return ConfigOption(path, decls_and_help[:-1], decls_and_help[-1], cli_type, to_config)
+def _o(path: str, *decls_and_help: str, panel: str, cli_type: Any = None, to_config: Callable | None = None,
+       choices: tuple[str, ...] | None = None) -> ConfigOption:
+    return ConfigOption(path, decls_and_help[:-1], decls_and_help[-1], panel, cli_type, to_config, choices)
 
 
 #: option (parameter) name -> the field it sets; ``privreid train --help`` lists them in this order
 CONFIG_OPTIONS: dict[str, ConfigOption] = {
-    "method": _o("train.method", "Training method (see `privreid methods`)."),
+    "method": _o("train.method", "Training method (see `privreid methods`).", panel=FEDERATION),
     "data": _o("data.roots", "--data", DATA_HELP, cli_type=Optional[list[str]],
-               to_config=lambda roots: [str(d) for d in roots or []]),
-    "fmt": _o("data.format", "--format", f"Dataset layout for --data roots: {format_help()}. See docs/formats.md."),
+               to_config=lambda roots: [str(d) for d in roots or []], panel=DATA),
+    "fmt": _o("data.format", "--format", f"Dataset layout for --data roots: {format_help()}. See docs/formats.md.",
+              panel=DATA),
     "protocol": _o("data.protocol",
         "Partition: by-dataset, by-camera or by-identity; the L2RW+ privacy protocols ci (camera "
         "independence: one client per camera), ei (entity independence: one client per dataset) or es (entity"
-        " sharing: the datasets pooled into one client); ei and es need a held-out --test-domains entity."),
+        " sharing: the datasets pooled into one client); ei and es need a held-out --test-domains entity.", panel=DATA,
+        choices=PROTOCOLS),
     "train_domains": _o("data.train_domains",
         "Comma-separated training domains (default: all but --test-domains; synth holds out its last domain).",
-        cli_type=Optional[str], to_config=csv_list),
+        cli_type=Optional[str], to_config=csv_list, panel=DATA),
     "test_domains": _o("data.test_domains", "Comma-separated held-out (unseen) domains.", cli_type=Optional[str],
-                       to_config=csv_list),
-    "num_clients": _o("data.num_clients", "Clients per domain for --protocol by-identity."),
-    "rounds": _o("train.rounds", "Communication rounds (epochs for centralized/standalone)."),
-    "local_epochs": _o("train.local_epochs", "Local epochs E per round."),
-    "batch_size": _o("train.batch_size", "Batch size B."),
-    "optimizer": _o("train.optimizer", "sgd (FedPav: momentum 0.9, wd 5e-4) or adam."),
-    "lr_backbone": _o("train.lr_backbone", "Backbone learning rate (FedPav: 0.005)."),
-    "lr_head": _o("train.lr_head", "Classifier learning rate (FedPav: 0.05)."),
+                       to_config=csv_list, panel=DATA),
+    "num_clients": _o("data.num_clients", "Clients per domain for --protocol by-identity.", panel=DATA),
+    "rounds": _o("train.rounds", "Communication rounds (epochs for centralized/standalone).", panel=FEDERATION),
+    "local_epochs": _o("train.local_epochs", "Local epochs E per round.", panel=TRAINING),
+    "batch_size": _o("train.batch_size", "Batch size B.", panel=TRAINING),
+    "optimizer": _o("train.optimizer", "sgd (FedPav: momentum 0.9, wd 5e-4) or adam.", panel=TRAINING,
+                    choices=OPTIMIZERS),
+    "lr_backbone": _o("train.lr_backbone", "Backbone learning rate (FedPav: 0.005).", panel=TRAINING),
+    "lr_head": _o("train.lr_head", "Classifier learning rate (FedPav: 0.05).", panel=TRAINING),
     "lr_neck": _o("train.lr_neck",
         "Neck (embedding bottleneck) learning rate (default: --lr-backbone; FedPav's and L2RW+'s reference "
-        "code train it at the classifier's rate)."),
-    "lr_step": _o("train.lr_step", "The N of --lr-schedule (rounds; local epochs for local-step)."),
+        "code train it at the classifier's rate).", panel=TRAINING),
+    "lr_step": _o("train.lr_step", "The N of --lr-schedule (rounds; local epochs for local-step).", panel=TRAINING),
     "lr_schedule": _o("train.lr_schedule", "Learning-rate schedule: step (x gamma every N rounds), once (x gamma "
-        "from round N on), local-step (x gamma every N local epochs, restarting each round) or none."),
-    "lr_gamma": _o("train.lr_gamma", "Learning-rate decay factor."),
+        "from round N on), local-step (x gamma every N local epochs, restarting each round) or none.",
+        panel=TRAINING, choices=LR_SCHEDULES),
+    "lr_gamma": _o("train.lr_gamma", "Learning-rate decay factor.", panel=TRAINING),
     "client_fraction": _o("train.client_fraction",
-        "Fraction C of clients sampled per round (default: the method's; 1.0, FedReID 0.5)."),
+        "Fraction C of clients sampled per round (default: the method's; 1.0, FedReID 0.5).", panel=FEDERATION),
     "triplet_weight": _o("train.triplet_weight",
         "Weight of the batch-hard triplet loss (0 = off; on switches to PK sampling). Default: the method's "
-        "(FedARKS 1, its Eq. 2; others 0)."),
+        "(FedARKS 1, its Eq. 2; others 0).", panel=TRAINING),
     "label_smoothing": _o("train.label_smoothing",
         "Label smoothing of the identity cross-entropy (0 = plain cross-entropy, as in all five papers and "
-        "their code)."),
-    "random_erasing": _o("train.random_erasing", "Random-erasing probability (data augmentation)."),
+        "their code).", panel=TRAINING),
+    "random_erasing": _o("train.random_erasing", "Random-erasing probability (data augmentation).", panel=TRAINING),
     "dropout": _o("model.dropout",
-        "Dropout on the feature before the identity classifier, training only (FedPav's reference code: 0.5)."),
-    "max_steps": _o("train.max_steps_per_epoch", "Cap on batches per local epoch (quick runs)."),
+        "Dropout on the feature before the identity classifier, training only (FedPav's reference code: 0.5).",
+        panel=MODEL),
+    "max_steps": _o("train.max_steps_per_epoch", "Cap on batches per local epoch (quick runs).", panel=TRAINING),
     "eval_every": _o("train.eval_every",
-        "Evaluate every k rounds and after the last; 0 = after the last only."),
+        "Evaluate every k rounds and after the last; 0 = after the last only.", panel=EVALUATION),
     "eval_flip": _o("train.eval_flip", "--eval-flip",
-        "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does)."),
+        "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does).",
+        panel=EVALUATION),
     "eval_metric": _o("train.eval_metric",
-        "Rank by euclidean (squared distance) or cosine (L2-normalised features: FedPav's and L2RW+'s code)."),
+        "Rank by euclidean (squared distance) or cosine (L2-normalised features: FedPav's and L2RW+'s code).",
+        panel=EVALUATION, choices=EVAL_METRICS),
     "eval_ap": _o("train.eval_ap",
         "Average precision: torchreid (over queries with a positive) or devkit (the Market-1501 devkit's trapezoid "
-        "rule over all queries: FedPav's reference code)."),
+        "rule over all queries: FedPav's reference code).", panel=EVALUATION, choices=EVAL_APS),
     "report_best": _o("train.report_best",
         "summary.json's `best` block: 1 = the last evaluation; K > 1 = the mean of the K global evaluations "
-        "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds)."),
+        "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds).", panel=EVALUATION),
     "opt": _o("train.method_options", "--opt",
         "Method option key=value (repeatable), e.g. --opt mu=0.01; `privreid methods` lists each method's "
         "options.",
-        cli_type=Optional[list[str]], to_config=parse_method_options),
+        cli_type=Optional[list[str]], to_config=parse_method_options, panel=FEDERATION),
     "beta": _o("train.beta",
-        "FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. No formal privacy guarantee."),
+        "FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. No formal privacy guarantee.",
+        panel=DEFENCES),
     "beta_mode": _o("train.beta_mode",
-        "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both."),
+        "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both.", panel=DEFENCES, choices=BETA_MODES),
     "dp_sgd": _o("train.dp_sgd", "--dp-sgd",
         "Record-level DP-SGD (Opacus) on every client: Poisson batches, per-sample clipping, Gaussian noise, "
-        "RDP accounting; BatchNorm becomes GroupNorm."),
+        "RDP accounting; BatchNorm becomes GroupNorm.", panel=DEFENCES),
     "client_dp": _o("train.client_dp", "--client-dp",
-        "Client-level DP (DP-FedAvg): clip each client update to --clip, Gaussian noise on the uniform mean."),
-    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z)."),
-    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0)."),
-    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update."),
+        "Client-level DP (DP-FedAvg): clip each client update to --clip, Gaussian noise on the uniform mean.",
+        panel=DEFENCES),
+    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z).", panel=DEFENCES),
+    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0).", panel=DEFENCES),
+    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update.", panel=DEFENCES),
     "target_epsilon": _o("train.target_epsilon",
         "DP budget: training stops before epsilon would exceed it; with --dp-sgd and no --noise-multiplier "
-        "the noise is derived from it for the planned rounds."),
-    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N)."),
+        "the noise is derived from it for the planned rounds.", panel=DEFENCES),
+    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N).", panel=DEFENCES),
     "secure_aggregation": _o("train.secure_aggregation", "--secure-aggregation",
         "The server learns only the sum of each round's uploads (SecAgg+ on Flower's primitives); methods "
-        "whose server reads each upload are refused (`privreid methods`). With --client-dp: distributed DP."),
+        "whose server reads each upload are refused (`privreid methods`). With --client-dp: distributed DP.",
+        panel=DEFENCES),
     "secagg_shares": _o("train.secagg_shares",
-        "Secure aggregation: shares of each client's secrets (default: all clients of the round)."),
+        "Secure aggregation: shares of each client's secrets (default: all clients of the round).", panel=DEFENCES),
     "secagg_threshold": _o("train.secagg_threshold",
-        "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares)."),
+        "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares).", panel=DEFENCES),
     "secagg_clip": _o("train.secagg_clip",
         "Secure aggregation: clipping range of the pre-scaled update values (Flower's 8); values beyond it "
-        "are counted as saturated."),
+        "are counted as saturated.", panel=DEFENCES),
     "secagg_quantization": _o("train.secagg_quantization",
-        "Secure aggregation: quantisation range (Flower's 2**22)."),
+        "Secure aggregation: quantisation range (Flower's 2**22).", panel=DEFENCES),
     "secagg_max_weight": _o("train.secagg_max_weight",
-        "Secure aggregation: public bound of a client's weight (default: the largest of the round)."),
-    "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50."),
+        "Secure aggregation: public bound of a client's weight (default: the largest of the round).", panel=DEFENCES),
+    "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50.", panel=MODEL),
     "neck": _o("model.neck", "Neck: linear (Linear+BN embedding), bnneck, or none (the pooled trunk feature, as "
-        "Wu & Gong's FedReID / SKA code retrieves)."),
-    "feat_dim": _o("model.feat_dim", "Embedding size of the linear neck."),
-    "last_stride": _o("model.last_stride", "Stride of the last ResNet stage (1 or 2)."),
+        "Wu & Gong's FedReID / SKA code retrieves).", panel=MODEL, choices=NECKS),
+    "feat_dim": _o("model.feat_dim", "Embedding size of the linear neck.", panel=MODEL),
+    "last_stride": _o("model.last_stride", "Stride of the last ResNet stage (1 or 2).", panel=MODEL),
     "pretrained": _o("model.pretrained",
         "'imagenet' for torchvision weights (needs internet); 'none' overrides a preset.",
-        to_config=lambda v: None if v in (None, "none") else v),
+        to_config=lambda v: None if v in (None, "none") else v, panel=MODEL),
     "weights": _o("model.weights", "Initial weights from a local state-dict file.", cli_type=Optional[Path],
-                  to_config=lambda v: str(v) if v else None),
-    "height": _o("data.height", "Input height."),
-    "width": _o("data.width", "Input width."),
+                  to_config=lambda v: str(v) if v else None, panel=MODEL),
+    "height": _o("data.height", "Input height.", panel=DATA),
+    "width": _o("data.width", "Input width.", panel=DATA),
     "audit_holdout": _o("data.audit_holdout",
         "Keep this seeded fraction of each client's training images out of training, recorded in the "
-        "checkpoint (image-level membership audits: `privreid audit`)."),
-    "seed": _o("train.seed", "Random seed (runs are deterministic for a seed)."),
-    "device": _o("train.device", "auto, cpu or cuda."),
-    "workers": _o("train.num_workers", "Data-loading worker processes."),
+        "checkpoint (image-level membership audits: `privreid audit`).", panel=DATA),
+    "seed": _o("train.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
+    "device": _o("train.device", "auto, cpu or cuda.", panel=TRAINING),
+    "workers": _o("train.num_workers", "Data-loading worker processes.", panel=DATA),
+    "precision": _o("train.precision",
+        "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
+        "fp32 or bf16). Default fp32, as the papers.", panel=TRAINING, choices=PRECISIONS),
 }
+
+#: ``--precision`` of the commands that run a model outside a training run (eval, attack): the help of train's
+PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, bf16 or fp16: autocast of the model's "
+                                              "forward passes (the ranking stays fp32). Default fp32.")]
 
 SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
             "--set train.method_options.mu=0.1; the value is parsed by the field's type.")
@@ -188,7 +217,8 @@ def _optional(tp: Any) -> Any:
 
 
 def config_options(names: tuple[str, ...], **helps: str) -> Callable:
-    """Decorator: insert the typer options ``names`` (then ``--set``) after the command's ``config_file``.
+    """Decorator: insert the typer options ``names`` (then ``--set``) after the command's first parameter, the
+    context, grouped by their help panel in the order of :data:`PANELS`.
 
     The decorated function takes them as ``**options``; ``helps`` replaces an
     option's help text where the command gives it another meaning.
@@ -196,21 +226,25 @@ def config_options(names: tuple[str, ...], **helps: str) -> Callable:
     unknown = set(helps) - set(names)
     assert not unknown, unknown
     added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=option_type(n), default=typer.Option(
-        option_default(n), *CONFIG_OPTIONS[n].decls, help=helps.get(n, CONFIG_OPTIONS[n].help))) for n in names]
+        option_default(n), *o.decls, help=helps.get(n, o.help), rich_help_panel=o.panel,
+        click_type=click.Choice(o.choices) if o.choices else None))
+        for n, o in sorted(((n, CONFIG_OPTIONS[n]) for n in names), key=lambda item: PANELS.index(item[1].panel))]
     added.append(inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
-                                   default=typer.Option(None, "--set", help=SET_HELP)))
+                                   default=typer.Option(None, "--set", help=SET_HELP, rich_help_panel=TRAINING)))
 
     def decorate(fn: Callable) -> Callable:
-        fn = insert_options(fn, "config_file", added)
+        fn = insert_options(fn, next(iter(inspect.signature(fn).parameters)), added)
         fn.config_option_names = names
         return fn
 
     return decorate
 
 
-def settings_options(settings: type, after: str, **helps: str) -> Callable:
+def settings_options(settings: type, after: str, flags: dict[str, str] | None = None,
+                     choices: dict[str, tuple[str, ...]] | None = None, **helps: str) -> Callable:
     """Decorator: insert one typer option per field of the dataclass ``settings`` named in ``helps`` (in that
-    order, with that help text) after the command's parameter ``after``.
+    order, with that help text) after the command's parameter ``after``; ``flags`` names the flag of a field
+    whose flag is not its name (``{"attack": "--method"}``), ``choices`` the values of a field that takes a few.
 
     The option's default and type are the field's, so the dataclass holds the
     only default; the decorated function takes the options as ``**options``
@@ -218,8 +252,11 @@ def settings_options(settings: type, after: str, **helps: str) -> Callable:
     """
     fields = {f.name: f for f in dataclasses.fields(settings)}
     types = typing.get_type_hints(settings)
+    flags, choices = flags or {}, choices or {}
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_optional(types[name]),
-                               default=typer.Option(fields[name].default, help=text))
+                               default=typer.Option(fields[name].default, *flags.get(name, "").split(), help=text,
+                                                    click_type=click.Choice(choices[name]) if name in choices
+                                                    else None))
              for name, text in helps.items()]
     return lambda fn: insert_options(fn, after, added)
 
@@ -232,7 +269,7 @@ def insert_options(fn: Callable, after: str, added: list[inspect.Parameter]) -> 
     params = [p if p.kind is p.VAR_POSITIONAL or i == 0 else p.replace(kind=p.KEYWORD_ONLY)
               for i, p in enumerate(own[:at] + added + own[at:])]
     fn.__signature__ = inspect.Signature(params)
-    fn.__annotations__ = {**typing.get_type_hints(fn), **{p.name: p.annotation for p in added}}
+    fn.__annotations__ = {**typing.get_type_hints(fn, include_extras=True), **{p.name: p.annotation for p in added}}
     return fn
 
 
@@ -248,3 +285,4 @@ def run_config(params: dict, names: tuple[str, ...]) -> RunConfig:
         value = params[name]
         setattr(getattr(config, section), field, o.to_config(value) if o.to_config else value)
     return apply_sets(config, params.get("sets") or [])
+

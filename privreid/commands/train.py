@@ -9,37 +9,58 @@ from typing import Optional
 import typer
 
 from .common import params_with_preset, run_or_exit
-from .options import CONFIG_OPTIONS, config_options, run_config
+from .options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
 
 #: the run-configuration options of ``privreid train``: every one of :data:`~.options.CONFIG_OPTIONS`
 TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
 
 
 def train_config(p: dict):
-    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied)."""
-    return run_config(p, TRAIN_OPTIONS)
+    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied);
+    ``--adversary`` / ``--malicious-clients`` go into ``train.adversary`` with the options ``--set`` gave it."""
+    config = run_config(p, TRAIN_OPTIONS)
+    if p.get("adversary"):
+        count = (p.get("malicious_clients") or "1").strip()
+        malicious = int(count) if count.isdigit() else [name.strip() for name in count.split(",")]
+        config.train.adversary = {**config.train.adversary, "name": p["adversary"], "malicious": malicious}
+    return config
 
 
 @config_options(TRAIN_OPTIONS)
 def train_command(
     ctx: typer.Context,
-    config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of train options (keys are "
-                                               "the option names, e.g. `rounds: 300`); flags given on the "
-                                               "command line override it. See configs/."),
-    out: Path = typer.Option(Path("runs/latest"), help="Output directory (ckpt.pt, metrics.jsonl, summary.json)."),
-    overwrite: bool = typer.Option(False, help="Replace a run already in --out."),
-    resume: bool = typer.Option(False, help="Continue the run in --out from its checkpoint, with the configuration "
-                                "it recorded (OUT/config.yaml): no other flag is needed. Flags given with it may "
-                                "change only --rounds (to more), --eval-every, --workers, --device, --quiet and "
-                                "--logger; any other change is refused, naming the field."),
-    quiet: bool = typer.Option(False, help="No progress bars."),
-    logger: str = typer.Option("none", help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
-                               "pip install 'privreid[tensorboard]') or wandb ('privreid[wandb]'); none."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate everything, train nothing, write nothing: print "
-                                 "the resolved configuration, every parameter group's learning rate in every "
-                                 "round, how each test set is ranked and the run's deviations."),
-    as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object (keys "
-                                 "config, lr_schedule, lr, evaluation, deviations)."),
+    config_file: Optional[Path] = typer.Option(
+        None, "--config", rich_help_panel=TRAINING, help="YAML preset of train options (keys are the option names, "
+        "e.g. `rounds: 300`); flags given on the command line override it. See configs/."),
+    out: Path = typer.Option(Path("runs/latest"), rich_help_panel=OUTPUT,
+                             help="Output directory (ckpt.pt, metrics.jsonl, summary.json)."),
+    overwrite: bool = typer.Option(False, rich_help_panel=OUTPUT, help="Replace a run already in --out."),
+    resume: bool = typer.Option(
+        False, rich_help_panel=OUTPUT, help="Continue the run in --out from its checkpoint, with the configuration "
+        "it recorded (OUT/config.yaml): no other flag is needed. Flags given with it may change only --rounds (to "
+        "more), --eval-every, --workers, --device, --quiet and --logger; any other change is refused, naming the "
+        "field."),
+    quiet: bool = typer.Option(False, rich_help_panel=OUTPUT, help="No progress bars."),
+    logger: str = typer.Option(
+        "none", rich_help_panel=OUTPUT, help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
+        "pip install 'privreid\\[tensorboard]') or wandb ('privreid\\[wandb]'); none."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", rich_help_panel=OUTPUT, help="Validate everything, train nothing, write nothing: print "
+        "the resolved configuration, every parameter group's learning rate in every round, how each test set is "
+        "ranked and the run's deviations."),
+    as_json: bool = typer.Option(
+        False, "--json", rich_help_panel=OUTPUT, help="With --dry-run: print the plan as one JSON object (keys "
+        "config, lr_schedule, lr, evaluation, deviations)."),
+    parallel_clients: Optional[int] = typer.Option(
+        None, "--parallel-clients", rich_help_panel=FEDERATION, help="Train up to K clients of a round at the same "
+        "time on Flower's simulation engine (Ray; pip install 'privreid\\[simulation]'), each with this process's "
+        "thread count; same results as one at a time. A Ray cluster: set RAY_ADDRESS (docs/parallel-clients.md)."),
+    adversary: Optional[str] = typer.Option(
+        None, rich_help_panel=FEDERATION, help="Poisoning attack run by --malicious-clients (docs/poisoning.md): "
+        "label-flip, sign-flip, scaled; its options: --set train.adversary.KEY=V."),
+    malicious_clients: Optional[str] = typer.Option(
+        None, rich_help_panel=FEDERATION, help="With --adversary: how many clients are malicious (the last K of the "
+        "federation; default 1), or their names (a,b)."),
     **options,
 ) -> None:
     """Train a model (federated, centralised or standalone).
@@ -57,10 +78,11 @@ def train_command(
     def go() -> dict:
         p = train_params(ctx, config_file)
         return train_run(train_config(p), p["out"], overwrite=p["overwrite"], resume=p["resume"],
-                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"])
+                         progress=not p["quiet"], echo=typer.echo, preset=train_preset(p), logger=p["logger"],
+                         parallel_clients=p["parallel_clients"])
 
     summary = run_or_exit(go)
-    typer.echo(json.dumps(_brief(summary), indent=2))
+    typer.echo(summary_text(summary))
 
 
 def train_params(ctx: typer.Context, config_file: Optional[Path]) -> dict:
@@ -99,9 +121,18 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     typer.echo(json.dumps(plan, indent=2) if as_json else render_plan(plan))
 
 
-def _brief(summary: dict) -> dict:
-    """``summary.json`` without its per-test-set tables (also inside the ``best`` block), for the terminal."""
-    def drop(d: dict) -> dict:
-        return {k: drop(v) if isinstance(v, dict) else v for k, v in d.items() if not k.endswith("per_testset")}
-
-    return drop(summary)
+def summary_text(summary: dict) -> str:
+    """What a finished run prints: method, rounds, time, the final rank-1 / mAP of each evaluated model and test
+    set, the privacy guarantee, the run directory and where ``summary.json`` (everything else) is."""
+    out = Path(summary["files"]["checkpoint"]).parent
+    lines = [f"{summary['method']}: {summary['rounds']} round(s) in {summary['wall_time_s']:.1f} s"]
+    for key, metrics in summary.items():
+        if isinstance(metrics, dict) and {"rank1", "mAP"} <= set(metrics):
+            model, _, testsets = key.partition("_")
+            lines.append(f"  {model} model, {testsets} test sets: R1 {100 * metrics['rank1']:.1f}%  "
+                         f"mAP {100 * metrics['mAP']:.1f}%")
+    privacy = summary.get("privacy") or {}
+    if privacy.get("epsilon") is not None:
+        lines.append(f"  privacy: epsilon {privacy['epsilon']:.2f} ({privacy['guarantee']})")
+    lines += [f"run directory: {out}", f"everything else: {out / 'summary.json'}"]
+    return "\n".join(lines)

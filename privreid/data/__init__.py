@@ -1,56 +1,36 @@
 """Datasets: real-benchmark loaders, statistics, federated partitions, sampling and transforms."""
 
-from privreid.data.formats import (
-    DATASET_FORMATS,
-    DatasetFormat,
-    available_formats,
-    detect_format,
-    load_dataset,
-    register_format,
-    verify_images,
-)
-from privreid.data.partition import PROTOCOLS, make_federation
-from privreid.data.sampler import PKSampler
-from privreid.data.stats import dataset_stats, format_stats_table
-from privreid.data.torch_dataset import ImageDataset, SequenceDataset
-from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transforms
-from privreid.data.types import (
-    INFRARED,
-    VISIBLE,
-    ClientData,
-    Federation,
-    ReIDDataset,
-    Sample,
-    TestSet,
-    VIProtocol,
-    relabel,
-)
+from privreid.lazy import lazy_exports
 
-__all__ = [
-    "DATASET_FORMATS",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "INFRARED",
-    "PROTOCOLS",
-    "ClientData",
-    "DatasetFormat",
-    "Federation",
-    "ImageDataset",
-    "PKSampler",
-    "ReIDDataset",
-    "Sample",
-    "SequenceDataset",
-    "TestSet",
-    "VISIBLE",
-    "VIProtocol",
-    "available_formats",
-    "build_transforms",
-    "dataset_stats",
-    "detect_format",
-    "format_stats_table",
-    "load_dataset",
-    "make_federation",
-    "register_format",
-    "relabel",
-    "verify_images",
-]
+#: public name -> (module, attribute): imported on first use (privreid.lazy), so the CLI's --help needs no torch
+_PUBLIC = {
+    "DATASET_FORMATS": ("privreid.data.formats", "DATASET_FORMATS"),
+    "DatasetFormat": ("privreid.data.formats", "DatasetFormat"),
+    "available_formats": ("privreid.data.formats", "available_formats"),
+    "detect_format": ("privreid.data.formats", "detect_format"),
+    "load_dataset": ("privreid.data.formats", "load_dataset"),
+    "register_format": ("privreid.data.formats", "register_format"),
+    "verify_images": ("privreid.data.formats", "verify_images"),
+    "PROTOCOLS": ("privreid.data.partition", "PROTOCOLS"),
+    "make_federation": ("privreid.data.partition", "make_federation"),
+    "PKSampler": ("privreid.data.sampler", "PKSampler"),
+    "dataset_stats": ("privreid.data.stats", "dataset_stats"),
+    "format_stats_table": ("privreid.data.stats", "format_stats_table"),
+    "ImageDataset": ("privreid.data.torch_dataset", "ImageDataset"),
+    "SequenceDataset": ("privreid.data.torch_dataset", "SequenceDataset"),
+    "IMAGENET_MEAN": ("privreid.data.transforms", "IMAGENET_MEAN"),
+    "IMAGENET_STD": ("privreid.data.transforms", "IMAGENET_STD"),
+    "build_transforms": ("privreid.data.transforms", "build_transforms"),
+    "ClientData": ("privreid.data.types", "ClientData"),
+    "Federation": ("privreid.data.types", "Federation"),
+    "INFRARED": ("privreid.data.types", "INFRARED"),
+    "ReIDDataset": ("privreid.data.types", "ReIDDataset"),
+    "Sample": ("privreid.data.types", "Sample"),
+    "TestSet": ("privreid.data.types", "TestSet"),
+    "VIProtocol": ("privreid.data.types", "VIProtocol"),
+    "VISIBLE": ("privreid.data.types", "VISIBLE"),
+    "relabel": ("privreid.data.types", "relabel"),
+}
+
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

@@ -50,10 +50,10 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from privreid.config import PROTOCOLS  # noqa: F401  (re-exported: the partitions this module makes)
 from privreid.errors import ConfigError, DataError
 from privreid.data.types import ClientData, Federation, ReIDDataset, Sample, TestSet, relabel
 
-PROTOCOLS = ("by-dataset", "by-camera", "by-identity", "ci", "ei", "es")
 #: protocols evaluated on an entity held out of training
 _UNSEEN_REQUIRED = ("ei", "es")
 

@@ -4,6 +4,8 @@ A client update is a callable ``update(ctx) -> metrics``.  It receives the
 single resident model already holding the global shared state plus this
 client's local state, trains it in place on the client's own images, and
 returns scalar metrics.  Clients are the only code that touches images.
+The forward pass and the loss run under ``--precision``'s autocast, the
+backward through its loss scaler (:mod:`privreid.precision`; fp32: neither).
 
 :class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
 9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
@@ -47,6 +49,7 @@ from ..data import ImageDataset, PKSampler, build_transforms
 from ..data.types import ClientData
 from ..losses import batch_hard_triplet_loss, identity_loss
 from ..models import ReIDModel
+from ..precision import autocast, grad_scaler, to_device
 from . import fast_optim
 from .lr_schedule import get_schedule, lr_factor
 from .policy import StateDict
@@ -171,7 +174,7 @@ class SupervisedUpdate:
         """Hook called after the round's training with its optimiser (default: the state is dropped)."""
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
-        from tqdm.auto import tqdm
+        from ..log import progress_bar
 
         t = self.config.train
         model = ctx.model
@@ -180,6 +183,7 @@ class SupervisedUpdate:
         self.restore_optimizer(ctx, opt)
         schedule = get_schedule(self.config)
         round_rates = [group["lr"] for group in opt.param_groups]
+        scaler = grad_scaler(t.precision, ctx.device)
         total, steps, seen = 0.0, 0, 0
         for epoch in range(t.local_epochs):
             if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs
@@ -192,22 +196,25 @@ class SupervisedUpdate:
             n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
             # islice, not a break after the cap: a break would first load (and draw the augmentation
             # of) one batch past the cap, shifting the random stream of every later epoch and client
-            bar = tqdm(itertools.islice(loader, n_batches), total=n_batches, desc=f"  {ctx.client.name} ep{epoch + 1}",
-                       leave=False, disable=not ctx.progress, dynamic_ncols=True)
+            bar = progress_bar(itertools.islice(loader, n_batches), total=n_batches,
+                               desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False, enabled=ctx.progress)
             for step, (images, labels, _) in enumerate(bar):
-                images, labels = images.to(ctx.device), labels.to(ctx.device)
+                images, labels = to_device(images, ctx.device), labels.to(ctx.device)
                 ctx.images = images
-                pre_neck, feat, logits = self.forward(ctx, images)
-                loss = self.criterion(logits, labels)
-                if self.triplet_weight > 0:
-                    loss = loss + self.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
-                extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
-                if extra is not None:
-                    loss = loss + extra
+                with autocast(t.precision, ctx.device):
+                    pre_neck, feat, logits = self.forward(ctx, images)
+                    loss = self.criterion(logits, labels)
+                    if self.triplet_weight > 0:
+                        loss = loss + self.triplet_weight * batch_hard_triplet_loss(pre_neck, labels,
+                                                                                    t.triplet_margin)
+                    extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
+                    if extra is not None:
+                        loss = loss + extra
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                scaler.scale(loss).backward()
                 self.schedule_step(ctx, opt, epoch, step, n_batches)
-                opt.step()
+                scaler.step(opt)
+                scaler.update()
                 if len(labels):  # a Poisson batch (DP-SGD) can be empty; its mean loss is NaN
                     total += float(loss.detach()) * len(labels)
                 seen += len(labels)

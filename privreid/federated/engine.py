@@ -47,6 +47,7 @@ per cluster), checkpointed under ``server_client_state`` and handed back to
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -56,15 +57,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig, evaluation_settings
 from ..deviations import deviations
 from ..device import resolve_device
+from ..precision import at_precision, check_precision, cuda_speedups
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from ..log import progress_bar
 from ..models.reid_net import is_classifier_key
 from ..rundir import write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
@@ -78,6 +80,8 @@ from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
 from .resume import check_resume
 from .strategy import Accumulator, RoundResult, Upload
+
+_log = logging.getLogger(__name__)
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
@@ -181,8 +185,9 @@ class FederatedEngine:
             raise ConfigError("the federation has no clients")
         self.out_dir = Path(out_dir)
         self.progress = progress
-        self.log = log or (lambda msg: tqdm.write(msg))
+        self.log = log or _log.info
         self.device = resolve_device(config.train.device)
+        check_precision(config.train.precision, self.device, dp_sgd=config.train.dp_sgd)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)
@@ -285,8 +290,8 @@ class FederatedEngine:
     # -- evaluation ------------------------------------------------------------
     def _eval(self, testset: TestSet) -> dict[str, float]:
         d, t = self.config.data, self.config.train
-        return evaluate_model(self.model, testset, height=d.height, width=d.width, device=self.device,
-                              flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
+        return evaluate_model(at_precision(self.model, t.precision, self.device), testset, height=d.height,
+                              width=d.width, device=self.device, flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
                               num_workers=t.num_workers)
 
     def _record(self, rec: dict[str, Any]) -> None:
@@ -403,7 +408,7 @@ class FederatedEngine:
 
         The Flower ServerApp overrides this to dispatch the round to the sites.
         """
-        for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
+        for client in progress_bar(selected, desc="clients", leave=False, enabled=self.progress and len(selected) > 1):
             self.receive(inbox, self.train_client(client, round_index))
             self.heap.after_client()
 
@@ -437,11 +442,12 @@ class FederatedEngine:
         if resume:
             self._restore()
         started = time.time()
-        rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
-                      total=t.rounds, disable=not self.progress, dynamic_ncols=True)
-        for r in rounds:
-            if not self.run_round(r):
-                break
+        rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
+                              total=t.rounds, enabled=self.progress)
+        with cuda_speedups(self.device):
+            for r in rounds:
+                if not self.run_round(r):
+                    break
         summary = self.summary(time.time() - started)
         write_json_atomic(self.out_dir / "summary.json", summary)
         return summary
@@ -533,5 +539,6 @@ class FederatedEngine:
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
         out["best"] = best_block(self.metrics, self.config.train.report_best)
         out["evaluation"] = evaluation_settings(self.config)
+        out["precision"] = self.config.train.precision
         out["deviations"] = deviations(self.config)
         return out

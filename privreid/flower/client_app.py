@@ -19,6 +19,7 @@ shared, never re-implemented:
   current personalised model (from the aggregate and the site's latest
   local state, as in-process) on the site's seen-domain split (metrics only).
 
+Before any message, the site loads its own plugins (:func:`load_site_plugins`).
 The client's local state and memory are restored from and saved to
 :class:`~.site.SiteState` (the site's state directory, not Flower's
 ``context.state``, which can lag one message behind: see :mod:`.site`).
@@ -33,12 +34,21 @@ from flwr.clientapp import ClientApp
 
 from ..config import RunConfig
 from ..federated.engine import FederatedEngine
+from ..plugins import load_plugins
 from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
                        parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from .site import Site, SiteState
 from ..secagg.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
 
-app = ClientApp(mods=[secure_aggregation_mod])  # SecAgg+ stages go through Flower's secaggplus_mod
+
+def load_site_plugins(msg: Message, context: Context, call_next) -> Message:
+    """Load the plugins this site's operator installed or named (``privreid --plugin M flower supernode``, which
+    exports $PRIVREID_PLUGINS); never those the server names: a server cannot make a site import code."""
+    load_plugins()
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[load_site_plugins, secure_aggregation_mod])  # SecAgg+ stages go through Flower's secaggplus_mod
 
 
 class SiteEngine(FederatedEngine):

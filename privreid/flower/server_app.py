@@ -67,6 +67,7 @@ from ..federated.build import build_method
 from ..federated.engine import FederatedEngine, RoundInbox
 from ..federated.policy import StateDict, state_nbytes
 from ..federated.strategy import Upload
+from ..plugins import load_plugins, named_plugins
 from ..rundir import write_json_atomic
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
@@ -126,7 +127,8 @@ class ServerSettings:
         return {"privreid-config": json.dumps(self.config.to_dict(), sort_keys=True),
                 "out-dir": str(self.out_dir), "sites": self.sites, "min-clients": self.min_clients,
                 "round-timeout": float(self.round_timeout), "wait-timeout": float(self.wait_timeout),
-                "server-eval": self.server_eval, "resume": self.resume, "poll": float(self.poll)}
+                "server-eval": self.server_eval, "resume": self.resume, "poll": float(self.poll),
+                "plugins": ",".join(named_plugins())}  # the submitter's --plugin, loaded by the ServerApp
 
     @classmethod
     def from_run_config(cls, rc: dict[str, Any]) -> ServerSettings:
@@ -431,5 +433,7 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Flower entry point: settings from the run config (``privreid flower run`` writes them)."""
+    """Flower entry point: settings from the run config (``privreid flower run`` writes them), after the plugins
+    installed here, named here ($PRIVREID_PLUGINS) and named by the submitter (``privreid --plugin M flower run``)."""
+    load_plugins(named_plugins(str(context.run_config.get("plugins", ""))))
     run_server(grid, ServerSettings.from_run_config(dict(context.run_config)))

@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from privreid.config import NECKS
 from privreid.errors import ConfigError
 from privreid.models.part_branch import fuse
 from privreid.models.resnet import NormFactory, ResNet
 
-NECKS = ("linear", "bnneck", "none")
 
 #: ``(feat_dim, num_classes) -> a fresh identity classifier``
 HeadFactory = Callable[[int, int], nn.Module]

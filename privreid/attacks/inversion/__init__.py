@@ -10,35 +10,33 @@
 * :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table.
 """
 
-from .attack import Reconstruction, reconstruct
-from .defences import NO_DEFENCE, Defence, defence_as_trained, defend_gradient
-from .labels import bias_sign_label, idlg_label, matched_sign_label
-from .optimise import (ATTACKS, MATCHES, InversionAttack, InversionSettings, register_inversion_attack,
-                       unregister_inversion_attack)
-from .threat_models import (THREATS, Observation, ThreatModel, leak_bottleneck_feature, observe, register_threat,
-                            unregister_threat)
+from privreid.lazy import lazy_exports
 
-__all__ = [
-    "ATTACKS",
-    "MATCHES",
-    "NO_DEFENCE",
-    "THREATS",
-    "Defence",
-    "InversionAttack",
-    "InversionSettings",
-    "Observation",
-    "Reconstruction",
-    "ThreatModel",
-    "bias_sign_label",
-    "defence_as_trained",
-    "defend_gradient",
-    "idlg_label",
-    "leak_bottleneck_feature",
-    "matched_sign_label",
-    "observe",
-    "reconstruct",
-    "register_inversion_attack",
-    "register_threat",
-    "unregister_inversion_attack",
-    "unregister_threat",
-]
+#: public name -> (module, attribute): imported on first use (privreid.lazy), so the CLI's --help needs no torch
+_PUBLIC = {
+    "Reconstruction": (".attack", "Reconstruction"),
+    "reconstruct": (".attack", "reconstruct"),
+    "Defence": (".defences", "Defence"),
+    "NO_DEFENCE": (".defences", "NO_DEFENCE"),
+    "defence_as_trained": (".defences", "defence_as_trained"),
+    "defend_gradient": (".defences", "defend_gradient"),
+    "bias_sign_label": (".labels", "bias_sign_label"),
+    "idlg_label": (".labels", "idlg_label"),
+    "matched_sign_label": (".labels", "matched_sign_label"),
+    "ATTACKS": (".optimise", "ATTACKS"),
+    "InversionAttack": (".optimise", "InversionAttack"),
+    "InversionSettings": (".settings", "InversionSettings"),
+    "MATCHES": (".settings", "MATCHES"),
+    "register_inversion_attack": (".optimise", "register_inversion_attack"),
+    "Observation": (".threat_models", "Observation"),
+    "THREATS": (".threat_models", "THREATS"),
+    "ThreatModel": (".threat_models", "ThreatModel"),
+    "leak_bottleneck_feature": (".threat_models", "leak_bottleneck_feature"),
+    "observe": (".threat_models", "observe"),
+    "register_threat": (".threat_models", "register_threat"),
+    "unregister_inversion_attack": (".optimise", "unregister_inversion_attack"),
+    "unregister_threat": (".threat_models", "unregister_threat"),
+}
+
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

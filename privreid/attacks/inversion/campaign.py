@@ -84,8 +84,6 @@ def subject_indices(count: int, index: int, n: int) -> list[int]:
 def select_subjects(target: Target, client: str | None, index: int | None, image: Path | None,
                     n: int) -> tuple[list[Subject], str]:
     """The subjects and the client of the first checkpoint they belong to."""
-    from ...data.formats import read_image
-
     height, width = target.config.data.height, target.config.data.width
     name = client or sorted(target.clients)[0]
     if name not in target.clients:
@@ -95,16 +93,29 @@ def select_subjects(target: Target, client: str | None, index: int | None, image
             raise ConfigError("give either --index or --image, not both")
         if n != 1:
             raise ConfigError("--n needs dataset subjects; --image attacks exactly one image")
-        if not image.is_file():
-            raise ConfigError(f"--image: no such file: {image}")
-        pil = read_image(image)
-        if pil.size != (width, height):
-            raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
-                              f"{height}x{width}; resize it first")
-        return [Subject(_to_unit_tensor(pil, height, width), str(image), None)], name
-    train = target.clients[name].train
+        return [image_subject(image, height, width)], name
+    return training_subjects(target.clients[name].train, height, width, index, n), name
+
+
+def image_subject(image: Path, height: int, width: int) -> Subject:
+    """``--image``: the file as a subject; ConfigError when it is missing or not ``height`` x ``width``."""
+    from ...data.formats import read_image
+
+    if not image.is_file():
+        raise ConfigError(f"--image: no such file: {image}")
+    pil = read_image(image)
+    if pil.size != (width, height):
+        raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
+                          f"{height}x{width}; resize it first")
+    return Subject(_to_unit_tensor(pil, height, width), str(image), None)
+
+
+def training_subjects(train: list, height: int, width: int, index: int | None, n: int) -> list[Subject]:
+    """``n`` images of the ``train`` list (:func:`subject_indices` from ``index``), resized to ``height`` x ``width``."""
+    from ...data.formats import read_image
+
     return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
-            for i in subject_indices(len(train), index or 0, n)], name
+            for i in subject_indices(len(train), index or 0, n)]
 
 
 def client_of(target: Target, subject: Subject, client: str, label: int | None) -> tuple[str, int]:
@@ -171,7 +182,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                        defended: bool = True, seed: int = 0, device: str = "cpu",
                        progress: bool = True) -> CampaignResult:
     """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
-    from tqdm.auto import tqdm
+    from ...log import progress_bar
 
     from . import NO_DEFENCE, defence_as_trained, reconstruct
     from .report import score
@@ -191,7 +202,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
         models = {name: attacked_model(target, name, threat, dev) for name in dict.fromkeys(c for c, _ in owners)}
         jobs.append((target, models, owners))
     results = []
-    bar = tqdm(total=len(targets) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(targets) * len(subjects), desc="subjects", enabled=progress)
     for target, models, owners in jobs:
         defence = defence_as_trained(target.config) if defended else NO_DEFENCE
         recs, scores, described = [], [], []
@@ -240,23 +251,14 @@ def file_subjects(height: int, width: int, *, image: Path | None, data: list[str
     """Subjects for models from elsewhere: ``image`` (at the models' input size), or ``n`` training images of
     ``data``'s first domain from ``index`` on, resized to ``height`` x ``width``."""
     from ...data.catalog import resolve_datasets
-    from ...data.formats import read_image
 
     if image is not None:
         if data or index is not None or n != 1:
             raise ConfigError("--image attacks exactly one image; --data, --index and --n pick dataset subjects")
-        if not image.is_file():
-            raise ConfigError(f"--image: no such file: {image}")
-        pil = read_image(image)
-        if pil.size != (width, height):
-            raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
-                              f"{height}x{width}; resize it first")
-        return [Subject(_to_unit_tensor(pil, height, width), str(image), None)]
+        return [image_subject(image, height, width)]
     if not data:
         raise ConfigError("a model file from elsewhere records no training data: give --image FILE or --data ROOT")
-    train = next(iter(resolve_datasets(list(data)).values())).train
-    return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
-            for i in subject_indices(len(train), index or 0, n)]
+    return training_subjects(next(iter(resolve_datasets(list(data)).values())).train, height, width, index, n)
 
 
 def invert_files(models: list, out: Path, *, settings, image: Path | None = None, label: int | None = None,
@@ -270,7 +272,7 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     the client would if its label were that identity; ``metrics.json`` says
     which (``label_source``).  No defence applies: the file records none.
     """
-    from tqdm.auto import tqdm
+    from ...log import progress_bar
 
     from . import reconstruct
     from .report import score
@@ -284,7 +286,7 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     dev = resolve_device(device)
     subjects = file_subjects(*sizes.pop(), image=image, data=data, index=index, n=n)
     results = []
-    bar = tqdm(total=len(models) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(models) * len(subjects), desc="subjects", enabled=progress)
     for name, model in zip(model_labels(models), models):
         net = model.network(device=dev)
         recs, scores, described = [], [], []

@@ -37,19 +37,18 @@ L2 distance or one minus the cosine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
 from privreid.registry import Registry
 
+from .settings import MATCHES, InversionSettings  # noqa: F401  (re-exported: the settings of every attack)
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
 
-MATCHES = ("l2", "cosine")
 
 
 class InversionAttack:
@@ -136,40 +135,6 @@ def attacks_help() -> str:
     return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
 
 
-@dataclass(frozen=True)
-class InversionSettings:
-    """Attack, distance, TV weight and Adam schedule; ``match`` / ``tv`` ``None`` = the attack's default."""
-
-    attack: str = "idlg"
-    match: str | None = None
-    tv: float | None = None
-    iterations: int = 200
-    lr: float = 0.01
-
-    def __post_init__(self) -> None:
-        ATTACKS.get(self.attack)
-        if self.match is not None and self.match not in MATCHES:
-            raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
-        if self.tv is not None and not 0 <= self.tv < float("inf"):
-            raise ConfigError(f"--tv must be finite and >= 0 (got {self.tv})")
-        if self.iterations < 1:
-            raise ConfigError(f"--iterations must be >= 1 (got {self.iterations})")
-        if not 0 < self.lr < float("inf"):
-            raise ConfigError(f"--lr must be finite and > 0 (got {self.lr})")
-
-    @property
-    def inversion_attack(self) -> InversionAttack:
-        return ATTACKS[self.attack]
-
-    @property
-    def distance(self) -> str:
-        return self.match or self.inversion_attack.distance
-
-    @property
-    def tv_weight(self) -> float:
-        return self.inversion_attack.tv if self.tv is None else self.tv
-
-
 def gradient_distance(dummy: list[torch.Tensor], observed: list[torch.Tensor], match: str,
                       observed_norm: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_k ||d_k - o_k||^2`` (DLG) or ``1 - <d, o> / (||d|| ||o||)`` over all layers together (IG).
@@ -230,7 +195,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[[torch.Tensor], torc
     variables = [x, *extra]
     opt = torch.optim.Adam(variables, lr=settings.lr)
     tv = settings.tv_weight
-    bar = tqdm(range(settings.iterations), desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
     value = float("nan")
     for _ in bar:
         loss = objective(x)

@@ -4,10 +4,10 @@ Like fast-reid's ``DATASET_REGISTRY`` and torchreid's
 ``register_image_dataset``, every layout privreid reads is one
 :class:`DatasetFormat` (name, one-line layout, ``detect``, ``load``) in one
 table, :func:`available_formats`.  ``--format auto`` iterates that table
-(:func:`detect_format`), and ``--help``, error messages and the README /
+(:func:`detect_format`), and ``--help``, error messages and the
 docs tables are generated from it (:func:`format_table`).  A user adds a
-layout from Python with :func:`register_format` (README, "Use your own
-dataset"; ``docs/extending.md``).
+layout from Python with :func:`register_format` (``docs/datasets.md``, "Use your
+own dataset"; ``docs/extending.md``).
 
 The built-in formats (the one table is :func:`_builtin_formats`):
 
@@ -82,7 +82,7 @@ __all__ = [
 ]
 
 _RGB = (market1501.FORMAT, dukemtmcreid.FORMAT, cuhk03np.FORMAT, msmt17.FORMAT)
-#: the large RGB benchmarks' layouts (name -> one line), as the README lists them
+#: the large RGB benchmarks' layouts (name -> one line), as docs/datasets.md lists them
 DATASET_FORMATS: dict[str, str] = {fmt.name: fmt.layout for fmt in _RGB}
 CUHK03NP_VARIANTS = cuhk03np.VARIANTS
 
@@ -219,7 +219,7 @@ def detect_format(root: str | os.PathLike) -> str:
 def format_table(families: tuple[str, ...] | None = None) -> str:
     """A Markdown list of the registered formats (``* `name`: layout``), optionally of some families only.
 
-    The README's "Preparing real datasets" list is this table for the ``rgb`` family.
+    docs/datasets.md's "Preparing real datasets" list is this table for the ``rgb`` family.
     """
     return "\n".join(f"* `{fmt.name}`: {fmt.layout}" for fmt in FORMATS.values()
                      if families is None or fmt.family in families)

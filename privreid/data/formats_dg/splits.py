@@ -59,14 +59,16 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from privreid.data.types import ReIDDataset, Sample, relabel
 from privreid.errors import ConfigError, DataError
 from privreid.rundir import write_text_atomic
 
 from . import DGPool
+
+if TYPE_CHECKING:  # numpy is imported where splits are drawn: the format registry (--help) needs none
+    import numpy as np
 
 SPLIT_PROTOCOLS = ("dg", "crosscam", "fedpav")
 #: FedPav Table 5: identities drawn per cross-camera test (None: every paired identity)
@@ -139,6 +141,8 @@ def make_splits(pool: DGPool, protocol: str = "dg", *, num_splits: int = NUM_SPL
 
 
 def _split(pool: DGPool, protocol: str, seed: int, index: int) -> DGSplit:
+    import numpy as np
+
     rng = np.random.default_rng([seed, index])
     paired = pool.paired_ids
     if pool.fixed_test is not None:
@@ -186,6 +190,8 @@ def _fedpav_views(view_a: list[Sample], view_b: list[Sample], shared: bool,
 def train_samples(pool: DGPool, split: DGSplit) -> list[Sample]:
     """Every image of the split's train identities, with its own camid (views A and B once each); FedPav's
     split takes up to :data:`FEDPAV_FRAMES` frames per view from the pool's ``frames`` where it has them."""
+    import numpy as np
+
     rng = np.random.default_rng([split.seed, split.index, 1])
     out = []
     for pid in split.train_ids:

@@ -1,0 +1,282 @@
+"""Parallel clients: the in-process engine whose local training runs on Flower's simulation engine (Ray).
+
+``privreid train --parallel-clients K`` runs :class:`ParallelEngine`: the
+:class:`~privreid.federated.engine.FederatedEngine` with one piece swapped,
+:meth:`ParallelEngine.collect_uploads`, which sends the round's selected
+clients to Flower's simulation engine (``flwr.simulation.run_simulation``,
+Ray backend) and keeps up to ``K`` of them training at the same time.
+Everything else is the engine's own code, run in this process: selection,
+what each client receives (the strategy's ``configure``), aggregation with
+the method's strategy and defences, the privacy ledger, evaluation,
+``ckpt.pt`` (the same format) and ``--resume``.
+
+Workers.  Each Ray actor runs :data:`client_app`, which builds the run's
+engine once per process (:func:`worker_engine`: the same configuration,
+data and seeds) and calls :meth:`FederatedEngine.train_client` for the
+client a message names, on what the server transmitted.  Each client gets
+``threads`` CPU threads (Ray's ``num_cpus``, and ``torch.set_num_threads``
+in the worker) and, on CUDA, ``1 / K`` of the device (``num_gpus``).  Ray
+admits ``K`` clients at a time: a local Ray is started with ``K * threads``
+CPUs; on a cluster (``RAY_ADDRESS`` set, see docs/parallel-clients.md) the
+cluster's resources decide, and ``K`` bounds the messages in flight.
+
+Privacy boundary.  A train reply carries the upload (``upload``, ``train``
+and, under DP-SGD, ``privacy-ledger``: what a Flower site sends) and the
+client's own state (``client-state``: its local keys, and the name of its
+memory file), which the in-process engine also keeps for it.  The client's
+state goes straight to the client's store (``client_states``; the memory
+file, which the worker read and wrote itself in the run's
+``client_memory/`` folder, is adopted by
+:class:`~privreid.federated.memory_store.ClientMemories`, so a memory never
+crosses the wire nor goes through the server's RAM); the rest passes the
+Flower runtime's privacy gate (:func:`~.messages.check_reply`) before it
+becomes the :class:`~privreid.federated.strategy.Upload` that the strategy
+and the observers see.  The workers must therefore see the run directory at
+the same path (one machine, or a shared filesystem on a cluster).
+
+Determinism.  Every client seeds its own stream from ``(seed, round,
+client)`` and the uploads are folded in selection order (a reply that
+arrives early waits for the ones before it), so with the same thread count
+per client the run equals the sequential engine's bit for bit
+(``tests/test_parallel_clients.py``).  Memory: the server holds at most
+``K`` replies and client states at a time, whatever the number of clients.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from ..config import RunConfig
+from ..data.catalog import federation_for_config
+from ..data.types import ClientData, Federation
+from ..errors import ConfigError
+from ..federated.engine import FederatedEngine, RoundInbox
+from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
+                                       save_memory_file)
+from ..federated.strategy import Upload
+from ..seeding import derive_seed, seed_everything
+from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
+                       parse_run_record, record_to_state, run_record, scalar_metrics, state_to_record)
+
+#: the record of a train message and its reply that holds the client's own state (local keys and memory)
+CLIENT_STATE = "client-state"
+#: how often the server polls the simulation for replies, in seconds
+POLL_S = 0.005
+#: how long the server waits for the simulation to register its SuperNodes, in seconds
+NODES_TIMEOUT_S = 120.0
+
+
+def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> None:
+    """Refuse a ``--parallel-clients`` below 1 or above the number of clients a round trains."""
+    if parallel_clients < 1:
+        raise ConfigError(f"--parallel-clients must be >= 1 (got {parallel_clients})")
+    if parallel_clients > clients_per_round:
+        raise ConfigError(f"--parallel-clients {parallel_clients} exceeds the {clients_per_round} client(s) "
+                          "trained per round")
+
+
+# ----------------------------------------------------------------------------- the client's own state on the wire
+def pack_client_state(local: dict | None, memory_file: str | None) -> ConfigRecord:
+    """A client's local keys (``None`` before its first round; one ``torch.save`` blob) and its memory file's name."""
+    buffer = io.BytesIO()
+    torch.save(local, buffer)
+    return ConfigRecord({"local": buffer.getvalue(), "memory-file": memory_file or ""})
+
+
+def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, str | None]:
+    """The inverse of :func:`pack_client_state` (tensors and containers only: ``weights_only``)."""
+    local = torch.load(io.BytesIO(bytes(record["local"])), map_location="cpu", weights_only=True)
+    return local, str(record["memory-file"]) or None
+
+
+# ----------------------------------------------------------------------------- the worker side
+class WorkerEngine(FederatedEngine):
+    """The run's engine in a Ray worker: trains the clients it is sent; writes nothing."""
+
+    client_memory_on_disk = False
+
+    def __init__(self, config: RunConfig):
+        super().__init__(config, federation_for_config(config), tempfile.gettempdir(), progress=False,
+                         log=lambda msg: None)
+        self.by_name = {c.name: c for c in self.clients}
+
+
+@functools.lru_cache(maxsize=1)
+def worker_engine(config_json: str) -> WorkerEngine:
+    """The worker's engine for the run configuration ``config_json``, built once per process."""
+    return WorkerEngine(RunConfig.from_dict(json.loads(config_json)).validate())
+
+
+client_app = ClientApp()
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    """One client's local training; the reply holds its upload and its own state (module docstring)."""
+    _, _, run = parse_run_record(msg.content)
+    torch.set_num_threads(int(run["threads"]))
+    engine = worker_engine(str(run["config"]))
+    client = engine.by_name[str(run["client"])]
+    local, memory_file = unpack_client_state(msg.content.config_records[CLIENT_STATE])
+    memory_dir = Path(str(run["memory-dir"]))
+    engine.client_states.clear()
+    engine.client_memory.clear()
+    if local is not None:
+        engine.client_states[client.name] = local
+    engine.client_memory[client.name] = (load_memory_file(memory_file_path(memory_dir, memory_file))
+                                         if memory_file else {})
+    round_index = int(run["round"])
+    upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
+    memory = engine.client_memory[client.name]
+    memory_file = memory_file_name(client.name, round_index + 1) if memory else None
+    if memory_file:  # as the sequential engine spills it: the file of this round, which the next checkpoint names
+        memory_dir.mkdir(parents=True, exist_ok=True)
+        save_memory_file(dict(memory), memory_dir, memory_file)
+    content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics),
+                          CLIENT_STATE: pack_client_state(engine.client_states[client.name], memory_file)})
+    if upload.reports:  # DP-SGD's accountant, for the server's privacy ledger
+        content[LEDGER] = state_to_record(upload.reports)
+    return Message(content, reply_to=msg)
+
+
+# ----------------------------------------------------------------------------- the server side
+class ParallelEngine(FederatedEngine):
+    """The in-process engine with up to ``parallel_clients`` clients of a round training at once (module docstring)."""
+
+    def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
+                 parallel_clients: int, progress: bool = True, log: Callable[[str], None] | None = None,
+                 build: Callable[[RunConfig], Any] | None = None):
+        super().__init__(config, federation, out_dir, progress=progress, log=log, build=build)
+        check_parallel_clients(parallel_clients, self.clients_per_round())
+        self.parallel_clients = parallel_clients
+        #: CPU threads of every client: this process's torch thread count, as the sequential engine trains
+        self.threads = torch.get_num_threads()
+        self.grid: Grid | None = None
+        #: the simulated SuperNode that trains each client (one per client), by client name
+        self.node_of: dict[str, int] = {}
+        self.shared_shapes = {k: tuple(v.shape) for k, v in self.policy.shared(self.init_state).items()}
+        self.ledger = ledger_keys(config)
+
+    def backend_config(self) -> dict[str, Any]:
+        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients.
+
+        On CUDA the ``K`` clients share this machine's GPUs: ``min(1, GPUs / K)``
+        each (Ray gives every worker its own ``CUDA_VISIBLE_DEVICES``).
+        """
+        devices = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        gpus = min(1.0, devices / self.parallel_clients)
+        init: dict[str, Any] = {"logging_level": "error", "log_to_driver": False}
+        if not os.environ.get("RAY_ADDRESS"):  # a local Ray; on a cluster its own resources decide
+            init["num_cpus"] = self.parallel_clients * self.threads
+            init["num_gpus"] = devices
+        return {"client_resources": {"num_cpus": self.threads, "num_gpus": gpus}, "init_args": init}
+
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
+        """The engine's run, as the ServerApp of a Flower simulation whose SuperNodes are the clients."""
+        import ray
+        from flwr.simulation import run_simulation
+
+        os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+        # Ray's future default (it warns otherwise); workers asking for no GPU train on the CPU anyway
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        result: dict[str, Any] = {}
+        server_app = ServerApp()
+
+        @server_app.main()
+        def main(grid: Grid, context: Context) -> None:
+            try:
+                self.attach(grid)
+                result["summary"] = FederatedEngine.run(self, resume=resume)
+            except BaseException as exc:  # raised again in the caller's thread, as the sequential engine raises it
+                result["error"] = exc
+
+        flwr_logger = logging.getLogger("flwr")
+        level = flwr_logger.level
+        flwr_logger.setLevel(logging.ERROR)  # Flower's per-message INFO lines and its deprecation notice
+        started_ray = not ray.is_initialized()
+        try:
+            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=len(self.clients),
+                           backend_config=self.backend_config())
+        finally:
+            flwr_logger.setLevel(level)
+            self.grid = None
+            if started_ray and ray.is_initialized():
+                ray.shutdown()
+        if "error" in result:
+            raise result["error"]
+        if "summary" not in result:
+            raise FlowerRunError("the Flower simulation stopped before the run finished")
+        return result["summary"]
+
+    def attach(self, grid: Grid) -> None:
+        """Train on ``grid``'s SuperNodes, one per client, once all of them have registered."""
+        deadline = time.monotonic() + NODES_TIMEOUT_S
+        while len(nodes := sorted(grid.get_node_ids())) < len(self.clients):
+            if time.monotonic() > deadline:
+                raise FlowerRunError(f"only {len(nodes)} of {len(self.clients)} simulated clients started within "
+                                     f"{NODES_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)
+        self.grid = grid
+        self.node_of = dict(zip((c.name for c in self.clients), nodes))
+
+    def _message(self, node: int, client: ClientData, round_index: int) -> Message:
+        """Client ``client``'s train message: what the server transmits, and the client's own state."""
+        seed_everything(derive_seed(self.config.train.seed, "client", round_index, client.name))
+        received = self.configure(client, round_index)
+        run = run_record(self.config, "", round=round_index, threads=self.threads)
+        run["client"] = client.name
+        run["memory-dir"] = str(self.client_memory.directory.resolve())
+        own = pack_client_state(self.client_states.get(client.name), self.client_memory.file_of(client.name))
+        content = RecordDict({RUN: run, GLOBAL: state_to_record(received), CLIENT_STATE: own})
+        return Message(content, node, "train", group_id=str(round_index + 1))
+
+    def _upload(self, client: ClientData, reply: Message) -> Upload:
+        """Store the client's own state for it; the rest of the reply, through the privacy gate, as its upload."""
+        if reply.has_error():
+            raise FlowerRunError(f"client {client.name} failed: {reply.error.reason}")
+        content = reply.content
+        local, memory_file = unpack_client_state(content.config_records[CLIENT_STATE])
+        self.client_states[client.name] = local
+        self.client_memory.adopt(client.name, memory_file)
+        del content[CLIENT_STATE]
+        check_reply(reply, kind="train", shared_shapes=self.shared_shapes, model_keys=set(self.init_state),
+                    ledger=self.ledger)
+        ledger = content.array_records.get(LEDGER)
+        return Upload(client.name, record_to_state(content.array_records[UPLOAD]), client.num_samples,
+                      dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
+
+    def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
+        """Keep up to ``K`` selected clients training; fold their uploads in selection order as they come in."""
+        waiting = deque(enumerate(selected))
+        in_flight: dict[str, int] = {}  # message id -> position in ``selected``
+        arrived: dict[int, Message] = {}
+        folded = 0
+        while folded < len(selected):
+            if self.grid is None:  # :meth:`run` returned (a signal stopped the simulation): stop this thread too
+                raise FlowerRunError(f"round {round_index + 1} stopped with the simulation")
+            while waiting and len(in_flight) + len(arrived) < self.parallel_clients:
+                i, client = waiting.popleft()
+                message = self._message(self.node_of[client.name], client, round_index)
+                in_flight.update(dict.fromkeys(self.grid.push_messages([message]), i))
+            for reply in self.grid.pull_messages(list(in_flight)):
+                arrived[in_flight.pop(reply.metadata.reply_to_message_id)] = reply
+            if folded not in arrived:
+                time.sleep(POLL_S)
+                continue
+            self.receive(inbox, self._upload(selected[folded], arrived.pop(folded)))
+            self.heap.after_client()
+            folded += 1
