@@ -63,8 +63,9 @@ class Registry(Generic[T]):
         self._origins: dict[str, str] = {}
         self._loading = False
         self._loaded = False
-        #: the module that made this registry: its wrappers (``register_method``) are not an entry's origin
-        self._owner = sys._getframe(1).f_globals.get("__name__", "")
+        #: the privreid module that made this registry: its wrappers (``register_method``) are not an entry's origin
+        owner = sys._getframe(1).f_globals.get("__name__", "")
+        self._wrappers = owner if owner.partition(".")[0] == "privreid" else None
 
     # ------------------------------------------------------------------ changing it
 
@@ -174,11 +175,12 @@ class Registry(Generic[T]):
             self._loading = False
 
     def _caller_origin(self) -> str:
-        """The top-level package of the first calling module that is neither this one nor the registry's owner."""
+        """The top-level package of the first calling module that is neither this one nor the privreid module
+        that made the registry (whose ``register_*`` functions wrap :meth:`register`)."""
         frame = sys._getframe(1)
         while frame is not None:
             module = frame.f_globals.get("__name__", "")
-            if module not in (__name__, self._owner):
+            if module not in (__name__, self._wrappers):
                 top = module.partition(".")[0]
                 return BUILT_IN if top == "privreid" else top
             frame = frame.f_back
