@@ -10,10 +10,10 @@ command line and the Flower apps, which run in processes of their own:
   run) or ``module:function`` (imported, then called with no argument);
 * **named plugins**: the same two spellings given to ``privreid --plugin``
   (repeatable) or in :data:`PLUGINS_ENV` (comma-separated), for code that is
-  not installed.  The CLI looks for them on ``sys.path`` and then in the
-  current directory, and exports them in :data:`PLUGINS_ENV`, so the
-  processes it starts (Flower's SuperLink, SuperNodes and their apps) load
-  them too.
+  not installed, looked for on ``sys.path`` and then in the current
+  directory.  The CLI exports them in :data:`PLUGINS_ENV`, so the processes
+  it starts (Flower's SuperLink, SuperNodes and their apps, the
+  ``--parallel-clients`` workers) load them too.
 
 Each plugin is loaded once per process.  A plugin that fails to import or
 to register (a taken name) is one :class:`PluginError` line naming it and
@@ -66,9 +66,10 @@ def named_plugins(text: str | None = None) -> list[str]:
 def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
     """Load every installed plugin (:data:`GROUP`), then the ``named`` ones and those in :data:`PLUGINS_ENV`.
 
-    ``export=True`` (the command line) also looks for named plugins in the
-    current directory and writes them all to :data:`PLUGINS_ENV`, so the
-    processes this one starts load them.  Raises :class:`PluginError`.
+    Named plugins are looked for on ``sys.path``, then in the current
+    directory.  ``export=True`` (the command line) writes them all to
+    :data:`PLUGINS_ENV`, so the processes this one starts load them.
+    Raises :class:`PluginError`.
     """
     specs = list(dict.fromkeys([*named_plugins(), *(spec.strip() for spec in named)]))
     for spec in specs:
@@ -79,7 +80,7 @@ def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
         if dist:
             _distributions.setdefault(_top(entry.module), dist)
         _load(entry, f"plugin {entry.name!r} ({entry.value}" + (f", from {dist})" if dist else ")"))
-    if export and specs and os.getcwd() not in sys.path:
+    if specs and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())  # after everything installed: a file here never shadows a package
     for spec in specs:
         _load(EntryPoint(spec, spec, GROUP), f"plugin {spec!r}")

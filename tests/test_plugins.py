@@ -246,3 +246,18 @@ def test_the_docs_show_the_example_package_as_it_is():
     assert shown == (EXAMPLE / "pyproject.toml").read_text()
     for name in ("__init__.py", "trimmed_mean.py", "pid_folders.py"):
         assert name in section and (EXAMPLE / PACKAGE / name).is_file()
+
+
+def test_a_parallel_clients_worker_loads_the_plugins_the_command_line_exported(example_plugin, tiny_synth):
+    """A --parallel-clients worker (a Ray process) builds the run's engine after the plugins in $PRIVREID_PLUGINS."""
+    from privreid.flower import simulation
+
+    from conftest import tiny_config
+
+    os.environ[plugins.PLUGINS_ENV] = PACKAGE  # what `privreid --plugin ... train --parallel-clients K` exported
+    simulation.worker_engine.cache_clear()
+    try:
+        engine = simulation.worker_engine(json.dumps(tiny_config(tiny_synth, method="fedtrim").to_dict()))
+    finally:
+        simulation.worker_engine.cache_clear()
+    assert engine.method.name == "fedtrim" and sorted(engine.by_name) == ["synthA", "synthB"]
