@@ -87,7 +87,7 @@ def test_a_plugin_named_with_plugin_trains_and_is_listed_with_its_origin(example
     assert res.exit_code == 0, res.output
     (line,) = [line for line in res.output.splitlines() if line.startswith("fedtrim ")]
     assert line.endswith(f"trimmed mean on the server (Yin et al. 2018) [{PACKAGE}]")
-    assert f"fedpav         FedPav" in res.output and "options: trim=1" in res.output
+    assert "fedpav         FedPav" in res.output and "options: trim=1" in res.output
     res = runner.invoke(app, ["data", "info", str(data)])  # auto-detection knows the plugin's layout
     assert res.exit_code == 0 and res.output.count("format: pid-folders") == 3, res.output
 
