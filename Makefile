@@ -9,14 +9,14 @@ STAMP  := $(VENV)/.installed
 EXTRAS := test,flower,export
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 DEMO   := runs/demo
-# Demo budget: see README "Demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
+# Demo budget: see README "The demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
 DEMO_ARGS := --config configs/demo-cpu.yaml --overwrite
 # The demo's leakage/robustness report, sized for a CPU: unseen domain, FGSM + PGD on 60 queries,
 # the full corruption mix (3 repeats), 2 inversion subjects (shared-update threat model).  Full settings: docs/leakage-and-robustness.md.
 REPORT_ARGS := --suite attacks,corruptions,inversion --testsets unseen --attacks fgsm,pgd --steps 5 \
 	--max-queries 60 --corruptions all --repeats 3 --subjects 2 --iterations 100 --threat shared --quiet
 
-.PHONY: venv test test-all demo bench lock clean
+.PHONY: venv test test-all demo bench docs lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,15 +45,26 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/eval_metrics.py
 
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link, a missing page or an API
+# object the docstrings no longer have fails the build.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e '.[$(EXTRAS),docs]'
+	$(PIP) check
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 # Re-resolve constraints.txt from pyproject.toml's ranges in a fresh venv (then run make test-all).
 lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/python -m pip install --quiet --disable-pip-version-check '.[$(EXTRAS),bench]'
+	.lock-venv/bin/python -m pip install --quiet --disable-pip-version-check '.[$(EXTRAS),bench,docs]'
 	.lock-venv/bin/python -m pip check
 	{ sed -n '/^#/p' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude privreid; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .lock-venv runs .pytest_cache
+	rm -rf $(VENV) .lock-venv runs site .pytest_cache

@@ -10,18 +10,29 @@ The public API (imported on first use, so ``import privreid`` stays light)::
     ckpt = privreid.Checkpoint.load("runs/x/ckpt.pt")  # typed: .method, .round, .clients, .load_model(client)
     metrics = privreid.evaluate_model(model, testset, height=128, width=64)
 
-Registries (one registration adds a dataset format, a training method, an
-inversion attack or a threat model; ``docs/extending.md``):
-``register_format`` / ``available_formats`` (:mod:`privreid.data.formats`),
-``register_method`` / ``available_methods`` (:mod:`privreid.federated.registry`),
+Registries (one registration adds a dataset format, a training method, a
+defence, a model transform, an inversion attack, a threat model or a
+retrieval attack; ``docs/extending.md``), each a :class:`privreid.registry.Registry`
+with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
+``origin``): ``FORMATS`` / ``register_format`` / ``available_formats``
+(:mod:`privreid.data.formats`), ``METHODS`` / ``register_method`` /
+``available_methods`` (:mod:`privreid.federated.registry`), ``DEFENCES`` /
+``register_defence`` / ``available_defences`` (:mod:`privreid.defenses.registry`),
+``MODEL_TRANSFORMS`` / ``register_transform`` (:mod:`privreid.models.transforms`),
 ``INVERSION_ATTACKS`` / ``register_inversion_attack`` and ``THREATS`` /
-``register_threat`` (:mod:`privreid.attacks.inversion`), ``RETRIEVAL_ATTACKS``
-(:mod:`privreid.attacks.feature_attacks`, needs torchattacks).
+``register_threat`` (:mod:`privreid.attacks.inversion`), ``RETRIEVAL_ATTACKS`` /
+``register_retrieval_attack`` (:mod:`privreid.attacks.feature_attacks`, needs
+torchattacks).
 """
+
+import logging
 
 from privreid.lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+# privreid logs through "privreid" and its children (privreid.log); the program that uses it configures the output
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: public name -> (module, attribute)
 _PUBLIC = {
@@ -54,14 +65,26 @@ _PUBLIC = {
     "DatasetFormat": ("privreid.data.formats", "DatasetFormat"),
     "register_format": ("privreid.data.formats", "register_format"),
     "available_formats": ("privreid.data.formats", "available_formats"),
+    "FORMATS": ("privreid.data.formats", "FORMATS"),
+    "Registry": ("privreid.registry", "Registry"),
+    "METHODS": ("privreid.federated.registry", "METHODS"),
     "register_method": ("privreid.federated.registry", "register"),
     "available_methods": ("privreid.federated.registry", "available_methods"),
     "get_method": ("privreid.federated.registry", "get_method"),
+    "DEFENCES": ("privreid.defenses.registry", "DEFENCES"),
+    "Defence": ("privreid.defenses.registry", "Defence"),
+    "register_defence": ("privreid.defenses.registry", "register"),
+    "available_defences": ("privreid.defenses.registry", "available_defences"),
+    "get_defence": ("privreid.defenses.registry", "get_defence"),
+    "MODEL_TRANSFORMS": ("privreid.models.transforms", "TRANSFORMS"),
+    "ModelTransform": ("privreid.models.transforms", "ModelTransform"),
+    "register_transform": ("privreid.models.transforms", "register_transform"),
     "INVERSION_ATTACKS": ("privreid.attacks.inversion.optimise", "ATTACKS"),
     "register_inversion_attack": ("privreid.attacks.inversion.optimise", "register_inversion_attack"),
     "THREATS": ("privreid.attacks.inversion.threat_models", "THREATS"),
     "register_threat": ("privreid.attacks.inversion.threat_models", "register_threat"),
     "RETRIEVAL_ATTACKS": ("privreid.attacks.feature_attacks", "ATTACKS"),
+    "register_retrieval_attack": ("privreid.attacks.feature_attacks", "register_retrieval_attack"),
 }
 
 __all__ = ["__version__", *_PUBLIC]

@@ -94,17 +94,17 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
 
     ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a
     list; ``eps`` the L_inf budget in ``[0, 1]`` pixels; ``alpha`` the step
-    of the iterative attacks (default ``eps / 4``: 2/255 at 8/255, as
-    torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``
+    of the iterative attacks (default ``2.5 * eps / steps``: 2/255 at 8/255
+    and 10 steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``
     and ``load_options`` as :func:`evaluate`.
     """
     from privreid.attacks.campaign import attack_models
-    from privreid.attacks.feature_attacks import check_budget
+    from privreid.attacks.feature_attacks import check_budget, default_alpha
     from privreid.attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
     from privreid.errors import ConfigError
 
-    alpha = eps / 4 if alpha is None else alpha
     check_budget(eps, alpha, steps)
+    alpha = default_alpha(eps, steps) if alpha is None else alpha
     if target not in TARGETS:
         raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     adapter, net = _network(model, load_options, device)

@@ -19,6 +19,7 @@ from .commands.common import fail as _fail
 from .commands.common import refuse_empty_paths, renamed_args, usage_error_line
 from .environment import check_environment
 from .errors import PrivreidError
+from .log import configure_console
 
 
 #: ``ctx.meta`` key: the command line asks for a subcommand's --help (plugins are then not loaded unless named)
@@ -57,6 +58,7 @@ class _Group(TyperGroup):
     def invoke(self, ctx):
         try:
             check_environment()
+            configure_console()
             return super().invoke(ctx)
         except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))

@@ -207,6 +207,9 @@ class TrainConfig:
     secagg_max_weight: float | None = None
     #: defences registered outside the built-ins: name -> options (:mod:`privreid.defenses.registry`)
     defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: a poisoning adversary among the clients (:mod:`privreid.adversaries`): ``name``, ``malicious`` (a count or
+    #: client names) and the attack's options; empty: none
+    adversary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,10 +219,12 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data; an empty ``train.defenses`` is left out, so configurations without one stay as they were."""
+        """Plain data; an empty ``train.defenses`` or ``train.adversary`` is left out, so configurations without one
+        stay as they were."""
         out = dataclasses.asdict(self)
-        if not out["train"]["defenses"]:
-            del out["train"]["defenses"]
+        for key in ("defenses", "adversary"):
+            if not out["train"][key]:
+                del out["train"][key]
         return out
 
     @classmethod

@@ -13,8 +13,8 @@ Every command that writes a run directory records, through
   Opacus, Flower, kornia and torchattacks (``null`` where not installed,
   read with :mod:`importlib.metadata`), the platform, the device, the seed
   and the command line (:func:`environment`).
-* ``log.txt``: what the command printed, warnings included
-  (:func:`run_log`), appended to on ``--resume``.
+* ``log.txt``: the run's messages, warnings, printed results and the error
+  that ended it, one stamped line each (:func:`run_log`), appended to on ``--resume``.
 
 ``privreid train --logger tensorboard|wandb`` also mirrors every metric
 record of ``metrics.jsonl`` to TensorBoard or Weights & Biases
@@ -187,81 +187,104 @@ def provenance_files(out: Path) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- log.txt
 class _Tee(io.TextIOBase):
-    """A text stream that writes to ``stream`` and appends finished lines to ``log`` (progress bars dropped)."""
+    """A text stream that writes to ``terminal`` and hands each finished line to ``log`` (``log(line)``).
 
-    def __init__(self, stream, log):
-        self.stream, self.log, self.pending = stream, log, ""
+    Log records reach ``log.txt`` through their own handler, and progress bars draw on :attr:`terminal` itself
+    (:func:`privreid.log.terminal`), so what is mirrored here is what a command printed: its tables and results.
+    """
+
+    def __init__(self, terminal, log):
+        self.terminal, self.log, self.pending = terminal, log, ""
 
     @property
     def encoding(self):
-        return getattr(self.stream, "encoding", "utf-8")
+        return getattr(self.terminal, "encoding", "utf-8")
 
     @property
     def errors(self):
-        return getattr(self.stream, "errors", "strict")
+        return getattr(self.terminal, "errors", "strict")
 
     def isatty(self) -> bool:
-        return self.stream.isatty()
+        return self.terminal.isatty()
 
     def fileno(self) -> int:
-        return self.stream.fileno()
+        return self.terminal.fileno()
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        self.stream.write(text)
+        self.terminal.write(text)
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            line = line.rsplit("\r", 1)[-1]  # a progress bar redraws with \r: keep only its last state
-            if line.strip():
-                self.log.write(line.rstrip() + "\n")
-        self.log.flush()
+            self.log(line)
         return len(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        self.terminal.flush()
 
     def finish(self) -> None:
-        if self.pending.rsplit("\r", 1)[-1].strip():
-            self.log.write(self.pending.rsplit("\r", 1)[-1].rstrip() + "\n")
+        self.log(self.pending)
         self.pending = ""
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 @contextmanager
 def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
-    """Mirror stdout and stderr (hence warnings) to ``out/log.txt`` while the block runs; errors end it.
+    """Write ``out/log.txt`` while the block runs: every record of the ``privreid`` loggers (:mod:`privreid.log`),
+    every Python warning, what the command prints, and the one line of the error that ends it.
 
-    The log is appended to; ``resumed`` first writes a separator line naming the resume and its command
-    (``--- resumed: privreid train --out runs/x --resume ---``), so the log reads as one run.
+    Each line carries its time and level (``2026-11-27 01:02:03 INFO ...``), printed lines as ``INFO`` (stdout)
+    or ``WARNING`` (stderr).  The log is appended to; ``resumed`` first writes a line naming the resume and its
+    command (``--- resumed: privreid train --out runs/x --resume ---``), so the log reads as one run.
     """
+    import logging
     import shlex
 
     from .errors import PrivreidError
+    from .log import LOGGER_NAME, file_handler, terminal
 
-    with open(out / PROVENANCE_FILES["log"], "a", encoding="utf-8") as log:
-        if resumed:
-            log.write(f"--- resumed: {shlex.join(command_line())} ---\n")
-        tees = [_Tee(sys.stdout, log), _Tee(sys.stderr, log)]
-        saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = tees
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("default")
-                warnings.showwarning = _show_warning  # to sys.stderr, hence to the log too
-                yield
-        except PrivreidError as exc:
-            log.write(f"error: {exc}\n")
-            raise
-        finally:
-            for tee in tees:
-                tee.finish()
-            sys.stdout, sys.stderr = saved
+    handler = file_handler(out / PROVENANCE_FILES["log"])
+
+    def write(level: int, line: str) -> None:
+        """One line straight into log.txt (not to the console, which has it already or gets it otherwise)."""
+        line = line.rsplit("\r", 1)[-1].rstrip()  # a line redrawn with \r: its last state
+        if line.strip():
+            handler.handle(logging.makeLogRecord({"msg": line, "levelno": level,
+                                                  "levelname": logging.getLevelName(level)}))
+
+    logger = logging.getLogger(LOGGER_NAME)
+    level = logger.level
+    if level == logging.NOTSET:  # a library user who set no level: log.txt still gets the information
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    if resumed:
+        write(logging.INFO, f"--- resumed: {shlex.join(command_line())} ---")
+    tees = [_Tee(sys.stdout, lambda line: write(logging.INFO, line)),
+            _Tee(sys.stderr, lambda line: write(logging.WARNING, line))]
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = tees
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            shown = warnings.showwarning  # the console's (privreid.log.show_warning) or Python's own
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                write(logging.WARNING, f"{category.__name__}: {message}")
+                shown(message, category, filename, lineno, terminal(sys.stderr) if file is None else file, line)
+
+            warnings.showwarning = show
+            yield
+    except PrivreidError as exc:
+        write(logging.ERROR, str(exc))
+        raise
+    finally:
+        for tee in tees:
+            tee.finish()
+        sys.stdout, sys.stderr = saved
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 # --------------------------------------------------------------------------- --logger

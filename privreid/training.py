@@ -60,7 +60,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
                   seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume),
-                  resumed=resume), stop_on_signals(out):
+                  resumed=resume), stop_on_signals(out, config.train.rounds):
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
@@ -92,10 +92,11 @@ class Stopped(PrivreidError):
 
 
 @contextmanager
-def stop_on_signals(out: Path) -> Iterator[None]:
-    """Turn SIGINT and SIGTERM during the block into :class:`Stopped`, whose one line says which round's
-    checkpoint is kept and how to continue (it reaches stderr and, through :func:`privreid.provenance.run_log`,
-    ``log.txt``).  Outside the main thread (no signal handlers there) the block runs as it is."""
+def stop_on_signals(out: Path, rounds: int) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM during the block into :class:`Stopped`, whose one line says in which of the
+    ``rounds`` rounds it stopped, which round's checkpoint is kept and the command that continues the run (it
+    reaches stderr and, through :func:`privreid.provenance.run_log`, ``log.txt``).  Outside the main thread (no
+    signal handlers there) the block runs as it is."""
     import signal
 
     from .signals import Signalled, raising_signals
@@ -105,18 +106,31 @@ def stop_on_signals(out: Path) -> Iterator[None]:
             yield
     except (Signalled, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
-        raise Stopped(f"stopped by {signal.Signals(signum).name}; {_kept_checkpoint(out)}", 128 + signum) from None
+        kept = _kept_round(out)
+        where = f"in round {(kept or 0) + 1} of {rounds}" if (kept or 0) < rounds else "after the last round"
+        raise Stopped(f"stopped by {signal.Signals(signum).name} {where}; {_kept_checkpoint(out, kept)}",
+                      128 + signum) from None
 
 
-def _kept_checkpoint(out: Path) -> str:
-    """Which checkpoint of ``out`` a stopped or failed run leaves, and what to do next, in words."""
+def _kept_round(out: Path) -> int | None:
+    """The round of ``out``'s intact checkpoint; ``None`` if none was written."""
     from .checkpoint import Checkpoint
 
     try:
-        return (f"the checkpoint of round {Checkpoint.load(out / 'ckpt.pt', client_memory=False).round} "
-                f"({out / 'ckpt.pt'}) is intact; continue with: privreid train --out {out} --resume")
+        return Checkpoint.load(out / "ckpt.pt", client_memory=False).round
     except PrivreidError:
+        return None
+
+
+def _kept_checkpoint(out: Path, kept: int | None) -> str:
+    """Which checkpoint of ``out`` (of round ``kept``) a stopped or failed run leaves, and the command that
+    continues it, in words."""
+    import shlex
+
+    if kept is None:
         return "no checkpoint was written yet"
+    return (f"the checkpoint of round {kept} ({out / 'ckpt.pt'}) is intact; continue with: "
+            f"privreid train --out {shlex.quote(str(out))} --resume")
 
 
 def check_run_flags(overwrite: bool, resume: bool) -> None:
@@ -141,4 +155,4 @@ def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
     from .rundir import OutputError, os_error_message
 
-    return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out)}")
+    return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out, _kept_round(out))}")

@@ -202,7 +202,7 @@ def test_invert_and_audit_take_a_torchreid_file(model_files, tiny_synth, tmp_pat
     `privreid audit` scores its training identities against its test identities, as privreid.audit does."""
     path = str(model_files["torchreid"])
     size = ("--height", str(H), "--width", str(W))
-    res = run_cli(("invert", "--model", path, *size, "--data", str(tiny_synth), "--n", "2", "--attack", "idlg",
+    res = run_cli(("invert", "--model", path, *size, "--data", str(tiny_synth), "--subjects", "2", "--method", "idlg",
                    "--iterations", "2", "--device", "cpu", "--out", str(tmp_path / "inv")))
     assert res.exit_code == 0, res.stderr
     metrics = json.loads((tmp_path / "inv" / "metrics.json").read_text())
@@ -210,7 +210,7 @@ def test_invert_and_audit_take_a_torchreid_file(model_files, tiny_synth, tmp_pat
     assert metrics["settings"]["threat"] == "full" and metrics["settings"]["model"]["kind"] == "torchreid checkpoint"
     assert (tmp_path / "inv" / "grid.png").is_file() and (tmp_path / "inv" / "models.json").is_file()
 
-    res = run_cli(("audit", "--models", path, *size, "--data", str(tiny_synth), "--attack", "feature,loss",
+    res = run_cli(("audit", "--models", path, *size, "--data", str(tiny_synth), "--method", "feature,loss",
                    "--bootstrap", "0", "--device", "cpu", "--out", str(tmp_path / "audit")))
     assert res.exit_code == 0, res.stderr
     records = json.loads((tmp_path / "audit" / "audit.json").read_text())["records"]
@@ -236,10 +236,10 @@ def test_commands_that_need_a_classifier_or_a_run_say_so(tiny_synth, tmp_path, m
           "--out", str(tmp_path / "o")), "--threat shared observes a federated client's shared update"),
         (("audit", "--models", *plain, "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
          "the loss attack needs an identity classifier"),
-        (("audit", "--models", *plain, "--attack", "feature", "--out", str(tmp_path / "o")),
+        (("audit", "--models", *plain, "--method", "feature", "--out", str(tmp_path / "o")),
          "records no training data: give --data"),
-        (("audit", "--models", *plain, "--attack", "lira", "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
-         "--attack lira"),
+        (("audit", "--models", *plain, "--method", "lira", "--data", str(tiny_synth), "--out", str(tmp_path / "o")),
+         "--method lira"),
     ]
     for args, says in cases:
         assert_one_error_line(run_cli(args), says)

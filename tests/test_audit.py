@@ -197,13 +197,13 @@ def test_overfitted_model_leaks_identities_and_outputs(overfit_run, tmp_path):
 
 def test_audit_cli(overfit_run, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(app, ["audit", "--models", str(overfit_run), "--level", "identity", "--attack", "feature",
+    res = runner.invoke(app, ["audit", "--models", str(overfit_run), "--level", "identity", "--method", "feature",
                               "--bootstrap", "0", "--out", str(tmp_path / "a"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert "identity" in res.output and (tmp_path / "a" / "audit.json").is_file()
-    for args, msg in ((["--level", "pixel"], "unknown pixel"), (["--attack", "nope"], "unknown membership attack"),
-                      (["--shadows", "3", "--attack", "lira"], "even"),
-                      (["--view", "server", "--attack", "lira"], "public view"),
+    for args, msg in ((["--level", "pixel"], "unknown pixel"), (["--method", "nope"], "unknown membership attack"),
+                      (["--shadows", "3", "--method", "lira"], "even"),
+                      (["--view", "server", "--method", "lira"], "public view"),
                       (["--client", "ghost"], "no client"), (["--dp-audit"], "--dp-sgd or --client-dp")):
         res = runner.invoke(app, ["audit", "--models", str(overfit_run), "--out", str(tmp_path / "b"), *args])
         assert res.exit_code == 2 and msg in res.output, (args, res.output)

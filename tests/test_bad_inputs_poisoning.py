@@ -8,7 +8,7 @@ from badinput import BadInput, check_refused
 
 TINY = ("--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
         "--rounds", "1", "--device", "cpu", "--quiet")
-#: the tiny federation has 3 clients, all sampled every round
+#: the tiny federation has 3 clients on the command line, all sampled every round
 TRAIN = ("train", "--data", "{synth}", *TINY, "--out", "{tmp}/run")
 
 
@@ -17,7 +17,7 @@ def _case(case_id: str, *args: str, says: str) -> BadInput:
 
 
 CASES = [
-    _case("krum-n-at-most-2f-2", "--set", "train.defenses.robust-krum.f=1", says="more than 2f + 2 = 4 clients"),
+    _case("krum-n-at-most-2f-2", "--set", "train.defenses.robust-krum.f=1", says="more than 2f + 2 = 4 clients per round for f = 1 (a round aggregates 3)"),
     _case("multi-krum-keeps-too-many", "--set", "train.defenses.robust-krum.f=0", "--set",
           "train.defenses.robust-krum.keep=4", says="keep must lie in [0, n - f] = [0, 3]"),
     _case("bulyan-too-few", "--set", "train.defenses.robust-bulyan.f=1", says="at least 4f + 3 = 7 clients"),
@@ -37,4 +37,24 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_refused_in_one_line(case, tmp_path, tiny_synth):
+    check_refused(case, tmp_path, synth=tiny_synth)
+
+
+ADVERSARY_CASES = [
+    _case("more-malicious-than-clients", "--adversary", "scaled", "--malicious-clients", "4",
+          says="--malicious-clients 4: the federation has 3 clients"),
+    _case("unknown-malicious-client", "--adversary", "scaled", "--malicious-clients", "synthA,nope",
+          says="no client named nope"),
+    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: label-flip"),
+    _case("unknown-adversary-option", "--adversary", "scaled", "--set", "train.adversary.boost=3",
+          says="adversary 'scaled' has no option boost"),
+    _case("negative-scale", "--adversary", "sign-flip", "--set", "train.adversary.scale=-1",
+          says="scale must be a number > 0"),
+    _case("adversary-without-clients", "--method", "centralized", "--adversary", "scaled",
+          says="--adversary needs a federated method"),
+]
+
+
+@pytest.mark.parametrize("case", ADVERSARY_CASES, ids=str)
+def test_adversary_refused_in_one_line(case, tmp_path, tiny_synth):
     check_refused(case, tmp_path, synth=tiny_synth)

@@ -8,7 +8,7 @@ from tests.badinput import BadInput, check_refused
 
 REFUSED = [
     BadInput("train-precision-unknown", ("train", "--data", "{synth}", "--precision", "fp8", "--device", "cpu",
-                                         "--out", "{tmp}/run"), keep=("run",), says="precision must be one of"),
+                                         "--out", "{tmp}/run"), keep=("run",), says="'fp8' is not one of"),
     BadInput("train-dp-sgd-fp16", ("train", "--data", "{synth}", "--dp-sgd", "--noise-multiplier", "1",
                                    "--precision", "fp16", "--device", "cpu", "--out", "{tmp}/run"), keep=("run",),
              says="--dp-sgd with --precision fp16 is not supported"),

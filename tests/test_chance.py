@@ -145,7 +145,7 @@ def test_huge_finite_features_rank_as_their_scaled_copies():
 # --------------------------------------------------------------------------- end to end
 
 
-def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tiny_synth, tmp_path, monkeypatch):
+def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tiny_synth, tmp_path, request):
     """The round that made the weights non-finite is evaluated (at chance, flagged) before the run stops; no
     checkpoint holds non-finite weights (issue 26: the kept checkpoint is the last finite one, here none)."""
     from privreid.data.catalog import federation_for_config
@@ -166,10 +166,10 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
                 ctx.model.backbone.conv1.weight[0, 0, 0, 0] = float("nan")
             return metrics
 
-    registry._load_builtins()
-    monkeypatch.setitem(registry._REGISTRY, "nan-toy", registry.Method(
+    registry.register(registry.Method(
         name="nan-toy", summary="test only", policy=CLASSIFIER_LOCAL, make_client_update=PoisonedUpdate,
         make_strategy=lambda config: DataVolumeAverage()))
+    request.addfinalizer(lambda: registry.unregister("nan-toy"))
     cfg = tiny_config(tiny_synth, "nan-toy", rounds=1)
     fed = federation_for_config(cfg)
     with pytest.warns(NonFiniteFeaturesWarning), pytest.raises(TrainingDiverged, match="non-finite weights"):

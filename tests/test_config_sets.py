@@ -29,7 +29,7 @@ BASELINE_TRAIN_FLAGS = (
     "--clip --target-epsilon --delta --secure-aggregation --secagg-shares --secagg-threshold --secagg-clip "
     "--secagg-quantization --secagg-max-weight --arch --neck --feat-dim --last-stride --pretrained --weights "
     "--height --width --audit-holdout --seed --device --workers --precision --out --overwrite --no-overwrite --resume "
-    "--no-resume --quiet --no-quiet --logger --dry-run --json").split()
+    "--no-resume --quiet --no-quiet --logger --dry-run --json --parallel-clients --adversary --malicious-clients").split()
 
 
 def _train_params(args: list[str]) -> dict:

@@ -48,8 +48,13 @@ def test_the_dataset_format_example(csvlist, tmp_path):
     assert "train" in result.output and "gallery" in result.output
 
 
-def test_the_inversion_attack_example(monkeypatch):
-    monkeypatch.setattr(optimise, "ATTACKS", dict(optimise.ATTACKS))  # the registry comes back after the test
+@pytest.fixture()
+def inversion_attacks():
+    with optimise.ATTACKS.restoring() as attacks:  # the registry comes back after the test
+        yield attacks
+
+
+def test_the_inversion_attack_example(inversion_attacks):
     exec(example("An inversion attack"), {})
     settings = InversionSettings(attack="idlg-cosine", iterations=2)
     assert (settings.distance, settings.tv_weight) == ("cosine", 1e-3)

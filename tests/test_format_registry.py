@@ -1,4 +1,4 @@
-"""The dataset-format registry: a user's own format registered from Python (the README's example, run as written),
+"""The dataset-format registry: a user's own format registered from Python (docs/datasets.md's example, run as written),
 the generated ``--help`` / docs tables, and the registration errors."""
 
 import re
@@ -14,11 +14,11 @@ from privreid.data.formats import (DatasetFormat, available_formats, detect_form
 from privreid.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+DATASETS_DOC = (ROOT / "docs" / "datasets.md").read_text()
 
 
-def readme_section_code(title: str) -> str:
-    section = README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+def doc_section_code(title: str) -> str:
+    section = DATASETS_DOC.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -36,12 +36,12 @@ def make_mycams(root: Path) -> Path:
 @pytest.fixture()
 def mycams():
     namespace: dict = {}
-    exec(readme_section_code("Use your own dataset"), namespace)  # registers "mycams"
+    exec(doc_section_code("Use your own dataset"), namespace)  # registers "mycams"
     yield namespace
     unregister_format("mycams")
 
 
-def test_readme_example_registers_a_format_that_auto_detection_and_the_cli_use(mycams, tmp_path):
+def test_docs_example_registers_a_format_that_auto_detection_and_the_cli_use(mycams, tmp_path):
     root = make_mycams(tmp_path / "site")
     assert "mycams" in available_formats() and detect_format(root) == "mycams"
     ds = load_dataset(root)
@@ -92,10 +92,10 @@ def test_variants_come_from_the_name(tmp_path):
         load_dataset(root, "regdb-x")
 
 
-def test_docs_and_readme_tables_are_generated_from_the_registry():
+def test_docs_tables_are_generated_from_the_registry():
     assert (ROOT / "docs" / "formats.md").read_text() == formats_markdown(), \
         "regenerate docs/formats.md with privreid.data.formats.formats_markdown()"
-    assert format_table(("rgb",)) in README
+    assert format_table(("rgb",)) in DATASETS_DOC
     assert all(name in format_help() for name in available_formats())
 
 

@@ -43,8 +43,8 @@ def error_line(res) -> str:
 
 def test_invert_two_models_on_the_same_subjects(checkpoints, tmp_path):
     out = tmp_path / "inv"
-    res = invoke("invert", "--models", checkpoints["fedpav"], checkpoints["centralized"], "--n", 2, "--index", 1,
-                 "--attack", "ig", "--iterations", 3, "--device", "cpu", "--out", out)
+    res = invoke("invert", "--models", checkpoints["fedpav"], checkpoints["centralized"], "--subjects", 2, "--index", 1,
+                 "--method", "ig", "--iterations", 3, "--device", "cpu", "--out", out)
     assert res.exit_code == 0, res.output
     dirs = sorted(p for p in out.iterdir() if p.is_dir())
     assert len(dirs) == 2
@@ -109,7 +109,7 @@ def test_invert_errors(checkpoints, tmp_path):
     assert "resize" in error_line(invoke("invert", "--model", fed, "--image", wrong, "--out", tmp_path / "o"))
     assert "not found" in error_line(invoke("invert", "--model", tmp_path / "missing.pt"))
     assert "out of range" in error_line(invoke("invert", "--model", fed, "--index", 10_000))
-    assert "unknown attack" in error_line(invoke("invert", "--model", fed, "--attack", "gan"))
+    assert "unknown inversion attack" in error_line(invoke("invert", "--model", fed, "--method", "gan"))
     assert "unknown threat" in error_line(invoke("invert", "--model", fed, "--threat", "all"))
     assert "either --index or --image" in error_line(invoke("invert", "--model", fed, "--index", 0, "--image", wrong))
     assert "no client" in error_line(invoke("invert", "--model", fed, "--client", "nobody"))

@@ -180,8 +180,13 @@ def test_methods_and_dp_sgd_declare_their_transforms(tmp_path):
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
 
 
-def test_the_model_transform_example(monkeypatch):
-    monkeypatch.setattr(transforms, "TRANSFORMS", dict(transforms.TRANSFORMS))  # the registry comes back after
+@pytest.fixture()
+def model_transforms():
+    with transforms.TRANSFORMS.restoring() as registry:  # the registry comes back after the test
+        yield registry
+
+
+def test_the_model_transform_example(model_transforms):
     section = DOC.split("## A model transform\n", 1)[1].split("\n## ", 1)[0]
     exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), {})
     model = tiny(num_classes=3, transforms=["stem_instance_norm"])

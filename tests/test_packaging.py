@@ -120,7 +120,7 @@ def _fresh_venv(tmp_path: Path) -> None:
     start = time.monotonic()
     src, dist, venv = tmp_path / "src", tmp_path / "dist", tmp_path / "venv"
     # a copy, so that the build's build/ and *.egg-info neither land in nor come from the working tree
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".lock-venv", "build", "dist", "runs",
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".lock-venv", "build", "dist", "runs", "site",
                                                              "*.egg-info", "__pycache__", ".pytest_cache"))
     # nothing of the source tree or of the test run's environment on the path
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},

@@ -63,7 +63,7 @@ class ReorderingGrid(LoopbackGrid):
 def inline_run(cfg, out, k, **grid):
     """A :class:`ParallelEngine` run whose rounds go through :class:`ReorderingGrid` instead of a Ray simulation."""
     engine = ParallelEngine(cfg, federation_for_config(cfg), out, parallel_clients=k, progress=False)
-    engine.grid = ReorderingGrid(len(engine.clients), **grid)
+    engine.attach(ReorderingGrid(len(engine.clients), **grid))
     summary = FederatedEngine.run(engine)
     return engine, summary
 

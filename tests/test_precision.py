@@ -50,8 +50,12 @@ def test_check_precision_refuses(precision, dp_sgd, says):
         check_precision(precision, dp_sgd=dp_sgd)
 
 
-def test_dp_sgd_takes_bf16():
-    check_precision("bf16", "cpu", dp_sgd=True)
+def test_dp_sgd_trains_in_bf16(tiny_synth, tmp_path):
+    """Opacus' hooks grad-sample mode under bf16 autocast: per-sample gradients, clipping, noise, accounting."""
+    summary = train_run(tiny_config(tiny_synth, rounds=1, precision="bf16", dp_sgd=True, noise_multiplier=1.0),
+                        tmp_path / "dp", progress=False)
+    assert summary["precision"] == "bf16"
+    assert summary["privacy"]["epsilon"] > 0
 
 
 def test_bf16_train_and_eval_on_cpu(tiny_synth, tmp_path):
@@ -104,3 +108,59 @@ def test_cuda_batch_is_channels_last_and_fp16_scaler_enabled():
 def test_cpu_batch_keeps_its_layout():
     images = torch.randn(2, 3, 32, 16)
     assert to_device(images, "cpu").is_contiguous()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_synth, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    train_run(tiny_config(tiny_synth, rounds=1), out, progress=False)
+    return out / "ckpt.pt"
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from privreid.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_eval_bf16_differs_from_fp32_and_refuses_an_unknown_precision(tiny_run, tmp_path):
+    """``privreid eval --precision bf16`` on the CPU: features from bf16 products (so the metrics move), ranking
+    in fp32."""
+    results = {}
+    for precision in ("fp32", "bf16"):
+        res = _cli("eval", "--model", tiny_run, "--device", "cpu", "--precision", precision, "--json",
+                   tmp_path / f"{precision}.json")
+        assert res.exit_code == 0, res.output
+        results[precision] = json.loads((tmp_path / f"{precision}.json").read_text())
+    fp32, bf16 = (json.dumps(results[p], sort_keys=True) for p in ("fp32", "bf16"))
+    assert fp32 != bf16
+    assert "precision must be one of" in _cli("eval", "--model", tiny_run, "--precision", "half").output
+
+
+def test_attack_bf16_runs_and_records_its_precision(tiny_run, tmp_path):
+    res = _cli("attack", "--model", tiny_run, "--method", "fgsm", "--device", "cpu", "--precision", "bf16",
+               "--max-queries", 4, "--examples", 0, "--out", tmp_path / "a")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["settings"]["precision"] == "bf16"
+
+
+def test_inversion_says_it_runs_in_fp32(tiny_run, tmp_path):
+    from privreid.precision import INVERSION_NOTE
+
+    res = _cli("invert", "--model", tiny_run, "--iterations", 2, "--device", "cpu", "--precision", "bf16",
+               "--out", tmp_path / "inv")
+    assert res.exit_code == 0, res.output
+    assert f"note: --precision bf16 ignored: {INVERSION_NOTE}" in res.output
+    assert "fp32" in (tmp_path / "inv" / "log.txt").read_text()
+    quiet = _cli("invert", "--model", tiny_run, "--iterations", 2, "--device", "cpu", "--out", tmp_path / "inv32")
+    assert quiet.exit_code == 0 and "note: --precision" not in quiet.output
+
+
+def test_dp_sgd_bf16_still_refuses_a_proximal_term(tiny_synth, tmp_path):
+    """The attribution check's bf16 tolerance (two bf16 rounding units) still catches FedProx's mu = 0.01."""
+    config = tiny_config(tiny_synth, "fedprox", rounds=1, precision="bf16", dp_sgd=True, noise_multiplier=1.0,
+                         method_options={"mu": 0.01})
+    with pytest.raises(ConfigError, match="not a sum of per-sample gradients"):
+        train_run(config, tmp_path / "dp", progress=False)

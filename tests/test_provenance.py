@@ -85,7 +85,8 @@ def test_log_txt_holds_warnings_and_the_error(tmp_path):
             warnings.warn("careful now")
             raise ConfigError("bad thing")
     log = (tmp_path / "log.txt").read_text()
-    assert "hello" in log and "UserWarning: careful now" in log and log.strip().endswith("error: bad thing")
+    assert " INFO hello\n" in log and " WARNING UserWarning: careful now\n" in log
+    assert log.strip().endswith(" ERROR bad thing")
 
 
 def test_env_json_tolerates_absent_packages():

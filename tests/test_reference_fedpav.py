@@ -16,7 +16,6 @@ import torch
 import privreid.federated.methods.fedpav_variants as fv
 from privreid.commands.sweep import base_config
 from privreid.data.types import TestSet as ReIDTestSet
-from privreid.defenses.secure_aggregation import upload_weight
 from privreid.errors import ConfigError, DataError
 from privreid.evaluation.metrics import evaluate
 from privreid.evaluation.model_eval import rank_testset
@@ -152,7 +151,7 @@ def test_bn_buffers_option_is_declared_by_fedpav_and_every_variant(tiny_synth):
         tiny_config(tiny_synth, method="fedpav-cdw", method_options={"bn_buffers": "first"}))
     assert cdw.bn_buffers == "first"
     # secure aggregation sees only a sum: it refuses a mean that takes buffers from one upload
-    assert upload_weight(DataVolumeAverage("first")) is None and upload_weight(DataVolumeAverage()) is not None
+    assert DataVolumeAverage("first").upload_weight() is None and DataVolumeAverage().upload_weight() is not None
 
 
 def test_kd_average_keeps_the_first_uploads_bn_buffers():

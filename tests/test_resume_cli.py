@@ -66,9 +66,10 @@ def test_a_signal_leaves_one_line_with_the_kept_round_and_the_resume_command(sig
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     name = signal.Signals(signum).name
-    assert lines[0].startswith(f"error: stopped by {name}; the checkpoint of round ") and \
-        lines[0].endswith(f"continue with: privreid train --out {out} --resume"), lines[0]
-    assert (out / "log.txt").read_text().splitlines()[-1] == lines[0]
+    kept = int(lines[0].split("the checkpoint of round ")[1].split()[0])
+    assert lines[0].startswith(f"error: stopped by {name} in round {kept + 1} of 50; the checkpoint of round ") \
+        and lines[0].endswith(f"continue with: privreid train --out {out} --resume"), lines[0]
+    assert (out / "log.txt").read_text().splitlines()[-1].endswith(" ERROR " + lines[0].removeprefix("error: "))
     res = run_cli(("train", "--out", str(out), "--resume", "--rounds", "2"))
     assert res.exit_code == 0, res.stderr
 
@@ -107,7 +108,7 @@ def test_resume_with_no_flag_at_all_is_bit_identical_keeps_config_yaml_and_conti
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
     assert (tmp_path / "cut" / "config.yaml").read_bytes() == config  # nothing changed: the record stays
     log = (tmp_path / "cut" / "log.txt").read_text()
-    assert log.startswith(log_before) and log[len(log_before):].startswith("--- resumed: privreid ")
+    assert log.startswith(log_before) and " INFO --- resumed: privreid " in log[len(log_before):].splitlines()[0]
 
 
 def test_resume_may_change_the_evaluation_cadence_not_the_model(tiny_synth, tmp_path, monkeypatch):

@@ -80,13 +80,12 @@ def run(model, testset, **kw):
 
 def test_attacks_are_torchattacks_subclasses_with_documented_defaults(random_model):
     for name, cls in ATTACKS.items():
-        base = {"fgsm": torchattacks.FGSM, "pgd": torchattacks.PGD, "bim": torchattacks.BIM,
-                "mifgsm": torchattacks.MIFGSM, "tifgsm": torchattacks.TIFGSM}[name]
-        assert issubclass(cls, base) and issubclass(cls, FeatureAttack)
+        base = getattr(torchattacks, cls.label)  # each built-in subclasses the torchattacks attack it is labelled as
+        assert issubclass(cls, base) and issubclass(cls, FeatureAttack) and cls.name == name
         attack = build_attack(name, random_model)
-        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(1 / 255 if name != "fgsm"
+        assert attack.eps == pytest.approx(8 / 255) and attack.alpha == pytest.approx(2 / 255 if cls.iterative
                                                                                         else 8 / 255)
-        assert attack.steps == (1 if name == "fgsm" else 10)
+        assert attack.steps == (10 if cls.iterative else 1)
         assert attack.normalization_used is not None  # ImageNet normalisation inside the attack
     assert build_attack("pgd", random_model).random_start is True
     assert build_attack("bim", random_model).random_start is False

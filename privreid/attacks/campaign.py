@@ -37,14 +37,14 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
     first test set when ``examples > 0``.  ``bar`` shows one progress bar
     over the jobs; ``progress`` one per attack.
     """
-    from tqdm.auto import tqdm
+    from ..log import progress_bar
 
     from .retrieval import evaluate_under_attack
 
     jobs = [(ts, i, m) for ts in testsets for i in range(len(models)) for m in methods]
     records: list[dict[str, Any]] = []
     pictures: dict[str, tuple] = {}
-    for ts, i, m in (tqdm(jobs, desc="attacks", unit="attack") if bar else jobs):
+    for ts, i, m in progress_bar(jobs, desc="attacks", unit="attack", enabled=bar):
         label, net, height, width = models[i]
         result = evaluate_under_attack(
             net, ts, height=height, width=width, method=m, eps=eps, alpha=alpha, steps=steps, target=target,
@@ -58,20 +58,23 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
 
 
 def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,
-                       device, models: list | None = None) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
+                       device, models: list | None = None, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, tuple]]:
     """``privreid attack``'s campaign: the models of ``settings["paths"]`` (privreid checkpoints or files from
     elsewhere, :mod:`privreid.models.evaluated`; ``models`` if already loaded) on the test sets of ``data``
-    or of the first checkpoint (``domains`` picks some), each at its own input size; see :func:`attack_models`."""
+    or of the first checkpoint (``domains`` picks some), each at its own input size, its forward passes at
+    ``precision`` (:mod:`privreid.precision`); see :func:`attack_models`."""
     from ..data.catalog import resolve_datasets
     from ..data.partition import as_test_set
     from ..device import resolve_device
     from ..models.evaluated import data_source, load_evaluated_models, model_labels
+    from ..precision import at_precision, check_precision
 
     models = models or load_evaluated_models(settings["paths"])
     for model in models:
         model.require("gradients", "privreid attack", "privreid eval and eval --corruption need no gradients")
     source = data_source(models, data)
     dev = resolve_device(device)
+    check_precision(precision, dev)
     datasets = resolve_datasets(source.roots, source.format, synth_seed=source.synth_seed)
     wanted = domains or list(datasets)
     unknown = [d for d in wanted if d not in datasets]
@@ -80,7 +83,7 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     video = [d for d in wanted if datasets[d].tracklets is not None]
     if video:
         raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
-    nets = [(label, m.network(client, device=dev), *m.input_size) for label, m in zip(model_labels(models), models)]
+    nets = [(label, at_precision(m.network(client, device=dev), precision, dev), *m.input_size) for label, m in zip(model_labels(models), models)]
     return attack_models(nets, [as_test_set(name, datasets[name]) for name in wanted],
                          methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],
                          steps=settings["steps"], target=settings["target"], device=dev, max_queries=max_queries,

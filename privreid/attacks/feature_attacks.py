@@ -48,9 +48,13 @@ momentum (MI, TI).  Images are in ``[0, 1]`` pixel space, so ``eps`` and
 ``alpha`` are pixel fractions (8/255 ...); the model's ImageNet normalisation
 is applied inside the attack via torchattacks' ``set_normalization_used``.
 
-Defaults (:func:`build_attack`): ``eps = 8/255``, ``alpha = 1/255`` for
-every iterative attack (the step of the published ReID attacks, docs/architecture.md;
-torchattacks' own default is 2/255), ``steps = 10``; PGD starts at a uniform
+Defaults (:func:`build_attack`): ``eps = 8/255``, ``steps = 10`` and
+``alpha = 2.5 * eps / steps`` for every iterative attack (:func:`default_alpha`:
+torchattacks' 2/255 for 8/255 and 10 steps, scaled with the budget and the
+steps, so the steps can cross the eps-ball from PGD's random start; the former
+fixed 1/255 left 5-step PGD weaker than FGSM).  A step so small that
+``steps * alpha < eps`` cannot reach the budget and is warned about in one
+line (:func:`warn_unreachable`).  PGD starts at a uniform
 random point of the eps-ball (Madry et al.), MI-FGSM uses ``decay = 1.0``
 (Dong et al. 2018); TI-FGSM keeps all of torchattacks' defaults (Gaussian
 kernel of length 15 with ``nsig = 3``, momentum ``decay = 0``, input
@@ -59,6 +63,7 @@ diversity with ``resize_rate = 0.9`` and probability 0.5, no random start).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -67,12 +72,14 @@ import torch.nn.functional as F
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.dependencies import require
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 
 torchattacks = require("torchattacks")  # missing: one-line install hint, no traceback
 from torchattacks.attack import Attack  # noqa: E402
 
 __all__ = ["ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
-           "FeatureTIFGSM", "build_attack", "check_budget", "feature_objective"]
+           "FeatureTIFGSM", "build_attack", "check_budget", "default_alpha", "feature_objective",
+           "register_retrieval_attack", "unregister_retrieval_attack", "warn_unreachable"]
 
 
 def feature_objective(adv_features: torch.Tensor, clean_features: torch.Tensor) -> torch.Tensor:
@@ -115,8 +122,12 @@ class FeatureAttack(Attack):
     """
 
     random_start = False
-    #: the row label of L2RW+'s Table IX (``ATTACK_LABELS``)
+    #: registry key (``privreid attack --method NAME``)
+    name = ""
+    #: the row label of L2RW+'s Table IX (:func:`~privreid.attacks.retrieval.attack_label`)
     label = ""
+    #: whether the attack takes ``alpha`` and ``steps`` (FGSM: one step of ``eps``)
+    iterative = True
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor | None = None, *args, **kwargs) -> torch.Tensor:
         """torchattacks' entry point with ``labels`` optional (unused; torchattacks 3.3.0 requires the argument)."""
@@ -187,8 +198,9 @@ class FeatureAttack(Attack):
 class FeatureFGSM(FeatureAttack, torchattacks.FGSM):
     """FGSM (Goodfellow et al. 2015): one step of size ``eps`` along ``sign(grad J)``."""
 
+    name = "fgsm"
     label = "FGSM"
-
+    iterative = False
     steps = 1
 
     @property
@@ -203,18 +215,21 @@ class FeatureBIM(FeatureAttack, torchattacks.BIM):
     clip used here is the same projection onto the eps-ball and ``[0, 1]``.
     """
 
+    name = "bim"
     label = "BIM"
 
 
 class FeaturePGD(FeatureAttack, torchattacks.PGD):
     """PGD (Madry et al. 2018): BIM from a uniform random start in the eps-ball (``random_start=True``)."""
 
+    name = "pgd"
     label = "PGD"
 
 
 class FeatureMIFGSM(FeatureAttack, torchattacks.MIFGSM):
     """MI-FGSM (Dong et al. 2018): BIM with L1-normalised gradient momentum (``decay``)."""
 
+    name = "mifgsm"
     label = "MIFGSM"
 
     def _direction(self, grad: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
@@ -229,6 +244,7 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
     (torchattacks' default 0: no momentum), exactly as torchattacks' TIFGSM.
     """
 
+    name = "tifgsm"
     label = "TIFGSM"
 
     def _model_view(self, adv: torch.Tensor) -> torch.Tensor:
@@ -266,24 +282,47 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
         return F.pad(rescaled, [left, canvas_w - new_w - left, top, canvas_h - new_h - top], value=0)
 
 
-def check_budget(eps: float, alpha: float, steps: int) -> None:
-    """Raise :class:`ConfigError` unless ``0 <= eps <= 1``, ``alpha > 0`` and ``steps`` is an integer >= 1."""
+def check_budget(eps: float, alpha: float | None, steps: int) -> None:
+    """Raise :class:`ConfigError` unless ``0 <= eps <= 1``, ``alpha > 0`` (``None``: the default,
+    :func:`default_alpha`) and ``steps`` is an integer >= 1."""
     if not 0.0 <= eps <= 1.0:
         raise ConfigError(f"eps must be in [0, 1] (pixel scale, e.g. 8/255), got {eps}")
-    if not alpha > 0:
+    if alpha is not None and not alpha > 0:
         raise ConfigError(f"alpha (step size) must be > 0, got {alpha}")
     if isinstance(steps, bool) or int(steps) != steps or steps < 1:
         raise ConfigError(f"steps must be an integer >= 1, got {steps}")
 
 
-#: ``--method`` name -> attack class, in the order of L2RW+'s Table IX.
-ATTACKS: dict[str, type[FeatureAttack]] = {
-    "fgsm": FeatureFGSM,
-    "pgd": FeaturePGD,
-    "bim": FeatureBIM,
-    "mifgsm": FeatureMIFGSM,
-    "tifgsm": FeatureTIFGSM,
-}
+def default_alpha(eps: float, steps: int = 10) -> float:
+    """The step of the iterative attacks when none is given: ``2.5 * eps / steps`` (Madry et al.'s rule, the
+    default of their ``robustness`` library), which is torchattacks' 2/255 for its eps 8/255 and 10 steps, and lets
+    fewer steps still cross the eps-ball from PGD's random start (5 steps of 8/255: 4/255 each).  For ``eps = 0``,
+    which moves nothing, a positive step all the same (1/255)."""
+    return 2.5 * eps / steps if eps > 0 else 1 / 255
+
+
+def warn_unreachable(method: str, eps: float, alpha: float, steps: int) -> None:
+    """Warn, in one line, when an iterative attack's ``steps`` steps of ``alpha`` cannot reach ``eps``
+    (it is then weaker than one FGSM step of ``eps``)."""
+    if ATTACKS.get(method).iterative and steps * alpha < eps:
+        warnings.warn(f"{method}: {steps} steps of {alpha * 255:.3g}/255 cannot reach eps = {eps * 255:.3g}/255, "
+                      f"so it is weaker than FGSM; give a step of at least eps / steps (the default is 2.5 eps / steps)",
+                      stacklevel=3)
+
+
+#: ``--method`` name -> attack class, the built-ins in the order of L2RW+'s Table IX.
+ATTACKS: Registry[type[FeatureAttack]] = Registry(
+    "attack", builtins=lambda: (FeatureFGSM, FeaturePGD, FeatureBIM, FeatureMIFGSM, FeatureTIFGSM))
+
+
+def register_retrieval_attack(cls: type[FeatureAttack]) -> type[FeatureAttack]:
+    """Add a :class:`FeatureAttack` subclass (``privreid attack --method <name>`` then runs it); returns it."""
+    return ATTACKS.register(cls)
+
+
+def unregister_retrieval_attack(name: str) -> None:
+    """Remove retrieval attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    ATTACKS.unregister(name)
 
 
 def build_attack(
@@ -291,14 +330,15 @@ def build_attack(
     model: torch.nn.Module,
     *,
     eps: float = 8 / 255,
-    alpha: float = 1 / 255,
+    alpha: float | None = None,
     steps: int = 10,
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
 ) -> FeatureAttack:
     """A feature-space attack on ``model`` that takes ``[0, 1]`` pixels and normalises with ``mean``/``std``.
 
-    ``alpha`` and ``steps`` are ignored by FGSM (one step of ``eps``).  The
+    ``alpha`` (default :func:`default_alpha`) and ``steps`` are ignored by FGSM (one step of ``eps``); a step
+    that cannot reach ``eps`` is warned about (:func:`warn_unreachable`).  The
     other hyper-parameters keep their defaults (see the module docstring);
     change them on the returned object (e.g. ``attack.decay = 0.5``).
 
@@ -306,10 +346,10 @@ def build_attack(
         ConfigError: unknown ``method``, ``eps`` outside ``[0, 1]``,
             ``alpha <= 0`` or ``steps < 1``.
     """
-    if method not in ATTACKS:
-        raise ConfigError(f"unknown attack {method!r}; choose from {', '.join(ATTACKS)} (or all)")
+    cls = ATTACKS.get(method)
     check_budget(eps, alpha, steps)
-    cls = ATTACKS[method]
-    attack = cls(model, eps=eps) if cls is FeatureFGSM else cls(model, eps=eps, alpha=alpha, steps=int(steps))
+    alpha = default_alpha(eps, int(steps)) if alpha is None else alpha
+    warn_unreachable(method, eps, alpha, steps)
+    attack = cls(model, eps=eps, alpha=alpha, steps=int(steps)) if cls.iterative else cls(model, eps=eps)
     attack.set_normalization_used(mean=list(mean), std=list(std))
     return attack

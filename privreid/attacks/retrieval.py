@@ -45,15 +45,17 @@ from privreid.evaluation.model_eval import evaluation_split, rank_testset
 from privreid.reporting import format_table
 from privreid.reporting.files import save_figure
 
-__all__ = ["ATTACK_LABELS", "METRIC_KEYS", "TARGETS", "AttackEvaluation", "evaluate_under_attack",
-           "format_table_ix", "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
+__all__ = ["METRIC_KEYS", "TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
+           "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
 
 #: Which images are attacked.
 TARGETS = ("query", "gallery", "both")
 #: Metrics reported (keys of :func:`privreid.evaluation.model_eval.rank_testset`) and their column labels.
 METRIC_KEYS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
-#: Row labels of Table IX, from the attack registry (:data:`~privreid.attacks.feature_attacks.ATTACKS`).
-ATTACK_LABELS = {name: cls.label for name, cls in ATTACKS.items()}
+def attack_label(name: str) -> str:
+    """The Table IX row label of attack ``name`` (:attr:`FeatureAttack.label` of the registered attack, read
+    when asked, so attacks registered later have theirs); ``name`` itself for a name that is not an attack."""
+    return (ATTACKS[name].label or name) if name in ATTACKS else name
 
 
 def relative_drop(clean: float, attacked: float) -> float | None:
@@ -67,10 +69,10 @@ def resolve_methods(spec: str | list[str]) -> list[str]:
     if not names:
         raise ConfigError("no attack method given")
     if "all" in names:
-        return list(ATTACKS)
+        return ATTACKS.names()
     unknown = [m for m in names if m not in ATTACKS]
     if unknown:
-        raise ConfigError(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(ATTACKS)} or all")
+        raise ATTACKS.unknown(unknown[0], [*ATTACKS.names(), "all"])
     return list(dict.fromkeys(names))
 
 
@@ -131,7 +133,7 @@ def evaluate_under_attack(
     width: int,
     method: str = "pgd",
     eps: float = 8 / 255,
-    alpha: float = 1 / 255,
+    alpha: float | None = None,
     steps: int = 10,
     target: str = "query",
     device: torch.device | str = "cpu",
@@ -190,10 +192,10 @@ def evaluate_under_attack(
             stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0],
                                clean_features=clean[name][0])
             if progress:
-                from tqdm.auto import tqdm
+                from ..log import progress_bar
 
-                stream = tqdm(stream, total=len(batches), unit="batch", leave=False,
-                              desc=f"{ATTACK_LABELS[method]} {testset.name} {name}")
+                stream = progress_bar(stream, total=len(batches), unit="batch", leave=False,
+                                      desc=f"{attack_label(method)} {testset.name} {name}")
             attacked[name] = extract_features(model, stream, device=device)
     seconds = time.perf_counter() - start
 
@@ -324,7 +326,7 @@ def format_table_ix(records: list[dict[str, Any]]) -> str:
                 value = None if row is None else row[f"drop_{key}"]
                 return "-" if value is None else f"{100 * value:.1f}%"
 
-            body += [table_row(ATTACK_LABELS.get(attack, attack), attacked), table_row("↓", drop)]
+            body += [table_row(attack_label(attack), attacked), table_row("↓", drop)]
         sections.append(f"#### {testset}\n\n{format_table(body)}")
     return "\n\n".join(sections)
 
@@ -355,7 +357,7 @@ def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tenso
                               f"clean ones {tuple(clean.shape)}")
     columns = [("clean", clean)]
     for name, adv in adversarial.items():
-        label = ATTACK_LABELS.get(name, name)
+        label = attack_label(name)
         scale = 2 * eps if eps > 0 else 1.0
         columns += [(label, adv), (f"{label} δ ×{1 / scale:.0f}" if eps > 0 else f"{label} δ",
                                    (0.5 + (adv - clean) / scale).clamp(0, 1))]

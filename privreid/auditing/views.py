@@ -48,6 +48,7 @@ from ..checkpoint import Checkpoint
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine
+from ..federated.strategy import uniform
 from ..pickle_scan import safe_torch_load
 from ..rundir import save_torch_atomic
 
@@ -95,13 +96,12 @@ class UploadRecorder(FederatedEngine):
 def mean_weight(config: RunConfig):
     """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
     mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
-    from ..defenses.secure_aggregation import upload_weight
     from ..federated.registry import get_method
 
     method = get_method(config.train.method)
     weight = None
     if method.needs_per_client_uploads is False:
-        weight = (lambda upload: 1.0) if config.train.client_dp else upload_weight(method.make_strategy(config))
+        weight = uniform if config.train.client_dp else method.make_strategy(config).upload_weight()
     if weight is None:
         raise ConfigError(f"the server-aggregate view needs a server that averages the uploads; method "
                           f"{config.train.method!r} reads each upload (it cannot run under secure aggregation)")

@@ -8,7 +8,9 @@ from typing import Any, Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
+from .options import PrecisionOption
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
@@ -35,9 +37,12 @@ def attack_command(
         None, "--models", help="Several checkpoints compared in one table: --models a.pt b.pt (or repeat --models)."),
     more_models: Optional[list[Path]] = typer.Argument(
         None, metavar="[CKPT]...", help="More checkpoints (what follows --models a.pt lands here)."),
-    method: str = typer.Option("all", "--method", help="fgsm, pgd, bim, mifgsm, tifgsm, all, or a comma list."),
+    method: str = typer.Option("all", "--method",
+                               help=f"{', '.join([*retrieval_attack_names(), 'all'])}, or a comma list."),
     eps: str = typer.Option("8/255", help="L_inf budget in [0, 1] pixel units; a number or a fraction like 8/255."),
-    alpha: str = typer.Option("1/255", help="Step size of the iterative attacks (pixel units; FGSM ignores it)."),
+    alpha: Optional[str] = typer.Option(None, help="Step size of the iterative attacks (pixel units; default "
+                                        "2.5 eps / steps: torchattacks' 2/255 for 8/255 and 10 steps; FGSM ignores "
+                                        "it)."),
     steps: int = typer.Option(10, help="Iterations of the iterative attacks (FGSM: 1)."),
     target: str = typer.Option("query", help="Which images are attacked: query, gallery or both."),
     client: Optional[str] = typer.Option(None, help="Attack this client's personalised model."),
@@ -48,6 +53,7 @@ def attack_command(
     examples: int = typer.Option(4, help="Example images per model in the PNG (0: no PNG)."),
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "fp32",
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
@@ -65,15 +71,18 @@ def attack_command(
 
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
-    from ..attacks.feature_attacks import check_budget
+    from ..attacks.feature_attacks import check_budget, default_alpha
     from ..attacks.campaign import attack_checkpoints, write_attack_report
     from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
     from ..provenance import record_models
 
     def validate() -> dict[str, Any]:
-        settings = {"eps": parse_fraction(eps, "--eps"), "alpha": parse_fraction(alpha, "--alpha"),
-                    "steps": steps, "target": target, "methods": resolve_methods(method)}
+        settings = {"eps": parse_fraction(eps, "--eps"), "steps": steps, "target": target,
+                    "alpha": None if alpha is None else parse_fraction(alpha, "--alpha"),
+                    "methods": resolve_methods(method), "precision": precision}
         check_budget(settings["eps"], settings["alpha"], steps)
+        if settings["alpha"] is None:
+            settings["alpha"] = default_alpha(settings["eps"], steps)
         if target not in TARGETS:
             raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
         for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),
@@ -88,7 +97,8 @@ def attack_command(
         loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
-                                        examples=examples, seed=seed, device=device, models=loaded)
+                                        examples=examples, seed=seed, device=device, models=loaded,
+                                        precision=precision)
         caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
                    f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
                    f"↓ is the relative drop (clean - attacked) / clean.")

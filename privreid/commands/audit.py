@@ -12,11 +12,13 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
-                     load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
+                     csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def audit_command(
+    model: Optional[Path] = typer.Option(None, "--model", help="The checkpoint to audit, or a model file from "
+                                         "elsewhere with --data (docs/models.md)."),
     models: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints to audit: --models a.pt b.pt "
                                                 "(or repeat --models), or model files from elsewhere with --data "
                                                 "(docs/models.md)."),
@@ -25,8 +27,8 @@ def audit_command(
     level: Optional[str] = typer.Option(None, help="image (was this image trained on?), identity (was this "
                                         "person in the training data, judged from other images of them?), or both "
                                         "(default; a model file from elsewhere: identity)."),
-    attack: str = typer.Option("loss,feature", help="Comma list of loss, feature, lira-online, lira-offline; "
-                               "'lira' = both LiRA variants; 'all'."),
+    method: str = typer.Option("loss,feature", "--method", help="Membership attacks, a comma list of loss, feature, "
+                               "lira-online, lira-offline; 'lira' = both LiRA variants; 'all'."),
     view: str = typer.Option("public", help="public (the released global model, or --client's personalised "
                              "model), server (the audited client's uploads, re-derived by replaying the run) and/or "
                              "server-aggregate (under secure aggregation: only the sum of each round's uploads)."),
@@ -67,18 +69,16 @@ def audit_command(
     FPR on log-log ROC curves.  With --dp-audit, an empirical lower bound on
     epsilon from one training run with canaries, next to the accounted epsilon.
 
-    Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --attack loss,feature,lira --out runs/audit
+    Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method loss,feature,lira --out runs/audit
     """
     from ..auditing import AuditSettings, run_audit
     from ..device import resolve_device
     from ..provenance import record_models
 
     echo = (lambda _: None) if quiet else typer.echo
-    paths = list(models or []) + list(more_models or [])
 
     def go():
-        if not paths:
-            raise ConfigError("give at least one checkpoint (--models)")
+        paths = checkpoint_paths(model, models, more_models)
         loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
         if any(m.checkpoint is None for m in loaded):
             return _files(loaded)
@@ -87,7 +87,7 @@ def audit_command(
                               "checkpoint records its own")
         if dp_audit:
             return _dp(paths)
-        settings = AuditSettings(levels=csv_list(level or "image,identity") or [], attacks=csv_list(attack) or [],
+        settings = AuditSettings(levels=csv_list(level or "image,identity") or [], attacks=csv_list(method) or [],
                                  views=csv_list(view) or [], client=client, round=round_, shadows=shadows,
                                  probes_per_identity=probes_per_identity, max_per_class=max_per_class,
                                  extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
@@ -97,7 +97,7 @@ def audit_command(
         from ..auditing.given import GIVEN_ATTACKS, audit_files
         from ..models.evaluated import model_labels
 
-        names = csv_list(attack) or []
+        names = csv_list(method) or []
         if len(loaded) != sum(m.checkpoint is None for m in loaded):
             raise ConfigError("privreid audit takes privreid checkpoints or model files from elsewhere, not both "
                               "in one run")
@@ -109,11 +109,11 @@ def audit_command(
                               "was trained on (its training identities are the members)")
         unknown = [a for a in names if a not in GIVEN_ATTACKS]
         if unknown:
-            raise ConfigError(f"--attack {','.join(unknown)}: a model file from elsewhere is audited with "
+            raise ConfigError(f"--method {','.join(unknown)}: a model file from elsewhere is audited with "
                               f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
         for m in loaded:
             if "loss" in names:
-                m.require("classifier", "the loss attack", "use --attack feature, which needs only features")
+                m.require("classifier", "the loss attack", "use --method feature, which needs only features")
         records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
                               device=resolve_device(device))
         record_models(out, loaded)

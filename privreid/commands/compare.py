@@ -7,14 +7,17 @@ from typing import Optional
 
 import typer
 
+from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
-                     fail, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption,
+                     checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
     models: Optional[list[Path]] = typer.Argument(None, help="Checkpoints to compare (same data), or model files "
                                                   "from elsewhere (docs/models.md)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="One checkpoint (several: --models a.pt b.pt, or "
+                                         "positionally)."),
     models_opt: Optional[list[Path]] = typer.Option(None, "--models", help="Checkpoints (alternative to the "
                                                     "positional list; --models a.pt b.pt)."),
     untrained: bool = typer.Option(True, help="Add a randomly initialised model of the same architecture."),
@@ -31,7 +34,8 @@ def compare_command(
                                         "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
     out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
     testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
-    attacks: str = typer.Option("all", help="Suite attacks: fgsm, pgd, bim, mifgsm, tifgsm, all or a comma list."),
+    attacks: str = typer.Option("all", help=f"Suite attacks: {', '.join([*retrieval_attack_names(), 'all'])} or a "
+                                "comma list."),
     eps: str = typer.Option("8/255", help="Suite attack budget in [0, 1] pixels (a number or a fraction)."),
     steps: int = typer.Option(10, help="Suite attack iterations."),
     max_queries: Optional[int] = typer.Option(None, help="Suite: attack at most N queries per test set."),
@@ -65,9 +69,7 @@ def compare_command(
     from ..provenance import record_models
     from ..rundir import check_output_file, write_text_atomic
 
-    paths = list(models_opt or []) + list(models or [])
-    if not paths:
-        fail("give at least one checkpoint")
+    paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
     file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
     if suite is None:

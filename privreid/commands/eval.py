@@ -12,6 +12,7 @@ import typer
 from ..errors import ConfigError
 from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
                      load_models_or_exit, run_or_exit)
+from .options import PrecisionOption
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +44,7 @@ def eval_command(
                                           "whose features are averaged (L2RW+ Eq. 9); default: the dataset's "
                                           "(6 for HITSZ-VCM and vi-folders, 10 for BUPTCampus)."),
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "fp32",
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
                             "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
@@ -89,6 +91,7 @@ def eval_command(
     from ..evaluation.corrupted_eval import check_corruption_options, is_scaled
     from ..evaluation.model_eval import check_eval_options, evaluate_testset
     from ..device import resolve_device
+    from ..precision import at_precision, check_precision
     from ..reporting import format_table
 
     def corruption_options() -> dict:
@@ -108,8 +111,9 @@ def eval_command(
         corrupted = corruption_options() if corruption is not None else None
         check_eval_options([], **kinds)
         dev = resolve_device(device)
+        check_precision(precision, dev)
         loaded = load_eval_model(model, client=client, file_options=file_options, device=dev, data=data)
-        net = loaded.net
+        net = at_precision(loaded.net, precision, dev)
         datasets = resolve_datasets(data or loaded.roots, loaded.format if not data else fmt)
         wanted = csv_list(domains) or list(datasets)
         unknown = [d for d in wanted if d not in datasets]
@@ -136,12 +140,13 @@ def eval_command(
         if num_splits < 1 or seed < 0:
             raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
         dev = resolve_device(device)
+        check_precision(precision, dev)
         loaded = load_eval_model(model, client=client, file_options=file_options, device=dev, data=data)
         rows = []
         for root in data:
             name = Path(root).name
             written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
-            result = evaluate_dg_model(loaded.net, root, fmt, height=loaded.height, width=loaded.width, device=dev,
+            result = evaluate_dg_model(at_precision(loaded.net, precision, dev), root, fmt, height=loaded.height, width=loaded.width, device=dev,
                                        flip=flip, metric=metric, ap=ap, num_splits=num_splits, seed=seed,
                                        splits_file=splits, write_splits_to=written)
             rows.append({"testset": f"{name} ({result['protocol']})", **result})

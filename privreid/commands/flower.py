@@ -166,9 +166,8 @@ def run_command(
 
     Example: privreid flower run --method fedpav --rounds 10 --sites 3 --superlink coordinator:8000 --root-certificates ca.pem --out runs/fedpav-flower
     """
-    from tqdm.auto import tqdm
-
     from .common import params_with_preset
+    from ..log import progress_bar
     from ..federated.engine import prepare_out_dir
     from ..federated.resume import check_resumable
     from ..flower.deployment import rounds_done, run_on_superlink
@@ -207,8 +206,7 @@ def run_command(
                       prepare=lambda d: prepare_out_dir(d, overwrite=p["overwrite"], resume=p["resume"])):
             typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at "
                        f"{p['superlink']}; writing {out_dir}")
-            bar = tqdm(total=config.train.rounds, desc=config.train.method, disable=p["quiet"],
-                       dynamic_ncols=True)
+            bar = progress_bar(total=config.train.rounds, desc=config.train.method, enabled=not p["quiet"])
 
             def progress() -> None:
                 bar.update(rounds_done(out_dir) - bar.n)

@@ -62,6 +62,8 @@ def invert_command(
                                   help="Apply the defences the run was trained with (beta noise, DP)."),
     seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
     device: DeviceOption = "auto",
+    precision: str = typer.Option("fp32", "--precision", help="Accepted for symmetry with the other commands; "
+                                  "inversion runs in fp32 whatever it says (privreid.precision.INVERSION_NOTE)."),
     data: Optional[list[str]] = typer.Option(None, "--data", help="A model file from elsewhere: the subjects are "
                                              "--subjects training images of this data's first domain (their labels: "
                                              "the model's own predictions)."),
@@ -85,9 +87,11 @@ def invert_command(
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
     from ..attacks.inversion.threat_models import get_threat
+    from ..precision import INVERSION_NOTE, check_precision
     from ..provenance import record_models
 
     def validate():
+        check_precision(precision)
         settings = InversionSettings(**attack_settings)
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
@@ -109,6 +113,8 @@ def invert_command(
                       "attack of privreid audit need only features")
 
     with run_dir_or_exit(out, "invert"):
+        if precision != "fp32":  # inside the run directory, so log.txt keeps the line next to config.yaml's flag
+            typer.echo(f"note: --precision {precision} ignored: {INVERSION_NOTE}", err=True)
         loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
         from_files = [m for m in loaded if m.checkpoint is None]
         if from_files:

@@ -27,7 +27,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import click
 import typer
@@ -183,6 +183,10 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
         "fp32 or bf16). Default fp32, as the papers.", panel=TRAINING, choices=PRECISIONS),
 }
+
+#: ``--precision`` of the commands that run a model outside a training run (eval, attack): the help of train's
+PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, bf16 or fp16: autocast of the model's "
+                                              "forward passes (the ranking stays fp32). Default fp32.")]
 
 SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
             "--set train.method_options.mu=0.1; the value is parsed by the field's type.")

@@ -16,8 +16,14 @@ TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
 
 
 def train_config(p: dict):
-    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied)."""
-    return run_config(p, TRAIN_OPTIONS)
+    """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied);
+    ``--adversary`` / ``--malicious-clients`` go into ``train.adversary`` with the options ``--set`` gave it."""
+    config = run_config(p, TRAIN_OPTIONS)
+    if p.get("adversary"):
+        count = (p.get("malicious_clients") or "1").strip()
+        malicious = int(count) if count.isdigit() else [name.strip() for name in count.split(",")]
+        config.train.adversary = {**config.train.adversary, "name": p["adversary"], "malicious": malicious}
+    return config
 
 
 @config_options(TRAIN_OPTIONS)
@@ -49,6 +55,12 @@ def train_command(
         None, "--parallel-clients", rich_help_panel=FEDERATION, help="Train up to K clients of a round at the same "
         "time on Flower's simulation engine (Ray; pip install 'privreid\\[simulation]'), each with this process's "
         "thread count; same results as one at a time. A Ray cluster: set RAY_ADDRESS (docs/parallel-clients.md)."),
+    adversary: Optional[str] = typer.Option(
+        None, rich_help_panel=FEDERATION, help="Poisoning attack run by --malicious-clients (docs/poisoning.md): "
+        "label-flip, sign-flip, scaled; its options: --set train.adversary.KEY=V."),
+    malicious_clients: Optional[str] = typer.Option(
+        None, rich_help_panel=FEDERATION, help="With --adversary: how many clients are malicious (the last K of the "
+        "federation; default 1), or their names (a,b)."),
     **options,
 ) -> None:
     """Train a model (federated, centralised or standalone).

@@ -43,9 +43,9 @@ def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | S
     batch = image[None].float()
     names_iter = rows
     if progress:
-        from tqdm import tqdm
+        from ..log import progress_bar
 
-        names_iter = tqdm(rows, desc="corrupting", unit="type")
+        names_iter = progress_bar(rows, desc="corrupting", unit="type")
     try:
         for r, name in enumerate(names_iter):
             panels = [batch] + [corrupt(batch, name, s, generator=seed, pixel_scale=pixel_scale) for s in cols]

@@ -252,9 +252,9 @@ def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
     total = sum(len(p) for p in plans)
     bar = None
     if progress:
-        from tqdm import tqdm
+        from ..log import progress_bar
 
-        bar = tqdm(total=total, desc="synthetic", unit="img")
+        bar = progress_bar(total=total, desc="synthetic", unit="img")
     counts = {}
     try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
         for d, (dname, items) in enumerate(zip(names, plans)):

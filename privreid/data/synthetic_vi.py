@@ -341,9 +341,9 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
     total = sum(len(p) for p in plans) * frames_per_shot
     bar = None
     if progress:
-        from tqdm import tqdm
+        from ..log import progress_bar
 
-        bar = tqdm(total=total, desc="synthetic VI", unit="img")
+        bar = progress_bar(total=total, desc="synthetic VI", unit="img")
     style = config.style_config()
     counts = {}
     try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)

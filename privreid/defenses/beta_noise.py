@@ -62,6 +62,10 @@ class NoisyAggregate(Strategy):
     def configure(self, global_state, client, client_server_state, round_index):
         return self.inner.configure(global_state, client, client_server_state, round_index)
 
+    def upload_weight(self):
+        """The inner strategy's: the noise goes on its mean."""
+        return self.inner.upload_weight()
+
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _NoisyResult(self.inner.accumulator(global_state), self.beta, self.parameters)
 

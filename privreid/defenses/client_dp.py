@@ -62,7 +62,7 @@ cryptographically secure).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -70,7 +70,8 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, UniformAverage, Upload
+from ..federated.strategy import (Accumulator, DataVolumeAverage, RoundResult, Strategy, UniformAverage, Upload,
+                                  uniform)
 
 #: inner strategies client DP may replace: plain (weighted) means of the uploads
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
@@ -125,6 +126,10 @@ class ClientLevelDP(Strategy):
     def noise_std(self, m: int) -> float:
         """``Z S / m``: the standard deviation of the noise on the mean of ``m`` updates."""
         return self.noise_multiplier * self.clip / m
+
+    def upload_weight(self) -> Callable[[Upload], float]:
+        """DP-FedAvg's server mean is unweighted (whatever the strategy it replaces)."""
+        return uniform
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         """Streams: each upload's update is clipped and summed as it arrives; the noise goes on the mean."""

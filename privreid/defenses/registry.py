@@ -35,11 +35,11 @@ Adding a defence is one module with a :class:`Defence` subclass and
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..registry import Registry
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -144,34 +144,23 @@ class Defence:
         return ()
 
 
-_REGISTRY: dict[str, Defence] = {}
-
-#: modules whose import registers the built-in defences
-BUILTIN_DEFENCE_MODULES = ("privreid.defenses.plugins",)
+#: every defence by name; the built-ins (:mod:`privreid.defenses.plugins`) register when first used
+DEFENCES: Registry[Defence] = Registry("defence", builtins=("privreid.defenses.plugins",))
 
 
 def register(defence: Defence) -> Defence:
-    if not defence.name:
-        raise ValueError("a defence needs a name")
-    if defence.name in _REGISTRY:
-        raise ValueError(f"defence {defence.name!r} is already registered")
-    _REGISTRY[defence.name] = defence
-    return defence
+    """Add ``defence`` (a run then enables it by its settings); ConfigError when its name is taken."""
+    return DEFENCES.register(defence)
 
 
 def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_DEFENCE_MODULES:
-        importlib.import_module(module)
+    """Remove defence ``name`` (a test's or a notebook's own defence); unknown names are refused."""
+    DEFENCES.unregister(name)
 
 
 def defences() -> list[Defence]:
     """Every registered defence, in composition order (innermost first)."""
-    _load_builtins()
-    return sorted(_REGISTRY.values(), key=lambda d: (d.order, d.name))
+    return sorted(DEFENCES.values(), key=lambda d: (d.order, d.name))
 
 
 def available_defences() -> list[str]:
@@ -179,11 +168,8 @@ def available_defences() -> list[str]:
 
 
 def get_defence(name: str) -> Defence:
-    _load_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown defence {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}") from None
+    """The defence ``name``; ConfigError naming the registered ones otherwise."""
+    return DEFENCES.get(name)
 
 
 def enabled_defences(config: RunConfig) -> list[Defence]:

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -74,7 +73,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..federated.policy import StateDict
 from ..federated.registry import Method
-from ..federated.strategy import RoundResult, Strategy, Upload, WeightedSum
+from ..federated.strategy import RoundResult, Strategy, Upload
 from ..secagg.protocol import Parameters, secure_sum
 from ..seeding import derive_seed
 from .client_dp import ClientLevelDP, clip_update, trainable_parameter_names
@@ -122,27 +121,6 @@ def check_secure_aggregation(config: RunConfig, clients_per_round: int) -> None:
         params.check(clients_per_round)
     except ConfigError as exc:
         raise ConfigError(f"--secure-aggregation: {exc}") from None
-
-
-def _chain(strategy: Strategy):
-    while strategy is not None:
-        yield strategy
-        strategy = getattr(strategy, "inner", None)
-
-
-def upload_weight(strategy: Strategy) -> Callable[[Upload], float] | None:
-    """The weight a mean-type strategy gives one upload (found through wrappers), or None.
-
-    None as well for a mean that takes BatchNorm buffers from one upload
-    (``bn_buffers="first"``): a sum cannot give them.
-    """
-    for s in _chain(strategy):
-        acc = s.accumulator({})
-        if isinstance(acc, WeightedSum):
-            return acc.weight if acc.bn_buffers == "average" else None
-        if hasattr(s, "upload_weight"):
-            return s.upload_weight
-    return None
 
 
 class _TakeAggregate(Strategy):
@@ -197,8 +175,8 @@ class SecureAggregate(Strategy):
 
     def __init__(self, inner: Strategy, model_keys: frozenset[str], config: RunConfig,
                  trainable: frozenset[str] = frozenset(), drop: frozenset[str] = frozenset()):
+        self.weight = inner.upload_weight()
         self.inner, self.dp = _without_client_dp(inner)
-        self.weight = (lambda upload: 1.0) if self.dp else upload_weight(inner)
         if self.weight is None:
             raise ConfigError(f"--secure-aggregation: the server strategy {type(inner).__name__} is not a "
                               "weighted mean of the uploads, so it cannot run on their sum")

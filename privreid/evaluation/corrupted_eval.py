@@ -206,9 +206,9 @@ def evaluate_corrupted(
     passes = 1 + repeats
     bar = None
     if progress:
-        from tqdm import tqdm
+        from ..log import progress_bar
 
-        bar = tqdm(total=passes, desc="corrupted eval", unit="pass")
+        bar = progress_bar(total=passes, desc="corrupted eval", unit="pass")
 
     def step() -> None:
         if bar is not None:

@@ -25,7 +25,7 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
         flip: if true, each feature is the average of the features of the
             image and of its horizontal flip (the image flipped along its last,
             width, dimension).
-        progress: show a tqdm progress bar (only if tqdm is importable).
+        progress: show a progress bar (on a terminal only, :func:`privreid.log.progress_bar`).
 
     Returns:
         ``(feats, pids, camids)``: an ``(N, D)`` float32 tensor on the CPU and
@@ -36,14 +36,9 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
             ``(images, pids, camids)`` triple with matching lengths.
         ConfigError: the model does not return a ``(B, D)`` tensor.
     """
-    batches = loader
-    if progress:
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            pass
-        else:
-            batches = tqdm(loader, desc="extracting features", unit="batch")
+    from ..log import progress_bar
+
+    batches = progress_bar(loader, desc="extracting features", unit="batch", enabled=progress)
     was_training = model.training
     model.eval()
     feats, pids, camids = [], [], []

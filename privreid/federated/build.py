@@ -43,7 +43,13 @@ def build_method(config: RunConfig) -> Method:
 
 
 def build_run(config: RunConfig) -> RunPlan:
-    """The method of :func:`build_method` and the privacy ledger as the round observer."""
+    """The method of :func:`build_method` and the privacy ledger as the round observer; with ``--adversary``, the
+    malicious clients' update poisoned and the attack's record as a second observer (:mod:`privreid.adversaries`)."""
+    from ..adversaries import adversary_plan
     from ..defenses import privacy_observers
 
-    return RunPlan(build_method(config), lambda clients, m: privacy_observers(config, clients, m))
+    attack = adversary_plan(config)
+    if attack is None:
+        return RunPlan(build_method(config), lambda clients, m: privacy_observers(config, clients, m))
+    return RunPlan(attack.wrap(build_method(config)),
+                   lambda clients, m: [*privacy_observers(config, clients, m), attack.observer(clients)])

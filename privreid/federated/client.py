@@ -174,7 +174,7 @@ class SupervisedUpdate:
         """Hook called after the round's training with its optimiser (default: the state is dropped)."""
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
-        from tqdm.auto import tqdm
+        from ..log import progress_bar
 
         t = self.config.train
         model = ctx.model
@@ -196,8 +196,8 @@ class SupervisedUpdate:
             n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
             # islice, not a break after the cap: a break would first load (and draw the augmentation
             # of) one batch past the cap, shifting the random stream of every later epoch and client
-            bar = tqdm(itertools.islice(loader, n_batches), total=n_batches, desc=f"  {ctx.client.name} ep{epoch + 1}",
-                       leave=False, disable=not ctx.progress, dynamic_ncols=True)
+            bar = progress_bar(itertools.islice(loader, n_batches), total=n_batches,
+                               desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False, enabled=ctx.progress)
             for step, (images, labels, _) in enumerate(bar):
                 images, labels = to_device(images, ctx.device), labels.to(ctx.device)
                 ctx.images = images

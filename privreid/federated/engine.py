@@ -47,6 +47,7 @@ per cluster), checkpointed under ``server_client_state`` and handed back to
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -56,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig, evaluation_settings
@@ -66,6 +66,7 @@ from ..precision import at_precision, check_precision, cuda_speedups
 from ..data.types import ClientData, Federation, TestSet
 from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from ..log import progress_bar
 from ..models.reid_net import is_classifier_key
 from ..rundir import write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
@@ -79,6 +80,8 @@ from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
 from .resume import check_resume
 from .strategy import Accumulator, RoundResult, Upload
+
+_log = logging.getLogger(__name__)
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
@@ -182,7 +185,7 @@ class FederatedEngine:
             raise ConfigError("the federation has no clients")
         self.out_dir = Path(out_dir)
         self.progress = progress
-        self.log = log or (lambda msg: tqdm.write(msg))
+        self.log = log or _log.info
         self.device = resolve_device(config.train.device)
         check_precision(config.train.precision, self.device, dp_sgd=config.train.dp_sgd)
         self.policy = self.method.policy_for(config)
@@ -405,7 +408,7 @@ class FederatedEngine:
 
         The Flower ServerApp overrides this to dispatch the round to the sites.
         """
-        for client in tqdm(selected, desc="clients", leave=False, disable=not self.progress or len(selected) < 2):
+        for client in progress_bar(selected, desc="clients", leave=False, enabled=self.progress and len(selected) > 1):
             self.receive(inbox, self.train_client(client, round_index))
             self.heap.after_client()
 
@@ -439,8 +442,8 @@ class FederatedEngine:
         if resume:
             self._restore()
         started = time.time()
-        rounds = tqdm(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
-                      total=t.rounds, disable=not self.progress, dynamic_ncols=True)
+        rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
+                              total=t.rounds, enabled=self.progress)
         with cuda_speedups(self.device):
             for r in rounds:
                 if not self.run_round(r):

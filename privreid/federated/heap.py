@@ -34,7 +34,7 @@ client and the next one faults those pages back in.  Measured with
 one run each): a 64 MiB slack trimmed 6 times in 21 client turns and a
 FedPav round took 1.049x the centralised round on the same steps; 128 MiB,
 1.028x.  ``benchmarks/memory.py`` stays flat with the default (its table in
-the memory section of docs/performance-cpu.md).
+the memory section of docs/performance.md).
 """
 
 from __future__ import annotations

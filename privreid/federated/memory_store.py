@@ -256,6 +256,21 @@ class ClientMemories(MutableMapping):
     def __len__(self) -> int:
         return len(self._memories)
 
+    def file_of(self, name: str) -> str | None:
+        """The file that holds ``name``'s memory (written first if it changed; ``None``: empty), for a process
+        that reads it from ``directory`` itself (a parallel client, :mod:`privreid.flower.simulation`)."""
+        memory = self.setdefault(name, {})
+        memory.spill(self.round)
+        self.wait(memory.file)
+        return memory.file
+
+    def adopt(self, name: str, file: str | None) -> None:
+        """``name``'s memory is now ``file`` in ``directory`` (``None``: empty), written by another process."""
+        old = self._memories.get(name)
+        if old in self._resident:
+            self._resident.remove(old)
+        self._memories[name] = ClientMemory(self, name, None if file else {}, file)
+
     # -- residence -------------------------------------------------------------
     def _touch(self, memory: ClientMemory) -> None:
         if self._resident and self._resident[-1] is memory:

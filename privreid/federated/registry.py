@@ -8,14 +8,13 @@ engine looks methods up by name and never imports a method module.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import RunConfig
 from ..data.types import ClientData
-from ..errors import ConfigError
+from ..registry import Registry
 from .method_options import NoOptions, parse_options
 from .policy import ParameterPolicy, StateDict
 from .strategy import Strategy
@@ -100,6 +99,11 @@ class Method:
             secure aggregation sums them with their indicators; Flower's
             SecAgg+ carries model updates only, so ``flower run
             --secure-aggregation`` refuses such runs before it starts.
+        dp_sgd_support: whether the method can train under record-level
+            DP-SGD (``--dp-sgd``, :mod:`privreid.defenses.dp_sgd`): ``"yes"``,
+            ``"yes (condition)"`` or ``"no (why)"``.  The DP-SGD defence
+            enforces it: ``None`` (not declared) and ``"no ..."`` are refused
+            in one line before anything trains.
         lr_factor: ``(config, round_index) -> factor`` where the method
             replaces the run's ``--lr-schedule`` with its own (DPPT's per-step
             one-cycle, reported at each round's first step by
@@ -125,6 +129,7 @@ class Method:
     keeps_trained_model: bool = False
     needs_per_client_uploads: bool | None = None
     exchanges_extras: bool | Callable[[RunConfig], bool] = False
+    dp_sgd_support: str | None = None
     lr_factor: Callable[[RunConfig, int], float | None] | None = None
 
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
@@ -183,40 +188,24 @@ class Method:
         self.settings(config)
 
 
-_REGISTRY: dict[str, Method] = {}
-
-#: Modules whose import registers the built-in methods.
-BUILTIN_METHOD_MODULES = ("privreid.federated.methods",)
+#: every training method by name (``--method NAME``); the built-ins register when first used
+METHODS: Registry[Method] = Registry("method", builtins=("privreid.federated.methods",))
 
 
 def register(method: Method) -> Method:
-    if method.name in _REGISTRY:
-        raise ValueError(f"method {method.name!r} is already registered")
-    _REGISTRY[method.name] = method
-    return method
+    """Add ``method`` (``--method NAME`` then selects it); ConfigError when its name is taken."""
+    return METHODS.register(method)
 
 
 def unregister(name: str) -> None:
     """Remove method ``name`` (a test's or a notebook's own method); unknown names are refused."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown method {name!r}")
-    del _REGISTRY[name]
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_METHOD_MODULES:
-        importlib.import_module(module)
+    METHODS.unregister(name)
 
 
 def available_methods() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted(METHODS.names())
 
 
 def get_method(name: str) -> Method:
-    _load_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}") from None
+    """The method ``name``; ConfigError naming the registered ones otherwise."""
+    return METHODS.get(name)

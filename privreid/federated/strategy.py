@@ -121,7 +121,21 @@ class Strategy:
     clustering, KD) override :meth:`aggregate` instead, and so declare it:
     the default :meth:`accumulator` keeps the round's uploads
     (:class:`KeepUploads`) and calls :meth:`aggregate` on the list.
+
+    Secure aggregation.  A strategy whose new global state is a weighted mean
+    of the uploads, computable from their sum alone, says so with
+    :meth:`upload_weight`; secure aggregation and the audit's
+    ``server-aggregate`` view run such a strategy on the (secure) sum of the
+    pre-scaled uploads.  Wrappers (``NoisyAggregate``) delegate it to the
+    strategy they wrap.
     """
+
+    def upload_weight(self) -> Callable[[Upload], float] | None:
+        """``w(upload)`` when the new global state is ``sum_k w_k state_k / sum_k w_k`` over the uploads'
+        floating tensors (integer buffers from the heaviest upload), so that the server needs only the sum of
+        ``w_k state_k`` and of ``w_k``; ``None`` (the default) when it reads uploads on their own, or takes
+        any tensor from one upload (``bn_buffers="first"``)."""
+        return None
 
     def configure(self, global_state: StateDict, client, client_server_state: Mapping[str, Any],
                   round_index: int) -> StateDict:
@@ -248,6 +262,16 @@ def weighted_average(uploads: list[Upload], weights: list[float], bn_buffers: st
     return acc.mean()
 
 
+def data_volume(upload: Upload) -> float:
+    """FedAvg's weight of an upload: its client's number of training samples ``n_k``."""
+    return float(upload.num_samples)
+
+
+def uniform(upload: Upload) -> float:
+    """The weight of every upload in an unweighted mean: 1."""
+    return 1.0
+
+
 class DataVolumeAverage(Strategy):
     """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k``.
 
@@ -258,15 +282,21 @@ class DataVolumeAverage(Strategy):
     def __init__(self, bn_buffers: str = "average"):
         self.bn_buffers = bn_buffers
 
+    def upload_weight(self) -> Callable[[Upload], float] | None:
+        return data_volume if self.bn_buffers == "average" else None
+
     def accumulator(self, global_state: StateDict) -> WeightedSum:
-        return WeightedSum(lambda upload: float(upload.num_samples), self.bn_buffers)
+        return WeightedSum(data_volume, self.bn_buffers)
 
 
 class UniformAverage(Strategy):
     """Unweighted mean of the uploads, ``1/|C N| sum_m w_m`` (FedReID, paper 002, Eq. 9)."""
 
+    def upload_weight(self) -> Callable[[Upload], float]:
+        return uniform
+
     def accumulator(self, global_state: StateDict) -> WeightedSum:
-        return WeightedSum(lambda upload: 1.0)
+        return WeightedSum(uniform)
 
 
 class KeepGlobal(Strategy):

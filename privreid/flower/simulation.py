@@ -22,13 +22,17 @@ cluster's resources decide, and ``K`` bounds the messages in flight.
 
 Privacy boundary.  A train reply carries the upload (``upload``, ``train``
 and, under DP-SGD, ``privacy-ledger``: what a Flower site sends) and the
-client's own state (``client-state``: its local keys and memory, which the
-in-process engine also keeps for it).  The client's state goes straight to
-the client's store (``client_states``, the on-disk client memories); the
-rest passes the Flower runtime's privacy gate
-(:func:`~.messages.check_reply`) before it becomes the
-:class:`~privreid.federated.strategy.Upload` that the strategy and the
-observers see.
+client's own state (``client-state``: its local keys, and the name of its
+memory file), which the in-process engine also keeps for it.  The client's
+state goes straight to the client's store (``client_states``; the memory
+file, which the worker read and wrote itself in the run's
+``client_memory/`` folder, is adopted by
+:class:`~privreid.federated.memory_store.ClientMemories`, so a memory never
+crosses the wire nor goes through the server's RAM); the rest passes the
+Flower runtime's privacy gate (:func:`~.messages.check_reply`) before it
+becomes the :class:`~privreid.federated.strategy.Upload` that the strategy
+and the observers see.  The workers must therefore see the run directory at
+the same path (one machine, or a shared filesystem on a cluster).
 
 Determinism.  Every client seeds its own stream from ``(seed, round,
 client)`` and the uploads are folded in selection order (a reply that
@@ -61,7 +65,8 @@ from ..data.catalog import federation_for_config
 from ..data.types import ClientData, Federation
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine, RoundInbox
-from ..federated.memory_store import ClientMemories
+from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
+                                       save_memory_file)
 from ..federated.strategy import Upload
 from ..plugins import load_plugins
 from ..seeding import derive_seed, seed_everything
@@ -72,6 +77,8 @@ from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check
 CLIENT_STATE = "client-state"
 #: how often the server polls the simulation for replies, in seconds
 POLL_S = 0.005
+#: how long the server waits for the simulation to register its SuperNodes, in seconds
+NODES_TIMEOUT_S = 120.0
 
 
 def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> None:
@@ -84,17 +91,17 @@ def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> Non
 
 
 # ----------------------------------------------------------------------------- the client's own state on the wire
-def pack_client_state(local: dict | None, memory: dict) -> ConfigRecord:
-    """A client's local keys (``None`` before its first round) and memory as one ``torch.save`` blob."""
+def pack_client_state(local: dict | None, memory_file: str | None) -> ConfigRecord:
+    """A client's local keys (``None`` before its first round; one ``torch.save`` blob) and its memory file's name."""
     buffer = io.BytesIO()
-    torch.save({"local": local, "memory": dict(memory)}, buffer)
-    return ConfigRecord({"blob": buffer.getvalue()})
+    torch.save(local, buffer)
+    return ConfigRecord({"local": buffer.getvalue(), "memory-file": memory_file or ""})
 
 
-def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, dict]:
+def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, str | None]:
     """The inverse of :func:`pack_client_state` (tensors and containers only: ``weights_only``)."""
-    payload = torch.load(io.BytesIO(bytes(record["blob"])), map_location="cpu", weights_only=True)
-    return payload["local"], payload["memory"]
+    local = torch.load(io.BytesIO(bytes(record["local"])), map_location="cpu", weights_only=True)
+    return local, str(record["memory-file"]) or None
 
 
 # ----------------------------------------------------------------------------- the worker side
@@ -127,16 +134,23 @@ def train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(int(run["threads"]))
     engine = worker_engine(str(run["config"]))
     client = engine.by_name[str(run["client"])]
-    local, memory = unpack_client_state(msg.content.config_records[CLIENT_STATE])
+    local, memory_file = unpack_client_state(msg.content.config_records[CLIENT_STATE])
+    memory_dir = Path(str(run["memory-dir"]))
     engine.client_states.clear()
     engine.client_memory.clear()
     if local is not None:
         engine.client_states[client.name] = local
-    engine.client_memory[client.name] = memory
-    upload = engine.train_client(client, int(run["round"]), received=record_to_state(msg.content.array_records[GLOBAL]))
+    engine.client_memory[client.name] = (load_memory_file(memory_file_path(memory_dir, memory_file))
+                                         if memory_file else {})
+    round_index = int(run["round"])
+    upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
+    memory = engine.client_memory[client.name]
+    memory_file = memory_file_name(client.name, round_index + 1) if memory else None
+    if memory_file:  # as the sequential engine spills it: the file of this round, which the next checkpoint names
+        memory_dir.mkdir(parents=True, exist_ok=True)
+        save_memory_file(dict(memory), memory_dir, memory_file)
     content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics),
-                          CLIENT_STATE: pack_client_state(engine.client_states[client.name],
-                                                          engine.client_memory[client.name])})
+                          CLIENT_STATE: pack_client_state(engine.client_states[client.name], memory_file)})
     if upload.reports:  # DP-SGD's accountant, for the server's privacy ledger
         content[LEDGER] = state_to_record(upload.reports)
     return Message(content, reply_to=msg)
@@ -155,16 +169,23 @@ class ParallelEngine(FederatedEngine):
         #: CPU threads of every client: this process's torch thread count, as the sequential engine trains
         self.threads = torch.get_num_threads()
         self.grid: Grid | None = None
+        #: the simulated SuperNode that trains each client (one per client), by client name
+        self.node_of: dict[str, int] = {}
         self.shared_shapes = {k: tuple(v.shape) for k, v in self.policy.shared(self.init_state).items()}
         self.ledger = ledger_keys(config)
 
     def backend_config(self) -> dict[str, Any]:
-        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients."""
-        gpus = 1 / self.parallel_clients if self.device.type == "cuda" else 0.0
+        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients.
+
+        On CUDA the ``K`` clients share this machine's GPUs: ``min(1, GPUs / K)``
+        each (Ray gives every worker its own ``CUDA_VISIBLE_DEVICES``).
+        """
+        devices = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        gpus = min(1.0, devices / self.parallel_clients)
         init: dict[str, Any] = {"logging_level": "error", "log_to_driver": False}
         if not os.environ.get("RAY_ADDRESS"):  # a local Ray; on a cluster its own resources decide
             init["num_cpus"] = self.parallel_clients * self.threads
-            init["num_gpus"] = 1 if gpus else 0
+            init["num_gpus"] = devices
         return {"client_resources": {"num_cpus": self.threads, "num_gpus": gpus}, "init_args": init}
 
     def run(self, *, resume: bool = False) -> dict[str, Any]:
@@ -173,13 +194,15 @@ class ParallelEngine(FederatedEngine):
         from flwr.simulation import run_simulation
 
         os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+        # Ray's future default (it warns otherwise); workers asking for no GPU train on the CPU anyway
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         result: dict[str, Any] = {}
         server_app = ServerApp()
 
         @server_app.main()
         def main(grid: Grid, context: Context) -> None:
-            self.grid = grid
             try:
+                self.attach(grid)
                 result["summary"] = FederatedEngine.run(self, resume=resume)
             except BaseException as exc:  # raised again in the caller's thread, as the sequential engine raises it
                 result["error"] = exc
@@ -202,13 +225,25 @@ class ParallelEngine(FederatedEngine):
             raise FlowerRunError("the Flower simulation stopped before the run finished")
         return result["summary"]
 
+    def attach(self, grid: Grid) -> None:
+        """Train on ``grid``'s SuperNodes, one per client, once all of them have registered."""
+        deadline = time.monotonic() + NODES_TIMEOUT_S
+        while len(nodes := sorted(grid.get_node_ids())) < len(self.clients):
+            if time.monotonic() > deadline:
+                raise FlowerRunError(f"only {len(nodes)} of {len(self.clients)} simulated clients started within "
+                                     f"{NODES_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)
+        self.grid = grid
+        self.node_of = dict(zip((c.name for c in self.clients), nodes))
+
     def _message(self, node: int, client: ClientData, round_index: int) -> Message:
         """Client ``client``'s train message: what the server transmits, and the client's own state."""
         seed_everything(derive_seed(self.config.train.seed, "client", round_index, client.name))
         received = self.configure(client, round_index)
         run = run_record(self.config, "", round=round_index, threads=self.threads)
         run["client"] = client.name
-        own = pack_client_state(self.client_states.get(client.name), self.client_memory.get(client.name, {}))
+        run["memory-dir"] = str(self.client_memory.directory.resolve())
+        own = pack_client_state(self.client_states.get(client.name), self.client_memory.file_of(client.name))
         content = RecordDict({RUN: run, GLOBAL: state_to_record(received), CLIENT_STATE: own})
         return Message(content, node, "train", group_id=str(round_index + 1))
 
@@ -217,11 +252,9 @@ class ParallelEngine(FederatedEngine):
         if reply.has_error():
             raise FlowerRunError(f"client {client.name} failed: {reply.error.reason}")
         content = reply.content
-        local, memory = unpack_client_state(content.config_records[CLIENT_STATE])
+        local, memory_file = unpack_client_state(content.config_records[CLIENT_STATE])
         self.client_states[client.name] = local
-        self.client_memory[client.name] = memory
-        if isinstance(self.client_memory, ClientMemories):  # written now, as the sequential engine does
-            self.client_memory[client.name].spill(self.client_memory.round)
+        self.client_memory.adopt(client.name, memory_file)
         del content[CLIENT_STATE]
         check_reply(reply, kind="train", shared_shapes=self.shared_shapes, model_keys=set(self.init_state),
                     ledger=self.ledger)
@@ -231,15 +264,16 @@ class ParallelEngine(FederatedEngine):
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """Keep up to ``K`` selected clients training; fold their uploads in selection order as they come in."""
-        node_of = dict(zip((c.name for c in self.clients), sorted(self.grid.get_node_ids())))
         waiting = deque(enumerate(selected))
         in_flight: dict[str, int] = {}  # message id -> position in ``selected``
         arrived: dict[int, Message] = {}
         folded = 0
         while folded < len(selected):
+            if self.grid is None:  # :meth:`run` returned (a signal stopped the simulation): stop this thread too
+                raise FlowerRunError(f"round {round_index + 1} stopped with the simulation")
             while waiting and len(in_flight) + len(arrived) < self.parallel_clients:
                 i, client = waiting.popleft()
-                message = self._message(node_of[client.name], client, round_index)
+                message = self._message(self.node_of[client.name], client, round_index)
                 in_flight.update(dict.fromkeys(self.grid.push_messages([message]), i))
             for reply in self.grid.pull_messages(list(in_flight)):
                 arrived[in_flight.pop(reply.metadata.reply_to_message_id)] = reply

@@ -14,7 +14,8 @@ from privreid.models.resnet import (
     resnet34,
     resnet50,
 )
-from privreid.models.transforms import TRANSFORMS, ModelTransform, make_transform, register_transform
+from privreid.models.transforms import (TRANSFORMS, ModelTransform, make_transform, register_transform,
+                                       unregister_transform)
 from privreid.models.weights import IMAGENET_WEIGHTS, load_imagenet_weights, load_weights_file
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "load_weights_file",
     "make_transform",
     "register_transform",
+    "unregister_transform",
     "replace_norm_layers",
     "resnet18",
     "resnet34",

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from torch import nn
 
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 from privreid.models.attentive_norm import ACTIVATIONS, DEFAULT_COMPONENTS, apply_attentive_norm
 from privreid.models.part_branch import PartBranch
 from privreid.models.reid_net import BNNeck
@@ -288,20 +289,19 @@ class NeckBiasTransform(ModelTransform):
 
 
 #: name -> transform class; within each phase (before / after the weights) transforms apply in this order
-TRANSFORMS: dict[str, type[ModelTransform]] = {}
+TRANSFORMS: Registry[type[ModelTransform]] = Registry(
+    "model transform", builtins=lambda: (MLPHeadTransform, PartBranchTransform, NeckBiasTransform,
+                                         GroupNormTransform, AttentiveNormTransform, DualNormTransform))
 
 
 def register_transform(cls: type[ModelTransform]) -> type[ModelTransform]:
     """Add a :class:`ModelTransform` subclass to :data:`TRANSFORMS` (after the ones registered so far)."""
-    if not cls.name or cls.name in TRANSFORMS:
-        raise ValueError(f"model transform {cls.name!r} has no name or is already registered")
-    TRANSFORMS[cls.name] = cls
-    return cls
+    return TRANSFORMS.register(cls)
 
 
-for _cls in (MLPHeadTransform, PartBranchTransform, NeckBiasTransform, GroupNormTransform, AttentiveNormTransform,
-             DualNormTransform):
-    register_transform(_cls)
+def unregister_transform(name: str) -> None:
+    """Remove model transform ``name`` (a test's or a notebook's own); unknown names are refused."""
+    TRANSFORMS.unregister(name)
 
 
 def make_transform(spec: ModelTransform | str | Mapping[str, Any]) -> ModelTransform:
@@ -309,10 +309,8 @@ def make_transform(spec: ModelTransform | str | Mapping[str, Any]) -> ModelTrans
     if isinstance(spec, ModelTransform):
         return spec
     params = {"name": spec} if isinstance(spec, str) else dict(spec)
-    name = params.pop("name", None)
-    if name not in TRANSFORMS:
-        raise ConfigError(f"unknown model transform {name!r}; choose one of {', '.join(TRANSFORMS)}")
-    cls = TRANSFORMS[name]
+    cls = TRANSFORMS.get(params.pop("name", None))
+    name = cls.name
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - fields)
     if unknown:

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 
-from ..attacks.feature_attacks import ATTACKS
+from ..attacks.feature_attacks import ATTACKS, default_alpha
 from ..attacks.campaign import attack_models
-from ..attacks.retrieval import ATTACK_LABELS, METRIC_KEYS, format_table_ix, relative_drop
+from ..attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
 
 from ..config import RunConfig
 from ..corruptions import resolve_corruptions, resolve_pixel_scale
@@ -79,7 +79,8 @@ class SuiteSettings:
     testsets: str = "all"
     attacks: list[str] = field(default_factory=lambda: list(ATTACKS))
     eps: float = 8 / 255
-    alpha: float = 1 / 255
+    #: the iterative attacks' step; None: 2.5 eps / steps (privreid.attacks.feature_attacks.default_alpha)
+    alpha: float | None = None
     steps: int = 10
     target: str = "query"
     max_queries: int | None = None
@@ -200,7 +201,7 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
                          and r["drop_mAP"] is not None]
                 values.append(100 * float(np.mean(drops)) if drops else 0.0)
             ax.bar(np.arange(len(units)) + i * width - 0.4 + width / 2, values, width, label=model)
-        ax.set_xticks(np.arange(len(units)), [ATTACK_LABELS.get(u, u) for u in units], rotation=30)
+        ax.set_xticks(np.arange(len(units)), [attack_label(u) for u in units], rotation=30)
         ax.set_ylabel("relative mAP drop (%)")
         ax.set_title(title)
         ax.axhline(0, color="black", linewidth=0.6)
@@ -353,8 +354,10 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             del model
     if result["attacks"]:
         write_csv_rows(result["attacks"], out / "attacks.csv")
+        step = default_alpha(settings.eps, settings.steps) if settings.alpha is None else settings.alpha
         sections.append(f"## Adversarial queries (L2RW+ Table IX layout; eps {settings.eps * 255:.3g}/255, "
-                        f"{settings.steps} steps, target {settings.target})\n\n" + format_table_ix(result["attacks"]))
+                        f"{settings.steps} steps of {step * 255:.3g}/255, target {settings.target})\n\n"
+                        + format_table_ix(result["attacks"]))
     if result["corruptions"]:
         write_csv_rows(result["corruptions"], out / "corruptions.csv")
         sections.append(f"{_corruption_title(settings)}\n\n" + _as_table_ix(result["corruptions"]))

@@ -34,6 +34,8 @@ _PUBLIC = {
     "leak_bottleneck_feature": (".threat_models", "leak_bottleneck_feature"),
     "observe": (".threat_models", "observe"),
     "register_threat": (".threat_models", "register_threat"),
+    "unregister_inversion_attack": (".optimise", "unregister_inversion_attack"),
+    "unregister_threat": (".threat_models", "unregister_threat"),
 }
 
 __all__ = sorted(_PUBLIC)

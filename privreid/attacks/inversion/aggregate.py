@@ -123,7 +123,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     a checkpoint this threat cannot attack (no shared bottleneck, too few
     clients) and names it with the reason in the result instead of failing.
     """
-    from tqdm.auto import tqdm
+    from ...log import progress_bar
 
     from ...checkpoint import label_file_stem
     from ...data.formats import read_image
@@ -155,8 +155,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
         jobs.append((target, sizes, owners, plan, models))
     rows, results = [], []
     several = len(targets) > 1
-    bar = tqdm(total=sum((1 + len(j[1])) * len(subjects) for j in jobs), desc="subjects", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(total=sum((1 + len(j[1])) * len(subjects) for j in jobs), desc="subjects", enabled=progress)
     for target, sizes, owners, plan, models in jobs:
         h, w = target.config.data.height, target.config.data.width
         loss_fn = identity_loss(target.config.train.label_smoothing)

@@ -182,7 +182,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                        defended: bool = True, seed: int = 0, device: str = "cpu",
                        progress: bool = True) -> CampaignResult:
     """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
-    from tqdm.auto import tqdm
+    from ...log import progress_bar
 
     from . import NO_DEFENCE, defence_as_trained, reconstruct
     from .report import score
@@ -202,7 +202,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
         models = {name: attacked_model(target, name, threat, dev) for name in dict.fromkeys(c for c, _ in owners)}
         jobs.append((target, models, owners))
     results = []
-    bar = tqdm(total=len(targets) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(targets) * len(subjects), desc="subjects", enabled=progress)
     for target, models, owners in jobs:
         defence = defence_as_trained(target.config) if defended else NO_DEFENCE
         recs, scores, described = [], [], []
@@ -272,7 +272,7 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     the client would if its label were that identity; ``metrics.json`` says
     which (``label_source``).  No defence applies: the file records none.
     """
-    from tqdm.auto import tqdm
+    from ...log import progress_bar
 
     from . import reconstruct
     from .report import score
@@ -286,7 +286,7 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     dev = resolve_device(device)
     subjects = file_subjects(*sizes.pop(), image=image, data=data, index=index, n=n)
     results = []
-    bar = tqdm(total=len(models) * len(subjects), desc="subjects", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(models) * len(subjects), desc="subjects", enabled=progress)
     for name, model in zip(model_labels(models), models):
         net = model.network(device=dev)
         recs, scores, described = [], [], []

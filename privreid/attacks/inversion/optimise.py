@@ -41,9 +41,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
+from privreid.registry import Registry
 
 from .settings import MATCHES, InversionSettings  # noqa: F401  (re-exported: the settings of every attack)
 from .threat_models import BOTTLENECK, Observation, parameter_gradients, shared_surrogate_loss, to_model_input
@@ -109,22 +110,24 @@ class DLG(InversionAttack):
         return image, int(soft.detach().argmax()), "dlg (optimised soft label)"
 
 
+def _check_attack(attack: InversionAttack) -> None:
+    if attack.distance not in MATCHES:
+        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
+
+
 #: ``--attack`` name -> inversion attack, in ``--help`` order
-ATTACKS: dict[str, InversionAttack] = {}
+ATTACKS: Registry[InversionAttack] = Registry(
+    "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
 
 
 def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
     """Add ``attack`` to :data:`ATTACKS` (``--attack <name>`` then selects it); returns it."""
-    if not attack.name or attack.name in ATTACKS:
-        raise ConfigError(f"inversion attack name {attack.name!r} is empty or already registered")
-    if attack.distance not in MATCHES:
-        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
-    ATTACKS[attack.name] = attack
-    return attack
+    return ATTACKS.register(attack)
 
 
-for _attack in (DLG(), IDLG(), InvertingGradients()):
-    register_inversion_attack(_attack)
+def unregister_inversion_attack(name: str) -> None:
+    """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    ATTACKS.unregister(name)
 
 
 def attacks_help() -> str:
@@ -192,7 +195,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[[torch.Tensor], torc
     variables = [x, *extra]
     opt = torch.optim.Adam(variables, lr=settings.lr)
     tv = settings.tv_weight
-    bar = tqdm(range(settings.iterations), desc=desc, leave=False, disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
     value = float("nan")
     for _ in bar:
         loss = objective(x)

@@ -33,8 +33,7 @@ class InversionSettings:
     def __post_init__(self) -> None:
         from .optimise import ATTACKS
 
-        if self.attack not in ATTACKS:
-            raise ConfigError(f"unknown attack {self.attack!r}; choose one of {', '.join(ATTACKS)}")
+        ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
         if self.match is not None and self.match not in MATCHES:
             raise ConfigError(f"unknown --match {self.match!r}; choose one of {', '.join(MATCHES)}")
         if self.tv is not None and not 0 <= self.tv < float("inf"):

@@ -53,6 +53,7 @@ from torch import nn
 
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 from privreid.models.reid_net import CLASSIFIER_PREFIX
 
 from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
@@ -216,30 +217,28 @@ class AggregateThreat(SharedFeature):
 
 
 #: ``--threat`` name -> threat model, in ``--help`` order
-THREATS: dict[str, ThreatModel] = {}
+THREATS: Registry[ThreatModel] = Registry(
+    "threat model", builtins=lambda: (FullGradient(), SharedGradient(), SharedFeature(), AggregateThreat()))
 
 
 def register_threat(threat: ThreatModel) -> ThreatModel:
     """Add ``threat`` to :data:`THREATS` (``--threat <name>`` then selects it everywhere); returns it."""
-    if not threat.name or threat.name in THREATS:
-        raise ConfigError(f"threat model name {threat.name!r} is empty or already registered")
-    THREATS[threat.name] = threat
-    return threat
+    return THREATS.register(threat)
 
 
-for _threat in (FullGradient(), SharedGradient(), SharedFeature(), AggregateThreat()):
-    register_threat(_threat)
+def unregister_threat(name: str) -> None:
+    """Remove threat model ``name`` (a test's or a notebook's own); unknown names are refused."""
+    THREATS.unregister(name)
 
 
 def get_threat(threat: str) -> ThreatModel:
     """The registered threat model ``threat``; :class:`ConfigError` listing the choices otherwise."""
-    check_threat(threat)
-    return THREATS[threat]
+    return THREATS.get(threat)
 
 
 def check_threat(threat: str) -> None:
-    if threat not in THREATS:
-        raise ConfigError(f"unknown threat model {threat!r}; choose one of {', '.join(THREATS)}")
+    """:class:`ConfigError` listing the choices unless ``threat`` is registered."""
+    THREATS.get(threat)
 
 
 def threats_help() -> str:

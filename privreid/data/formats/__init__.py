@@ -4,10 +4,10 @@ Like fast-reid's ``DATASET_REGISTRY`` and torchreid's
 ``register_image_dataset``, every layout privreid reads is one
 :class:`DatasetFormat` (name, one-line layout, ``detect``, ``load``) in one
 table, :func:`available_formats`.  ``--format auto`` iterates that table
-(:func:`detect_format`), and ``--help``, error messages and the README /
+(:func:`detect_format`), and ``--help``, error messages and the
 docs tables are generated from it (:func:`format_table`).  A user adds a
-layout from Python with :func:`register_format` (README, "Use your own
-dataset"; ``docs/extending.md``).
+layout from Python with :func:`register_format` (``docs/datasets.md``, "Use your
+own dataset"; ``docs/extending.md``).
 
 The built-in formats (the one table is :func:`_builtin_formats`):
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from privreid.data.types import ReIDDataset
 from privreid.errors import ConfigError, DataError
+from privreid.registry import Registry
 
 from . import cuhk03np, dukemtmcreid, market1501, msmt17
 from .base import (
@@ -57,6 +58,7 @@ __all__ = [
     "DETECT_RELEASE",
     "DETECT_SMALL",
     "DETECT_USER",
+    "FORMATS",
     "IMAGE_SUFFIXES",
     "DatasetFormat",
     "available_formats",
@@ -80,12 +82,9 @@ __all__ = [
 ]
 
 _RGB = (market1501.FORMAT, dukemtmcreid.FORMAT, cuhk03np.FORMAT, msmt17.FORMAT)
-#: the large RGB benchmarks' layouts (name -> one line), as the README lists them
+#: the large RGB benchmarks' layouts (name -> one line), as docs/datasets.md lists them
 DATASET_FORMATS: dict[str, str] = {fmt.name: fmt.layout for fmt in _RGB}
 CUHK03NP_VARIANTS = cuhk03np.VARIANTS
-
-_REGISTRY: dict[str, DatasetFormat] = {}
-
 
 def _builtin_formats() -> list[DatasetFormat]:
     """The one table of built-in formats, in listing order (detection order is each format's ``priority``)."""
@@ -95,11 +94,15 @@ def _builtin_formats() -> list[DatasetFormat]:
     return [*_RGB, *(dataset_format(name) for name in DG_FORMATS), *VI_DATASET_FORMATS]
 
 
-def _registry() -> dict[str, DatasetFormat]:
-    if not _REGISTRY:
-        for fmt in _builtin_formats():
-            _REGISTRY[fmt.name] = fmt
-    return _REGISTRY
+def _check_format(fmt: DatasetFormat) -> None:
+    if not isinstance(fmt, DatasetFormat):
+        raise ConfigError(f"register_format takes a DatasetFormat, got {type(fmt).__name__}")
+    if fmt.name == "auto" or not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", fmt.name):
+        raise ConfigError(f"invalid dataset format name {fmt.name!r} (lower-case letters, digits, '_' and '-')")
+
+
+#: every dataset format by name, in listing order; the built-ins register when first used
+FORMATS: Registry[DatasetFormat] = Registry("dataset format", builtins=_builtin_formats, check=_check_format)
 
 
 def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetFormat:
@@ -108,30 +111,22 @@ def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetForm
     :class:`ConfigError` when the name is taken (``replace=True`` overrides),
     is ``auto``, or is not lower-case letters, digits, ``_`` and ``-``.
     """
-    if not isinstance(fmt, DatasetFormat):
-        raise ConfigError(f"register_format takes a DatasetFormat, got {type(fmt).__name__}")
-    if fmt.name == "auto" or not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", fmt.name):
-        raise ConfigError(f"invalid dataset format name {fmt.name!r} (lower-case letters, digits, '_' and '-')")
-    registry = _registry()
-    if fmt.name in registry and not replace:
-        raise ConfigError(f"dataset format {fmt.name!r} is already registered")
-    registry[fmt.name] = fmt
-    return fmt
+    return FORMATS.register(fmt, replace=replace)
 
 
 def unregister_format(name: str) -> None:
-    """Remove a format added with :func:`register_format` (tests; a built-in can be re-registered)."""
-    _registry().pop(name, None)
+    """Remove format ``name`` (tests; a built-in can be re-registered); unknown names are refused."""
+    FORMATS.unregister(name)
 
 
 def available_formats() -> dict[str, DatasetFormat]:
     """Every registered format, by name, in listing order."""
-    return dict(_registry())
+    return dict(FORMATS.items())
 
 
 def format_choices() -> list[str]:
     """The ``--format`` values: ``auto`` then every format's spellings (``regdb``, ``regdb-<trial>``...)."""
-    return ["auto", *(s for fmt in _registry().values() for s in fmt.spellings)]
+    return ["auto", *(s for fmt in FORMATS.values() for s in fmt.spellings)]
 
 
 def get_format(name: str) -> tuple[DatasetFormat, str | None]:
@@ -139,14 +134,13 @@ def get_format(name: str) -> tuple[DatasetFormat, str | None]:
 
     :class:`ConfigError` listing the choices for an unknown name.
     """
-    registry = _registry()
-    if name in registry:
-        return registry[name], None
+    if name in FORMATS:
+        return FORMATS[name], None
     base, _, variant = name.rpartition("-")
-    fmt = registry.get(base)
+    fmt = FORMATS[base] if base in FORMATS else None
     if fmt is not None and fmt.variant_pattern is not None and re.fullmatch(fmt.variant_pattern, variant):
         return fmt, variant
-    raise ConfigError(f"unknown dataset format {name!r}; choose one of: {', '.join(format_choices())}")
+    raise FORMATS.unknown(name, format_choices())
 
 
 def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | None = None) -> ReIDDataset:
@@ -170,7 +164,7 @@ def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | 
                 raise ConfigError(f"format {name!r} already names a variant; do not also give variant={variant!r}")
             variant = suffix
     if variant is not None and fmt.variant_pattern is None:
-        with_variants = [f.name for f in _registry().values() if f.variant_pattern is not None]
+        with_variants = [f.name for f in FORMATS.values() if f.variant_pattern is not None]
         raise ConfigError(f"variant={variant!r} only applies to {', '.join(with_variants)}, not to {fmt.name}")
     if name != "auto":
         check_format_matches(root, fmt)
@@ -210,24 +204,24 @@ def detect_format(root: str | os.PathLike) -> str:
     holding the releases of several datasets is not one dataset.
     """
     root = check_root(root)
-    candidates = [(fmt.priority, fmt.name, fmt.detect) for fmt in _registry().values() if fmt.detect]
-    candidates += [(DETECT_LAST, fmt.name, fmt.loose_detect) for fmt in _registry().values() if fmt.loose_detect]
+    candidates = [(fmt.priority, fmt.name, fmt.detect) for fmt in FORMATS.values() if fmt.detect]
+    candidates += [(DETECT_LAST, fmt.name, fmt.loose_detect) for fmt in FORMATS.values() if fmt.loose_detect]
     for priority in sorted({p for p, _, _ in candidates}):
         found = sorted(name for p, name, detect in candidates if p == priority and detect(root))
         if len(found) > 1:
             raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
         if found:
             return found[0]
-    layouts = "; ".join(f"{fmt.name}: {fmt.layout}" for fmt in _registry().values())
+    layouts = "; ".join(f"{fmt.name}: {fmt.layout}" for fmt in FORMATS.values())
     raise DataError(f"cannot recognise the dataset layout of {root}; expected one of: {layouts}")
 
 
 def format_table(families: tuple[str, ...] | None = None) -> str:
     """A Markdown list of the registered formats (``* `name`: layout``), optionally of some families only.
 
-    The README's "Preparing real datasets" list is this table for the ``rgb`` family.
+    docs/datasets.md's "Preparing real datasets" list is this table for the ``rgb`` family.
     """
-    return "\n".join(f"* `{fmt.name}`: {fmt.layout}" for fmt in _registry().values()
+    return "\n".join(f"* `{fmt.name}`: {fmt.layout}" for fmt in FORMATS.values()
                      if families is None or fmt.family in families)
 
 
@@ -238,7 +232,7 @@ _FAMILY_TITLES = {"rgb": "", "dg": "small DG benchmarks: ", "vi": "visible-infra
 def format_help() -> str:
     """The ``--format`` values grouped by family, for ``--help`` (``auto; market1501, ...; video: ...``)."""
     groups: dict[str, list[str]] = {}
-    for fmt in _registry().values():
+    for fmt in FORMATS.values():
         groups.setdefault(fmt.family, []).extend(fmt.spellings)
     return "; ".join(["auto", *(_FAMILY_TITLES.get(family, f"{family}: ") + ", ".join(names)
                                 for family, names in groups.items())])

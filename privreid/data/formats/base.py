@@ -2,7 +2,7 @@
 
 A format module (one per layout, :mod:`privreid.data.formats`) builds a
 :class:`DatasetFormat` from these helpers; a user's own format can use them
-too (README, "Use your own dataset"; ``docs/extending.md``).
+too (``docs/datasets.md``, "Use your own dataset"; ``docs/extending.md``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import RunConfig, dp_delta, dp_max_grad_norm
+from ...errors import ConfigError
 from ..budget import check_first_round, exceeds, latest_privacy_records
 from ..registry import Defence, DefenceLedger, register
 
@@ -18,19 +19,6 @@ SCOPE = (
 NORM_NOTE = ("DP-SGD: every BatchNorm layer is replaced by a freshly initialised GroupNorm "
              "(32 groups on feature maps, 1 on embeddings): batch statistics have no "
              "per-sample gradients")
-
-#: the support matrix (:meth:`DPSGD.supports`): methods not listed are undeclared
-SUPPORT = {
-    "fedpav": "yes", "fedavg": "yes", "fedbn": "yes", "moon": "yes",
-    "fedpav-cdw": "yes", "fedpav-kd": "yes", "fedpav-cc": "yes", "fedpav-cdw-kd": "yes", "fedpav-cdw-cc": "yes",
-    "centralized": "yes", "standalone": "yes",
-    "fedarks": "yes (with --triplet-weight 0)",
-    "ska": "yes (with --opt an=false dual=false: attentive normalisation uses batch statistics)",
-    "fedprox": "yes (with --opt mu=0: the proximal term is not a sum of per-sample gradients)",
-    "fedreid": "no (its client update trains tensors outside the model)",
-    "dppt": "no (it draws its own batches and uploads class centres DP-SGD does not privatise)",
-}
-
 
 def epsilon_after(plan, reported: dict | None, delta: float) -> float:
     """A client's epsilon after one more round of ``plan`` on top of the history it ``reported``."""
@@ -147,7 +135,12 @@ class DPSGD(Defence):
             check_first_round(config, {name: epsilon_after(p, None, delta) for name, p in plans.items()})
 
     def wrap(self, method, config):
+        """The method under DP-SGD; ConfigError for a method that does not declare support (``Method.dp_sgd_support``)."""
         from ..dp_sgd import with_dp_sgd
+
+        support = self.supports(method)
+        if not support.startswith("yes"):
+            raise ConfigError(f"--dp-sgd cannot train method {method.name!r}: {support.partition('(')[2][:-1]}")
 
         # BatchNorm has no per-sample gradients (NORM_NOTE): the model transform group_norm
         return with_dp_sgd(method).adding_model_transforms("group_norm")
@@ -167,7 +160,8 @@ class DPSGD(Defence):
                 "noise_multiplier": float(config.train.noise_multiplier or 0.0)}
 
     def supports(self, method) -> str:
-        return SUPPORT.get(method.name, "no (undeclared)")
+        """The method's own declaration (``Method.dp_sgd_support``); undeclared methods are refused."""
+        return method.dp_sgd_support or "no (it does not declare dp_sgd_support)"
 
     def server_memory_keys(self, config) -> tuple[str, ...]:
         from ..dp_sgd import HISTORY_KEY, NOISE_KEY  # imports Opacus: only when DP-SGD is on

@@ -34,6 +34,7 @@ def pool_clients(clients: list[ClientData]) -> list[ClientData]:
 register(
     Method(
         name="centralized",
+        dp_sgd_support="yes",
         summary="centralised ERM over the union of the clients' data (ES protocol)",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,

@@ -134,6 +134,7 @@ upload and the download each grow by ``classes x D`` floats.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,7 +152,7 @@ from ..mrb import FeatureBank, global_memory, mrb_loss
 from ..optimizer_state import load_optimizer_state, save_optimizer_state
 from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
 from ..registry import Method, register
-from ..strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload
+from ..strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload, data_volume
 from .fedprox import ProximalUpdate
 from .moon import ModelContrastiveUpdate
 
@@ -425,9 +426,9 @@ class DPPTAggregate(Strategy):
     per identity) are kept until the round's end.
     """
 
-    def upload_weight(self, upload: Upload) -> float:
+    def upload_weight(self) -> Callable[[Upload], float]:
         """Eq. 8's weight of an upload, its data volume (what secure aggregation pre-scales the model by)."""
-        return float(upload.num_samples)
+        return data_volume
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _DPPTSum(model_state(global_state), centre_state(global_state))
@@ -511,6 +512,7 @@ def make_client_update(config) -> DPPTLocalTraining:
 DPPT = register(
     Method(
         name="dppt",
+        dp_sgd_support="no (it draws its own batches and uploads class centres DP-SGD does not privatise)",
         summary="I-DPPT / V-DPPT (L2RW+, paper 003): id + circle loss, channel augmentation, memory rectification "
                 "bank, FedAvg of the whole model (one classifier over the global identity labels); clients also "
                 "upload per-identity feature centres (a per-person template)",

@@ -243,6 +243,7 @@ def _make_strategy(config) -> KnowledgeSelection:
 FEDARKS = register(
     Method(
         name="fedarks",
+        dp_sgd_support="yes (with --triplet-weight 0)",
         summary="FedARKS: local body-part branch fused with the global feature (RK), "
                 "direction-consistency aggregation weights (KS) (paper 001)",
         policy=POLICY,

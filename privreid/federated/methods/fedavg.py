@@ -47,6 +47,7 @@ from ..strategy import DataVolumeAverage
 FEDAVG = register(
     Method(
         name="fedavg",
+        dp_sgd_support="yes",
         summary="FedAvg+D (McMahan et al. 2017) with local classifiers; algorithmically identical to fedpav",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,

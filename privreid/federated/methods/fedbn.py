@@ -108,6 +108,7 @@ def global_eval_state(global_state: StateDict, client_states: dict[str, StateDic
 FEDBN = register(
     Method(
         name="fedbn",
+        dp_sgd_support="yes",
         summary="FedBN+D (Li et al. 2021): norm layers and classifiers local; global eval uses their mean",
         policy=FEDBN_POLICY,
         make_client_update=SupervisedUpdate,

@@ -88,6 +88,8 @@ class NormalisedAverage(Strategy):
 FEDNOVA = register(
     Method(
         name="fednova",
+        # DP-SGD's plan fixes each client's local steps from its dataset size (public): post-processing
+        dp_sgd_support="yes (its server normalises by the local step count, fixed by the public dataset size)",
         summary="FedNova (Wang et al. 2020): updates normalised by local steps before averaging; local classifiers",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,

@@ -53,6 +53,7 @@ def bn_buffers(config: RunConfig) -> str:
 FEDPAV = register(
     Method(
         name="fedpav",
+        dp_sgd_support="yes",
         summary="FedPav: shared backbone averaged by data volume, local classifiers (paper 004, Alg. 1)",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,

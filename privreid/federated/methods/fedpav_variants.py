@@ -493,6 +493,7 @@ def fedpav_variant(name: str, summary: str, *, cdw: bool, server: str | None) ->
         needs_per_client_uploads=True,  # CDW weights, KD soft labels and clusters read each upload
         options=KDOptions if server == "kd" else VariantOptions,
         keeps_trained_model=True,
+        dp_sgd_support="yes",
     )
 
 

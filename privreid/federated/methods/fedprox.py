@@ -132,6 +132,7 @@ def make_client_update(config) -> ProximalUpdate:
 FEDPROX = register(
     Method(
         name="fedprox",
+        dp_sgd_support="yes (with --opt mu=0: the proximal term is not a sum of per-sample gradients)",
         summary="FedProx+D (Li et al. 2020): local loss + (mu/2)||w - w_global||^2 on shared weights",
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,

@@ -176,6 +176,7 @@ def _half_average(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 FEDREID = register(
     Method(
         name="fedreid",
+        dp_sgd_support="no (its client update trains tensors outside the model)",
         summary="FedReID: half-averaged start, server-copy KL regularisation, 2-FC local mapping (paper 002)",
         policy=CLASSIFIER_LOCAL,
         make_client_update=FedReIDUpdate,

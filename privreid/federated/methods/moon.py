@@ -176,6 +176,7 @@ def make_client_update(config) -> ModelContrastiveUpdate:
 MOON = register(
     Method(
         name="moon",
+        dp_sgd_support="yes",
         summary="MOON+D (Li et al. 2021): local loss + mu * model-contrastive loss on the retrieval feature",
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,

@@ -298,6 +298,7 @@ class SKAUpdate(SupervisedUpdate):
 SKA = register(
     Method(
         name="ska",
+        dp_sgd_support="yes (with --opt an=false dual=false: attentive normalisation uses batch statistics)",
         summary="SKA (Wu & Gong): attentive norm, local-specific norms, dual local-generalised norms (paper 000)",
         policy=lambda config: policy_for(options_from_config(config)),
         make_client_update=lambda config: SKAUpdate(config, options_from_config(config)),

@@ -14,6 +14,7 @@ from ..strategy import KeepGlobal
 register(
     Method(
         name="standalone",
+        dp_sgd_support="yes",
         summary="each client trains alone on its own data; nothing is shared",
         policy=NOTHING_SHARED,
         make_client_update=SupervisedUpdate,

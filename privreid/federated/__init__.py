@@ -1,0 +1,1 @@
+"""The federated engine, the method registry and the methods (docs/architecture.md)."""

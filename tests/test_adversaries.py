@@ -1,0 +1,68 @@
+"""Poisoning adversaries (issue 30): what a malicious client uploads, and what the run records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import spy_on_uploads, tiny_config
+from privreid.adversaries import available_adversaries, malicious_clients
+from privreid.data.catalog import federation_for_config
+from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine
+from privreid.federated.strategy import DataVolumeAverage
+
+
+def _round_uploads(cfg, tmp_path, monkeypatch):
+    rounds = spy_on_uploads(monkeypatch, DataVolumeAverage)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    engine.run()
+    return engine, {up.client: up for up in rounds[0]}
+
+
+def test_the_builtin_attacks_are_registered():
+    assert available_adversaries() == ["label-flip", "scaled", "sign-flip"]
+
+
+@pytest.mark.parametrize("attack,factor", [("scaled", 3.0), ("sign-flip", -2.0)])
+def test_a_model_poisoner_uploads_its_rescaled_update_and_the_others_are_untouched(attack, factor, tiny_synth,
+                                                                                    tmp_path, monkeypatch):
+    clean_engine, clean = _round_uploads(tiny_config(tiny_synth, rounds=1), tmp_path / "clean", monkeypatch)
+    cfg = tiny_config(tiny_synth, rounds=1, adversary={"name": attack, "malicious": 1, "scale": abs(factor)})
+    engine, poisoned = _round_uploads(cfg, tmp_path / "poisoned", monkeypatch)
+    g = clean_engine.init_state
+    last = engine.clients[-1].name
+    assert poisoned.keys() == clean.keys()
+    for name in clean:
+        for k, v in clean[name].state.items():
+            if name == last and torch.is_floating_point(v):
+                assert torch.allclose(poisoned[name].state[k], g[k] + factor * (v - g[k]), atol=1e-5), k
+            else:
+                assert torch.equal(poisoned[name].state[k], v), (name, k)
+    summary = json.loads((tmp_path / "poisoned" / "summary.json").read_text())
+    assert summary["adversary"] == {"attack": attack, "summary": engine.observers[1].adversary.summary,
+                                    "malicious_clients": [last], "options": {"scale": abs(factor)}}
+
+
+def test_label_flip_moves_every_label_of_the_malicious_client_only(tiny_synth):
+    from privreid.adversaries import get_adversary
+
+    cfg = tiny_config(tiny_synth)
+    client = federation_for_config(cfg).clients[0]
+    flipped = get_adversary("label-flip").poison_client(client, {})
+    assert [(p, c) for p, _, c in flipped.train] == [(p, c) for p, _, c in client.train]
+    assert all(new == (old + 1) % client.num_classes and new != old
+               for (_, old, _), (_, new, _) in zip(client.train, flipped.train))
+
+
+def test_malicious_clients_by_count_or_name(tiny_synth):
+    clients = federation_for_config(tiny_config(tiny_synth)).clients
+    assert len(clients) == 2
+    assert malicious_clients(1, clients) == clients[1:]
+    assert malicious_clients(f"{clients[0].name}", clients) == clients[:1]
+    with pytest.raises(ConfigError, match="the federation has 2 clients"):
+        malicious_clients(3, clients)
+    with pytest.raises(ConfigError, match="no client named nope"):
+        malicious_clients(["nope"], clients)
