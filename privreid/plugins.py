@@ -17,15 +17,12 @@ command line and the Flower apps, which run in processes of their own:
 
 Each plugin is loaded once per process.  A plugin that fails to import or
 to register (a taken name) is one :class:`PluginError` line naming it and
-the exception.  :func:`origin_of` says where a registered entry came from,
-for ``privreid methods`` and ``privreid data formats``.
+the exception.  :func:`listed_origin` names where a registered entry came
+from, for ``privreid methods`` and ``privreid data formats``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 import os
 import re
 import sys
@@ -39,9 +36,6 @@ GROUP = "privreid.plugins"
 
 #: the environment variable naming plugins (comma-separated module paths), read by every process
 PLUGINS_ENV = "PRIVREID_PLUGINS"
-
-#: the origin of privreid's own entries
-BUILT_IN = "built-in"
 
 #: ``module.path`` or ``module.path:function`` (what an entry point's value may be)
 _SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
@@ -107,33 +101,7 @@ def _top(module: str) -> str:
     return module.partition(".")[0]
 
 
-def package_origin(module: str) -> str:
-    """Where code in ``module`` comes from: :data:`BUILT_IN` for privreid's own, else the distribution of the
-    installed plugin whose package it is, else its top-level package (a named plugin, a user's script)."""
-    top = _top(module)
-    return BUILT_IN if top == "privreid" else _distributions.get(top, top)
-
-
-def _defined_in(obj: object) -> str | None:
-    """The module a function, method or class (or the function of a ``functools.partial``) was defined in."""
-    obj = obj.func if isinstance(obj, functools.partial) else obj
-    if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj):
-        return obj.__module__
-    return None
-
-
-def origin_of(obj: object) -> str:
-    """Where a registered entry comes from (:func:`package_origin`): a function's or class's own module; for an
-    instance, its class's module, or, when that is privreid's (a ``Method``, a ``DatasetFormat``), the module of
-    the first of its fields defined outside privreid and the standard library."""
-    if _defined_in(obj) is not None:
-        candidates = [obj]
-    elif dataclasses.is_dataclass(obj):
-        candidates = [type(obj), *(getattr(obj, f.name) for f in dataclasses.fields(obj))]
-    else:
-        candidates = [type(obj), *getattr(obj, "__dict__", {}).values()]
-    for candidate in candidates:
-        module = _defined_in(candidate)
-        if module and _top(module) != "privreid" and _top(module) not in sys.stdlib_module_names:
-            return package_origin(module)
-    return BUILT_IN
+def listed_origin(origin: str) -> str:
+    """A registry entry's origin (:meth:`privreid.registry.Registry.origin`: ``built-in``, or the top-level package
+    that registered it) as listings show it: the distribution of an installed plugin, else unchanged."""
+    return _distributions.get(origin, origin)
