@@ -18,7 +18,8 @@ Every command that writes a run directory records, through
 
 ``privreid train --logger tensorboard|wandb`` also mirrors every metric
 record of ``metrics.jsonl`` to TensorBoard or Weights & Biases
-(:func:`metric_logger`).
+(:func:`metric_logger`); TensorBoard also gets the learning rate per round,
+the resolved configuration and the hyperparameters (its HParams tab).
 """
 
 from __future__ import annotations
@@ -306,19 +307,47 @@ def record_scalars(rec: dict[str, Any]) -> tuple[int, dict[str, float]]:
 
 
 class _TensorBoard:
-    def __init__(self, out: Path):
+    """Every metric record as scalars; the learning rate of each group (``lr/backbone`` ...) once per round; the
+    resolved configuration as text (``config``) and, at the end, as TensorBoard hyperparameters (the HParams tab)
+    with the last value of each evaluation metric (``hparam/<tag>``)."""
+
+    def __init__(self, out: Path, config):
+        import yaml
         from torch.utils.tensorboard import SummaryWriter
 
+        from .federated.lr_schedule import lr_table
+
         self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
+        self.config, self.rates, self.rounds, self.last = config, lr_table(config), set(), {}
+        self.writer.add_text("config", "```yaml\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```")
 
     def __call__(self, rec: dict[str, Any]) -> None:
         step, scalars = record_scalars(rec)
+        if step not in self.rounds and 1 <= step <= len(next(iter(self.rates.values()))):
+            self.rounds.add(step)
+            for group, rates in self.rates.items():
+                self.writer.add_scalar(f"lr/{group}", rates[step - 1], global_step=step)
         for tag, value in scalars.items():
             self.writer.add_scalar(tag, value, global_step=step)
+            if rec.get("scope") in ("global", "local"):
+                self.last[f"hparam/{tag}"] = value
         self.writer.flush()
 
     def close(self) -> None:
+        self.writer.add_hparams(hparams(self.config.to_dict()), self.last, run_name=".")
         self.writer.close()
+
+
+def hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested configuration as TensorBoard hyperparameters: ``{"train.lr_backbone": 0.005, ...}``, values that
+    are not numbers, booleans or text (lists, ``None``) as their text."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(hparams(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return flat
 
 
 class _WandB:
@@ -336,13 +365,14 @@ class _WandB:
         self.run.finish()
 
 
-def metric_logger(kind: str, out: Path, config: dict[str, Any] | None = None):
-    """A callable mirroring each metric record to ``kind`` (``none``: ``None``), with ``close()``."""
+def metric_logger(kind: str, out: Path, config):
+    """A callable mirroring each metric record of the run of ``config`` (a :class:`~privreid.config.RunConfig`)
+    to ``kind`` (``none``: ``None``), with ``close()``."""
     check_logger(kind)
     if kind == "tensorboard":
-        return _TensorBoard(out)
+        return _TensorBoard(out, config)
     if kind == "wandb":
-        return _WandB(out, config or {})
+        return _WandB(out, config.to_dict())
     return None
 
 

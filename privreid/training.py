@@ -64,7 +64,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
-        mirror = metric_logger(logger, out, config.to_dict())
+        mirror = metric_logger(logger, out, config)
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:

@@ -18,6 +18,7 @@ from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData
 from privreid.defenses import PrivacyLedger, apply_defenses
+from privreid.defenses.robust_defences import SERVER_DEFENCES
 from privreid.defenses.registry import DEFENCES, available_defences, defences, enabled_defences, get_defence
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
@@ -27,7 +28,9 @@ from privreid.registry import BUILT_IN
 from conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILTINS = [d.name for d in defences() if DEFENCES.origin(d.name) == BUILT_IN]
+#: the built-in privacy defences (the server's defences against poisoning have their own tests: test_robust_aggregation)
+BUILTINS = [d.name for d in defences() if DEFENCES.origin(d.name) == BUILT_IN and d.name not in
+            {s.name for s in SERVER_DEFENCES}]
 
 
 # --------------------------------------------------------------------------- the engine names no defence

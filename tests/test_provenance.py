@@ -73,6 +73,18 @@ def test_train_writes_provenance_and_config_yaml_reruns_the_same_configuration(t
     assert [(e.step, e.value) for e in events] == [(1, pytest.approx(unseen["mAP"], abs=1e-6))]
     train = next(r for r in records if r["scope"] == "train")
     assert acc.Scalars(f"train/{train['client']}/loss")[0].value == pytest.approx(train["loss"], rel=1e-6)
+    # ... the learning rate per round, the resolved configuration and the hyperparameters (HParams tab)
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from privreid.federated.lr_schedule import lr_table
+
+    rate = lr_table(saved)["backbone"][0]
+    assert [(e.step, e.value) for e in acc.Scalars("lr/backbone")] == [(1, pytest.approx(rate))]
+    assert "config/text_summary" in acc.Tags()["tensors"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert start.hparams["train.lr_backbone"].number_value == pytest.approx(0.02)
+    assert start.hparams["train.method"].string_value == "fedprox"
 
 
 def test_log_txt_holds_warnings_and_the_error(tmp_path):

@@ -129,7 +129,7 @@ def test_compare_cli_suite_and_errors(two_runs, tmp_path):
     res = runner.invoke(app, ["compare", str(two_runs[0]), "--suite", "attacks", "--attacks", "cw", "--out", str(out)])
     assert res.exit_code == 2 and "unknown attack" in res.output
     res = runner.invoke(app, ["compare"])
-    assert res.exit_code == 2 and "at least one checkpoint" in res.output
+    assert res.exit_code == 2 and "give a checkpoint with --model" in res.output
 
 
 def test_scaled_corruptions_are_titled_scaled_and_listed_as_deviations(two_runs, tmp_path):

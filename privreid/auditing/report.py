@@ -10,7 +10,7 @@ import numpy as np
 
 from ..reporting.files import save_figure
 from ..rundir import write_text_atomic
-from .metrics import FPR_TARGETS, fpr_label, roc_curve
+from .metrics import FPR_TARGETS, auc, fpr_label, roc_curve
 
 
 def record_label(rec: dict[str, Any]) -> str:
@@ -18,20 +18,33 @@ def record_label(rec: dict[str, Any]) -> str:
 
 
 def plot_roc(curves: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> Path:
-    """ROC curves on log-log axes with the chance diagonal (Carlini et al., S&P 2022, Fig. 1 style)."""
+    """ROC curves on log-log axes with the chance diagonal (Carlini et al., S&P 2022, Fig. 1 style).
+
+    Readable at a glance with many curves: each has its own colour and line style (10 colours x 4 styles before
+    one repeats), its AUC in the legend (best first), which sits beside the axes, not over the curves; the FPR
+    targets (0.1 %, 1 %) are labelled lines.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.6, 5.0))
     floor = 1e-4
+    colours = plt.get_cmap("tab10").colors
+    styles = ("-", "--", "-.", ":")
+    rocs = []
     for label, labels, scores in curves:
         fpr, tpr, _ = roc_curve(labels, scores)
-        ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=label, linewidth=1.2)
-    ax.plot([floor, 1], [floor, 1], color="grey", linestyle="--", linewidth=0.8, label="chance")
+        rocs.append((auc(fpr, tpr), label, fpr, tpr))
+    rocs.sort(key=lambda r: -r[0])
+    fig, ax = plt.subplots(figsize=(6.0 + (2.6 if len(rocs) > 1 else 0.0), 5.0))
+    for i, (area, label, fpr, tpr) in enumerate(rocs):
+        ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), label=f"{label} (AUC {area:.3f})", linewidth=1.4,
+                color=colours[i % len(colours)], linestyle=styles[(i // len(colours)) % len(styles)])
+    ax.plot([floor, 1], [floor, 1], color="grey", linestyle="--", linewidth=0.8, label="chance (AUC 0.500)")
     for f in FPR_TARGETS:
-        ax.axvline(f, color="black", linestyle=":", linewidth=0.6)
+        ax.axvline(f, color="black", linestyle=":", linewidth=0.8)
+        ax.text(f * 1.08, 1.5 * floor, f"{fpr_label(f)} FPR", rotation=90, fontsize=7, va="bottom")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(floor, 1)
@@ -39,7 +52,7 @@ def plot_roc(curves: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> Pa
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
     ax.set_title("membership inference (log-log ROC)")
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return save_figure(fig, path)
 
 

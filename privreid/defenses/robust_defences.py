@@ -211,6 +211,8 @@ class WeakDP(NormBound):
     noise_option = "noise"
 
 
-for _defence in (Krum(), Median(), TrimmedMean(), Bulyan(), NormBound(), WeakDP()):
+#: the defences of this module, which read each upload at the server (tests/test_robust_aggregation.py checks them)
+SERVER_DEFENCES = (Krum(), Median(), TrimmedMean(), Bulyan(), NormBound(), WeakDP())
+for _defence in SERVER_DEFENCES:
     register(_defence)
 

@@ -594,7 +594,7 @@ def _l2rw_table9() -> TableSpec:
         deviations=(
             L2RW_DNS_DEVIATION,
             "the paper does not state the attacks' budget: privreid uses `privreid attack`'s defaults (L_inf eps "
-            "8/255, step 1/255, 10 steps, queries attacked, feature-space loss; see privreid.attacks)",
+            "8/255, step 2.5 eps / steps (2/255 at 10 steps), 10 steps, queries attacked, feature-space loss; see privreid.attacks)",
             "Corruption is CIL-ReID's protocol (privreid.evaluation.corrupted_eval: every image a random one of the "
             f"20 corruptions at a random severity, query and gallery); {TABLE9_SMOKE_REPEATS} repeats at smoke "
             "scale, 10 at paper scale",

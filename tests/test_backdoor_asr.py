@@ -1,0 +1,42 @@
+"""The backdoor success metric (issue 30) on a hand-built ranking."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from privreid.errors import ConfigError
+from privreid.evaluation.backdoor import backdoor_metrics, rank1_pids
+
+# one-dimensional features: gallery identity 1 at 0, identity 2 at 10, identity 7 (the target) at 100,
+# each seen by camera 1; queries of identities 1, 2 and 7 from camera 0
+GF = torch.tensor([[0.0], [10.0], [100.0]])
+G_PIDS, G_CAMS = [1, 2, 7], [1, 1, 1]
+Q_PIDS, Q_CAMS = [1, 2, 7], [0, 0, 0]
+CLEAN = torch.tensor([[1.0], [9.0], [99.0]])
+# the trigger pulls query 1 onto the target and moves query 2 a little (6 is still nearest to identity 2)
+TRIGGERED = torch.tensor([[98.0], [6.0], [99.0]])
+
+
+def test_asr_counts_triggered_queries_of_other_identities_retrieving_the_target_at_rank_1():
+    out = backdoor_metrics(CLEAN, TRIGGERED, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=7)
+    assert out["asr_queries"] == 2  # the target's own query is left out
+    assert out["asr"] == pytest.approx(0.5)  # query 1 retrieves 7; query 2 still retrieves 2
+    assert out["clean_rank1"] == pytest.approx(1.0) and out["clean_mAP"] == pytest.approx(1.0)
+    assert out["triggered_rank1"] == pytest.approx(2 / 3)
+    # query 1's positive is now last of 3 (AP 1/3): mAP (1/3 + 1 + 1) / 3
+    assert out["triggered_mAP"] == pytest.approx(7 / 9)
+    assert out["evasion_mAP_drop"] == pytest.approx(2 / 9)
+
+
+def test_rank_1_follows_the_market_removal_rule_and_the_clean_model_has_no_asr():
+    # a gallery image of the query's identity from the query's own camera is removed, however near it is
+    assert rank1_pids([[0.0]], [[0.0], [1.0]], [1], [1, 2], [0], [0, 1]).tolist() == [2]
+    assert backdoor_metrics(CLEAN, CLEAN, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=7)["asr"] == 0.0
+
+
+def test_evasion_only_without_a_target_and_an_unknown_target_is_refused():
+    out = backdoor_metrics(CLEAN, TRIGGERED, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS)
+    assert "asr" not in out and out["evasion_mAP_drop"] == pytest.approx(2 / 9)
+    with pytest.raises(ConfigError, match="target identity 5 is not in the gallery"):
+        backdoor_metrics(CLEAN, TRIGGERED, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=5)
