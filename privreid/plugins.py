@@ -10,22 +10,19 @@ command line and the Flower apps, which run in processes of their own:
   run) or ``module:function`` (imported, then called with no argument);
 * **named plugins**: the same two spellings given to ``privreid --plugin``
   (repeatable) or in :data:`PLUGINS_ENV` (comma-separated), for code that is
-  not installed.  The CLI looks for them on ``sys.path`` and then in the
-  current directory, and exports them in :data:`PLUGINS_ENV`, so the
-  processes it starts (Flower's SuperLink, SuperNodes and their apps) load
-  them too.
+  not installed, looked for on ``sys.path`` and then in the current
+  directory.  The CLI exports them in :data:`PLUGINS_ENV`, so the processes
+  it starts (Flower's SuperLink, SuperNodes and their apps, the
+  ``--parallel-clients`` workers) load them too.
 
 Each plugin is loaded once per process.  A plugin that fails to import or
 to register (a taken name) is one :class:`PluginError` line naming it and
-the exception.  :func:`origin_of` says where a registered entry came from,
-for ``privreid methods`` and ``privreid data formats``.
+the exception.  :func:`listed_origin` names where a registered entry came
+from, for ``privreid methods`` and ``privreid data formats``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 import os
 import re
 import sys
@@ -39,9 +36,6 @@ GROUP = "privreid.plugins"
 
 #: the environment variable naming plugins (comma-separated module paths), read by every process
 PLUGINS_ENV = "PRIVREID_PLUGINS"
-
-#: the origin of privreid's own entries
-BUILT_IN = "built-in"
 
 #: ``module.path`` or ``module.path:function`` (what an entry point's value may be)
 _SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
@@ -66,9 +60,10 @@ def named_plugins(text: str | None = None) -> list[str]:
 def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
     """Load every installed plugin (:data:`GROUP`), then the ``named`` ones and those in :data:`PLUGINS_ENV`.
 
-    ``export=True`` (the command line) also looks for named plugins in the
-    current directory and writes them all to :data:`PLUGINS_ENV`, so the
-    processes this one starts load them.  Raises :class:`PluginError`.
+    Named plugins are looked for on ``sys.path``, then in the current
+    directory.  ``export=True`` (the command line) writes them all to
+    :data:`PLUGINS_ENV`, so the processes this one starts load them.
+    Raises :class:`PluginError`.
     """
     specs = list(dict.fromkeys([*named_plugins(), *(spec.strip() for spec in named)]))
     for spec in specs:
@@ -79,7 +74,7 @@ def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
         if dist:
             _distributions.setdefault(_top(entry.module), dist)
         _load(entry, f"plugin {entry.name!r} ({entry.value}" + (f", from {dist})" if dist else ")"))
-    if export and specs and os.getcwd() not in sys.path:
+    if specs and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())  # after everything installed: a file here never shadows a package
     for spec in specs:
         _load(EntryPoint(spec, spec, GROUP), f"plugin {spec!r}")
@@ -106,33 +101,7 @@ def _top(module: str) -> str:
     return module.partition(".")[0]
 
 
-def package_origin(module: str) -> str:
-    """Where code in ``module`` comes from: :data:`BUILT_IN` for privreid's own, else the distribution of the
-    installed plugin whose package it is, else its top-level package (a named plugin, a user's script)."""
-    top = _top(module)
-    return BUILT_IN if top == "privreid" else _distributions.get(top, top)
-
-
-def _defined_in(obj: object) -> str | None:
-    """The module a function, method or class (or the function of a ``functools.partial``) was defined in."""
-    obj = obj.func if isinstance(obj, functools.partial) else obj
-    if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj):
-        return obj.__module__
-    return None
-
-
-def origin_of(obj: object) -> str:
-    """Where a registered entry comes from (:func:`package_origin`): a function's or class's own module; for an
-    instance, its class's module, or, when that is privreid's (a ``Method``, a ``DatasetFormat``), the module of
-    the first of its fields defined outside privreid and the standard library."""
-    if _defined_in(obj) is not None:
-        candidates = [obj]
-    elif dataclasses.is_dataclass(obj):
-        candidates = [type(obj), *(getattr(obj, f.name) for f in dataclasses.fields(obj))]
-    else:
-        candidates = [type(obj), *getattr(obj, "__dict__", {}).values()]
-    for candidate in candidates:
-        module = _defined_in(candidate)
-        if module and _top(module) != "privreid" and _top(module) not in sys.stdlib_module_names:
-            return package_origin(module)
-    return BUILT_IN
+def listed_origin(origin: str) -> str:
+    """A registry entry's origin (:meth:`privreid.registry.Registry.origin`: ``built-in``, or the top-level package
+    that registered it) as listings show it: the distribution of an installed plugin, else unchanged."""
+    return _distributions.get(origin, origin)

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from privreid import plugins
 from privreid.cli import app
 from privreid.data.formats import available_formats, unregister_format
-from privreid.federated.registry import available_methods, get_method, unregister
+from privreid.federated.registry import available_methods, unregister
 
 from conftest import spy_on_uploads
 
@@ -44,7 +44,7 @@ def fresh(monkeypatch):
             del sys.modules[name]
     if "fedtrim" in available_methods():
         unregister("fedtrim")
-    for name in ("pid-folders", "fake-format"):
+    for name in {"pid-folders", "fake-format"} & set(available_formats()):
         unregister_format(name)
 
 
@@ -87,7 +87,7 @@ def test_a_plugin_named_with_plugin_trains_and_is_listed_with_its_origin(example
     assert res.exit_code == 0, res.output
     (line,) = [line for line in res.output.splitlines() if line.startswith("fedtrim ")]
     assert line.endswith(f"trimmed mean on the server (Yin et al. 2018) [{PACKAGE}]")
-    assert f"fedpav         FedPav" in res.output and "options: trim=1" in res.output
+    assert "fedpav         FedPav" in res.output and "options: trim=1" in res.output
     res = runner.invoke(app, ["data", "info", str(data)])  # auto-detection knows the plugin's layout
     assert res.exit_code == 0 and res.output.count("format: pid-folders") == 3, res.output
 
@@ -160,9 +160,9 @@ def test_a_plugin_in_the_current_directory_is_found_after_installed_packages(fre
     assert os.environ[plugins.PLUGINS_ENV] == "site_named,colorsys"
 
 
-def test_every_built_in_entry_is_built_in():
-    assert {plugins.origin_of(get_method(name)) for name in available_methods()} == {plugins.BUILT_IN}
-    assert {plugins.origin_of(fmt) for fmt in available_formats().values()} == {plugins.BUILT_IN}
+def test_a_registry_origin_is_listed_as_the_distribution_of_an_installed_plugin(monkeypatch):
+    monkeypatch.setattr(plugins, "_distributions", {"mypkg": "my-dist"})
+    assert [plugins.listed_origin(o) for o in ("built-in", "mypkg", "script")] == ["built-in", "my-dist", "script"]
 
 
 def test_the_site_loads_its_own_plugins_never_those_the_server_names(fresh, tiny_synth, tmp_path, monkeypatch):
@@ -246,3 +246,18 @@ def test_the_docs_show_the_example_package_as_it_is():
     assert shown == (EXAMPLE / "pyproject.toml").read_text()
     for name in ("__init__.py", "trimmed_mean.py", "pid_folders.py"):
         assert name in section and (EXAMPLE / PACKAGE / name).is_file()
+
+
+def test_a_parallel_clients_worker_loads_the_plugins_the_command_line_exported(example_plugin, tiny_synth):
+    """A --parallel-clients worker (a Ray process) builds the run's engine after the plugins in $PRIVREID_PLUGINS."""
+    from privreid.flower import simulation
+
+    from conftest import tiny_config
+
+    os.environ[plugins.PLUGINS_ENV] = PACKAGE  # what `privreid --plugin ... train --parallel-clients K` exported
+    simulation.worker_engine.cache_clear()
+    try:
+        engine = simulation.worker_engine(json.dumps(tiny_config(tiny_synth, method="fedtrim").to_dict()))
+    finally:
+        simulation.worker_engine.cache_clear()
+    assert engine.method.name == "fedtrim" and sorted(engine.by_name) == ["synthA", "synthB"]

@@ -92,8 +92,8 @@ def data_formats() -> None:
 
     Example: privreid data formats
     """
-    from ..data.formats import available_formats
-    from ..plugins import origin_of
+    from ..data.formats import FORMATS, available_formats
+    from ..plugins import listed_origin
 
     for fmt in available_formats().values():
-        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout} [{origin_of(fmt)}]")
+        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout} [{listed_origin(FORMATS.origin(fmt.name))}]")

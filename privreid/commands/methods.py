@@ -13,12 +13,12 @@ def methods_command() -> None:
     """
     from ..defenses.registry import defences
     from ..federated.method_options import option_defaults
-    from ..federated.registry import available_methods, get_method
-    from ..plugins import origin_of
+    from ..federated.registry import METHODS, available_methods, get_method
+    from ..plugins import listed_origin
 
     for name in available_methods():
         method = get_method(name)
-        typer.echo(f"{name:14s} {method.summary} [{origin_of(method)}]")
+        typer.echo(f"{name:14s} {method.summary} [{listed_origin(METHODS.origin(name))}]")
         for defence in defences():
             typer.echo(" " * 15 + f"{defence.name}: {defence.supports(method)}")
         defaults = option_defaults(method.options)

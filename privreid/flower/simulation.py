@@ -68,6 +68,7 @@ from ..federated.engine import FederatedEngine, RoundInbox
 from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
                                        save_memory_file)
 from ..federated.strategy import Upload
+from ..plugins import load_plugins
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
                        parse_run_record, record_to_state, run_record, scalar_metrics, state_to_record)
@@ -117,7 +118,9 @@ class WorkerEngine(FederatedEngine):
 
 @functools.lru_cache(maxsize=1)
 def worker_engine(config_json: str) -> WorkerEngine:
-    """The worker's engine for the run configuration ``config_json``, built once per process."""
+    """The worker's engine for the run configuration ``config_json``, built once per process, after the driver's
+    plugins (installed, and $PRIVREID_PLUGINS, which the command line exports): the run's method may be one."""
+    load_plugins()
     return WorkerEngine(RunConfig.from_dict(json.loads(config_json)).validate())
 
 
