@@ -99,7 +99,7 @@ ONE=(train --method fedpav --arch resnet18 --height 64 --width 32 --batch-size 8
      --eval-every 0 "${TINY[@]}")
 check "dp-sgd-step" "opacus" -- "$PY" -m privreid "${ONE[@]}" --dp-sgd --noise-multiplier 1.0 --out "$OUT_DIR/dp-sgd"
 check "secure-aggregation-round" "flwr" -- "$PY" -m privreid "${ONE[@]}" --secure-aggregation --out "$OUT_DIR/secagg"
-check "inversion-$INV_ITERS-iterations" "" -- bash -c "'$PY' -m privreid ${ONE[*]} --out '$OUT_DIR/inv-model' && \
+check "inversion-$INV_ITERS-iterations" "kornia,skimage" -- bash -c "'$PY' -m privreid ${ONE[*]} --out '$OUT_DIR/inv-model' && \
   '$PY' -m privreid invert --model '$OUT_DIR/inv-model/ckpt.pt' --iterations $INV_ITERS --device $DEVICE --out '$OUT_DIR/invert'"
 
 "$PY" - "$ROWS" "$OUT_DIR/device.txt" <<'PYEOF' | tee "$OUT_DIR/table.md"

@@ -187,7 +187,7 @@ class FederatedEngine:
         self.progress = progress
         self.log = log or _log.info
         self.device = resolve_device(config.train.device)
-        check_precision(config.train.precision, self.device, dp_sgd=config.train.dp_sgd)
+        check_precision(config.train.precision, self.device)  # the device's autocast (DP-SGD's rule: RunConfig.validate)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.make_strategy(config)

@@ -68,6 +68,7 @@ from ..federated.engine import FederatedEngine, RoundInbox
 from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
                                        save_memory_file)
 from ..federated.strategy import Upload
+from ..pickle_scan import safe_torch_load
 from ..plugins import load_plugins
 from ..seeding import derive_seed, seed_everything
 from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
@@ -100,7 +101,10 @@ def pack_client_state(local: dict | None, memory_file: str | None) -> ConfigReco
 
 def unpack_client_state(record: ConfigRecord) -> tuple[dict | None, str | None]:
     """The inverse of :func:`pack_client_state` (tensors and containers only: ``weights_only``)."""
-    local = torch.load(io.BytesIO(bytes(record["local"])), map_location="cpu", weights_only=True)
+    with tempfile.NamedTemporaryFile(suffix=".pt") as file:  # the one safe loader reads files (pickle_scan)
+        file.write(bytes(record["local"]))
+        file.flush()
+        local = safe_torch_load(file.name, map_location="cpu")
     return local, str(record["memory-file"]) or None
 
 
