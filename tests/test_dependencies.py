@@ -92,7 +92,7 @@ def test_flower_is_confined_and_its_internals_to_the_loopback_harness():
         flwr = [n for n in _imports(path) if n == "flwr" or n.startswith("flwr.")]
         # secagg/: SecAgg+ on Flower's primitives, imported only under --secure-aggregation after require("flwr");
         # defenses/robust_aggregation.py: the robust rules on Flower's aggregate_* functions, imported inside the rules
-        # after RobustRule.check's require("flwr")
+        # after RobustRule.wrap's require("flwr")
         if not rel.startswith(("flower/", "secagg/")) and rel != "defenses/robust_aggregation.py":
             assert not flwr, f"{rel} imports {flwr}: the core must work without privreid[flower]"
         # secagg/protocol.py: the key pairs of SecAgg+ come from flwr.supercore.primitives.asymmetric in flwr 1.41,

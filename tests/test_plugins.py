@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from privreid import plugins
 from privreid.cli import app
-from privreid.data.formats import available_formats, unregister_format
-from privreid.federated.registry import available_methods, unregister
+from privreid.data.formats import FORMATS
+from privreid.federated.registry import METHODS
 
 from conftest import spy_on_uploads
 
@@ -38,14 +38,11 @@ def fresh(monkeypatch):
     monkeypatch.setattr(plugins, "_distributions", {})
     monkeypatch.syspath_prepend(str(REPO))  # sys.path as it was comes back (the CLI appends the current directory)
     before = set(sys.modules)
-    yield
+    with FORMATS.restoring(), METHODS.restoring():  # the registries as they were, whatever the test registered
+        yield
     for name in set(sys.modules) - before:
         if name.split(".")[0] in (PACKAGE, "fake_plugin", "site_named", "server_named"):
             del sys.modules[name]
-    if "fedtrim" in available_methods():
-        unregister("fedtrim")
-    for name in {"pid-folders", "fake-format"} & set(available_formats()):
-        unregister_format(name)
 
 
 @pytest.fixture()

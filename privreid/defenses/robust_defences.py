@@ -34,6 +34,7 @@ built-ins made of it.
 from __future__ import annotations
 
 from ..config import RunConfig, TrainConfig
+from ..dependencies import require
 from ..errors import ConfigError
 from .registry import Defence, DefenceLedger, register
 
@@ -90,13 +91,6 @@ class RobustRule(ServerDefence):
 
     order = 42
 
-    def check(self, config, clients, clients_per_round) -> None:
-        """Also: Flower, whose aggregation functions the rule runs, is installed (else one line naming the extra)."""
-        super().check(config, clients, clients_per_round)
-        from privreid.dependencies import require
-
-        require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
-
     def rule(self, config: RunConfig):
         raise NotImplementedError
 
@@ -106,6 +100,7 @@ class RobustRule(ServerDefence):
         from .robust_aggregation import replace_plain_mean
 
         self.refuse_secure_aggregation(config)
+        require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
         return dataclasses.replace(method, make_strategy=lambda c: replace_plain_mean(
             make_strategy(c), self.rule(c), self.name, method.name))
@@ -205,6 +200,7 @@ class NormBound(ServerDefence):
         from .robust_aggregation import BoundedNorm
 
         self.refuse_secure_aggregation(config)
+        require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
         return dataclasses.replace(method, make_strategy=lambda c: BoundedNorm(
             make_strategy(c), self.option(c, "bound"), self.option(c, self.noise_option) if self.noise_option else 0.0,
