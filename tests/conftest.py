@@ -85,3 +85,14 @@ def kill_in_round(monkeypatch, engine, round_no: int) -> None:
     with pytest.raises(KeyboardInterrupt):
         engine.run()
     assert load_checkpoint(engine.out_dir / "ckpt.pt")["round"] == round_no - 1
+
+
+def prepend_sys_path(monkeypatch, path) -> None:
+    """``path`` first on ``sys.path`` until the test ends.  Not ``monkeypatch.syspath_prepend``: when another test
+    has imported ``pkg_resources`` it imports ``fixup_namespace_packages`` from it, which this venv's setuptools
+    (a ``pkg_resources`` namespace without it) does not have."""
+    import importlib
+    import sys
+
+    monkeypatch.setattr(sys, "path", [str(path), *sys.path])
+    importlib.invalidate_caches()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from badinput import BadInput, check_refused
+from conftest import prepend_sys_path
 from privreid import plugins
 
 TRAIN = ("train", "--data", "{synth}", "--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8",
@@ -52,5 +53,5 @@ CASES = [
 def test_a_plugin_that_cannot_load_is_refused(case, tmp_path, tiny_synth, monkeypatch):
     monkeypatch.setenv(plugins.PLUGINS_ENV, "")
     monkeypatch.setattr(plugins, "_loaded", set())
-    monkeypatch.syspath_prepend(str(tmp_path))  # the case's plugin modules; sys.path as it was comes back
+    prepend_sys_path(monkeypatch, tmp_path)  # the case's plugin modules; sys.path as it was comes back
     check_refused(case, tmp_path, synth=tiny_synth)

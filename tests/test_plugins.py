@@ -21,7 +21,7 @@ from privreid.cli import app
 from privreid.data.formats import FORMATS
 from privreid.federated.registry import METHODS
 
-from conftest import spy_on_uploads
+from conftest import prepend_sys_path, spy_on_uploads
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "plugin-package"
@@ -36,7 +36,7 @@ def fresh(monkeypatch):
     monkeypatch.setenv(plugins.PLUGINS_ENV, "")  # the CLI exports --plugin here; restored afterwards
     monkeypatch.setattr(plugins, "_loaded", set())
     monkeypatch.setattr(plugins, "_distributions", {})
-    monkeypatch.syspath_prepend(str(REPO))  # sys.path as it was comes back (the CLI appends the current directory)
+    prepend_sys_path(monkeypatch, str(REPO))  # sys.path as it was comes back (the CLI appends the current directory)
     before = set(sys.modules)
     with FORMATS.restoring(), METHODS.restoring():  # the registries as they were, whatever the test registered
         yield
@@ -50,7 +50,7 @@ def example_plugin(fresh, tmp_path, monkeypatch):
     """The example package's module on sys.path (not installed), as `privreid --plugin` finds it."""
     site = tmp_path / "site"
     shutil.copytree(EXAMPLE / PACKAGE, site / PACKAGE)
-    monkeypatch.syspath_prepend(str(site))
+    prepend_sys_path(monkeypatch, str(site))
     return site
 
 
@@ -130,7 +130,7 @@ def _fake_installed_plugin(site: Path) -> None:
 
 def test_installed_plugins_load_when_a_command_runs_never_for_help(fresh, tmp_path, monkeypatch):
     _fake_installed_plugin(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    prepend_sys_path(monkeypatch, str(tmp_path))
     runner = CliRunner()
     for args in (["data", "formats", "--help"], ["train", "--help"], ["--help"]):
         assert runner.invoke(app, args).exit_code == 0
@@ -173,7 +173,7 @@ def test_the_site_loads_its_own_plugins_never_those_the_server_names(fresh, tiny
 
     for name in ("site_named", "server_named"):
         (tmp_path / f"{name}.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    prepend_sys_path(monkeypatch, str(tmp_path))
     monkeypatch.setenv(plugins.PLUGINS_ENV, "site_named")  # `privreid --plugin site_named flower supernode`
     grid = LoopbackGrid(client_app, {1: {"data": str(tiny_synth / "synthA"), "state-dir": str(tmp_path / "state")}})
     grid.contexts[1].run_config = {"plugins": "server_named"}  # what the submitter put in the run config
