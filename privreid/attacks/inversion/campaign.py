@@ -184,10 +184,8 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
     from ...log import progress_bar
 
-    from . import NO_DEFENCE, defence_as_trained, reconstruct
-    from .report import score
+    from . import NO_DEFENCE, defence_as_trained
     from ...device import resolve_device
-    from ...seeding import derive_seed
 
     if n < 1:
         raise ConfigError(f"--n must be >= 1 (got {n})")
@@ -208,13 +206,9 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
         recs, scores, described = [], [], []
         for k, (subject, (name, pid)) in enumerate(zip(subjects, owners)):
             net, shared = models[name]
-            rec = reconstruct(net, subject.image, pid, threat=threat, shared=shared, settings=settings,
-                              label_smoothing=target.config.train.label_smoothing, defence=defence,
-                              seed=derive_seed(seed, "invert", subject.path), progress=progress)
-            recs.append(rec)
-            scores.append(score(net, rec))
-            described.append({"index": subject.index, "path": subject.path, "client": name, "label": pid,
-                              "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+            _attack_subject(net, subject, pid, {"client": name}, (recs, scores, described), threat=threat,
+                            shared=shared, settings=settings, label_smoothing=target.config.train.label_smoothing,
+                            defence=defence, seed=seed, progress=progress)
             bar.update()
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
         meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defence": asdict(defence)}
@@ -223,6 +217,23 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     bar.close()
     return write_summary(out, _caption(settings, threat, "defences as trained" if defended else "no defences",
                                        len(subjects)), [(r["name"], r["summary"]) for r in results], results)
+
+
+def _attack_subject(net, subject: Subject, label: int, about: dict[str, Any], into: tuple[list, list, list], *,
+                    seed: int, **reconstruct_options: Any) -> None:
+    """Reconstruct ``subject`` from ``net``'s step on it with ``label``; append the reconstruction, its scores
+    and its description (``about`` added) to the three lists of ``into``."""
+    from . import reconstruct
+    from .report import score
+    from ...seeding import derive_seed
+
+    rec = reconstruct(net, subject.image, label, seed=derive_seed(seed, "invert", subject.path),
+                      **reconstruct_options)
+    recs, scores, described = into
+    recs.append(rec)
+    scores.append(score(net, rec))
+    described.append({"index": subject.index, "path": subject.path, "label": label, **about,
+                      "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
 
 
 def _write_model_result(where: Path, name: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
@@ -274,11 +285,8 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     """
     from ...log import progress_bar
 
-    from . import reconstruct
-    from .report import score
     from ...device import resolve_device
     from ...models.evaluated import model_labels
-    from ...seeding import derive_seed
 
     sizes = {m.input_size for m in models}
     if len(sizes) > 1:
@@ -297,12 +305,8 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
                 with torch.no_grad():
                     pid = int(net.forward_train(to_model_input(subject.image[None].to(dev)))[2].argmax())
                 source = "predicted by the model"
-            rec = reconstruct(net, subject.image, pid, threat="full", shared=set(), settings=settings,
-                              seed=derive_seed(seed, "invert", subject.path), progress=progress)
-            recs.append(rec)
-            scores.append(score(net, rec))
-            described.append({"index": subject.index, "path": subject.path, "label": pid, "label_source": source,
-                              "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+            _attack_subject(net, subject, pid, {"label_source": source}, (recs, scores, described),
+                            threat="full", shared=set(), settings=settings, seed=seed, progress=progress)
             bar.update()
         where = out if len(models) == 1 else out / label_file_stem(name)
         results.append(_write_model_result(where, name, {"model": model.provenance()}, described, recs, scores,
