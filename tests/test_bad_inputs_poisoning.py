@@ -37,7 +37,9 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_refused_in_one_line(case, tmp_path, tiny_synth):
-    check_refused(case, tmp_path, synth=tiny_synth)
+    assert case.says, f"{case.id}: a case names what its one line must say"  # else the check below is vacuous
+    line = check_refused(case, tmp_path, synth=tiny_synth)
+    assert case.says.lower() in line.lower()
 
 
 ADVERSARY_CASES = [
@@ -57,4 +59,6 @@ ADVERSARY_CASES = [
 
 @pytest.mark.parametrize("case", ADVERSARY_CASES, ids=str)
 def test_adversary_refused_in_one_line(case, tmp_path, tiny_synth):
-    check_refused(case, tmp_path, synth=tiny_synth)
+    assert case.says, f"{case.id}: a case names what its one line must say"  # else the check below is vacuous
+    line = check_refused(case, tmp_path, synth=tiny_synth)
+    assert case.says.lower() in line.lower()
