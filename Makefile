@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The extras the tests need, at the tested versions (constraints.txt).
-EXTRAS := test,flower,export
+EXTRAS := test,flower,export,simulation
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 DEMO   := runs/demo
 # Demo budget: see README "The demo" and configs/demo-cpu.yaml.  Same seed and data for every model.
