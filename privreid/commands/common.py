@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import click
 import typer
 
+from ..device import DEVICE_METAVAR, is_device_name
 from ..errors import ConfigError, PrivreidError
 
 
@@ -23,12 +24,37 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
              "(`privreid data formats`), otherwise --format applies.")
 
 
+#: the backbones ``--arch`` takes (the names of :data:`privreid.models.resnet.ARCHS`, spelt out so that ``--help``
+#: imports no torch; tests/test_cli_choices.py keeps the two equal)
+ARCHS = ("resnet18", "resnet34", "resnet50")
+#: the metric loggers ``train --logger`` takes (:data:`privreid.provenance.LOGGERS`, spelt out and kept equal the same
+#: way: the help imports neither)
+LOGGERS = ("none", "tensorboard", "wandb")
+
+
+class DeviceType(click.ParamType):
+    """``--device``'s values (:data:`~privreid.device.DEVICE_METAVAR`): the help shows them, and a misspelt one is
+    refused while the command line is parsed, without importing torch (whether the machine has the device is
+    :func:`~privreid.device.resolve_device`'s to say)."""
+
+    name = "device"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return DEVICE_METAVAR
+
+    def convert(self, value, param, ctx):
+        if not is_device_name(value):
+            self.fail(f"{value!r} is not one of {DEVICE_METAVAR}", param, ctx)
+        return value
+
+
 #: ``--device``, the same on every command that runs a model: ``device: DeviceOption = "auto"``
-DeviceOption = Annotated[str, typer.Option(help="auto, cpu or cuda.")]
+DeviceOption = Annotated[str, typer.Option(help="Where models run: CUDA when available (auto), the CPU, a CUDA "
+                                           "device, or Apple's GPU (mps).", click_type=DeviceType())]
 
 #: how a model file from elsewhere is read (docs/models.md): the same three options on every command that takes models
-ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its ResNet "
-                                                   "(resnet18/34/50), checked against the file's keys.")]
+ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its ResNet, "
+                                                   "checked against the file's keys.", click_type=click.Choice(ARCHS))]
 HeightOption = Annotated[Optional[int], typer.Option("--height", help="A model file from elsewhere that records no "
                                                      "input size: its input height (default 256, torchreid's "
                                                      "and fast-reid's).")]

@@ -139,7 +139,8 @@ FLOWER_RUN_OPTIONS = ("method", "data", "fmt", "test_domains", "rounds", "local_
                        "server learns only the sum of each round's updates; a site that drops out after sharing "
                        "its keys is recovered by the protocol.",
     seed="Random seed (same seed, same result as `privreid train`).",
-    device="auto, cpu or cuda (on every site and the coordinator).")
+    device="Where models run, on every site and the coordinator: CUDA when available (auto), the CPU, a CUDA "
+           "device, or Apple's GPU (mps).")
 def run_command(
     ctx: typer.Context,
     config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of these options (keys are "

@@ -35,7 +35,7 @@ import typer
 from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
                       RunConfig, apply_sets, field_types)
 from ..data.formats import format_help
-from .common import DATA_HELP, csv_list, parse_method_options
+from .common import ARCHS, DATA_HELP, DeviceType, csv_list, parse_method_options
 
 
 #: the help panels of ``privreid train --help``, in order (each :class:`ConfigOption` names one)
@@ -57,11 +57,13 @@ class ConfigOption:
     to_config: Callable[[Any], Any] | None = None
     #: the values the option takes, shown as choices in the help and checked when parsed
     choices: tuple[str, ...] | None = None
+    #: the option's click type where one checks and shows its values otherwise (``--device``)
+    click_type: click.ParamType | None = None
 
 
 def _o(path: str, *decls_and_help: str, panel: str, cli_type: Any = None, to_config: Callable | None = None,
-       choices: tuple[str, ...] | None = None) -> ConfigOption:
-    return ConfigOption(path, decls_and_help[:-1], decls_and_help[-1], panel, cli_type, to_config, choices)
+       choices: tuple[str, ...] | None = None, click_type: click.ParamType | None = None) -> ConfigOption:
+    return ConfigOption(path, decls_and_help[:-1], decls_and_help[-1], panel, cli_type, to_config, choices, click_type)
 
 
 #: option (parameter) name -> the field it sets; ``privreid train --help`` lists them in this order
@@ -161,7 +163,7 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "Secure aggregation: quantisation range (Flower's 2**22).", panel=DEFENSES),
     "secagg_max_weight": _o("train.secagg_max_weight",
         "Secure aggregation: public bound of a client's weight (default: the largest of the round).", panel=DEFENSES),
-    "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50.", panel=MODEL),
+    "arch": _o("model.arch", "Backbone (a ResNet).", panel=MODEL, choices=ARCHS),
     "neck": _o("model.neck", "Neck: linear (Linear+BN embedding), bnneck, or none (the pooled trunk feature, as "
         "Wu & Gong's FedReID / SKA code retrieves).", panel=MODEL, choices=NECKS),
     "feat_dim": _o("model.feat_dim", "Embedding size of the linear neck.", panel=MODEL),
@@ -177,7 +179,8 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "Keep this seeded fraction of each client's training images out of training, recorded in the "
         "checkpoint (image-level membership audits: `privreid audit`).", panel=DATA),
     "seed": _o("train.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
-    "device": _o("train.device", "auto, cpu or cuda.", panel=TRAINING),
+    "device": _o("train.device", "Where training runs: CUDA when available (auto), the CPU, a CUDA device, or "
+                 "Apple's GPU (mps).", panel=TRAINING, click_type=DeviceType()),
     "workers": _o("train.num_workers", "Data-loading worker processes.", panel=DATA),
     "precision": _o("train.precision",
         "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
@@ -227,7 +230,7 @@ def config_options(names: tuple[str, ...], **helps: str) -> Callable:
     assert not unknown, unknown
     added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=option_type(n), default=typer.Option(
         option_default(n), *o.decls, help=helps.get(n, o.help), rich_help_panel=o.panel,
-        click_type=click.Choice(o.choices) if o.choices else None))
+        click_type=click.Choice(o.choices) if o.choices else o.click_type))
         for n, o in sorted(((n, CONFIG_OPTIONS[n]) for n in names), key=lambda item: PANELS.index(item[1].panel))]
     added.append(inspect.Parameter("sets", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
                                    default=typer.Option(None, "--set", help=SET_HELP, rich_help_panel=TRAINING)))
@@ -263,13 +266,17 @@ def settings_options(settings: type, after: str, flags: dict[str, str] | None = 
 
 def insert_options(fn: Callable, after: str, added: list[inspect.Parameter]) -> Callable:
     """Give ``fn`` (which takes ``**options``) the signature typer reads: its own parameters with ``added``
-    inserted after the parameter ``after``; every parameter but the first becomes keyword-only."""
-    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    inserted after the parameter ``after``; every parameter but the first becomes keyword-only.  The own
+    parameters' annotations are resolved (typer reads a set signature as it is, so an ``Annotated`` option such as
+    :data:`~.common.DeviceOption` would otherwise lose its help and type)."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in inspect.signature(fn).parameters.values()
+           if p.kind is not p.VAR_KEYWORD]
     at = [p.name for p in own].index(after) + 1
     params = [p if p.kind is p.VAR_POSITIONAL or i == 0 else p.replace(kind=p.KEYWORD_ONLY)
               for i, p in enumerate(own[:at] + added + own[at:])]
     fn.__signature__ = inspect.Signature(params)
-    fn.__annotations__ = {**typing.get_type_hints(fn, include_extras=True), **{p.name: p.annotation for p in added}}
+    fn.__annotations__ = {**hints, **{p.name: p.annotation for p in added}}
     return fn
 
 

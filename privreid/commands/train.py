@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 
-from .common import params_with_preset, run_or_exit
+from .common import LOGGERS, params_with_preset, run_or_exit
 from .options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
 
 #: the run-configuration options of ``privreid train``: every one of :data:`~.options.CONFIG_OPTIONS`
@@ -42,8 +43,8 @@ def train_command(
         "field."),
     quiet: bool = typer.Option(False, rich_help_panel=OUTPUT, help="No progress bars."),
     logger: str = typer.Option(
-        "none", rich_help_panel=OUTPUT, help="Also mirror every metric record to tensorboard (OUT/tensorboard; "
-        "pip install 'privreid\\[tensorboard]') or wandb ('privreid\\[wandb]'); none."),
+        "none", rich_help_panel=OUTPUT, click_type=click.Choice(LOGGERS), help="Also mirror every metric record to "
+        "tensorboard (OUT/tensorboard; pip install 'privreid\\[tensorboard]') or wandb ('privreid\\[wandb]'); none."),
     dry_run: bool = typer.Option(
         False, "--dry-run", rich_help_panel=OUTPUT, help="Validate everything, train nothing, write nothing: print "
         "the resolved configuration, every parameter group's learning rate in every round, how each test set is "
