@@ -24,7 +24,6 @@ settings against the federation before anything is written and records in
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from ..config import RunConfig
 from ..data.types import ClientData
 from ..errors import ConfigError
 from ..federated.registry import Method
+from ..registry import Registry
 
 
 class Adversary:
@@ -56,30 +56,26 @@ class Adversary:
         server transmitted)."""
 
 
-_REGISTRY: dict[str, Adversary] = {}
-#: modules whose import registers the built-in attacks
-BUILTIN_ADVERSARY_MODULES = ("privreid.adversaries.label_flip", "privreid.adversaries.sign_flip",
-                             "privreid.adversaries.scaled")
+#: every attack by name; the built-ins (one module each) register when first used
+ADVERSARIES: Registry[Adversary] = Registry("adversary", builtins=(
+    "privreid.adversaries.label_flip", "privreid.adversaries.sign_flip", "privreid.adversaries.scaled"))
 
 
 def register(adversary: Adversary) -> Adversary:
-    if not adversary.name or adversary.name in _REGISTRY:
-        raise ValueError(f"adversary {adversary.name!r} has no name or is already registered")
-    _REGISTRY[adversary.name] = adversary
-    return adversary
+    """Add ``adversary`` under its name (``--adversary NAME``); ConfigError when the name is empty or taken."""
+    return ADVERSARIES.register(adversary)
 
 
 def available_adversaries() -> list[str]:
-    for module in BUILTIN_ADVERSARY_MODULES:
-        importlib.import_module(module)
-    return sorted(_REGISTRY)
+    """The registered attacks' names, sorted."""
+    return sorted(ADVERSARIES.names())
 
 
 def get_adversary(name: str) -> Adversary:
-    known = available_adversaries()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown adversary {name!r}; choose one of: {', '.join(known)}")
-    return _REGISTRY[name]
+    """The attack ``name``; an unknown name is a one-line ConfigError listing the known ones (sorted)."""
+    if name not in ADVERSARIES:
+        raise ADVERSARIES.unknown(name, available_adversaries())
+    return ADVERSARIES.get(name)
 
 
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
@@ -195,5 +191,5 @@ def adversary_plan(config: RunConfig) -> AdversaryPlan | None:
     return None if found is None else AdversaryPlan(*found)
 
 
-__all__ = ["Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan", "available_adversaries",
+__all__ = ["ADVERSARIES", "Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan", "available_adversaries",
            "get_adversary", "register"]
