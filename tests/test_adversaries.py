@@ -57,7 +57,7 @@ def test_a_model_poisoner_uploads_its_rescaled_update_and_the_others_are_untouch
 def test_label_flip_moves_every_label_of_the_malicious_client_only(tiny_synth):
     cfg = tiny_config(tiny_synth)
     client = federation_for_config(cfg).clients[0]
-    flipped = get_adversary("label-flip").poison_client(client, {})
+    flipped = get_adversary("label-flip").poison_client(client, {}, cfg)
     assert [(p, c) for p, _, c in flipped.train] == [(p, c) for p, _, c in client.train]
     assert all(new == (old + 1) % client.num_classes and new != old
                for (_, old, _), (_, new, _) in zip(client.train, flipped.train))
