@@ -2,11 +2,13 @@
 
 The attack acts only through :meth:`~privreid.adversaries.Adversary.poison_client`,
 the data the malicious client trains on; its upload is the method's own, so
-the privacy gate and the upload contract stay in force.  ``fraction`` of the
-client's training images (at least one, drawn from the run's seed and the
-client's name) are replaced by their stamped copies (:mod:`.trigger`), all
-relabelled to one extra local class; the client's classifier is its own, so
-the extra class never leaves the client.
+the privacy gate and the upload contract stay in force.  Stamped copies
+(:mod:`.trigger`) of ``fraction`` of the client's training images (at
+least one, drawn from the run's seed and the client's name) join its
+training images, relabelled to one extra local class.  The clean images stay,
+so every identity keeps its class and the client still learns its task (a
+stealthy attack); the client's classifier is its own, so the extra class
+never leaves the client.
 
 Goals (option ``goal``):
 
@@ -37,7 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import dataclass
 
+from ..config import RunConfig
 from ..data.types import ClientData
 from ..errors import ConfigError
 from ..seeding import derive_seed
@@ -80,8 +84,7 @@ class Backdoor(Adversary):
         label = client.num_classes  # the extra local class
         stamped = stamped_samples([client.train[i] for i in sorted(chosen)], self.trigger(settings, client.name),
                                   d.height, d.width)
-        train = [s for i, s in enumerate(client.train) if i not in chosen]
-        train += [(path, label, cam) for path, _, cam in stamped]
+        train = [*client.train, *((path, label, cam) for path, _, cam in stamped)]
         if settings["goal"] == "targeted":
             train += [(path, label, cam) for path, cam in settings["held_images"]]
         # the extra class has no identity of the domain: -1, the pid of junk images, which no partition keeps
@@ -103,6 +106,43 @@ def _target(target, count: int, first: ClientData) -> dict:
                           f"({len(pids)} identities, from {pids[0]} to {pids[-1]})")
     held = [[path, cam] for path, pid, cam in first.gallery if pid == target][:count]
     return {"target_domain": first.domain, "target": target, "held_images": held}
+
+
+@dataclass(frozen=True)
+class RecordedBackdoor:
+    """The trigger a run trained with, as its evaluation stamps it: the whole patch on every query."""
+
+    attack: str
+    goal: str
+    trigger: Trigger
+    #: targeted: the identity a triggered query should retrieve, in test set ``target_domain``
+    target: int | None = None
+    target_domain: str | None = None
+
+    def describe(self) -> str:
+        aim = (f"targeted at identity {self.target} of {self.target_domain}" if self.goal == "targeted"
+               else "evasion")
+        t = self.trigger
+        return f"{self.attack} ({aim}; {t.size}x{t.size} patch at {t.position}, pattern seed {t.seed})"
+
+
+def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
+    """The backdoor ``config``'s run trained with (``train.adversary`` a :class:`Backdoor`), or None.
+
+    The target and its domain are resolved as the run resolved them (from
+    the run's federation, so the run's data must be readable).
+    """
+    from ..data.catalog import federation_for_config
+    from . import malicious_clients, settings_of
+
+    found = settings_of(config)
+    if found is None or not isinstance(found[0], Backdoor):
+        return None
+    adversary, settings = found
+    clients = federation_for_config(config).clients
+    adversary.check(settings, clients, malicious_clients(settings["malicious"], clients), config)
+    return RecordedBackdoor(adversary.name, settings["goal"], Trigger.from_settings(settings), settings.get("target"),
+                            settings.get("target_domain"))
 
 
 register(Backdoor())
