@@ -192,13 +192,13 @@ class AdversaryPlan:
                                                                               clients))
 
     def poisoned(self, prepare, clients: list[ClientData]) -> list[ClientData]:
-        """The method's ``prepare`` of ``clients`` (if any), the attack checked against them, the malicious ones'
-        data poisoned."""
-        clients = prepare(clients) if prepare else clients
+        """The attack checked against the federation's ``clients``, the malicious ones' data poisoned, then the
+        method's ``prepare`` (if any: e.g. DPPT's global relabelling sees the poisoned labels)."""
         self.record = AdversaryRecord(self.adversary, self.settings, clients, self.config)
         self.malicious.update(self.record.malicious)
-        return [self.adversary.poison_client(c, self.settings, self.config) if c.name in self.malicious else c
-                for c in clients]
+        clients = [self.adversary.poison_client(c, self.settings, self.config) if c.name in self.malicious else c
+                   for c in clients]
+        return prepare(clients) if prepare else clients
 
     def observer(self, clients: list[ClientData]) -> AdversaryRecord:
         """The attack's record, made by :meth:`poisoned` (the engine prepares its clients before its observers)."""
