@@ -190,7 +190,7 @@ class FederatedEngine:
         check_precision(config.train.precision, self.device)  # the device's autocast (DP-SGD's rule: RunConfig.validate)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
-        self.strategy = self.method.make_strategy(config)
+        self.strategy = self.method.strategy(config)
         self.client_start = self.method.make_client_start(config) if self.method.make_client_start else None
         # round observers (the privacy ledger): settings checked against the federation before anything is written
         self.observers: list[Any] = plan.observers(self.clients, self.clients_per_round())
