@@ -56,7 +56,7 @@ def main() -> None:
     plain = None
     for label, defenses in rules(args.f, args.clients).items():
         config = RunConfig(train=TrainConfig(defenses=defenses))
-        strategy = apply_defenses(method, config).make_strategy(config)
+        strategy = apply_defenses(method, config).strategy(config)
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()

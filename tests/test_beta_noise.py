@@ -75,7 +75,7 @@ def test_upload_noise_on_trainable_parameters_only_buffers_exact():
 
 def test_the_defence_noises_the_trainable_parameters_of_the_methods_model(tiny_synth):
     cfg = tiny_config(tiny_synth, beta=0.5)
-    strategy = with_beta_noise(get_method("fedpav"), 0.5, "upload").make_strategy(cfg)
+    strategy = with_beta_noise(get_method("fedpav"), 0.5, "upload").strategy(cfg)
     assert strategy.parameters == trainable_parameter_names(get_method("fedpav"), cfg)
     assert "neck.fc.weight" in strategy.parameters and not any(is_buffer(k) for k in strategy.parameters)
 
@@ -110,10 +110,10 @@ def test_client_start_noise_on_trainable_parameters_only():
 def test_modes_wrap_the_right_hooks(tiny_synth, mode, upload, download):
     cfg = tiny_config(tiny_synth)
     method = with_beta_noise(get_method("fedpav"), 0.5, mode)
-    assert isinstance(method.make_strategy(cfg), NoisyAggregate) == upload
+    assert isinstance(method.strategy(cfg), NoisyAggregate) == upload
     assert isinstance(method.make_client_start(cfg), NoisyStart) if download else method.make_client_start is None
     g = {"w": torch.ones(2)}
-    assert method.make_strategy(cfg).configure(g, None, {}, 0) is g  # what the server transmits stays noise-free
+    assert method.strategy(cfg).configure(g, None, {}, 0) is g  # what the server transmits stays noise-free
     fedreid = with_beta_noise(get_method("fedreid"), 0.5, mode)
     if download:  # wraps FedReID's half-average: the noise lands on the half-averaged model
         assert fedreid.make_client_start(cfg).inner is get_method("fedreid").make_client_start(cfg)

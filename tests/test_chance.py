@@ -168,7 +168,7 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
 
     registry.register(registry.Method(
         name="nan-toy", summary="test only", policy=CLASSIFIER_LOCAL, make_client_update=PoisonedUpdate,
-        make_strategy=lambda config: DataVolumeAverage()))
+        make_strategy=lambda config, model_config: DataVolumeAverage()))
     request.addfinalizer(lambda: registry.unregister("nan-toy"))
     cfg = tiny_config(tiny_synth, "nan-toy", rounds=1)
     fed = federation_for_config(cfg)

@@ -91,25 +91,25 @@ def test_trainable_parameter_names_are_the_models_trainable_parameters():
     ska = trainable_parameter_names(get_method("ska"), cfg)
     assert torch.equal(torch.get_rng_state(), before)
     assert "backbone.layer1.0.bn2.mix_weight" in ska and "backbone.layer1.0.bn2.mix_weight" not in names
-    strategy = with_client_dp(get_method("fedpav")).make_strategy(cfg)
+    strategy = with_client_dp(get_method("fedpav")).strategy(cfg)
     assert strategy.trainable == trainable_parameter_names(get_method("fedpav"), cfg)
 
 
 def test_only_plain_averages_can_be_replaced():
     cfg = tiny_config("unused", "fedpav", client_dp=True, clip=1.0, noise_multiplier=1.0)
-    assert isinstance(with_client_dp(get_method("fedpav")).make_strategy(cfg), ClientLevelDP)  # data volume
+    assert isinstance(with_client_dp(get_method("fedpav")).strategy(cfg), ClientLevelDP)  # data volume
     cfg = tiny_config("unused", "fedreid", client_dp=True, clip=1.0, noise_multiplier=1.0)
-    assert isinstance(with_client_dp(get_method("fedreid")).make_strategy(cfg), ClientLevelDP)  # uniform
+    assert isinstance(with_client_dp(get_method("fedreid")).strategy(cfg), ClientLevelDP)  # uniform
     for name in ("fedpav-cdw", "fedarks"):
         cfg = tiny_config("unused", name, client_dp=True, clip=1.0, noise_multiplier=1.0)
         with pytest.raises(ConfigError, match="no client-level guarantee"):
-            with_client_dp(get_method(name)).make_strategy(cfg)
+            with_client_dp(get_method(name)).strategy(cfg)
     for name in ("standalone", "centralized"):
         with pytest.raises(ConfigError, match="federated method"):
             with_client_dp(get_method(name))
     # beta noise goes on top of the DP aggregate
     cfg = tiny_config("unused", "fedpav", client_dp=True, clip=1.0, noise_multiplier=1.0, beta=0.1)
-    assert isinstance(apply_defenses(get_method("fedpav"), cfg).make_strategy(cfg).inner, ClientLevelDP)
+    assert isinstance(apply_defenses(get_method("fedpav"), cfg).strategy(cfg).inner, ClientLevelDP)
 
 
 @pytest.mark.parametrize("train,match", [

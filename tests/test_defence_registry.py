@@ -72,7 +72,7 @@ def test_builtins_are_registered_in_composition_order():
     assert [d.name for d in enabled_defences(cfg)] == ["client-dp", "beta", "secure-aggregation"]
 
     def chain(config):
-        strategy, out = apply_defenses(get_method("fedpav"), config).make_strategy(config), []
+        strategy, out = apply_defenses(get_method("fedpav"), config).strategy(config), []
         while strategy is not None:
             out.append(type(strategy).__name__)
             strategy = getattr(strategy, "inner", None)
@@ -224,7 +224,7 @@ def test_the_support_matrix_agrees_with_what_the_wrapper_refuses(name, tiny_synt
         cfg = _enabling(defence, tiny_synth, method=method_name)
         supported = defence.supports(get_method(method_name)).startswith("yes")
         try:
-            defence.wrap(get_method(method_name), cfg).make_strategy(cfg)
+            defence.wrap(get_method(method_name), cfg).strategy(cfg)
             refused = False
         except ConfigError:
             refused = True

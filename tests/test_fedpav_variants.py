@@ -245,6 +245,22 @@ def test_public_set_is_a_separate_deterministic_domain(tiny_synth):
     assert a.images.shape == b.images.shape == (16, 3, 32, 16) and not torch.equal(a.images, b.images)
 
 
+@pytest.mark.parametrize("method", ["fedpav-kd", "fedpav-cc"])
+def test_server_model_is_the_clients_network_with_the_defences_transforms(tiny_synth, method):
+    """KD and CC run the uploads in the network the clients train: under DP-SGD, with its GroupNorm."""
+    from privreid.federated.build import build_method
+
+    plain = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC))
+    dp = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC), dp_sgd=True, noise_multiplier=1.0)
+    for cfg, transforms in ((plain, []), (dp, [{"name": "group_norm"}])):
+        method_run = build_method(cfg)
+        server = method_run.strategy(cfg).server
+        assert server.model_kwargs == {**method_run.model_config(cfg), "num_classes": 0}
+        assert [{"name": t["name"]} for t in server.model_kwargs["transforms"]] == transforms
+        server_keys = set(server.build().state_dict())
+        assert server_keys == set(method_run.build_model(cfg, initial_weights=False).state_dict())
+
+
 # ----------------------------------------------------------------------------- end to end
 
 

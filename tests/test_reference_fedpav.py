@@ -110,7 +110,7 @@ def test_data_volume_weights_are_the_references():
 def test_bn_buffers_first_aggregates_as_the_reference(tiny_synth):
     ref, uploads, expected = aggregation_case()
     assert ref["buffers_from_first"]
-    strategy = get_method("fedpav").make_strategy(
+    strategy = get_method("fedpav").strategy(
         tiny_config(tiny_synth, method="fedpav", method_options={"bn_buffers": "first"}))
     assert_reference_aggregate(strategy.aggregate({}, uploads).global_state, expected)
     # the variants' weighted averages (CDW weighting, cluster models, KD's average) take the option too
@@ -146,8 +146,8 @@ def test_bn_buffers_option_is_declared_by_fedpav_and_every_variant(tiny_synth):
         config = tiny_config(tiny_synth, method=name, method_options={"bn_buffers": "first"})
         assert method.settings(config).bn_buffers == "first"
     with pytest.raises(ConfigError, match="fedpav option bn_buffers must be one of average, first, got 'last'"):
-        get_method("fedpav").make_strategy(tiny_config(tiny_synth, method_options={"bn_buffers": "last"}))
-    cdw = get_method("fedpav-cdw").make_strategy(
+        get_method("fedpav").strategy(tiny_config(tiny_synth, method_options={"bn_buffers": "last"}))
+    cdw = get_method("fedpav-cdw").strategy(
         tiny_config(tiny_synth, method="fedpav-cdw", method_options={"bn_buffers": "first"}))
     assert cdw.bn_buffers == "first"
     # secure aggregation sees only a sum: it refuses a mean that takes buffers from one upload

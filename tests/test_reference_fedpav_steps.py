@@ -109,7 +109,7 @@ def run_round():
         uploads.append(Upload(c["name"], method.policy.shared(state), len(labels)))
     order = FIXTURE["bias_frozen"]["client_order"]  # bn_buffers=first: the reference's first client's statistics
     uploads.sort(key=lambda u: order.index(u.client))
-    return out, method.make_strategy(cfg).aggregate({}, uploads).global_state
+    return out, method.strategy(cfg).aggregate({}, uploads).global_state
 
 
 @pytest.fixture(scope="module")

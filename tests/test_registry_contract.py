@@ -54,7 +54,7 @@ def toy_method(name: str = "toy-method", **fields) -> Method:
     from privreid.federated.client import SupervisedUpdate
 
     return Method(name=name, summary="FedAvg again (registry contract test)", policy=CLASSIFIER_LOCAL,
-                  make_client_update=SupervisedUpdate, make_strategy=lambda config: DataVolumeAverage(),
+                  make_client_update=SupervisedUpdate, make_strategy=lambda config, model_config: DataVolumeAverage(),
                   needs_per_client_uploads=False, **fields)
 
 

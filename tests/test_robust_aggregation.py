@@ -22,7 +22,7 @@ RULES = {"robust-krum": {"f": 1}, "robust-krum/multi": {"f": 1, "keep": 3}, "rob
 
 def _strategy(name: str, options: dict):
     cfg = RunConfig(train=TrainConfig(defenses={name: options}))
-    return apply_defenses(get_method("fedpav"), cfg).make_strategy(cfg)
+    return apply_defenses(get_method("fedpav"), cfg).strategy(cfg)
 
 
 def _uploads(values: list[float], samples: list[int] | None = None) -> list[Upload]:
@@ -89,7 +89,7 @@ def test_the_support_matrix_agrees_with_what_the_wrapper_refuses():
         cfg = RunConfig(train=TrainConfig(method=name, defenses={"robust-median": {}}))
         supported = defence.supports(get_method(name)).startswith("yes")
         try:
-            defence.wrap(get_method(name), cfg).make_strategy(cfg)
+            defence.wrap(get_method(name), cfg).strategy(cfg)
             refused = False
         except ConfigError:
             refused = True
@@ -102,7 +102,7 @@ def test_a_robust_rule_does_not_replace_what_client_dp_made_of_the_mean():
                                       defenses={"robust-median": {}}))
     with pytest.raises(ConfigError, match="replaces a plain mean of the uploads; 'fedpav' aggregates with "
                                           "ClientLevelDP"):
-        apply_defenses(get_method("fedpav"), cfg).make_strategy(cfg)
+        apply_defenses(get_method("fedpav"), cfg).strategy(cfg)
 
 
 def test_a_median_run_records_its_defence(tiny_synth, tmp_path):

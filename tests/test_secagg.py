@@ -215,7 +215,7 @@ def expected_support(name, tiny_synth):
     method = get_method(name)
     if not method.communicates or not method.has_global_model:
         return "n/a"
-    return "no" if method.make_strategy(tiny_config(tiny_synth, method=name)).upload_weight() is None else "yes"
+    return "no" if method.strategy(tiny_config(tiny_synth, method=name)).upload_weight() is None else "yes"
 
 
 def test_support_matrix_is_declared_and_printed(tiny_synth):

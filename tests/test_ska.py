@@ -307,18 +307,18 @@ def test_weighting_option_gives_fedavg_and_fedbn_aggregates(tiny_synth):
     for opts, baseline in ((off, "fedavg"), ({"an": False, "dual": False, "head": "linear"}, "fedbn")):
         cfg = ska_config(tiny_synth, **opts, weighting="volume")
         base_cfg = tiny_config(tiny_synth, method=baseline)
-        got = ska.SKA.make_strategy(cfg).aggregate({}, ups).global_state
-        want = get_method(baseline).make_strategy(base_cfg).aggregate({}, ups).global_state
+        got = ska.SKA.strategy(cfg).aggregate({}, ups).global_state
+        want = get_method(baseline).strategy(base_cfg).aggregate({}, ups).global_state
         assert got["w"].item() == want["w"].item() == pytest.approx(3.0)  # (0 * 1 + 4 * 3) / 4
         # same model and same split of its keys into shared and local
         assert ska.SKA.model_config(cfg) == get_method(baseline).model_config(base_cfg)
         state = build_model("resnet18", feat_dim=16, num_classes=3).state_dict()
         mine, theirs = ska.SKA.policy_for(cfg), get_method(baseline).policy_for(base_cfg)
         assert set(mine.local(state)) == set(theirs.local(state)) and set(mine.shared(state)) == set(theirs.shared(state))
-    out = ska.SKA.make_strategy(ska_config(tiny_synth)).aggregate({}, ups).global_state
+    out = ska.SKA.strategy(ska_config(tiny_synth)).aggregate({}, ups).global_state
     assert out["w"].item() == 2.0  # Alg. 1 line 6: 1/K
     with pytest.raises(ConfigError, match="weighting must be one of uniform, volume"):
-        ska.SKA.make_strategy(ska_config(tiny_synth, weighting="cdw"))
+        ska.SKA.strategy(ska_config(tiny_synth, weighting="cdw"))
 
 
 @pytest.mark.parametrize("opts,baseline", [({"an": False, "lsn": False, "dual": False, "head": "linear"}, "fedavg"),

@@ -68,7 +68,7 @@ def run_setup(root, method: str, **train):
             state.update({identity_key(client, label): torch.randn(32, generator=g) for label in (0, 1)})
         metrics = {k: v * (i + 1) for k, v in METRICS.items()}
         uploads.append(Upload(client.name, state, 5 + 3 * i, metrics))
-    return cfg, m.make_strategy(cfg), clients, global_state, uploads
+    return cfg, m.strategy(cfg), clients, global_state, uploads
 
 
 def check_contract(strategy, clients, global_state, uploads) -> RoundResult:

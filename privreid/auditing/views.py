@@ -101,7 +101,7 @@ def mean_weight(config: RunConfig):
     method = get_method(config.train.method)
     weight = None
     if method.needs_per_client_uploads is False:
-        weight = uniform if config.train.client_dp else method.make_strategy(config).upload_weight()
+        weight = uniform if config.train.client_dp else method.strategy(config).upload_weight()
     if weight is None:
         raise ConfigError(f"the server-aggregate view needs a server that averages the uploads; method "
                           f"{config.train.method!r} reads each upload (it cannot run under secure aggregation)")

@@ -102,8 +102,8 @@ def with_beta_noise(method: Method, beta: float, mode: str) -> Method:
     make_strategy, make_start = method.make_strategy, method.make_client_start
     changes = {}
     if mode in ("upload", "both"):
-        changes["make_strategy"] = lambda config: NoisyAggregate(make_strategy(config), beta,
-                                                                 trainable_parameter_names(method, config))
+        changes["make_strategy"] = lambda config, model_config: NoisyAggregate(
+            make_strategy(config, model_config), beta, trainable_parameter_names(method, config))
     if mode in ("download", "both"):
         changes["make_client_start"] = lambda config: NoisyStart(make_start(config) if make_start else None, beta)
     return dataclasses.replace(method, **changes)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -178,8 +179,8 @@ def with_client_dp(method: Method) -> Method:
         raise ConfigError(f"--client-dp needs a federated method; {method.name!r} shares no model between clients")
     make_strategy = method.make_strategy
 
-    def strategy(config: RunConfig) -> Strategy:
-        inner = make_strategy(config)
+    def strategy(config: RunConfig, model_config: dict[str, Any]) -> Strategy:
+        inner = make_strategy(config, model_config)
         if type(inner) not in REPLACEABLE:
             raise ConfigError(f"--client-dp replaces the server aggregation by a clipped uniform mean with noise; "
                               f"{method.name!r} aggregates with {type(inner).__name__}, which reads each client's "

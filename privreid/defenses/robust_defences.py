@@ -102,8 +102,8 @@ class RobustRule(ServerDefence):
         self.refuse_secure_aggregation(config)
         require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
-        return dataclasses.replace(method, make_strategy=lambda c: replace_plain_mean(
-            make_strategy(c), self.rule(c), self.name, method.name))
+        return dataclasses.replace(method, make_strategy=lambda c, model_config: replace_plain_mean(
+            make_strategy(c, model_config), self.rule(c), self.name, method.name))
 
     def supports(self, method) -> str:
         from .robust_aggregation import REPLACEABLE
@@ -111,7 +111,7 @@ class RobustRule(ServerDefence):
         base = super().supports(method)
         if base != "yes":
             return base
-        strategy = method.make_strategy(RunConfig(train=TrainConfig(method=method.name)))
+        strategy = method.strategy(RunConfig(train=TrainConfig(method=method.name)))
         if type(strategy) not in REPLACEABLE:
             return (f"no (its server aggregates with {type(strategy).__name__}, which weighs, distils or clusters "
                     "the uploads; a robust rule replaces only a plain mean)")
@@ -202,8 +202,8 @@ class NormBound(ServerDefence):
         self.refuse_secure_aggregation(config)
         require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
-        return dataclasses.replace(method, make_strategy=lambda c: BoundedNorm(
-            make_strategy(c), self.option(c, "bound"), self.option(c, self.noise_option) if self.noise_option else 0.0,
+        return dataclasses.replace(method, make_strategy=lambda c, model_config: BoundedNorm(
+            make_strategy(c, model_config), self.option(c, "bound"), self.option(c, self.noise_option) if self.noise_option else 0.0,
             trainable_parameter_names(method, c)))
 
 

@@ -274,12 +274,12 @@ def with_secure_aggregation(method: Method) -> Method:
                           f"{why} (see `privreid methods`)")
     make_strategy = method.make_strategy
 
-    def strategy(config: RunConfig) -> Strategy:
+    def strategy(config: RunConfig, model_config: dict[str, Any]) -> Strategy:
         with torch.random.fork_rng(devices=[]):
             model = method.build_model(config, initial_weights=False)
         keys = frozenset(model.state_dict())
         trainable = trainable_parameter_names(method, config) if config.train.client_dp else frozenset()
-        return SecureAggregate(make_strategy(config), keys, config, trainable)
+        return SecureAggregate(make_strategy(config, model_config), keys, config, trainable)
 
     return dataclasses.replace(method, make_strategy=strategy)
 

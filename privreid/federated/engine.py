@@ -190,7 +190,7 @@ class FederatedEngine:
         check_precision(config.train.precision, self.device)  # the device's autocast (DP-SGD's rule: RunConfig.validate)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
-        self.strategy = self.method.make_strategy(config)
+        self.strategy = self.method.strategy(config)
         self.client_start = self.method.make_client_start(config) if self.method.make_client_start else None
         # round observers (the privacy ledger): settings checked against the federation before anything is written
         self.observers: list[Any] = plan.observers(self.clients, self.clients_per_round())
@@ -444,7 +444,7 @@ class FederatedEngine:
         started = time.time()
         rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                               total=t.rounds, enabled=self.progress)
-        with cuda_speedups(self.device):
+        with cuda_speedups(self.device, t.cudnn_benchmark):
             for r in rounds:
                 if not self.run_round(r):
                     break

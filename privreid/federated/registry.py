@@ -34,9 +34,14 @@ class Method:
         policy: which state keys are shared / local (or ``config -> policy``
             when method options change it, as SKA's ablations do).
         make_client_update: ``config -> callable(ClientContext) -> metrics``.
-        make_strategy: ``config -> Strategy``: what each client receives
-            (``Strategy.configure``; default: the global state) and how the
-            server combines the uploads (``Strategy.aggregate``).
+        make_strategy: ``(config, model_config) -> Strategy``: what each
+            client receives (``Strategy.configure``; default: the global
+            state) and how the server combines the uploads
+            (``Strategy.aggregate``).  ``model_config`` is the clients'
+            network, :meth:`model_config` of the method the run trains
+            (its defences' model transforms included: DP-SGD's group_norm),
+            for a server that runs the uploaded states (FedPav-KD/CC); build
+            the strategy with :meth:`strategy`, which passes it.
         has_global_model: whether the run produces a global model (standalone
             training does not; its clients' models are evaluated instead).
         communicates: whether rounds involve client-server transfers (False
@@ -115,7 +120,7 @@ class Method:
     summary: str
     policy: ParameterPolicy | Callable[[RunConfig], ParameterPolicy]
     make_client_update: Callable[[RunConfig], Callable]
-    make_strategy: Callable[[RunConfig], Strategy]
+    make_strategy: Callable[[RunConfig, dict[str, Any]], Strategy]
     has_global_model: bool = True
     communicates: bool = True
     prepare_clients: Callable[[list[ClientData]], list[ClientData]] | None = None
@@ -156,6 +161,10 @@ class Method:
         return {"arch": m.arch, "num_classes": 0, "neck": m.neck, "feat_dim": m.feat_dim, "last_stride": m.last_stride,
                 **({"dropout": m.dropout} if m.dropout else {}),
                 "transforms": [make_transform(t).to_config() for t in self.model_transforms_for(config)]}
+
+    def strategy(self, config: RunConfig) -> Strategy:
+        """The server strategy under ``config``: :attr:`make_strategy` given this method's :meth:`model_config`."""
+        return self.make_strategy(config, self.model_config(config))
 
     def adding_model_transforms(self, *transforms: Any) -> Method:
         """This method with ``transforms`` after its own model transforms (a defence's ``wrap``: DP-SGD's group_norm)."""

@@ -43,7 +43,7 @@ class TrimmedMean(Strategy):
         return RoundResult(out)
 
 
-def make_strategy(config) -> TrimmedMean:
+def make_strategy(config, model_config) -> TrimmedMean:
     trim = FEDTRIM.option(config, "trim")
     if trim < 0:
         raise ConfigError(f"fedtrim option trim must be >= 0, got {trim}")

@@ -111,7 +111,7 @@ class ClientDP(Defence):
 
         if not method.communicates or not method.has_global_model:
             return "n/a (no model is shared between clients)"
-        strategy = method.make_strategy(RunConfig(train=TrainConfig(method=method.name)))
+        strategy = method.strategy(RunConfig(train=TrainConfig(method=method.name)))
         if type(strategy) not in REPLACEABLE:
             return f"no (its server aggregates with {type(strategy).__name__})"
         return "yes"

@@ -38,7 +38,7 @@ register(
         summary="centralised ERM over the union of the clients' data (ES protocol)",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config, model_config: DataVolumeAverage(),
         communicates=False,
         prepare_clients=pool_clients,
     )

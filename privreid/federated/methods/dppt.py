@@ -518,7 +518,7 @@ DPPT = register(
                 "upload per-identity feature centres (a per-person template)",
         policy=lambda config: EVERYTHING_SHARED if settings_for(config).shared_classifier else CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
-        make_strategy=lambda config: DPPTAggregate(),
+        make_strategy=lambda config, model_config: DPPTAggregate(),
         needs_per_client_uploads=False,
         exchanges_extras=lambda config: settings_for(config).mrb,  # the class centres (Eq. 3-5)
         make_prepare_clients=lambda config: global_label_clients if settings_for(config).shared_classifier else None,

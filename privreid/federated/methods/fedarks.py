@@ -235,7 +235,7 @@ def _option(config, name: str, lo: float, hi: float) -> float:
     return value
 
 
-def _make_strategy(config) -> KnowledgeSelection:
+def _make_strategy(config, model_config) -> KnowledgeSelection:
     return KnowledgeSelection(beta=_option(config, "beta", 0.0, math.inf),
                               epsilon=_option(config, "epsilon", 0.0, math.inf))
 

@@ -51,7 +51,7 @@ FEDAVG = register(
         summary="FedAvg+D (McMahan et al. 2017) with local classifiers; algorithmically identical to fedpav",
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config, model_config: DataVolumeAverage(),
         needs_per_client_uploads=False,
     )
 )

@@ -112,7 +112,7 @@ FEDBN = register(
         summary="FedBN+D (Li et al. 2021): norm layers and classifiers local; global eval uses their mean",
         policy=FEDBN_POLICY,
         make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config, model_config: DataVolumeAverage(),
         needs_per_client_uploads=False,
         global_eval_state=global_eval_state,
     )

@@ -126,6 +126,7 @@ import torch
 import torch.nn.functional as F
 
 from ...config import RunConfig
+from ...device import resolve_device
 from ...errors import ConfigError
 from ...models import ReIDModel, build_from_config
 from ...seeding import derive_seed
@@ -252,13 +253,6 @@ class ServerModel:
         self.model_kwargs = {**model_kwargs, "num_classes": 0}
         self.device = torch.device(device)
 
-    @classmethod
-    def from_config(cls, config: RunConfig) -> "ServerModel":
-        """The clients' architecture: the run's method with its defences (GroupNorm under DP-SGD)."""
-        from ..build import build_method
-
-        return cls(build_method(config).model_config(config), _device(config))
-
     def build(self) -> ReIDModel:
         """A fresh model; its random initialisation leaves the global RNG untouched."""
         with torch.random.fork_rng(devices=[]):
@@ -280,13 +274,6 @@ class ServerModel:
         out = [model(images[i:i + batch_size].to(self.device)).float().cpu()
                for i in range(0, len(images), batch_size)]
         return torch.cat(out)
-
-
-def _device(config: RunConfig) -> torch.device:
-    name = config.train.device
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 # ----------------------------------------------------------------------------- plain weighted average
@@ -465,16 +452,19 @@ def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
     return make
 
 
-def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig], Strategy]:
-    def make(config: RunConfig) -> Strategy:
+def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig, dict[str, Any]], Strategy]:
+    """The method's strategy factory; KD and CC run the uploads in the clients' network, ``model_config``
+    (the method the run trains, its defences' model transforms included: GroupNorm under DP-SGD)."""
+    def make(config: RunConfig, model_config: dict[str, Any]) -> Strategy:
         buffers = bn_buffers(config)
         if server is None:
             return WeightedAverage(weighting, buffers)
         public = load_public_set(config)
+        server_model = ServerModel(model_config, resolve_device(config.train.device))
         if server == "kd":
-            return DistilledAverage(weighting, ServerModel.from_config(config), public.images, **kd_settings(config),
+            return DistilledAverage(weighting, server_model, public.images, **kd_settings(config),
                                     bn_buffers=buffers)
-        return ClusteredAverage(weighting, ServerModel.from_config(config), public.head(public_batch_size(config)),
+        return ClusteredAverage(weighting, server_model, public.head(public_batch_size(config)),
                                 buffers)
 
     return make

@@ -136,7 +136,7 @@ FEDPROX = register(
         summary="FedProx+D (Li et al. 2020): local loss + (mu/2)||w - w_global||^2 on shared weights",
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config, model_config: DataVolumeAverage(),
         needs_per_client_uploads=False,
         options=FedProxOptions,
     )

@@ -180,7 +180,7 @@ MOON = register(
         summary="MOON+D (Li et al. 2021): local loss + mu * model-contrastive loss on the retrieval feature",
         policy=CLASSIFIER_LOCAL,
         make_client_update=make_client_update,
-        make_strategy=lambda config: DataVolumeAverage(),
+        make_strategy=lambda config, model_config: DataVolumeAverage(),
         needs_per_client_uploads=False,
         options=MoonOptions,
     )

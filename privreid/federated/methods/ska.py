@@ -148,7 +148,7 @@ def options_from_config(config) -> SKAOptions:
 WEIGHTINGS = {"uniform": UniformAverage, "volume": DataVolumeAverage}
 
 
-def make_strategy(config) -> Strategy:
+def make_strategy(config, model_config) -> Strategy:
     """Alg. 1 line 6: the uniform mean, or FedAvg's data-volume average (``weighting=volume``)."""
     weighting = SKA.option(config, "weighting")
     if weighting not in WEIGHTINGS:

@@ -18,7 +18,7 @@ register(
         summary="each client trains alone on its own data; nothing is shared",
         policy=NOTHING_SHARED,
         make_client_update=SupervisedUpdate,
-        make_strategy=lambda config: KeepGlobal(),
+        make_strategy=lambda config, model_config: KeepGlobal(),
         has_global_model=False,
         communicates=False,
     )

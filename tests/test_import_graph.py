@@ -1,0 +1,56 @@
+"""Which modules may import which (docs/architecture.md): read from the sources with ``ast``, nothing imported."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "privreid"
+
+
+def module_name(path: Path) -> str:
+    """``privreid.a.b`` for ``privreid/a/b.py`` (``privreid.a`` for ``privreid/a/__init__.py``)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at its top or inside a function, relative imports resolved.
+
+    ``from X import Y`` counts as both ``X`` and ``X.Y`` (``Y`` may be a submodule).
+    """
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else node.module
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def modules_under(folder: str) -> list[Path]:
+    return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+def importers(folder: str, target: str) -> list[str]:
+    """The modules under ``folder`` that import ``target`` or a module below it."""
+    return [module_name(path) for path in modules_under(folder)
+            if any(m == target or m.startswith(target + ".") for m in imported_modules(path))]
+
+
+def test_the_reader_resolves_relative_imports():
+    path = PACKAGE / "federated" / "methods" / "fedpav_variants.py"
+    found = imported_modules(path)
+    assert {"privreid.federated.strategy", "privreid.config", "privreid.federated.methods.fedpav", "torch"} <= found
+    assert importers("federated/methods", "privreid.federated.registry")  # every method registers itself
+
+
+def test_no_method_imports_the_composition_root():
+    """A method gets what it needs (the clients' model config) from its factory's arguments, never from
+    ``federated/build.py``, which composes methods with defences (issue 28, section 4)."""
+    assert modules_under("federated/methods")
+    assert importers("federated/methods", "privreid.federated.build") == []
