@@ -21,7 +21,7 @@ Krum assumes ``f = 2`` (the malicious count); Bulyan needs ``n >= 4f + 3``,
 so with 9 clients it assumes ``f = 1``; the trimmed mean cuts 25 % per side
 (2 of 9); norm bounding and the scaled attack run at their defaults.
 
-    OMP_NUM_THREADS=1 python benchmarks/poisoning_table.py --out runs/poisoning      # ~10 minutes, 1 CPU core
+    OMP_NUM_THREADS=1 python benchmarks/poisoning_table.py --out runs/poisoning      # ~16 minutes, 1 CPU core
     python benchmarks/poisoning_table.py --smoke --data TINY_SYNTH --out DIR          # the test's tiny version
 
 Images are rendered at 64x32 and trained on at 32x16.
@@ -51,7 +51,7 @@ from privreid.federated.engine import FederatedEngine
 
 MALICIOUS = 2
 BATCH, LR = 8, 0.05
-#: the table's data: small enough for 40 runs in about 10 minutes on one core
+#: the table's data: small enough for its 41 trainings in about 16 minutes on one core
 SYNTH = SynthConfig(num_domains=3, ids_per_domain=36, test_ids_per_domain=20, cams_per_domain=4,
                     images_per_id_per_cam=3, height=64, width=32, distractors=10, junk=0)
 #: row label -> ``train.adversary`` (without ``malicious``)
