@@ -104,3 +104,34 @@ def test_cuda_augmentation_draws_the_cpu_parameters(client, config):
     for a, b in zip(on_cuda, on_cpu):
         assert a.is_cuda and a.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(a.cpu(), b, rtol=0, atol=1e-6)
+
+
+def test_cuda_speedups_follow_the_switch_and_leave_other_devices_alone():
+    """cuDNN's autotuner is on during training on CUDA unless ``train.cudnn_benchmark`` is off; never elsewhere.
+    (Setting the flag needs no GPU.)"""
+    from privreid.config import TrainConfig
+    from privreid.precision import cuda_speedups
+
+    assert TrainConfig().cudnn_benchmark and TrainConfig().channels_last  # default on (for CUDA only)
+    before = torch.backends.cudnn.benchmark
+    for device, enabled, inside in (("cuda", True, True), ("cuda", False, before), ("cpu", True, before)):
+        with cuda_speedups(device, enabled):
+            assert torch.backends.cudnn.benchmark is inside
+        assert torch.backends.cudnn.benchmark is before
+
+
+def test_channels_last_has_no_effect_on_the_cpu(client, config):
+    loader = client_loader(client, config, 0)
+    images, _, _ = next(iter(loader))
+    torch.manual_seed(0)
+    plain = to_device(images, "cpu", loader.dataset.augmentation(), channels_last=False)
+    torch.manual_seed(0)
+    switched = to_device(images, "cpu", loader.dataset.augmentation(), channels_last=True)
+    assert torch.equal(plain, switched) and plain.stride() == switched.stride() == plain.contiguous().stride()
+
+
+@needs_cuda
+def test_channels_last_switch_on_cuda(client, config):
+    images, _, _ = next(iter(client_loader(client, config, 0)))
+    assert to_device(images, "cuda").is_contiguous(memory_format=torch.channels_last)
+    assert to_device(images, "cuda", channels_last=False).is_contiguous()

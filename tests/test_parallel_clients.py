@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pickle
 
+import numpy as np
 import pytest
 import torch
+from flwr.app import Array
 
 from badinput import BadInput, check_refused
 from conftest import kill_in_round, tiny_config
@@ -24,7 +27,8 @@ from privreid.federated.engine import FederatedEngine
 from privreid.models.reid_net import CLASSIFIER_PREFIX
 from privreid.flower.loopback import LoopbackGrid
 from privreid.flower.messages import FlowerRunError, UPLOAD
-from privreid.flower.simulation import ParallelEngine, client_app, worker_engine
+from privreid.flower.simulation import (PUSHED_PER_WORKER, ParallelEngine, client_app, send_arrays_out_of_band,
+                                       worker_engine)
 
 #: the tests that start Ray (``pip install 'privreid[simulation]'``)
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
@@ -80,13 +84,14 @@ def assert_same_run(a, b):
         assert all(torch.equal(state[k], cb["client_states"][name][k]) for k in state)
 
 
-def test_uploads_fold_in_selection_order_with_at_most_k_in_flight(tiny_synth, tmp_path):
-    """Replies that come back newest first still give the sequential engine's run, bit for bit."""
+def test_uploads_fold_in_selection_order_with_at_most_2k_pushed(tiny_synth, tmp_path):
+    """Replies that come back newest first still give the sequential engine's run, bit for bit; the server keeps
+    at most ``2K`` messages out (``K`` training, ``K`` queued behind them): 2 of the 3 clients for ``K = 1``."""
     cfg = tiny_config(tiny_synth, rounds=2, client_memory="full")
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "seq", progress=False).run()
     worker_engine.cache_clear()
-    engine, _ = inline_run(cfg, tmp_path / "par", 2, order=max)
-    assert engine.grid.most_in_flight == 2
+    engine, _ = inline_run(cfg, tmp_path / "par", 1, order=max)
+    assert engine.grid.most_in_flight == PUSHED_PER_WORKER * 1 == 2
     assert_same_run(tmp_path / "seq", tmp_path / "par")
 
 
@@ -101,6 +106,21 @@ def test_the_privacy_gate_refuses_a_local_key_in_an_upload(tiny_synth, tmp_path)
     with pytest.raises(FlowerRunError, match=r"uploaded a \(6, 32\) matrix .classifier.weight."):
         inline_run(cfg, tmp_path / "par", 2, tamper=smuggle)
     assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+@needs_ray
+def test_arrays_cross_ray_out_of_band_and_unchanged():
+    """Ray's pickler hands a Flower Array's bytes over as an out-of-band buffer, not inside the pickle."""
+    import ray.cloudpickle
+
+    send_arrays_out_of_band()
+    array = Array(np.arange(10_000, dtype=np.float32).reshape(100, 100))
+    buffers = []
+    payload = ray.cloudpickle.dumps(array, protocol=5, buffer_callback=buffers.append)
+    assert [b.raw().nbytes for b in buffers] == [len(array.data)] and len(payload) < 1000
+    copy = pickle.loads(payload, buffers=buffers)
+    assert (copy.dtype, copy.shape, copy.stype, copy.data) == (array.dtype, array.shape, array.stype, array.data)
+    assert np.array_equal(copy.numpy(), array.numpy())
 
 
 @pytest.mark.parametrize("k, says", [("0", "--parallel-clients must be >= 1"),

@@ -207,7 +207,8 @@ class SupervisedUpdate:
                                desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False, enabled=ctx.progress)
             augment = loader.dataset.augmentation() if isinstance(loader.dataset, ImageDataset) else None
             for step, (images, labels, _) in enumerate(bar):
-                images, labels = to_device(images, ctx.device, augment), labels.to(ctx.device)
+                images, labels = (to_device(images, ctx.device, augment, channels_last=t.channels_last),
+                                  labels.to(ctx.device))
                 ctx.images = images
                 with autocast(t.precision, ctx.device):
                     pre_neck, feat, logits = self.forward(ctx, images)
