@@ -10,6 +10,7 @@ same result.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import pickle
@@ -23,8 +24,10 @@ from badinput import BadInput, check_refused
 from conftest import kill_in_round, tiny_config
 from privreid.checkpoint import load_checkpoint
 from privreid.data.catalog import federation_for_config
+from privreid.federated import memory_store
 from privreid.federated.engine import FederatedEngine
 from privreid.models.reid_net import CLASSIFIER_PREFIX
+from privreid.flower import simulation
 from privreid.flower.loopback import LoopbackGrid
 from privreid.flower.messages import FlowerRunError, UPLOAD
 from privreid.flower.simulation import (PUSHED_PER_WORKER, ParallelEngine, client_app, send_arrays_out_of_band,
@@ -105,6 +108,28 @@ def test_the_privacy_gate_refuses_a_local_key_in_an_upload(tiny_synth, tmp_path)
 
     with pytest.raises(FlowerRunError, match=r"uploaded a \(6, 32\) matrix .classifier.weight."):
         inline_run(cfg, tmp_path / "par", 2, tamper=smuggle)
+    assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+def test_a_failed_memory_write_fails_the_workers_next_client_and_stops_the_run(tiny_synth, tmp_path, monkeypatch):
+    """A worker writes a client's memory after its reply; the write failing fails the worker's next client."""
+    def disk_full(data, directory, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(memory_store, "save_memory_file", disk_full)
+    worker_engine.cache_clear()
+    with pytest.raises(FlowerRunError, match=r"client synth\w failed: .*No space left on device"):
+        inline_run(tiny_config(tiny_synth, rounds=1), tmp_path / "par", 2)
+    assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+def test_a_memory_file_that_never_lands_stops_the_run_before_its_checkpoint(tiny_synth, tmp_path, monkeypatch):
+    """The server evaluates and checkpoints a round only once the memory files its workers write are on disk."""
+    monkeypatch.setattr(memory_store, "save_memory_file", lambda data, directory, file: None)
+    monkeypatch.setattr(simulation, "MEMORY_FILE_TIMEOUT_S", 0.05)
+    worker_engine.cache_clear()
+    with pytest.raises(FlowerRunError, match=r"client memory file synth\w\.r1\.pt was not written within 0\.05 s"):
+        inline_run(tiny_config(tiny_synth, rounds=1), tmp_path / "par", 2)
     assert not (tmp_path / "par" / "ckpt.pt").exists()
 
 

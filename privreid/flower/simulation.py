@@ -74,8 +74,7 @@ from ..data.catalog import federation_for_config
 from ..data.types import ClientData, Federation
 from ..errors import ConfigError
 from ..federated.engine import FederatedEngine, RoundInbox
-from ..federated.memory_store import (load_memory_file, memory_file_name, memory_file_path,
-                                       save_memory_file)
+from ..federated.memory_store import ClientMemories
 from ..federated.strategy import Upload
 from ..pickle_scan import safe_torch_load
 from ..plugins import load_plugins
@@ -91,6 +90,8 @@ POLL_S = 0.005
 PUSHED_PER_WORKER = 2
 #: how long the server waits for the simulation to register its SuperNodes, in seconds
 NODES_TIMEOUT_S = 120.0
+#: how long the server waits for a memory file a worker writes after its reply, in seconds
+MEMORY_FILE_TIMEOUT_S = 120.0
 
 
 def check_parallel_clients(parallel_clients: int, clients_per_round: int) -> None:
@@ -149,9 +150,7 @@ def send_arrays_out_of_band() -> None:
 
 # ----------------------------------------------------------------------------- the worker side
 class WorkerEngine(FederatedEngine):
-    """The run's engine in a Ray worker: trains the clients it is sent; writes nothing."""
-
-    client_memory_on_disk = False
+    """The run's engine in a Ray worker: trains the clients it is sent; writes only their memory files."""
 
     def __init__(self, config: RunConfig):
         super().__init__(config, federation_for_config(config), tempfile.gettempdir(), progress=False,
@@ -179,20 +178,15 @@ def train(msg: Message, context: Context) -> Message:
     engine = worker_engine(str(run["config"]))
     client = engine.by_name[str(run["client"])]
     local, memory_file = unpack_client_state(msg.content.config_records[CLIENT_STATE])
-    memory_dir = Path(str(run["memory-dir"]))
-    engine.client_states.clear()
-    engine.client_memory.clear()
-    if local is not None:
-        engine.client_states[client.name] = local
-    engine.client_memory[client.name] = (load_memory_file(memory_file_path(memory_dir, memory_file))
-                                         if memory_file else {})
     round_index = int(run["round"])
+    engine.client_states = {} if local is None else {client.name: local}
+    engine.client_memory.wait()  # the last client's memory is on disk: a failed write fails this message
+    # the client's memory as the sequential engine keeps it: read from its file when used, and written, if it
+    # changed, to this round's file on the process's writing thread (the server waits for it: ParallelEngine)
+    engine.client_memory = ClientMemories(Path(str(run["memory-dir"])), {client.name: memory_file})
+    engine.client_memory.round = round_index + 1
     upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
-    memory = engine.client_memory[client.name]
-    memory_file = memory_file_name(client.name, round_index + 1) if memory else None
-    if memory_file:  # as the sequential engine spills it: the file of this round, which the next checkpoint names
-        memory_dir.mkdir(parents=True, exist_ok=True)
-        save_memory_file(dict(memory), memory_dir, memory_file)
+    memory_file = engine.client_memory.flush(wait=False)[client.name]
     content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics),
                           CLIENT_STATE: pack_client_state(engine.client_states[client.name], memory_file)})
     if upload.reports:  # DP-SGD's accountant, for the server's privacy ledger
@@ -220,6 +214,8 @@ class ParallelEngine(FederatedEngine):
         self.node_of: dict[str, int] = {}
         self.shared_shapes = {k: tuple(v.shape) for k, v in self.policy.shared(self.init_state).items()}
         self.ledger = ledger_keys(config)
+        #: this round's memory files that workers may still be writing (:meth:`await_memory_files`)
+        self.memory_files_due: list[str] = []
 
     def backend_config(self) -> dict[str, Any]:
         """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients.
@@ -305,12 +301,40 @@ class ParallelEngine(FederatedEngine):
         local, memory_file = unpack_client_state(content.config_records[CLIENT_STATE])
         self.client_states[client.name] = local
         self.client_memory.adopt(client.name, memory_file)
+        if memory_file:
+            self.memory_files_due.append(memory_file)
         del content[CLIENT_STATE]
         check_reply(reply, kind="train", shared_shapes=self.shared_shapes, model_keys=set(self.init_state),
                     ledger=self.ledger)
         ledger = content.array_records.get(LEDGER)
         return Upload(client.name, record_to_state(content.array_records[UPLOAD]), client.num_samples,
                       dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
+
+    def await_memory_files(self) -> None:
+        """Block until every memory file adopted this round is on disk.
+
+        A worker writes the file after its reply (while the server folds the
+        upload, as the sequential engine writes it while the next client
+        trains), to a temporary sibling renamed when complete: a file that
+        exists is whole.  :class:`FlowerRunError` if one is still missing after
+        :data:`MEMORY_FILE_TIMEOUT_S` (its worker failed or stopped; a worker
+        that goes on reports its failed write with its next client).
+        """
+        deadline = time.monotonic() + MEMORY_FILE_TIMEOUT_S
+        while self.memory_files_due:
+            if (self.client_memory.directory / self.memory_files_due[-1]).exists():
+                self.memory_files_due.pop()
+            elif time.monotonic() > deadline:
+                raise FlowerRunError(f"client memory file {self.memory_files_due[-1]} was not written within "
+                                     f"{MEMORY_FILE_TIMEOUT_S:g} s of its client's reply")
+            else:
+                time.sleep(POLL_S)
+
+    def finish_round(self, round_index: int, inbox: RoundInbox, down_bytes: int) -> None:
+        """The engine's part of the round (evaluation reads client memories, the checkpoint names their files),
+        once the round's memory files are on disk."""
+        self.await_memory_files()
+        super().finish_round(round_index, inbox, down_bytes)
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """Keep up to :attr:`messages_out` selected clients' messages out (``K`` training, the rest queued); fold
