@@ -16,8 +16,8 @@ retrieval attack; ``docs/extending.md``), each a :class:`privreid.registry.Regis
 with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 ``origin``): ``FORMATS`` / ``register_format`` / ``available_formats``
 (:mod:`privreid.data.formats`), ``METHODS`` / ``register_method`` /
-``available_methods`` (:mod:`privreid.federated.registry`), ``DEFENCES`` /
-``register_defence`` / ``available_defences`` (:mod:`privreid.defenses.registry`),
+``available_methods`` (:mod:`privreid.federated.registry`), ``DEFENSES`` /
+``register_defense`` / ``available_defenses`` (:mod:`privreid.defenses.registry`),
 ``MODEL_TRANSFORMS`` / ``register_transform`` (:mod:`privreid.models.transforms`),
 ``INVERSION_ATTACKS`` / ``register_inversion_attack`` and ``THREATS`` /
 ``register_threat`` (:mod:`privreid.attacks.inversion`), ``RETRIEVAL_ATTACKS`` /
@@ -28,6 +28,7 @@ torchattacks).
 import logging
 
 from privreid.lazy import lazy_exports
+from privreid.renamed import renamed_names
 
 __version__ = "0.1.0"
 
@@ -71,11 +72,11 @@ _PUBLIC = {
     "register_method": ("privreid.federated.registry", "register"),
     "available_methods": ("privreid.federated.registry", "available_methods"),
     "get_method": ("privreid.federated.registry", "get_method"),
-    "DEFENCES": ("privreid.defenses.registry", "DEFENCES"),
-    "Defence": ("privreid.defenses.registry", "Defence"),
-    "register_defence": ("privreid.defenses.registry", "register"),
-    "available_defences": ("privreid.defenses.registry", "available_defences"),
-    "get_defence": ("privreid.defenses.registry", "get_defence"),
+    "DEFENSES": ("privreid.defenses.registry", "DEFENSES"),
+    "Defense": ("privreid.defenses.registry", "Defense"),
+    "register_defense": ("privreid.defenses.registry", "register"),
+    "available_defenses": ("privreid.defenses.registry", "available_defenses"),
+    "get_defense": ("privreid.defenses.registry", "get_defense"),
     "MODEL_TRANSFORMS": ("privreid.models.transforms", "TRANSFORMS"),
     "ModelTransform": ("privreid.models.transforms", "ModelTransform"),
     "register_transform": ("privreid.models.transforms", "register_transform"),
@@ -89,4 +90,8 @@ _PUBLIC = {
 
 __all__ = ["__version__", *_PUBLIC]
 
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+_lazy_getattr, __dir__ = lazy_exports(__name__, _PUBLIC)
+#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
+__getattr__ = renamed_names(__name__, {
+    "DEFENCES": "DEFENSES", "Defence": "Defense", "register_defence": "register_defense",
+    "available_defences": "available_defenses", "get_defence": "get_defense"}, fallback=_lazy_getattr)

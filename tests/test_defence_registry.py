@@ -18,8 +18,8 @@ from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData
 from privreid.defenses import PrivacyLedger, apply_defenses
-from privreid.defenses.robust_defences import SERVER_DEFENCES
-from privreid.defenses.registry import DEFENCES, available_defences, defences, enabled_defences, get_defence
+from privreid.defenses.robust_defenses import SERVER_DEFENSES
+from privreid.defenses.registry import DEFENSES, available_defenses, defenses, enabled_defenses, get_defense
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.registry import available_methods, get_method
@@ -29,8 +29,8 @@ from conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the built-in privacy defences (the server's defences against poisoning have their own tests: test_robust_aggregation)
-BUILTINS = [d.name for d in defences() if DEFENCES.origin(d.name) == BUILT_IN and d.name not in
-            {s.name for s in SERVER_DEFENCES}]
+BUILTINS = [d.name for d in defenses() if DEFENSES.origin(d.name) == BUILT_IN and d.name not in
+            {s.name for s in SERVER_DEFENSES}]
 
 
 # --------------------------------------------------------------------------- the engine names no defence
@@ -63,13 +63,13 @@ def test_the_baselines_are_method_modules_like_the_others():
 
 # --------------------------------------------------------------------------- registry and composition
 def test_builtins_are_registered_in_composition_order():
-    order = available_defences()
+    order = available_defenses()
     assert BUILTINS == [d for d in order if d in BUILTINS]
     # DP-SGD innermost, secure aggregation outside the privacy defences, so they run on the secure sum
     assert order[0] == "dp-sgd" and order.index("client-dp") < order.index("beta") < order.index("secure-aggregation")
     cfg = RunConfig(train=TrainConfig(client_dp=True, clip=1.0, noise_multiplier=1.0, beta=0.1,
                                       secure_aggregation=True))
-    assert [d.name for d in enabled_defences(cfg)] == ["client-dp", "beta", "secure-aggregation"]
+    assert [d.name for d in enabled_defenses(cfg)] == ["client-dp", "beta", "secure-aggregation"]
 
     def chain(config):
         strategy, out = apply_defenses(get_method("fedpav"), config).strategy(config), []
@@ -84,10 +84,10 @@ def test_builtins_are_registered_in_composition_order():
 
 
 def test_defences_configured_by_name_are_checked():
-    with pytest.raises(ConfigError, match=f"unknown defence 'nope'; choose one of: {', '.join(DEFENCES)}$"):
-        enabled_defences(RunConfig(train=TrainConfig(defenses={"nope": {}})))
+    with pytest.raises(ConfigError, match=f"unknown defence 'nope'; choose one of: {', '.join(DEFENSES)}$"):
+        enabled_defenses(RunConfig(train=TrainConfig(defenses={"nope": {}})))
     with pytest.raises(ConfigError, match=r"'dp-sgd' is configured by its own settings \(--dp-sgd"):
-        enabled_defences(RunConfig(train=TrainConfig(defenses={"dp-sgd": {}})))
+        enabled_defenses(RunConfig(train=TrainConfig(defenses={"dp-sgd": {}})))
 
 
 def test_an_empty_defences_field_leaves_the_saved_configuration_as_it_was():
@@ -197,7 +197,7 @@ def check_contract(defence, cfg, tmp_path):
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_every_builtin_defence_keeps_the_contract(name, tiny_synth, tmp_path):
-    defence = get_defence(name)
+    defence = get_defense(name)
     cfg = _enabling(defence, tiny_synth)
     clients = federation_for_config(cfg).clients
     try:
@@ -211,7 +211,7 @@ def test_every_builtin_defence_keeps_the_contract(name, tiny_synth, tmp_path):
 def test_the_support_matrix_is_declared_for_every_method_and_defence():
     for method_name in available_methods():
         method = get_method(method_name)
-        for defence in defences():
+        for defence in defenses():
             entry = defence.supports(method)
             assert entry == "yes" or entry.startswith(("yes (", "no (", "n/a (")), (method_name, defence.name, entry)
             assert "undeclared" not in entry, (method_name, defence.name)
@@ -219,7 +219,7 @@ def test_the_support_matrix_is_declared_for_every_method_and_defence():
 
 @pytest.mark.parametrize("name", ["dp-sgd", "client-dp", "secure-aggregation"])
 def test_the_support_matrix_agrees_with_what_the_wrapper_refuses(name, tiny_synth):
-    defence = get_defence(name)
+    defence = get_defense(name)
     for method_name in available_methods():
         cfg = _enabling(defence, tiny_synth, method=method_name)
         supported = defence.supports(get_method(method_name)).startswith("yes")
@@ -239,5 +239,5 @@ def test_privreid_methods_prints_the_matrix():
     lines = res.output.splitlines()
     for method_name in available_methods():
         i = next(i for i, line in enumerate(lines) if line.startswith(method_name + " "))
-        rows = [line.strip() for line in lines[i + 1:i + 1 + len(defences())]]
-        assert rows == [f"{d.name}: {d.supports(get_method(method_name))}" for d in defences()], method_name
+        rows = [line.strip() for line in lines[i + 1:i + 1 + len(defenses())]]
+        assert rows == [f"{d.name}: {d.supports(get_method(method_name))}" for d in defenses()], method_name

@@ -87,10 +87,10 @@ def test_the_public_api_resolves_every_name_lazily():
 
 @pytest.fixture()
 def rounding():
-    from privreid.defenses.registry import get_defence, unregister
+    from privreid.defenses.registry import get_defense, unregister
 
     exec(example("A defence"), {})
-    yield get_defence("rounding")
+    yield get_defense("rounding")
     unregister("rounding")
 
 

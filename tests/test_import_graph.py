@@ -54,3 +54,49 @@ def test_no_method_imports_the_composition_root():
     ``federated/build.py``, which composes methods with defences (issue 28, section 4)."""
     assert modules_under("federated/methods")
     assert importers("federated/methods", "privreid.federated.build") == []
+
+
+def engine_names(folder: str) -> dict[str, set[str]]:
+    """``{module: names it imports from privreid.federated.engine}`` for the modules under ``folder``."""
+    out = {}
+    for path in modules_under(folder):
+        names = {m.rpartition(".")[2] for m in imported_modules(path) if m.startswith("privreid.federated.engine.")}
+        if names or "privreid.federated.engine" in imported_modules(path):
+            out[module_name(path)] = names
+    return out
+
+
+def test_evaluation_attacks_and_audits_go_through_the_engine_only_where_docs_say():
+    """docs/architecture.md, "Layers": evaluation, corruptions and reporting never import the engine; attacks read
+    only its client-selection rule; the audits that train (server views' replay, LiRA shadows, DP-audit canary
+    runs) run it."""
+    for folder in ("evaluation", "corruptions", "reporting"):
+        assert engine_names(folder) == {}, folder
+        assert importers(folder, "privreid.federated.build") == [], folder
+    assert engine_names("attacks") == {"privreid.attacks.inversion.aggregate": {"selection_size"}}
+    assert set(engine_names("auditing")) == {"privreid.auditing.views", "privreid.auditing.shadows",
+                                             "privreid.auditing.dp_audit"}
+
+
+def test_only_the_composition_root_composes_defences_and_the_cli_names_only_what_docs_say():
+    """docs/architecture.md, "Layers": training composes defences only in federated/build.py; the CLI and the
+    Flower apps import from privreid.defenses only the support matrix, the enabled defences' ledger keys and
+    secure aggregation's transport checks."""
+    composers = [module_name(p) for p in PACKAGE.rglob("*.py") if "privreid.defenses.apply_defenses"
+                 in imported_modules(p) and not module_name(p).startswith("privreid.defenses")]
+    assert composers == ["privreid.federated.build"]
+    named = {}
+    for folder in ("commands", "flower", "secagg"):
+        for path in modules_under(folder):
+            names = sorted(m for m in imported_modules(path) if m.startswith("privreid.defenses."))
+            if names:
+                named[module_name(path)] = names
+    assert named == {
+        "privreid.commands.flower": ["privreid.defenses.secure_aggregation",
+                                     "privreid.defenses.secure_aggregation.check_secure_aggregation"],
+        "privreid.commands.methods": ["privreid.defenses.registry", "privreid.defenses.registry.defenses"],
+        "privreid.flower.messages": ["privreid.defenses.registry", "privreid.defenses.registry.enabled_defenses"],
+        "privreid.secagg.flower": ["privreid.defenses.secure_aggregation",
+                                   "privreid.defenses.secure_aggregation.AggregatedUpload",
+                                   "privreid.defenses.secure_aggregation.round_parameters"],
+    }

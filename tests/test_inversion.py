@@ -10,7 +10,7 @@ from torch import nn
 from privreid.attacks.inversion import (
     InversionSettings,
     bias_sign_label,
-    defence_as_trained,
+    defense_as_trained,
     defend_gradient,
     idlg_label,
     matched_sign_label,
@@ -18,7 +18,7 @@ from privreid.attacks.inversion import (
     observe,
     reconstruct,
 )
-from privreid.attacks.inversion.defences import Defence, noisy_download
+from privreid.attacks.inversion.defenses import Defense, noisy_download
 from privreid.attacks.inversion.optimise import gradient_distance, matched_names
 from privreid.attacks.inversion.report import filtered_views, image_metrics, score
 from privreid.attacks.inversion.threat_models import (
@@ -257,12 +257,12 @@ def test_defended_observation_differs_by_the_noise_scale(tiny_model):
     model, shared = tiny_model
     x = subject(4)
     clean = observe(model, x, 0, threat="full", shared=shared, loss_fn=identity_loss())
-    noisy = observe(model, x, 0, threat="full", shared=shared, loss_fn=identity_loss(), defence=Defence(beta=0.05),
+    noisy = observe(model, x, 0, threat="full", shared=shared, loss_fn=identity_loss(), defense=Defense(beta=0.05),
                     generator=torch.Generator().manual_seed(0))
     diff = torch.cat([(noisy.grads[k] - clean.grads[k]).flatten() for k in clean.grads])
     assert abs(float(diff.std()) - 0.05) < 0.002
     clipped = observe(model, x, 0, threat="full", shared=shared, loss_fn=identity_loss(),
-                      defence=Defence(clip_norm=1e-3))
+                      defense=Defense(clip_norm=1e-3))
     assert float(torch.sqrt(sum((v ** 2).sum() for v in clipped.grads.values()))) == pytest.approx(1e-3, rel=1e-5)
 
 
@@ -276,7 +276,7 @@ def test_download_noise_perturbs_shared_parameters_only(tiny_model):
     for (n, b), (_, a) in zip(model.named_buffers(), victim.named_buffers()):
         assert torch.equal(a, b), n
     obs = observe(model, subject(), 0, threat="full", shared=shared, loss_fn=identity_loss(),
-                  defence=Defence(download_beta=0.01), generator=torch.Generator().manual_seed(0))
+                  defense=Defense(download_beta=0.01), generator=torch.Generator().manual_seed(0))
     clean = client_gradient(model, subject(), 0, identity_loss())
     assert not torch.allclose(obs.grads["neck.fc.weight"], clean["neck.fc.weight"])
 
@@ -285,23 +285,23 @@ def test_defences_as_trained_follow_the_run_config():
     def cfg(**train):
         return RunConfig(train=TrainConfig(**train))
 
-    assert not defence_as_trained(cfg()).active
-    assert defence_as_trained(cfg(beta=0.1, beta_mode="upload")) == Defence(beta=0.1)
-    assert defence_as_trained(cfg(beta=0.1, beta_mode="download")) == Defence(download_beta=0.1)
-    assert defence_as_trained(cfg(beta=0.2, beta_mode="both")) == Defence(beta=0.2, download_beta=0.2)
-    assert defence_as_trained(cfg(dp_sgd=True, max_grad_norm=1.5, noise_multiplier=0.8)) == \
-        Defence(clip_norm=1.5, noise_multiplier=0.8)
-    assert defence_as_trained(cfg(dp_sgd=True, noise_multiplier=0.8)) == \
-        Defence(clip_norm=1.0, noise_multiplier=0.8)  # C defaults to 1.0
+    assert not defense_as_trained(cfg()).active
+    assert defense_as_trained(cfg(beta=0.1, beta_mode="upload")) == Defense(beta=0.1)
+    assert defense_as_trained(cfg(beta=0.1, beta_mode="download")) == Defense(download_beta=0.1)
+    assert defense_as_trained(cfg(beta=0.2, beta_mode="both")) == Defense(beta=0.2, download_beta=0.2)
+    assert defense_as_trained(cfg(dp_sgd=True, max_grad_norm=1.5, noise_multiplier=0.8)) == \
+        Defense(clip_norm=1.5, noise_multiplier=0.8)
+    assert defense_as_trained(cfg(dp_sgd=True, noise_multiplier=0.8)) == \
+        Defense(clip_norm=1.0, noise_multiplier=0.8)  # C defaults to 1.0
     # client-level DP: the server adds the noise after it has seen the clipped upload
-    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0)) == Defence(clip_norm=2.0)
+    assert defense_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0)) == Defense(clip_norm=2.0)
     # ... and with beta on top, each defence states its own part
-    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0, beta=0.1, beta_mode="both")) == \
-        Defence(beta=0.1, download_beta=0.1, clip_norm=2.0)
+    assert defense_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0, beta=0.1, beta_mode="both")) == \
+        Defense(beta=0.1, download_beta=0.1, clip_norm=2.0)
     # the sum of m = 4 uploads under secure aggregation: each client's distributed share Z / sqrt(m)
-    assert defence_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0), aggregated=4) == \
-        Defence(clip_norm=2.0, noise_multiplier=0.5)
-    assert defence_as_trained(cfg()) == Defence()
+    assert defense_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0), aggregated=4) == \
+        Defense(clip_norm=2.0, noise_multiplier=0.5)
+    assert defense_as_trained(cfg()) == Defense()
 
 
 # --------------------------------------------------------------------------- report helpers

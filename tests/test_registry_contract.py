@@ -18,7 +18,7 @@ from privreid.attacks.inversion import optimise, threat_models
 from privreid.attacks.inversion.optimise import IDLG, InversionSettings
 from privreid.attacks.inversion.threat_models import FullGradient
 from privreid.data.formats import FORMATS, DatasetFormat, format_choices, get_format
-from privreid.defenses.registry import DEFENCES, Defence, available_defences
+from privreid.defenses.registry import DEFENSES, Defense, available_defenses
 from privreid.errors import ConfigError
 from privreid.federated.policy import CLASSIFIER_LOCAL
 from privreid.federated.registry import METHODS, Method
@@ -42,7 +42,7 @@ class ToyTransform(ModelTransform):
         return model
 
 
-class ToyDefence(Defence):
+class ToyDefence(Defense):
     name = "toy-defence"
     summary = "does nothing (registry contract test)"
 
@@ -84,7 +84,7 @@ def _retrieval():
 def cases():
     return {
         "method": (lambda: METHODS, toy_method, _method_is_usable),
-        "defence": (lambda: DEFENCES, ToyDefence, _defence_is_usable),
+        "defence": (lambda: DEFENSES, ToyDefence, _defence_is_usable),
         "format": (lambda: FORMATS, toy_format, _format_is_usable),
         "transform": (lambda: TRANSFORMS, lambda: ToyTransform, _transform_is_usable),
         "inversion": (lambda: optimise.ATTACKS, ToyInversion, _inversion_is_usable),
@@ -111,7 +111,7 @@ def _defence_is_usable(entry):
 
     from privreid.cli import app
 
-    assert entry.name in available_defences()
+    assert entry.name in available_defenses()
     listing = CliRunner().invoke(app, ["methods"])
     assert f"{entry.name}: yes" in listing.output  # its row of the support matrix
 

@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_config
 from privreid.config import RunConfig, TrainConfig
 from privreid.defenses import apply_defenses
-from privreid.defenses.registry import get_defence
+from privreid.defenses.registry import get_defense
 from privreid.defenses.robust_aggregation import BoundedNorm, RobustAggregate
 from privreid.errors import ConfigError
 from privreid.federated.registry import get_method
@@ -84,7 +84,7 @@ def test_norm_bounding_clips_each_update_and_weak_dp_adds_the_stated_noise():
 def test_the_support_matrix_agrees_with_what_the_wrapper_refuses():
     from privreid.federated.registry import available_methods
 
-    defence = get_defence("robust-median")
+    defence = get_defense("robust-median")
     for name in available_methods():
         cfg = RunConfig(train=TrainConfig(method=name, defenses={"robust-median": {}}))
         supported = defence.supports(get_method(name)).startswith("yes")

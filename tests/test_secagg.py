@@ -17,7 +17,7 @@ from privreid.defenses.secure_aggregation import SecureAggregate
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import DPPTAggregate
-from privreid.defenses.registry import get_defence
+from privreid.defenses.registry import get_defense
 from privreid.federated.registry import available_methods, get_method
 from privreid.flower.messages import FlowerRunError
 from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
@@ -222,7 +222,7 @@ def test_support_matrix_is_declared_and_printed(tiny_synth):
     expected = {name: expected_support(name, tiny_synth) for name in available_methods()}
     assert set(expected.values()) == {"yes", "no", "n/a"}
     for name, want in expected.items():
-        assert get_defence("secure-aggregation").supports(get_method(name)).split(" ")[0] == want, name
+        assert get_defense("secure-aggregation").supports(get_method(name)).split(" ")[0] == want, name
     res = CliRunner().invoke(app, ["methods"])
     assert res.exit_code == 0
     lines = res.output.splitlines()
@@ -335,7 +335,7 @@ def test_invert_aggregate_without_clients_sums_the_runs_clients_per_round(fedpav
 
 
 def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
-    from privreid.attacks.inversion import NO_DEFENCE
+    from privreid.attacks.inversion import NO_DEFENSE
     from privreid.attacks.inversion.aggregate import BASE_THREAT, aggregate_observation
     from privreid.attacks.inversion.campaign import attacked_model, load_targets
     from privreid.attacks.inversion.threat_models import leak_bottleneck_feature, observe
@@ -347,7 +347,7 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
     loss_fn = identity_loss(0.1)
     single = [observe(net, images[i], i, threat=BASE_THREAT, shared=shared, loss_fn=loss_fn).grads for i in (0, 1)]
     total = aggregate_observation([(net, images[0], 0), (net, images[1], 1)], shared=shared, loss_fn=loss_fn,
-                                  defence=NO_DEFENCE,
+                                  defense=NO_DEFENSE,
                                   generator=torch.Generator())
     for k in single[0]:
         torch.testing.assert_close(total.grads[k], single[0][k] + single[1][k])
@@ -360,11 +360,11 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
 
 
 def test_client_dp_share_per_client(tiny_synth):
-    from privreid.attacks.inversion.aggregate import client_defence, parse_clients
+    from privreid.attacks.inversion.aggregate import client_defense, parse_clients
 
     cfg = tiny_config(tiny_synth, client_dp=True, clip=2.0, noise_multiplier=3.0)
-    assert client_defence(cfg, 4, True).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
-    assert client_defence(cfg, 4, True).clip_norm == 2.0 and client_defence(cfg, 4, False).clip_norm is None
+    assert client_defense(cfg, 4, True).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
+    assert client_defense(cfg, 4, True).clip_norm == 2.0 and client_defense(cfg, 4, False).clip_norm is None
     assert parse_clients(["8,1", "2"]) == [1, 2, 8]
     with pytest.raises(ConfigError, match="positive integers"):
         parse_clients(["0"])

@@ -11,7 +11,7 @@ def methods_command() -> None:
 
     Example: privreid methods
     """
-    from ..defenses.registry import defences
+    from ..defenses.registry import defenses
     from ..federated.method_options import option_defaults
     from ..federated.registry import METHODS, available_methods, get_method
     from ..plugins import listed_origin
@@ -19,8 +19,8 @@ def methods_command() -> None:
     for name in available_methods():
         method = get_method(name)
         typer.echo(f"{name:14s} {method.summary} [{listed_origin(METHODS.origin(name))}]")
-        for defence in defences():
-            typer.echo(" " * 15 + f"{defence.name}: {defence.supports(method)}")
+        for defense in defenses():
+            typer.echo(" " * 15 + f"{defense.name}: {defense.supports(method)}")
         defaults = option_defaults(method.options)
         if defaults:
             typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))

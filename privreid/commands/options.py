@@ -39,7 +39,7 @@ from .common import DATA_HELP, csv_list, parse_method_options
 
 
 #: the help panels of ``privreid train --help``, in order (each :class:`ConfigOption` names one)
-PANELS = DATA, MODEL, TRAINING, FEDERATION, DEFENCES, EVALUATION, OUTPUT = (
+PANELS = DATA, MODEL, TRAINING, FEDERATION, DEFENSES, EVALUATION, OUTPUT = (
     "Data", "Model", "Training", "Federation", "Defences", "Evaluation", "Output")
 
 
@@ -130,37 +130,37 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         cli_type=Optional[list[str]], to_config=parse_method_options, panel=FEDERATION),
     "beta": _o("train.beta",
         "FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. No formal privacy guarantee.",
-        panel=DEFENCES),
+        panel=DEFENSES),
     "beta_mode": _o("train.beta_mode",
-        "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both.", panel=DEFENCES, choices=BETA_MODES),
+        "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both.", panel=DEFENSES, choices=BETA_MODES),
     "dp_sgd": _o("train.dp_sgd", "--dp-sgd",
         "Record-level DP-SGD (Opacus) on every client: Poisson batches, per-sample clipping, Gaussian noise, "
-        "RDP accounting; BatchNorm becomes GroupNorm.", panel=DEFENCES),
+        "RDP accounting; BatchNorm becomes GroupNorm.", panel=DEFENSES),
     "client_dp": _o("train.client_dp", "--client-dp",
         "Client-level DP (DP-FedAvg): clip each client update to --clip, Gaussian noise on the uniform mean.",
-        panel=DEFENCES),
-    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z).", panel=DEFENCES),
-    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0).", panel=DEFENCES),
-    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update.", panel=DEFENCES),
+        panel=DEFENSES),
+    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z).", panel=DEFENSES),
+    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0).", panel=DEFENSES),
+    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update.", panel=DEFENSES),
     "target_epsilon": _o("train.target_epsilon",
         "DP budget: training stops before epsilon would exceed it; with --dp-sgd and no --noise-multiplier "
-        "the noise is derived from it for the planned rounds.", panel=DEFENCES),
-    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N).", panel=DEFENCES),
+        "the noise is derived from it for the planned rounds.", panel=DEFENSES),
+    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N).", panel=DEFENSES),
     "secure_aggregation": _o("train.secure_aggregation", "--secure-aggregation",
         "The server learns only the sum of each round's uploads (SecAgg+ on Flower's primitives); methods "
         "whose server reads each upload are refused (`privreid methods`). With --client-dp: distributed DP.",
-        panel=DEFENCES),
+        panel=DEFENSES),
     "secagg_shares": _o("train.secagg_shares",
-        "Secure aggregation: shares of each client's secrets (default: all clients of the round).", panel=DEFENCES),
+        "Secure aggregation: shares of each client's secrets (default: all clients of the round).", panel=DEFENSES),
     "secagg_threshold": _o("train.secagg_threshold",
-        "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares).", panel=DEFENCES),
+        "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares).", panel=DEFENSES),
     "secagg_clip": _o("train.secagg_clip",
         "Secure aggregation: clipping range of the pre-scaled update values (Flower's 8); values beyond it "
-        "are counted as saturated.", panel=DEFENCES),
+        "are counted as saturated.", panel=DEFENSES),
     "secagg_quantization": _o("train.secagg_quantization",
-        "Secure aggregation: quantisation range (Flower's 2**22).", panel=DEFENCES),
+        "Secure aggregation: quantisation range (Flower's 2**22).", panel=DEFENSES),
     "secagg_max_weight": _o("train.secagg_max_weight",
-        "Secure aggregation: public bound of a client's weight (default: the largest of the round).", panel=DEFENCES),
+        "Secure aggregation: public bound of a client's weight (default: the largest of the round).", panel=DEFENSES),
     "arch": _o("model.arch", "Backbone: resnet18, resnet34, resnet50.", panel=MODEL),
     "neck": _o("model.neck", "Neck: linear (Linear+BN embedding), bnneck, or none (the pooled trunk feature, as "
         "Wu & Gong's FedReID / SKA code retrieves).", panel=MODEL, choices=NECKS),

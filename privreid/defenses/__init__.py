@@ -37,16 +37,17 @@ from ..config import RunConfig
 from ..data.types import ClientData
 from ..federated.registry import Method
 from ..federated.strategy import Upload
-from .registry import Defence, DefenceLedger, enabled_defences, register
+from ..renamed import renamed_names
+from .registry import Defense, DefenseLedger, enabled_defenses, register
 
 #: ``server_view`` of the statement when no defence hides the uploads
 CLEAR_VIEW = "every selected client's upload (shared keys, sample count, metrics) in the clear"
 
 
 def apply_defenses(method: Method, config: RunConfig) -> Method:
-    """``method`` wrapped by every defence ``config`` enables, innermost first (:attr:`Defence.order`)."""
-    for defence in enabled_defences(config):
-        method = defence.wrap(method, config)
+    """``method`` wrapped by every defence ``config`` enables, innermost first (:attr:`Defense.order`)."""
+    for defense in enabled_defenses(config):
+        method = defense.wrap(method, config)
     return method
 
 
@@ -58,21 +59,21 @@ class PrivacyLedger:
         clients: the clients that train (after ``prepare_clients``).
         clients_per_round: ``m``, the clients sampled every round.
 
-    Every enabled defence's :meth:`~.registry.Defence.check` runs first,
+    Every enabled defence's :meth:`~.registry.Defense.check` runs first,
     outermost defence first (ConfigError for, e.g., ``delta >= 1/N``, an
     unreachable target epsilon, or a target that the first round already
-    exceeds); then each gets its :class:`~.registry.DefenceLedger`.
+    exceeds); then each gets its :class:`~.registry.DefenseLedger`.
     """
 
     #: the ``summary.json`` key of :meth:`summary`
     key = "privacy"
 
     def __init__(self, config: RunConfig, clients: list[ClientData], clients_per_round: int):
-        enabled = enabled_defences(config)
-        for defence in reversed(enabled):
-            defence.check(config, clients, clients_per_round)
+        enabled = enabled_defenses(config)
+        for defense in reversed(enabled):
+            defense.check(config, clients, clients_per_round)
         self.names: list[str] = [d.name for d in enabled]
-        self.ledgers: list[DefenceLedger] = [d.ledger(config, clients, clients_per_round) for d in enabled]
+        self.ledgers: list[DefenseLedger] = [d.ledger(config, clients, clients_per_round) for d in enabled]
         self.notes: list[str] = [note for ledger in self.ledgers for note in ledger.notes]
 
     def on_upload(self, upload: Upload) -> None:
@@ -119,5 +120,8 @@ def privacy_observers(config: RunConfig, clients: list[ClientData], clients_per_
     return [PrivacyLedger(config, clients, clients_per_round)]
 
 
-__all__ = ["CLEAR_VIEW", "Defence", "DefenceLedger", "PrivacyLedger", "apply_defenses", "privacy_observers",
+__all__ = ["CLEAR_VIEW", "Defense", "DefenseLedger", "PrivacyLedger", "apply_defenses", "privacy_observers",
            "register"]
+
+#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
+__getattr__ = renamed_names(__name__, {"Defence": "Defense", "DefenceLedger": "DefenseLedger"})

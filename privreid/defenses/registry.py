@@ -1,36 +1,36 @@
-"""Defence registry: every defence is one :class:`Defence` in one module, registered by name.
+"""Defence registry: every defence is one :class:`Defense` in one module, registered by name.
 
 A defence declares everything privreid needs to know about it, so that no
 other module names it:
 
-* whether a run asks for it (:meth:`Defence.enabled`) and its options
+* whether a run asks for it (:meth:`Defense.enabled`) and its options
   (built-in defences read their own ``TrainConfig`` fields and flags; any
   other defence reads ``TrainConfig.defenses[name]``, a dict of options
-  checked against :attr:`Defence.options`);
-* :meth:`Defence.check`: ConfigError, before anything is written, for
+  checked against :attr:`Defense.options`);
+* :meth:`Defense.check`: ConfigError, before anything is written, for
   settings it cannot run with on this federation;
-* :meth:`Defence.wrap`: the method with the defence applied (its client
+* :meth:`Defense.wrap`: the method with the defence applied (its client
   update, server strategy, download or client start wrapped);
-  :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defence.order`,
+  :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defense.order`,
   the lowest innermost;
-* :meth:`Defence.ledger`: its accounting (:class:`DefenceLedger`): notes,
+* :meth:`Defense.ledger`: its accounting (:class:`DefenseLedger`): notes,
   what it reads from each received upload, a stop reason before a round,
   ``metrics.jsonl`` records after it, its checkpointed state and its part of
   the ``privacy`` statement of ``summary.json``; a ledger never reads client
   memory;
-* :meth:`Defence.threat_assumption`: what an inversion attack that observes
+* :meth:`Defense.threat_assumption`: what an inversion attack that observes
   an upload (or a sum of ``m`` of them) must assume about it, as fields of
-  :class:`privreid.attacks.inversion.defences.Defence`;
-* :meth:`Defence.supports`: its row of the method x defence support matrix
+  :class:`privreid.attacks.inversion.defenses.Defense`;
+* :meth:`Defense.supports`: its row of the method x defence support matrix
   (``privreid methods``);
-* :attr:`Defence.upload_extras` and :meth:`Defence.server_memory_keys`: the
+* :attr:`Defense.upload_extras` and :meth:`Defense.server_memory_keys`: the
   tensors it adds to an upload beyond the policy's shared keys (none for the
   built-ins), and the keys its client update reports to the server in
   ``Upload.reports`` (read by its ledger's ``on_upload``; a Flower site's
   reply may carry them).
 
-Adding a defence is one module with a :class:`Defence` subclass and
-``register(MyDefence())``; docs/extending.md has a worked example.
+Adding a defence is one module with a :class:`Defense` subclass and
+``register(MyDefense())``; docs/extending.md has a worked example.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..registry import Registry
+from ..renamed import renamed_names
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from ..federated.strategy import Upload
 
 
-class DefenceLedger:
+class DefenseLedger:
     """A defence's accounting during one run (the default: nothing to account).
 
     ``notes`` are logged when the run starts and listed in the statement.
@@ -84,7 +85,7 @@ class DefenceLedger:
         """Add this defence's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
 
 
-class Defence:
+class Defense:
     """One defence (see the module docstring); subclass it and override what differs from "nothing"."""
 
     #: registry key; for defences without their own fields, the key of ``TrainConfig.defenses``
@@ -123,11 +124,11 @@ class Defence:
     def wrap(self, method: Method, config: RunConfig) -> Method:
         raise NotImplementedError
 
-    def ledger(self, config: RunConfig, clients: list[ClientData], clients_per_round: int) -> DefenceLedger:
-        return DefenceLedger()
+    def ledger(self, config: RunConfig, clients: list[ClientData], clients_per_round: int) -> DefenseLedger:
+        return DefenseLedger()
 
     def threat_assumption(self, config: RunConfig, aggregated: int | None = None) -> dict[str, Any]:
-        """Fields of the inversion :class:`~privreid.attacks.inversion.defences.Defence` this defence sets.
+        """Fields of the inversion :class:`~privreid.attacks.inversion.defenses.Defense` this defence sets.
 
         ``aggregated``: ``None`` when the attacker sees one client's upload
         (the server of a plain run), else the number ``m`` of uploads whose
@@ -145,39 +146,45 @@ class Defence:
 
 
 #: every defence by name; the built-ins (:mod:`privreid.defenses.plugins`) register when first used
-DEFENCES: Registry[Defence] = Registry("defence", builtins=("privreid.defenses.plugins",))
+DEFENSES: Registry[Defense] = Registry("defence", builtins=("privreid.defenses.plugins",))
 
 
-def register(defence: Defence) -> Defence:
+def register(defense: Defense) -> Defense:
     """Add ``defence`` (a run then enables it by its settings); ConfigError when its name is taken."""
-    return DEFENCES.register(defence)
+    return DEFENSES.register(defense)
 
 
 def unregister(name: str) -> None:
     """Remove defence ``name`` (a test's or a notebook's own defence); unknown names are refused."""
-    DEFENCES.unregister(name)
+    DEFENSES.unregister(name)
 
 
-def defences() -> list[Defence]:
+def defenses() -> list[Defense]:
     """Every registered defence, in composition order (innermost first)."""
-    return sorted(DEFENCES.values(), key=lambda d: (d.order, d.name))
+    return sorted(DEFENSES.values(), key=lambda d: (d.order, d.name))
 
 
-def available_defences() -> list[str]:
-    return [d.name for d in defences()]
+def available_defenses() -> list[str]:
+    return [d.name for d in defenses()]
 
 
-def get_defence(name: str) -> Defence:
+def get_defense(name: str) -> Defense:
     """The defence ``name``; ConfigError naming the registered ones otherwise."""
-    return DEFENCES.get(name)
+    return DEFENSES.get(name)
 
 
-def enabled_defences(config: RunConfig) -> list[Defence]:
+def enabled_defenses(config: RunConfig) -> list[Defense]:
     """The defences ``config`` asks for, in composition order; ConfigError for unknown names or options."""
     for name in config.train.defenses:
-        defence = get_defence(name)
-        if defence.flag is not None:
-            raise ConfigError(f"defence {name!r} is configured by its own settings ({defence.flag} ...), not "
+        defense = get_defense(name)
+        if defense.flag is not None:
+            raise ConfigError(f"defence {name!r} is configured by its own settings ({defense.flag} ...), not "
                               "train.defenses")
-        defence.check_options(config)
-    return [d for d in defences() if d.enabled(config)]
+        defense.check_options(config)
+    return [d for d in defenses() if d.enabled(config)]
+
+
+#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
+__getattr__ = renamed_names(__name__, {
+    "Defence": "Defense", "DefenceLedger": "DefenseLedger", "DEFENCES": "DEFENSES", "defences": "defenses",
+    "available_defences": "available_defenses", "get_defence": "get_defense", "enabled_defences": "enabled_defenses"})

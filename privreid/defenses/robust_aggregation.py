@@ -23,7 +23,7 @@ Two mechanisms a server can run against its own poisoned clients:
 
 Both read each client's update on its own: under ``--secure-aggregation``
 the server sees only the sum, so they are refused with it
-(:mod:`privreid.defenses.robust_defences`).
+(:mod:`privreid.defenses.robust_defenses`).
 """
 
 from __future__ import annotations

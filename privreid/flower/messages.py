@@ -130,9 +130,9 @@ def parse_eval_records(content: RecordDict, scope: str) -> list[tuple[str, str, 
 
 def ledger_keys(config: RunConfig) -> tuple[str, ...]:
     """Client-memory keys the enabled defences' ledgers read on the server (DP-SGD's accountant)."""
-    from ..defenses.registry import enabled_defences
+    from ..defenses.registry import enabled_defenses
 
-    return tuple(k for d in enabled_defences(config) for k in d.server_memory_keys(config))
+    return tuple(k for d in enabled_defenses(config) for k in d.server_memory_keys(config))
 
 
 # ----------------------------------------------------------------------------- run description

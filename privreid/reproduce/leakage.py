@@ -79,7 +79,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     cache = run_dir / f"inversion-{modality}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    from ..attacks.inversion import InversionSettings, defence_as_trained, reconstruct
+    from ..attacks.inversion import InversionSettings, defense_as_trained, reconstruct
     from ..attacks.inversion.campaign import Subject, _to_unit_tensor, client_of, load_targets
     from ..attacks.inversion.report import score, write_metrics_json
     from ..data.formats import read_image
@@ -94,9 +94,9 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     client, label = client_of(target, subject, "", None)
     net, shared = _client_model(target, client, dev)
     settings = InversionSettings(**FIG8_ATTACK)
-    defence = defence_as_trained(target.config)
+    defense = defense_as_trained(target.config)
     rec = reconstruct(net, subject.image, label, threat=FIG8_THREAT, shared=shared, settings=settings,
-                      label_smoothing=target.config.train.label_smoothing, defence=defence,
+                      label_smoothing=target.config.train.label_smoothing, defense=defense,
                       seed=derive_seed(0, "invert", path))
     save_torch_atomic({"subject": rec.subject, "reconstruction": rec.reconstruction},
                       run_dir / f"inversion-{modality}.pt")

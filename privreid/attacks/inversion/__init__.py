@@ -2,7 +2,7 @@
 
 * :mod:`.threat_models` -- what the server observes (full gradient, shared
   part only, the bottleneck's exact feature leak): a registry of :class:`ThreatModel` objects;
-* :mod:`.defences` -- beta white noise and DP clipping / noise on that view;
+* :mod:`.defenses` -- beta white noise and DP clipping / noise on that view;
 * :mod:`.labels` -- iDLG's rule (with its sign chosen by gradient matching) and the bias-gradient sign rule;
 * :mod:`.optimise` -- DLG / iDLG / Inverting Gradients (a registry of :class:`InversionAttack` objects)
   and feature inversion;
@@ -11,15 +11,16 @@
 """
 
 from privreid.lazy import lazy_exports
+from privreid.renamed import renamed_names
 
 #: public name -> (module, attribute): imported on first use (privreid.lazy), so the CLI's --help needs no torch
 _PUBLIC = {
     "Reconstruction": (".attack", "Reconstruction"),
     "reconstruct": (".attack", "reconstruct"),
-    "Defence": (".defences", "Defence"),
-    "NO_DEFENCE": (".defences", "NO_DEFENCE"),
-    "defence_as_trained": (".defences", "defence_as_trained"),
-    "defend_gradient": (".defences", "defend_gradient"),
+    "Defense": (".defenses", "Defense"),
+    "NO_DEFENSE": (".defenses", "NO_DEFENSE"),
+    "defense_as_trained": (".defenses", "defense_as_trained"),
+    "defend_gradient": (".defenses", "defend_gradient"),
     "bias_sign_label": (".labels", "bias_sign_label"),
     "idlg_label": (".labels", "idlg_label"),
     "matched_sign_label": (".labels", "matched_sign_label"),
@@ -39,4 +40,7 @@ _PUBLIC = {
 }
 
 __all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
+_lazy_getattr, __dir__ = lazy_exports(__name__, _PUBLIC)
+#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
+__getattr__ = renamed_names(__name__, {"Defence": "Defense", "NO_DEFENCE": "NO_DEFENSE",
+                                        "defence_as_trained": "defense_as_trained"}, fallback=_lazy_getattr)

@@ -36,8 +36,9 @@ from pathlib import Path
 import torch
 
 from ...errors import CheckpointError, ConfigError
+from ...renamed import renamed_names
 from .campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects, write_summary
-from .defences import NO_DEFENCE, Defence, defence_as_trained
+from .defenses import NO_DEFENSE, Defense, defense_as_trained
 from .optimise import invert_feature, random_image
 from .threat_models import Observation, leak_bottleneck_feature, observe
 
@@ -61,11 +62,11 @@ def parse_clients(values: list[str] | None) -> list[int]:
     return sorted(set(out))
 
 
-def client_defence(config, m: int, defended: bool) -> Defence:
+def client_defense(config, m: int, defended: bool) -> Defense:
     """The defence each of the ``m`` clients applies to its own step before masking (module docstring)."""
     if not defended:
-        return NO_DEFENCE
-    return defence_as_trained(config, aggregated=m)
+        return NO_DEFENSE
+    return defense_as_trained(config, aggregated=m)
 
 
 def other_steps(target, victim: str, m: int) -> list[tuple[str, int]]:
@@ -87,12 +88,12 @@ def other_steps(target, victim: str, m: int) -> list[tuple[str, int]]:
     return steps
 
 
-def aggregate_observation(steps, *, shared: set[str], loss_fn, defence: Defence,
+def aggregate_observation(steps, *, shared: set[str], loss_fn, defense: Defense,
                           generator: torch.Generator) -> Observation:
     """The sum of the defended shared gradients of ``steps`` = ``[(model, image, label), ...]``."""
     total: dict[str, torch.Tensor] | None = None
     for model, image, label in steps:
-        grads = observe(model, image, label, threat=BASE_THREAT, shared=shared, loss_fn=loss_fn, defence=defence,
+        grads = observe(model, image, label, threat=BASE_THREAT, shared=shared, loss_fn=loss_fn, defense=defense,
                         generator=generator).grads
         total = grads if total is None else {k: total[k] + grads[k] for k in total}
     return Observation(BASE_THREAT, total)
@@ -165,18 +166,18 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                 net, shared = models[victim]
                 subject_seed = derive_seed(seed, "invert", subject.path)
                 if m is None:
-                    defence = defence_as_trained(target.config) if defended else NO_DEFENCE
+                    defense = defense_as_trained(target.config) if defended else NO_DEFENSE
                     rec = reconstruct(net, subject.image, pid, threat=BASE_THREAT, shared=shared, settings=settings,
-                                      label_smoothing=target.config.train.label_smoothing, defence=defence,
+                                      label_smoothing=target.config.train.label_smoothing, defense=defense,
                                       seed=subject_seed, progress=progress)
                 else:
-                    defence = client_defence(target.config, m, defended)
+                    defense = client_defense(target.config, m, defended)
                     generator = torch.Generator().manual_seed(subject_seed)
                     steps = [(net, subject.image.to(dev), pid)]
                     for c, i in plan[m][k]:
                         path, label, _ = target.clients[c].train[i]
                         steps.append((models[c][0], _to_unit_tensor(read_image(path), h, w).to(dev), label))
-                    obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defence=defence,
+                    obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defense=defense,
                                                 generator=generator)
                     start = random_image((1, *subject.image.shape), generator, dev)
                     image = invert_feature(net, leak_bottleneck_feature(obs.grads), start, settings=settings,
@@ -193,7 +194,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
             meta = {"checkpoint": str(target.path), "method": target.ckpt.method,
                     "threat": BASE_THREAT if m is None else "aggregate", "clients": m, "attack": "feature inversion",
                     "match": settings.distance, "tv": settings.tv_weight, "iterations": settings.iterations,
-                    "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defence),
+                    "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defense),
                     "image_size": list(subjects[0].image.shape[1:])}
             write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
             title = f"{target.name}: {row}"
@@ -215,3 +216,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     result = write_summary(out, caption, rows, results)
     result.models += refused
     return result
+
+
+#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
+__getattr__ = renamed_names(__name__, {"client_defence": "client_defense"})

@@ -1,7 +1,7 @@
 """One gradient-inversion attack on one subject: observe, infer the label, reconstruct.
 
 :func:`reconstruct` runs the client's step under a threat model
-(:mod:`.threat_models`) with the defences in force (:mod:`.defences`), and
+(:mod:`.threat_models`) with the defences in force (:mod:`.defenses`), and
 lets the threat model reconstruct from uniform noise (inferring the label
 where the head is observed, :mod:`.labels`, with the registered attack of
 :mod:`.optimise`).  That starting image
@@ -17,7 +17,7 @@ from torch import nn
 
 from privreid.losses import identity_loss
 
-from .defences import NO_DEFENCE, Defence
+from .defenses import NO_DEFENSE, Defense
 from .optimise import InversionSettings, random_image
 from .threat_models import get_threat, observe
 
@@ -39,7 +39,7 @@ class Reconstruction:
 
 
 def reconstruct(model: nn.Module, subject: torch.Tensor, label: int, *, threat: str, shared: set[str],
-                settings: InversionSettings, label_smoothing: float = 0.0, defence: Defence = NO_DEFENCE,
+                settings: InversionSettings, label_smoothing: float = 0.0, defense: Defense = NO_DEFENSE,
                 seed: int = 0, progress: bool = False) -> Reconstruction:
     """Attack the client's step on ``subject`` (``(3, H, W)`` in ``[0, 1]``) with client label ``label``.
 
@@ -53,7 +53,7 @@ def reconstruct(model: nn.Module, subject: torch.Tensor, label: int, *, threat: 
     loss_fn = identity_loss(label_smoothing)
     subject = subject.to(device)
     observation = observe(model, subject, label, threat=threat, shared=shared, loss_fn=loss_fn,
-                          defence=defence, generator=generator)
+                          defense=defense, generator=generator)
     start = random_image((1, *subject.shape), generator, device)
     image, inferred, rule = get_threat(threat).reconstruct(
         model, observation, start, settings=settings, loss_fn=loss_fn, label_smoothing=label_smoothing,

@@ -184,7 +184,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
     from ...log import progress_bar
 
-    from . import NO_DEFENCE, defence_as_trained
+    from . import NO_DEFENSE, defense_as_trained
     from ...device import resolve_device
 
     if n < 1:
@@ -202,16 +202,16 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     results = []
     bar = progress_bar(total=len(targets) * len(subjects), desc="subjects", enabled=progress)
     for target, models, owners in jobs:
-        defence = defence_as_trained(target.config) if defended else NO_DEFENCE
+        defense = defense_as_trained(target.config) if defended else NO_DEFENSE
         recs, scores, described = [], [], []
         for k, (subject, (name, pid)) in enumerate(zip(subjects, owners)):
             net, shared = models[name]
             _attack_subject(net, subject, pid, {"client": name}, (recs, scores, described), threat=threat,
                             shared=shared, settings=settings, label_smoothing=target.config.train.label_smoothing,
-                            defence=defence, seed=seed, progress=progress)
+                            defense=defense, seed=seed, progress=progress)
             bar.update()
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
-        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defence": asdict(defence)}
+        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defence": asdict(defense)}
         results.append(_write_model_result(where, target.name, meta, described, recs, scores, settings=settings,
                                            threat=threat, seed=seed))
     bar.close()
@@ -251,10 +251,10 @@ def _write_model_result(where: Path, name: str, meta: dict[str, Any], described:
     return {"name": name, "summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
 
 
-def _caption(settings, threat: str, defences: str, subjects: int) -> str:
+def _caption(settings, threat: str, defenses: str, subjects: int) -> str:
     return (f"Gradient inversion ({settings.attack}, threat {threat}, {settings.distance} matching, "
             f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
-            f"{defences}; {subjects} subject(s)); mean ± std, each model above its random-image baseline.")
+            f"{defenses}; {subjects} subject(s)); mean ± std, each model above its random-image baseline.")
 
 
 def file_subjects(height: int, width: int, *, image: Path | None, data: list[str] | None, index: int | None,

@@ -39,7 +39,7 @@ one is a subclass and one :func:`register_threat`):
 
 The attacker is assumed to know every non-head parameter of the client's model,
 local normalisation layers (SKA, FedBN) included: the strongest server, an
-upper bound on leakage.  Defences (:mod:`.defences`) act on the client's side
+upper bound on leakage.  Defences (:mod:`.defenses`) act on the client's side
 before the observation.
 """
 
@@ -56,7 +56,7 @@ from privreid.errors import ConfigError
 from privreid.registry import Registry
 from privreid.models.reid_net import CLASSIFIER_PREFIX
 
-from .defences import NO_DEFENCE, Defence, Gradients, defend_gradient, noisy_download
+from .defenses import NO_DEFENSE, Defense, Gradients, defend_gradient, noisy_download
 from .labels import bias_sign_label, matched_sign_label
 
 #: the shared bottleneck Linear layer of privreid's linear neck (:class:`privreid.models.reid_net.LinearNeck`)
@@ -289,7 +289,7 @@ class Observation:
 
 
 def observe(model: nn.Module, image: torch.Tensor, label: int, *, threat: str, shared: set[str],
-            loss_fn: nn.Module, defence: Defence = NO_DEFENCE,
+            loss_fn: nn.Module, defense: Defense = NO_DEFENSE,
             generator: torch.Generator | None = None) -> Observation:
     """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]``) as the attacker observes it.
 
@@ -298,12 +298,12 @@ def observe(model: nn.Module, image: torch.Tensor, label: int, *, threat: str, s
     part of it is observed.  ``shared`` names the shared parameters.
     """
     check_model(model, threat, shared)
-    victim = noisy_download(model, shared, defence.download_beta, generator) if defence.download_beta > 0 \
+    victim = noisy_download(model, shared, defense.download_beta, generator) if defense.download_beta > 0 \
         else model
     grads = client_gradient(victim, image, label, loss_fn)
-    if defence.active:
-        grads = defend_gradient(grads, beta=defence.beta, clip_norm=defence.clip_norm,
-                                noise_multiplier=defence.noise_multiplier, generator=generator)
+    if defense.active:
+        grads = defend_gradient(grads, beta=defense.beta, clip_norm=defense.clip_norm,
+                                noise_multiplier=defense.noise_multiplier, generator=generator)
     return Observation(threat, THREATS[threat].visible(grads, shared))
 
 

@@ -8,4 +8,4 @@ from . import dp_sgd  # noqa: F401
 from . import client_dp  # noqa: F401
 from . import beta_noise  # noqa: F401
 from . import secure_aggregation  # noqa: F401
-from .. import robust_defences  # noqa: F401
+from .. import robust_defenses  # noqa: F401

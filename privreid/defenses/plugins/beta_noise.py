@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import RunConfig
-from ..registry import Defence, DefenceLedger, register
+from ..registry import Defense, DefenseLedger, register
 
 
-class BetaLedger(DefenceLedger):
+class BetaLedger(DefenseLedger):
     """Nothing to account (no formal guarantee); the statement names the noise and says so."""
 
     def __init__(self, config: RunConfig):
@@ -25,7 +25,7 @@ class BetaLedger(DefenceLedger):
             out["notes"].append("beta white noise is added on top; it claims no extra guarantee")
 
 
-class BetaNoise(Defence):
+class BetaNoise(Defense):
     name = "beta"
     flag = "--beta"
     summary = "FedReID's white noise beta*N(0,1) on the aggregate (Eq. 14) and/or the download (Eq. 15); no guarantee"

@@ -7,7 +7,7 @@ from typing import Any
 from ...config import RunConfig, TrainConfig, dp_delta
 from ...errors import ConfigError
 from ..budget import check_first_round, exceeds, latest_privacy_records
-from ..registry import Defence, DefenceLedger, register
+from ..registry import Defense, DefenseLedger, register
 
 SCOPE = (
     "client-level (epsilon, delta)-DP (add/remove one client's whole data) for the sequence of global models "
@@ -24,7 +24,7 @@ def epsilon(config: RunConfig, sample_rate: float, rounds: int) -> float:
     return rdp_epsilon(sample_rate, config.train.noise_multiplier, rounds, dp_delta(config)) if rounds else 0.0
 
 
-class ClientDPLedger(DefenceLedger):
+class ClientDPLedger(DefenseLedger):
     """Server-side RDP accounting of the released global models (Poisson, ``q = m / N``)."""
 
     def __init__(self, config: RunConfig, clients, clients_per_round: int):
@@ -66,7 +66,7 @@ class ClientDPLedger(DefenceLedger):
                     "guarantee": SCOPE})
 
 
-class ClientDP(Defence):
+class ClientDP(Defense):
     name = "client-dp"
     flag = "--client-dp"
     summary = "client-level DP (DP-FedAvg): clipped client updates, uniform mean, Gaussian noise at the server"

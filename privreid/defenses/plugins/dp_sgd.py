@@ -7,7 +7,7 @@ from typing import Any
 from ...config import RunConfig, dp_delta, dp_max_grad_norm
 from ...errors import ConfigError
 from ..budget import check_first_round, exceeds, latest_privacy_records
-from ..registry import Defence, DefenceLedger, register
+from ..registry import Defense, DefenseLedger, register
 
 SCOPE = (
     "record-level (epsilon_k, delta)-DP for each client k's training images (add/remove one image), "
@@ -29,7 +29,7 @@ def epsilon_after(plan, reported: dict | None, delta: float) -> float:
     return accountant.epsilon_after(plan.noise_multiplier, plan.sample_rate, plan.steps_per_round, delta)
 
 
-class DPSGDLedger(DefenceLedger):
+class DPSGDLedger(DefenseLedger):
     """Per-client RDP accounting: epsilon after every round, the budget, the statement.
 
     The ledger's record of a client is what the client last reported in
@@ -115,7 +115,7 @@ class DPSGDLedger(DefenceLedger):
                     "guarantee": SCOPE})
 
 
-class DPSGD(Defence):
+class DPSGD(Defense):
     name = "dp-sgd"
     flag = "--dp-sgd"
     summary = "record-level DP-SGD on every client (Opacus; per-sample clipping and Gaussian noise)"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from ...config import RunConfig
 from ...dependencies import require
-from ..registry import Defence, DefenceLedger, register
+from ..registry import Defense, DefenseLedger, register
 
 WHO = "--secure-aggregation (SecAgg+ on Flower's primitives)"
 
 
-class SecureAggregationLedger(DefenceLedger):
+class SecureAggregationLedger(DefenseLedger):
     """The protocol's settings, what the server saw and the values that saturated (``scope: "secagg"`` records)."""
 
     def __init__(self, config: RunConfig):
@@ -24,7 +24,7 @@ class SecureAggregationLedger(DefenceLedger):
         out["server_view"] = out["secure_aggregation"]["server_view"]
 
 
-class SecureAggregation(Defence):
+class SecureAggregation(Defense):
     name = "secure-aggregation"
     flag = "--secure-aggregation"
     summary = "SecAgg+ (Bell et al. 2020): the server sees only the sum of a round's uploads"
