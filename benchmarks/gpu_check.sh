@@ -3,7 +3,8 @@
 # be downloaded on the lent machine: --data synth --pretrained none; the figures are costs and plumbing, not paper
 # accuracies).  It prints one table (and writes it to $OUT_DIR/table.md):
 #   - ResNet-50 256x128 batch 32, privreid's local update against a raw torch loop, img/s at fp32, bf16 and fp16
-#     (benchmarks/precision.py; cudnn.benchmark and channels-last batches on CUDA), and the peak GPU memory;
+#     (benchmarks/precision.py; cudnn.benchmark and channels-last batches on CUDA), and the peak GPU memory; then
+#     at fp32 and bf16 with channels-last batches off, and with cudnn.benchmark off (what each switch buys);
 #   - seconds per FedPav round of 4 clients x 20 steps, sequential and with --parallel-clients 2 where privreid
 #     has it (Flower's simulation engine; skipped without flwr/ray);
 #   - one DP-SGD step (opacus), one secure-aggregation round (flwr) and 20 inversion iterations on the device, each
@@ -21,10 +22,10 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if (( SMOKE )); then
   DEVICE=cpu ARCH=resnet18 H=64 W=32 BATCH=8 STEPS=2 BENCH="--steps 1 --repeats 1" INV_ITERS=2 ROUNDS=1 WORKERS=0
-  PRECISIONS=fp32,bf16 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
+  PRECISIONS=fp32,bf16 SWITCH_PRECISIONS=fp32 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
 else
   DEVICE=cuda ARCH=resnet50 H=256 W=128 BATCH=32 STEPS=20 BENCH="--steps 10 --repeats 3 --workers 4" INV_ITERS=20 WORKERS=2
-  ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 EXTRA=${EXTRA:-}
+  ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 SWITCH_PRECISIONS=fp32,bf16 EXTRA=${EXTRA:-}
 fi
 mkdir -p "$OUT_DIR"
 ROWS="$OUT_DIR/rows.tsv"
@@ -57,26 +58,36 @@ check() {
 }
 
 TINY=(--data synth --pretrained none --device "$DEVICE" --quiet --overwrite)
-# 1. throughput at each precision, privreid against the raw loop, and the peak GPU memory
-# shellcheck disable=SC2086
-if "$PY" benchmarks/precision.py --device "$DEVICE" --arch "$ARCH" --size "${H}x${W}" --batch "$BATCH" \
-    --precisions "$PRECISIONS" $BENCH --json "$OUT_DIR/precision.json" > "$OUT_DIR/precision.log" 2>&1; then
-  "$PY" - "$OUT_DIR/precision.json" >> "$ROWS" <<'PYEOF'
+# 1. throughput at each precision, privreid against the raw loop, and the peak GPU memory; then with channels-last
+#    batches, and with cuDNN's autotuner, turned off (each on in the first rows: privreid's default on CUDA)
+# precision_run NAME LABEL ARGS...: benchmarks/precision.py with ARGS; its rows say LABEL after the precision
+precision_run() {
+  local name=$1 label=$2; shift 2
+  # shellcheck disable=SC2086
+  if "$PY" benchmarks/precision.py --device "$DEVICE" --arch "$ARCH" --size "${H}x${W}" --batch "$BATCH" $BENCH \
+      "$@" --json "$OUT_DIR/$name.json" > "$OUT_DIR/$name.log" 2>&1; then
+    "$PY" - "$OUT_DIR/$name.json" "$label" >> "$ROWS" <<'PYEOF'
 import json, sys
-r = json.load(open(sys.argv[1]))
+r, label = json.load(open(sys.argv[1])), sys.argv[2]
 for p, row in r["precisions"].items():
     gain = row["privreid"]["vs_fp32"]
-    print(f"{r['arch']} {r['size']} batch {r['batch']}, {p}: img/s privreid / raw\t"
+    print(f"{r['arch']} {r['size']} batch {r['batch']}, {p}{label}: img/s privreid / raw\t"
           f"{row['privreid']['images_per_s']:.1f} / {row['raw']['images_per_s']:.1f} = {row['privreid_vs_raw']:.3f}"
           + (f"; {gain:.2f}x fp32" if p != "fp32" and gain else ""))
 peaks = {p: row.get("peak_memory_mib") for p, row in r["precisions"].items()}
-print("peak GPU memory (MiB, max allocated)\t" + (", ".join(f"{p} {m:.0f}" for p, m in peaks.items())
-                                                 if all(m is not None for m in peaks.values()) else "n/a (no CUDA)"))
+if not label:
+    print("peak GPU memory (MiB, max allocated)\t" + (", ".join(f"{p} {m:.0f}" for p, m in peaks.items())
+                                                     if all(m is not None for m in peaks.values()) else "n/a (no CUDA)"))
 PYEOF
-else
-  row "precision benchmark" "FAILED (tail of $OUT_DIR/precision.log: $(tail -1 "$OUT_DIR/precision.log" | cut -c1-120))"
-  FAILED=1
-fi
+  else
+    row "$name benchmark" "FAILED (tail of $OUT_DIR/$name.log: $(tail -1 "$OUT_DIR/$name.log" | cut -c1-120))"
+    FAILED=1
+  fi
+}
+precision_run precision "" --precisions "$PRECISIONS"
+precision_run precision-no-channels-last ", channels-last off" --precisions "$SWITCH_PRECISIONS" --no-channels-last
+precision_run precision-no-cudnn-benchmark ", cudnn.benchmark off" --precisions "$SWITCH_PRECISIONS" \
+  --no-cudnn-benchmark
 
 # 2. seconds per FedPav round, 4 clients (synthA and synthB, 2 each) x STEPS steps: sequential, then K = 2
 ROUND=(train --method fedpav --train-domains synthA,synthB --test-domains synthD --protocol by-identity

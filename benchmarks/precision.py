@@ -5,12 +5,20 @@ identity cross-entropy, SGD, at each ``--precisions`` value (issue 29 §3):
 
 ``privreid``  :class:`privreid.federated.client.SupervisedUpdate` with
               ``--precision`` set: its ``DataLoader`` of the client's files
-              (decoded once and kept, as after a run's first epoch), the
-              training augmentation, the forward pass and loss under autocast,
-              the backward through the loss scaler (fp16), the optimiser step;
-``raw``       the loop a user writes on images already decoded, resized,
-              normalised and on the device: random batches, the same autocast
-              and scaler, the same optimiser implementation.
+              (decoded once and kept as ``uint8``, as after a run's first
+              epoch), the ``uint8`` batch moved to the device and augmented
+              there (flip, pad + crop, conversion, normalisation, erasing), the
+              forward pass and loss under autocast, the backward through the
+              loss scaler (fp16), the optimiser step;
+``raw``       the loop a user writes on the same decoded ``uint8`` images kept
+              on the device: random batches, the same augmentation on the
+              device, the same autocast and scaler, the same optimiser
+              implementation.
+
+On CUDA both take channels-last batches and run under cuDNN's autotuner
+unless ``--no-channels-last`` / ``--no-cudnn-benchmark`` (privreid's
+``train.channels_last`` / ``train.cudnn_benchmark``) turn one off:
+``benchmarks/gpu_check.sh`` measures each with and without.
 
 The two are interleaved (one block of each, repeated) after a warm-up block,
 and the median time per step is reported with the ratio privreid / raw
@@ -23,6 +31,7 @@ line saying so (``--precisions`` forces it).
 
     OMP_NUM_THREADS=1 python benchmarks/precision.py
     python benchmarks/precision.py --device cuda --arch resnet50 --size 256x128 --batch 32 --precisions fp32,bf16,fp16
+    python benchmarks/precision.py --device cuda --arch resnet50 --size 256x128 --no-channels-last
 """
 
 from __future__ import annotations
@@ -44,9 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from privreid.config import PRECISIONS, DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from privreid.data import build_transforms  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
-from privreid.data.formats import read_image  # noqa: E402
 from privreid.data.torch_dataset import DECODED  # noqa: E402
-from privreid.data.transforms import tensor_pipeline  # noqa: E402
+from privreid.data.transforms import TensorPipeline, tensor_pipeline  # noqa: E402
 from privreid.federated import fast_optim  # noqa: E402
 from privreid.federated.client import ClientContext, SupervisedUpdate  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
@@ -64,12 +72,16 @@ def default_precisions(device: torch.device) -> tuple[list[str], str | None]:
 
 
 def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
-           device: torch.device, args) -> dict:
-    """``{"privreid": block, "raw": block}`` at ``precision``; each call runs ``args.steps`` optimiser steps."""
+           augment: TensorPipeline, device: torch.device, args) -> dict:
+    """``{"privreid": block, "raw": block}`` at ``precision``; each call runs ``args.steps`` optimiser steps.
+
+    ``images`` are the client's decoded ``uint8`` images on ``device``, which the raw loop augments there.
+    """
     config = RunConfig(data=DataConfig(height=args.height, width=args.width), model=ModelConfig(arch=args.arch),
                        train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
                                          lr_head=0.05, device=str(device), seed=0, precision=precision,
-                                         num_workers=args.workers))
+                                         num_workers=args.workers, channels_last=args.channels_last,
+                                         cudnn_benchmark=args.cudnn_benchmark))
     update = SupervisedUpdate(config)
     privreid_model = copy.deepcopy(base).to(device)
     rounds = iter(range(10**6))
@@ -91,8 +103,9 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
     def raw_block() -> int:
         for _ in range(args.steps):
             idx = torch.randint(len(images), (args.batch,), generator=generator, device=images.device)
+            batch = to_device(images[idx], device, augment, channels_last=args.channels_last)
             with autocast(precision, device):
-                loss = criterion(model.forward_train(images[idx])[2], labels[idx])
+                loss = criterion(model.forward_train(batch)[2], labels[idx])
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -119,17 +132,15 @@ def measure(args) -> dict:
     config = RunConfig(data=DataConfig(height=args.height, width=args.width), train=TrainConfig(device="cpu"))
     client = federation_for_config(config).clients[0]
     pipeline = tensor_pipeline(build_transforms(args.height, args.width, train=True))
-    for path, _, _ in client.train:  # decoded as after the first epoch of a run
-        DECODED.get(path, pipeline)
-    test = build_transforms(args.height, args.width, train=False)
-    images = to_device(torch.stack([test(read_image(path)) for path, _, _ in client.train]), device)
+    # decoded as after the first epoch of a run; the raw loop keeps the same uint8 images on the device
+    images = torch.stack([DECODED.get(path, pipeline) for path, _, _ in client.train]).to(device)
     labels = torch.tensor([pid for _, pid, _ in client.train], device=device)
     torch.manual_seed(0)
     base = build_model(arch=args.arch, num_classes=client.num_classes)
     rows = {}
-    with cuda_speedups(device):
+    with cuda_speedups(device, args.cudnn_benchmark):
         for precision in precisions:
-            approaches = blocks(precision, client, base, images, labels, device, args)
+            approaches = blocks(precision, client, base, images, labels, pipeline, device, args)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             for block in approaches.values():  # warm-up: allocator, cuDNN's algorithm search
@@ -148,7 +159,7 @@ def measure(args) -> dict:
             row[name]["vs_fp32"] = (row[name]["images_per_s"] / rows["fp32"][name]["images_per_s"]
                                     if "fp32" in rows else None)
     return {"device": device_name(device), "size": f"{args.height}x{args.width}", "arch": args.arch,
-            "batch": args.batch, "threads": torch.get_num_threads(), "skipped": skipped, "precisions": rows}
+            "batch": args.batch, "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark, "threads": torch.get_num_threads(), "skipped": skipped, "precisions": rows}
 
 
 def device_name(device: torch.device) -> str:
@@ -166,6 +177,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="optimiser steps per timed block")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved blocks per approach")
     ap.add_argument("--workers", type=int, default=0, help="privreid's data-loading workers")
+    ap.add_argument("--no-channels-last", dest="channels_last", action="store_false",
+                    help="CUDA: NCHW batches (train.channels_last=false)")
+    ap.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false",
+                    help="CUDA: without cuDNN's autotuner (train.cudnn_benchmark=false)")
     ap.add_argument("--precisions", default=None, help=f"comma list of {', '.join(PRECISIONS)} (default: per device)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)

@@ -189,6 +189,10 @@ class TrainConfig:
     device: str = "auto"
     #: fp32, bf16 or fp16: autocast of the model's passes (:mod:`privreid.precision`)
     precision: str = "fp32"
+    #: CUDA only, no effect elsewhere: training batches in channels-last memory format, and cuDNN's autotuner
+    #: during training (:func:`privreid.precision.to_device`, :func:`privreid.precision.cuda_speedups`)
+    channels_last: bool = True
+    cudnn_benchmark: bool = True
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"

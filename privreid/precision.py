@@ -27,7 +27,7 @@ Where a path cannot run in 16 bits it says so in one line:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -100,11 +100,12 @@ def cpu_bf16_native() -> bool:
 
 
 @contextlib.contextmanager
-def cuda_speedups(device: torch.device | str) -> Iterator[None]:
-    """On CUDA, let cuDNN pick the fastest convolution algorithms for the (fixed) input size during the block;
-    elsewhere nothing.  The picked algorithms may differ from run to run, so CUDA runs are not bit-reproducible
-    (they were not before either: cuDNN's default algorithms are not deterministic)."""
-    if torch.device(device).type != "cuda":
+def cuda_speedups(device: torch.device | str, enabled: bool = True) -> Iterator[None]:
+    """On CUDA (and ``enabled``: ``--set train.cudnn_benchmark=false`` turns it off), let cuDNN pick the fastest
+    convolution algorithms for the (fixed) input size during the block; elsewhere nothing.  The picked algorithms
+    may differ from run to run, so CUDA runs are not bit-reproducible (they were not before either: cuDNN's default
+    algorithms are not deterministic)."""
+    if torch.device(device).type != "cuda" or not enabled:
         yield
         return
     before = torch.backends.cudnn.benchmark
@@ -115,10 +116,19 @@ def cuda_speedups(device: torch.device | str) -> Iterator[None]:
         torch.backends.cudnn.benchmark = before
 
 
-def to_device(images: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """A training batch on ``device``; on CUDA channels-last (NHWC), the layout tensor-core convolutions run
-    fastest (the weights keep their layout, so state dicts, checkpoints and aggregation are unchanged), copied
-    without blocking from pinned memory.  Elsewhere a plain ``images.to(device)``: CPU results are unchanged."""
-    if torch.device(device).type != "cuda":
-        return images.to(device)
-    return images.to(device, non_blocking=True, memory_format=torch.channels_last)
+def to_device(images: torch.Tensor, device: torch.device | str,
+              augment: Callable[[torch.Tensor], torch.Tensor] | None = None, *,
+              channels_last: bool = True) -> torch.Tensor:
+    """A training batch on ``device``, augmented there by ``augment`` if given.
+
+    ``augment`` is what the batch still needs (:meth:`privreid.data.ImageDataset.augmentation`: the ``uint8``
+    decoded images cross to the device, 4x fewer bytes than float, and become the float training images there;
+    an empty batch, a Poisson batch of DP-SGD, is already final).  On CUDA the copy does not block (from pinned
+    memory) and, with ``channels_last`` (``train.channels_last``), the batch is channels-last (NHWC), the layout
+    tensor-core convolutions run fastest (the weights keep their layout, so state dicts, checkpoints and
+    aggregation are unchanged).  Elsewhere a plain ``images.to(device)``: CPU results are unchanged."""
+    cuda = torch.device(device).type == "cuda"
+    images = images.to(device, non_blocking=cuda)
+    if augment is not None and len(images):
+        images = augment(images)
+    return images.contiguous(memory_format=torch.channels_last) if cuda and channels_last else images

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from conftest import spy_on_uploads, tiny_config
-from privreid.adversaries import available_adversaries, malicious_clients
+from privreid.adversaries import ADVERSARIES, available_adversaries, get_adversary, malicious_clients, register
 from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import DataVolumeAverage
+from privreid.registry import BUILT_IN
 
 
 def _round_uploads(cfg, tmp_path, monkeypatch):
@@ -22,8 +23,15 @@ def _round_uploads(cfg, tmp_path, monkeypatch):
     return engine, {up.client: up for up in rounds[0]}
 
 
-def test_the_builtin_attacks_are_registered():
-    assert available_adversaries() == ["label-flip", "scaled", "sign-flip"]
+def test_the_registry_lists_its_builtin_attacks_sorted_and_refuses_in_one_line():
+    builtins = [name for name in ADVERSARIES if ADVERSARIES.origin(name) == BUILT_IN]
+    assert {"label-flip", "scaled", "sign-flip"} <= set(builtins)
+    assert available_adversaries() == sorted(builtins)
+    assert all(get_adversary(name) is ADVERSARIES[name] and ADVERSARIES[name].name == name for name in builtins)
+    with pytest.raises(ConfigError, match="^unknown adversary 'nope'; choose one of: " + ", ".join(sorted(builtins))):
+        get_adversary("nope")
+    with ADVERSARIES.restoring(), pytest.raises(ConfigError, match="^adversary 'scaled' is already registered$"):
+        register(ADVERSARIES["scaled"])
 
 
 @pytest.mark.parametrize("attack,factor", [("scaled", 3.0), ("sign-flip", -2.0)])
@@ -47,11 +55,9 @@ def test_a_model_poisoner_uploads_its_rescaled_update_and_the_others_are_untouch
 
 
 def test_label_flip_moves_every_label_of_the_malicious_client_only(tiny_synth):
-    from privreid.adversaries import get_adversary
-
     cfg = tiny_config(tiny_synth)
     client = federation_for_config(cfg).clients[0]
-    flipped = get_adversary("label-flip").poison_client(client, {})
+    flipped = get_adversary("label-flip").poison_client(client, {}, cfg)
     assert [(p, c) for p, _, c in flipped.train] == [(p, c) for p, _, c in client.train]
     assert all(new == (old + 1) % client.num_classes and new != old
                for (_, old, _), (_, new, _) in zip(client.train, flipped.train))

@@ -34,6 +34,9 @@ def test_cpu_smoke_prints_one_table_and_skips_missing_packages(tmp_path):
         (value,) = [v for k, v in rows.items() if k.endswith(f"{precision}: img/s privreid / raw")]
         privreid, raw = (float(x) for x in value.split(" = ")[0].split(" / "))
         assert privreid > 0 and raw > 0
+    for switch in ("channels-last", "cudnn.benchmark"):  # each measured off too (on in the rows above)
+        (value,) = [v for k, v in rows.items() if k.endswith(f"fp32, {switch} off: img/s privreid / raw")]
+        assert all(float(x) > 0 for x in value.split(" = ")[0].split(" / "))
     assert rows["peak GPU memory (MiB, max allocated)"] == "n/a (no CUDA)"
     assert rows["dp-sgd-step"] == "skipped (opacus not installed)"
     assert rows["secure-aggregation-round"] == "skipped (flwr not installed)"

@@ -10,21 +10,28 @@ same result.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import pickle
 
+import numpy as np
 import pytest
 import torch
+from flwr.app import Array
 
 from badinput import BadInput, check_refused
 from conftest import kill_in_round, tiny_config
 from privreid.checkpoint import load_checkpoint
 from privreid.data.catalog import federation_for_config
+from privreid.federated import memory_store
 from privreid.federated.engine import FederatedEngine
 from privreid.models.reid_net import CLASSIFIER_PREFIX
+from privreid.flower import simulation
 from privreid.flower.loopback import LoopbackGrid
 from privreid.flower.messages import FlowerRunError, UPLOAD
-from privreid.flower.simulation import ParallelEngine, client_app, worker_engine
+from privreid.flower.simulation import (PUSHED_PER_WORKER, ParallelEngine, client_app, send_arrays_out_of_band,
+                                       worker_engine)
 
 #: the tests that start Ray (``pip install 'privreid[simulation]'``)
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
@@ -80,13 +87,14 @@ def assert_same_run(a, b):
         assert all(torch.equal(state[k], cb["client_states"][name][k]) for k in state)
 
 
-def test_uploads_fold_in_selection_order_with_at_most_k_in_flight(tiny_synth, tmp_path):
-    """Replies that come back newest first still give the sequential engine's run, bit for bit."""
+def test_uploads_fold_in_selection_order_with_at_most_2k_pushed(tiny_synth, tmp_path):
+    """Replies that come back newest first still give the sequential engine's run, bit for bit; the server keeps
+    at most ``2K`` messages out (``K`` training, ``K`` queued behind them): 2 of the 3 clients for ``K = 1``."""
     cfg = tiny_config(tiny_synth, rounds=2, client_memory="full")
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "seq", progress=False).run()
     worker_engine.cache_clear()
-    engine, _ = inline_run(cfg, tmp_path / "par", 2, order=max)
-    assert engine.grid.most_in_flight == 2
+    engine, _ = inline_run(cfg, tmp_path / "par", 1, order=max)
+    assert engine.grid.most_in_flight == PUSHED_PER_WORKER * 1 == 2
     assert_same_run(tmp_path / "seq", tmp_path / "par")
 
 
@@ -101,6 +109,43 @@ def test_the_privacy_gate_refuses_a_local_key_in_an_upload(tiny_synth, tmp_path)
     with pytest.raises(FlowerRunError, match=r"uploaded a \(6, 32\) matrix .classifier.weight."):
         inline_run(cfg, tmp_path / "par", 2, tamper=smuggle)
     assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+def test_a_failed_memory_write_fails_the_workers_next_client_and_stops_the_run(tiny_synth, tmp_path, monkeypatch):
+    """A worker writes a client's memory after its reply; the write failing fails the worker's next client."""
+    def disk_full(data, directory, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(memory_store, "save_memory_file", disk_full)
+    worker_engine.cache_clear()
+    with pytest.raises(FlowerRunError, match=r"client synth\w failed: .*No space left on device"):
+        inline_run(tiny_config(tiny_synth, rounds=1), tmp_path / "par", 2)
+    assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+def test_a_memory_file_that_never_lands_stops_the_run_before_its_checkpoint(tiny_synth, tmp_path, monkeypatch):
+    """The server evaluates and checkpoints a round only once the memory files its workers write are on disk."""
+    monkeypatch.setattr(memory_store, "save_memory_file", lambda data, directory, file: None)
+    monkeypatch.setattr(simulation, "MEMORY_FILE_TIMEOUT_S", 0.05)
+    worker_engine.cache_clear()
+    with pytest.raises(FlowerRunError, match=r"client memory file synth\w\.r1\.pt was not written within 0\.05 s"):
+        inline_run(tiny_config(tiny_synth, rounds=1), tmp_path / "par", 2)
+    assert not (tmp_path / "par" / "ckpt.pt").exists()
+
+
+@needs_ray
+def test_arrays_cross_ray_out_of_band_and_unchanged():
+    """Ray's pickler hands a Flower Array's bytes over as an out-of-band buffer, not inside the pickle."""
+    import ray.cloudpickle
+
+    send_arrays_out_of_band()
+    array = Array(np.arange(10_000, dtype=np.float32).reshape(100, 100))
+    buffers = []
+    payload = ray.cloudpickle.dumps(array, protocol=5, buffer_callback=buffers.append)
+    assert [b.raw().nbytes for b in buffers] == [len(array.data)] and len(payload) < 1000
+    copy = pickle.loads(payload, buffers=buffers)
+    assert (copy.dtype, copy.shape, copy.stype, copy.data) == (array.dtype, array.shape, array.stype, array.data)
+    assert np.array_equal(copy.numpy(), array.numpy())
 
 
 @pytest.mark.parametrize("k, says", [("0", "--parallel-clients must be >= 1"),

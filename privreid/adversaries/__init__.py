@@ -6,8 +6,11 @@ through ``--set train.adversary.OPTION=VALUE``) makes ``K`` clients (the last
 ``K`` of the federation, or the named ones) run the attack.  An attack acts
 only through what a client may send:
 
-* :meth:`Adversary.poison_client`: the data the malicious client trains on
-  (label flipping, :mod:`.label_flip`);
+* :meth:`Adversary.poison_client`: the data the malicious client trains on,
+  rewritten once when the engine prepares its clients, so a rewrite that adds
+  a local class sizes the client's classifier (label flipping,
+  :mod:`.label_flip`; a retrieval backdoor, :mod:`.backdoor`, and its
+  distributed form, :mod:`.dba`, stamping a trigger, :mod:`.trigger`);
 * :meth:`Adversary.poison_upload`: the model it uploads, rewritten after its
   local training from the model it trained and what the server transmitted
   (sign flipping, :mod:`.sign_flip`; scaled updates / model replacement,
@@ -16,15 +19,15 @@ only through what a client may send:
 The wrapped client update is the method's own, so the engine's upload
 contract (the policy's shared keys) and the privacy gate stay in force; the
 server's defences see the malicious uploads like any other.
-:class:`AdversaryRecord` is a round observer of the engine: it checks the
-settings against the federation before anything is written and records in
-``summary.json`` (``adversary``) which clients were malicious and with what.
+:class:`AdversaryRecord` checks the settings against the federation before
+anything is written (as the engine prepares its clients) and, as a round
+observer of the engine, records in ``summary.json`` (``adversary``) which
+clients were malicious and with what.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +35,7 @@ from ..config import RunConfig
 from ..data.types import ClientData
 from ..errors import ConfigError
 from ..federated.registry import Method
+from ..registry import Registry
 
 
 class Adversary:
@@ -44,11 +48,13 @@ class Adversary:
     #: options and their defaults (``train.adversary[option]``)
     options: Mapping[str, Any] = {}
 
-    def check(self, settings: Mapping[str, Any], clients: list[ClientData], malicious: list[ClientData]) -> None:
-        """ConfigError for options this federation cannot run with (before anything is written)."""
+    def check(self, settings: dict[str, Any], clients: list[ClientData], malicious: list[ClientData],
+              config: RunConfig) -> None:
+        """ConfigError for options this federation cannot run with (before anything is written); it may fill in
+        ``settings`` the defaults that depend on the data (then recorded in ``summary.json``)."""
 
-    def poison_client(self, client: ClientData, settings: Mapping[str, Any]) -> ClientData:
-        """The data the malicious ``client`` trains on."""
+    def poison_client(self, client: ClientData, settings: Mapping[str, Any], config: RunConfig) -> ClientData:
+        """The data the malicious ``client`` trains on (``config``: the run's, e.g. its input size)."""
         return client
 
     def poison_upload(self, ctx, settings: Mapping[str, Any]) -> None:
@@ -56,30 +62,27 @@ class Adversary:
         server transmitted)."""
 
 
-_REGISTRY: dict[str, Adversary] = {}
-#: modules whose import registers the built-in attacks
-BUILTIN_ADVERSARY_MODULES = ("privreid.adversaries.label_flip", "privreid.adversaries.sign_flip",
-                             "privreid.adversaries.scaled")
+#: every attack by name; the built-ins (one module each) register when first used
+ADVERSARIES: Registry[Adversary] = Registry("adversary", builtins=(
+    "privreid.adversaries.label_flip", "privreid.adversaries.sign_flip", "privreid.adversaries.scaled",
+    "privreid.adversaries.backdoor", "privreid.adversaries.dba"))
 
 
 def register(adversary: Adversary) -> Adversary:
-    if not adversary.name or adversary.name in _REGISTRY:
-        raise ValueError(f"adversary {adversary.name!r} has no name or is already registered")
-    _REGISTRY[adversary.name] = adversary
-    return adversary
+    """Add ``adversary`` under its name (``--adversary NAME``); ConfigError when the name is empty or taken."""
+    return ADVERSARIES.register(adversary)
 
 
 def available_adversaries() -> list[str]:
-    for module in BUILTIN_ADVERSARY_MODULES:
-        importlib.import_module(module)
-    return sorted(_REGISTRY)
+    """The registered attacks' names, sorted."""
+    return sorted(ADVERSARIES.names())
 
 
 def get_adversary(name: str) -> Adversary:
-    known = available_adversaries()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown adversary {name!r}; choose one of: {', '.join(known)}")
-    return _REGISTRY[name]
+    """The attack ``name``; an unknown name is a one-line ConfigError listing the known ones (sorted)."""
+    if name not in ADVERSARIES:
+        raise ADVERSARIES.unknown(name, available_adversaries())
+    return ADVERSARIES.get(name)
 
 
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
@@ -122,9 +125,9 @@ class AdversaryRecord:
 
     key = "adversary"
 
-    def __init__(self, adversary: Adversary, settings: dict[str, Any], clients: list[ClientData]):
+    def __init__(self, adversary: Adversary, settings: dict[str, Any], clients: list[ClientData], config: RunConfig):
         malicious = malicious_clients(settings["malicious"], clients)
-        adversary.check(settings, clients, malicious)
+        adversary.check(settings, clients, malicious, config)
         self.adversary, self.settings = adversary, settings
         self.malicious = [c.name for c in malicious]
         self.notes = [f"adversary {adversary.name} on {', '.join(self.malicious)}: {adversary.summary}"]
@@ -154,7 +157,7 @@ class AdversaryRecord:
 
 
 class MaliciousUpdate:
-    """The method's client update; on a malicious client it trains on poisoned data and poisons its upload."""
+    """The method's client update; on a malicious client (whose data is already poisoned) it poisons the upload."""
 
     def __init__(self, inner, adversary: Adversary, settings: dict[str, Any], malicious: set[str]):
         self.inner, self.adversary, self.settings, self.malicious = inner, adversary, settings, malicious
@@ -162,38 +165,52 @@ class MaliciousUpdate:
     def __call__(self, ctx):
         if ctx.client.name not in self.malicious:
             return self.inner(ctx)
-        poisoned = dataclasses.replace(ctx, client=self.adversary.poison_client(ctx.client, self.settings))
-        metrics = self.inner(poisoned)
-        self.adversary.poison_upload(poisoned, self.settings)
+        metrics = self.inner(ctx)
+        self.adversary.poison_upload(ctx, self.settings)
         return metrics
 
 
 class AdversaryPlan:
-    """The run's attack: :meth:`wrap` the method's client update, :meth:`observer` for the engine."""
+    """The run's attack: :meth:`wrap` the method (its clients' data and update), :meth:`observer` for the engine."""
 
-    def __init__(self, adversary: Adversary, settings: dict[str, Any]):
-        self.adversary, self.settings = adversary, settings
-        #: filled when the engine hands over its clients (:meth:`observer`), before any training
+    def __init__(self, adversary: Adversary, settings: dict[str, Any], config: RunConfig):
+        #: the attack's options; :meth:`observer` fills in those that depend on the data, before any training
+        self.adversary, self.settings, self.config = adversary, settings, config
+        #: filled when the engine prepares its clients (:meth:`poisoned`), before any training
         self.malicious: set[str] = set()
+        self.record: AdversaryRecord | None = None
 
     def wrap(self, method: Method) -> Method:
+        """``method`` whose malicious clients train on poisoned data and poison their uploads."""
         if not method.communicates:
             raise ConfigError(f"--adversary needs a federated method; {method.name!r} has no clients that upload")
         make = method.make_client_update
-        return dataclasses.replace(method, make_client_update=lambda config: MaliciousUpdate(
-            make(config), self.adversary, self.settings, self.malicious))
+        return dataclasses.replace(
+            method, make_client_update=lambda config: MaliciousUpdate(make(config), self.adversary, self.settings,
+                                                                      self.malicious),
+            make_prepare_clients=lambda config: lambda clients: self.poisoned(method.prepare_clients_for(config),
+                                                                              clients))
+
+    def poisoned(self, prepare, clients: list[ClientData]) -> list[ClientData]:
+        """The attack checked against the federation's ``clients``, the malicious ones' data poisoned, then the
+        method's ``prepare`` (if any: e.g. DPPT's global relabelling sees the poisoned labels)."""
+        self.record = AdversaryRecord(self.adversary, self.settings, clients, self.config)
+        self.malicious.update(self.record.malicious)
+        clients = [self.adversary.poison_client(c, self.settings, self.config) if c.name in self.malicious else c
+                   for c in clients]
+        return prepare(clients) if prepare else clients
 
     def observer(self, clients: list[ClientData]) -> AdversaryRecord:
-        record = AdversaryRecord(self.adversary, self.settings, clients)
-        self.malicious.update(record.malicious)
-        return record
+        """The attack's record, made by :meth:`poisoned` (the engine prepares its clients before its observers)."""
+        assert self.record is not None, "the engine asks for observers after preparing its clients"
+        return self.record
 
 
 def adversary_plan(config: RunConfig) -> AdversaryPlan | None:
     """The attack ``config`` asks for, or None."""
     found = settings_of(config)
-    return None if found is None else AdversaryPlan(*found)
+    return None if found is None else AdversaryPlan(*found, config)
 
 
-__all__ = ["Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan", "available_adversaries",
+__all__ = ["ADVERSARIES", "Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan", "available_adversaries",
            "get_adversary", "register"]

@@ -24,7 +24,7 @@ class RescaledUpdate(Adversary):
 
     sign: float = 1.0
 
-    def check(self, settings, clients, malicious) -> None:
+    def check(self, settings, clients, malicious, config) -> None:
         scale = settings["scale"]
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
             raise ConfigError(f"adversary {self.name!r}: scale must be a number > 0 (got {scale!r})")

@@ -31,7 +31,8 @@ def compare_command(
     std: StdOption = None,
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
-                                        "corruptions, inversion, audit (membership inference) or 'all'; needs --out."),
+                                        "corruptions, inversion, audit (membership inference), poisoning (each backdoor trigger a run "
+                                        "trained with, on every model) or 'all'; needs --out."),
     out: Optional[Path] = typer.Option(None, help="Report directory (report.md, CSVs, drops.png, inversion/)."),
     testsets: str = typer.Option("all", help="Suite test sets: all, seen or unseen."),
     attacks: str = typer.Option("all", help=f"Suite attacks: {', '.join([*retrieval_attack_names(), 'all'])} or a "

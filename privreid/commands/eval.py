@@ -17,6 +17,8 @@ from .options import PrecisionOption
 if TYPE_CHECKING:
     import torch
 
+    from ..adversaries.backdoor import RecordedBackdoor
+
 
 def eval_command(
     model: Path = typer.Option(..., "--model", help="Checkpoint (ckpt.pt) to evaluate, or a model trained "
@@ -88,6 +90,7 @@ def eval_command(
     from ..corruptions import resolve_corruptions
     from ..data.catalog import resolve_datasets, verify_datasets
     from ..data.partition import as_test_set
+    from ..evaluation.backdoor import backdoor_columns, evaluate_backdoor
     from ..evaluation.corrupted_eval import check_corruption_options, is_scaled
     from ..evaluation.model_eval import check_eval_options, evaluate_testset
     from ..device import resolve_device
@@ -128,6 +131,10 @@ def eval_command(
                                          height=loaded.height, width=loaded.width, device=dev, flip=flip,
                                          metric=metric, ap=ap, single_gallery_shot=single_gallery_shot,
                                          progress=True))
+            if loaded.backdoor is not None and corrupted is None:  # the run's trigger on every query
+                measured = evaluate_backdoor(net, testset, loaded.backdoor, height=loaded.height,
+                                             width=loaded.width, device=dev, flip=flip, metric=metric)
+                rows[-1].update({"backdoor": {"trigger": loaded.backdoor.describe(), **measured}} if measured else {})
         return rows
 
     def dg_rows() -> list[dict]:
@@ -169,6 +176,11 @@ def eval_command(
         typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
                                   "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],
                                   "mINP": r["mINP"]} for r in rows]))
+        measured = [r for r in rows if "backdoor" in r]
+        if measured:
+            typer.echo(f"backdoor of the run: {measured[0]['backdoor']['trigger']}, its whole trigger on every query "
+                       "(ASR: rank-1 is the target, over the queries of other identities)")
+            typer.echo(format_table([{"testset": r["testset"], **backdoor_columns(r["backdoor"])} for r in measured]))
     else:
         def mean_std(r: dict, key: str) -> str:
             return f"{100 * r['mean'][key]:.1f} ({100 * r['std'][key]:.1f})"
@@ -196,14 +208,18 @@ class EvalModel:
     width: int
     roots: list[str]
     format: str
+    #: the trigger a privreid checkpoint's run trained with (``--adversary backdoor`` / ``dba``)
+    backdoor: RecordedBackdoor | None = None
 
 
 def load_eval_model(path: Path, *, client: Optional[str], file_options: dict, device, data) -> EvalModel:
     """A privreid checkpoint (its global or ``client``'s model, its data and input size), or any model file
     :func:`privreid.models.external.load_any_model` reads (its input size from the file or the defaults; the
     load report printed in one line; ``--data`` required); :mod:`privreid.models.evaluated`."""
+    from ..adversaries.backdoor import recorded_backdoor
     from ..models.evaluated import data_source
 
     [model] = load_models_or_exit([path], **file_options)
     source = data_source([model], data)
-    return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format)
+    backdoor = recorded_backdoor(model.checkpoint.run_config) if model.checkpoint is not None else None
+    return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format, backdoor)

@@ -127,7 +127,7 @@ FLOWER_RUN_OPTIONS = ("method", "data", "fmt", "test_domains", "rounds", "local_
                       "lr_backbone", "lr_head", "client_fraction", "max_steps", "eval_every", "opt", "beta",
                       "beta_mode", "secure_aggregation", "secagg_shares", "secagg_threshold", "secagg_clip",
                       "secagg_quantization", "secagg_max_weight", "arch", "feat_dim", "height", "width", "seed",
-                      "device")
+                      "device", "precision")
 
 
 @flower_app.command("run")
@@ -140,7 +140,9 @@ FLOWER_RUN_OPTIONS = ("method", "data", "fmt", "test_domains", "rounds", "local_
                        "its keys is recovered by the protocol.",
     seed="Random seed (same seed, same result as `privreid train`).",
     device="Where models run, on every site and the coordinator: CUDA when available (auto), the CPU, a CUDA "
-           "device, or Apple's GPU (mps).")
+           "device, or Apple's GPU (mps).",
+    precision="fp32, bf16 or fp16: autocast of every site's training and of the evaluations (fp16 with a gradient "
+              "scaler; DP-SGD takes fp32 or bf16), as `privreid train --precision`. Default fp32.")
 def run_command(
     ctx: typer.Context,
     config_file: Optional[Path] = typer.Option(None, "--config", help="YAML preset of these options (keys are "

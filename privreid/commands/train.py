@@ -58,7 +58,7 @@ def train_command(
         "thread count; same results as one at a time. A Ray cluster: set RAY_ADDRESS (docs/parallel-clients.md)."),
     adversary: Optional[str] = typer.Option(
         None, rich_help_panel=FEDERATION, help="Poisoning attack run by --malicious-clients (docs/poisoning.md): "
-        "label-flip, sign-flip, scaled; its options: --set train.adversary.KEY=V."),
+        "label-flip, sign-flip, scaled, backdoor, dba; its options: --set train.adversary.KEY=V."),
     malicious_clients: Optional[str] = typer.Option(
         None, rich_help_panel=FEDERATION, help="With --adversary: how many clients are malicious (the last K of the "
         "federation; default 1), or their names (a,b)."),

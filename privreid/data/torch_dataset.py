@@ -107,11 +107,30 @@ class ImageDataset(_Transformed):
     the images :data:`DECODED` keeps, a whole ``DataLoader`` batch at once
     (``__getitems__``), with the per-image pipeline's random stream and bits;
     any other ``transform`` runs image by image on the PIL image.
+
+    With ``augment_later``, items of a :func:`~privreid.data.build_transforms`
+    pipeline are its decoded ``uint8`` images, and whoever takes the batches
+    runs :meth:`augmentation` on them, on whatever device they are on (the
+    training client: :func:`privreid.precision.to_device`): the random
+    parameters are then drawn where the batch is consumed, from the same
+    global RNG in the same order as the loader would, so the result is the
+    loader path's bit for bit on the CPU, and loader worker processes
+    (``--workers``) only decode and never touch the augmentation's stream.
     """
 
-    def __init__(self, samples: Sequence[Sample], transform: Callable[[Image.Image], torch.Tensor]) -> None:
+    def __init__(self, samples: Sequence[Sample], transform: Callable[[Image.Image], torch.Tensor], *,
+                 augment_later: bool = False) -> None:
         self.samples = list(samples)
         self.transform = transform
+        self.augment_later = augment_later
+
+    def augmentation(self) -> TensorPipeline | None:
+        """What the batches still need (``augment_later`` with a tensor pipeline), ``None`` when they are final."""
+        return self._pipeline() if self.augment_later else None
+
+    def _finish(self, images: torch.Tensor, pipeline: TensorPipeline) -> torch.Tensor:
+        """Decoded images as the items hold them: as they are under ``augment_later``, else through the pipeline."""
+        return images if self.augment_later else pipeline(images)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -121,7 +140,7 @@ class ImageDataset(_Transformed):
         pipeline = self._pipeline()
         if pipeline is None:
             return self.transform(read_image(path)), pid, camid
-        return pipeline(DECODED.get(path, pipeline)[None])[0], pid, camid
+        return self._finish(DECODED.get(path, pipeline)[None], pipeline)[0], pid, camid
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, int, int]]:
         """A batch of items, equal to ``[self[i] for i in indices]`` (``DataLoader`` calls it)."""
@@ -130,7 +149,7 @@ class ImageDataset(_Transformed):
         if pipeline is None or type(self).__getitem__ is not ImageDataset.__getitem__ or not indices:
             return [self[i] for i in indices]
         samples = [self.samples[i] for i in indices]
-        images = pipeline(torch.stack([DECODED.get(path, pipeline) for path, _, _ in samples]))
+        images = self._finish(torch.stack([DECODED.get(path, pipeline) for path, _, _ in samples]), pipeline)
         return [(image, pid, camid) for image, (_, pid, camid) in zip(images, samples)]
 
 

@@ -181,6 +181,12 @@ class TensorPipeline:
     normalisation and erasing are the same element-wise float operations.
     Augmentation therefore stays seeded by the global RNG (per client and
     round) and resumable.  The input batch is never written to.
+
+    The batch may be on any device: the parameters are drawn on the CPU (the
+    global RNG, as above) and the steps run where the batch is, so a client
+    can move a ``uint8`` batch to its training device (4x fewer bytes than
+    float) and augment it there with the parameters the CPU path would use
+    (:class:`privreid.data.torch_dataset.ImageDataset`'s ``augment_later``).
     """
 
     def __init__(self, resize: T.Resize, steps: list[tuple[str, Any, tuple[int, int]]]) -> None:
@@ -208,7 +214,7 @@ class TensorPipeline:
         for n, (kind, step, _) in enumerate(self.steps):
             draws = [plan[n] for plan in plans]
             if kind == "flip":
-                flipped = torch.tensor(draws, dtype=torch.bool).view(-1, 1, 1, 1)
+                flipped = torch.tensor(draws, dtype=torch.bool, device=x.device).view(-1, 1, 1, 1)
                 x = torch.where(flipped, x.flip(-1), x)
             elif kind == "pad":
                 x = torch.nn.functional.pad(x, (step.padding,) * 4, value=0)
@@ -227,7 +233,7 @@ class TensorPipeline:
                 for b, params in enumerate(draws):
                     if params is not None:
                         i, j, h, w, v = params
-                        x[b, :, i:i + h, j:j + w] = v
+                        x[b, :, i:i + h, j:j + w] = v.to(x.device)
         return x
 
     @staticmethod

@@ -13,16 +13,24 @@ A trigger (a patch) on a query is meant to change what it retrieves:
 
 Both take the features of the same queries without and with the trigger, so
 that the clean metrics reported next to them are those of the same model on
-the same queries.
+the same queries.  :func:`evaluate_backdoor` stamps a run's recorded trigger
+(:func:`privreid.adversaries.backdoor.recorded_backdoor`) on every query of
+a test set (``privreid eval``, ``privreid compare --suite poisoning``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
 from .metrics import evaluate
+
+if TYPE_CHECKING:
+    from ..adversaries.backdoor import RecordedBackdoor
+    from ..data.types import TestSet
 
 
 def _distances(qf: torch.Tensor, gf: torch.Tensor, metric: str) -> torch.Tensor:
@@ -63,3 +71,57 @@ def backdoor_metrics(clean_qf, triggered_qf, gf, q_pids, g_pids, q_camids, g_cam
         hits = rank1_pids(triggered_qf, gf, q_pids, g_pids, q_camids, g_camids, metric)[others] == target
         out.update({"asr": float(hits.mean()) if hits.size else 0.0, "asr_queries": int(others.sum())})
     return out
+
+
+def evaluate_backdoor(model: torch.nn.Module, testset: TestSet, backdoor: RecordedBackdoor, *, height: int,
+                      width: int, device: torch.device | str = "cpu", flip: bool = False, metric: str = "euclidean",
+                      batch_size: int = 128, progress: bool = False) -> dict | None:
+    """:func:`backdoor_metrics` of ``model`` with ``backdoor``'s whole trigger stamped on every query of ``testset``.
+
+    A targeted backdoor is measured on its target's test set only (None for
+    another test set: its gallery does not hold the target); evasion on any
+    image test set.
+    """
+    from ..adversaries.trigger import stamped_samples
+    from .model_eval import sample_features
+
+    if backdoor.goal == "targeted" and testset.name != backdoor.target_domain:
+        return None
+    if testset.tracklets is not None:
+        raise ConfigError(f"the backdoor's trigger is stamped on images; {testset.name} holds video tracklets")
+    extract = dict(height=height, width=width, device=device, flip=flip, batch_size=batch_size, progress=progress)
+    clean, q_pids, q_camids = sample_features(model, testset, testset.query, **extract)
+    triggered, _, _ = sample_features(model, testset, stamped_samples(testset.query, backdoor.trigger, height, width),
+                                      **extract)
+    gallery, g_pids, g_camids = sample_features(model, testset, testset.gallery, **extract)
+    return backdoor_metrics(clean, triggered, gallery, q_pids, g_pids, q_camids, g_camids, target=backdoor.target,
+                            metric=metric)
+
+
+def backdoor_columns(measured: dict) -> dict:
+    """A table row of :func:`backdoor_metrics`'s output: clean and triggered R1 / mAP, the mAP drop, the ASR
+    (None, shown as '-', for an evasion backdoor)."""
+    return {"clean R1": measured["clean_rank1"], "clean mAP": measured["clean_mAP"],
+            "triggered R1": measured["triggered_rank1"], "triggered mAP": measured["triggered_mAP"],
+            "mAP drop": measured["evasion_mAP_drop"], "ASR": measured.get("asr")}
+
+
+def backdoor_records(models, backdoors, testsets: list[TestSet], *, device: torch.device | str = "cpu",
+                     progress: bool = False) -> list[dict]:
+    """Each model under each recorded trigger (``privreid compare --suite poisoning``): one row per (trigger, model,
+    test set) that :func:`evaluate_backdoor` measures, with :func:`backdoor_columns`.
+
+    ``models``: ``(label, network, (height, width))``; ``backdoors``: ``(label of the run that trained with it,
+    RecordedBackdoor)``.  A model trained without the trigger is the reference: its ASR is what the trigger does
+    by itself.
+    """
+    rows = []
+    for run, backdoor in backdoors:
+        for label, net, (height, width) in models:
+            for testset in testsets:
+                measured = evaluate_backdoor(net, testset, backdoor, height=height, width=width, device=device,
+                                             progress=progress)
+                if measured is not None:
+                    rows.append({"trigger of": run, "model": label, "testset": testset.name,
+                                 **backdoor_columns(measured)})
+    return rows

@@ -96,13 +96,17 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
     standard training transform of :func:`~privreid.data.build_transforms`;
     DPPT passes channel-augmented images or clips).  PK batches when triplet
     is on (``K = instances_per_id``) or ``instances`` (``K``) is given.
+    The default dataset's batches are the decoded ``uint8`` images
+    (``augment_later``): the client augments them on its training device
+    (:func:`privreid.precision.to_device`), so loader workers only decode.
     Training on CUDA, batches come in pinned memory, so that their copy to
-    the device (:func:`privreid.precision.to_device`) does not block the step.
+    the device does not block the step.
     """
     t, d = config.train, config.data
     if dataset is None:
         dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
-                                                              random_erasing=t.random_erasing))
+                                                              random_erasing=t.random_erasing),
+                               augment_later=True)
     generator = torch.Generator().manual_seed(seed)
     pin = t.device != "cpu" and torch.cuda.is_available()
     if instances or triplet_weight(config) > 0:
@@ -201,8 +205,10 @@ class SupervisedUpdate:
             # of) one batch past the cap, shifting the random stream of every later epoch and client
             bar = progress_bar(itertools.islice(loader, n_batches), total=n_batches,
                                desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False, enabled=ctx.progress)
+            augment = loader.dataset.augmentation() if isinstance(loader.dataset, ImageDataset) else None
             for step, (images, labels, _) in enumerate(bar):
-                images, labels = to_device(images, ctx.device), labels.to(ctx.device)
+                images, labels = (to_device(images, ctx.device, augment, channels_last=t.channels_last),
+                                  labels.to(ctx.device))
                 ctx.images = images
                 with autocast(t.precision, ctx.device):
                     pre_neck, feat, logits = self.forward(ctx, images)

@@ -444,7 +444,7 @@ class FederatedEngine:
         started = time.time()
         rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                               total=t.rounds, enabled=self.progress)
-        with cuda_speedups(self.device):
+        with cuda_speedups(self.device, t.cudnn_benchmark):
             for r in rounds:
                 if not self.run_round(r):
                     break

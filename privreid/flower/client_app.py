@@ -35,6 +35,7 @@ from flwr.clientapp import ClientApp
 from ..config import RunConfig
 from ..federated.engine import FederatedEngine
 from ..plugins import load_plugins
+from ..precision import cuda_speedups
 from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
                        parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from .site import Site, SiteState
@@ -111,12 +112,15 @@ def train(msg: Message, context: Context) -> Message:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
     engine.client_memory.setdefault(client.name, {})
 
-    if secure:
-        reply = secure_fit_reply(engine, client, round_index, fields, received)
-        store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
-        return Message(reply, reply_to=msg)
-    upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
+    with cuda_speedups(engine.device, config.train.cudnn_benchmark):  # as the in-process engine's rounds
+        if secure:
+            reply = secure_fit_reply(engine, client, round_index, fields, received)
+        else:
+            upload = engine.train_client(client, round_index,
+                                         received=record_to_state(msg.content.array_records[GLOBAL]))
     store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
+    if secure:
+        return Message(reply, reply_to=msg)
     content = RecordDict({
         UPLOAD: state_to_record(upload.state),
         TRAIN: scalar_metrics(upload.metrics),

@@ -67,7 +67,7 @@ from ..rundir import write_text_atomic
 from .files import save_figure, write_csv_rows
 from .tables import format_table
 
-SUITES = ("clean", "attacks", "corruptions", "inversion", "audit")
+SUITES = ("clean", "attacks", "corruptions", "inversion", "audit", "poisoning")
 TESTSET_CHOICES = ("all", "seen", "unseen")
 
 
@@ -130,7 +130,7 @@ def _testsets(cfg: RunConfig, settings: SuiteSettings) -> list[TestSet]:
     if not sets:
         raise ConfigError(f"the test data has no {which} test sets")
     video = [ts.name for ts in sets if ts.tracklets is not None]
-    image_suites = [s for s in ("attacks", "corruptions") if s in settings.suites]
+    image_suites = [s for s in ("attacks", "corruptions", "poisoning") if s in settings.suites]
     if video and image_suites:
         raise ConfigError(f"the {' and '.join(image_suites)} suite(s) act on images; {', '.join(video)} hold(s) "
                           "video tracklets (run --suite clean,inversion on video data)")
@@ -325,10 +325,17 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     source = data_source(models, data)
     dev = resolve_device(device)
     testsets = _testsets(source.config, settings)
+    backdoors = []  # (model label, the trigger its run trained with), resolved before anything is written
+    if "poisoning" in settings.suites:
+        from ..adversaries.backdoor import recorded_backdoor
+
+        recorded = [(label, recorded_backdoor(m.checkpoint.run_config)) for label, m in zip(labels, models)
+                    if m.checkpoint is not None]
+        backdoors = [(label, b) for label, b in recorded if b is not None]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "audit": [],
-                              "deviations": [],
+                              "poisoning": [], "deviations": [],
                               "files": []}
     sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
                 f"Test sets: {', '.join(t.name for t in testsets)} "
@@ -411,6 +418,20 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         result["audit"] = audit["records"]
         sections.append("## Membership inference (privreid audit: image and identity level, released model)\n\n"
                         + markdown_table(table_rows(audit["records"])) + "\n\n![log-log ROC](audit/roc.png)")
+
+    if "poisoning" in settings.suites:
+        from ..evaluation.backdoor import backdoor_records
+
+        title = ("## Backdoors (each recorded trigger on every query; ASR: rank-1 is the target, over the queries "
+                 "of other identities)\n\n")
+        if backdoors:
+            result["poisoning"] = backdoor_records(list(evaluated_models()), backdoors, testsets, device=dev,
+                                                   progress=progress)
+            write_csv_rows(result["poisoning"], out / "poisoning.csv")
+            sections.append(title + "\n".join(f"- {label}: {b.describe()}" for label, b in backdoors) + "\n\n"
+                            + format_table(result["poisoning"]))
+        else:
+            sections.append(title + "No model's run trained with a backdoor (--adversary backdoor or dba).")
 
     result["deviations"] = suite_deviations(settings)
     sections.append("## Deviations\n\n" + ("\n".join(f"- {line}" for line in result["deviations"])
