@@ -1,4 +1,4 @@
-"""The torch device a command runs on (``--device auto|cpu|cuda|cuda:N|mps``).
+"""The torch device a command runs on (``--device auto|cpu|cuda|cuda:N``).
 
 A device name is checked in two steps: its spelling without torch
 (:func:`is_device_name`: the CLI's ``--device`` type refuses a misspelt name
@@ -16,13 +16,13 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-#: the names ``--device`` takes, as its help shows them: CUDA when available, the CPU, a CUDA device, Apple's GPU
-DEVICE_METAVAR = "[auto|cpu|cuda|cuda:N|mps]"
-_DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+#: the names ``--device`` takes, as its help shows them: CUDA when available, the CPU, a CUDA device
+DEVICE_METAVAR = "[auto|cpu|cuda|cuda:N]"
+_DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def is_device_name(name: object) -> bool:
-    """Whether ``name`` is spelt as :data:`DEVICE_METAVAR` says (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``)."""
+    """Whether ``name`` is spelt as :data:`DEVICE_METAVAR` says (``auto``, ``cpu``, ``cuda``, ``cuda:N``)."""
     return isinstance(name, str) and _DEVICE_NAME.fullmatch(name) is not None
 
 
@@ -40,6 +40,4 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
         raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                           f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("--device mps was requested but Apple's GPU (MPS) is not available; use --device cpu")
     return torch.device(name)

@@ -161,7 +161,7 @@ VALUE_CASES = [
     train("unknown-eval-ap", "--eval-ap", "voc", says="--eval-ap"),
     train("unknown-beta-mode", "--beta-mode", "sideways", says="--beta-mode"),
     train("unknown-device", "--device", "tpu", says="device"),
-    train("device-index-text", "--device", "cuda:x", says="'cuda:x' is not one of [auto|cpu|cuda|cuda:N|mps]"),
+    train("device-index-text", "--device", "cuda:x", says="'cuda:x' is not one of [auto|cpu|cuda|cuda:N]"),
     train("device-set-unknown", "--set", "train.device=tpu", says="device must be"),
     train("unknown-arch", "--arch", "resnet101", says="'resnet101' is not one of"),
     train("unknown-logger", "--logger", "mlflow", says="'mlflow' is not one of"),

@@ -49,8 +49,8 @@ class DeviceType(click.ParamType):
 
 
 #: ``--device``, the same on every command that runs a model: ``device: DeviceOption = "auto"``
-DeviceOption = Annotated[str, typer.Option(help="Where models run: CUDA when available (auto), the CPU, a CUDA "
-                                           "device, or Apple's GPU (mps).", click_type=DeviceType())]
+DeviceOption = Annotated[str, typer.Option(help="Where models run: CUDA when available (auto), the CPU or a CUDA "
+                                           "device.", click_type=DeviceType())]
 
 #: how a model file from elsewhere is read (docs/models.md): the same three options on every command that takes models
 ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its ResNet, "

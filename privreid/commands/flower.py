@@ -139,8 +139,8 @@ FLOWER_RUN_OPTIONS = ("method", "data", "fmt", "test_domains", "rounds", "local_
                        "server learns only the sum of each round's updates; a site that drops out after sharing "
                        "its keys is recovered by the protocol.",
     seed="Random seed (same seed, same result as `privreid train`).",
-    device="Where models run, on every site and the coordinator: CUDA when available (auto), the CPU, a CUDA "
-           "device, or Apple's GPU (mps).",
+    device="Where models run, on every site and the coordinator: CUDA when available (auto), the CPU or a "
+           "CUDA device.",
     precision="fp32, bf16 or fp16: autocast of every site's training and of the evaluations (fp16 with a gradient "
               "scaler; DP-SGD takes fp32 or bf16), as `privreid train --precision`. Default fp32.")
 def run_command(

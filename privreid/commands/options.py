@@ -179,8 +179,8 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         "Keep this seeded fraction of each client's training images out of training, recorded in the "
         "checkpoint (image-level membership audits: `privreid audit`).", panel=DATA),
     "seed": _o("train.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
-    "device": _o("train.device", "Where training runs: CUDA when available (auto), the CPU, a CUDA device, or "
-                 "Apple's GPU (mps).", panel=TRAINING, click_type=DeviceType()),
+    "device": _o("train.device", "Where training runs: CUDA when available (auto), the CPU or a CUDA device.",
+                 panel=TRAINING, click_type=DeviceType()),
     "workers": _o("train.num_workers", "Data-loading worker processes.", panel=DATA),
     "precision": _o("train.precision",
         "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
