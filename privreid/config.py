@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .device import DEVICE_METAVAR, is_device_name
 from .errors import ConfigError
 
 
@@ -300,8 +301,7 @@ class RunConfig:
             (max(d.height, d.width) <= MAX_IMAGE_SIDE, f"image size {d.height}x{d.width} is too large (max "
              f"{MAX_IMAGE_SIDE} per side: one decoded image alone would take {3 * d.height * d.width / 2**20:.0f} "
              f"MiB, a batch of {t.batch_size} a multiple of that)"),
-            (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
-             f"device must be auto, cpu or cuda (got {t.device!r})"),
+            (is_device_name(t.device), f"device must be one of {DEVICE_METAVAR} (got {t.device!r})"),
         ]
         for ok, msg in checks + _privacy_checks(self):
             if not ok:

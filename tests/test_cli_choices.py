@@ -80,3 +80,15 @@ def test_a_cuda_index_beyond_the_machine_is_one_line(monkeypatch):
     assert resolve_device("auto") == torch.device("cpu")
     with pytest.raises(ConfigError, match="no CUDA device is available"):
         resolve_device("cuda:0")
+
+
+@pytest.mark.parametrize("device", ["cuda:x", "cuda:", "cuda:0:1", "mps"])
+def test_the_run_config_refuses_a_device_the_cli_would_refuse(device):
+    """A preset or ``--set train.device=...`` is checked with the CLI's own rule (``cuda:x`` used to pass)."""
+    from privreid.config import RunConfig
+    from privreid.errors import ConfigError
+
+    config = RunConfig()
+    config.train.device = device
+    with pytest.raises(ConfigError, match=r"device must be one of \[auto\|cpu\|cuda\|cuda:N\]"):
+        config.validate()
