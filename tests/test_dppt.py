@@ -21,6 +21,7 @@ from privreid.federated.mrb import global_memory
 from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state, state_nbytes
 from privreid.federated.strategy import weighted_average
 from privreid.models import build_model
+from privreid.precision import to_device
 from privreid.seeding import derive_seed, seed_everything
 
 from conftest import spy_on_uploads, tiny_config
@@ -269,6 +270,28 @@ def test_loader_is_pk_with_the_chosen_channel_augmentation(tiny_synth, camera_cl
         assert isinstance(loader.sampler, PKSampler) and (loader.sampler.p, loader.sampler.k) == (2, 4)
         augs = [t for t in loader.dataset.transform.transforms if isinstance(t, ChannelAugmentation)]
         assert [a.mode for a in augs] == ([mode] if mode else [])
+
+
+def test_the_loader_yields_uint8_images_the_client_channel_augments_as_the_loader_would(tiny_synth, camera_client):
+    """Issue 29: DPPT's images are augmented on the training device too (``augment_later``), with the channel
+    augmentation, flips, crops and erasing of the loader path bit for bit, and the random stream after them."""
+    update = make_client_update(dppt_config(tiny_synth, ca="channel", ca_p=0.5, instances=4))
+    ctx = ClientContext(model=None, client=camera_client, round=0, config=update.config, device=CPU, global_state={},
+                        seed=0)
+    runs = []
+    for later in (True, False):
+        torch.manual_seed(5)
+        loader = update.loader(ctx, 0)
+        assert loader.dataset.augment_later  # what DPPT's client trains on
+        loader.dataset.augment_later = later
+        augment = loader.dataset.augmentation()
+        batches = [(images.dtype, to_device(images, "cpu", augment)) for images, _, _ in loader]
+        runs.append((batches, torch.get_rng_state()))
+    (later, later_state), (reference, reference_state) = runs
+    assert {dtype for dtype, _ in later} == {torch.uint8} and {dtype for dtype, _ in reference} == {torch.float32}
+    assert len(later) == len(reference) > 1
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(later, reference))
+    assert torch.equal(later_state, reference_state)
 
 
 def test_mrb_option_controls_centres_and_the_loss(tiny_synth, camera_client):

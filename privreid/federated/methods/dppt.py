@@ -311,12 +311,15 @@ class DPPTLocalTraining:
         self._steps = {"circle": 0, "mrb": 0}
 
     def loader(self, ctx: ClientContext, epoch: int):
-        """P x K batches of channel-augmented images, or of clips of ``seq_len`` frames for a video client."""
+        """P x K batches of images, channel-augmented on the training device like every client's
+        (``augment_later``: :class:`~privreid.data.ImageDataset`), or of clips of ``seq_len`` frames for a video
+        client, augmented in the loader: a clip's frame draws and its augmentation's draws interleave per item, so
+        moving the augmentation would change the random stream."""
         t, d, s = self.config.train, self.config.data, self.settings
         c = ctx.client
         transform = build_transforms(d.height, d.width, train=True, random_erasing=t.random_erasing,
                                      channel_aug=s.ca, channel_aug_p=s.ca_p)
-        dataset = (ImageDataset(c.train, transform) if c.tracklets is None
+        dataset = (ImageDataset(c.train, transform, augment_later=True) if c.tracklets is None
                    else SequenceDataset(c.train, c.tracklets, transform, s.seq_len, sampling="random"))
         return client_loader(c, self.config, ctx.seed + epoch, dataset=dataset, instances=s.instances)
 
