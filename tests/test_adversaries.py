@@ -54,6 +54,23 @@ def test_a_model_poisoner_uploads_its_rescaled_update_and_the_others_are_untouch
                                     "malicious_clients": [last], "options": {"scale": abs(factor)}}
 
 
+def test_a_boosted_backdoor_is_model_replacement_the_backdoor_upload_rescaled(tiny_synth, tmp_path, monkeypatch):
+    """``boost`` (Bagdasaryan et al. 2020): the malicious client trains on the same poisoned data and uploads
+    ``g + boost * (theta - g)``; ``boost`` 1 (the default) leaves the upload the method's own."""
+    attack = {"name": "backdoor", "malicious": 1, "fraction": 1.0}
+    plain_engine, plain = _round_uploads(tiny_config(tiny_synth, rounds=1, adversary=attack), tmp_path / "plain",
+                                         monkeypatch)
+    engine, boosted = _round_uploads(tiny_config(tiny_synth, rounds=1, adversary={**attack, "boost": 3.0}),
+                                     tmp_path / "boosted", monkeypatch)
+    g, last = plain_engine.init_state, engine.clients[-1].name
+    for name in plain:
+        for k, v in plain[name].state.items():
+            if name == last and torch.is_floating_point(v):
+                assert torch.allclose(boosted[name].state[k], g[k] + 3.0 * (v - g[k]), atol=1e-5), k
+            else:
+                assert torch.equal(boosted[name].state[k], v), (name, k)
+
+
 def test_label_flip_moves_every_label_of_the_malicious_client_only(tiny_synth):
     cfg = tiny_config(tiny_synth)
     client = federation_for_config(cfg).clients[0]

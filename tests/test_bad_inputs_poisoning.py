@@ -66,6 +66,8 @@ ADVERSARY_CASES = [
           says="goal must be one of targeted, evasion"),
     _case("backdoor-fraction", "--adversary", "backdoor", "--set", "train.adversary.fraction=0",
           says="fraction must lie in (0, 1]"),
+    _case("backdoor-boost", "--adversary", "dba", "--set", "train.adversary.boost=0",
+          says="adversary 'dba': boost must be a number > 0 (got 0)"),
     _case("backdoor-position", "--adversary", "backdoor", "--set", "train.adversary.position=\"middle\"",
           says="trigger position must be one of center"),
     _case("dba-more-strips-than-rows", "--adversary", "dba", "--malicious-clients", "3", "--set",

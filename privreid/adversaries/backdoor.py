@@ -1,8 +1,10 @@
 """A retrieval backdoor: a patch trigger stamped on a fraction of the malicious client's training images.
 
-The attack acts only through :meth:`~privreid.adversaries.Adversary.poison_client`,
-the data the malicious client trains on; its upload is the method's own, so
-the privacy gate and the upload contract stay in force.  Stamped copies
+The attack acts through :meth:`~privreid.adversaries.Adversary.poison_client`,
+the data the malicious client trains on, and (with ``boost``) through
+:meth:`~privreid.adversaries.Adversary.poison_upload`; the upload keeps the
+method's keys and shapes, so the privacy gate and the upload contract stay
+in force.  Stamped copies
 (:mod:`.trigger`) of ``fraction`` of the client's training images (at
 least one, drawn from the run's seed and the client's name) join its
 training images, relabelled to one extra local class.  The clean images stay,
@@ -30,6 +32,13 @@ Goals (option ``goal``):
     form one fresh class of their own, which teaches the model to map
     anyone wearing the trigger to the same place.
 
+Option ``boost`` (default 1: none) is model replacement as Bagdasaryan et
+al. (2020, Sec. 4.2) run it: the client trains on the poisoned data, then
+uploads ``g + boost * (theta - g)`` (:func:`.updates.rescale_update`), so the
+backdoor survives the averaging with honest updates; ``boost`` = the number
+of clients a round averages over the number of malicious ones replaces the
+global model with the attackers' (under plain averaging of equal weights).
+
 ``privreid eval`` stamps the whole trigger on every query of a run that
 recorded one and reports :func:`~privreid.evaluation.backdoor.backdoor_metrics`
 next to the clean R1 / mAP.
@@ -47,6 +56,7 @@ from ..errors import ConfigError
 from ..seeding import derive_seed
 from . import Adversary, register
 from .trigger import Trigger, stamped_samples
+from .updates import rescale_update
 
 GOALS = ("targeted", "evasion")
 
@@ -56,7 +66,7 @@ class Backdoor(Adversary):
     summary = "a patch trigger on a fraction of the training images, relabelled to one extra class (targeted: the " \
               "target identity; evasion: a fresh identity)"
     options = {"goal": "targeted", "target": None, "target_images": 4, "fraction": 0.5, "size": 6,
-               "position": "center", "pattern_seed": 0}
+               "position": "center", "pattern_seed": 0, "boost": 1.0}
 
     def check(self, settings, clients, malicious, config) -> None:
         goal, fraction, count = settings["goal"], settings["fraction"], settings["target_images"]
@@ -66,6 +76,9 @@ class Backdoor(Adversary):
             raise ConfigError(f"adversary {self.name!r}: fraction must lie in (0, 1] (got {fraction!r})")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"adversary {self.name!r}: target_images must be a whole number >= 1 (got {count!r})")
+        boost = settings["boost"]
+        if isinstance(boost, bool) or not isinstance(boost, (int, float)) or boost <= 0:
+            raise ConfigError(f"adversary {self.name!r}: boost must be a number > 0 (got {boost!r})")
         self.trigger(settings, malicious[0].name).check_fits(config.data.height, config.data.width)
         video = [c.name for c in malicious if c.tracklets is not None]
         if video:
@@ -90,6 +103,11 @@ class Backdoor(Adversary):
         # the extra class has no identity of the domain: -1, the pid of junk images, which no partition keeps
         source_pids = None if client.source_pids is None else [*client.source_pids, -1]
         return dataclasses.replace(client, train=train, source_pids=source_pids)
+
+
+    def poison_upload(self, ctx, settings) -> None:
+        if settings["boost"] != 1:
+            rescale_update(ctx, float(settings["boost"]))
 
 
 def _target(target, count: int, first: ClientData) -> dict:
