@@ -124,8 +124,12 @@ def poisoned_federation(config: RunConfig):
 
 
 def measure(summary: dict, out: Path, backdoor, config: RunConfig) -> dict:
-    """A cell: clean mAP (mean over the seen test sets) and, with ``backdoor``, the ASR on the target's test set."""
+    """A cell: clean mAP (mean over the seen test sets), the test sets on which the model's features were not
+    finite (if any), and, with ``backdoor``, the ASR on the target's test set."""
     cell = {"mAP": summary["global_seen"]["mAP"]}
+    broken = sorted(name for name, m in summary["global_seen_per_testset"].items() if m.get("non_finite_features"))
+    if broken:  # scored at chance level (privreid.evaluation.model_eval)
+        cell["non_finite"] = broken
     if backdoor is not None:
         [testset] = [t for t in federation_for_config(config).seen if t.name == backdoor.target_domain]
         measured = evaluate_backdoor(load_model(out / "ckpt.pt"), testset, backdoor, height=config.data.height,
@@ -150,12 +154,14 @@ def run_cell(args, work: Path, attack_label: str, column: str) -> dict:
 
 def markdown(cells: dict) -> str:
     """Rows: attacks; columns: defences and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
-    attacks without a trigger)."""
+    attacks without a trigger), ``mAP†`` where the model's features were not finite on a test set (scored there
+    at chance level)."""
     columns = list(next(iter(cells.values())))
     lines = ["| attack | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for attack, row in cells.items():
-        lines.append(f"| {attack} | " + " | ".join(f"{100 * c['mAP']:.1f} / " + (f"{100 * c['asr']:.0f}" if "asr" in c
-                                                                               else "—") for c in row.values()) + " |")
+        lines.append(f"| {attack} | " + " | ".join(f"{100 * c['mAP']:.1f}{'†' * ('non_finite' in c)} / "
+                                                    + (f"{100 * c['asr']:.0f}" if "asr" in c else "—")
+                                                    for c in row.values()) + " |")
     return "\n".join(lines)
 
 
