@@ -33,7 +33,7 @@ one torch thread each.
 
 Images are rendered at 64x32 and trained on at 32x16.
 
-It writes ``table.md`` (the Markdown table) and ``cells.json`` into ``--out``.
+It writes ``table.md`` (the Markdown table and the chance-level mAP) and ``cells.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from privreid.adversaries import adversary_plan
@@ -57,6 +58,8 @@ from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.synthetic import SynthConfig, generate_synthetic
 from privreid.evaluation.backdoor import evaluate_backdoor
+from privreid.evaluation.chance import chance_metrics
+from privreid.evaluation.model_eval import evaluation_split
 from privreid.federated.engine import FederatedEngine
 
 MALICIOUS = 2
@@ -152,6 +155,17 @@ def run_cell(args, work: Path, attack_label: str, column: str) -> dict:
     return measure(train(central, out, data), out, backdoor, central)
 
 
+def chance_map(config: RunConfig) -> float:
+    """The mAP of a uniformly random ranking (:func:`~privreid.evaluation.chance.chance_metrics`), mean over the seen
+    test sets as a cell's: what a model that learned nothing scores."""
+    maps = []
+    for testset in federation_for_config(config).seen:
+        (q_pids, q_cams), (g_pids, g_cams) = ((np.array([pid for _, pid, _ in side]), np.array([c for _, _, c in side]))
+                                              for side in evaluation_split(testset))
+        maps.append(chance_metrics(q_pids, g_pids, q_cams, g_cams)["mAP"])
+    return float(np.mean(maps))
+
+
 def markdown(cells: dict) -> str:
     """Rows: attacks; columns: defences and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
     attacks without a trigger), ``mAP†`` where the model's features were not finite on a test set (scored there
@@ -185,8 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.data is None:
         args.data = [str(generate_synthetic(args.out / "synth", SYNTH, overwrite=True))]
+    args.warm_start = None  # the warm start itself starts from scratch
+    chance = f"Chance level (a uniformly random ranking): mAP {100 * chance_map(run_config(args, None, {})):.1f} %."
+    print(chance, flush=True)
     work = args.out / "runs"
-    args.warm_start = None
     args.warm_start = warm_start(args, work)
     attacks = args.rows or (SMOKE_ATTACKS if args.smoke else list(ATTACKS))
     columns = args.columns or [*(SMOKE_DEFENCES if args.smoke else DEFENCES), CENTRAL]
@@ -204,9 +220,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{attack:10s} {column:24s} {cell} ({time.time() - started:.0f} s)", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     table = markdown(cells)
-    (args.out / "table.md").write_text(table + "\n")
+    (args.out / "table.md").write_text(f"{table}\n\n{chance}\n")
     (args.out / "cells.json").write_text(json.dumps(cells, indent=2) + "\n")
-    print(f"\n{table}\n\n{time.time() - started:.0f} s")
+    print(f"\n{table}\n\n{chance}\n{time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_on
     # secure aggregation hides the uploads but sums the same ones: the plain mean's model
     assert cells["DBA"]["secure aggregation"]["mAP"] == pytest.approx(cells["DBA"]["plain FedPav"]["mAP"], abs=1e-4)
     markdown = (tmp_path / "table.md").read_text().splitlines()
-    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and len(markdown) == 2 + len(cells)
+    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and len(markdown) == 4 + len(cells)
+    assert markdown[-1].startswith("Chance level (a uniformly random ranking): mAP ")
     assert markdown[2].startswith("| no attack | ") and " / —" in markdown[2] and " / —" not in markdown[3]
     assert not (tmp_path / "runs").exists()
 
