@@ -7,6 +7,7 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.evaluation.backdoor import backdoor_metrics, rank1_pids
+from privreid.evaluation.model_eval import NonFiniteFeaturesWarning
 
 # one-dimensional features: gallery identity 1 at 0, identity 2 at 10, identity 7 (the target) at 100,
 # each seen by camera 1; queries of identities 1, 2 and 7 from camera 0
@@ -40,3 +41,17 @@ def test_evasion_only_without_a_target_and_an_unknown_target_is_refused():
     assert "asr" not in out and out["evasion_mAP_drop"] == pytest.approx(2 / 9)
     with pytest.raises(ConfigError, match="target identity 5 is not in the gallery"):
         backdoor_metrics(CLEAN, TRIGGERED, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=5)
+
+
+def test_a_model_with_non_finite_features_is_scored_at_chance_and_flagged():
+    """As the evaluation scores such a model: the expectation under a uniformly random ranking.  A fourth gallery
+    item (identity 1, camera 0) is removed for query 1 only, so the target is 1 of 3 items it may match and 1 of 4
+    for query 2: ASR (1/3 + 1/4) / 2."""
+    gf = torch.tensor([[0.0], [10.0], [100.0], [float("nan")]])
+    with pytest.warns(NonFiniteFeaturesWarning, match="reporting the backdoor metrics at chance level"):
+        out = backdoor_metrics(CLEAN, TRIGGERED, gf, Q_PIDS, [*G_PIDS, 1], Q_CAMS, [*G_CAMS, 0], target=7)
+    assert out["non_finite_features"] is True and out["asr_queries"] == 2
+    assert out["asr"] == pytest.approx(7 / 24)
+    # query 1: 1 positive among its 3 items; queries 2 and 7: 1 among 4 (expected rank-1 1/3, 1/4, 1/4)
+    assert out["clean_rank1"] == out["triggered_rank1"] == pytest.approx((1 / 3 + 1 / 4 + 1 / 4) / 3)
+    assert out["evasion_mAP_drop"] == 0.0

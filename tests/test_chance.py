@@ -186,3 +186,21 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
         chance = chance_metrics(labels[0][0], labels[1][0], labels[0][1], labels[1][1])
         assert {k: rec[k] for k in RESULT_KEYS} == pytest.approx({k: chance[k] for k in RESULT_KEYS})
 
+
+
+def test_summary_flags_a_test_set_whose_features_were_not_finite(tiny_synth, tmp_path):
+    """A model whose weights are finite can still give non-finite features (a BatchNorm running variance pushed
+    below zero by a boosted upload): ``summary.json`` keeps the flag beside that test set's chance-level numbers."""
+    from privreid.data.catalog import federation_for_config
+    from privreid.federated.engine import FederatedEngine
+
+    cfg = tiny_config(tiny_synth, rounds=1)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
+    scores = dict.fromkeys(RESULT_KEYS, 0.25)
+    engine.metrics = [{"round": 1, "scope": "global", "split": "seen", "testset": "synthA", **scores},
+                      {"round": 1, "scope": "global", "split": "seen", "testset": "synthB", **scores,
+                       "non_finite_features": True}]
+    per_testset = engine.summary(0.0)["global_seen_per_testset"]
+    assert "non_finite_features" not in per_testset["synthA"]
+    assert per_testset["synthB"] == {**{k: 0.25 for k in ("rank1", "rank5", "rank10", "mAP", "mINP")},
+                                     "non_finite_features": True}

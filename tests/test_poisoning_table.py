@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "poisoning_table.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.mark.slow
-def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_only(tiny_synth, tmp_path):
-    spec = importlib.util.spec_from_file_location("poisoning_table", BENCHMARK)
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    table.main(["--smoke", "--data", str(tiny_synth), "--out", str(tmp_path)])
+def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_only(tiny_synth, tmp_path, monkeypatch):
+    """Two cells at a time (``--jobs 2``: spawned processes, which import the benchmark by name)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    table = importlib.import_module("poisoning_table")
+    table.main(["--smoke", "--data", str(tiny_synth), "--out", str(tmp_path), "--jobs", "2"])
     cells = json.loads((tmp_path / "cells.json").read_text())
     columns = [*table.SMOKE_DEFENCES, table.CENTRAL]
     assert list(cells) == list(table.SMOKE_ATTACKS) and all(list(row) == columns for row in cells.values())
@@ -27,6 +27,17 @@ def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_on
     # secure aggregation hides the uploads but sums the same ones: the plain mean's model
     assert cells["DBA"]["secure aggregation"]["mAP"] == pytest.approx(cells["DBA"]["plain FedPav"]["mAP"], abs=1e-4)
     markdown = (tmp_path / "table.md").read_text().splitlines()
-    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and len(markdown) == 2 + len(cells)
+    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and len(markdown) == 4 + len(cells)
+    assert markdown[-1].startswith("Chance level (a uniformly random ranking): mAP ")
     assert markdown[2].startswith("| no attack | ") and " / —" in markdown[2] and " / —" not in markdown[3]
     assert not (tmp_path / "runs").exists()
+
+
+def test_markdown_marks_cells_whose_features_were_not_finite(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    table = importlib.import_module("poisoning_table")
+    cells = {"no attack": {"plain": {"mAP": 0.0671}, "median": {"mAP": 0.05, "non_finite": ["synthC"]}},
+             "DBA": {"plain": {"mAP": 0.0649, "asr": 0.0357}, "median": {"mAP": 0.1, "asr": 1.0}}}
+    assert table.markdown(cells).splitlines() == [
+        "| attack | plain | median |", "|---|---|---|", "| no attack | 6.7 / — | 5.0† / — |",
+        "| DBA | 6.5 / 4 | 10.0 / 100 |"]

@@ -20,13 +20,16 @@ a test set (``privreid eval``, ``privreid compare --suite poisoning``).
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .chance import chance_metrics
 from .metrics import evaluate
+from .model_eval import NonFiniteFeaturesWarning
 
 if TYPE_CHECKING:
     from ..adversaries.backdoor import RecordedBackdoor
@@ -62,6 +65,11 @@ def backdoor_metrics(clean_qf, triggered_qf, gf, q_pids, g_pids, q_camids, g_cam
     q_pids, g_pids = np.asarray(q_pids), np.asarray(g_pids)
     if target is not None and target not in set(g_pids.tolist()):
         raise ConfigError(f"target identity {target} is not in the gallery")
+    if not all(bool(torch.isfinite(torch.as_tensor(f)).all()) for f in (clean_qf, triggered_qf, gf)):
+        warnings.warn("the model's features contain NaN or infinite values, so it cannot rank; reporting the "
+                      "backdoor metrics at chance level (the expectation under a uniformly random ranking)",
+                      NonFiniteFeaturesWarning, stacklevel=2)
+        return chance_backdoor_metrics(q_pids, g_pids, np.asarray(q_camids), np.asarray(g_camids), target)
     clean = evaluate(clean_qf, gf, q_pids, g_pids, q_camids, g_camids, metric=metric)
     triggered = evaluate(triggered_qf, gf, q_pids, g_pids, q_camids, g_camids, metric=metric)
     out = {"clean_rank1": clean["rank1"], "clean_mAP": clean["mAP"], "triggered_rank1": triggered["rank1"],
@@ -70,6 +78,23 @@ def backdoor_metrics(clean_qf, triggered_qf, gf, q_pids, g_pids, q_camids, g_cam
         others = q_pids != target
         hits = rank1_pids(triggered_qf, gf, q_pids, g_pids, q_camids, g_camids, metric)[others] == target
         out.update({"asr": float(hits.mean()) if hits.size else 0.0, "asr_queries": int(others.sum())})
+    return out
+
+
+def chance_backdoor_metrics(q_pids: np.ndarray, g_pids: np.ndarray, q_camids: np.ndarray, g_camids: np.ndarray,
+                            target: int | None = None) -> dict:
+    """:func:`backdoor_metrics` of a model that cannot rank (non-finite features), as the evaluation scores one
+    (:func:`~privreid.evaluation.chance.chance_metrics`): the expectation under a uniformly random ranking, flagged
+    ``non_finite_features``.  Clean and triggered queries are then alike (no mAP drop); the ASR is the mean, over
+    the queries of other identities, of the share of the target among the gallery items the query may match."""
+    chance = chance_metrics(q_pids, g_pids, q_camids, g_camids)
+    out = {"clean_rank1": chance["rank1"], "clean_mAP": chance["mAP"], "triggered_rank1": chance["rank1"],
+           "triggered_mAP": chance["mAP"], "evasion_mAP_drop": 0.0, "non_finite_features": True}
+    if target is not None:
+        others = q_pids != target
+        allowed = ~((q_pids[others, None] == g_pids[None, :]) & (q_camids[others, None] == g_camids[None, :]))
+        share = (allowed & (g_pids[None, :] == target)).sum(1) / allowed.sum(1)
+        out.update({"asr": float(share.mean()) if share.size else 0.0, "asr_queries": int(others.sum())})
     return out
 
 

@@ -534,7 +534,8 @@ class FederatedEngine:
                     out[f"{scope}_{split}"] = mean_metrics(recs)
                     out[f"{scope}_{split}_per_testset"] = {
                         (m["testset"] if scope == "global" else f"{m['client']}@{m['testset']}"):
-                            {k: m[k] for k in SUMMARY_KEYS} for m in recs}
+                            {**{k: m[k] for k in SUMMARY_KEYS},
+                             **({"non_finite_features": True} if m.get("non_finite_features") else {})} for m in recs}
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
         out["best"] = best_block(self.metrics, self.config.train.report_best)
