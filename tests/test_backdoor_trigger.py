@@ -101,7 +101,7 @@ def test_a_backdoor_run_records_the_trigger_and_its_target(tiny_synth, tmp_path)
     assert record["attack"] == "dba" and record["malicious_clients"] == names
     gallery = {pid for _, pid, _ in engine.clients[0].gallery if pid > 0}
     assert record["options"] == {"goal": "targeted", "target": min(gallery), "target_images": 4, "fraction": 0.5,
-                                 "size": 4, "position": "center", "pattern_seed": 0, "parts": names,
+                                 "size": 4, "position": "center", "pattern_seed": 0, "boost": 1.0, "parts": names,
                                  "target_domain": engine.clients[0].domain,
                                  "held_images": [[p, cam] for p, pid, cam in engine.clients[0].gallery
                                                  if pid == min(gallery)][:4]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,18 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+def benchmark(monkeypatch):
+    """benchmarks/poisoning_table.py imported by name from ``sys.path`` (a spawned process inherits the parent's
+    path; pytest's ``syspath_prepend`` also imports pkg_resources, which recent setuptools no longer ship)."""
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+    monkeypatch.delitem(sys.modules, "poisoning_table", raising=False)
+    return importlib.import_module("poisoning_table")
+
+
 @pytest.mark.slow
 def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_only(tiny_synth, tmp_path, monkeypatch):
     """Two cells at a time (``--jobs 2``: spawned processes, which import the benchmark by name)."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    table = importlib.import_module("poisoning_table")
+    table = benchmark(monkeypatch)
     table.main(["--smoke", "--data", str(tiny_synth), "--out", str(tmp_path), "--jobs", "2"])
     cells = json.loads((tmp_path / "cells.json").read_text())
     columns = [*table.SMOKE_DEFENCES, table.CENTRAL]
@@ -34,8 +42,7 @@ def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_on
 
 
 def test_markdown_marks_cells_whose_features_were_not_finite(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    table = importlib.import_module("poisoning_table")
+    table = benchmark(monkeypatch)
     cells = {"no attack": {"plain": {"mAP": 0.0671}, "median": {"mAP": 0.05, "non_finite": ["synthC"]}},
              "DBA": {"plain": {"mAP": 0.0649, "asr": 0.0357}, "median": {"mAP": 0.1, "asr": 1.0}}}
     assert table.markdown(cells).splitlines() == [
