@@ -42,14 +42,18 @@ def _distances(qf: torch.Tensor, gf: torch.Tensor, metric: str) -> torch.Tensor:
     return torch.cdist(qf.double(), gf.double()).pow(2)
 
 
+def removed_matches(q_pids, g_pids, q_camids, g_camids) -> np.ndarray:
+    """Market-1501's removal, query x gallery: a gallery item of the query's identity seen by the query's camera."""
+    return ((np.asarray(q_pids)[:, None] == np.asarray(g_pids)[None, :])
+            & (np.asarray(q_camids)[:, None] == np.asarray(g_camids)[None, :]))
+
+
 def rank1_pids(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean") -> np.ndarray:
     """The identity of each query's rank-1 gallery item (Market-1501 removal; ties: the first gallery item)."""
     qf, gf = torch.as_tensor(qf, dtype=torch.float32), torch.as_tensor(gf, dtype=torch.float32)
-    q_pids, g_pids = np.asarray(q_pids), np.asarray(g_pids)
+    g_pids = np.asarray(g_pids)
     dist = _distances(qf, gf, metric).double()
-    removed = torch.as_tensor((q_pids[:, None] == g_pids[None, :])
-                              & (np.asarray(q_camids)[:, None] == np.asarray(g_camids)[None, :]))
-    dist[removed] = float("inf")
+    dist[torch.as_tensor(removed_matches(q_pids, g_pids, q_camids, g_camids))] = float("inf")
     return g_pids[dist.argmin(dim=1).numpy()]
 
 
@@ -92,7 +96,7 @@ def chance_backdoor_metrics(q_pids: np.ndarray, g_pids: np.ndarray, q_camids: np
            "triggered_mAP": chance["mAP"], "evasion_mAP_drop": 0.0, "non_finite_features": True}
     if target is not None:
         others = q_pids != target
-        allowed = ~((q_pids[others, None] == g_pids[None, :]) & (q_camids[others, None] == g_camids[None, :]))
+        allowed = ~removed_matches(q_pids[others], g_pids, q_camids[others], g_camids)
         share = (allowed & (g_pids[None, :] == target)).sum(1) / allowed.sum(1)
         out.update({"asr": float(share.mean()) if share.size else 0.0, "asr_queries": int(others.sum())})
     return out
