@@ -20,6 +20,7 @@ REPORT_ARGS := --suite attacks,corruptions,inversion --testsets unseen --attacks
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@sh scripts/install-torch.sh $(BIN)/python constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	$(PIP) check
 	@touch $(STAMP)

@@ -88,7 +88,45 @@ def environment(*, device: str | None = None, seed: int | None = None) -> dict[s
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "device": device,
         "seed": seed,
+        "float_kernels": float_kernels(),
         "command": command_line(),
+    }
+
+
+#: environment variables that choose the CPU kernels a float result comes from (README "The demo")
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                    "OPENBLAS_CORETYPE")
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else :func:`platform.processor`."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def float_kernels() -> dict[str, Any]:
+    """What decides a CPU run's floats beyond seed and data: the kernels torch dispatches to.
+
+    On x86-64 the same code gives different bits under ATen's vectorised kernels (``default``, ``AVX2``,
+    ``AVX512``: ``torch.backends.cpu.get_cpu_capability()``, forced with ``ATEN_CPU_CAPABILITY``), oneDNN's
+    convolutions (``ONEDNN_MAX_CPU_ISA``), MKL's BLAS (``MKL_CBWR``) and the thread count.  Recorded so that two
+    runs whose numbers differ can be told apart by their ``env.json``.
+    """
+    import torch
+
+    return {
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_threads": torch.get_num_threads(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "mkl": torch.backends.mkl.is_available(),
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "variables": {name: os.environ.get(name) for name in KERNEL_VARIABLES},
     }
 
 

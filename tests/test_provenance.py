@@ -109,6 +109,20 @@ def test_env_json_tolerates_absent_packages():
     assert json.loads(json.dumps(env)) == env
 
 
+def test_env_json_records_the_float_kernels(monkeypatch):
+    """The kernels that decide a CPU run's bits (README "The demo"): ATen's capability and the variables that force them."""
+    import torch
+
+    from privreid.provenance import environment
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    kernels = environment(device="cpu", seed=0)["float_kernels"]
+    assert kernels["aten_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert kernels["torch_threads"] == torch.get_num_threads()
+    assert kernels["variables"]["ONEDNN_MAX_CPU_ISA"] == "AVX2" and kernels["variables"]["MKL_CBWR"] is None
+
+
 def test_logger_wandb_without_the_package_is_one_line(tiny_synth, tmp_path, monkeypatch):
     import builtins
 
