@@ -182,9 +182,9 @@ def _as_table_ix(records: list[dict[str, Any]]) -> str:
 def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path) -> Path:
     """Bar chart of the relative mAP drop (%) per attack and per corruption, one bar per model.
 
-    Readable at a glance: each bar is the mean over the test sets with a ± std error bar and its number written on
-    it; the y-axis spans the bars and their error bars (with a margin, below 0 where a drop is negative), not 0 to
-    the top, so close bars stay distinguishable; the legend sits beside the bars, not over them.
+    Readable at a glance: each bar is the mean over the test sets with its number written on it, and a ± std
+    error bar only where there are several test sets (one test set has no spread to draw); bars start at 0 (the
+    axis always holds 0, so two close bars look close); the legend sits beside the bars, not over them.
     """
     import matplotlib
 
@@ -199,23 +199,25 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
     width = 0.8 / len(models)
     for ax, (title, rows, key) in zip(axes[0], panels):
         units = list(dict.fromkeys(r[key] for r in rows))
-        spans = []
+        spans, several = [], False
         for i, model in enumerate(models):
             drops = [[100 * r["drop_mAP"] for r in rows if r["model"] == model and r[key] == unit
                       and r["drop_mAP"] is not None] for unit in units]
             means = np.array([np.mean(d) if d else np.nan for d in drops])
-            stds = np.array([np.std(d) if d else 0.0 for d in drops])
-            bars = ax.bar(np.arange(len(units)) + i * width - 0.4 + width / 2, means, width, yerr=stds, capsize=3,
+            stds = np.array([np.std(d) if len(d) > 1 else np.nan for d in drops])  # no spread over one test set
+            spread = bool(np.isfinite(stds).any())
+            bars = ax.bar(np.arange(len(units)) + i * width - 0.4 + width / 2, means, width,
+                          yerr=np.nan_to_num(stds) if spread else None, capsize=3 if spread else 0,
                           label=model, color=plt.get_cmap("tab10").colors[i % 10])
-            ax.bar_label(bars, labels=[f"{m:.1f}" + (f"±{sd:.1f}" if sd > 0 else "") if np.isfinite(m) else ""
-                                       for m, sd in zip(means, stds)], fontsize=7, padding=2)
-            spans += [v for v in (*(means - stds), *(means + stds)) if np.isfinite(v)]
-        if spans:
-            low, high = min(spans), max(spans)
-            margin = max(0.15 * (high - low), 1.0)
-            ax.set_ylim(low - margin, high + 1.5 * margin)  # room for the numbers on the bars
+            ax.bar_label(bars, labels=[f"{m:.1f}" + (f"±{sd:.1f}" if np.isfinite(sd) else "") if np.isfinite(m)
+                                       else "" for m, sd in zip(means, stds)], fontsize=7, padding=2)
+            several |= spread
+            spans += [v for v in (*(means - np.nan_to_num(stds)), *(means + np.nan_to_num(stds))) if np.isfinite(v)]
+        low, high = min([0.0, *spans]), max([0.0, *spans])  # bars from 0
+        margin = max(0.1 * (high - low), 1.0)
+        ax.set_ylim(low - (margin if low < 0 else 0.0), high + 1.5 * margin)  # room for the numbers on the bars
         ax.set_xticks(np.arange(len(units)), [attack_label(u) for u in units], rotation=30)
-        ax.set_ylabel("relative mAP drop (%), mean ± std over test sets")
+        ax.set_ylabel("relative mAP drop (%)" + (", mean ± std over test sets" if several else ""))
         ax.set_title(title)
         ax.axhline(0, color="black", linewidth=0.6)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
@@ -278,13 +280,18 @@ def plot_inversion(threat: str, single: list[dict], aggregate: list[dict], path:
             means = [s["attack"][metric]["mean"] if s else np.nan for s in got]
             stds = [s["attack"][metric]["std"] if s else 0.0 for s in got]
             randoms = [s["random"][metric]["mean"] if s else np.nan for s in got]
+            counts = [s.get("subjects", 0) if s else 0 for s in got]
+            spread = [sd if n > 1 else 0.0 for sd, n in zip(stds, counts)]  # no error bar over one subject
             x = np.arange(len(models)) + i * width - 0.4 + width / 2
-            ax.bar(x, means, width, yerr=stds, label=kind_label(kind))
-            ax.scatter(x, randoms, marker="_", color="black", s=200, zorder=3)
-        ax.set_xticks(np.arange(len(models)), ticks, fontsize=7)
+            ax.bar(x, means, width, yerr=spread if any(spread) else None, capsize=3, label=kind_label(kind))
+            ax.scatter(x, randoms, marker="_", color="black", s=200, zorder=3,
+                       label="a random image (baseline)" if i == 0 else None)
+        ax.set_xticks(np.arange(len(models)), ticks, fontsize=8)
         ax.set_ylabel(label)
-        ax.set_title(f"{label} of the reconstruction (bars) and of a random image (-)")
-    axes[0][0].legend(fontsize=8)
+        ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))  # bars from 0
+        ax.set_title(f"{label}: reconstruction (bars), random image (black tick)", fontsize=9)
+    # beside the data, never over the bars
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return save_figure(fig, path, title="Gradient inversion: one upload vs the sum of m uploads")
 
 
