@@ -56,6 +56,7 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
+	$(BIN)/python scripts/check_site.py site
 
 # Re-resolve constraints.txt from pyproject.toml's ranges in a fresh venv (then run make test-all).
 lock:
