@@ -32,6 +32,8 @@ def test_every_page_of_the_navigation_is_in_the_home_table():
     Loader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
     config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
     assert config["use_directory_urls"] is False  # opens from files
+    css = "".join((ROOT / "docs" / path).read_text() for path in config["extra_css"])
+    assert re.search(r"pre > code \{[^}]*white-space: pre-wrap", css)  # a long command wraps in its code box
     home = (ROOT / "docs" / "index.md").read_text()
     linked = set(re.findall(r"\]\(([\w-]+\.md)\)", home))
     missing = [p for p in nav_pages(config["nav"]) if p != "index.md" and p not in linked]
