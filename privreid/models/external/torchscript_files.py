@@ -17,7 +17,6 @@ classifier cannot be told apart in a scripted graph, so there is none.
 from __future__ import annotations
 
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import torch
 
 from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
-from privreid.models.external.files import ModelFile, was_read
+from privreid.models.external.files import ModelFile, is_torchscript_archive, was_read
 from privreid.models.external.report import LoadReport
 from privreid.models.external.settings import input_settings
 from privreid.pickle_scan import SAFE_PREFIXES, archive_globals
@@ -35,11 +34,7 @@ TORCHSCRIPT_PREFIXES = (*SAFE_PREFIXES, "__torch__.")
 
 
 def _detect(path: Path, obj: Any) -> bool:
-    if was_read(obj) or not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-    return any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names)
+    return not was_read(obj) and is_torchscript_archive(path)
 
 
 def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:

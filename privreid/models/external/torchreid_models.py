@@ -1,0 +1,137 @@
+"""torchreid's own architectures, built by torchreid (``privreid[torchreid]``) for its checkpoints.
+
+A torchreid checkpoint holds a state dict and no architecture name.  With
+torchreid installed, privreid builds the model with torchreid itself
+(``torchreid.reid.models``: OSNet, OSNet-AIN, MLFN, HACNN, PCB, DenseNet,
+ResNet-mid, ResNets ...), loads the weights strictly and reads the feature
+torchreid's engine reads: the module's output in eval mode.  The name comes
+from ``--arch`` (:data:`TORCHREID_ARCHS`); a ResNet's is read from its keys.
+
+torchreid's ResNets are built from its ``ResNet`` class with the file's
+``fc`` dims (``fc.*`` Linear widths) and a last stride (no weight records it):
+the file's record (privreid's export), else ``last_stride``, else the
+factory's default (2; ``resnet50_fc512``: 1).  ``build_model('resnet18')``
+alone would not do: it has no ``fc`` block and last stride 2, so privreid's
+export (``fc_dims=[512]``, last stride 1) would not load into it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+import torch
+from torch import nn
+
+from privreid.errors import CheckpointError, ConfigError
+
+#: what to install for the architectures privreid does not map itself
+TORCHREID_EXTRA = "pip install 'privreid[torchreid]'"
+
+#: the names of ``torchreid.reid.models`` in torchreid 0.2.5 (its ``build_model`` names, typo
+#: ``nasnsetmobile`` included), spelt out so that ``--help`` imports no torchreid;
+#: tests/test_cli_choices.py keeps them equal to the installed torchreid's
+TORCHREID_ARCHS = (
+    "densenet121", "densenet121_fc512", "densenet161", "densenet169", "densenet201", "hacnn", "inceptionresnetv2",
+    "inceptionv4", "mlfn", "mobilenetv2_x1_0", "mobilenetv2_x1_4", "mudeep", "nasnsetmobile", "osnet_ain_x0_25",
+    "osnet_ain_x0_5", "osnet_ain_x0_75", "osnet_ain_x1_0", "osnet_ibn_x1_0", "osnet_x0_25", "osnet_x0_5",
+    "osnet_x0_75", "osnet_x1_0", "pcb_p4", "pcb_p6", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50",
+    "resnet50_fc512", "resnet50_ibn_a", "resnet50_ibn_b", "resnet50mid", "resnext101_32x8d", "resnext50_32x4d",
+    "se_resnet101", "se_resnet50", "se_resnet50_fc512", "se_resnext101_32x4d", "se_resnext50_32x4d", "shufflenet",
+    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "squeezenet1_0",
+    "squeezenet1_0_fc512", "squeezenet1_1", "xception",
+)
+
+#: torchreid's ResNets built from its ``ResNet`` class: block, blocks per stage, default last stride
+_RESNETS = {
+    "resnet18": ("BasicBlock", (2, 2, 2, 2), 2),
+    "resnet34": ("BasicBlock", (3, 4, 6, 3), 2),
+    "resnet50": ("Bottleneck", (3, 4, 6, 3), 2),
+    "resnet101": ("Bottleneck", (3, 4, 23, 3), 2),
+    "resnet152": ("Bottleneck", (3, 8, 36, 3), 2),
+    "resnet50_fc512": ("Bottleneck", (3, 4, 6, 3), 1),
+}
+
+
+def torchreid_installed() -> bool:
+    """Whether torchreid can be imported (without importing it)."""
+    return importlib.util.find_spec("torchreid") is not None
+
+
+def _models():
+    """``torchreid.reid.models`` (PyPI's torchreid 0.2.5 nests the package under ``reid``)."""
+    with warnings.catch_warnings():  # its Cython-evaluation notice and its dependencies' deprecations
+        warnings.simplefilter("ignore")
+        try:
+            from torchreid.reid import models
+        except ModuleNotFoundError as exc:
+            raise CheckpointError(f"torchreid is installed but cannot be imported (it needs {exc.name}): "
+                                  f"{TORCHREID_EXTRA}") from None
+    return models
+
+
+def torchreid_version() -> str:
+    from importlib.metadata import version
+
+    return version("torchreid")
+
+
+def resnet_name(state: dict[str, torch.Tensor]) -> str | None:
+    """The torchreid ResNet whose block type and stage depths match ``state``'s trunk keys, else ``None``."""
+    bottleneck = any(k.endswith(".conv3.weight") for k in state if k.startswith("layer"))
+    depths = tuple(len({k.split(".")[1] for k in state if k.startswith(f"layer{i}.")}) for i in range(1, 5))
+    for name, (block, layers, _) in _RESNETS.items():
+        if (block == "Bottleneck") == bottleneck and layers == depths and "conv1.weight" in state:
+            return name
+    return None
+
+
+def _fc_dims(state: dict[str, torch.Tensor]) -> list[int] | None:
+    """The widths of torchreid's ``fc`` block (its Linear layers, ``fc.<i>.weight`` of 2 dims), ``None`` if none."""
+    dims = [(int(k.split(".")[1]), v.shape[0]) for k, v in state.items()
+            if k.startswith("fc.") and k.endswith(".weight") and v.dim() == 2]
+    return [d for _, d in sorted(dims)] or None
+
+
+def _classes(state: dict[str, torch.Tensor]) -> int:
+    """The identity count of the classifier in ``state`` (the first 2-d ``*classifier*`` weight), else 1."""
+    return next((v.shape[0] for k, v in state.items() if "classifier" in k and k.endswith("weight") and v.dim() == 2), 1)
+
+
+def build_torchreid_model(name: str, state: dict[str, torch.Tensor], path: str, *,
+                          last_stride: int | None) -> tuple[nn.Module, str]:
+    """torchreid's ``name`` holding ``state`` (strictly), in eval mode, and how it was built (for the report)."""
+    if name not in TORCHREID_ARCHS:
+        raise ConfigError(f"{name!r} is not one of torchreid's models ({', '.join(TORCHREID_ARCHS)})")
+    models = _models()
+    classes = _classes(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name in _RESNETS:
+            from torchreid.reid.models import resnet
+
+            block, layers, default_stride = _RESNETS[name]
+            stride = last_stride or default_stride
+            fc_dims = _fc_dims(state)
+            model = resnet.ResNet(num_classes=classes, loss="softmax", block=getattr(resnet, block),
+                                  layers=list(layers), last_stride=stride, fc_dims=fc_dims, dropout_p=None)
+            how = (f"torchreid's ResNet ({name}: last stride {stride}"
+                   f"{'' if last_stride else ' (torchreid default; no weight records it)'}, fc_dims {fc_dims})")
+        else:
+            if last_stride is not None:
+                raise ConfigError(f"a last stride applies to torchreid's ResNets, not to {name}")
+            model = models.build_model(name, classes, loss="softmax", pretrained=False, use_gpu=False)
+            how = f"torchreid's {name}"
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        raise CheckpointError(f"{path}: the weights do not fit torchreid's {name} "
+                              f"({lines[1] if len(lines) > 1 else lines[0]})"[:400]) from None
+    return model.eval(), f"built by torchreid {torchreid_version()} as {how}"
+
+
+def torchreid_classifier(model: nn.Module) -> nn.Module | None:
+    """The model's identity classifier when it is one ``nn.Linear`` reading the eval feature (torchreid's
+    ResNets, OSNets, DenseNets, MLFN ...); ``None`` for part-based heads (PCB, HACNN) and others."""
+    classifier = getattr(model, "classifier", None)
+    return classifier if isinstance(classifier, nn.Linear) else None
