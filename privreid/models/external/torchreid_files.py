@@ -33,7 +33,7 @@ from privreid.models.adapter import ReIDAdapter
 from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
 from privreid.models.external.report import LoadReport
 from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
-from privreid.models.external.settings import input_settings
+from privreid.models.external.settings import adapter_of, input_settings
 from privreid.models.external.torchreid_models import (TORCHREID_EXTRA, build_torchreid_model, resnet_name,
                                                         torchreid_classifier, torchreid_installed)
 from privreid.models.resnet import ARCHS
@@ -103,8 +103,7 @@ def _adapter(path: Path, obj: dict[str, Any], options: dict[str, Any], model: nn
     report = LoadReport(kind, str(path), mapping, mapped, ignored,
                         {**given["settings"], "feature": feature,
                          "classifier": f"{classifier.out_features} identities" if classifier else "none"})
-    return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
-                       classifier=classifier, report=report)
+    return adapter_of(model, given, report, classifier=classifier)
 
 
 def _detect_torchvision(path: Path, obj: Any) -> bool:
@@ -124,8 +123,7 @@ def _load_torchvision(path: Path, obj: dict[str, Any], options: dict[str, Any]) 
     report = LoadReport("torchvision ResNet state dict", str(path), f"trunk -> {trunk.arch} (last stride "
                         f"{last_stride})", len(used), ignored,
                         {**given["settings"], "feature": "the pooled trunk feature", "classifier": "none"})
-    return ReIDAdapter(trunk.eval(), None, given["height"], given["width"], given["mean"], given["std"],
-                       report=report)
+    return adapter_of(trunk.eval(), given, report)
 
 
 KINDS = [

@@ -23,23 +23,10 @@ import torch
 from torch import nn
 
 from privreid.errors import CheckpointError, ConfigError
+from privreid.model_names import TORCHREID_ARCHS
 
 #: what to install for the architectures privreid does not map itself
 TORCHREID_EXTRA = "pip install 'privreid[torchreid]'"
-
-#: the names of ``torchreid.reid.models`` in torchreid 0.2.5 (its ``build_model`` names, typo
-#: ``nasnsetmobile`` included), spelt out so that ``--help`` imports no torchreid;
-#: tests/test_cli_choices.py keeps them equal to the installed torchreid's
-TORCHREID_ARCHS = (
-    "densenet121", "densenet121_fc512", "densenet161", "densenet169", "densenet201", "hacnn", "inceptionresnetv2",
-    "inceptionv4", "mlfn", "mobilenetv2_x1_0", "mobilenetv2_x1_4", "mudeep", "nasnsetmobile", "osnet_ain_x0_25",
-    "osnet_ain_x0_5", "osnet_ain_x0_75", "osnet_ain_x1_0", "osnet_ibn_x1_0", "osnet_x0_25", "osnet_x0_5",
-    "osnet_x0_75", "osnet_x1_0", "pcb_p4", "pcb_p6", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50",
-    "resnet50_fc512", "resnet50_ibn_a", "resnet50_ibn_b", "resnet50mid", "resnext101_32x8d", "resnext50_32x4d",
-    "se_resnet101", "se_resnet50", "se_resnet50_fc512", "se_resnext101_32x4d", "se_resnext50_32x4d", "shufflenet",
-    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "squeezenet1_0",
-    "squeezenet1_0_fc512", "squeezenet1_1", "xception",
-)
 
 #: torchreid's ResNets built from its ``ResNet`` class: block, blocks per stage, default last stride
 _RESNETS = {

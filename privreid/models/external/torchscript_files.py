@@ -26,7 +26,7 @@ from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
 from privreid.models.external.files import ModelFile, is_torchscript_archive, was_read
 from privreid.models.external.report import LoadReport
-from privreid.models.external.settings import input_settings
+from privreid.models.external.settings import adapter_of, input_settings
 from privreid.pickle_scan import SAFE_PREFIXES, archive_globals
 
 #: globals a TorchScript archive's pickles hold legitimately: torch's, and its own compiled classes
@@ -51,8 +51,7 @@ def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
     given = input_settings(None, options, "torchreid")
     report = LoadReport("TorchScript", str(path), "the scripted module as is", len(module.state_dict()),
                         settings={**given["settings"], "feature": "the module's output", "classifier": "none"})
-    return ReIDAdapter(module.eval(), None, given["height"], given["width"], given["mean"], given["std"],
-                       report=report)
+    return adapter_of(module.eval(), given, report)
 
 
 KINDS = [ModelFile("torchscript", "a TorchScript file (torch.jit.save)", _detect, _load)]
