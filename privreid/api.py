@@ -71,7 +71,8 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options
     from privreid.precision import at_precision, check_precision
 
-    adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
+    given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
+    adapter = as_adapter(model, **load_options, **given)  # a file's load report then says what was given
     height, width = height or adapter.height, width or adapter.width
     kinds = dict(mode=mode, seq_len=seq_len, single_gallery_shot=single_gallery_shot)
     check_eval_options([], **kinds)
