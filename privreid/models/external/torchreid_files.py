@@ -35,7 +35,7 @@ from privreid.models.external.report import LoadReport
 from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
 from privreid.models.external.settings import adapter_of, input_settings
 from privreid.models.external.torchreid_models import (TORCHREID_EXTRA, build_torchreid_model, resnet_name,
-                                                        torchreid_classifier, torchreid_installed)
+                                                        torchreid_installed)
 from privreid.models.resnet import ARCHS
 
 #: torchreid's ResNet default last stride (``resnet18/34/50``; its ``*_fc512`` variants use 1)
@@ -56,9 +56,8 @@ def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapt
     arch = recorded.get("arch") or options.get("arch")
     last_stride = recorded.get("last_stride") or options.get("last_stride")
     if torchreid_installed():
-        model, mapping = build_torchreid_model(_torchreid_name(path, state, arch), state, str(path),
-                                               last_stride=last_stride)
-        classifier = torchreid_classifier(model)
+        model, classifier, mapping = build_torchreid_model(_torchreid_name(path, state, arch), state, str(path),
+                                                           last_stride=last_stride)
         return _adapter(path, obj, options, model, classifier, mapping, len(state), {},
                         "the module's output in eval mode, torchreid's eval feature")
     if resnet_name(state) is None or (arch is not None and arch not in ARCHS):

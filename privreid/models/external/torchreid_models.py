@@ -85,8 +85,10 @@ def _classes(state: dict[str, torch.Tensor]) -> int:
 
 
 def build_torchreid_model(name: str, state: dict[str, torch.Tensor], path: str, *,
-                          last_stride: int | None) -> tuple[nn.Module, str]:
-    """torchreid's ``name`` holding ``state`` (strictly), in eval mode, and how it was built (for the report)."""
+                          last_stride: int | None) -> tuple[nn.Module, nn.Module | None, str]:
+    """torchreid's ``name`` holding ``state`` (strictly; a file without a classifier, such as privreid's export
+    of a model that has none, may lack ``classifier.*``), in eval mode; its identity classifier, taken out of
+    the model (:func:`_split_classifier`); and how it was built (for the report)."""
     if name not in TORCHREID_ARCHS:
         raise ConfigError(f"{name!r} is not one of torchreid's models ({', '.join(TORCHREID_ARCHS)})")
     models = _models()
@@ -108,17 +110,28 @@ def build_torchreid_model(name: str, state: dict[str, torch.Tensor], path: str, 
                 raise ConfigError(f"a last stride applies to torchreid's ResNets, not to {name}")
             model = models.build_model(name, classes, loss="softmax", pretrained=False, use_gpu=False)
             how = f"torchreid's {name}"
+    has_classifier = any(k.startswith("classifier.") for k in state)
     try:
-        model.load_state_dict(state, strict=True)
+        missing, unexpected = model.load_state_dict(state, strict=has_classifier)
+        missing = [k for k in missing if not k.startswith("classifier.")]
+        if missing or unexpected:
+            raise RuntimeError(f"Error(s) in loading state_dict:\n{'Missing' if missing else 'Unexpected'} key(s) "
+                               f"in state_dict: {', '.join(missing or unexpected)}")
     except RuntimeError as exc:
         lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
         raise CheckpointError(f"{path}: the weights do not fit torchreid's {name} "
                               f"({lines[1] if len(lines) > 1 else lines[0]})"[:400]) from None
-    return model.eval(), f"built by torchreid {torchreid_version()} as {how}"
+    classifier = _split_classifier(model, has_classifier)
+    return model.eval(), classifier, f"built by torchreid {torchreid_version()} as {how}"
 
 
-def torchreid_classifier(model: nn.Module) -> nn.Module | None:
+def _split_classifier(model: nn.Module, loaded: bool) -> nn.Module | None:
     """The model's identity classifier when it is one ``nn.Linear`` reading the eval feature (torchreid's
-    ResNets, OSNets, DenseNets, MLFN ...); ``None`` for part-based heads (PCB, HACNN) and others."""
+    ResNets, OSNets, DenseNets, MLFN ...) and the file held it, else ``None`` (part-based heads: PCB, HACNN).
+    A Linear classifier is replaced in the model by ``nn.Identity``, so the model returns the feature in
+    training mode too (torchreid's models return logits there) and holds the classifier's parameters once."""
     classifier = getattr(model, "classifier", None)
-    return classifier if isinstance(classifier, nn.Linear) else None
+    if not isinstance(classifier, nn.Linear):
+        return None
+    model.classifier = nn.Identity()
+    return classifier if loaded else None
