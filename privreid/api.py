@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from privreid.data.types import TestSet
+from privreid.errors import python_errors
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from privreid.models.adapter import ReIDAdapter, as_adapter
 
@@ -47,6 +48,7 @@ def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet
     return [by_name[d] for d in wanted]
 
 
+@python_errors()
 def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, width: int | None = None,
              domains: str | list[str] | None = None, flip: bool = False, metric: str = "euclidean",
              ap: str = "torchreid", single_gallery_shot: bool = False, mode: str | None = None,
@@ -121,6 +123,7 @@ class AttackResult:
         return asdict(self)
 
 
+@python_errors()
 def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", eps: float = 8 / 255,
            alpha: float | None = None, steps: int = 10, target: str = "query", max_queries: int | None = None,
            domains: str | list[str] | None = None, interpolation: str | None = None, precision: str = "fp32",
@@ -187,6 +190,7 @@ class CorruptionResult:
         return asdict(self)
 
 
+@python_errors()
 def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "all", severity: int | str = "random",
             side: str = "both", repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1,
             batch_size: int = 128, device: str = "cpu", progress: bool = False,
@@ -227,6 +231,7 @@ class InversionResult:
                 "summary": self.summary}
 
 
+@python_errors()
 def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", iterations: int = 200,
            lr: float = 0.01, label_smoothing: float = 0.0, seed: int = 0, device: str = "cpu",
            progress: bool = False, **load_options: Any) -> InversionResult:
@@ -284,6 +289,7 @@ class AuditResult:
         return asdict(self)
 
 
+@python_errors()
 def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: str = "image",
           attack: str = "feature", bootstrap: int = 200, seed: int = 0, batch_size: int = 128, device: str = "cpu",
           **load_options: Any) -> AuditResult:
@@ -326,6 +332,7 @@ class ComparisonResult:
         return asdict(self)
 
 
+@python_errors()
 def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[str, ...] = ("clean",),
             out: Any = None, untrained: bool = True, device: str = "cpu", progress: bool = False,
             arch: str | None = None, height: int | None = None, width: int | None = None,

@@ -5,15 +5,16 @@ Anything raised as a :class:`PrivreidError` is a problem with the user's input
 message on one line and exits with status 2; library users can catch it.
 
 The messages name command-line flags.  A Python function whose keywords are
-those flags (``train_run(..., overwrite=True)`` for ``--overwrite``) runs its
-body under :func:`python_keywords`, which, outside the command line
-(:func:`command_line`), rewrites the flags of an error it raises into its
-keywords.
+those flags (``train_run(..., overwrite=True)`` for ``--overwrite``) is
+decorated with :func:`python_errors`, which, outside the command line
+(:func:`command_line`), names its keywords instead in an error it raises.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,21 +57,36 @@ def command_line() -> Iterator[None]:
         _COMMAND_LINE.reset(token)
 
 
-@contextmanager
-def python_keywords(rewrites: list[tuple[str, str]]) -> Iterator[None]:
-    """Outside the command line, a :class:`PrivreidError` raised in the block is raised again (same class) with
-    each ``(regex, replacement)`` of ``rewrites`` applied to its message, e.g. ``("--overwrite",
-    "overwrite=True")``: a Python caller is told the keyword to pass, not a flag."""
-    try:
-        yield
-    except PrivreidError as exc:
-        message = str(exc)
-        for pattern, replacement in rewrites:
-            message = re.sub(pattern, replacement, message)
-        if _COMMAND_LINE.get() or message == str(exc):
-            raise
-        try:
-            rewritten = type(exc)(message)
-        except TypeError:  # an error class with another signature keeps its message
-            raise exc from None
-        raise rewritten from exc
+def python_errors(rewrites: list[tuple[str, str]] = ()):
+    """Decorate a Python function whose keywords are a command's flags: outside the command line
+    (:func:`command_line`), a :class:`PrivreidError` it raises is raised again (same class) with each flag that
+    is one of its keywords named as the keyword (``--overwrite`` -> ``overwrite=True`` for a flag that is off by
+    default, ``--seq-len`` -> ``seq_len``), after the ``(regex, replacement)`` pairs of ``rewrites`` (whole
+    command lines, say)."""
+
+    def decorate(function):
+        params = inspect.signature(function).parameters
+        flags = [(rf"(?<![\w-])--{name.replace('_', '-')}(?![\w-])",
+                  f"{name}=True" if param.default is False else name) for name, param in params.items()
+                 if param.kind is inspect.Parameter.KEYWORD_ONLY]
+        every = [*rewrites, *flags]
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except PrivreidError as exc:
+                message = str(exc)
+                for pattern, replacement in every:
+                    message = re.sub(pattern, replacement, message)
+                if _COMMAND_LINE.get() or message == str(exc):
+                    raise
+                try:
+                    rewritten = type(exc)(message)
+                except TypeError:  # an error class with another signature keeps its message
+                    raise exc from None
+                raise rewritten from exc
+
+        return wrapper
+
+    return decorate

@@ -222,3 +222,13 @@ def test_an_onnx_input_size_that_differs_is_one_line_before_any_data_is_read(tin
 
     with pytest.raises(PrivreidError, match="takes 32x16 images"):  # the Python API's size override
         privreid.evaluate(path, str(tiny_synth), height=64, width=32, domains="synthC")
+
+
+def test_the_python_api_names_its_keywords_where_the_command_line_names_flags(tiny_synth):
+    from privreid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^seq_len must be at least 1") as exc:
+        privreid.evaluate(torch.nn.Flatten(), str(tiny_synth), seq_len=0)
+    assert "--" not in str(exc.value)
+    res = run_cli(("eval", "--model", "no-such-file.pt", "--data", str(tiny_synth), "--seq-len", "0"))
+    assert_one_error_line(res, "--seq-len must be at least 1")
