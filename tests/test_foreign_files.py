@@ -90,8 +90,9 @@ def test_a_file_torchreids_engine_wrote_ranks_as_torchreid_ranks(engine_files, a
     path = engine_files[arch]
     assert isinstance(torch.load(path, weights_only=False)["rank1"], np.float32)  # what the engine wrote
     got = _eval_json(tmp_path, "--model", str(path), "--data", str(tiny_synth), "--metric", metric,
-                     *(["--arch", arch] if arch != "resnet50" else []))
+                     *(["--arch", arch] if metric == "cosine" else []))
     assert got["line"].startswith("loaded torchreid checkpoint") and f"torchreid 0.2.5 as torchreid's" in got["line"]
+    assert ("read from the weights' names and shapes" in got["line"]) == (metric != "cosine")
     rank1, mean_ap = torchreid_own_numbers(path, arch, synth_c, metric)
     assert abs(got["mAP"] - mean_ap) < 1e-6 and abs(got["rank1"] - rank1) < 1e-6, (got, rank1, mean_ap)
 
@@ -104,15 +105,17 @@ def test_attack_takes_a_torchreid_engine_file(engine_files, tiny_synth, tmp_path
     assert "osnet_x1_0" in res.stdout and "fgsm" in res.stdout.lower()
 
 
-def test_an_osnet_file_without_its_architecture_or_without_torchreid_is_one_line(engine_files, tiny_synth,
-                                                                                 monkeypatch):
+def test_an_osnet_file_without_torchreid_or_of_no_torchreid_model_is_one_line(engine_files, tiny_synth,
+                                                                               monkeypatch, tmp_path):
     path = str(engine_files["osnet_x1_0"])
     args = ("eval", "--model", path, "--data", str(tiny_synth), "--device", "cpu")
-    assert_one_error_line(run_cli(args), "name it with --arch")
+    torch.save({"state_dict": {"body.weight": torch.zeros(2, 2)}, "epoch": 1}, tmp_path / "model.pth.tar-1")
+    assert_one_error_line(run_cli(("eval", "--model", str(tmp_path / "model.pth.tar-1"), "--data", str(tiny_synth))),
+                          "match none of torchreid's models")
     from privreid.models.external import torchreid_files
 
     monkeypatch.setattr(torchreid_files, "torchreid_installed", lambda: False)
-    assert_one_error_line(run_cli((*args, "--arch", "osnet_x1_0")), "pip install 'privreid[torchreid]'")
+    assert_one_error_line(run_cli(args), "pip install 'privreid[torchreid]'")
     # the ResNets keep privreid's own mapping, with torchreid's numbers
     from privreid.models.external import load_any_model
 
@@ -173,6 +176,21 @@ def test_a_fastreid_checkpointer_file_ranks_as_fastreid_with_its_bicubic_resize(
     bilinear = _eval_json(tmp_path, "--model", str(path), "--data", str(tiny_synth), "--metric", "cosine",
                           "--interpolation", "bilinear")
     assert "test resize bilinear (argument)" in bilinear["line"]
+
+
+def test_every_torchreid_model_is_told_apart_by_its_weights():
+    """What :func:`infer_torchreid_name` relies on: no two of torchreid's models have the same weight names and
+    shapes (classifier width aside), so a file's architecture is read from its weights unambiguously."""
+    from privreid.model_names import TORCHREID_ARCHS
+    from privreid.models.external.torchreid_models import _models, _signature
+
+    models, seen = _models(), {}
+    for name in TORCHREID_ARCHS:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            signature = _signature(models.build_model(name, 5, pretrained=False, use_gpu=False).state_dict())
+        assert signature not in seen, (name, seen.get(signature))
+        seen[signature] = name
 
 
 def test_the_cli_and_the_api_agree_at_non_default_options(engine_files, tiny_synth, tmp_path):

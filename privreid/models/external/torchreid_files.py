@@ -11,8 +11,9 @@ torchreid does not record the architecture, nor the input size.
 
 With torchreid installed (``privreid[torchreid]``), every architecture of
 ``torchreid.reid.models`` is built by torchreid itself
-(:mod:`.torchreid_models`): the name from ``--arch``, a ResNet's from its
-keys.  Without it, torchreid's ResNet-18/34/50 are mapped onto privreid's
+(:mod:`.torchreid_models`): the name from ``--arch``, else a ResNet's from
+its keys, else read from the weights' names and shapes
+(:func:`~.torchreid_models.infer_torchreid_name`).  Without it, torchreid's ResNet-18/34/50 are mapped onto privreid's
 ResNet (the architecture read from the keys, ``--arch`` checked against it;
 the last stride, which no weight shows, torchreid's default of 2 unless
 ``last_stride`` is given), and any other architecture is refused in one line
@@ -34,8 +35,8 @@ from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
 from privreid.models.external.report import LoadReport
 from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
 from privreid.models.external.settings import adapter_of, input_settings
-from privreid.models.external.torchreid_models import (TORCHREID_EXTRA, build_torchreid_model, resnet_name,
-                                                        torchreid_installed)
+from privreid.models.external.torchreid_models import (TORCHREID_EXTRA, build_torchreid_model,
+                                                        infer_torchreid_name, resnet_name, torchreid_installed)
 from privreid.models.resnet import ARCHS
 
 #: torchreid's ResNet default last stride (``resnet18/34/50``; its ``*_fc512`` variants use 1)
@@ -58,6 +59,8 @@ def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapt
     if torchreid_installed():
         model, classifier, mapping = build_torchreid_model(_torchreid_name(path, state, arch), state, str(path),
                                                            last_stride=last_stride)
+        if arch is None:
+            mapping += " (the architecture read from the weights' names and shapes; torchreid files do not record it)"
         return _adapter(path, obj, options, model, classifier, mapping, len(state), {},
                         "the module's output in eval mode, torchreid's eval feature")
     if resnet_name(state) is None or (arch is not None and arch not in ARCHS):
@@ -85,12 +88,13 @@ def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapt
 
 
 def _torchreid_name(path: Path, state: dict[str, Any], arch: str | None) -> str:
-    """``--arch`` (or the export's record), else the ResNet the keys show; a torchreid file names no architecture."""
-    name = arch or resnet_name(state)
+    """``--arch`` (or the export's record), else the ResNet the keys show, else the torchreid model with the
+    file's weight names and shapes; a torchreid file names no architecture."""
+    name = arch or resnet_name(state) or infer_torchreid_name(state)
     if name is None:
-        raise CheckpointError(f"{path} is a torchreid checkpoint of an architecture other than ResNet, and torchreid "
-                              "files do not record which: name it with --arch (`privreid methods` lists "
-                              "torchreid's models)")
+        raise CheckpointError(f"{path} holds a state dict whose weights match none of torchreid's models, and "
+                              "torchreid files do not record their architecture: name it with --arch (`privreid "
+                              "methods` lists torchreid's models)")
     return name
 
 

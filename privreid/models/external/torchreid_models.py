@@ -5,7 +5,10 @@ torchreid installed, privreid builds the model with torchreid itself
 (``torchreid.reid.models``: OSNet, OSNet-AIN, MLFN, HACNN, PCB, DenseNet,
 ResNet-mid, ResNets ...), loads the weights strictly and reads the feature
 torchreid's engine reads: the module's output in eval mode.  The name comes
-from ``--arch`` (:data:`TORCHREID_ARCHS`); a ResNet's is read from its keys.
+from ``--arch`` (:data:`TORCHREID_ARCHS`); without it, a ResNet's is read
+from its keys, and any other is the torchreid model whose weights have the
+file's names and shapes (:func:`infer_torchreid_name`; every model of
+torchreid 0.2.5 has its own, tests/test_foreign_files.py checks it).
 
 torchreid's ResNets are built from its ``ResNet`` class with the file's
 ``fc`` dims (``fc.*`` Linear widths) and a last stride (no weight records it):
@@ -68,6 +71,30 @@ def resnet_name(state: dict[str, torch.Tensor]) -> str | None:
     depths = tuple(len({k.split(".")[1] for k in state if k.startswith(f"layer{i}.")}) for i in range(1, 5))
     for name, (block, layers, _) in _RESNETS.items():
         if (block == "Bottleneck") == bottleneck and layers == depths and "conv1.weight" in state:
+            return name
+    return None
+
+
+def _signature(state: dict[str, torch.Tensor]) -> frozenset:
+    """The names and shapes of ``state``'s tensors, a classifier's shape aside (its width is the identity count)."""
+    return frozenset((k, None if k.startswith("classifier") else tuple(v.shape)) for k, v in state.items())
+
+
+def infer_torchreid_name(state: dict[str, torch.Tensor]) -> str | None:
+    """The torchreid model whose weights have exactly ``state``'s names and shapes (classifier width aside),
+    else ``None``.  Each candidate is built on the ``meta`` device (no memory, no initialisation), OSNets first;
+    all of them take a few seconds."""
+    models = _models()
+    want = _signature(state)
+    for name in sorted(TORCHREID_ARCHS, key=lambda n: (not n.startswith("osnet"), n)):
+        try:
+            with warnings.catch_warnings(), torch.device("meta"):
+                warnings.simplefilter("ignore")
+                candidate = models.build_model(name, _classes(state), loss="softmax", pretrained=False,
+                                               use_gpu=False)
+        except Exception:  # noqa: BLE001 - a model that cannot be built on the meta device is not this one
+            continue
+        if _signature(candidate.state_dict()) == want:
             return name
     return None
 
