@@ -91,9 +91,11 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
                             adapter.report.to_dict() if adapter.report else None)
 
 
-def _network(model: Any, load_options: dict[str, Any], device: str) -> tuple[ReIDAdapter, Any]:
-    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``."""
-    adapter = as_adapter(model, **load_options)
+def _network(model: Any, load_options: dict[str, Any], device: str,
+             interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
+    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
+    a file's test resize is ``interpolation`` when given (its load report says so)."""
+    adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
     return adapter, adapter.as_module().to(device).eval()
 
 
@@ -150,8 +152,7 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     from privreid.precision import at_precision, check_precision
 
     check_precision(precision, device)
-    adapter, net = _network(model, {**load_options, **({"interpolation": interpolation} if interpolation else {})},
-                            device)
+    adapter, net = _network(model, load_options, device, interpolation)
     if not adapter.differentiable:
         raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
                           "privreid.evaluate and privreid.corrupt need no gradients)")
@@ -193,22 +194,25 @@ class CorruptionResult:
 @python_errors()
 def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "all", severity: int | str = "random",
             side: str = "both", repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1,
-            batch_size: int = 128, device: str = "cpu", progress: bool = False,
+            domains: str | list[str] | None = None, flip: bool = False, metric: str = "euclidean",
+            interpolation: str | None = None, batch_size: int = 128, device: str = "cpu", progress: bool = False,
             **load_options: Any) -> CorruptionResult:
     """R1 / mAP / mINP of ``model`` under CIL-ReID's corruption protocol (``privreid eval --corruption``).
 
     See :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted` for the
     protocol; ``side`` is what is corrupted (``query``, ``gallery``, ``both``).
-    Needs no gradients, so ONNX models work.  ``model`` and ``load_options`` as :func:`evaluate`.
+    Needs no gradients, so ONNX models work.  ``model``, ``load_options``, ``domains``, ``flip``, ``metric``
+    and ``interpolation`` as :func:`evaluate`.
     """
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
 
-    adapter, net = _network(model, load_options, device)
+    adapter, net = _network(model, load_options, device, interpolation)
     results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
                                            repeats=repeats, seed=seed, pixel_scale=pixel_scale, progress=progress,
                                            height=adapter.height, width=adapter.width, batch_size=batch_size,
-                                           device=device)
-               for ts in _testsets(data)}
+                                           device=device, flip=flip, metric=metric,
+                                           interpolation=interpolation or adapter.interpolation)
+               for ts in _testsets(data, domains)}
     first = next(iter(results.values()))
     return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in SUMMARY_KEYS}, r["mean"], r["std"])
                              for name, r in results.items()},
