@@ -97,12 +97,16 @@ def test_a_file_torchreids_engine_wrote_ranks_as_torchreid_ranks(engine_files, a
     assert abs(got["mAP"] - mean_ap) < 1e-6 and abs(got["rank1"] - rank1) < 1e-6, (got, rank1, mean_ap)
 
 
-def test_attack_takes_a_torchreid_engine_file(engine_files, tiny_synth, tmp_path):
-    res = run_cli(("attack", "--model", str(engine_files["osnet_x1_0"]), "--arch", "osnet_x1_0", "--data",
-                   str(tiny_synth), "--domains", "synthC", "--height", "32", "--width", "16", "--method", "fgsm",
-                   "--max-queries", "4", "--examples", "0", "--device", "cpu"))
+@pytest.mark.parametrize("kind", ["osnet_x1_0", "fast-reid"])
+def test_attack_takes_a_torchreid_engine_file_and_a_fastreid_checkpointer_file(kind, engine_files, tiny_synth,
+                                                                                tmp_path):
+    path = engine_files.get(kind) or fastreid_checkpointer_file(tmp_path / "model_final.pth")[0]
+    res = run_cli(("attack", "--model", str(path), "--data", str(tiny_synth), "--domains", "synthC", "--height",
+                   "32", "--width", "16", "--method", "fgsm", "--max-queries", "4", "--examples", "0", "--device",
+                   "cpu"))
     assert res.exit_code == 0, res.stderr
-    assert "osnet_x1_0" in res.stdout and "fgsm" in res.stdout.lower()
+    assert res.stdout.startswith(f"loaded {'torchreid' if kind != 'fast-reid' else 'fast-reid'} checkpoint")
+    assert "FGSM" in res.stdout.upper() and "↓" in res.stdout
 
 
 def test_an_osnet_file_without_torchreid_or_of_no_torchreid_model_is_one_line(engine_files, tiny_synth,
