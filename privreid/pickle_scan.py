@@ -116,14 +116,19 @@ def is_safe_global(name: str) -> bool:
 
 
 def numpy_metadata_globals() -> list[Any]:
-    """The objects of :data:`NUMPY_METADATA` this numpy has, for ``torch.serialization.safe_globals``."""
+    """``(object, name)`` for each name of :data:`NUMPY_METADATA` this numpy has, for
+    ``torch.serialization.safe_globals``: torch allow-lists the object under that name, so a file written under
+    numpy 1 (``numpy.core.multiarray.scalar``) loads under numpy 2, whose object is named ``numpy._core...``."""
     import importlib
+    import warnings
 
     found = []
     for name in NUMPY_METADATA:
         module, _, attr = name.rpartition(".")
         try:
-            found.append(getattr(importlib.import_module(module), attr))
+            with warnings.catch_warnings():  # numpy 2 warns that numpy.core is deprecated (numpy 1's name)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                found.append((getattr(importlib.import_module(module), attr), name))
         except (ImportError, AttributeError):  # numpy 1 has no numpy._core / numpy.dtypes (or fewer classes)
             continue
     return found

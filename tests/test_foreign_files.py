@@ -152,6 +152,17 @@ def test_a_refused_global_is_named_and_every_other_stays_refused(tmp_path):
     from privreid.models.external.files import read_torch_file
 
     assert read_torch_file(tmp_path / "ok.pth")["rank1"] == 0.5
+    # the same file as numpy 1 writes it (torchreid's era): the scalar's constructor is numpy.core.multiarray's
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "ok.pth") as zin, zipfile.ZipFile(tmp_path / "np1.pth", "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.endswith("data.pkl"):
+                assert b"cnumpy._core.multiarray\n" in data
+                data = data.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+            zout.writestr(item, data)
+    assert read_torch_file(tmp_path / "np1.pth")["rank1"] == 0.5
 
 
 @pytest.mark.parametrize("layout", ["current", "early"])
