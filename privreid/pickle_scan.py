@@ -124,13 +124,17 @@ def numpy_metadata_globals() -> list[Any]:
 
     found = []
     for name in NUMPY_METADATA:
-        module, _, attr = name.rpartition(".")
-        try:
-            with warnings.catch_warnings():  # numpy 2 warns that numpy.core is deprecated (numpy 1's name)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                found.append((getattr(importlib.import_module(module), attr), name))
-        except (ImportError, AttributeError):  # numpy 1 has no numpy._core / numpy.dtypes (or fewer classes)
-            continue
+        # the object under either numpy's module name: numpy 1 has no numpy._core, numpy 2 deprecates numpy.core
+        for spelling in dict.fromkeys([name, name.replace("numpy._core.", "numpy.core."),
+                                       name.replace("numpy.core.", "numpy._core.")]):
+            module, _, attr = spelling.rpartition(".")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    found.append((getattr(importlib.import_module(module), attr), name))
+                break
+            except (ImportError, AttributeError):  # numpy 1 has no numpy.dtypes (or fewer dtype classes)
+                continue
     return found
 
 
