@@ -115,7 +115,8 @@ class EvaluatedModel:
         if self.adapter.report is None:
             return {"path": str(self.path), "kind": self.kind, "module": type(self.adapter.model).__name__,
                     "settings": {"input": f"{self.adapter.height}x{self.adapter.width}",
-                                 "mean": list(self.adapter.mean), "std": list(self.adapter.std)}}
+                                 "mean": list(self.adapter.mean), "std": list(self.adapter.std),
+                                 "test resize": self.adapter.interpolation}}
         return self.adapter.report.to_dict()
 
 
