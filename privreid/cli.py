@@ -18,7 +18,7 @@ from . import __version__
 from .commands.common import fail as _fail
 from .commands.common import refuse_empty_paths, renamed_args, usage_error_line
 from .environment import check_environment
-from .errors import PrivreidError, command_line
+from .errors import PrivreidError
 from .log import configure_console
 
 
@@ -59,8 +59,7 @@ class _Group(TyperGroup):
         try:
             check_environment()
             configure_console()
-            with command_line():  # errors name flags (privreid.errors.python_keywords)
-                return super().invoke(ctx)
+            return super().invoke(ctx)
         except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))
         except click.exceptions.NoArgsIsHelpError:

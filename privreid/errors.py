@@ -6,21 +6,15 @@ message on one line and exits with status 2; library users can catch it.
 
 The messages name command-line flags.  A Python function whose keywords are
 those flags (``train_run(..., overwrite=True)`` for ``--overwrite``) is
-decorated with :func:`python_errors`, which, outside the command line
-(:func:`command_line`), names its keywords instead in an error it raises.
+decorated with :func:`python_errors`, which, outside the command line (no
+click context is active), names its keywords instead in an error it raises.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-#: set while privreid's command line runs a command (:func:`command_line`)
-_COMMAND_LINE = contextvars.ContextVar("privreid_command_line", default=False)
 
 
 class PrivreidError(Exception):
@@ -47,22 +41,15 @@ class MissingDependencyError(PrivreidError):
     """A third-party package that a command needs is not installed (or fails to import); says what to install."""
 
 
-@contextmanager
-def command_line() -> Iterator[None]:
-    """The block runs a command of privreid's command line: errors keep naming flags."""
-    token = _COMMAND_LINE.set(True)
-    try:
-        yield
-    finally:
-        _COMMAND_LINE.reset(token)
-
-
 def python_errors(rewrites: list[tuple[str, str]] = ()):
-    """Decorate a Python function whose keywords are a command's flags: outside the command line
-    (:func:`command_line`), a :class:`PrivreidError` it raises is raised again (same class) with each flag that
-    is one of its keywords named as the keyword (``--overwrite`` -> ``overwrite=True`` for a flag that is off by
-    default, ``--seq-len`` -> ``seq_len``), after the ``(regex, replacement)`` pairs of ``rewrites`` (whole
-    command lines, say)."""
+    """Decorate a Python function whose keywords are a command's flags.
+
+    Outside the command line (no click context is active: :func:`_on_command_line`), a
+    :class:`PrivreidError` it raises is raised again (same class) with each flag that is one of its keywords
+    named as the keyword (``--overwrite`` -> ``overwrite=True`` for a flag that is off by default,
+    ``--seq-len`` -> ``seq_len``), after the ``(regex, replacement)`` pairs of ``rewrites`` (whole command
+    lines, say).
+    """
 
     def decorate(function):
         params = inspect.signature(function).parameters
@@ -79,7 +66,7 @@ def python_errors(rewrites: list[tuple[str, str]] = ()):
                 message = str(exc)
                 for pattern, replacement in every:
                     message = re.sub(pattern, replacement, message)
-                if _COMMAND_LINE.get() or message == str(exc):
+                if message == str(exc) or _on_command_line():
                     raise
                 try:
                     rewritten = type(exc)(message)
@@ -90,3 +77,10 @@ def python_errors(rewrites: list[tuple[str, str]] = ()):
         return wrapper
 
     return decorate
+
+
+def _on_command_line() -> bool:
+    """Whether a command of privreid's command line is running (click's context stack is not empty)."""
+    import click
+
+    return click.get_current_context(silent=True) is not None
