@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from privreid.data.types import TestSet
+from privreid.errors import python_errors
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from privreid.models.adapter import ReIDAdapter, as_adapter
 
@@ -22,19 +23,36 @@ class EvaluationResult:
         return {"testsets": self.testsets, "records": self.records, "model": self.model}
 
 
-def _testsets(data: Any) -> list[TestSet]:
-    """``data`` as test sets: a TestSet, a list of them, or a ``--data`` value (a root, ``synth`` ...)."""
+def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet]:
+    """``data`` as test sets: a TestSet, a list of them, or a ``--data`` value (a root, ``synth`` ...);
+    ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
     if isinstance(data, TestSet):
-        return [data]
-    if isinstance(data, (list, tuple)) and all(isinstance(t, TestSet) for t in data):
-        return list(data)
-    from privreid.data.catalog import resolve_datasets
-    from privreid.data.partition import as_test_set
+        found = [data]
+    elif isinstance(data, (list, tuple)) and all(isinstance(t, TestSet) for t in data):
+        found = list(data)
+    else:
+        from privreid.data.catalog import resolve_datasets
+        from privreid.data.partition import as_test_set
 
-    return [as_test_set(name, ds) for name, ds in resolve_datasets([str(data)]).items()]
+        found = [as_test_set(name, ds) for name, ds in resolve_datasets([str(data)]).items()]
+    if domains is None:
+        return found
+    from privreid.errors import ConfigError
+
+    wanted = [d.strip() for d in domains.split(",") if d.strip()] if isinstance(domains, str) else list(domains)
+    by_name = {ts.name: ts for ts in found}
+    unknown = [d for d in wanted if d not in by_name]
+    if unknown or not wanted:
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown) or '(none given)'}; available: "
+                          f"{', '.join(by_name)}")
+    return [by_name[d] for d in wanted]
 
 
+@python_errors()
 def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, width: int | None = None,
+             domains: str | list[str] | None = None, flip: bool = False, metric: str = "euclidean",
+             ap: str = "torchreid", single_gallery_shot: bool = False, mode: str | None = None,
+             seq_len: int | None = None, interpolation: str | None = None, precision: str = "fp32",
              batch_size: int = 128, device: str = "cpu", progress: bool = False,
              **load_options: Any) -> EvaluationResult:
     """Score ``model`` on every test set of ``data`` with :func:`~privreid.evaluation.model_eval.evaluate_model`.
@@ -42,21 +60,42 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     ``model``: a :class:`~privreid.models.adapter.ReIDAdapter`, an ``nn.Module``
     (its output is the feature) or a model file
     (:func:`~privreid.models.external.load_any_model`; ``load_options`` go
-    there).  ``height`` / ``width`` override the adapter's input size.  Quiet
+    there: ``arch``, ``mean``, ``std``, ``client`` ...).  ``height`` / ``width``
+    override the adapter's input size.  The keywords are ``privreid eval``'s
+    options: ``domains`` (the test sets to score, default all), ``flip``,
+    ``metric`` (``euclidean`` or ``cosine``), ``ap`` (``torchreid`` or
+    ``devkit``), ``single_gallery_shot``, ``mode`` and ``seq_len``
+    (visible-infrared and video data), ``interpolation`` (the test resize,
+    ``bilinear`` or ``bicubic``; default: the file's project's, see the load
+    report) and ``precision``; the same values give the same numbers.  Quiet
     unless ``progress``.
     """
-    adapter = as_adapter(model, **load_options)
+    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options
+    from privreid.precision import at_precision, check_precision
+
+    given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
+    adapter = as_adapter(model, **load_options, **given)  # a file's load report then says what was given
     height, width = height or adapter.height, width or adapter.width
-    module = adapter.as_module().to(device)
+    kinds = dict(mode=mode, seq_len=seq_len, single_gallery_shot=single_gallery_shot)
+    check_eval_options([], **kinds)
+    check_precision(precision, device)
+    module = at_precision(adapter.as_module().to(device).eval(), precision, device)
+    testsets = _testsets(data, domains)
+    check_eval_options(testsets, **kinds)
     records = {ts.name: evaluate_model(module, ts, height=height, width=width, batch_size=batch_size,
-                                       device=device, progress=progress) for ts in _testsets(data)}
+                                       device=device, progress=progress, flip=flip, metric=metric, ap=ap,
+                                       single_gallery_shot=single_gallery_shot, mode=mode or IR_TO_VISIBLE,
+                                       seq_len=seq_len, interpolation=interpolation or adapter.interpolation)
+               for ts in testsets}
     return EvaluationResult({name: {k: r[k] for k in SUMMARY_KEYS} for name, r in records.items()}, records,
                             adapter.report.to_dict() if adapter.report else None)
 
 
-def _network(model: Any, load_options: dict[str, Any], device: str) -> tuple[ReIDAdapter, Any]:
-    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``."""
-    adapter = as_adapter(model, **load_options)
+def _network(model: Any, load_options: dict[str, Any], device: str,
+             interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
+    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
+    a file's test resize is ``interpolation`` when given (its load report says so)."""
+    adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
     return adapter, adapter.as_module().to(device).eval()
 
 
@@ -86,8 +125,10 @@ class AttackResult:
         return asdict(self)
 
 
+@python_errors()
 def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", eps: float = 8 / 255,
            alpha: float | None = None, steps: int = 10, target: str = "query", max_queries: int | None = None,
+           domains: str | list[str] | None = None, interpolation: str | None = None, precision: str = "fp32",
            batch_size: int = 32, seed: int = 0, device: str = "cpu", progress: bool = False,
            **load_options: Any) -> AttackResult:
     """Adversarial queries against ``model`` on every test set of ``data`` (``privreid attack``'s campaign).
@@ -95,8 +136,9 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a
     list; ``eps`` the L_inf budget in ``[0, 1]`` pixels; ``alpha`` the step
     of the iterative attacks (default ``2.5 * eps / steps``: 2/255 at 8/255
-    and 10 steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``
-    and ``load_options`` as :func:`evaluate`.
+    and 10 steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``,
+    ``load_options``, ``domains``, ``interpolation`` and ``precision`` as :func:`evaluate` (``privreid attack``'s
+    options).
     """
     from privreid.attacks.campaign import attack_models
     from privreid.attacks.feature_attacks import check_budget, default_alpha
@@ -107,11 +149,16 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     alpha = default_alpha(eps, steps) if alpha is None else alpha
     if target not in TARGETS:
         raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
-    adapter, net = _network(model, load_options, device)
+    from privreid.precision import at_precision, check_precision
+
+    check_precision(precision, device)
+    adapter, net = _network(model, load_options, device, interpolation)
     if not adapter.differentiable:
         raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
                           "privreid.evaluate and privreid.corrupt need no gradients)")
-    records, _ = attack_models([("model", net, adapter.height, adapter.width)], _testsets(data),
+    net = at_precision(net, precision, device)
+    records, _ = attack_models([("model", net, adapter.height, adapter.width, interpolation or adapter.interpolation)],
+                               _testsets(data, domains),
                                methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
                                device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
                                progress=progress)
@@ -144,24 +191,28 @@ class CorruptionResult:
         return asdict(self)
 
 
+@python_errors()
 def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "all", severity: int | str = "random",
             side: str = "both", repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1,
-            batch_size: int = 128, device: str = "cpu", progress: bool = False,
+            domains: str | list[str] | None = None, flip: bool = False, metric: str = "euclidean",
+            interpolation: str | None = None, batch_size: int = 128, device: str = "cpu", progress: bool = False,
             **load_options: Any) -> CorruptionResult:
     """R1 / mAP / mINP of ``model`` under CIL-ReID's corruption protocol (``privreid eval --corruption``).
 
     See :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted` for the
     protocol; ``side`` is what is corrupted (``query``, ``gallery``, ``both``).
-    Needs no gradients, so ONNX models work.  ``model`` and ``load_options`` as :func:`evaluate`.
+    Needs no gradients, so ONNX models work.  ``model``, ``load_options``, ``domains``, ``flip``, ``metric``
+    and ``interpolation`` as :func:`evaluate`.
     """
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
 
-    adapter, net = _network(model, load_options, device)
+    adapter, net = _network(model, load_options, device, interpolation)
     results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
                                            repeats=repeats, seed=seed, pixel_scale=pixel_scale, progress=progress,
                                            height=adapter.height, width=adapter.width, batch_size=batch_size,
-                                           device=device)
-               for ts in _testsets(data)}
+                                           device=device, flip=flip, metric=metric,
+                                           interpolation=interpolation or adapter.interpolation)
+               for ts in _testsets(data, domains)}
     first = next(iter(results.values()))
     return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in SUMMARY_KEYS}, r["mean"], r["std"])
                              for name, r in results.items()},
@@ -184,6 +235,7 @@ class InversionResult:
                 "summary": self.summary}
 
 
+@python_errors()
 def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", iterations: int = 200,
            lr: float = 0.01, label_smoothing: float = 0.0, seed: int = 0, device: str = "cpu",
            progress: bool = False, **load_options: Any) -> InversionResult:
@@ -241,6 +293,7 @@ class AuditResult:
         return asdict(self)
 
 
+@python_errors()
 def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: str = "image",
           attack: str = "feature", bootstrap: int = 200, seed: int = 0, batch_size: int = 128, device: str = "cpu",
           **load_options: Any) -> AuditResult:
@@ -283,8 +336,11 @@ class ComparisonResult:
         return asdict(self)
 
 
+@python_errors()
 def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[str, ...] = ("clean",),
             out: Any = None, untrained: bool = True, device: str = "cpu", progress: bool = False,
+            arch: str | None = None, height: int | None = None, width: int | None = None,
+            mean: list[float] | None = None, std: list[float] | None = None, interpolation: str | None = None,
             **suite_options: Any) -> ComparisonResult:
     """Several models on the same test sets: ``privreid compare``, for privreid checkpoints, model files
     from elsewhere and models in memory (adapters, ``nn.Module``) side by side.
@@ -295,7 +351,9 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     checkpoints) write a report into ``out``, with ``suite_options`` the
     fields of :class:`privreid.reporting.suite.SuiteSettings` (``attacks``,
     ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
-    Nothing is written without ``out``.
+    Nothing is written without ``out``.  ``arch``, ``height``, ``width``,
+    ``mean``, ``std`` and ``interpolation`` say how to read model files from
+    elsewhere, as ``privreid compare``'s options of those names.
     """
     from pathlib import Path
 
@@ -304,7 +362,8 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     from privreid.models.evaluated import load_evaluated_models
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
-    loaded = load_evaluated_models(list(models))
+    loaded = load_evaluated_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
+                                   interpolation=interpolation)
     paths = [m.path for m in loaded]
     if list(suites) == ["clean"] and out is None:
         return ComparisonResult(compare_checkpoints(paths, untrained=untrained, device=device, data=roots,

@@ -28,13 +28,16 @@ from .reporting import comparison_rows
 from .seeding import derive_seed, seed_everything
 
 
-def _evaluate_sets(model: torch.nn.Module, sets: list[TestSet], size: tuple[int, int], device: torch.device):
-    return mean_metrics([evaluate_model(model, ts, height=size[0], width=size[1], device=device) for ts in sets])
+def _evaluate_sets(model: torch.nn.Module, sets: list[TestSet], size: tuple[int, int], device: torch.device,
+                   interpolation: str = "bilinear"):
+    return mean_metrics([evaluate_model(model, ts, height=size[0], width=size[1], device=device,
+                                        interpolation=interpolation) for ts in sets])
 
 
-def _row(name: str, model: torch.nn.Module, fed: Federation, size: tuple[int, int], device: torch.device):
-    return comparison_rows(name, _evaluate_sets(model, fed.seen, size, device),
-                           _evaluate_sets(model, fed.unseen, size, device) if fed.unseen else None)
+def _row(name: str, model: torch.nn.Module, fed: Federation, size: tuple[int, int], device: torch.device,
+         interpolation: str = "bilinear"):
+    return comparison_rows(name, _evaluate_sets(model, fed.seen, size, device, interpolation),
+                           _evaluate_sets(model, fed.unseen, size, device, interpolation) if fed.unseen else None)
 
 
 def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = True, device: str = "auto",
@@ -44,8 +47,8 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
 
     ``paths``: privreid checkpoints or model files from elsewhere
     (:mod:`privreid.models.evaluated`; ``file_options`` say how to read the
-    latter, ``models`` if already loaded), each ranked at its own input size.
-    The test sets are ``data``'s, else the first checkpoint's.  The
+    latter, ``models`` if already loaded), each ranked at its own input size
+    and test resize.  The test sets are ``data``'s, else the first checkpoint's.  The
     ``untrained`` row is the first privreid checkpoint's initialisation; with
     none among the models there is no such row.
     """
@@ -64,7 +67,7 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
     for label, model in zip(model_labels(models), models):
         ckpt = model.checkpoint
         if ckpt is None or ckpt.has_global_model:
-            rows.append(_row(label, model.network(device=dev), fed, model.input_size, dev))
+            rows.append(_row(label, model.network(device=dev), fed, model.input_size, dev, model.interpolation))
             continue
         seen, unseen = [], []
         by_domain = {ts.name: ts for ts in fed.seen}

@@ -16,6 +16,14 @@ cannot follow (built from the memo in a way it does not track) counts as
 unsafe.  Files in torch's legacy format (a sequence of pickles; the scan
 reads the first) still load, as ``weights_only=True`` is passed explicitly,
 which no environment variable overrides.
+
+Other projects keep numpy values in a checkpoint's metadata (torchreid's
+``Engine.save_model`` stores ``rank1`` as a numpy float32): numpy's scalar
+constructor, ``numpy.dtype`` and its concrete numeric / bool / text / time
+dtype classes (:data:`NUMPY_METADATA`) are added to torch's own allow-list
+(``torch.serialization.safe_globals``) for the load, and to the scan.  Every
+other numpy global (an array's ``_reconstruct``, an object dtype) is refused
+like any other, by name.
 """
 
 from __future__ import annotations
@@ -23,12 +31,24 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
-#: globals a torch checkpoint holds legitimately
-SAFE_PREFIXES = ("torch.", "collections.OrderedDict", "builtins.set", "_codecs.encode", "numpy.")
+#: numpy's dtype classes a scalar in a checkpoint's metadata may carry (``numpy.dtypes``); object, void and
+#: variable-width string dtypes are left out: their values are Python objects, not numbers or fixed-width text
+_NUMPY_DTYPE_CLASSES = ("Bool", "Byte", "Bytes", "CLongDouble", "Complex128", "Complex64", "DateTime64", "Float16",
+                        "Float32", "Float64", "Int16", "Int32", "Int64", "Int8", "Int", "Long", "LongDouble",
+                        "LongLong", "Short", "Str", "TimeDelta64", "UByte", "UInt16", "UInt32", "UInt64", "UInt8",
+                        "UInt", "ULong", "ULongLong", "UShort")
+#: the numpy globals of a numpy scalar in a checkpoint's metadata (torchreid's ``rank1``): its constructor
+#: (numpy 2's module name and numpy 1's), ``numpy.dtype`` and the dtype classes above
+NUMPY_METADATA = ("numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar", "numpy.dtype",
+                  *(f"numpy.dtypes.{name}DType" for name in _NUMPY_DTYPE_CLASSES))
+#: globals a torch checkpoint holds legitimately (prefixes; the numpy names are exact): torch's, its default
+#: weights-only allow-list's containers (a multi-step scheduler's milestones are a Counter)
+SAFE_PREFIXES = ("torch.", "collections.OrderedDict", "collections.Counter", "builtins.set", "_codecs.encode")
 #: what :func:`pickle_globals` reports for a global whose name it cannot follow
 UNKNOWN_GLOBAL = "<a global built from the pickle memo>"
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
@@ -90,10 +110,38 @@ def archive_globals(path: str | os.PathLike) -> list[str]:
         return [g for name in zf.namelist() if name.endswith(".pkl") for g in _globals_of(zf.read(name))]
 
 
+def is_safe_global(name: str) -> bool:
+    """Whether a checkpoint may hold the global ``name`` (:data:`SAFE_PREFIXES`, :data:`NUMPY_METADATA`)."""
+    return name.startswith(SAFE_PREFIXES) or name in NUMPY_METADATA
+
+
+def numpy_metadata_globals() -> list[Any]:
+    """``(object, name)`` for each name of :data:`NUMPY_METADATA` this numpy has, for
+    ``torch.serialization.safe_globals``: torch allow-lists the object under that name, so a file written under
+    numpy 1 (``numpy.core.multiarray.scalar``) loads under numpy 2, whose object is named ``numpy._core...``."""
+    import importlib
+    import warnings
+
+    found = []
+    for name in NUMPY_METADATA:
+        # the object under either numpy's module name: numpy 1 has no numpy._core, numpy 2 deprecates numpy.core
+        for spelling in dict.fromkeys([name, name.replace("numpy._core.", "numpy.core."),
+                                       name.replace("numpy.core.", "numpy._core.")]):
+            module, _, attr = spelling.rpartition(".")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    found.append((getattr(importlib.import_module(module), attr), name))
+                break
+            except (ImportError, AttributeError):  # numpy 1 has no numpy.dtypes (or fewer dtype classes)
+                continue
+    return found
+
+
 def unsafe_global(path: str | os.PathLike) -> str | None:
     """The first global of ``path``'s pickle that a checkpoint never holds; ``None`` if there is none."""
     try:
-        return next((g for g in pickle_globals(path) if not g.startswith(SAFE_PREFIXES)), None)
+        return next((g for g in pickle_globals(path) if not is_safe_global(g)), None)
     except (OSError, zipfile.BadZipFile):
         return None
 
@@ -106,6 +154,10 @@ def looks_like_pickle(path: str | os.PathLike) -> bool:
             return any(name.endswith("data.pkl") for name in zf.namelist())
     with open(path, "rb") as f:
         return f.read(1) == b"\x80"
+
+
+#: the global in torch's weights-only refusal (``Unsupported global: GLOBAL numpy.random.RandomState was not ...``)
+_REFUSED = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
 
 
 def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -121,4 +173,12 @@ def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
     found = unsafe_global(path)  # a bare pickle too: its refusal names what it would have imported
     if found is not None:
         raise UnsafePickle(path, found)
-    return torch.load(path, weights_only=True, **kwargs)
+    try:
+        with torch.serialization.safe_globals(numpy_metadata_globals()):
+            return torch.load(path, weights_only=True, **kwargs)
+    except pickle.UnpicklingError as exc:  # torch's refusal: name the global it refused when it says which
+        refused = _REFUSED.search(str(exc))
+        if refused is None:
+            raise
+        raise UnsafePickle(path, refused.group(1)) from exc
+

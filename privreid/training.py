@@ -10,12 +10,24 @@ from typing import Any, Callable
 
 from .config import RunConfig
 from .data.catalog import federation_for_config
-from .errors import PrivreidError
+from .errors import PrivreidError, python_errors
 from .federated.engine import FederatedEngine, prepare_out_dir
 from .federated.registry import get_method
 from .rundir import write_json_atomic
 
 
+#: ``privreid train``'s command lines and its flags that are no keyword of :func:`train_run`, in its errors
+TRAIN_RUN_REWRITES = [
+    (r"`privreid train --out DIR --resume` alone", "train_run(config, out, resume=True) with the recorded "
+                                                   "configuration (Checkpoint.load(out / 'ckpt.pt').run_config)"),
+    (r"privreid train --out (\S+) --resume", r"train_run(config, \1, resume=True)"),
+    (r"privreid train --parallel-clients", "train_run(..., parallel_clients=K)"),
+    (r"(?<![\w-])--rounds (\S+)", r"config.train.rounds = \1"),
+    (r"(?<![\w-])--rounds(?![\w-])", "config.train.rounds"),
+]
+
+
+@python_errors(TRAIN_RUN_REWRITES)
 def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False,
               progress: bool = True, echo: Callable[[str], None] | None = None, preset: dict | None = None,
               logger: str = "none", parallel_clients: int | None = None) -> dict[str, Any]:
@@ -33,7 +45,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
     ``summary.json``'s ``files`` block names every file of the run.
     ``parallel_clients`` trains up to that many clients of a round at once on
-    Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).
+    Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these
+    keywords (``overwrite=True``), where ``privreid train``'s name its flags.
     """
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run

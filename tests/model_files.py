@@ -83,3 +83,53 @@ def save_torchreid(path: Path) -> Path:
 def save_fastreid(path: Path) -> Path:
     torch.save(fastreid_parts()[0], path)
     return path
+
+
+def torchreid_engine_file(arch: str, save_dir: Path, classes: int = 5) -> Path:
+    """The file torchreid's own engine writes for ``arch`` (``ImageSoftmaxEngine.save_model``, through
+    ``torchreid.utils.save_checkpoint``), after one Adam step with a multi-step scheduler: ``rank1`` is a numpy
+    float32, as ``Engine.run`` passes ``evaluate_rank``'s ``cmc[0]``.  The BatchNorm statistics are randomised so
+    that a wrongly mapped layer shows in the features.  Returns ``save_dir/model/model.pth.tar-10``."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from torchreid import reid
+
+    torch.manual_seed(0)
+    model = reid.models.build_model(arch, classes, loss="softmax", pretrained=False, use_gpu=False)
+    optimizer = reid.optim.build_optimizer(model, optim="adam", lr=3e-4)
+    scheduler = reid.optim.build_lr_scheduler(optimizer, lr_scheduler="multi_step", stepsize=[20, 40])
+    manager = SimpleNamespace(train_loader=None, test_loader=None, num_train_pids=classes)
+    engine = reid.engine.ImageSoftmaxEngine(manager, model, optimizer, scheduler=scheduler, use_gpu=False)
+    model.train()
+    loss = nn.functional.cross_entropy(model(torch.rand(4, 3, 64, 32)), torch.arange(4) % classes)
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    randomise_bn(model)
+    engine.save_model(9, np.float32(0.5), str(save_dir))
+    return save_dir / "model" / "model.pth.tar-10"
+
+
+def fastreid_checkpointer_file(path: Path, *, layout: str = "current") -> tuple[Path, nn.Module]:
+    """A file in the layout fast-reid's ``Checkpointer.save`` writes (fastreid/utils/checkpoint.py): ``model`` (the
+    state dict), then each checkpointable's ``state_dict()`` under its name, then the extra keyword data.  fast-reid
+    (not on PyPI) is not imported: the dict is built with the same objects' state dicts.  ``layout="current"`` is
+    fast-reid v1's trainer (checkpointables ``optimizer``, ``lr_sched`` and ``warmup_sched``, extra data ``epoch``
+    and ``metric``); ``"early"`` the v0 trainer's (``optimizer``, ``scheduler``, ``iteration``).  Returns the path
+    and the feature module."""
+    checkpoint, features, weight = fastreid_parts()
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    params[0].grad = torch.ones(3)
+    optimizer.step()
+    lr_sched = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[40, 90], gamma=0.1)
+    data = {"model": checkpoint["model"], "optimizer": optimizer.state_dict()}
+    if layout == "current":
+        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: 1.0)  # fast-reid's WarmupLR is one
+        data.update(lr_sched=lr_sched.state_dict(), warmup_sched={k: v for k, v in warmup.state_dict().items()
+                                                                  if k != "lr_lambdas"}, epoch=59, metric=71.25)
+    else:
+        data.update(scheduler=lr_sched.state_dict(), iteration=12000)
+    torch.save(data, path)
+    return path, features

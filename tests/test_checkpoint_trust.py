@@ -130,9 +130,8 @@ def test_every_torch_load_in_privreid_goes_through_the_safe_loader():
     calls = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "pickle_scan.py"
              for line in p.read_text().splitlines()
              if re.search(r"torch\.load\(", line.split("#")[0]) and "``" not in line]
-    # models/external/files.py (another module's owner) passes weights_only=True itself, which no environment
-    # variable overrides, and relies on torch's refusal of a TorchScript archive to try the next file kind
-    assert calls == ["models/external/files.py"]  # once, in that module
+    # models/external/files.py reads foreign model files through it too (issue 40: the numpy allow-list is there)
+    assert calls == []
 
 
 def _small_ckpt() -> dict:

@@ -6,7 +6,7 @@ import pytest
 import typer.main
 
 from privreid.cli import app
-from privreid.commands.common import ARCHS, LOGGERS, DeviceType
+from privreid.commands.common import ARCHS, FILE_ARCHS, LOGGERS, DeviceType
 from privreid.device import DEVICE_METAVAR, is_device_name, resolve_device
 from privreid.errors import ConfigError
 
@@ -32,12 +32,27 @@ def test_the_spelt_out_names_are_the_registries():
     assert LOGGERS == PROVENANCE_LOGGERS
 
 
+def test_the_torchreid_names_are_torchreids():
+    """``--arch`` of a model file from elsewhere takes every name of the installed torchreid's ``build_model``."""
+    import warnings
+
+    from privreid.model_names import TORCHREID_ARCHS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchreid.reid import models
+    assert TORCHREID_ARCHS == tuple(sorted(vars(models)["__model_factory"]))
+    assert set(ARCHS) <= set(FILE_ARCHS) and set(TORCHREID_ARCHS) <= set(FILE_ARCHS)
+
+
 @pytest.mark.parametrize("flag, choices, commands", [
-    ("--arch", ARCHS, {"train", "flower run", "eval", "attack", "audit", "invert", "compare"}),
+    ("--arch", ARCHS, {"train", "flower run"}),
+    ("--arch", FILE_ARCHS, {"eval", "attack", "audit", "invert", "compare"}),
     ("--logger", LOGGERS, {"train"}),
 ])
 def test_every_arch_and_logger_option_is_a_choice(flag, choices, commands):
-    found = options_named(flag)
+    found = {path: option for path, option in options_named(flag).items()
+             if flag != "--arch" or (path in {"train", "flower run"}) == (choices == ARCHS)}
     assert commands <= set(found)
     for path, option in found.items():
         assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == choices, path

@@ -156,7 +156,7 @@ def test_evaluation_settings_take_evaluate_models_defaults():
 
     assert evaluation_settings(height=32, width=16, flip=True) == dict(
         height=32, width=16, batch_size=128, device="cpu", flip=True, num_workers=0, metric="euclidean",
-        single_gallery_shot=False, ap="torchreid")
+        single_gallery_shot=False, ap="torchreid", interpolation="bilinear")
     with pytest.raises(TypeError, match="missing evaluation setting.*width"):
         evaluation_settings(height=32)
     with pytest.raises(TypeError, match="unexpected evaluation setting.*colour"):

@@ -29,7 +29,8 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
                   max_queries: int | None = None, batch_size: int = 32, examples: int = 0, seed: int = 0,
                   progress: bool = False, bar: bool = False,
                   record_labels: tuple[str, str] = ("testset", "model")) -> tuple[list[dict[str, Any]], dict]:
-    """Attack every ``(label, model, height, width)`` on every test set with every method.
+    """Attack every ``(label, model, height, width)`` (or ``(label, model, height, width, interpolation)``: the
+    test resize, bilinear when not given) on every test set with every method.
 
     Returns the records (:meth:`~privreid.attacks.retrieval.AttackEvaluation.record`,
     labelled with ``record_labels`` in that column order) and, per model
@@ -45,9 +46,9 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
     records: list[dict[str, Any]] = []
     pictures: dict[str, tuple] = {}
     for ts, i, m in progress_bar(jobs, desc="attacks", unit="attack", enabled=bar):
-        label, net, height, width = models[i]
+        label, net, height, width, *resize = models[i]
         result = evaluate_under_attack(
-            net, ts, height=height, width=width, method=m, eps=eps, alpha=alpha, steps=steps, target=target,
+            net, ts, height=height, width=width, interpolation=resize[0] if resize else "bilinear", method=m, eps=eps, alpha=alpha, steps=steps, target=target,
             device=device, progress=progress, batch_size=batch_size, max_queries=max_queries,
             examples=examples if ts is testsets[0] else 0, seed=seed)
         names = {"testset": ts.name, "model": label}
@@ -83,7 +84,8 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     video = [d for d in wanted if datasets[d].tracklets is not None]
     if video:
         raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
-    nets = [(label, at_precision(m.network(client, device=dev), precision, dev), *m.input_size) for label, m in zip(model_labels(models), models)]
+    nets = [(label, at_precision(m.network(client, device=dev), precision, dev), *m.input_size, m.interpolation)
+            for label, m in zip(model_labels(models), models)]
     return attack_models(nets, [as_test_set(name, datasets[name]) for name in wanted],
                          methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],
                          steps=settings["steps"], target=settings["target"], device=dev, max_queries=max_queries,

@@ -76,9 +76,10 @@ def resolve_methods(spec: str | list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def pixel_transforms(height: int, width: int):
+def pixel_transforms(height: int, width: int, interpolation: str = "bilinear"):
     """The test transform (resize, to tensor) with an identity normalisation: ``[0, 1]`` pixels."""
-    return build_transforms(height, width, train=False, norm_mean=(0.0, 0.0, 0.0), norm_std=(1.0, 1.0, 1.0))
+    return build_transforms(height, width, train=False, norm_mean=(0.0, 0.0, 0.0), norm_std=(1.0, 1.0, 1.0),
+                            interpolation=interpolation)
 
 
 @dataclass
@@ -143,6 +144,7 @@ def evaluate_under_attack(
     metric: str = "euclidean",
     examples: int = 0,
     seed: int = 0,
+    interpolation: str = "bilinear",
 ) -> AttackEvaluation:
     """Clean and attacked R1 / mAP / mINP of ``model`` (already on ``device``) on ``testset``.
 
@@ -157,6 +159,7 @@ def evaluate_under_attack(
         examples: keep this many (clean, adversarial) image pairs from the
             first attacked set, for :func:`plot_attack_examples`.
         seed: seeds the attack's randomness (PGD start, TI input diversity).
+        interpolation: the test resize (``bilinear``, or fast-reid's ``bicubic``).
 
     Raises:
         ConfigError: bad method / budget / target / ``max_queries`` /
@@ -172,7 +175,7 @@ def evaluate_under_attack(
         if value is not None and (isinstance(value, bool) or int(value) != value or value < low):
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
     attack = build_attack(method, model, eps=eps, alpha=alpha, steps=steps)
-    transform = pixel_transforms(height, width)
+    transform = pixel_transforms(height, width, interpolation)
     query, gallery = evaluation_split(testset)
     sets = {"query": _evenly_spaced(query, max_queries), "gallery": gallery}
 

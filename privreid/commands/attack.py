@@ -11,8 +11,8 @@ import typer
 from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
 from .options import PrecisionOption
-from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
-                     csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption, WidthOption,
+                     checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -59,6 +59,7 @@ def attack_command(
     width: WidthOption = None,
     mean: MeanOption = None,
     std: StdOption = None,
+    interpolation: InterpolationOption = None,
     out: Optional[Path] = typer.Option(None, help="Write report.md, results.json, results.csv and "
                                                   "examples_<model>.png here."),
 ) -> None:
@@ -94,7 +95,8 @@ def attack_command(
 
     settings = run_or_exit(validate)
     with run_dir_or_exit(out, "attack"):
-        loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std)
+        loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std,
+                                     interpolation=interpolation)
         records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
                                         domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
                                         examples=examples, seed=seed, device=device, models=loaded,

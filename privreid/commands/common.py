@@ -12,6 +12,7 @@ import click
 import typer
 
 from ..device import DEVICE_METAVAR, is_device_name
+from ..model_names import INTERPOLATIONS, TORCHREID_ARCHS
 from ..errors import ConfigError, PrivreidError
 
 
@@ -27,6 +28,9 @@ DATA_HELP = ("Dataset: 'synth' (default, the embedded synthetic federation), 'sy
 #: the backbones ``--arch`` takes (the names of :data:`privreid.models.resnet.ARCHS`, spelt out so that ``--help``
 #: imports no torch; tests/test_cli_choices.py keeps the two equal)
 ARCHS = ("resnet18", "resnet34", "resnet50")
+#: what ``--arch`` takes for a model file from elsewhere: privreid's ResNets and every name of torchreid's models
+#: (:data:`~privreid.models.external.torchreid_models.TORCHREID_ARCHS`; built by torchreid, ``privreid[torchreid]``)
+FILE_ARCHS = (*ARCHS, *sorted(set(TORCHREID_ARCHS) - set(ARCHS)))
 #: the metric loggers ``train --logger`` takes (:data:`privreid.provenance.LOGGERS`, spelt out and kept equal the same
 #: way: the help imports neither)
 LOGGERS = ("none", "tensorboard", "wandb")
@@ -53,8 +57,12 @@ DeviceOption = Annotated[str, typer.Option(help="Where models run: CUDA when ava
                                            "device.", click_type=DeviceType())]
 
 #: how a model file from elsewhere is read (docs/models.md): the same three options on every command that takes models
-ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its ResNet, "
-                                                   "checked against the file's keys.", click_type=click.Choice(ARCHS))]
+ArchOption = Annotated[Optional[str], typer.Option("--arch", help="A model file from elsewhere: its architecture. "
+                                                   "A ResNet is read from the file's keys and checked against "
+                                                   "this; any other torchreid model (torchreid files do not record "
+                                                   "which) is built by torchreid itself, which needs "
+                                                   "privreid[torchreid] (`privreid methods` lists the names).",
+                                                   click_type=click.Choice(FILE_ARCHS))]
 HeightOption = Annotated[Optional[int], typer.Option("--height", help="A model file from elsewhere that records no "
                                                      "input size: its input height (default 256, torchreid's "
                                                      "and fast-reid's).")]
@@ -63,6 +71,9 @@ MeanOption = Annotated[Optional[str], typer.Option("--mean", help="A model file 
                                                    "normalisation: its per-channel mean of [0, 1] pixels, e.g. "
                                                    "0.5,0.5,0.5 (default: ImageNet's, as torchreid and fast-reid).")]
 StdOption = Annotated[Optional[str], typer.Option("--std", help="The same for the standard deviation.")]
+InterpolationOption = Annotated[Optional[str], typer.Option(
+    "--interpolation", help="A model file from elsewhere: the test resize (default: its project's, bicubic for "
+    "fast-reid, bilinear otherwise; the load line says which).", click_type=click.Choice(INTERPOLATIONS))]
 
 
 def parse_channels(text: Optional[str], option: str) -> Optional[list[float]]:
@@ -79,13 +90,15 @@ def parse_channels(text: Optional[str], option: str) -> Optional[list[float]]:
 
 
 def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
-                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None) -> list:
+                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None,
+                        interpolation: Optional[str] = None) -> list:
     """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
     announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
     from ..models.evaluated import load_evaluated_models
 
     channels = run_or_exit(lambda: {"mean": parse_channels(mean, "--mean"), "std": parse_channels(std, "--std")})
-    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width, **channels)
+    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width,
+                         interpolation=interpolation, **channels)
     for model in models:
         if model.load_line():
             typer.echo(model.load_line())

@@ -9,8 +9,8 @@ import typer
 
 from ..attacks import retrieval_attack_names
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption,
-                     checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
+                     WidthOption, checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
@@ -29,6 +29,7 @@ def compare_command(
     width: WidthOption = None,
     mean: MeanOption = None,
     std: StdOption = None,
+    interpolation: InterpolationOption = None,
     markdown: Optional[Path] = typer.Option(None, help="Also write the clean table to this Markdown file."),
     suite: Optional[str] = typer.Option(None, help="Run a report suite: comma list of clean, attacks, "
                                         "corruptions, inversion, audit (membership inference), poisoning (each backdoor trigger a run "
@@ -72,7 +73,7 @@ def compare_command(
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
-    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
+    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std, interpolation=interpolation)
     if suite is None:
         rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
                            models=load_models_or_exit(paths, **file_options))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, csv_list,
-                     load_models_or_exit, run_or_exit)
+from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
+                     WidthOption, csv_list, load_models_or_exit, run_or_exit)
 from .options import PrecisionOption
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ def eval_command(
     width: WidthOption = None,
     mean: MeanOption = None,
     std: StdOption = None,
+    interpolation: InterpolationOption = None,
     data: Optional[list[str]] = typer.Option(None, "--data", help=DATA_HELP + " Default: the checkpoint's data."),
     domains: Optional[str] = typer.Option(None, help="Comma-separated domains to test on (default: all)."),
     client: Optional[str] = typer.Option(None, help="Evaluate this client's personalised model."),
@@ -105,7 +106,7 @@ def eval_command(
         check_corruption_options(**options)
         return dict(corruptions=resolve_corruptions(csv_list(corruption) or []), **options)
 
-    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std)
+    file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std, interpolation=interpolation)
     kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
 
     def go() -> list[dict]:
@@ -130,7 +131,7 @@ def eval_command(
             rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len,
                                          height=loaded.height, width=loaded.width, device=dev, flip=flip,
                                          metric=metric, ap=ap, single_gallery_shot=single_gallery_shot,
-                                         progress=True))
+                                         interpolation=loaded.interpolation, progress=True))
             if loaded.backdoor is not None and corrupted is None:  # the run's trigger on every query
                 measured = evaluate_backdoor(net, testset, loaded.backdoor, height=loaded.height,
                                              width=loaded.width, device=dev, flip=flip, metric=metric)
@@ -155,7 +156,8 @@ def eval_command(
             written = json_out.with_name(f"{json_out.stem}-{name}-splits.json") if json_out else None
             result = evaluate_dg_model(at_precision(loaded.net, precision, dev), root, fmt, height=loaded.height, width=loaded.width, device=dev,
                                        flip=flip, metric=metric, ap=ap, num_splits=num_splits, seed=seed,
-                                       splits_file=splits, write_splits_to=written)
+                                       splits_file=splits, write_splits_to=written,
+                                       interpolation=loaded.interpolation)
             rows.append({"testset": f"{name} ({result['protocol']})", **result})
         return rows
 
@@ -210,6 +212,8 @@ class EvalModel:
     format: str
     #: the trigger a privreid checkpoint's run trained with (``--adversary backdoor`` / ``dba``)
     backdoor: RecordedBackdoor | None = None
+    #: the test resize (a file's convention or ``--interpolation``; bilinear for a privreid checkpoint)
+    interpolation: str = "bilinear"
 
 
 def load_eval_model(path: Path, *, client: Optional[str], file_options: dict, device, data) -> EvalModel:
@@ -222,4 +226,5 @@ def load_eval_model(path: Path, *, client: Optional[str], file_options: dict, de
     [model] = load_models_or_exit([path], **file_options)
     source = data_source([model], data)
     backdoor = recorded_backdoor(model.checkpoint.run_config) if model.checkpoint is not None else None
-    return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format, backdoor)
+    return EvalModel(model.network(client, device=device), *model.input_size, source.roots, source.format, backdoor,
+                     model.interpolation)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from ..model_names import TORCHREID_ARCHS
+from .common import ARCHS
+
 
 def methods_command() -> None:
     """List the registered training methods, where each comes from (built-in or a plugin), and which defences
-    each can run under.
+    each can run under; then the architectures --arch names for a model file from elsewhere.
 
     Example: privreid methods
     """
@@ -24,3 +27,7 @@ def methods_command() -> None:
         defaults = option_defaults(method.options)
         if defaults:
             typer.echo(" " * 15 + "options: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))
+    typer.echo("")
+    typer.echo(f"model files from elsewhere (--arch of eval, attack, compare, audit, invert): {', '.join(ARCHS)} "
+               "(read by privreid; torchreid and fast-reid ResNets)")
+    typer.echo(f"torchreid's models, built by torchreid itself (privreid[torchreid]): {', '.join(TORCHREID_ARCHS)}")

@@ -16,6 +16,7 @@ import torchvision.transforms as T
 import torchvision.transforms.functional as TF
 
 from privreid.errors import ConfigError
+from privreid.model_names import INTERPOLATIONS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -121,6 +122,7 @@ def build_transforms(
     norm_std: Sequence[float] = IMAGENET_STD,
     channel_aug: str = "none",
     channel_aug_p: float = 0.5,
+    interpolation: str = "bilinear",
 ) -> T.Compose:
     """PIL image -> normalised ``(3, height, width)`` float tensor.
 
@@ -132,7 +134,7 @@ def build_transforms(
     :class:`ChannelAugmentation` of that mode with probability
     ``channel_aug_p`` runs between ``ToTensor`` and ``Normalize``.  Test:
     ``Resize`` -> ``ToTensor`` -> ``Normalize``; the augmentation arguments are
-    ignored.
+    ignored.  ``interpolation`` (:data:`INTERPOLATIONS`) is the resize's.
 
     ``pad=None`` scales BoT's 10-pixel padding at 256x128 to the image width
     (``round(10 * width / 128)``, at least 1): a fixed 10 pixels would shift a
@@ -147,8 +149,10 @@ def build_transforms(
         raise ConfigError(f"pad must be >= 0, got {pad}")
     if not 0.0 <= random_erasing <= 1.0:
         raise ConfigError(f"random_erasing must be a probability in [0, 1], got {random_erasing}")
+    if interpolation not in INTERPOLATIONS:
+        raise ConfigError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}")
     size = (height, width)
-    steps: list = [T.Resize(size)]
+    steps: list = [T.Resize(size, interpolation=T.InterpolationMode(interpolation))]
     if train:
         if flip:
             steps.append(T.RandomHorizontalFlip())

@@ -197,7 +197,8 @@ def evaluate_corrupted(
         raise ConfigError(f"corruptions act on images; {testset.name} holds video tracklets")
     check_protocol(testset, settings["single_gallery_shot"], settings["ap"])
     check_corruption_options(corrupt=corrupt, severity=severity, repeats=repeats, seed=seed, pixel_scale=pixel_scale)
-    transform = build_transforms(settings["height"], settings["width"], train=False)
+    transform = build_transforms(settings["height"], settings["width"], train=False,
+                                 interpolation=settings["interpolation"])
     query, gallery = evaluation_split(testset)
     sides = {"query": query, "gallery": gallery}
     corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]

@@ -94,7 +94,8 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
                       device: torch.device | str = "cpu", flip: bool = False, metric: str = "euclidean",
                       ap: str = "torchreid", num_splits: int = 10, seed: int = 0,
                       splits_file: str | os.PathLike | None = None,
-                      write_splits_to: str | os.PathLike | None = None, batch_size: int = 128) -> dict:
+                      write_splits_to: str | os.PathLike | None = None, batch_size: int = 128,
+                      interpolation: str = "bilinear") -> dict:
     """Evaluate ``model`` on the benchmark at ``root`` (``--format fmt``) under its protocol.
 
     ``flip`` averages each feature with its mirror image's, ``metric`` ranks
@@ -104,7 +105,7 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
     written before (by ``write_splits_to`` or
     :func:`privreid.data.formats_dg.splits.write_splits`) instead of drawing
     ``num_splits`` seeded ones.  The result has ``"protocol"`` and, for split
-    protocols, the mean / std of :func:`rank_splits`.
+    protocols, the mean / std of :func:`rank_splits`.  ``interpolation`` is the test resize.
     """
     dataset_fmt, protocol = resolve_eval_format(fmt)
     pool = load_pool(root, dataset_fmt)
@@ -112,7 +113,8 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
     def extract(samples: list[Sample]) -> dict[str, np.ndarray]:
         unique = list(dict.fromkeys(path for path, _, _ in samples))
         feats, _, _ = dataset_features(model, ImageDataset([(p, 0, 0) for p in unique],
-                                                           build_transforms(height, width, train=False)),
+                                                           build_transforms(height, width, train=False,
+                                                                            interpolation=interpolation)),
                                        batch_size=batch_size, device=device, flip=flip)
         return dict(zip(unique, feats.cpu().numpy()))
 

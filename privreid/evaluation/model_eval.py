@@ -160,14 +160,15 @@ def dataset_features(model: torch.nn.Module, dataset, *, batch_size: int = 128, 
 
 def sample_features(model: torch.nn.Module, testset: TestSet, samples: list[Sample], *, height: int, width: int,
                      seq_len: int | None = None, batch_size: int = 128, device: torch.device | str = "cpu",
-                     flip: bool = False, num_workers: int = 0, progress: bool = False):
+                     flip: bool = False, num_workers: int = 0, progress: bool = False,
+                     interpolation: str = "bilinear"):
     """``(feats, pids, camids)`` of ``samples`` of ``testset`` with the test transform.
 
     Images one by one; tracklets (a test set with ``tracklets``) as the mean
     of ``seq_len`` frame features (default ``testset.vi_protocol.seq_len``),
     ``max(1, batch_size // seq_len)`` tracklets per batch.
     """
-    transform = build_transforms(height, width, train=False)
+    transform = build_transforms(height, width, train=False, interpolation=interpolation)
     if testset.tracklets is None:
         return dataset_features(model, ImageDataset(samples, transform), batch_size=batch_size, device=device,
                                 flip=flip, num_workers=num_workers, progress=progress)
@@ -194,6 +195,7 @@ def evaluate_model(
     ap: str = "torchreid",
     seed: int = 0,
     progress: bool = False,
+    interpolation: str = "bilinear",
 ) -> dict:
     """R1/R5/R10/R20/mAP/mINP of ``model`` on ``testset`` under its protocol (:func:`rank_testset`).
 
@@ -201,12 +203,13 @@ def evaluate_model(
     L2RW+ tables' mode, or ``visible-to-ir``) and ``seq_len`` to video ones;
     ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets
     only).  ``flip`` averages each feature with that of the flipped image.
-    ``ap``: ``"torchreid"`` or ``"devkit"`` (:func:`rank_testset`).
+    ``ap``: ``"torchreid"`` or ``"devkit"`` (:func:`rank_testset`).  ``interpolation``: the test resize,
+    ``bilinear`` or ``bicubic`` (fast-reid's).
     """
     check_protocol(testset, single_gallery_shot, ap)
     query, gallery = evaluation_split(testset, mode)
     extract = dict(height=height, width=width, seq_len=seq_len, batch_size=batch_size, device=device, flip=flip,
-                   num_workers=num_workers, progress=progress)
+                   num_workers=num_workers, progress=progress, interpolation=interpolation)
     return rank_testset(testset, sample_features(model, testset, query, **extract),
                         sample_features(model, testset, gallery, **extract), metric=metric,
                         single_gallery_shot=single_gallery_shot, seed=seed, ap=ap)
@@ -214,7 +217,7 @@ def evaluate_model(
 
 #: the keyword arguments of :func:`evaluate_model` that say how features are extracted and ranked
 EVALUATION_SETTINGS = ("height", "width", "batch_size", "device", "flip", "num_workers", "metric",
-                       "single_gallery_shot", "ap")
+                       "single_gallery_shot", "ap", "interpolation")
 
 
 def evaluation_settings(**given) -> dict:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS
 from privreid.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class ReIDAdapter:
         height, width: the input size the model expects.
         mean, std: per-channel normalisation of ``[0, 1]`` pixels the model was trained with.
         classifier: identity classifier reading the feature, or ``None``.
+        interpolation: the test resize, ``bilinear`` (torchreid's, privreid's) or ``bicubic`` (fast-reid's).
         differentiable: whether gradients flow from the features to the images
             (``False`` for an ONNX model run by onnxruntime).
         report: what a loader read from a file (:class:`~privreid.models.external.report.LoadReport`), else ``None``.
@@ -68,12 +69,15 @@ class ReIDAdapter:
     std: Sequence[float] = IMAGENET_STD
     classifier: nn.Module | None = None
     differentiable: bool = True
+    interpolation: str = "bilinear"
     report: LoadReport | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ConfigError(f"mean and std need 3 values each, std positive; got mean={list(self.mean)}, "
                               f"std={list(self.std)}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ConfigError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {self.interpolation!r}")
         if self.height < 1 or self.width < 1:
             raise ConfigError(f"height and width must be positive, got {self.height}x{self.width}")
         if isinstance(self.features, str) and self.features not in dict(self.model.named_modules()):

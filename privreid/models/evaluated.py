@@ -66,6 +66,17 @@ class EvaluatedModel:
             return "privreid checkpoint"
         return self.adapter.report.kind if self.adapter.report is not None else IN_MEMORY
 
+    @property
+    def a_kind(self) -> str:
+        """The kind with its article: ``an ONNX``, ``a torchreid checkpoint``."""
+        return f"{'an' if self.kind[:1].upper() in 'AEIOU' else 'a'} {self.kind}"
+
+    @property
+    def interpolation(self) -> str:
+        """The test resize: the file's (or its convention's, :mod:`privreid.models.external.settings`);
+        bilinear for a privreid checkpoint, as it trained."""
+        return "bilinear" if self.checkpoint is not None else self.adapter.interpolation
+
     def has(self, need: str) -> bool:
         """Whether the model offers ``need`` (a key of :data:`NEEDS`)."""
         if self.checkpoint is not None:
@@ -76,7 +87,7 @@ class EvaluatedModel:
     def require(self, need: str, command: str, instead: str = FEATURE_ONLY_ALTERNATIVES) -> None:
         """ConfigError, one line, when ``command`` needs ``need`` and this model has not got it."""
         if not self.has(need):
-            raise ConfigError(f"{command} needs {NEEDS[need]}; {self.path} is a {self.kind} without it "
+            raise ConfigError(f"{command} needs {NEEDS[need]}; {self.path} is {self.a_kind} without it "
                               f"({instead})")
 
     def network(self, client: str | None = None, *, device: Any = "cpu") -> nn.Module:
@@ -88,8 +99,8 @@ class EvaluatedModel:
         if self.checkpoint is not None:
             return self.checkpoint.load_model(client, device=device).eval()
         if client is not None:
-            raise ConfigError(f"--client picks a personalised model of a privreid checkpoint; {self.path} is a "
-                              f"{self.kind}")
+            raise ConfigError(f"--client picks a personalised model of a privreid checkpoint; {self.path} is "
+                              f"{self.a_kind}")
         return self.adapter.as_module().to(device).eval()
 
     def load_line(self) -> str | None:
@@ -104,7 +115,8 @@ class EvaluatedModel:
         if self.adapter.report is None:
             return {"path": str(self.path), "kind": self.kind, "module": type(self.adapter.model).__name__,
                     "settings": {"input": f"{self.adapter.height}x{self.adapter.width}",
-                                 "mean": list(self.adapter.mean), "std": list(self.adapter.std)}}
+                                 "mean": list(self.adapter.mean), "std": list(self.adapter.std),
+                                 "test resize": self.adapter.interpolation}}
         return self.adapter.report.to_dict()
 
 
@@ -169,7 +181,7 @@ def data_source(models: list[EvaluatedModel], data: list[str] | None) -> DataSou
     first = next((m.checkpoint for m in models if m.checkpoint is not None), None)
     if not data:
         if first is None:
-            raise ConfigError(f"{models[0].path} is a {models[0].kind} file, not a privreid checkpoint: it records "
+            raise ConfigError(f"{models[0].path} is {models[0].a_kind} file, not a privreid checkpoint: it records "
                               "no data, give --data")
         cfg = first.run_config
         return DataSource(list(cfg.data.roots), cfg.data.format, cfg.data.synth_seed, cfg)

@@ -44,13 +44,17 @@ def model_file_kind(path: str | os.PathLike, obj: Any) -> ModelFile:
 
 def load_any_model(path: str | os.PathLike, *, arch: str | None = None, height: int | None = None,
                    width: int | None = None, mean: list[float] | None = None, std: list[float] | None = None,
-                   last_stride: int | None = None, client: str | None = None) -> ReIDAdapter:
+                   last_stride: int | None = None, client: str | None = None,
+                   interpolation: str | None = None) -> ReIDAdapter:
     """Load the model in ``path``, whatever its kind, as a :class:`ReIDAdapter` on the CPU in eval mode.
 
-    ``arch`` (``resnet18/34/50``) is checked against the architecture read
-    from a ResNet file's keys; ``height``, ``width``, ``mean``, ``std`` are used
+    ``arch`` names a torchreid file's architecture (any name of
+    ``torchreid.models`` with ``privreid[torchreid]`` installed; without it,
+    ``resnet18/34/50``) and is checked against the architecture read from a
+    ResNet file's keys; ``height``, ``width``, ``mean``, ``std`` and
+    ``interpolation`` (the test resize, ``bilinear`` or ``bicubic``) are used
     where the file does not record them (defaults: 256x128, ImageNet mean /
-    std); ``last_stride`` overrides the convention's default (torchreid and
+    std, the source project's resize: fast-reid's bicubic, else bilinear); ``last_stride`` overrides the convention's default (torchreid and
     torchvision 2, fast-reid 1) where the file does not record it; ``client``
     picks a personalised model of a privreid checkpoint.  ``adapter.report``
     says what was loaded, mapped, ignored and which settings were used.
@@ -63,5 +67,5 @@ def load_any_model(path: str | os.PathLike, *, arch: str | None = None, height: 
         raise CheckpointError(f"model file not found: {path}")
     obj = read_torch_file(path)
     options = dict(arch=arch, height=height, width=width, mean=mean, std=std, last_stride=last_stride,
-                   client=client)
+                   client=client, interpolation=interpolation)
     return model_file_kind(path, obj).load(path, obj, options)

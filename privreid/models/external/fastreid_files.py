@@ -31,7 +31,7 @@ from privreid.models.adapter import ReIDAdapter
 from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
 from privreid.models.external.report import LoadReport
 from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
-from privreid.models.external.settings import input_settings
+from privreid.models.external.settings import adapter_of, input_settings
 
 #: fast-reid's default ``MODEL.BACKBONE.LAST_STRIDE``
 FASTREID_LAST_STRIDE = 1
@@ -98,8 +98,7 @@ def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapt
                         {**given["settings"], "feature": f"after the head's bottleneck ({what}), fast-reid's eval "
                          "feature", "classifier": f"{classifier.out_features} identities (CLS_LAYER Linear assumed)"
                          if classifier else "none"})
-    return ReIDAdapter(TrunkHead(trunk, head).eval(), None, given["height"], given["width"], given["mean"],
-                       given["std"], classifier=classifier, report=report)
+    return adapter_of(TrunkHead(trunk, head).eval(), given, report, classifier=classifier)
 
 
 KINDS = [ModelFile("fast-reid", "a fast-reid checkpoint (ResNet backbone, EmbeddingHead with BNNeck)",

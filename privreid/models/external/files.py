@@ -1,8 +1,9 @@
 """Reading an untrusted model file without executing it, and the registry of model file kinds.
 
-Every torch file is read with ``torch.load(weights_only=True)``, which
-rebuilds tensors and containers only; a refusal names the offending global
-(:mod:`privreid.pickle_scan`) and says that nothing was executed.
+Every torch file is read with :func:`privreid.pickle_scan.safe_torch_load`
+(``torch.load(weights_only=True)`` after a scan of the pickle), which rebuilds
+tensors, containers and the numpy scalars of other projects' metadata only;
+a refusal names the offending global and says that nothing was executed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +43,17 @@ _NOT_READ = object()
 def read_torch_file(path: str | os.PathLike) -> Any:
     """``torch.load(path, weights_only=True)`` on the CPU; CheckpointError for an unsafe file, :data:`_NOT_READ`
     (:func:`was_read` is false) for a file that is no torch pickle."""
+    from privreid.pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
+
     path = Path(path)
+    if is_torchscript_archive(path):  # torch.jit.save's archive: its pickles name its compiled classes
+        return _NOT_READ
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return safe_torch_load(path, map_location="cpu")
     except pickle.UnpicklingError as exc:
-        from privreid.pickle_scan import looks_like_pickle, unsafe_global
-
-        found = unsafe_global(path)
+        found = exc.found if isinstance(exc, UnsafePickle) else None
         if found is None and not looks_like_pickle(path):  # not a pickle at all (ONNX, noise): another kind or none
             return _NOT_READ
         what = f"the global {found}" if found else "objects that are not plain tensors/containers"
@@ -57,6 +61,15 @@ def read_torch_file(path: str | os.PathLike) -> Any:
                               "(nothing was executed)") from exc
     except Exception:  # noqa: BLE001 - not a torch pickle: a TorchScript archive, ONNX, or no model file
         return _NOT_READ
+
+
+def is_torchscript_archive(path: Path) -> bool:
+    """Whether ``path`` is a zip archive written by ``torch.jit.save`` (``constants.pkl`` and ``code/``)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    return any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names)
 
 
 def was_read(obj: Any) -> bool:

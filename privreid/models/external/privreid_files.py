@@ -15,7 +15,7 @@ from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
 from privreid.models.external.files import ModelFile
 from privreid.models.external.report import LoadReport
-from privreid.models.external.settings import input_settings
+from privreid.models.external.settings import adapter_of, input_settings
 
 STATE_DICT_FORMAT = "privreid-state-dict-v1"
 
@@ -27,8 +27,7 @@ def _adapter(model, path: Path, kind: str, recorded: dict[str, Any], options: di
     report = LoadReport(kind, str(path), "privreid's own layout, loaded strictly", len(model.state_dict()),
                         settings={**given["settings"], "feature": feature,
                                   "classifier": "yes" if model.classifier is not None else "none"})
-    return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
-                       classifier=model.classifier, report=report)
+    return adapter_of(model, given, report, classifier=model.classifier)
 
 
 def _load_export(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:

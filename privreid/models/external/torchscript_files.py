@@ -17,7 +17,6 @@ classifier cannot be told apart in a scripted graph, so there is none.
 from __future__ import annotations
 
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,9 @@ import torch
 
 from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
-from privreid.models.external.files import ModelFile, was_read
+from privreid.models.external.files import ModelFile, is_torchscript_archive, was_read
 from privreid.models.external.report import LoadReport
-from privreid.models.external.settings import input_settings
+from privreid.models.external.settings import adapter_of, input_settings
 from privreid.pickle_scan import SAFE_PREFIXES, archive_globals
 
 #: globals a TorchScript archive's pickles hold legitimately: torch's, and its own compiled classes
@@ -35,11 +34,7 @@ TORCHSCRIPT_PREFIXES = (*SAFE_PREFIXES, "__torch__.")
 
 
 def _detect(path: Path, obj: Any) -> bool:
-    if was_read(obj) or not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-    return any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names)
+    return not was_read(obj) and is_torchscript_archive(path)
 
 
 def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
@@ -56,8 +51,7 @@ def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
     given = input_settings(None, options, "torchreid")
     report = LoadReport("TorchScript", str(path), "the scripted module as is", len(module.state_dict()),
                         settings={**given["settings"], "feature": "the module's output", "classifier": "none"})
-    return ReIDAdapter(module.eval(), None, given["height"], given["width"], given["mean"], given["std"],
-                       report=report)
+    return adapter_of(module.eval(), given, report)
 
 
 KINDS = [ModelFile("torchscript", "a TorchScript file (torch.jit.save)", _detect, _load)]
