@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
+from ..checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig, evaluation_settings
 from ..deviations import deviations
 from ..device import resolve_device
@@ -231,7 +231,8 @@ class FederatedEngine:
         if not self.client_memory_on_disk:
             self.client_memory = ckpt.client_memory
         elif ckpt.client_memory_files is not None:
-            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files)
+            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files,
+                                                ckpt.client_memory_hashes)
         else:  # memories stored in the checkpoint itself
             self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
             for name, memory in ckpt.client_memory.items():
@@ -475,7 +476,7 @@ class FederatedEngine:
                             round_no, self.out_dir)
         memories = self.client_memory
         on_disk = isinstance(memories, ClientMemories)
-        files = memories.flush(wait=False) if on_disk else None
+        files = memories.flush() if on_disk else None  # every write done: the checkpoint records their hashes
         save_checkpoint({
             "method": self.method.name,
             "round": round_no,
@@ -490,14 +491,15 @@ class FederatedEngine:
             "client_states": self.client_states,
             "server_client_state": self.client_server_state,
             "observer_state": {o.key: o.state_dict() for o in self.observers},  # the privacy ledger's record
-            **({"client_memory_files": files} if on_disk else {"client_memory": memories}),
+            **({"client_memory_files": files, MEMORY_HASHES_KEY: memories.hashes_of(files)} if on_disk else
+               {"client_memory": memories}),
             **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},
             "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
             "metrics": self.metrics,
             "comm": self.comm,
             "rng": rng_states(),
-        }, self.out_dir / "ckpt.pt", before_commit=memories.wait if on_disk else None)
+        }, self.out_dir / "ckpt.pt")
         if on_disk:
             memories.prune(files)
 

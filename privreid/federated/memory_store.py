@@ -40,10 +40,12 @@ a ResNet-18's 45 MiB took 16-28 ms of each FedPav client's turn at 64x32.
 At most one write is in flight (a new one first waits for the previous), so
 RAM holds at most :data:`RESIDENT` memories plus the one being written.
 Loading a memory whose write is in flight waits for it; the engine's
-checkpoint waits for the last one before it replaces the previous checkpoint
-(it is written meanwhile: :func:`privreid.checkpoint.save_checkpoint`'s
-``before_commit``), and a failed write is re-raised there, so no checkpoint
-names a file that is not complete on disk.
+checkpoint waits for the last one before it is written, and a failed write
+is re-raised there, so no checkpoint names a file that is not complete on
+disk.  Each write returns the file's sha256 (:func:`file_sha256`), and the
+checkpoint records the hash of every file it names
+(``client_memory_hashes``): a changed, truncated or swapped file is refused
+wherever a checkpoint's memories are read (:mod:`privreid.checkpoint`).
 
 Changes are detected through the mapping interface (setting or deleting an
 entry); the engine also marks a memory changed after the client's local
@@ -114,7 +116,24 @@ def load_memory_file(path: Path) -> dict[str, Any]:
     """
     from ..pickle_scan import safe_torch_load
 
-    return safe_torch_load(path, map_location="cpu", mmap=True)
+    memory = safe_torch_load(path, map_location="cpu", mmap=True)
+    if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):
+        raise CheckpointError(f"{path} is not a client memory privreid wrote (a memory is a mapping of names to "
+                              f"values; got {type(memory).__name__}); restore it from a copy")
+    trained = next((k for k, v in memory.items() if k.startswith("trained/") and not isinstance(v, torch.Tensor)),
+                   None)
+    if trained is not None:
+        raise CheckpointError(f"{path} is not a client memory privreid wrote ({trained} must be a tensor, got "
+                              f"{type(memory[trained]).__name__}); restore it from a copy")
+    return memory
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of the bytes of the file at ``path`` (what a checkpoint records of each memory file)."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
@@ -127,6 +146,13 @@ def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     system had not written them yet.
     """
     save_torch_atomic(data, directory / file, stream=False)
+
+
+def _save_and_hash(data: dict[str, Any], directory: Path, file: str) -> str:
+    """:func:`save_memory_file`, then the file's :func:`file_sha256` (read back from the page cache), which the
+    checkpoint that names it records."""
+    save_memory_file(data, directory, file)
+    return file_sha256(directory / file)
 
 
 @functools.cache
@@ -220,14 +246,21 @@ class ClientMemory(MutableMapping):
 class ClientMemories(MutableMapping):
     """Client name -> :class:`ClientMemory`, kept in files under ``directory`` (see the module docstring)."""
 
-    def __init__(self, directory: Path, files: Mapping[str, str | None] | None = None):
+    def __init__(self, directory: Path, files: Mapping[str, str | None] | None = None,
+                 hashes: Mapping[str, str] | None = None):
         self.directory = Path(directory)
+        #: file name -> its :func:`file_sha256`, for every file this store wrote, adopted or was given
+        #: (``hashes``: client name -> hash, as a checkpoint records them)
+        self.hashes: dict[str, str] = {file: hashes[name] for name, file in (files or {}).items()
+                                       if file and name in (hashes or {})}
         self.round = 0  # the round whose changes are being written (the engine sets it)
         self._memories: dict[str, ClientMemory] = {
             name: ClientMemory(self, name, None if file else {}, file) for name, file in (files or {}).items()}
         self._resident: list[ClientMemory] = []
         #: this store's write in flight, if any: (its file, its future); see the module docstring
         self._writing: tuple[str, Future] | None = None
+        #: files another process wrote (:meth:`adopt`), hashed when a checkpoint names them (:meth:`hashes_of`)
+        self._adopted: set[str] = set()
 
     # -- mapping ---------------------------------------------------------------
     def __getitem__(self, name: str) -> ClientMemory:
@@ -270,6 +303,17 @@ class ClientMemories(MutableMapping):
         if old in self._resident:
             self._resident.remove(old)
         self._memories[name] = ClientMemory(self, name, None if file else {}, file)
+        if file:
+            self._adopted.add(file)
+
+    def hashes_of(self, files: Mapping[str, str | None]) -> dict[str, str]:
+        """Client name -> the hash of its file in ``files`` (:meth:`flush`'s result, every write waited for);
+        files adopted from another process are hashed here, once."""
+        for file in self._adopted:
+            if (self.directory / file).is_file():
+                self.hashes[file] = file_sha256(self.directory / file)
+        self._adopted.clear()
+        return {name: self.hashes[file] for name, file in files.items() if file and file in self.hashes}
 
     # -- residence -------------------------------------------------------------
     def _touch(self, memory: ClientMemory) -> None:
@@ -290,14 +334,14 @@ class ClientMemories(MutableMapping):
         self.wait()
         self.directory.mkdir(parents=True, exist_ok=True)
         file = memory_file_name(name, round_no)
-        self._writing = (file, _writer().submit(save_memory_file, data, self.directory, file))
+        self._writing = (file, _writer().submit(_save_and_hash, data, self.directory, file))
         return file
 
     def wait(self, file: str | None = None) -> None:
         """Block until the write in flight (only if it is ``file``'s, when given) is on disk; re-raise its error."""
         if self._writing is not None and file in (None, self._writing[0]):
-            pending, self._writing = self._writing[1], None
-            pending.result()
+            (written, pending), self._writing = self._writing, None
+            self.hashes[written] = pending.result()
 
     def flush(self, *, wait: bool = True) -> dict[str, str | None]:
         """Write every changed memory and drop them all from RAM; client name -> file (``None``: empty).
@@ -317,3 +361,4 @@ class ClientMemories(MutableMapping):
         for path in self.directory.glob("*.pt"):
             if path.name not in named:
                 path.unlink(missing_ok=True)
+        self.hashes = {file: h for file, h in self.hashes.items() if file in named}

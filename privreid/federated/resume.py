@@ -43,11 +43,13 @@ def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None
 
 
 def check_resumable(out: Path, config: RunConfig) -> None:
-    """Refuse, before anything in ``out`` is written, a ``--resume`` whose checkpoint is missing, unreadable,
-    malicious or of another configuration (:func:`check_resume`)."""
+    """Refuse, before anything in ``out`` is written, a ``--resume`` whose checkpoint or client-memory files are
+    missing, unreadable, malicious, edited (:func:`privreid.checkpoint.check_fields`), changed or swapped (their
+    recorded hashes), or of another configuration (:func:`check_resume`)."""
     from ..checkpoint import Checkpoint
     from .engine import prepare_out_dir
 
     prepare_out_dir(out, overwrite=False, resume=True)
-    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False)
+    # whole, memories included (mapped, not read): every file's hash and content is checked before a byte is written
+    ckpt = Checkpoint.load(out / "ckpt.pt")
     check_resume(ckpt.run_config, config, ckpt.round)
