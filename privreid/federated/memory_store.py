@@ -148,11 +148,11 @@ def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     save_torch_atomic(data, directory / file, stream=False)
 
 
-def _save_and_hash(data: dict[str, Any], directory: Path, file: str) -> str:
+def _save_and_hash(data: dict[str, Any], directory: Path, file: str) -> str | None:
     """:func:`save_memory_file`, then the file's :func:`file_sha256` (read back from the page cache), which the
-    checkpoint that names it records."""
+    checkpoint that names it records (``None`` if no file landed: a checkpoint naming it is refused as missing)."""
     save_memory_file(data, directory, file)
-    return file_sha256(directory / file)
+    return file_sha256(directory / file) if (directory / file).is_file() else None
 
 
 @functools.cache
@@ -341,7 +341,9 @@ class ClientMemories(MutableMapping):
         """Block until the write in flight (only if it is ``file``'s, when given) is on disk; re-raise its error."""
         if self._writing is not None and file in (None, self._writing[0]):
             (written, pending), self._writing = self._writing, None
-            self.hashes[written] = pending.result()
+            digest = pending.result()
+            if digest is not None:
+                self.hashes[written] = digest
 
     def flush(self, *, wait: bool = True) -> dict[str, str | None]:
         """Write every changed memory and drop them all from RAM; client name -> file (``None``: empty).
