@@ -195,6 +195,22 @@ VALUE_CASES = [
     preset("seed-huge", f"seed: {2**64}\n", says="seed must be in"),
     preset("height-huge", "height: 100000\n", says="too large"),
     train("preset-missing", "--config", "{tmp}/nope.yaml", says="preset not found"),
+    # issue 39: a repeated key is refused naming it and both lines (YAML keeps the last silently); so is a file
+    # that is not UTF-8 text, and a directory at the preset's path
+    preset("duplicate-rounds", "rounds: 1\nmethod: fedpav\nrounds: 3\n",
+           says="the key 'rounds' is given twice (lines 1 and 3)"),
+    preset("duplicate-method", "method: fedpav\nmethod: fedavg\n", says="the key 'method' is given twice (lines 1 and 2)"),
+    preset("duplicate-nested", "opt:\n  mu: 0.1\n  mu: 0.2\n", says="the key 'mu' is given twice (lines 2 and 3)"),
+    BadInput("train-preset-duplicate-dry-run", ("train", "--data", "{synth}", "--config", "{tmp}/preset.yaml",
+                                                "--dry-run", "--out", "{tmp}/run"), keep=("run",),
+             says="the key 'rounds' is given twice", setup=_preset("rounds: 1\nrounds: 3\n")),
+    BadInput("train-preset-utf16", ("train", "--data", "{synth}", "--config", "{tmp}/preset.yaml", "--out",
+                                    "{tmp}/run"), keep=("run",), says="is not UTF-8 text",
+             setup=lambda tmp: (tmp / "preset.yaml").write_bytes("rounds: 1\n".encode("utf-16"))),
+    BadInput("train-preset-binary", ("train", "--data", "{synth}", "--config", "{tmp}/preset.yaml", "--out",
+                                     "{tmp}/run"), keep=("run",), says="is not UTF-8 text",
+             setup=lambda tmp: (tmp / "preset.yaml").write_bytes(bytes(range(256)))),
+    train("preset-directory", "--config", "{tmp}/dir", says="dir is a directory; give a YAML file", setup=_directory("dir")),
     # missing files, directories where files are expected, unknown choices
     BadInput("eval-model-missing", ("eval", "--model", "{tmp}/nope.pt"), says="nope.pt"),
     BadInput("eval-model-directory", ("eval", "--model", "{tmp}/dir"), setup=_directory("dir")),
