@@ -200,6 +200,7 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     from . import provenance
 
     out = check_output_dir(out)
+    check_run_kind(out, command)
     created = not out.exists()
     run_lock, failed = None, True
     before = _RunFiles(out)
@@ -224,6 +225,36 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
             before.restore(out, remove_dir=created)
         if run_lock is not None:
             run_lock.release()
+
+
+#: files that mark a run directory written before ``env.json`` recorded its kind, by kind
+_KIND_FILES = {"train": ("ckpt.pt", "metrics.jsonl"), "sweep": ("sweep.csv",)}
+
+
+def run_kind(out: Path) -> str | None:
+    """The command whose output ``out`` holds (``train``, ``sweep``, ``attack`` ...): the ``kind`` its
+    ``env.json`` records, else (older runs) the one its files show; ``None`` for a directory that holds neither."""
+    import json
+
+    from .provenance import PROVENANCE_FILES
+
+    env = Path(out) / PROVENANCE_FILES["environment"]
+    try:
+        kind = json.loads(env.read_text()).get("kind") if env.is_file() else None
+    except (ValueError, UnicodeDecodeError, AttributeError, OSError):
+        kind = None
+    if isinstance(kind, str):
+        return kind
+    return next((k for k, files in _KIND_FILES.items() if any((Path(out) / f).exists() for f in files)), None)
+
+
+def check_run_kind(out: Path, command: str) -> None:
+    """Refuse, before anything is written, an ``out`` that holds another command's output (a ``train`` run given
+    to ``sweep``, a sweep given to ``train`` ...): its files would be rewritten or mixed with this one's."""
+    kind = run_kind(out) if Path(out).is_dir() else None
+    if kind is not None and kind != command:
+        raise ConfigError(f"{out} holds the output of `privreid {kind}`, not of `privreid {command}`; nothing was "
+                          "written: choose another --out")
 
 
 class _RunFiles:

@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from badinput import BadInput, check_refused, run_cli
+from badinput import BadInput, check_refused
 from privreid.checkpoint import load_checkpoint, save_checkpoint
 from privreid.federated.memory_store import MEMORY_DIR
-
-TINY = ("--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
-        "--device", "cpu", "--quiet")
 
 
 def _edit(run: Path, change) -> None:
@@ -192,16 +189,6 @@ def test_the_checkpoint_records_the_hash_of_each_memory_file(finished_run):
     files = {name: f for name, f in raw["client_memory_files"].items() if f}
     assert files and raw["client_memory_hashes"] == {
         name: file_sha256(finished_run / MEMORY_DIR / f) for name, f in files.items()}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tiny_synth, tmp_path_factory) -> Path:
-    """A finished 2-round FedPav run written by ``privreid train`` (config.yaml, ckpt.pt, client_memory/)."""
-    out = tmp_path_factory.mktemp("trust") / "run"
-    outcome = run_cli(("train", "--data", str(tiny_synth), "--test-domains", "synthC", "--method", "fedpav",
-                       "--rounds", "2", *TINY, "--out", str(out)))
-    assert outcome.exit_code == 0, outcome.stderr
-    return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

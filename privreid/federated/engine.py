@@ -50,7 +50,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
@@ -75,7 +74,7 @@ from .client import ClientContext
 from .divergence import check_finite_states, check_finite_training, json_line
 from .early_stop import evaluate_after_stop
 from .heap import HeapTrimmer
-from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
+from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
 from .resume import check_resume
@@ -90,10 +89,13 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
 
     A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
-    ``ckpt.pt``: it cannot be resumed, and both refusals say to start it
-    again with ``--overwrite``.
+    ``ckpt.pt``: ``train --resume`` starts it from round 0
+    (:func:`privreid.federated.resume.check_resumable`), and this refusal
+    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
+    and the client-memory files (:func:`~.memory_store.own_memory_files`),
+    and refuses, naming it, anything else in ``client_memory/``.
     """
-    existing = [f for f in RUN_FILES if (out_dir / f).exists()]
+    existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
     has_ckpt = (out_dir / "ckpt.pt").exists()
     if resume:
         if not has_ckpt:
@@ -103,12 +105,16 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
         return
     if existing and not overwrite:
         hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
-                "it stopped before its first checkpoint; pass --overwrite to start it again")
+                "it stopped before its first checkpoint; pass --resume to start it from round 0 (nothing was "
+                "done yet) or --overwrite")
         raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
+    memories = own_memory_files(out_dir / MEMORY_DIR) if overwrite else []
     for f in existing:
         (out_dir / f).unlink()
-    if overwrite:
-        shutil.rmtree(out_dir / MEMORY_DIR, ignore_errors=True)
+    for path in memories:
+        path.unlink()
+    if memories and not any((out_dir / MEMORY_DIR).iterdir()):
+        (out_dir / MEMORY_DIR).rmdir()
 
 
 def selection_size(fraction: float, n: int) -> int:

@@ -60,6 +60,7 @@ replace all of it.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -89,6 +90,31 @@ def memory_file_name(client: str, round_no: int) -> str:
     from urllib.parse import quote
 
     return f"{quote(client, safe='')}.r{round_no}.pt"
+
+
+#: the names privreid writes in ``client_memory/``: :func:`memory_file_name`'s, and their temporary siblings
+MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
+
+
+def own_memory_files(directory: Path) -> list[Path]:
+    """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
+    :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
+    symbolic link), so that nothing else is ever deleted."""
+    from ..errors import ConfigError
+
+    directory = Path(directory)
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise ConfigError(f"{directory} is not the folder privreid writes client memories to (a link or a file); "
+                          "nothing was deleted: move it out first")
+    if not directory.is_dir():
+        return []
+    own = []
+    for path in sorted(directory.iterdir()):
+        if path.is_symlink() or not path.is_file() or not MEMORY_FILE_NAMES.fullmatch(path.name):
+            raise ConfigError(f"{directory} holds {path.name}, which privreid did not write; --overwrite deletes "
+                              "only the run's own files: move it out first")
+        own.append(path)
+    return own
 
 
 def memory_file_path(directory: Path, file: object) -> Path:
