@@ -52,7 +52,31 @@ def _notes_in(folder: str):
     return setup
 
 
+def _link(name: str):
+    """The run's ``name`` replaced by a symbolic link to a file outside the run."""
+    def setup(tmp: Path) -> None:
+        (tmp / "outside").mkdir()
+        (tmp / "outside" / "elsewhere.txt").write_text("not the run's\n")
+        (tmp / "run" / name).unlink()
+        (tmp / "run" / name).symlink_to(tmp / "outside" / "elsewhere.txt")
+    return setup
+
+
+EXPORT = ("export", "--model", "{run}/ckpt.pt", "--overwrite", "--out")
+
 CASES = [
+    # item 5: never a link out of a run; export never replaces a run's own files
+    *[BadInput(f"resume-{name}-a-symlink", RESUME, keep=("run", "outside"), setup=_link(name),
+               says=f"{name} is a symbolic link") for name in ("log.txt", "metrics.jsonl", "env.json")],
+    BadInput("overwrite-log-a-symlink", (*TRAIN, "--out", "{run}", "--overwrite"), keep=("run", "outside"),
+             setup=_link("log.txt"), says="log.txt is a symbolic link"),
+    BadInput("export-onto-its-own-checkpoint", (*EXPORT, "{run}/ckpt.pt"), keep=("run",),
+             says="is the input file itself"),
+    BadInput("export-onto-the-runs-config", (*EXPORT, "{run}/config.yaml"), keep=("run",),
+             says="is one of the files of the run"),
+    BadInput("export-onto-a-memory-file", (*EXPORT, "{run}/client_memory/synthA.r2.pt"), keep=("run",),
+             says="is one of the files of the run"),
+
     # item 3: run directories know their kind
     BadInput("sweep-into-a-train-run", ("sweep", "--param", "beta", "--values", "0.1", "--out", "{run}",
                                         "--data", "{synth}", *TINY_TRAIN), keep=("run",),

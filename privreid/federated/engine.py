@@ -67,7 +67,7 @@ from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from ..log import progress_bar
 from ..models.reid_net import is_classifier_key
-from ..rundir import write_json_atomic
+from ..rundir import RUN_FILES, write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
 from .client import ClientContext
@@ -82,7 +82,6 @@ from .strategy import Accumulator, RoundResult, Upload
 
 _log = logging.getLogger(__name__)
 
-RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
 
 def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
