@@ -314,9 +314,7 @@ class RunConfig:
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
             (0.0 <= d.audit_holdout < 1.0, f"audit_holdout must lie in [0, 1) (got {d.audit_holdout})"),
             (d.height >= 16 and d.width >= 8, f"image size {d.height}x{d.width} is too small (min 16x8)"),
-            (max(d.height, d.width) <= MAX_IMAGE_SIDE, f"image size {d.height}x{d.width} is too large (max "
-             f"{MAX_IMAGE_SIDE} per side: one decoded image alone would take {3 * d.height * d.width / 2**20:.0f} "
-             f"MiB, a batch of {t.batch_size} a multiple of that)"),
+            (max(d.height, d.width) <= MAX_IMAGE_SIDE, too_large_image(d.height, d.width, batch=t.batch_size)),
             (is_device_name(t.device), f"device must be one of {DEVICE_METAVAR} (got {t.device!r})"),
         ]
         for ok, msg in checks + _privacy_checks(self):
@@ -326,6 +324,14 @@ class RunConfig:
 
         check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
+
+
+def too_large_image(height: int, width: int, *, batch: int | None = None) -> str:
+    """Why an image of ``height`` x ``width`` is refused: the one memory rule of every image size privreid
+    allocates (:data:`MAX_IMAGE_SIDE` per side), for ``--height``/``--width`` and ``corrupt --size`` alike."""
+    return (f"image size {height}x{width} is too large (max {MAX_IMAGE_SIDE} per side: one decoded image alone "
+            f"would take {3 * height * width / 2**20:.0f} MiB" + (f", a batch of {batch} a multiple of that)"
+                                                                    if batch else ")"))
 
 
 def triplet_weight(config: RunConfig) -> float:

@@ -210,6 +210,13 @@ VALUE_CASES = [
     BadInput("train-preset-binary", ("train", "--data", "{synth}", "--config", "{tmp}/preset.yaml", "--out",
                                      "{tmp}/run"), keep=("run",), says="is not UTF-8 text",
              setup=lambda tmp: (tmp / "preset.yaml").write_bytes(bytes(range(256)))),
+    # issue 39, item 7: the memory rule for corrupt --size (before the image is read); the SuperLink's database
+    BadInput("corrupt-size-huge", ("corrupt", "--image", "{tmp}/nope.png", "--size", "100000x100000", "--out",
+                                   "{tmp}/out/g.png"), keep=("out",), says="too large (max 2048 per side"),
+    BadInput("superlink-database-a-directory", ("flower", "superlink", "--insecure", "--database", "{tmp}/dir"),
+             keep=("dir",), setup=_directory("dir"), says="dir is a directory; give a file name"),
+    BadInput("superlink-database-no-folder", ("flower", "superlink", "--insecure", "--database",
+                                              "{tmp}/nope/state.db"), keep=("nope",), says="does not exist"),
     train("preset-directory", "--config", "{tmp}/dir", says="dir is a directory; give a YAML file", setup=_directory("dir")),
     # missing files, directories where files are expected, unknown choices
     BadInput("eval-model-missing", ("eval", "--model", "{tmp}/nope.pt"), says="nope.pt"),

@@ -78,6 +78,10 @@ def superlink_command(
             raise ConfigError("--insecure excludes the --ssl-* files")
         if insecure:
             require_loopback(host, "--host")
+        if database is not None:  # a directory or a missing folder: one line, never sqlalchemy's traceback
+            from ..rundir import check_output_file
+
+            check_output_file(database, "--database")
         return command(host=host, port=port, tls=tls, database=database)
 
     _exec(run_or_exit(build))
