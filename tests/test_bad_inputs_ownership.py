@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from badinput import BadInput, assert_one_error_line, check_refused, run_cli
+from badinput import BadInput, check_refused, run_cli, substitute
 from conftest import TINY_TRAIN
 from privreid.checkpoint import load_checkpoint
 from privreid.federated.memory_store import MEMORY_DIR
@@ -137,3 +137,27 @@ def test_overwrite_of_a_run_deletes_its_own_memory_files_only(tmp_path, finished
     assert outcome.exit_code == 0, outcome.stderr
     assert (run / "notes.txt").read_text() == "mine\n"
     assert sorted(p.name for p in (run / MEMORY_DIR).iterdir()) == ["synthA.r1.pt", "synthB.r1.pt"]
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_start_up_is_one_line(signum, tmp_path, tiny_synth, monkeypatch):
+    """A signal while the data is read, before the run directory exists: one line, the shell's exit status, and
+    no directory (SIGTERM used to kill the process silently, SIGINT to print nothing useful; issue 39, item 8)."""
+    import os
+    import signal
+
+    import privreid.training as training
+
+    real = training.federation_for_config
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, signum))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "federation_for_config", signalled)
+    outcome = run_cli(substitute((*TRAIN, "--out", "{tmp}/run"), synth=tiny_synth, tmp=tmp_path))
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert outcome.exit_code == 128 + getattr(signal, signum), outcome.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: stopped by {signum} while running"), outcome.stderr
+    assert not (tmp_path / "run").exists()
+
