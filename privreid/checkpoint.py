@@ -133,6 +133,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
                               "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
+        if _cut_short(path):
+            raise CheckpointError(f"{path} is a torch file cut short or damaged (its archive does not read to the "
+                                  "end: an interrupted copy or download?); restore it from a copy") from exc
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
                               f"{type(exc).__name__})") from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -225,6 +228,14 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
     feat_dim = ckpt["model_config"].get("feat_dim")
     if not (isinstance(feat_dim, int) and not isinstance(feat_dim, bool) and 1 <= feat_dim <= MAX_FEAT_DIM):
         raise bad(f"model_config.feat_dim must be an integer in 1..{MAX_FEAT_DIM} (got {feat_dim!r:.40})")
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether ``path`` starts as a torch file does (a zip archive) but is not a whole zip: truncated or damaged."""
+    import zipfile
+
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
 
 
 def integrity_hash(ckpt: dict[str, Any]) -> str:

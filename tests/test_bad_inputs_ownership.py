@@ -93,6 +93,8 @@ CASES = [
     BadInput("overwrite-with-notes-in-client-memory", (*TRAIN, "--out", "{run}", "--overwrite"), keep=("run",),
              setup=_notes_in(MEMORY_DIR), says="MY_NOTES.txt, which privreid did not write"),
     # item 9: messages that point the right way
+    BadInput("invert-subjects-zero", ("invert", "--model", "{run}/ckpt.pt", "--subjects", "0", "--out", "{tmp}/out",
+                                      "--device", "cpu"), keep=("run", "out"), says="--subjects must be >= 1 (got 0)"),
     BadInput("resume-config-yaml-deleted", RESUME, keep=("run",), setup=_delete("config.yaml"),
              says="recorded options"),
     BadInput("resume-config-yaml-empty", RESUME, keep=("run",), setup=_empty_config, says="are empty"),

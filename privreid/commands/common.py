@@ -153,6 +153,17 @@ def csv_list(value: Optional[str]) -> Optional[list[str]]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def csv_names(value: Optional[str], option: str) -> Optional[list[str]]:
+    """``"a,b"`` -> ``["a", "b"]``; ``None`` -> ``None``; :class:`ConfigError` naming ``option`` for an empty value
+    or an empty item (``1,,2``, ``''``), which a typo makes and which would otherwise mean "all" or be skipped."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"{option} takes comma-separated values, none of them empty (got {value!r})")
+    return items
+
+
 def run_or_exit(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors (:class:`PrivreidError`) and OS errors (a read-only or full
     disk, a file in the way of an output) into a one-line message + exit 2.
@@ -176,6 +187,8 @@ def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
                      more_models: Optional[list[Path]]) -> list[Path]:
     """The checkpoints given with ``--model``, ``--models`` and the ``[CKPT]...`` that follow them, in that order;
     :class:`ConfigError` when there are none."""
+    if model is not None and models:
+        raise ConfigError("give one checkpoint with --model or several with --models, not both")
     paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
     if not paths:
         raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")

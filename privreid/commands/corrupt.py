@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_or_exit
+from .common import csv_list, csv_names, run_or_exit
 
 
 def parse_pixel_scale(value: str) -> float | str:
@@ -29,7 +29,7 @@ def parse_severities(value: Optional[str]) -> list[int]:
     from ..corruptions import SEVERITIES
 
     out = []
-    for item in csv_list(value) or [str(s) for s in SEVERITIES]:
+    for item in csv_names(value, "--severities") or [str(s) for s in SEVERITIES]:
         if not item.isdigit() or int(item) not in SEVERITIES:
             raise ConfigError(f"severity must be an integer from 1 to 5, got {item!r}")
         out.append(int(item))
