@@ -143,6 +143,17 @@ def _flip_memory_byte(tmp: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
+def _bare_malicious_pickle(tmp: Path) -> None:
+    """A plain pickle (not a torch zip) that would import os.system: named as malicious, never as "truncated"."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    _memory_of(tmp, "synthA").write_bytes(pickle.dumps({"w": Evil()}, protocol=2))
+
+
 def _swap_memory(tmp: Path) -> None:
     shutil.copyfile(_memory_of(tmp, "synthB"), _memory_of(tmp, "synthA"))
 
@@ -166,6 +177,7 @@ MEMORIES = ([BadInput(f"{verb}-memory-{what}", args, keep=("run", "exported.pt")
              for what, setup, says in (
                  ("byte-flipped", _flip_memory_byte, "whose bytes are not those the checkpoint recorded"),
                  ("swapped", _swap_memory, "whose bytes are not those the checkpoint recorded"),
+                 ("a-bare-malicious-pickle", _bare_malicious_pickle, "nothing was executed"),
                  ("a-list", _rewrite_memory([1, 2]), "a memory is a mapping of names to values"),
                  ("trained-not-a-tensor", _rewrite_memory({"trained/backbone.conv1.weight": 1.0}),
                   "trained/backbone.conv1.weight must be a tensor"))]
