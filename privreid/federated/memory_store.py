@@ -383,10 +383,11 @@ class ClientMemories(MutableMapping):
         return {name: memory.file for name, memory in self._memories.items()}
 
     def prune(self, keep: Mapping[str, str | None]) -> None:
-        """Delete the memory files that ``keep`` (the files the latest checkpoint names) does not name."""
+        """Delete the memory files that ``keep`` (the files the latest checkpoint names) does not name (files of
+        another name are not privreid's: left alone)."""
         self.wait()
         named = {f for f in keep.values() if f}
         for path in self.directory.glob("*.pt"):
-            if path.name not in named:
+            if path.name not in named and MEMORY_FILE_NAMES.fullmatch(path.name):  # only what privreid wrote
                 path.unlink(missing_ok=True)
         self.hashes = {file: h for file, h in self.hashes.items() if file in named}
