@@ -89,7 +89,8 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 
 def check_output_file(path: str | os.PathLike | None, option: str, *, create_parents: bool = False) -> None:
-    """Refuse an output *file* path that is a directory or whose parent directory is missing or not writable.
+    """Refuse an output *file* path that is a directory, one of a run's own files (:func:`check_not_a_run_file`),
+    or whose parent directory is missing or not writable.
 
     ``create_parents=True`` is for writers that create the missing parent directories themselves: the nearest
     existing ancestor must then be a writable directory.
@@ -97,6 +98,7 @@ def check_output_file(path: str | os.PathLike | None, option: str, *, create_par
     if path is None:
         return
     path = Path(path)
+    check_not_a_run_file(path, option)
     if path.is_dir():
         raise OutputError(f"{option} {path} is a directory; give a file name")
     parent = path.absolute().parent

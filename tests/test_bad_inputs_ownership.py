@@ -74,6 +74,11 @@ CASES = [
              says="is the input file itself"),
     BadInput("export-onto-the-runs-config", (*EXPORT, "{run}/config.yaml"), keep=("run",),
              says="is one of the files of the run"),
+    BadInput("eval-json-onto-the-runs-summary", ("eval", "--model", "{run}/ckpt.pt", "--json", "{run}/summary.json"),
+             keep=("run",), says="is one of the files of the run"),
+    BadInput("compare-markdown-onto-the-runs-metrics", ("compare", "{run}/ckpt.pt", "--markdown",
+                                                        "{run}/metrics.jsonl"), keep=("run",),
+             says="is one of the files of the run"),
     BadInput("export-onto-a-memory-file", (*EXPORT, "{run}/client_memory/synthA.r2.pt"), keep=("run",),
              says="is one of the files of the run"),
 
