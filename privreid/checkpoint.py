@@ -38,8 +38,11 @@ never leaves a truncated checkpoint: the previous one stays intact.  Reads use
 pickled objects is refused instead of executed, whatever the environment
 says.  ``integrity`` (:func:`integrity_hash`, absent in older checkpoints)
 is recorded at save and checked on load, so a corrupted file is refused
-instead of scored.  Every file a checkpoint names (``client_memory_files``)
-must lie inside its run's ``client_memory/`` folder.
+instead of scored.  It detects accidents, not edits (anyone can recompute
+it), so every field is also checked as a flag would be (:func:`check_fields`).
+Every file a checkpoint names (``client_memory_files``) must lie inside its
+run's ``client_memory/`` folder and have the sha256 the checkpoint recorded
+for it (``client_memory_hashes``, absent in older checkpoints).
 """
 
 from __future__ import annotations
