@@ -38,7 +38,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run
 
-    from .federated.resume import check_resumable
+    from .federated.resume import check_resumable, restart_line
 
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
@@ -62,8 +62,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
                                                                             resume=resume and not restart),
                   resumed=resume), stop_on_signals(out, config.train.rounds):
         if restart:  # the engine's log, as its "resuming ... from round N" line
-            engine.log(f"--resume: {out} stopped before its first checkpoint; starting it from round 0 with its "
-                       "recorded configuration (nothing was done yet)")
+            engine.log(restart_line(out))
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")

@@ -63,3 +63,10 @@ def check_resumable(out: Path, config: RunConfig) -> bool:
     ckpt = Checkpoint.load(out / "ckpt.pt")
     check_resume(ckpt.run_config, config, ckpt.round)
     return True
+
+
+def restart_line(out: Path) -> str:
+    """The one line a ``--resume`` of a run stopped before its first checkpoint prints (:func:`check_resumable`
+    returned ``False``): it starts from round 0."""
+    return (f"--resume: {out} stopped before its first checkpoint; starting it from round 0 with its recorded "
+            "configuration (nothing was done yet)")
