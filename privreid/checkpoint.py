@@ -293,7 +293,7 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
     """
     import zipfile
 
-    from .federated.memory_store import MEMORY_DIR, file_sha256, memory_file_path
+    from .federated.memory_store import MEMORY_DIR, file_sha256, is_memory_file_of, memory_file_path
     from .pickle_scan import unsafe_global
 
     for name, file in files.items():
@@ -301,6 +301,9 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
             continue
         memory = memory_file_path(path.parent / MEMORY_DIR, file)
         kept = f"{path} (round {round_no}) keeps client {name}'s memory in {memory}"
+        if name in hashes and not is_memory_file_of(file, name, round_no):  # checkpoints with hashes name files so
+            raise CheckpointError(f"{kept}, which is not that client's file of a round up to {round_no} (the "
+                                  "checkpoint was edited); restore it from a copy")
         if not memory.exists():
             raise CheckpointError(f"{kept}, which is missing; copy the run directory whole")
         if not memory.is_file():

@@ -169,6 +169,14 @@ def _rewrite_memory(content):
     return setup
 
 
+def _point_at_another_clients_file(tmp: Path) -> None:
+    """synthA's entry names synthB's file, with synthB's hash: each file is whole, but not synthA's."""
+    def change(raw):
+        raw["client_memory_files"]["synthA"] = raw["client_memory_files"]["synthB"]
+        raw["client_memory_hashes"]["synthA"] = raw["client_memory_hashes"]["synthB"]
+    _edit(tmp / "run", change)
+
+
 EVAL_CLIENT = (*EVAL, "--client", "synthA")
 EXPORT_CLIENT = ("export", "--model", "{run}/ckpt.pt", "--client", "synthA", "--out", "{tmp}/exported.pt")
 MEMORY_READERS = (("eval", EVAL_CLIENT), ("export", EXPORT_CLIENT), ("resume", RESUME))
@@ -178,6 +186,8 @@ MEMORIES = ([BadInput(f"{verb}-memory-{what}", args, keep=("run", "exported.pt")
                  ("byte-flipped", _flip_memory_byte, "whose bytes are not those the checkpoint recorded"),
                  ("swapped", _swap_memory, "whose bytes are not those the checkpoint recorded"),
                  ("a-bare-malicious-pickle", _bare_malicious_pickle, "nothing was executed"),
+                 ("another-clients-file", _point_at_another_clients_file,
+                  "which is not that client's file of a round up to 2"),
                  ("a-list", _rewrite_memory([1, 2]), "a memory is a mapping of names to values"),
                  ("trained-not-a-tensor", _rewrite_memory({"trained/backbone.conv1.weight": 1.0}),
                   "trained/backbone.conv1.weight must be a tensor"))]

@@ -96,6 +96,16 @@ def memory_file_name(client: str, round_no: int) -> str:
 MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
 
 
+def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
+    """Whether ``file`` is :func:`memory_file_name`'s name for ``client`` in a round ``1..up_to_round``."""
+    from urllib.parse import quote
+
+    stem, sep, rest = file.rpartition(".r")
+    number = rest.removesuffix(".pt")
+    return (bool(sep) and stem == quote(client, safe="") and rest.endswith(".pt") and number.isascii()
+            and number.isdigit() and 1 <= int(number) <= up_to_round)
+
+
 def own_memory_files(directory: Path) -> list[Path]:
     """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
     :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
