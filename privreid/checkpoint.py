@@ -38,8 +38,11 @@ never leaves a truncated checkpoint: the previous one stays intact.  Reads use
 pickled objects is refused instead of executed, whatever the environment
 says.  ``integrity`` (:func:`integrity_hash`, absent in older checkpoints)
 is recorded at save and checked on load, so a corrupted file is refused
-instead of scored.  Every file a checkpoint names (``client_memory_files``)
-must lie inside its run's ``client_memory/`` folder.
+instead of scored.  It detects accidents, not edits (anyone can recompute
+it), so every field is also checked as a flag would be (:func:`check_fields`).
+Every file a checkpoint names (``client_memory_files``) must lie inside its
+run's ``client_memory/`` folder and have the sha256 the checkpoint recorded
+for it (``client_memory_hashes``, absent in older checkpoints).
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ FORMAT = "privreid-ckpt-v1"
 TRAINED_PREFIX = "trained/"
 #: the payload key of the checkpoint's :func:`integrity_hash`, recorded at save and checked on load
 INTEGRITY_KEY = "integrity"
+#: the payload key of the client-memory files' hashes (client name -> ``sha256:<hex>`` of its file's bytes;
+#: absent in older checkpoints, whose memory files are then checked as before)
+MEMORY_HASHES_KEY = "client_memory_hashes"
 REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
 
 
@@ -100,14 +106,22 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                     client_memory: bool = True) -> dict[str, Any]:
     """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
 
-    The client memories kept in files (``client_memory_files``) are read into
+    Every field is checked (:func:`check_fields`).  The client memories kept
+    in files (``client_memory_files``) are checked against the hashes the
+    checkpoint recorded (``client_memory_hashes``) and read into
     ``client_memory``, and ``client_memory_files`` is dropped, so the result
     saved anywhere with :func:`save_checkpoint` is a complete checkpoint.
-    ``client_memory=False`` leaves them unread: the engine resumes them lazily.
+    ``client_memory=False`` leaves them unread and unhashed (the engine
+    resumes them lazily, after ``--resume`` has loaded the checkpoint whole
+    once: :func:`privreid.federated.resume.check_resumable`) and keeps
+    ``client_memory_hashes``.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory, not a checkpoint; give the file (e.g. {path / 'ckpt.pt'})")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path}" if not path.exists() else
+                              f"{path} is not a regular file (a FIFO or device), not a checkpoint")
     from .pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
 
     try:
@@ -122,6 +136,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
                               "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
+        if _cut_short(path):
+            raise CheckpointError(f"{path} is a torch file cut short or damaged (its archive does not read to the "
+                                  "end: an interrupted copy or download?); restore it from a copy") from exc
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
                               f"{type(exc).__name__})") from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -133,15 +150,95 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if recorded is not None and recorded != integrity_hash(ckpt):
         raise CheckpointError(f"{path} is corrupted (integrity hash mismatch); restore it from a copy or "
                               "train again")
+    check_fields(ckpt, path)  # the hash detects accidents, not edits: anyone can recompute it
     files = ckpt.get("client_memory_files")
+    hashes = ckpt.pop(MEMORY_HASHES_KEY, None) or {}
     if files is not None:
-        if not isinstance(files, dict):
-            raise CheckpointError(f"{path} is not a privreid checkpoint (client_memory_files is not a mapping)")
-        _check_client_memories(path, ckpt["round"], files)
+        _check_client_memories(path, ckpt["round"], files, hashes if client_memory else {})
     if client_memory and files is not None:
         # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
         ckpt["client_memory"] = _read_client_memories(path, ckpt["round"], ckpt.pop("client_memory_files"))
+    elif files is not None:
+        ckpt[MEMORY_HASHES_KEY] = hashes
     return ckpt
+
+
+def _is_state(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                           for k, v in value.items())
+
+
+def _by_client(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, dict) and all(isinstance(k, str) and check(v) for k, v in value.items())
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: checkpoint key -> (what it must be, in words; the check); a key absent from a checkpoint takes its default
+FIELD_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "method": ("a method name", lambda v: isinstance(v, str)),
+    "round": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "config": ("a mapping", lambda v: isinstance(v, dict)),
+    "model_config": ("a mapping", lambda v: isinstance(v, dict)),
+    "global_state": ("a mapping of key names to tensors", _is_state),
+    "server_state": ("a mapping of key names to tensors", _is_state),
+    "global_eval_extra": ("a mapping of key names to tensors", _is_state),
+    "initial_local_state": ("a mapping of key names to tensors", lambda v: v is None or _is_state(v)),
+    "client_states": ("a mapping of client names to states (key names to tensors)", _by_client(_is_state)),
+    "client_classes": ("a mapping of client names to identity counts", _by_client(_is_count)),
+    "client_memory": ("a mapping of client names to mappings", _by_client(lambda v: isinstance(v, dict))),
+    "server_client_state": ("a mapping of client names to mappings", _by_client(lambda v: isinstance(v, dict))),
+    "client_memory_files": ("a mapping of client names to file names",
+                            _by_client(lambda v: v is None or isinstance(v, str))),
+    "client_memory_hashes": ("a mapping of client names to sha256 hashes",
+                             _by_client(lambda v: isinstance(v, str) and v.startswith("sha256:"))),
+    "has_global_model": ("true or false", lambda v: isinstance(v, bool)),
+    "observer_state": ("a mapping", lambda v: v is None or isinstance(v, dict)),
+    "audit_holdout": ("a mapping", lambda v: isinstance(v, dict)),
+    "metrics": ("a list of records", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v)),
+    "comm": ("a list of records", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v)),
+}
+
+
+def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
+    """Refuse, in one line naming the field, a checkpoint any field of which a command could not use as it
+    stands, whether or not the command reads it: each field's type (:data:`FIELD_CHECKS`), a registered method,
+    ``round`` within 0..the configured rounds, and the configuration checked as flags are
+    (:meth:`privreid.config.RunConfig.from_dict` and ``validate``: ranges, the image-side cap ...)."""
+    from .config import MAX_FEAT_DIM, RunConfig
+    from .errors import ConfigError
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path} is not a checkpoint privreid can use: {what}; restore it from a copy or "
+                               "train again")
+
+    for key, (what, ok) in FIELD_CHECKS.items():
+        if key in ckpt and not ok(ckpt[key]):
+            raise bad(f"{key} must be {what} (got {type(ckpt[key]).__name__} {ckpt[key]!r:.40})")
+    try:
+        config = RunConfig.from_dict(ckpt["config"]).validate()
+        from .federated.registry import get_method
+
+        get_method(ckpt["method"])
+    except ConfigError as exc:
+        raise bad(f"its configuration is refused ({exc})") from None
+    if ckpt["method"] != config.train.method:
+        raise bad(f"method {ckpt['method']!r} is not its configuration's ({config.train.method!r})")
+    if not 0 <= ckpt["round"] <= config.train.rounds:
+        raise bad(f"round must lie in 0..{config.train.rounds}, its configured rounds (got {ckpt['round']})")
+    feat_dim = ckpt["model_config"].get("feat_dim")
+    if not (isinstance(feat_dim, int) and not isinstance(feat_dim, bool) and 1 <= feat_dim <= MAX_FEAT_DIM):
+        raise bad(f"model_config.feat_dim must be an integer in 1..{MAX_FEAT_DIM} (got {feat_dim!r:.40})")
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether ``path`` starts as a torch file does (a zip archive) but is not a whole zip: truncated or damaged."""
+    import zipfile
+
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
 
 
 def integrity_hash(ckpt: dict[str, Any]) -> str:
@@ -183,16 +280,20 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> None:
+def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None],
+                           hashes: dict[str, str]) -> None:
     """Refuse, in one line naming the file and the round, a client-memory file the checkpoint at ``path`` names
-    that lies outside its run, is missing, is not a whole torch file, or would import an unsafe global.
+    that lies outside its run, is missing or not a regular file, would import an unsafe global, is not the
+    file the checkpoint recorded (its sha256 in ``hashes``, by client: a flipped byte, a truncated or swapped
+    file), or is not a whole torch file.
 
-    Cheap (a zip directory and a small pickle per file, no tensor data), so
+    Without ``hashes`` this is cheap (a zip directory and a small pickle per
+    file, no tensor data); with them, every file is read once.  Either way
     ``--resume`` is refused before its first round rather than when it reaches the client.
     """
     import zipfile
 
-    from .federated.memory_store import MEMORY_DIR, memory_file_path
+    from .federated.memory_store import MEMORY_DIR, file_sha256, is_memory_file_of, memory_file_path
     from .pickle_scan import unsafe_global
 
     for name, file in files.items():
@@ -200,14 +301,23 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
             continue
         memory = memory_file_path(path.parent / MEMORY_DIR, file)
         kept = f"{path} (round {round_no}) keeps client {name}'s memory in {memory}"
-        if not memory.is_file():
+        if name in hashes and not is_memory_file_of(file, name, round_no):  # checkpoints with hashes name files so
+            raise CheckpointError(f"{kept}, which is not that client's file of a round up to {round_no} (the "
+                                  "checkpoint was edited); restore it from a copy")
+        if not memory.exists():
             raise CheckpointError(f"{kept}, which is missing; copy the run directory whole")
-        if not zipfile.is_zipfile(memory):
-            raise CheckpointError(f"{kept}, which is truncated or not a torch file; restore it from a copy")
+        if not memory.is_file():
+            raise CheckpointError(f"{kept}, which is not a regular file (a directory, FIFO or device); restore "
+                                  "the file from a copy")
         found = unsafe_global(memory)
         if found is not None:
             raise CheckpointError(f"refusing to load {memory} (client {name}'s memory of round {round_no}): it "
                                   f"contains the global {found}, which a memory never holds (nothing was executed)")
+        if name in hashes and file_sha256(memory) != hashes[name]:
+            raise CheckpointError(f"{kept}, whose bytes are not those the checkpoint recorded (changed, truncated "
+                                  "or another client's file); restore it from a copy")
+        if not zipfile.is_zipfile(memory):
+            raise CheckpointError(f"{kept}, which is truncated or not a torch file; restore it from a copy")
 
 
 def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
@@ -222,6 +332,8 @@ def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None
         memory = path.parent / MEMORY_DIR / file
         try:
             out[name] = load_memory_file(memory)
+        except CheckpointError:
+            raise
         except Exception as exc:  # damaged inside a whole zip
             raise CheckpointError(f"{path} (round {round_no}) keeps client {name}'s memory in {memory}, which is "
                                   f"not readable ({type(exc).__name__}); restore it from a copy") from exc
@@ -271,6 +383,8 @@ class Checkpoint:
     server_client_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     client_memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     client_memory_files: dict[str, str | None] | None = None
+    #: client name -> the sha256 of its memory file (with :attr:`client_memory_files`; empty in older checkpoints)
+    client_memory_hashes: dict[str, str] = field(default_factory=dict)
     initial_local_state: StateDict | None = None
     client_classes: dict[str, int] = field(default_factory=dict)
     observer_state: dict[str, Any] | None = None  #: ``None``: a checkpoint from before observers kept state

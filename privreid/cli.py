@@ -8,6 +8,7 @@ the input has been validated.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -56,10 +57,18 @@ class _Group(TyperGroup):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
+        from .signals import Signalled, raising_signals
+
         try:
             check_environment()
             configure_console()
-            return super().invoke(ctx)
+            # a signal no command handles itself (start-up: data being read, a model being built) is one line too
+            with raising_signals(signal.SIGTERM):
+                return super().invoke(ctx)
+        except (Signalled, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, Signalled) else signal.SIGINT
+            _fail(f"stopped by {signal.Signals(signum).name} while running {ctx.command_path} "
+                  f"{ctx.invoked_subcommand or ''}".rstrip() + " (no file is left half-written)", 128 + signum)
         except PrivreidError as exc:  # one a command did not catch: a missing optional package, an environment variable
             _fail(str(exc))
         except click.exceptions.NoArgsIsHelpError:

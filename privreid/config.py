@@ -234,6 +234,22 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        """The configuration ``d`` holds (:meth:`to_dict`'s shape); :class:`ConfigError` naming the first section
+        or field that is missing, unknown or of the wrong type (``train.rounds: "3"``), as a flag would be refused:
+        a configuration read from a file (a checkpoint, ``config.yaml``) is checked like one typed."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"incompatible run configuration: expected a mapping of sections, got "
+                              f"{type(d).__name__}")
+        for section in SECTIONS:
+            values = d.get(section)
+            if not isinstance(values, dict):
+                raise ConfigError(f"incompatible run configuration: section {section!r} is "
+                                  f"{'missing' if values is None else 'not a mapping'}")
+            types_ = field_types(section)
+            for name, value in values.items():
+                if name in types_ and not value_fits(value, types_[name]):
+                    raise ConfigError(f"incompatible run configuration: {section}.{name} must be "
+                                      f"{_expect(types_[name])} (got {type(value).__name__} {value!r:.60})")
         try:
             return cls(
                 data=DataConfig(**d["data"]),
@@ -298,9 +314,7 @@ class RunConfig:
             (t.max_steps_per_epoch is None or t.max_steps_per_epoch > 0, "max_steps_per_epoch must be > 0"),
             (0.0 <= d.audit_holdout < 1.0, f"audit_holdout must lie in [0, 1) (got {d.audit_holdout})"),
             (d.height >= 16 and d.width >= 8, f"image size {d.height}x{d.width} is too small (min 16x8)"),
-            (max(d.height, d.width) <= MAX_IMAGE_SIDE, f"image size {d.height}x{d.width} is too large (max "
-             f"{MAX_IMAGE_SIDE} per side: one decoded image alone would take {3 * d.height * d.width / 2**20:.0f} "
-             f"MiB, a batch of {t.batch_size} a multiple of that)"),
+            (max(d.height, d.width) <= MAX_IMAGE_SIDE, too_large_image(d.height, d.width, batch=t.batch_size)),
             (is_device_name(t.device), f"device must be one of {DEVICE_METAVAR} (got {t.device!r})"),
         ]
         for ok, msg in checks + _privacy_checks(self):
@@ -310,6 +324,14 @@ class RunConfig:
 
         check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
+
+
+def too_large_image(height: int, width: int, *, batch: int | None = None) -> str:
+    """Why an image of ``height`` x ``width`` is refused: the one memory rule of every image size privreid
+    allocates (:data:`MAX_IMAGE_SIDE` per side), for ``--height``/``--width`` and ``corrupt --size`` alike."""
+    return (f"image size {height}x{width} is too large (max {MAX_IMAGE_SIDE} per side: one decoded image alone "
+            f"would take {3 * height * width / 2**20:.0f} MiB" + (f", a batch of {batch} a multiple of that)"
+                                                                    if batch else ")"))
 
 
 def triplet_weight(config: RunConfig) -> float:
@@ -424,7 +446,12 @@ def parse_json(raw: str) -> Any:
 
 
 def _expect(tp: Any) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_expect(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is list and typing.get_args(tp) in ((str,), (int,)):
+        return f"a list of {_expect(typing.get_args(tp)[0])[3 if tp == list[int] else 2:]}s"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null",
+            list: "a list", dict: "a mapping"}.get(typing.get_origin(tp) or tp, str(tp))
 
 
 def parse_value(value: Any, tp: Any) -> Any:
@@ -481,6 +508,32 @@ def parse_value(value: Any, tp: Any) -> Any:
 
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def value_fits(value: Any, tp: Any) -> bool:
+    """Whether ``value`` (plain data) has type ``tp`` as a field of :class:`RunConfig` declares it: ``int`` is
+    an integer but not a bool, ``float`` also takes an integer, ``X | None``, ``list[X]``, ``dict[K, V]``, ``Any``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(value_fits(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(value_fits(v, args[0] if args else Any) for v in value)
+    if origin is dict or tp is dict:
+        key, item = args or (Any, Any)
+        return isinstance(value, dict) and all(value_fits(k, key) and value_fits(v, item) for k, v in value.items())
+    return True
 
 
 def field_types(section: str) -> dict[str, Any]:

@@ -200,7 +200,7 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
                  " (its parameters, by option name)") + "\n")
     from .rundir import write_text_atomic
 
-    env = environment(device=device, seed=seed)
+    env = {"kind": command, **environment(device=device, seed=seed)}  # the run's kind: privreid.rundir.run_kind
     if resumed:
         env["previous"] = _previous_environments(out / PROVENANCE_FILES["environment"])
     write_text_atomic(out / PROVENANCE_FILES["config"], header + yaml.safe_dump(config, sort_keys=False))

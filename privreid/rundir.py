@@ -89,7 +89,8 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 
 def check_output_file(path: str | os.PathLike | None, option: str, *, create_parents: bool = False) -> None:
-    """Refuse an output *file* path that is a directory or whose parent directory is missing or not writable.
+    """Refuse an output *file* path that is a directory, one of a run's own files (:func:`check_not_a_run_file`),
+    or whose parent directory is missing or not writable.
 
     ``create_parents=True`` is for writers that create the missing parent directories themselves: the nearest
     existing ancestor must then be a writable directory.
@@ -97,6 +98,7 @@ def check_output_file(path: str | os.PathLike | None, option: str, *, create_par
     if path is None:
         return
     path = Path(path)
+    check_not_a_run_file(path, option)
     if path.is_dir():
         raise OutputError(f"{option} {path} is a directory; give a file name")
     parent = path.absolute().parent
@@ -200,6 +202,8 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     from . import provenance
 
     out = check_output_dir(out)
+    check_run_kind(out, command)
+    check_no_links(out)
     created = not out.exists()
     run_lock, failed = None, True
     before = _RunFiles(out)
@@ -224,6 +228,77 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
             before.restore(out, remove_dir=created)
         if run_lock is not None:
             run_lock.release()
+
+
+#: the files a training run writes besides its provenance (``--overwrite`` replaces them; no other writer may)
+RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
+#: the folder of a run's client memories (:data:`privreid.federated.memory_store.MEMORY_DIR`)
+_MEMORY_DIR = "client_memory"
+
+
+def check_no_links(out: Path) -> None:
+    """Refuse, before anything is written, a run directory ``out`` in which a file privreid writes, or its
+    client-memory folder, is a symbolic link (a planted ``log.txt`` link would make a resume append to a file
+    outside the run): a run never writes through a link."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    link = next((p for folder in (out, out / _MEMORY_DIR) if folder.is_dir() and not folder.is_symlink()
+                 for p in sorted(folder.iterdir()) if p.is_symlink()), None)
+    if link is None and (out / _MEMORY_DIR).is_symlink():
+        link = out / _MEMORY_DIR
+    if link is not None:
+        raise OutputError(f"{link} is a symbolic link; privreid never writes through a link in a run directory "
+                          "(it may point outside the run): replace it with the file itself or choose another --out")
+
+
+def check_not_a_run_file(path: Path, option: str = "--out", *, source: Path | None = None) -> None:
+    """Refuse, in one line, an output file ``path`` that is ``source`` itself or a file a run wrote and reads back
+    (its checkpoint, metrics, summary, provenance, lock or client memories): a writer such as ``export`` never
+    replaces a run's own files, ``--overwrite`` or not."""
+    from .provenance import PROVENANCE_FILES
+
+    path = Path(path)
+    if source is not None and path.exists() and Path(source).exists() and os.path.samefile(path, source):
+        raise OutputError(f"{option} {path} is the input file itself; give another file name")
+    parent = path.absolute().parent
+    own = {*RUN_FILES, *PROVENANCE_FILES.values(), LOCK_FILE}
+    in_run = (path.name in own and run_kind(parent) is not None) or (
+        parent.name == _MEMORY_DIR and run_kind(parent.parent) is not None)
+    if in_run:
+        run = parent if path.name in own else parent.parent
+        raise OutputError(f"{option} {path} is one of the files of the run in {run}; privreid never replaces them: "
+                          "give another file name")
+
+
+#: files that mark a run directory written before ``env.json`` recorded its kind, by kind
+_KIND_FILES = {"train": ("ckpt.pt", "metrics.jsonl"), "sweep": ("sweep.csv",)}
+
+
+def run_kind(out: Path) -> str | None:
+    """The command whose output ``out`` holds (``train``, ``sweep``, ``attack`` ...): the ``kind`` its
+    ``env.json`` records, else (older runs) the one its files show; ``None`` for a directory that holds neither."""
+    import json
+
+    from .provenance import PROVENANCE_FILES
+
+    env = Path(out) / PROVENANCE_FILES["environment"]
+    try:
+        kind = json.loads(env.read_text()).get("kind") if env.is_file() else None
+    except (ValueError, UnicodeDecodeError, AttributeError, OSError):
+        kind = None
+    if isinstance(kind, str):
+        return kind
+    return next((k for k, files in _KIND_FILES.items() if any((Path(out) / f).exists() for f in files)), None)
+
+
+def check_run_kind(out: Path, command: str) -> None:
+    """Refuse, before anything is written, an ``out`` that holds another command's output (a ``train`` run given
+    to ``sweep``, a sweep given to ``train`` ...): its files would be rewritten or mixed with this one's."""
+    kind = run_kind(out) if Path(out).is_dir() else None
+    if kind is not None and kind != command:
+        raise ConfigError(f"{out} holds the output of `privreid {kind}`, not of `privreid {command}`; nothing was "
+                          "written: choose another --out")
 
 
 class _RunFiles:

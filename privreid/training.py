@@ -51,15 +51,14 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     from .provenance import check_logger, metric_logger, provenance_files
     from .rundir import check_output_dir, open_run
 
-    from .federated.resume import check_resumable
+    from .federated.resume import check_resumable, restart_line
 
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
     get_method(config.train.method)
-    if resume:
-        check_resumable(out, config)
+    restart = resume and not check_resumable(out, config)  # stopped before its first checkpoint: from round 0
     federation = federation_for_config(config, verify=True)
     if parallel_clients is None:
         engine = FederatedEngine(config, federation, out, progress=progress)
@@ -72,8 +71,11 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
 
         engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
-                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite, resume=resume),
+                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite or restart,
+                                                                            resume=resume and not restart),
                   resumed=resume), stop_on_signals(out, config.train.rounds):
+        if restart:  # the engine's log, as its "resuming ... from round N" line
+            engine.log(restart_line(out))
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
@@ -81,7 +83,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:
-            summary = engine.run(resume=resume)
+            summary = engine.run(resume=resume and not restart)
         except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly (commands.common.run_or_exit)
             raise
         except OSError as exc:

@@ -181,3 +181,18 @@ def full_disk(monkeypatch, *, room: int = 0, name: str = "*") -> None:
 
     monkeypatch.setattr(builtins, "open", open_full)
     monkeypatch.setattr(io, "open", open_full)
+
+
+def fake_superlink(monkeypatch) -> list:
+    """``flower run`` without a SuperLink: each run's :class:`~privreid.flower.server_app.ServerSettings` is recorded
+    in the returned list and the run "finishes" with a one-round ``summary.json``."""
+    import json
+
+    told: list = []
+
+    def fake_run(settings, superlink, **kwargs):
+        told.append(settings)
+        (settings.out_dir / "summary.json").write_text(json.dumps({"method": "fedpav", "rounds": 1}))
+
+    monkeypatch.setattr("privreid.flower.deployment.run_on_superlink", fake_run)
+    return told

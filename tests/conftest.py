@@ -96,3 +96,20 @@ def prepend_sys_path(monkeypatch, path) -> None:
 
     monkeypatch.setattr(sys, "path", [str(path), *sys.path])
     importlib.invalidate_caches()
+
+
+#: the tiny settings of a command-line ``privreid train`` (32x16 images, 2 steps a round, on the CPU)
+TINY_TRAIN = ("--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
+              "--device", "cpu", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_synth, tmp_path_factory):
+    """A finished 2-round FedPav run written by ``privreid train`` (config.yaml, ckpt.pt, client_memory/)."""
+    from badinput import run_cli
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    outcome = run_cli(("train", "--data", str(tiny_synth), "--test-domains", "synthC", "--method", "fedpav",
+                       "--rounds", "2", *TINY_TRAIN, "--out", str(out)))
+    assert outcome.exit_code == 0, outcome.stderr
+    return out

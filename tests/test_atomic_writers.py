@@ -27,6 +27,7 @@ from privreid.federated.memory_store import load_memory_file, save_memory_file
 from privreid.models import build_model
 from privreid.reporting.files import save_figure, write_csv_rows
 from privreid.rundir import OutputError, save_torch, write_file_atomically, write_json_atomic, write_text_atomic
+from privreid.config import RunConfig
 
 
 class FifoReader:
@@ -71,7 +72,7 @@ def tiny_model():
 
 def minimal_ckpt(model, **extra):
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
-    return {"method": "fedpav", "round": 1, "config": {}, "model_config": model.model_config(),
+    return {"method": "fedpav", "round": 1, "config": RunConfig().to_dict(), "model_config": model.model_config(),
             "global_state": state, "client_states": {}, "client_classes": {}, **extra}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from badinput import BadInput, check_refused, run_cli
+from badinput import BadInput, check_refused, fake_superlink, run_cli
 from privreid.flower import deployment
 from privreid.flower.messages import FlowerRunError
 
@@ -68,3 +68,19 @@ def test_flower_run_writes_the_provenance_of_train(tmp_path, monkeypatch):
     assert config["rounds"] == 1 and config["seed"] == 5 and config["superlink"] == "127.0.0.1:8000"
     assert json.loads((out / "env.json").read_text())["seed"] == 5
     assert "fedpav on Flower: waiting for" in (out / "log.txt").read_text()
+
+
+def test_flower_run_resume_before_the_first_checkpoint_starts_from_round_0(tmp_path, monkeypatch):
+    """Issue 39, item 8: as `train --resume`, a Flower run stopped before its first checkpoint starts from round 0
+    (the ServerApp is told not to resume), saying so in one line (the SuperLink faked)."""
+    told = fake_superlink(monkeypatch)
+    out = tmp_path / "fl"
+    args = ("flower", "run", "--insecure", "--rounds", "1", "--quiet", "--out", str(out))
+    assert run_cli(args).exit_code == 0
+    (out / "summary.json").unlink()  # as a run killed before its first checkpoint leaves it
+    (out / "metrics.jsonl").write_text('{"round": 1, "scope": "train"}\n')
+    res = run_cli((*args, "--resume"))
+    assert res.exit_code == 0, res.stderr
+    assert [s.resume for s in told] == [False, False]
+    assert "starting it from round 0 with its recorded configuration" in res.stdout
+    assert not (out / "metrics.jsonl").exists()  # the restarted run's own, removed before it starts

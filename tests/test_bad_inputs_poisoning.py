@@ -22,6 +22,9 @@ CASES = [
           "train.defenses.robust-krum.keep=4", says="keep must lie in [0, n - f] = [0, 3]"),
     _case("bulyan-too-few", "--set", "train.defenses.robust-bulyan.f=1", says="at least 4f + 3 = 7 clients"),
     _case("trim-half", "--set", "train.defenses.robust-trimmed-mean.fraction=0.5", says="fraction must lie in [0, 0.5)"),
+    # 3 clients, fraction 0.2: int(0.6) = 0 values trimmed per side, a plain mean under a robust name (issue 39)
+    _case("trim-nothing", "--set", "train.defenses.robust-trimmed-mean.fraction=0.2",
+          says="int(fraction * n) = int(0.2 * 3) = 0 values per side"),
     _case("trim-not-a-number", "--set", "train.defenses.robust-trimmed-mean.fraction=\"x\"", says="must be a number"),
     _case("norm-bound-zero", "--set", "train.defenses.norm-bound.bound=0", says="bound must be > 0"),
     _case("weak-dp-no-noise", "--set", "train.defenses.weak-dp.noise=0", says="noise must be > 0"),

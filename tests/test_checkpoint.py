@@ -10,12 +10,13 @@ from privreid.checkpoint import (TRAINED_PREFIX, Checkpoint, checkpoint_labels, 
                                  personal_state, save_checkpoint)
 from privreid.errors import CheckpointError
 from privreid.models import build_model
+from privreid.config import RunConfig
 
 
 def minimal_ckpt(model, **extra):
     cfg = model.model_config()
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
-    return {"method": "fedpav", "round": 1, "config": {}, "model_config": cfg, "global_state": state,
+    return {"method": "fedpav", "round": 1, "config": RunConfig().to_dict(), "model_config": cfg, "global_state": state,
             "client_states": {"a": {"classifier.weight": torch.randn(5, cfg["feat_dim"])}},
             "client_classes": {"a": 5}, **extra}
 
@@ -132,7 +133,7 @@ def full_ckpt(model, **extra):
     """Every key the engine writes (``FederatedEngine._checkpoint``), with distinguishable values."""
     cfg = model.model_config()
     glob = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
-    return {**minimal_ckpt(model), "round": 3, "config": {"train": {"method": "fedpav"}},
+    return {**minimal_ckpt(model), "round": 3, "config": RunConfig().to_dict(),
             "server_state": {"centres": torch.ones(2)}, "has_global_model": True,
             "global_eval_extra": {"neck.bn.running_mean": torch.zeros(cfg["feat_dim"])},
             "server_client_state": {"a": {"members": ["a"]}}, "observer_state": {"privacy": {"x": 1}},

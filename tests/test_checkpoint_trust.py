@@ -17,6 +17,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.memory_store import MEMORY_DIR, memory_file_name
 from privreid.models import build_model
 from privreid.pickle_scan import UnsafePickle, safe_torch_load
+from privreid.config import RunConfig
 
 from conftest import tiny_config
 from test_engine import federation
@@ -136,7 +137,7 @@ def test_every_torch_load_in_privreid_goes_through_the_safe_loader():
 
 def _small_ckpt() -> dict:
     model = build_model(num_classes=0, arch="resnet18", feat_dim=32)
-    return {"method": "fedpav", "round": 1, "config": {}, "model_config": model.model_config(),
+    return {"method": "fedpav", "round": 1, "config": RunConfig().to_dict(), "model_config": model.model_config(),
             "global_state": {**model.state_dict(), "probe": torch.arange(4096, dtype=torch.int32)},
             "client_states": {}}
 

@@ -3,6 +3,7 @@ and a generation that is stopped (SIGTERM) or killed leaves no half-written fold
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -63,10 +64,41 @@ def test_refused(case, tmp_path):
 def test_overwrite_replaces_a_generated_dataset_and_marks_it(tmp_path):
     out = _generated(tmp_path)
     assert (out / DATASET_MARKER).is_file() and is_generated_dataset(out)
-    (out / "synthA" / "query" / "stale.jpg").write_bytes(b"")
+    listed = json.loads((out / DATASET_MARKER).read_text())["files"]
+    assert sorted(listed) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                                    if p.is_file() and p.name != DATASET_MARKER)
+    before = tree_digest(out)
     generate_synthetic(out, SynthConfig(**ONE_DOMAIN), overwrite=True)
-    assert not (out / "synthA" / "query" / "stale.jpg").exists()
+    assert tree_digest(out) == before  # the same files, rewritten
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def _with_notes(where: str):
+    """A generated dataset in which the user put a file of their own (issue 39: --overwrite deleted it)."""
+    def setup(tmp: Path) -> None:
+        _generated(tmp)
+        (tmp / "data" / where).write_text("mine\n")
+    return setup
+
+
+def _linked_out(tmp: Path) -> None:
+    _generated(tmp)
+    (tmp / "link").symlink_to(tmp / "data")
+
+
+OVERWRITE_CASES = [
+    BadInput("notes-beside-the-domains", ("data", "synth", "--out", "{tmp}/data", *TINY, "--overwrite"),
+             keep=("data",), setup=_with_notes("MY_NOTES.txt"), says="MY_NOTES.txt, which privreid did not write"),
+    BadInput("a-file-among-the-images", ("data", "synth", "--out", "{tmp}/data", *TINY, "--overwrite"),
+             keep=("data",), setup=_with_notes("synthA/query/mine.jpg"), says="mine.jpg, which privreid did not write"),
+    BadInput("out-a-symlink", ("data", "synth", "--out", "{tmp}/link", *TINY, "--overwrite"),
+             keep=("data", "link"), setup=_linked_out, says="is a symbolic link"),
+]
+
+
+@pytest.mark.parametrize("case", OVERWRITE_CASES, ids=str)
+def test_overwrite_deletes_only_what_the_dataset_lists(case, tmp_path):
+    check_refused(case, tmp_path)
 
 
 def test_older_datasets_without_the_marker_are_recognised_by_their_exact_layout(tmp_path):

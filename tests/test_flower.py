@@ -252,6 +252,31 @@ def test_site_state_keeps_two_versions_per_run_in_the_state_dir(tiny_synth, tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["synthA-key1.pt"]
 
 
+def test_a_sites_state_flipped_or_swapped_is_refused_naming_the_file(tiny_synth, tmp_path):
+    """A site's memory lives in its state file: a flipped byte, or another client's file copied over it, is
+    refused in one line naming the file, never trained on (issue 39)."""
+    import shutil
+
+    from privreid.errors import CheckpointError
+
+    site = Site.load(str(tiny_synth / "synthA"), state_dir=tmp_path / "a")
+    other = Site.load(str(tiny_synth / "synthB"), state_dir=tmp_path / "b")
+    SiteState(site, "key1").save(1, {"classifier.weight": torch.arange(64.0)}, {"step": 1})
+    SiteState(other, "key1").save(1, {"classifier.weight": torch.zeros(64)}, {"step": 1})
+    path = tmp_path / "a" / "synthA-key1.pt"
+    good = path.read_bytes()
+    raw = bytearray(good)
+    raw[bytes(raw).index(torch.arange(64.0).numpy().tobytes()[40:80]) + 3] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=f"this site's state {path} is not the one it wrote for client synthA"):
+        SiteState(site, "key1").load(1)
+    shutil.copyfile(tmp_path / "b" / "synthB-key1.pt", path)
+    with pytest.raises(CheckpointError, match="another client's file"):
+        SiteState(site, "key1").load(1)
+    path.write_bytes(good)
+    assert SiteState(site, "key1").load(1)[1] == {"step": 1}
+
+
 def test_run_settings_round_trip_and_app_files(tiny_synth, tmp_path):
     settings = ServerSettings(tiny_config(tiny_synth), tmp_path / "out", sites=3, min_clients=2, round_timeout=5.5)
     back = ServerSettings.from_run_config(settings.to_run_config())

@@ -159,6 +159,19 @@ def _counting_loads(monkeypatch) -> list:
     return loads
 
 
+def test_prune_deletes_only_the_memory_files_privreid_wrote(tmp_path):
+    """A file of another name in client_memory/ (the user's) survives the pruning after a checkpoint (issue 39)."""
+    store = ClientMemories(tmp_path)
+    store.round = 1
+    store.setdefault("a", {})["w"] = torch.ones(2)
+    (tmp_path / "notes.pt").write_bytes(b"mine")
+    old = store.flush()
+    store.round = 2
+    store["a"]["w"] = torch.zeros(2)
+    store.prune(store.flush())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.r2.pt", "notes.pt"] and old == {"a": "a.r1.pt"}
+
+
 def test_replacing_every_entry_of_a_memory_never_reads_its_file(tmp_path, monkeypatch):
     """FedPav replaces its whole trained copy every round: the old file is not read only to be overwritten."""
     store = ClientMemories(tmp_path)

@@ -46,6 +46,8 @@ def _malicious(tmp):
 
 
 TRAIN = ("train", "--data", "{synth}", *TINY, "--out", "{tmp}/run")
+#: another command pointed at the train run is refused for its kind first, before its own checks (issue 39)
+KIND = "holds the output of `privreid train`"
 CASES = [
     BadInput("resume-other-method", (*TRAIN, "--rounds", "2", "--resume", "--method", "fedavg"), keep=("run",),
              says="train.method"),
@@ -54,27 +56,27 @@ CASES = [
     BadInput("resume-fewer-rounds", ("train", "--out", "{tmp}/run", "--resume", "--rounds", "0"), keep=("run",),
              says="rounds"),
     BadInput("resume-truncated-ckpt", ("train", "--out", "{tmp}/run", "--resume"), keep=("run",), setup=_truncate,
-             says="not a privreid checkpoint"),
+             says="is a torch file cut short or damaged"),
     BadInput("resume-zero-byte-ckpt", ("train", "--out", "{tmp}/run", "--resume"), keep=("run",), setup=_empty,
              says="not a privreid checkpoint"),
     BadInput("resume-malicious-ckpt", ("train", "--out", "{tmp}/run", "--resume"), keep=("run",), setup=_malicious,
              says="refusing to load"),
     BadInput("train-again-without-flags", (*TRAIN, "--rounds", "1"), keep=("run",), says="already holds a run"),
     BadInput("attack-missing-model", ("attack", "--model", "{tmp}/nope.pt", "--out", "{tmp}/run"), keep=("run",),
-             says="nope.pt"),
+             says=KIND),
     BadInput("attack-bad-eps", ("attack", "--model", "{tmp}/run/ckpt.pt", "--eps", "2", "--out", "{tmp}/run"),
              keep=("run",), says="eps"),
     BadInput("invert-missing-model", ("invert", "--model", "{tmp}/nope.pt", "--out", "{tmp}/run"), keep=("run",),
-             says="nope.pt"),
+             says=KIND),
     BadInput("invert-bad-lr", ("invert", "--model", "{tmp}/run/ckpt.pt", "--lr", "0", "--out", "{tmp}/run"),
              keep=("run",), says="--lr"),
     BadInput("compare-suite-missing-model", ("compare", "{tmp}/nope.pt", "--suite", "attacks", "--out", "{tmp}/run"),
-             keep=("run",), says="nope.pt"),
+             keep=("run",), says=KIND),
     BadInput("audit-missing-model", ("audit", "{tmp}/nope.pt", "--out", "{tmp}/run"), keep=("run",),
-             says="nope.pt"),
+             says=KIND),
     BadInput("sweep-unknown-method", ("sweep", "--param", "beta", "--values", "0", "--no-leakage", "--method",
-                                      "nosuch", "--out", "{tmp}/run"), keep=("run",), says="nosuch"),
-    BadInput("reproduce-unknown-table", ("reproduce", "nope", "--out", "{tmp}/run"), keep=("run",), says="nope"),
+                                      "nosuch", "--out", "{tmp}/run"), keep=("run",), says=KIND),
+    BadInput("reproduce-unknown-table", ("reproduce", "nope", "--out", "{tmp}/run"), keep=("run",), says=KIND),
 ]
 
 

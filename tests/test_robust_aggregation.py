@@ -63,6 +63,28 @@ def test_hand_computed_krum_median_and_trimmed_mean():
     assert torch.allclose(plain, torch.tensor([21.7, -21.7]))  # what the outlier does to a plain mean
 
 
+def test_multi_krum_is_the_papers_unweighted_mean_of_the_kept_uploads():
+    """A client that lies about its sample count does not steer Multi-Krum's mean (issue 39): the five kept
+    uploads average to (0 + .1 + .2 + .15 + .05) / 5 = 0.1, whatever counts they report (weighted: 0.1995)."""
+    uploads = _uploads([0.0, 0.1, 0.2, 0.15, 0.05, 50.0], [1, 1, 1000, 1, 1, 1])
+    out = _strategy("robust-krum", {"f": 1, "keep": 5}).aggregate({}, uploads).global_state["w"]
+    assert torch.allclose(out, torch.tensor([0.1, -0.1]), atol=1e-7), out
+
+
+@pytest.mark.parametrize("name, options, n, says", [
+    ("robust-krum", {"f": 1}, 4, "more than 2f + 2 = 4 clients per round for f = 1 (a round aggregates 4)"),
+    ("robust-krum", {"f": 1, "keep": 2}, 4, "more than 2f + 2 = 4"),
+    ("robust-bulyan", {"f": 1}, 6, "at least 4f + 3 = 7 clients per round for f = 1 (a round aggregates 6)"),
+    ("robust-trimmed-mean", {"fraction": 0.2}, 3, "int(fraction * n) = int(0.2 * 3) = 0 values per side"),
+])
+def test_every_rule_checks_n_on_the_uploads_it_aggregates(name, options, n, says):
+    """Configured for more clients, a round that aggregates fewer uploads is refused in privreid's one line, never
+    Krum's silent single upload, Bulyan's Flower error or a trimmed mean that trims nothing (issue 39)."""
+    with pytest.raises(ConfigError) as info:
+        _strategy(name, options).aggregate({}, _uploads([float(v) for v in range(n)]))
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
 def test_bulyan_ignores_one_outlier_among_seven():
     out = _strategy("robust-bulyan", {"f": 1}).aggregate({}, _uploads([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1e6])).global_state
     assert 0.0 <= float(out["w"][0]) <= 5.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -165,6 +166,17 @@ def csv_list(value: Optional[str]) -> Optional[list[str]]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def csv_names(value: Optional[str], option: str) -> Optional[list[str]]:
+    """``"a,b"`` -> ``["a", "b"]``; ``None`` -> ``None``; :class:`ConfigError` naming ``option`` for an empty value
+    or an empty item (``1,,2``, ``''``), which a typo makes and which would otherwise mean "all" or be skipped."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"{option} takes comma-separated values, none of them empty (got {value!r})")
+    return items
+
+
 def run_or_exit(fn, *args, **kwargs):
     """Call ``fn`` turning user-input errors (:class:`PrivreidError`) and OS errors (a read-only or full
     disk, a file in the way of an output) into a one-line message + exit 2.
@@ -188,6 +200,8 @@ def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
                      more_models: Optional[list[Path]]) -> list[Path]:
     """The checkpoints given with ``--model``, ``--models`` and the ``[CKPT]...`` that follow them, in that order;
     :class:`ConfigError` when there are none."""
+    if model is not None and models:
+        raise ConfigError("give one checkpoint with --model or several with --models, not both")
     paths = [p for p in [model, *(models or []), *(more_models or [])] if p is not None]
     if not paths:
         raise ConfigError("give a checkpoint with --model (or several with --models a.pt b.pt)")
@@ -232,18 +246,12 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
     error.  A bad value raises :class:`ConfigError` naming the preset and the
     key.
     """
-    import yaml
 
     params = dict(ctx.params)
     if preset is None:
         return params
     preset = Path(preset)  # typer converts to Path in the command's wrapper only; ctx.params hold strings
-    if not preset.is_file():
-        raise ConfigError(f"preset not found: {preset}")
-    try:
-        values = yaml.safe_load(preset.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{preset} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    values = load_yaml_file(preset, "preset") or {}
     if not isinstance(values, dict):
         raise ConfigError(f"{preset} must hold a mapping of option names to values")
     options = {p.name: p for p in ctx.command.params}
@@ -259,6 +267,55 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
             except ConfigError as exc:
                 raise ConfigError(f"{preset}: {key}: {exc}") from None
     return params
+
+
+def load_yaml_file(path: Path, what: str = "file"):
+    """The YAML document in ``path``; :class:`ConfigError` (one line) for a path that is missing or not a regular
+    file, bytes that are not UTF-8 text (a binary or UTF-16 file), invalid YAML, or a mapping that repeats a key
+    (``rounds: 1`` then ``rounds: 3``: YAML would keep the last one silently), naming the key and both lines."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} is {'a directory' if path.is_dir() else 'not a regular file'}; give a "
+                          "YAML file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); a "
+                          f"{what} is a YAML file saved as UTF-8") from None
+    loader, duplicate = _unique_key_loader()
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader
+    except duplicate as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+
+
+@functools.cache
+def _unique_key_loader():
+    import yaml
+
+    class DuplicateKey(yaml.YAMLError):
+        """A mapping that repeats a key."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """YAML's safe loader, refusing a mapping that repeats a key (which PyYAML resolves silently: last wins)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise DuplicateKey(f"the key {key!r} is given twice (lines {seen[key]} and {line}); keep one")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader, DuplicateKey
 
 
 #: keys of presets written before SKA's ablations became method options (``no-an: true`` is ``opt: {an: false}``)

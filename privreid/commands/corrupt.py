@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import csv_list, run_or_exit
+from .common import csv_list, csv_names, run_or_exit
 
 
 def parse_pixel_scale(value: str) -> float | str:
@@ -29,7 +29,7 @@ def parse_severities(value: Optional[str]) -> list[int]:
     from ..corruptions import SEVERITIES
 
     out = []
-    for item in csv_list(value) or [str(s) for s in SEVERITIES]:
+    for item in csv_names(value, "--severities") or [str(s) for s in SEVERITIES]:
         if not item.isdigit() or int(item) not in SEVERITIES:
             raise ConfigError(f"severity must be an integer from 1 to 5, got {item!r}")
         out.append(int(item))
@@ -56,6 +56,7 @@ def corrupt_command(
     """
     from torchvision.transforms.functional import pil_to_tensor, resize
 
+    from ..config import MAX_IMAGE_SIDE, too_large_image
     from ..corruptions.preview import save_preview
     from ..data.formats import read_image
     from ..rundir import check_output_file
@@ -69,16 +70,19 @@ def corrupt_command(
         from ..corruptions import resolve_corruptions
 
         rows = resolve_corruptions(csv_list(names) or "all")
-        if not image.is_file():
-            raise ConfigError(f"image not found: {image}")
-        picture = pil_to_tensor(read_image(image)).float().div(255)
-        if size:
+        if size:  # checked before the image is read or anything is allocated
             try:
                 h, w = (int(v) for v in size.lower().split("x"))
             except ValueError:
                 raise ConfigError(f"--size must look like 128x64, got {size!r}") from None
             if h < 2 or w < 2:
                 raise ConfigError(f"--size must be at least 2x2, got {size!r}")
+            if max(h, w) > MAX_IMAGE_SIDE:
+                raise ConfigError(f"--size {size}: {too_large_image(h, w)}")
+        if not image.is_file():
+            raise ConfigError(f"image not found: {image}")
+        picture = pil_to_tensor(read_image(image)).float().div(255)
+        if size:
             picture = resize(picture, [h, w], antialias=True).clamp(0, 1)
         return save_preview(picture, out, names=rows, severities=levels, seed=seed, pixel_scale=scale,
                             progress=True)

@@ -112,6 +112,9 @@ def eval_command(
     def go() -> list[dict]:
         if is_dg_eval_format(fmt):
             return dg_rows()
+        if splits is not None:  # never silently ignored
+            raise ConfigError(f"--splits reuses the splits of a small DG benchmark (--format viper, grid ...); "
+                              f"--format {fmt} has none")
         corrupted = corruption_options() if corruption is not None else None
         check_eval_options([], **kinds)
         dev = resolve_device(device)

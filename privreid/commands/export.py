@@ -11,7 +11,10 @@ from ..errors import ConfigError
 from .common import run_or_exit
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def _check_out(out: Path, overwrite: bool, model: Path) -> None:
+    from ..rundir import check_not_a_run_file
+
+    check_not_a_run_file(out, source=model)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name")
     if out.exists() and not overwrite:
@@ -42,7 +45,7 @@ def export_command(
 
     def go() -> dict[str, Any]:
         check_format(fmt)
-        _check_out(out, overwrite)
+        _check_out(out, overwrite, model)
         ckpt = Checkpoint.load(model)
         cfg = ckpt.run_config
         net = ckpt.load_model(client)

@@ -78,6 +78,10 @@ def superlink_command(
             raise ConfigError("--insecure excludes the --ssl-* files")
         if insecure:
             require_loopback(host, "--host")
+        if database is not None:  # a directory or a missing folder: one line, never sqlalchemy's traceback
+            from ..rundir import check_output_file
+
+            check_output_file(database, "--database")
         return command(host=host, port=port, tls=tls, database=database)
 
     _exec(run_or_exit(build))
@@ -172,7 +176,7 @@ def run_command(
     from .common import params_with_preset
     from ..log import progress_bar
     from ..federated.engine import prepare_out_dir
-    from ..federated.resume import check_resumable
+    from ..federated.resume import check_resumable, restart_line
     from ..flower.deployment import rounds_done, run_on_superlink
     from ..provenance import train_preset
     from ..rundir import open_run
@@ -192,9 +196,12 @@ def run_command(
         config = run_config(p, FLOWER_RUN_OPTIONS).validate()
         check_flower_support(config)
         out_dir = Path(p["out"]).expanduser().resolve()
+        # stopped before its first checkpoint: --resume starts it from round 0 (checked before anything is written)
+        restart = p["resume"] and not check_resumable(out_dir, config)
+        resume = p["resume"] and not restart
         settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],
                                   round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
-                                  server_eval=p["server_eval"], resume=p["resume"]).validate()
+                                  server_eval=p["server_eval"], resume=resume).validate()
         if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
             from ..defenses.secure_aggregation import check_secure_aggregation
             from ..federated.engine import selection_size
@@ -202,11 +209,11 @@ def run_command(
 
             fraction = config.train.client_fraction or get_method(config.train.method).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))
-        if p["resume"]:
-            check_resumable(out_dir, config)
         with open_run(out_dir, "flower run", config=train_preset(p), device=config.train.device,
                       seed=config.train.seed, resumed=p["resume"],
-                      prepare=lambda d: prepare_out_dir(d, overwrite=p["overwrite"], resume=p["resume"])):
+                      prepare=lambda d: prepare_out_dir(d, overwrite=p["overwrite"] or restart, resume=resume)):
+            if restart:
+                typer.echo(restart_line(out_dir))
             typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at "
                        f"{p['superlink']}; writing {out_dir}")
             bar = progress_bar(total=config.train.rounds, desc=config.train.method, enabled=not p["quiet"])

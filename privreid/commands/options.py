@@ -35,7 +35,7 @@ import typer
 from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
                       RunConfig, apply_sets, field_types)
 from ..data.formats import format_help
-from .common import ARCHS, DATA_HELP, DeviceType, csv_list, parse_method_options
+from .common import ARCHS, DATA_HELP, DeviceType, csv_names, parse_method_options
 
 
 #: the help panels of ``privreid train --help``, in order (each :class:`ConfigOption` names one)
@@ -80,9 +80,9 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
         choices=PROTOCOLS),
     "train_domains": _o("data.train_domains",
         "Comma-separated training domains (default: all but --test-domains; synth holds out its last domain).",
-        cli_type=Optional[str], to_config=csv_list, panel=DATA),
+        cli_type=Optional[str], to_config=lambda v: csv_names(v, "--train-domains"), panel=DATA),
     "test_domains": _o("data.test_domains", "Comma-separated held-out (unseen) domains.", cli_type=Optional[str],
-                       to_config=csv_list, panel=DATA),
+                       to_config=lambda v: csv_names(v, "--test-domains"), panel=DATA),
     "num_clients": _o("data.num_clients", "Clients per domain for --protocol by-identity.", panel=DATA),
     "rounds": _o("train.rounds", "Communication rounds (epochs for centralized/standalone).", panel=FEDERATION),
     "local_epochs": _o("train.local_epochs", "Local epochs E per round.", panel=TRAINING),

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from .common import DeviceOption, run_dir_or_exit, run_or_exit
+from .common import DeviceOption, fail, run_dir_or_exit, run_or_exit
 
 
 def reproduce_command(
@@ -38,6 +38,8 @@ def reproduce_command(
     from ..reproduce import check_table, run_table
 
     if list_tables:
+        if table is not None or dry_run or as_json or out is not None:
+            fail("--list names every table; it takes no TABLE, --out, --dry-run or --json")
         for r in rows_of_list():
             typer.echo(f"{r['table']:15s} {r['paper']}: {r['title']}")
             typer.echo(f"{'':15s}   shows: {r['shows']}")

@@ -9,6 +9,7 @@ from typing import Optional
 import click
 import typer
 
+from ..errors import ConfigError
 from .common import LOGGERS, params_with_preset, run_or_exit
 from .options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
 
@@ -96,16 +97,21 @@ def train_params(ctx: typer.Context, config_file: Optional[Path]) -> dict:
     is refused, naming the field).
     """
     if config_file is None and ctx.params.get("resume"):
-        recorded = Path(ctx.params["out"]) / "config.yaml"
-        if recorded.is_file():
+        out = Path(ctx.params["out"])
+        recorded = out / "config.yaml"
+        if recorded.is_file() and recorded.stat().st_size:
             config_file = recorded
+        elif any((out / f).exists() for f in ("ckpt.pt", "metrics.jsonl", "summary.json")):
+            # the flags alone would be compared with the checkpoint's configuration: a wrong "configuration differs"
+            raise ConfigError(f"--resume: the run's recorded options {recorded} are "
+                              f"{'empty' if recorded.is_file() else 'missing'}; restore the file from a copy, or "
+                              "give the run's options with --config")
     return params_with_preset(ctx, config_file)
 
 
 def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> None:
     """``--dry-run``: the :func:`~privreid.run_plan.run_plan` of the run, after validating its data and --out."""
     from ..data.catalog import federation_for_config, load_datasets
-    from ..errors import ConfigError
     from ..rundir import check_output_dir
     from ..run_plan import render_plan, run_plan
     from ..training import check_run_flags

@@ -47,7 +47,7 @@ def is_generated_dataset(path: Path) -> bool:
     ``privreid-synthetic*`` format, and nothing beside it but the domain
     folders it lists (:func:`write_manifest`'s ``domains``).
     """
-    if (path / DATASET_MARKER).is_file():
+    if (path / DATASET_MARKER).is_file() and not (path / DATASET_MARKER).is_symlink():
         return True
     manifest = read_manifest(path)
     if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith("privreid-synthetic"):
@@ -57,6 +57,36 @@ def is_generated_dataset(path: Path) -> bool:
         return False
     return all(entry.name == "manifest.json" or (entry.name in domains and entry.is_dir()
                                                  and not entry.is_symlink()) for entry in path.iterdir())
+
+
+def _write_marker(root: Path) -> None:
+    """Write :data:`DATASET_MARKER` into the finished dataset ``root``: a note and every file privreid wrote there
+    (``--overwrite`` deletes those and nothing else: :func:`foreign_entry`)."""
+    files = sorted(str(p.relative_to(root).as_posix()) for p in root.rglob("*") if p.is_file())
+    (root / DATASET_MARKER).write_text(json.dumps({
+        "note": "written by privreid; `privreid data synth --overwrite` may replace the files listed here, and "
+                "refuses while anything else is in this directory", "files": files}, indent=0) + "\n")
+
+
+def foreign_entry(root: Path) -> Path | None:
+    """The first entry under the generated dataset ``root`` that privreid did not write (a file its marker does not
+    list, a symbolic link, a folder holding no listed file), or ``None``.  A marker from before the list (plain
+    text) and an older dataset without one: everything under the manifest's domain folders is the dataset's."""
+    try:
+        listed = set(json.loads((root / DATASET_MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    if listed is None:
+        domains = (read_manifest(root) or {}).get("domains") or []
+        mine = {"manifest.json", DATASET_MARKER, LOCK_FILE, *[d for d in domains if isinstance(d, str)]}
+        return next((p for p in sorted(root.iterdir()) if p.name not in mine or p.is_symlink()), None)
+    own = listed | {DATASET_MARKER, LOCK_FILE}
+    folders = {parent.as_posix() for f in listed for parent in Path(f).parents if parent != Path(".")}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink() or (p.is_dir() and rel not in folders) or (not p.is_dir() and rel not in own):
+            return p
+    return None
 
 
 def _temporary_prefix(out: Path, kind: str) -> str:
@@ -111,6 +141,8 @@ def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *
     non-empty directory and ``overwrite`` is false.  Returns the absolute path.
     """
     out = Path(out_dir).expanduser().absolute()
+    if out.is_symlink():
+        raise DataError(f"{out} is a symbolic link; give the directory itself (a link is never replaced)")
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} exists and is not a directory")
     replacing = _is_nonempty_dir(out)
@@ -124,8 +156,7 @@ def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *
         tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(out, "tmp"), dir=out.parent))
         try:
             fill(tmp)
-            (tmp / DATASET_MARKER).write_text("written by privreid; `privreid data synth --overwrite` may "
-                                              "replace this directory\n")
+            _write_marker(tmp)
             _move_into_place(tmp, out, overwrite)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -140,6 +171,10 @@ def _check_replaceable(out: Path, overwrite: bool) -> None:
                         "it is never replaced: choose a new or empty directory")
     if not overwrite:
         raise DataError(f"{out} exists and is not empty (pass --overwrite, overwrite=True, to replace it)")
+    foreign = foreign_entry(out)
+    if foreign is not None:
+        raise DataError(f"{out} holds {foreign}, which privreid did not write; --overwrite deletes only the "
+                        "files the dataset lists: move it out first")
 
 
 def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:

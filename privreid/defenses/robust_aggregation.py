@@ -49,10 +49,12 @@ REPLACEABLE = (DataVolumeAverage, UniformAverage)
 
 def krum_rule(f: int, keep: int) -> Rule:
     """Krum (``keep`` 0: the upload with the smallest sum of squared distances to its ``n - f - 2`` nearest) or
-    Multi-Krum (the data-volume mean of the ``keep`` best-scored uploads)."""
+    Multi-Krum (the plain, unweighted mean of the ``keep`` best-scored uploads, as Blanchard et al. 2017 define
+    it: the sample counts clients report are theirs to lie about, so they weigh nothing here; Flower's
+    ``aggregate_krum`` weighs them, so it is given a count of 1 for every upload)."""
     from flwr.server.strategy.aggregate import aggregate_krum
 
-    return lambda results: aggregate_krum(results, num_malicious=f, to_keep=keep)
+    return lambda results: aggregate_krum([(arrays, 1) for arrays, _ in results], num_malicious=f, to_keep=keep)
 
 
 def median_rule() -> Rule:
@@ -82,15 +84,18 @@ class RobustAggregate(Strategy):
     """A Byzantine-robust ``rule`` over the floating tensors of the round's uploads (see the module docstring).
 
     Computed in float64 and cast back to each tensor's dtype; what clients
-    receive is the global state.
+    receive is the global state.  ``check(n)`` raises :class:`ConfigError`
+    (one line) when the rule cannot run on the ``n`` uploads a round
+    actually aggregates; it is called on every round, before the rule.
     """
 
-    def __init__(self, rule: Rule):
-        self.rule = rule
+    def __init__(self, rule: Rule, check: Callable[[int], None] = lambda n: None):
+        self.rule, self.check = rule, check
 
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         if not uploads:
             raise ValueError("cannot aggregate zero uploads")
+        self.check(len(uploads))
         first = uploads[0].state
         for up in uploads[1:]:
             if up.state.keys() != first.keys():
@@ -106,12 +111,13 @@ class RobustAggregate(Strategy):
         return RoundResult(out)
 
 
-def replace_plain_mean(inner: Strategy, rule: Rule, name: str, method_name: str) -> RobustAggregate:
-    """``RobustAggregate(rule)`` in place of ``inner``; ConfigError where ``inner`` is not a plain mean."""
+def replace_plain_mean(inner: Strategy, rule: Rule, name: str, method_name: str,
+                       check: Callable[[int], None] = lambda n: None) -> RobustAggregate:
+    """``RobustAggregate(rule, check)`` in place of ``inner``; ConfigError where ``inner`` is not a plain mean."""
     if type(inner) not in REPLACEABLE:
         raise ConfigError(f"defence {name!r} replaces a plain mean of the uploads; {method_name!r} aggregates with "
                           f"{type(inner).__name__} here, whose weights, clusters or noise a robust rule would drop")
-    return RobustAggregate(rule)
+    return RobustAggregate(rule, check)
 
 
 class BoundedNorm(Strategy):

@@ -7,18 +7,21 @@ Configured through ``TrainConfig.defenses``, e.g. ``--set train.defenses.robust-
 ==========================  ===================  ==============================================================
 defence                     options (default)    what the server does with the round's uploads
 ==========================  ===================  ==============================================================
-``robust-krum``             ``f`` (1), ``keep``  Krum (``keep`` 0) / Multi-Krum; needs ``n > 2f + 2``
-                            (0)
+``robust-krum``             ``f`` (1), ``keep``  Krum (``keep`` 0) / Multi-Krum (the unweighted mean of the
+                            (0)                  ``keep`` best, as in the paper); needs ``n > 2f + 2``
 ``robust-median``           none                 coordinate-wise median
 ``robust-trimmed-mean``     ``fraction`` (0.2)   coordinate-wise mean without the ``fraction`` largest and
-                                                 smallest values; ``fraction < 0.5``
+                                                 smallest values; ``fraction < 0.5`` and
+                                                 ``int(fraction * n) >= 1``
 ``robust-bulyan``           ``f`` (1)            Bulyan; needs ``n >= 4f + 3``
 ``norm-bound``              ``bound`` (1.0)      each update clipped to L2 ``bound`` (trainable parameters)
 ``weak-dp``                 ``bound`` (1.0),     norm bounding plus ``N(0, noise^2)`` on the aggregate; no
                             ``noise`` (0.001)    accounted epsilon (composes with ``--client-dp``)
 ==========================  ===================  ==============================================================
 
-``n`` is the number of clients a round aggregates.  A robust rule replaces
+``n`` is the number of clients a round aggregates: each rule checks it
+when the run is configured (clients per round) and again on every round,
+on the uploads it actually aggregates (one line, never Flower's error).  A robust rule replaces
 a plain mean of the uploads, so methods whose server weighs, distils or
 clusters the uploads (CDW, KS, KD, clustering) are refused with the reason,
 and so are runs whose plain mean another defence already replaced
@@ -104,7 +107,8 @@ class RobustRule(ServerDefense):
         require("flwr", f"defence {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
         return dataclasses.replace(method, make_strategy=lambda c, model_config: replace_plain_mean(
-            make_strategy(c, model_config), self.rule(c), self.name, method.name))
+            make_strategy(c, model_config), self.rule(c), self.name, method.name,
+            check=lambda n: self.check_settings(c, n)))
 
     def supports(self, method) -> str:
         from .robust_aggregation import REPLACEABLE
@@ -158,6 +162,10 @@ class TrimmedMean(RobustRule):
         if not 0.0 <= fraction < 0.5:
             raise ConfigError(f"defence {self.name!r}: fraction must lie in [0, 0.5) (got {fraction}; at 0.5 or more "
                               "nothing is left to average)")
+        if int(fraction * n) == 0:
+            raise ConfigError(f"defence {self.name!r} trims int(fraction * n) = int({fraction} * {n}) = 0 values per "
+                              f"side when a round aggregates {n}: a plain mean; raise fraction to at least 1/{n} or "
+                              "sample more clients")
 
     def rule(self, config):
         from .robust_aggregation import trimmed_mean_rule

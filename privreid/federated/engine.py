@@ -50,7 +50,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
@@ -58,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
+from ..checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from ..config import RunConfig, evaluation_settings
 from ..deviations import deviations
 from ..device import resolve_device
@@ -68,14 +67,14 @@ from ..errors import ConfigError
 from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from ..log import progress_bar
 from ..models.reid_net import is_classifier_key
-from ..rundir import write_json_atomic
+from ..rundir import RUN_FILES, write_json_atomic
 from ..seeding import derive_seed, rng_states, seed_everything
 from .best import best_block
 from .client import ClientContext
 from .divergence import check_finite_states, check_finite_training, json_line
 from .early_stop import evaluate_after_stop
 from .heap import HeapTrimmer
-from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory
+from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
 from .policy import StateDict, clone_state, state_nbytes
 from .registry import Method
 from .resume import check_resume
@@ -83,17 +82,19 @@ from .strategy import Accumulator, RoundResult, Upload
 
 _log = logging.getLogger(__name__)
 
-RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
 
 
 def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
 
     A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
-    ``ckpt.pt``: it cannot be resumed, and both refusals say to start it
-    again with ``--overwrite``.
+    ``ckpt.pt``: ``train --resume`` starts it from round 0
+    (:func:`privreid.federated.resume.check_resumable`), and this refusal
+    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
+    and the client-memory files (:func:`~.memory_store.own_memory_files`),
+    and refuses, naming it, anything else in ``client_memory/``.
     """
-    existing = [f for f in RUN_FILES if (out_dir / f).exists()]
+    existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
     has_ckpt = (out_dir / "ckpt.pt").exists()
     if resume:
         if not has_ckpt:
@@ -103,12 +104,16 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
         return
     if existing and not overwrite:
         hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
-                "it stopped before its first checkpoint; pass --overwrite to start it again")
+                "it stopped before its first checkpoint; pass --resume to start it from round 0 (nothing was "
+                "done yet) or --overwrite")
         raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
+    memories = own_memory_files(out_dir / MEMORY_DIR) if overwrite else []
     for f in existing:
         (out_dir / f).unlink()
-    if overwrite:
-        shutil.rmtree(out_dir / MEMORY_DIR, ignore_errors=True)
+    for path in memories:
+        path.unlink()
+    if memories and not any((out_dir / MEMORY_DIR).iterdir()):
+        (out_dir / MEMORY_DIR).rmdir()
 
 
 def selection_size(fraction: float, n: int) -> int:
@@ -231,7 +236,8 @@ class FederatedEngine:
         if not self.client_memory_on_disk:
             self.client_memory = ckpt.client_memory
         elif ckpt.client_memory_files is not None:
-            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files)
+            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files,
+                                                ckpt.client_memory_hashes)
         else:  # memories stored in the checkpoint itself
             self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
             for name, memory in ckpt.client_memory.items():
@@ -475,7 +481,7 @@ class FederatedEngine:
                             round_no, self.out_dir)
         memories = self.client_memory
         on_disk = isinstance(memories, ClientMemories)
-        files = memories.flush(wait=False) if on_disk else None
+        files = memories.flush() if on_disk else None  # every write done: the checkpoint records their hashes
         save_checkpoint({
             "method": self.method.name,
             "round": round_no,
@@ -490,14 +496,15 @@ class FederatedEngine:
             "client_states": self.client_states,
             "server_client_state": self.client_server_state,
             "observer_state": {o.key: o.state_dict() for o in self.observers},  # the privacy ledger's record
-            **({"client_memory_files": files} if on_disk else {"client_memory": memories}),
+            **({"client_memory_files": files, MEMORY_HASHES_KEY: memories.hashes_of(files)} if on_disk else
+               {"client_memory": memories}),
             **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
             "client_classes": {c.name: c.num_classes for c in self.clients},
             "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
             "metrics": self.metrics,
             "comm": self.comm,
             "rng": rng_states(),
-        }, self.out_dir / "ckpt.pt", before_commit=memories.wait if on_disk else None)
+        }, self.out_dir / "ckpt.pt")
         if on_disk:
             memories.prune(files)
 

@@ -40,10 +40,12 @@ a ResNet-18's 45 MiB took 16-28 ms of each FedPav client's turn at 64x32.
 At most one write is in flight (a new one first waits for the previous), so
 RAM holds at most :data:`RESIDENT` memories plus the one being written.
 Loading a memory whose write is in flight waits for it; the engine's
-checkpoint waits for the last one before it replaces the previous checkpoint
-(it is written meanwhile: :func:`privreid.checkpoint.save_checkpoint`'s
-``before_commit``), and a failed write is re-raised there, so no checkpoint
-names a file that is not complete on disk.
+checkpoint waits for the last one before it is written, and a failed write
+is re-raised there, so no checkpoint names a file that is not complete on
+disk.  Each write returns the file's sha256 (:func:`file_sha256`), and the
+checkpoint records the hash of every file it names
+(``client_memory_hashes``): a changed, truncated or swapped file is refused
+wherever a checkpoint's memories are read (:mod:`privreid.checkpoint`).
 
 Changes are detected through the mapping interface (setting or deleting an
 entry); the engine also marks a memory changed after the client's local
@@ -58,6 +60,7 @@ replace all of it.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -89,6 +92,41 @@ def memory_file_name(client: str, round_no: int) -> str:
     return f"{quote(client, safe='')}.r{round_no}.pt"
 
 
+#: the names privreid writes in ``client_memory/``: :func:`memory_file_name`'s, and their temporary siblings
+MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
+
+
+def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
+    """Whether ``file`` is :func:`memory_file_name`'s name for ``client`` in a round ``1..up_to_round``."""
+    from urllib.parse import quote
+
+    stem, sep, rest = file.rpartition(".r")
+    number = rest.removesuffix(".pt")
+    return (bool(sep) and stem == quote(client, safe="") and rest.endswith(".pt") and number.isascii()
+            and number.isdigit() and 1 <= int(number) <= up_to_round)
+
+
+def own_memory_files(directory: Path) -> list[Path]:
+    """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
+    :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
+    symbolic link), so that nothing else is ever deleted."""
+    from ..errors import ConfigError
+
+    directory = Path(directory)
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise ConfigError(f"{directory} is not the folder privreid writes client memories to (a link or a file); "
+                          "nothing was deleted: move it out first")
+    if not directory.is_dir():
+        return []
+    own = []
+    for path in sorted(directory.iterdir()):
+        if path.is_symlink() or not path.is_file() or not MEMORY_FILE_NAMES.fullmatch(path.name):
+            raise ConfigError(f"{directory} holds {path.name}, which privreid did not write; --overwrite deletes "
+                              "only the run's own files: move it out first")
+        own.append(path)
+    return own
+
+
 def memory_file_path(directory: Path, file: object) -> Path:
     """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a
     plain file name that stays inside ``directory`` once symlinks and ``..`` are resolved (nothing outside the
@@ -114,7 +152,24 @@ def load_memory_file(path: Path) -> dict[str, Any]:
     """
     from ..pickle_scan import safe_torch_load
 
-    return safe_torch_load(path, map_location="cpu", mmap=True)
+    memory = safe_torch_load(path, map_location="cpu", mmap=True)
+    if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):
+        raise CheckpointError(f"{path} is not a client memory privreid wrote (a memory is a mapping of names to "
+                              f"values; got {type(memory).__name__}); restore it from a copy")
+    trained = next((k for k, v in memory.items() if k.startswith("trained/") and not isinstance(v, torch.Tensor)),
+                   None)
+    if trained is not None:
+        raise CheckpointError(f"{path} is not a client memory privreid wrote ({trained} must be a tensor, got "
+                              f"{type(memory[trained]).__name__}); restore it from a copy")
+    return memory
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of the bytes of the file at ``path`` (what a checkpoint records of each memory file)."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
@@ -127,6 +182,13 @@ def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     system had not written them yet.
     """
     save_torch_atomic(data, directory / file, stream=False)
+
+
+def _save_and_hash(data: dict[str, Any], directory: Path, file: str) -> str | None:
+    """:func:`save_memory_file`, then the file's :func:`file_sha256` (read back from the page cache), which the
+    checkpoint that names it records (``None`` if no file landed: a checkpoint naming it is refused as missing)."""
+    save_memory_file(data, directory, file)
+    return file_sha256(directory / file) if (directory / file).is_file() else None
 
 
 @functools.cache
@@ -220,14 +282,21 @@ class ClientMemory(MutableMapping):
 class ClientMemories(MutableMapping):
     """Client name -> :class:`ClientMemory`, kept in files under ``directory`` (see the module docstring)."""
 
-    def __init__(self, directory: Path, files: Mapping[str, str | None] | None = None):
+    def __init__(self, directory: Path, files: Mapping[str, str | None] | None = None,
+                 hashes: Mapping[str, str] | None = None):
         self.directory = Path(directory)
+        #: file name -> its :func:`file_sha256`, for every file this store wrote, adopted or was given
+        #: (``hashes``: client name -> hash, as a checkpoint records them)
+        self.hashes: dict[str, str] = {file: hashes[name] for name, file in (files or {}).items()
+                                       if file and name in (hashes or {})}
         self.round = 0  # the round whose changes are being written (the engine sets it)
         self._memories: dict[str, ClientMemory] = {
             name: ClientMemory(self, name, None if file else {}, file) for name, file in (files or {}).items()}
         self._resident: list[ClientMemory] = []
         #: this store's write in flight, if any: (its file, its future); see the module docstring
         self._writing: tuple[str, Future] | None = None
+        #: files another process wrote (:meth:`adopt`), hashed when a checkpoint names them (:meth:`hashes_of`)
+        self._adopted: set[str] = set()
 
     # -- mapping ---------------------------------------------------------------
     def __getitem__(self, name: str) -> ClientMemory:
@@ -270,6 +339,17 @@ class ClientMemories(MutableMapping):
         if old in self._resident:
             self._resident.remove(old)
         self._memories[name] = ClientMemory(self, name, None if file else {}, file)
+        if file:
+            self._adopted.add(file)
+
+    def hashes_of(self, files: Mapping[str, str | None]) -> dict[str, str]:
+        """Client name -> the hash of its file in ``files`` (:meth:`flush`'s result, every write waited for);
+        files adopted from another process are hashed here, once."""
+        for file in self._adopted:
+            if (self.directory / file).is_file():
+                self.hashes[file] = file_sha256(self.directory / file)
+        self._adopted.clear()
+        return {name: self.hashes[file] for name, file in files.items() if file and file in self.hashes}
 
     # -- residence -------------------------------------------------------------
     def _touch(self, memory: ClientMemory) -> None:
@@ -290,14 +370,16 @@ class ClientMemories(MutableMapping):
         self.wait()
         self.directory.mkdir(parents=True, exist_ok=True)
         file = memory_file_name(name, round_no)
-        self._writing = (file, _writer().submit(save_memory_file, data, self.directory, file))
+        self._writing = (file, _writer().submit(_save_and_hash, data, self.directory, file))
         return file
 
     def wait(self, file: str | None = None) -> None:
         """Block until the write in flight (only if it is ``file``'s, when given) is on disk; re-raise its error."""
         if self._writing is not None and file in (None, self._writing[0]):
-            pending, self._writing = self._writing[1], None
-            pending.result()
+            (written, pending), self._writing = self._writing, None
+            digest = pending.result()
+            if digest is not None:
+                self.hashes[written] = digest
 
     def flush(self, *, wait: bool = True) -> dict[str, str | None]:
         """Write every changed memory and drop them all from RAM; client name -> file (``None``: empty).
@@ -311,9 +393,11 @@ class ClientMemories(MutableMapping):
         return {name: memory.file for name, memory in self._memories.items()}
 
     def prune(self, keep: Mapping[str, str | None]) -> None:
-        """Delete the memory files that ``keep`` (the files the latest checkpoint names) does not name."""
+        """Delete the memory files that ``keep`` (the files the latest checkpoint names) does not name (files of
+        another name are not privreid's: left alone)."""
         self.wait()
         named = {f for f in keep.values() if f}
         for path in self.directory.glob("*.pt"):
-            if path.name not in named:
+            if path.name not in named and MEMORY_FILE_NAMES.fullmatch(path.name):  # only what privreid wrote
                 path.unlink(missing_ok=True)
+        self.hashes = {file: h for file, h in self.hashes.items() if file in named}

@@ -42,12 +42,31 @@ def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None
                           "continues with the recorded configuration")
 
 
-def check_resumable(out: Path, config: RunConfig) -> None:
-    """Refuse, before anything in ``out`` is written, a ``--resume`` whose checkpoint is missing, unreadable,
-    malicious or of another configuration (:func:`check_resume`)."""
+def check_resumable(out: Path, config: RunConfig) -> bool:
+    """Whether ``--resume`` continues ``out`` from its checkpoint (``True``) or starts it from round 0 (``False``:
+    it stopped before its first checkpoint, so nothing was done); refused, before anything in ``out`` is written,
+    when there is no run to resume, when a finished run lost its checkpoint, or when the checkpoint or its
+    client-memory files are missing, unreadable, malicious, edited (:func:`privreid.checkpoint.check_fields`),
+    changed or swapped (their recorded hashes), or of another configuration (:func:`check_resume`)."""
     from ..checkpoint import Checkpoint
-    from .engine import prepare_out_dir
+    from ..provenance import PROVENANCE_FILES
 
-    prepare_out_dir(out, overwrite=False, resume=True)
-    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False)
+    if not (out / "ckpt.pt").exists():
+        if (out / "summary.json").exists():
+            raise ConfigError(f"--resume: {out} holds a finished run (summary.json) whose checkpoint "
+                              f"{out / 'ckpt.pt'} is missing; restore it from a copy (--overwrite would discard "
+                              "the run's metrics)")
+        if not (out / "metrics.jsonl").exists() and not (out / PROVENANCE_FILES["config"]).is_file():
+            raise ConfigError(f"--resume: no checkpoint at {out / 'ckpt.pt'}")
+        return False
+    # whole, memories included (mapped, not read): every file's hash and content is checked before a byte is written
+    ckpt = Checkpoint.load(out / "ckpt.pt")
     check_resume(ckpt.run_config, config, ckpt.round)
+    return True
+
+
+def restart_line(out: Path) -> str:
+    """The one line a ``--resume`` of a run stopped before its first checkpoint prints (:func:`check_resumable`
+    returned ``False``): it starts from round 0."""
+    return (f"--resume: {out} stopped before its first checkpoint; starting it from round 0 with its recorded "
+            "configuration (nothing was done yet)")

@@ -40,12 +40,12 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import save_checkpoint
+from ..checkpoint import INTEGRITY_KEY, integrity_hash, save_checkpoint
 from ..data.catalog import resolve_datasets
 from ..data.partition import make_federation
 from ..data.types import ClientData, Federation
 from ..environment import cache_root
-from ..errors import DataError
+from ..errors import CheckpointError, DataError
 from ..federated.policy import StateDict
 from ..pickle_scan import safe_torch_load
 
@@ -102,12 +102,20 @@ class SiteState:
 
     def __init__(self, site: Site, run_key: str):
         self.path = site.state_dir / f"{site.client.name}-{run_key}.pt"
-        self.run_key = run_key
+        self.run_key, self.client = run_key, site.client.name
 
     def _versions(self) -> dict[int, dict[str, Any]]:
+        """The file's versions, once its integrity hash, run and client are checked: a flipped byte or another
+        client's (or run's) file copied over it is refused in one line naming the file, never trained on."""
         if not self.path.is_file():
             return {}
         payload = safe_torch_load(self.path)
+        recorded = payload.pop(INTEGRITY_KEY, None) if isinstance(payload, dict) else None
+        if ((recorded is not None and recorded != integrity_hash(payload)) or payload.get("run_key") != self.run_key
+                or payload.get("client", self.client) != self.client or not isinstance(payload.get("versions"), dict)):
+            raise CheckpointError(f"this site's state {self.path} is not the one it wrote for client {self.client} in "
+                                  "this run (changed, truncated or another client's file); restore it from a copy "
+                                  "or remove it to train the site afresh")
         return {int(k): v for k, v in payload["versions"].items()}
 
     def load(self, round_index: int) -> tuple[StateDict, dict] | None:
@@ -124,4 +132,5 @@ class SiteState:
         versions = self._versions()
         versions[rounds_completed] = {"local": local, "memory": memory}
         keep = sorted(v for v in versions if v < rounds_completed)[-1:] + [rounds_completed]
-        save_checkpoint({"run_key": self.run_key, "versions": {v: versions[v] for v in keep}}, self.path)  # atomic
+        save_checkpoint({"run_key": self.run_key, "client": self.client,  # atomic, with an integrity hash
+                         "versions": {v: versions[v] for v in keep}}, self.path)

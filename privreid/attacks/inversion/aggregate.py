@@ -136,7 +136,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     from .report import save_grid, score, summarise, write_metrics_json
 
     if n < 1:
-        raise ConfigError(f"--n must be >= 1 (got {n})")
+        raise ConfigError(f"--subjects must be >= 1 (got {n})")
     dev = resolve_device(device)
     targets = load_targets(paths)
     subjects, first = select_subjects(targets[0], client, index, None, n)

@@ -76,7 +76,7 @@ def subject_indices(count: int, index: int, n: int) -> list[int]:
     if not 0 <= index < count:
         raise ConfigError(f"--index {index} is out of range: the client has {count} training images (0..{count - 1})")
     if n > count:
-        raise ConfigError(f"--n {n} exceeds the client's {count} training images")
+        raise ConfigError(f"--subjects {n} exceeds the client's {count} training images")
     stride = count // n
     return [(index + k * stride) % count for k in range(n)]
 
@@ -92,7 +92,7 @@ def select_subjects(target: Target, client: str | None, index: int | None, image
         if index is not None:
             raise ConfigError("give either --index or --image, not both")
         if n != 1:
-            raise ConfigError("--n needs dataset subjects; --image attacks exactly one image")
+            raise ConfigError("--subjects needs dataset subjects; --image attacks exactly one image")
         return [image_subject(image, height, width)], name
     return training_subjects(target.clients[name].train, height, width, index, n), name
 
@@ -188,7 +188,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     from ...device import resolve_device
 
     if n < 1:
-        raise ConfigError(f"--n must be >= 1 (got {n})")
+        raise ConfigError(f"--subjects must be >= 1 (got {n})")
     if label is not None and image is None:
         raise ConfigError("--label is for --image only; dataset subjects carry their client's label")
     dev = resolve_device(device)
@@ -265,7 +265,7 @@ def file_subjects(height: int, width: int, *, image: Path | None, data: list[str
 
     if image is not None:
         if data or index is not None or n != 1:
-            raise ConfigError("--image attacks exactly one image; --data, --index and --n pick dataset subjects")
+            raise ConfigError("--image attacks exactly one image; --data, --index and --subjects pick dataset subjects")
         return [image_subject(image, height, width)]
     if not data:
         raise ConfigError("a model file from elsewhere records no training data: give --image FILE or --data ROOT")

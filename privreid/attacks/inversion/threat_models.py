@@ -204,7 +204,7 @@ class AggregateThreat(SharedFeature):
         from .aggregate import parse_clients
 
         if image is not None:
-            raise ConfigError("--threat aggregate attacks dataset subjects (--index, --n), not --image")
+            raise ConfigError("--threat aggregate attacks dataset subjects (--index, --subjects), not --image")
         parse_clients(clients)
 
     def campaign(self, paths, out, *, settings, client=None, index=None, image=None, label=None, n=1, clients=None,
