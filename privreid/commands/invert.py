@@ -116,6 +116,9 @@ def invert_command(
     def validate():
         check_precision(precision)
         settings = InversionSettings(**attack_settings)
+        from ..attacks.inversion.campaign import batches
+
+        batches(subjects, settings.batch)  # refused before any model loads
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
         return settings, checkpoint_paths(model, models, more_models), model_threat
