@@ -161,8 +161,8 @@ def reference_attack(model: nn.Module, observed: dict, images_shape, labels: lis
         norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
         objective = 1 - dot / (norm * target_norm) + 0.2 * reference_tv(z)
         (step,) = torch.autograd.grad(objective, [z])
-        if float(objective) < lowest:
-            lowest, kept = float(objective), z.detach().clone()
+        if float(objective.detach()) < lowest:
+            lowest, kept = float(objective.detach()), z.detach().clone()
         z.grad = step.sign()
         adam.step()
         decay.step()
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--lenet-iterations", type=int, default=1000)
-    parser.add_argument("--reid-iterations", type=int, default=100)
+    parser.add_argument("--reid-iterations", type=int, default=200)
     parser.add_argument("--json", type=Path, default=None, help="Also write every run's numbers here.")
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -36,16 +36,20 @@ THREAT_HELP = ("Threat model: full (whole gradient, head included), shared (shar
     attack=INVERSION_ATTACK_HELP,
     match="Distance matched (default: the attack's, see --method).",
     tv="Total-variation weight, on the image in --space (default: the attack's, see --method).",
-    tv_form="Total variation: anisotropic (mean |dx| + mean |dy|) or isotropic (mean sqrt(dx^2 + dy^2)).",
+    tv_form="Total variation: anisotropic (mean |dx| + mean |dy|, kornia's) or isotropic (mean sqrt(dx^2 + dy^2), "
+            "Geiping et al.'s Eq. 4).",
     bn="Weight of the BatchNorm-statistics image prior (Yin et al. 2021; 0 = off; models with BatchNorm2d).",
     space="Where the image is optimised, boxed and regularised: the model's normalised input or [0, 1] pixels.",
-    start="Random start: N(0, 1) in normalised input space (normal) or U[0, 1] pixels (uniform).",
+    start="Random start: N(0, 1) in normalised input space (normal, Geiping et al.'s) or U[0, 1] pixels (uniform, "
+          "L2RW+'s); it is also the random-image baseline.",
     optimizer="Optimiser of the image: adam or sgd.",
     signed="Step on the sign of the objective's gradient (Geiping et al.'s signed gradients).",
-    schedule="Learning rate: step (x0.1 at 3/8, 5/8 and 7/8 of the iterations) or none (constant).",
+    schedule="Learning rate: step (x0.1 at 3/8, 5/8 and 7/8 of the iterations, Geiping et al.'s) or none "
+             "(constant).",
     select="Image returned: the iterate with the lowest objective (best) or the last.",
     restarts="Random starts per batch; the one with the lowest final objective is kept.",
-    iterations="Iterations per start.",
+    iterations="Iterations per start (the --schedule milestones scale with them; every report names the "
+               "budget).",
     lr="Learning rate of the image (in --space units).",
     batch="Images in the client's step: one gradient of --batch images is inverted, labels recovered by count "
           "(--subjects must be a multiple; --threat full).",
