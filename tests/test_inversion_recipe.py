@@ -268,3 +268,19 @@ def test_invert_batch_4_on_a_model_from_elsewhere(tiny_synth, tmp_path):
     api = privreid.invert(path, images, [0, 1, 2, 3], iterations=2, options={"batch": 4, "signed": False},
                           height=H, width=W)
     assert api.reconstructions.shape == (4, 3, H, W) and "batch 4" in api.recipe and "Adam at lr 0.1" in api.recipe
+
+
+def test_the_batchnorm_prior_is_zero_at_the_running_statistics_and_refused_without_batchnorm():
+    from privreid.attacks.inversion.optimise import BatchNormStatistics
+
+    x = torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(0)) * 2 + 1
+    net = nn.Sequential(nn.BatchNorm2d(3)).eval()
+    net[0].running_mean.copy_(x.mean(dim=(0, 2, 3)))
+    net[0].running_var.copy_(x.var(dim=(0, 2, 3), unbiased=False))
+    with BatchNormStatistics(net) as prior:
+        net(x)
+        assert float(prior.penalty()) == pytest.approx(0.0, abs=1e-5)
+        net(x + 0.5)  # the mean moves by 0.5 in each of 3 channels: ||(0.5, 0.5, 0.5)|| = 0.866
+        assert float(prior.penalty()) == pytest.approx(0.75 ** 0.5, rel=1e-4)
+    with pytest.raises(ConfigError, match="no BatchNorm2d"):
+        BatchNormStatistics(TinyNet())

@@ -64,6 +64,7 @@ L2 distance or one minus the cosine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -334,7 +335,7 @@ def optimise_image(start: torch.Tensor, objective: Callable[..., torch.Tensor], 
     low, high = to_space(torch.zeros(1, 3, 1, 1, device=start.device), settings.space), \
         to_space(torch.ones(1, 3, 1, 1, device=start.device), settings.space)
     best: Optimised | None = None
-    with bn if bn is not None else _nothing():
+    with bn if bn is not None else nullcontext():
         for trial in range(trials):
             found = _one_trial(to_space(start[trial * batch:(trial + 1) * batch], settings.space), value_of, extra,
                                settings=settings, box=(low, high), final=settings.select == "best" or trials > 1,
@@ -342,14 +343,6 @@ def optimise_image(start: torch.Tensor, objective: Callable[..., torch.Tensor], 
             if best is None or found.value < best.value:
                 best = found
     return best
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
 
 
 def _one_trial(z0: torch.Tensor, value_of, extra: tuple[torch.Tensor, ...], *, settings: InversionSettings,
