@@ -23,6 +23,13 @@ least-MSE assignment, :func:`~privreid.attacks.inversion.attack.match_reconstruc
     to valid pixels, the iterate with the lowest objective returned, one
     trial.  It is given the **true labels** (the comparison is of the images;
     privreid has to find its own).
+``breaching`` (with ``--breaching DIR``)
+    the reference implementation itself, imported from a checkout ``DIR`` of
+    JonasGeiping/breaching (with hydra-core on the path), its
+    ``invertinggradients`` configuration at the same iterations, the same
+    true labels and the same start (it draws its N(0, 1) start from torch's
+    global generator, seeded as the reference's); it checks the
+    re-implementation.
 
 Settings (``SETTINGS``): DLG's LeNet (Zhu et al. 2019: three 5x5 sigmoid
 convolutions of 12 channels and a 100-class linear layer with bias, uniform
@@ -36,6 +43,7 @@ attacks on it: one averaged gradient, or simulating the local steps.
 
     OMP_NUM_THREADS=1 python benchmarks/inversion_strength.py            # ~9 min on one CPU thread
     python benchmarks/inversion_strength.py --seeds 1 --lenet-iterations 50 --reid-iterations 5   # smoke run
+    PYTHONPATH=/tmp/breaching/deps python benchmarks/inversion_strength.py --breaching /tmp/breaching/src
 """
 
 from __future__ import annotations
@@ -139,6 +147,11 @@ def reference_tv(z: torch.Tensor) -> torch.Tensor:
     return (across.abs() + down.abs()).mean()
 
 
+def reference_seed(seed: int) -> int:
+    """The seed of the reference's (and breaching's) N(0, 1) start."""
+    return 10_000 + seed
+
+
 def reference_attack(model: nn.Module, observed: dict, images_shape, labels: list[int], iterations: int,
                      seed: int) -> torch.Tensor:
     """The reference configuration's attack (module docstring); ``[0, 1]`` images."""
@@ -149,7 +162,7 @@ def reference_attack(model: nn.Module, observed: dict, images_shape, labels: lis
     target = [observed[n] for n in names]
     target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))
     y = torch.tensor(labels)
-    z = torch.randn(images_shape, generator=torch.Generator().manual_seed(10_000 + seed)).requires_grad_(True)
+    z = torch.randn(images_shape, generator=torch.Generator().manual_seed(reference_seed(seed))).requires_grad_(True)
     adam = torch.optim.Adam([z], lr=0.1)
     decay = torch.optim.lr_scheduler.MultiStepLR(
         adam, milestones=[int(iterations * k / 8) for k in (3, 5, 7)], gamma=0.1)
@@ -171,6 +184,48 @@ def reference_attack(model: nn.Module, observed: dict, images_shape, labels: lis
     return (kept * std + mean).clamp(0, 1)
 
 
+class _Logits(nn.Module):
+    """``x -> logits``: the model as breaching calls it (its parameters in the model's order)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model.forward_train(x)[2]
+
+
+def breaching_attack(checkout: str, model: nn.Module, observed: dict, images_shape, labels: list[int],
+                     iterations: int, seed: int) -> torch.Tensor:
+    """JonasGeiping/breaching's own ``invertinggradients`` on the same gradient; ``[0, 1]`` images."""
+    import contextlib
+    import io
+    import types
+
+    if checkout not in sys.path:
+        sys.path.insert(0, checkout)
+    import breaching
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        cfg = breaching.get_attack_config("invertinggradients", overrides=[f"optim.max_iterations={iterations}",
+                                                                           "optim.callback=1000000"])
+    net = _Logits(model).eval()
+    if [n for n, _ in model.named_parameters()] != list(observed):
+        raise SystemExit("breaching matches every parameter's gradient; this model has parameters the loss misses")
+    attacker = breaching.attacks.prepare_attack(net, nn.CrossEntropyLoss(), cfg)
+    meta = types.SimpleNamespace(shape=tuple(images_shape[1:]), mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD),
+                                 modality="vision")
+    payload = [{"parameters": [p.detach() for p in net.parameters()], "buffers": [b.detach() for b in net.buffers()],
+                "metadata": meta}]
+    shared = [{"gradients": list(observed.values()), "buffers": None,
+               "metadata": {"num_data_points": len(labels), "labels": torch.tensor(labels), "local_hyperparams": None}}]
+    torch.manual_seed(reference_seed(seed))
+    with contextlib.redirect_stdout(io.StringIO()):
+        found, _ = attacker.reconstruct(payload, shared, {}, dryrun=False)
+    mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    return (found["data"] * std + mean).clamp(0, 1)
+
+
 # --------------------------------------------------------------------------- scoring and the table
 def scores(model: nn.Module, subjects: torch.Tensor, images: torch.Tensor) -> dict[str, float]:
     """Mean PSNR, SSIM and feature cosine over the batch, reconstructions matched to subjects."""
@@ -180,7 +235,8 @@ def scores(model: nn.Module, subjects: torch.Tensor, images: torch.Tensor) -> di
     return {m: float(np.mean([p[m] for p in per])) for m in ("psnr", "ssim", "feature_cosine")}
 
 
-def one_run(kind: str, pool: torch.Tensor, batch: int, iterations: int, seed: int) -> dict[str, dict]:
+def one_run(kind: str, pool: torch.Tensor, batch: int, iterations: int, seed: int,
+            checkout: str | None = None) -> dict[str, dict]:
     model = build(kind, seed)
     g = torch.Generator().manual_seed(seed)
     subjects = pool[torch.randperm(len(pool), generator=g)[:batch]]
@@ -197,6 +253,11 @@ def one_run(kind: str, pool: torch.Tensor, batch: int, iterations: int, seed: in
     images = reference_attack(model, observed, subjects.shape, labels, iterations, seed)
     out["reference"] = {**scores(model, subjects, images), "label_accuracy": None,
                         "seconds": time.process_time() - t}
+    if checkout:
+        t = time.process_time()
+        images = breaching_attack(checkout, model, observed, subjects.shape, labels, iterations, seed)
+        out["breaching"] = {**scores(model, subjects, images), "label_accuracy": None,
+                            "seconds": time.process_time() - t}
     return out
 
 
@@ -239,16 +300,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lenet-iterations", type=int, default=1000)
     parser.add_argument("--reid-iterations", type=int, default=200)
     parser.add_argument("--json", type=Path, default=None, help="Also write every run's numbers here.")
+    parser.add_argument("--breaching", default=None, metavar="DIR",
+                        help="Also run breaching's own attack from this checkout of JonasGeiping/breaching.")
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     pools = {"lenet": photographs((32, 32)), "reid": persons((32, 16))}
     rows, record = [], {"settings": vars(args) | {"json": None}, "runs": {}}
     for name, kind, batch, option in SETTINGS:
         iterations = getattr(args, option)
-        runs = [one_run(kind, pools[kind], batch, iterations, seed) for seed in range(args.seeds)]
+        runs = [one_run(kind, pools[kind], batch, iterations, seed, args.breaching) for seed in range(args.seeds)]
         record["runs"][name] = runs
-        for attack in ("privreid", "reference"):
-            rows.append((f"{name}, {iterations} it.", attack, [r[attack] for r in runs]))
+        for attack in runs[0]:
+            rows.append((f"{name}, {iterations} it.", {"breaching": "breaching 8bd99d5 (itself)",
+                                                       "reference": "reference recipe (re-implemented)"}.get(
+                                                           attack, attack), [r[attack] for r in runs]))
         print(f"done: {name} ({sum(r[a]['seconds'] for r in runs for a in r):.0f} s CPU)", file=sys.stderr)
     print(table(rows))
     iterations = args.lenet_iterations
