@@ -229,16 +229,18 @@ class InversionResult:
     subjects: list[dict[str, Any]]
     summary: dict[str, Any]
     reconstructions: Any = field(repr=False)  #: ``(N, 3, H, W)`` tensor in ``[0, 1]``
+    #: the attack and budget that produced the numbers (a lower bound on what leaks)
+    recipe: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "iterations": self.iterations, "subjects": self.subjects,
-                "summary": self.summary}
+        return {"method": self.method, "iterations": self.iterations, "recipe": self.recipe,
+                "subjects": self.subjects, "summary": self.summary}
 
 
 @python_errors()
 def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", iterations: int = 200,
-           lr: float = 0.01, label_smoothing: float = 0.0, seed: int = 0, device: str = "cpu",
-           progress: bool = False, **load_options: Any) -> InversionResult:
+           lr: float | None = None, options: dict[str, Any] | None = None, label_smoothing: float = 0.0,
+           seed: int = 0, device: str = "cpu", progress: bool = False, **load_options: Any) -> InversionResult:
     """Reconstruct ``images`` from ``model``'s one-image training gradients (the ``full`` threat model).
 
     The attacker observes the whole gradient of the identity loss (classifier
@@ -246,18 +248,27 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
     :mod:`privreid.attacks.inversion.threat_models`, as ``privreid invert
     --threat full``.  ``images``: ``(N, 3, H, W)`` in ``[0, 1]`` at the
     model's input size.  ``method``: ``dlg``, ``idlg``, ``ig``
-    (:data:`privreid.INVERSION_ATTACKS`).  Needs a classifier and gradients;
+    (:data:`privreid.INVERSION_ATTACKS`).  ``lr``: ``None`` = the recipe's.
+    ``options``: any further field of
+    :class:`privreid.attacks.inversion.InversionSettings` (the knobs of
+    ``privreid invert``: ``optimizer``, ``signed``, ``schedule``, ``tv``,
+    ``tv_form``, ``bn``, ``space``, ``start``, ``select``, ``restarts``,
+    ``batch``: consecutive images form one step's batch, ``local_steps``,
+    ``local_lr``, ``update``); the defaults are the strong recipe, and
+    ``InversionSettings.preset("l2rw-fig8")``'s fields are L2RW+'s.
+    Needs a classifier and gradients;
     the shared-update threat models need a privreid checkpoint's federation
     (``privreid invert``).  ``model`` and ``load_options`` as :func:`evaluate`.
     """
     import torch
 
-    from privreid.attacks.inversion import InversionSettings, reconstruct
+    from privreid.attacks.inversion import InversionSettings, reconstruct_batch
     from privreid.attacks.inversion.report import score, summarise
     from privreid.errors import ConfigError
     from privreid.seeding import derive_seed
 
-    settings = InversionSettings(attack=method, iterations=iterations, lr=lr)
+    settings = InversionSettings(**{"attack": method, "iterations": iterations, **({} if lr is None else {"lr": lr}),
+                                    **(options or {})})
     adapter, net = _network(model, load_options, device)
     if not adapter.differentiable or adapter.classifier is None:
         raise ConfigError("inversion observes the gradient of the identity loss: the model needs gradients and a "
@@ -267,12 +278,16 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
     if images.ndim != 4 or tuple(images.shape[1:]) != (3, adapter.height, adapter.width) or len(images) != len(labels):
         raise ConfigError(f"images must be (N, 3, {adapter.height}, {adapter.width}) with one label each; got "
                           f"{tuple(images.shape)} and {len(labels)} label(s)")
-    recs = [reconstruct(net, image, int(label), threat="full", shared=set(), settings=settings,
-                        label_smoothing=label_smoothing, seed=derive_seed(seed, "invert", str(k)), progress=progress)
-            for k, (image, label) in enumerate(zip(images, labels))]
+    b = settings.batch
+    if len(images) % b:
+        raise ConfigError(f"{len(images)} image(s) do not split into batches of {b}")
+    recs = [rec for k in range(0, len(images), b)
+            for rec in reconstruct_batch(net, images[k:k + b], [int(y) for y in labels[k:k + b]], threat="full",
+                                         shared=set(), settings=settings, label_smoothing=label_smoothing,
+                                         seed=derive_seed(seed, "invert", str(k)), progress=progress)]
     scores = [score(net, rec) for rec in recs]
     return InversionResult(method, iterations, scores, summarise(scores),
-                           torch.stack([rec.reconstruction for rec in recs]))
+                           torch.stack([rec.reconstruction for rec in recs]), settings.describe())
 
 
 @dataclass

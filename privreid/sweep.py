@@ -107,7 +107,6 @@ def _utility(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
-    from .attacks.inversion import InversionSettings
     from .attacks.inversion.campaign import invert_checkpoints
     from .attacks.retrieval import evaluate_under_attack
     from .checkpoint import Checkpoint
@@ -121,16 +120,24 @@ def _leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[st
     pgd = evaluate_under_attack(ckpt.load_model(device=dev), testset, height=cfg.data.height, width=cfg.data.width,
                                 method="pgd", eps=settings.pgd_eps, steps=settings.pgd_steps,
                                 max_queries=settings.max_queries, seed=settings.seed, device=dev)
+    inversion = _inversion_settings(settings)
     inv = invert_checkpoints([ckpt_path], ckpt_path.parent / "inversion", n=settings.subjects, threat=settings.threat,
-                             seed=settings.seed, device=str(dev), progress=False,
-                             settings=InversionSettings(attack=settings.attack, iterations=settings.iterations))
+                             seed=settings.seed, device=str(dev), progress=False, settings=inversion)
     summary = inv.models[0]["summary"]
     return {**membership_leakage(ckpt_path, settings, device), "PGD mAP": pgd.attacked["mAP"],
             "clean mAP (PGD set)": pgd.clean["mAP"],
             "inversion PSNR": summary["attack"]["psnr"]["mean"],
             "inversion cosine": summary["attack"]["feature_cosine"]["mean"],
             "random PSNR": summary["random"]["psnr"]["mean"],
-            "random cosine": summary["random"]["feature_cosine"]["mean"]}
+            "random cosine": summary["random"]["feature_cosine"]["mean"],
+            "inversion attack": inversion.describe()}
+
+
+def _inversion_settings(settings: LeakageSettings):
+    """The sweep's inversion attack: privreid's default recipe with the sweep's attack and iterations."""
+    from .attacks.inversion import InversionSettings
+
+    return InversionSettings(attack=settings.attack, iterations=settings.iterations)
 
 
 def membership_leakage(ckpt_path: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
@@ -144,7 +151,7 @@ def membership_leakage(ckpt_path: Path, settings: LeakageSettings, device: str) 
 
 def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> dict[str, Any]:
     cache = run_dir / "sweep_eval.json"
-    key = dataclasses.asdict(settings)
+    key = {**dataclasses.asdict(settings), "inversion": _inversion_settings(settings).record()}  # a new recipe re-measures
     if cache.is_file():
         stored = json.loads(cache.read_text())
         if stored.get("settings") == key:

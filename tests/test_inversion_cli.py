@@ -51,7 +51,9 @@ def test_invert_two_models_on_the_same_subjects(checkpoints, tmp_path):
     reports = {d.name: json.loads((d / "metrics.json").read_text()) for d in dirs}
     for name, report in reports.items():
         settings = report["settings"]
-        assert settings["attack"] == "ig" and settings["match"] == "cosine" and settings["tv"] == 1e-4
+        assert settings["attack"] == "ig" and settings["match"] == "cosine" and settings["tv"] == 0.2
+        assert settings["signed"] and settings["schedule"] == "step" and settings["select"] == "best"
+        assert settings["recipe"].startswith("ig (cosine matching, TV 0.2 (anisotropic, normalised); 3 iterations")
         assert settings["iterations"] == 3 and settings["threat"] == "full" and settings["image_size"] == [32, 16]
         assert settings["defence"] == {"beta": 0.0, "download_beta": 0.0, "clip_norm": None, "noise_multiplier": 0.0}
         subjects = report["subjects"]

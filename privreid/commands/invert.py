@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from ..attacks.inversion.settings import MATCHES, InversionSettings
+from ..attacks.inversion.settings import (MATCHES, OPTIMISERS, SCHEDULES, SELECTS, SPACES, STARTS, TV_FORMS, UPDATES,
+                                          InversionSettings)
 from ..errors import ConfigError
 from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      load_models_or_exit, run_dir_or_exit, run_or_exit)
@@ -21,7 +22,7 @@ from .options import settings_options
 #: ``--method``'s help (the built-in inversion attacks: their registry, privreid.attacks.inversion.optimise, imports
 #: torch, which ``--help`` does not wait for; tests/test_option_names.py checks every registered one is named)
 INVERSION_ATTACK_HELP = ("Inversion attack: dlg (DLG: l2 distance, TV 0), idlg (iDLG: l2, TV 0) or ig (Inverting "
-                         "Gradients: cosine, TV 1e-4); an attack a plugin registers is named the same way.")
+                         "Gradients: cosine, TV 0.2); an attack a plugin registers is named the same way.")
 #: ``--threat``'s help, the built-in threat models (their registry imports torch, as above)
 THREAT_HELP = ("Threat model: full (whole gradient, head included), shared (shared keys only), shared-feature (the "
                "bottleneck's exact feature leak, then feature inversion) or aggregate (the sum of --clients m "
@@ -29,12 +30,33 @@ THREAT_HELP = ("Threat model: full (whole gradient, head included), shared (shar
 
 
 @settings_options(
-    InversionSettings, "subjects", flags={"attack": "--method"}, choices={"match": MATCHES},
+    InversionSettings, "subjects", flags={"attack": "--method", "signed": "--signed/--no-signed"},
+    choices={"match": MATCHES, "tv_form": TV_FORMS, "space": SPACES, "start": STARTS, "optimizer": OPTIMISERS,
+             "schedule": SCHEDULES, "select": SELECTS, "update": UPDATES},
     attack=INVERSION_ATTACK_HELP,
     match="Distance matched (default: the attack's, see --method).",
-    tv="Total-variation weight (default: the attack's, see --method).",
-    iterations="Adam iterations per subject.",
-    lr="Adam learning rate (pixels in [0, 1]).")
+    tv="Total-variation weight, on the image in --space (default: the attack's, see --method).",
+    tv_form="Total variation: anisotropic (mean |dx| + mean |dy|, kornia's) or isotropic (mean sqrt(dx^2 + dy^2), "
+            "Geiping et al.'s Eq. 4).",
+    bn="Weight of the BatchNorm-statistics image prior (Yin et al. 2021; 0 = off; models with BatchNorm2d).",
+    space="Where the image is optimised, boxed and regularised: the model's normalised input or [0, 1] pixels.",
+    start="Random start: N(0, 1) in normalised input space (normal, Geiping et al.'s) or U[0, 1] pixels (uniform, "
+          "L2RW+'s); it is also the random-image baseline.",
+    optimizer="Optimiser of the image: adam or sgd.",
+    signed="Step on the sign of the objective's gradient (Geiping et al.'s signed gradients).",
+    schedule="Learning rate: step (x0.1 at 3/8, 5/8 and 7/8 of the iterations, Geiping et al.'s) or none "
+             "(constant).",
+    select="Image returned: the iterate with the lowest objective (best) or the last.",
+    restarts="Random starts per batch; the one with the lowest final objective is kept.",
+    iterations="Iterations per start (the --schedule milestones scale with them; every report names the "
+               "budget).",
+    lr="Learning rate of the image (in --space units).",
+    batch="Images in the client's step: one gradient of --batch images is inverted, labels recovered by count "
+          "(--subjects must be a multiple; --threat full).",
+    local_steps="SGD steps the client takes on its batch before uploading (their averaged update is observed; "
+                "--threat full).",
+    local_lr="The client's learning rate in those local steps.",
+    update="How a multi-step update is attacked: simulate the local steps, or match it as one gradient.")
 def invert_command(
     model: Optional[Path] = typer.Option(None, "--model", help="Checkpoint (ckpt.pt) whose client is attacked, or "
                                          "a model file from elsewhere with a classifier (docs/models.md; "
@@ -78,11 +100,16 @@ def invert_command(
 ) -> None:
     """Reconstruct a client's training image from its upload (DLG / iDLG / Inverting Gradients).
 
-    Threat models: the full one-image gradient (L2RW+ Fig. 8), the shared part
-    only (the head stays on the client), or the shared bottleneck's exact
-    feature leak followed by feature inversion.  Reports MSE / PSNR / SSIM,
-    the model's feature cosine and label correctness, each next to a
-    random-image baseline.
+    Threat models: the full gradient of a one-image (L2RW+ Fig. 8) or --batch
+    step, over --local-steps local steps; the shared part only (the head
+    stays on the client); or the shared bottleneck's exact feature leak
+    followed by feature inversion.  The default attack is Inverting Gradients
+    with the strong recipe (signed Adam, step decay, TV on the normalised
+    image, best iterate; docs/leakage-and-robustness.md); L2RW+'s Fig. 8
+    setting is --method idlg --lr 0.01 --no-signed --schedule none --space
+    pixels --start uniform --select last.  Reports MSE / PSNR / SSIM, the
+    model's feature cosine and label correctness, each next to a random-image
+    baseline: a lower bound on what leaks.
 
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
@@ -93,6 +120,9 @@ def invert_command(
     def validate():
         check_precision(precision)
         settings = InversionSettings(**attack_settings)
+        from ..attacks.inversion.campaign import batches
+
+        batches(subjects, settings.batch)  # refused before any model loads
         model_threat = get_threat(threat)
         model_threat.check_options(image=image, clients=clients)
         return settings, checkpoint_paths(model, models, more_models), model_threat

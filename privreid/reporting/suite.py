@@ -224,8 +224,10 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
     return save_figure(fig, path)
 
 
-def inversion_records(threat: str, single: list[dict], aggregate: list[dict]) -> list[dict[str, Any]]:
-    """``inversion.csv``: one row per (model, threat, m) with the attack's and the random baseline's mean metrics."""
+def inversion_records(threat: str, single: list[dict], aggregate: list[dict],
+                      recipe: str | None = None) -> list[dict[str, Any]]:
+    """``inversion.csv``: one row per (model, threat, m) with the attack's and the random baseline's mean metrics,
+    and ``recipe``, the attack and budget that produced them (:meth:`InversionSettings.describe`)."""
     from ..attacks.inversion.report import METRICS
 
     rows = []
@@ -236,6 +238,8 @@ def inversion_records(threat: str, single: list[dict], aggregate: list[dict]) ->
         for key in ("attack", "random"):
             row.update({(metric if key == "attack" else f"random_{metric}"): m["summary"][key][metric]["mean"]
                         for metric in METRICS})
+        if recipe is not None:
+            row["attack"] = recipe
         rows.append(row)
     return rows
 
@@ -407,7 +411,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                                progress=progress, skip_refused=True, settings=inversion)
         result["inversion"] = {"table": inv.table, "models": inv.models,
                                "aggregate": {"table": agg.table, "models": agg.models}}
-        write_csv_rows(inversion_records(settings.inversion_threat, inv.models, agg.models), out / "inversion.csv")
+        write_csv_rows(inversion_records(settings.inversion_threat, inv.models, agg.models, inversion.describe()),
+                       out / "inversion.csv")
         plot_inversion(settings.inversion_threat, inv.models, agg.models, out / "inversion.png")
         grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv.models)
         agg_grids = "\n".join(f"![{m['name']}: {m['row']}]({Path(m['grid']).relative_to(out).as_posix()})"

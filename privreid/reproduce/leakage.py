@@ -25,13 +25,17 @@ from pathlib import Path
 
 import torch
 
+from ..attacks.inversion.settings import PRESETS, InversionSettings
 from ..data.types import MODALITIES
 from ..errors import ConfigError
 from ..pickle_scan import UnsafePickle, safe_torch_load
 from ..rundir import save_torch_atomic
 
-#: the paper's attack: iDLG, Adam at lr 0.01, 200 iterations (its "Discussion on privacy")
-FIG8_ATTACK = {"attack": "idlg", "iterations": 200, "lr": 0.01}
+#: the paper's attack: iDLG, Adam at lr 0.01, 200 iterations (its "Discussion on privacy"): the ``l2rw-fig8`` preset
+#: of :data:`privreid.attacks.inversion.settings.PRESETS` (plain Adam on [0, 1] pixels from uniform noise, the last
+#: iterate), not ``privreid invert``'s stronger default recipe
+FIG8_PRESET = "l2rw-fig8"
+FIG8_ATTACK = PRESETS[FIG8_PRESET]
 #: the threat model: the server sees the one-image gradient of the whole model (head included), as iDLG assumes
 FIG8_THREAT = "full"
 #: the cell metrics (``score``'s names) -> what the table calls them
@@ -79,7 +83,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     cache = run_dir / f"inversion-{modality}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    from ..attacks.inversion import InversionSettings, defense_as_trained, reconstruct
+    from ..attacks.inversion import defense_as_trained, reconstruct
     from ..attacks.inversion.campaign import Subject, _to_unit_tensor, client_of, load_targets
     from ..attacks.inversion.report import score, write_metrics_json
     from ..data.formats import read_image
@@ -93,7 +97,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     subject = Subject(_to_unit_tensor(read_image(path), height, width), path, 0)
     client, label = client_of(target, subject, "", None)
     net, shared = _client_model(target, client, dev)
-    settings = InversionSettings(**FIG8_ATTACK)
+    settings = InversionSettings.preset(FIG8_PRESET)
     defense = defense_as_trained(target.config)
     rec = reconstruct(net, subject.image, label, threat=FIG8_THREAT, shared=shared, settings=settings,
                       label_smoothing=target.config.train.label_smoothing, defense=defense,
@@ -101,7 +105,8 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     save_torch_atomic({"subject": rec.subject, "reconstruction": rec.reconstruction},
                       run_dir / f"inversion-{modality}.pt")
     meta = {"checkpoint": str(run_dir / "ckpt.pt"), "method": target.ckpt.method, "threat": FIG8_THREAT,
-            **FIG8_ATTACK, "match": settings.distance, "tv": settings.tv_weight, "modality": modality}
+            **FIG8_ATTACK, "match": settings.distance, "tv": settings.tv_weight, "recipe": settings.describe(),
+            "modality": modality}
     write_metrics_json(cache, settings=meta, subjects=[{"path": path, "client": client, "label": label,
                                                         "inferred_label": rec.inferred_label}],
                        scores=[score(net, rec)])

@@ -633,7 +633,11 @@ def _l2rw_fig8() -> TableSpec:
             "included, as iDLG assumes), for a client that trained on the subject, on SYSU-MM01 (its Table IX's "
             "first dataset), and fixes the subjects by the data: the first training image in path order of each "
             "modality, the same images for both models",
-            "iDLG as in the paper (Adam, lr 0.01, 200 iterations, label inferred from the head's gradient); the "
+            "iDLG as in the paper (Adam, lr 0.01, 200 iterations, label inferred from the head's gradient): the "
+            "`l2rw-fig8` preset (plain Adam on [0, 1] pixels from uniform noise, the last iterate), not privreid "
+            "invert's default, which is a stronger attack (Inverting Gradients with signed Adam at lr 0.1, step "
+            "decay, TV on the normalised image, the best iterate; docs/leakage-and-robustness.md), so the figure's "
+            "leakage is the paper's attack's, a lower bound on what leaks; the "
             "filters' parameters are privreid's (the paper gives none; privreid.attacks.inversion.report); PSNR, "
             "SSIM and label recovery are privreid's additions; a random image's row is each metric's floor",
         ),

@@ -39,7 +39,7 @@ from ...errors import CheckpointError, ConfigError
 from ...renamed import renamed_names
 from .campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects, write_summary
 from .defenses import NO_DEFENSE, Defense, defense_as_trained
-from .optimise import invert_feature, random_image
+from .optimise import invert_feature, random_start
 from .threat_models import Observation, leak_bottleneck_feature, observe
 
 BASE_THREAT = "shared-feature"
@@ -179,7 +179,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                         steps.append((models[c][0], _to_unit_tensor(read_image(path), h, w).to(dev), label))
                     obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defense=defense,
                                                 generator=generator)
-                    start = random_image((1, *subject.image.shape), generator, dev)
+                    start = random_start((settings.restarts, *subject.image.shape), generator, settings.start, dev)
                     image = invert_feature(net, leak_bottleneck_feature(obs.grads), start, settings=settings,
                                            progress=progress)
                     rec = Reconstruction(subject=subject.image.cpu(), reconstruction=image[0].cpu(),
@@ -192,9 +192,9 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                 bar.update()
             where = (out / label_file_stem(target.name) if several else out) / ("single" if m is None else f"m{m}")
             meta = {"checkpoint": str(target.path), "method": target.ckpt.method,
-                    "threat": BASE_THREAT if m is None else "aggregate", "clients": m, "attack": "feature inversion",
-                    "match": settings.distance, "tv": settings.tv_weight, "iterations": settings.iterations,
-                    "lr": settings.lr, "seed": seed, "defence_per_client": asdict(defense),
+                    "threat": BASE_THREAT if m is None else "aggregate", "clients": m, **settings.record(),
+                    "attack": "feature inversion", "recipe": settings.describe(), "seed": seed,
+                    "defence_per_client": asdict(defense),
                     "image_size": list(subjects[0].image.shape[1:])}
             write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
             title = f"{target.name}: {row}"
@@ -206,12 +206,12 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     bar.close()
     caption = (f"Gradient inversion of the server's view under secure aggregation"
                f"{'' if several else f' ({targets[0].name})'}: the sum of m clients' shared one-image updates, "
-               f"attacked through the bottleneck's feature leak and feature inversion ({settings.iterations} Adam "
-               f"iterations at lr {settings.lr:g}, {settings.distance} matching, TV {settings.tv_weight:g}; "
+               f"attacked through the bottleneck's feature leak and feature inversion ({settings.describe()}; "
                f"{'defences as trained, per client' if defended else 'no defences'}; {len(subjects)} subject(s); "
                f"m: {'as given' if clients else 'each run' + chr(39) + 's clients per round'}); reference: the "
                f"single upload (threat {BASE_THREAT}).  Mean ± std against the victim's image, each row above its "
-               "random-image baseline."
+               "random-image baseline; a lower bound on what leaks (a stronger attack or a longer budget may "
+               "recover more)."
                + "".join(f" Not attacked: {r['name']} ({r['refused']})." for r in refused))
     result = write_summary(out, caption, rows, results)
     result.models += refused

@@ -204,12 +204,18 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     for target, models, owners in jobs:
         defense = defense_as_trained(target.config) if defended else NO_DEFENSE
         recs, scores, described = [], [], []
-        for k, (subject, (name, pid)) in enumerate(zip(subjects, owners)):
-            net, shared = models[name]
-            _attack_subject(net, subject, pid, {"client": name}, (recs, scores, described), threat=threat,
-                            shared=shared, settings=settings, label_smoothing=target.config.train.label_smoothing,
-                            defense=defense, seed=seed, progress=progress)
-            bar.update()
+        for group in batches(len(subjects), settings.batch):
+            names = {owners[k][0] for k in group}
+            if len(names) > 1:
+                raise ConfigError(f"--batch {settings.batch}: subjects {[subjects[k].path for k in group]} belong "
+                                  f"to different clients of {target.path} ({', '.join(sorted(names))}); a batch is "
+                                  "one client's step")
+            net, shared = models[names.pop()]
+            _attack_batch(net, [subjects[k] for k in group], [owners[k][1] for k in group],
+                          [{"client": owners[k][0]} for k in group], (recs, scores, described), threat=threat,
+                          shared=shared, settings=settings, label_smoothing=target.config.train.label_smoothing,
+                          defense=defense, seed=seed, progress=progress)
+            bar.update(len(group))
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
         meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defence": asdict(defense)}
         results.append(_write_model_result(where, target.name, meta, described, recs, scores, settings=settings,
@@ -219,21 +225,30 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
                                        len(subjects)), [(r["name"], r["summary"]) for r in results], results)
 
 
-def _attack_subject(net, subject: Subject, label: int, about: dict[str, Any], into: tuple[list, list, list], *,
-                    seed: int, **reconstruct_options: Any) -> None:
-    """Reconstruct ``subject`` from ``net``'s step on it with ``label``; append the reconstruction, its scores
-    and its description (``about`` added) to the three lists of ``into``."""
-    from . import reconstruct
+def batches(count: int, batch: int) -> list[list[int]]:
+    """``count`` subjects in consecutive batches of ``batch`` (``--subjects`` must be a multiple of ``--batch``)."""
+    if count % batch:
+        raise ConfigError(f"--subjects {count} is not a multiple of --batch {batch}: every batch holds {batch} images")
+    return [list(range(k, k + batch)) for k in range(0, count, batch)]
+
+
+def _attack_batch(net, subjects: list[Subject], labels: list[int], about: list[dict[str, Any]],
+                  into: tuple[list, list, list], *, seed: int, **reconstruct_options: Any) -> None:
+    """Reconstruct the batch ``subjects`` from ``net``'s step on it with ``labels``; append the reconstructions,
+    their scores and their descriptions (``about`` added) to the three lists of ``into``.  One subject keeps its
+    own seed (as before batches); a batch is seeded by its first subject."""
+    from . import reconstruct_batch
     from .report import score
     from ...seeding import derive_seed
 
-    rec = reconstruct(net, subject.image, label, seed=derive_seed(seed, "invert", subject.path),
-                      **reconstruct_options)
-    recs, scores, described = into
-    recs.append(rec)
-    scores.append(score(net, rec))
-    described.append({"index": subject.index, "path": subject.path, "label": label, **about,
-                      "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+    recs = reconstruct_batch(net, torch.stack([s.image for s in subjects]), labels,
+                             seed=derive_seed(seed, "invert", subjects[0].path), **reconstruct_options)
+    all_recs, scores, described = into
+    for subject, label, extra, rec in zip(subjects, labels, about, recs):
+        all_recs.append(rec)
+        scores.append(score(net, rec))
+        described.append({"index": subject.index, "path": subject.path, "label": label, **extra,
+                          "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
 
 
 def _write_model_result(where: Path, name: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
@@ -241,8 +256,7 @@ def _write_model_result(where: Path, name: str, meta: dict[str, Any], described:
     """One model's ``metrics.json`` and ``grid.png`` in ``where``; its entry of :class:`CampaignResult` ``models``."""
     from .report import save_grid, summarise, write_metrics_json
 
-    meta = {**meta, "threat": threat, "attack": settings.attack, "match": settings.distance,
-            "tv": settings.tv_weight, "iterations": settings.iterations, "lr": settings.lr, "seed": seed,
+    meta = {**meta, "threat": threat, **settings.record(), "recipe": settings.describe(), "seed": seed,
             "image_size": list(recs[0].subject.shape[1:])}
     write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
     save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" if d["index"] is not None
@@ -252,9 +266,9 @@ def _write_model_result(where: Path, name: str, meta: dict[str, Any], described:
 
 
 def _caption(settings, threat: str, defenses: str, subjects: int) -> str:
-    return (f"Gradient inversion ({settings.attack}, threat {threat}, {settings.distance} matching, "
-            f"TV {settings.tv_weight:g}, {settings.iterations} iterations of Adam at lr {settings.lr:g}, "
-            f"{defenses}; {subjects} subject(s)); mean ± std, each model above its random-image baseline.")
+    return (f"Gradient inversion (threat {threat}; attack {settings.describe()}; {defenses}; {subjects} subject(s)); "
+            "mean ± std, each model above its random-image baseline.  A lower bound on what leaks: a stronger "
+            "attack or a longer budget may recover more.")
 
 
 def file_subjects(height: int, width: int, *, image: Path | None, data: list[str] | None, index: int | None,
@@ -298,16 +312,17 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     for name, model in zip(model_labels(models), models):
         net = model.network(device=dev)
         recs, scores, described = [], [], []
-        for subject in subjects:
+        for group in batches(len(subjects), settings.batch):
+            chosen = [subjects[k] for k in group]
             if label is not None:
-                pid, source = label, "--label"
+                pids, source = [label] * len(chosen), "--label"
             else:
                 with torch.no_grad():
-                    pid = int(net.forward_train(to_model_input(subject.image[None].to(dev)))[2].argmax())
-                source = "predicted by the model"
-            _attack_subject(net, subject, pid, {"label_source": source}, (recs, scores, described),
-                            threat="full", shared=set(), settings=settings, seed=seed, progress=progress)
-            bar.update()
+                    logits = net.forward_train(to_model_input(torch.stack([c.image for c in chosen]).to(dev)))[2]
+                pids, source = [int(k) for k in logits.argmax(dim=1)], "predicted by the model"
+            _attack_batch(net, chosen, pids, [{"label_source": source}] * len(chosen), (recs, scores, described),
+                          threat="full", shared=set(), settings=settings, seed=seed, progress=progress)
+            bar.update(len(group))
         where = out if len(models) == 1 else out / label_file_stem(name)
         results.append(_write_model_result(where, name, {"model": model.provenance()}, described, recs, scores,
                                            settings=settings, threat="full", seed=seed))

@@ -1,10 +1,18 @@
-"""What the server observes of a client's one-image training step.
+"""What the server observes of a client's training step.
 
 The client's step: its model in **eval mode** (BatchNorm with running
 statistics, dropout off, as in Geiping et al.'s evaluation; a BatchNorm1d neck
 cannot train on a single image anyway), one image ``x`` with its client label
-``y``, the run's identity loss (cross-entropy with the recorded label
-smoothing), and the gradient of every trainable parameter the loss reaches.
+``y`` (or a batch of ``B`` images with their labels, ``privreid invert
+--batch``: the mean loss), the run's identity loss (cross-entropy with the
+recorded label smoothing), and the gradient of every trainable parameter the
+loss reaches.  With ``local_steps`` T > 1 the client takes T SGD steps at
+``local_lr`` on its batch before it uploads, as a FedPav or FedReID client
+does in a local epoch; the server then observes the averaged update
+``(theta_0 - theta_T) / (local_lr T)`` (:func:`local_update`), which is the
+gradient itself for T = 1.  Batches and local steps are attacked under the
+``full`` threat model (:attr:`ThreatModel.client_steps`); the shared threat
+models' exact surrogates hold for one image and one step.
 
 Threat models (``THREATS``, a registry of :class:`ThreatModel` objects; a new
 one is a subclass and one :func:`register_threat`):
@@ -57,7 +65,7 @@ from privreid.registry import Registry
 from privreid.models.reid_net import CLASSIFIER_PREFIX
 
 from .defenses import NO_DEFENSE, Defense, Gradients, defend_gradient, noisy_download
-from .labels import bias_sign_label, matched_sign_label
+from .labels import bias_count_labels, bias_sign_label, matched_sign_label, norm_count_labels
 
 #: the shared bottleneck Linear layer of privreid's linear neck (:class:`privreid.models.reid_net.LinearNeck`)
 BOTTLENECK = "neck.fc"
@@ -84,6 +92,8 @@ class ThreatModel:
     summary: str = ""
     needs_shared: bool = True
     single_upload: bool = True
+    #: the threat attacks batches of images and multi-step local updates (else one image's one-step gradient)
+    client_steps: bool = False
 
     def check_options(self, *, image, clients) -> None:
         """Refuse campaign options this threat cannot take (before any work): ``--clients`` is the aggregate's."""
@@ -134,6 +144,7 @@ class FullGradient(ThreatModel):
     name = "full"
     summary = "whole gradient, head included"
     needs_shared = False
+    client_steps = True
 
     def visible(self, grads: Gradients, shared: set[str]) -> Gradients:
         return grads
@@ -255,9 +266,52 @@ def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
     model_threat.check(model, shared)
 
 
-def _client_loss(model: nn.Module, image: torch.Tensor, label: int, loss_fn: nn.Module) -> torch.Tensor:
-    logits = model.forward_train(to_model_input(image[None]))[2]
-    return loss_fn(logits, torch.tensor([label], device=logits.device))
+def _batch(images: torch.Tensor, labels) -> tuple[torch.Tensor, list[int]]:
+    """``(B, 3, H, W)`` images and ``B`` labels from one image and its label or from a batch and its labels."""
+    if images.ndim == 3:
+        return images[None], [int(labels)]
+    labels = [int(y) for y in labels]
+    if images.ndim != 4 or len(labels) != len(images):
+        raise ConfigError(f"a batch is (B, 3, H, W) images with B labels; got {tuple(images.shape)} and "
+                          f"{len(labels)} label(s)")
+    return images, labels
+
+
+def _client_loss(model: nn.Module, images: torch.Tensor, labels, loss_fn: nn.Module) -> torch.Tensor:
+    images, labels = _batch(images, labels)
+    logits = model.forward_train(to_model_input(images))[2]
+    return loss_fn(logits, torch.tensor(labels, device=logits.device))
+
+
+class _Evaluate(nn.Module):
+    """``model`` as a submodule, ``forward()`` = ``loss()``: what :func:`torch.func.functional_call` re-parametrises."""
+
+    def __init__(self, model: nn.Module, loss) -> None:
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self) -> torch.Tensor:
+        return self.loss()
+
+
+def local_update(model: nn.Module, names: list[str], loss, steps: int, lr: float, *,
+                 create_graph: bool = False) -> list[torch.Tensor]:
+    """``(theta_0 - theta_T) / (lr T)`` for the parameters ``names`` after ``T = steps`` SGD steps on ``loss()``
+    (a function evaluated with the current parameters), in ``names`` order: the one-step gradient for T = 1.
+
+    ``create_graph``: the update stays differentiable in whatever ``loss``
+    depends on (the attacker's dummy batch: simulating the local steps).
+    """
+    from torch.func import functional_call
+
+    params = dict(model.named_parameters())
+    current = {n: params[n] for n in names}
+    wrapper = _Evaluate(model, loss)
+    for _ in range(steps):
+        value = functional_call(wrapper, {f"model.{n}": p for n, p in current.items()}, ())
+        grads = torch.autograd.grad(value, list(current.values()), create_graph=create_graph)
+        current = {n: p - lr * g for (n, p), g in zip(current.items(), grads)}
+    return [(params[n] - current[n]) / (lr * steps) for n in names]
 
 
 def parameter_gradients(loss: torch.Tensor, model: nn.Module, names: list[str], *,
@@ -267,8 +321,11 @@ def parameter_gradients(loss: torch.Tensor, model: nn.Module, names: list[str], 
     return list(torch.autograd.grad(loss, [params[n] for n in names], create_graph=create_graph))
 
 
-def client_gradient(model: nn.Module, image: torch.Tensor, label: int, loss_fn: nn.Module) -> Gradients:
-    """The gradient of the client's one-image step (eval mode) for every trainable parameter it reaches.
+def client_gradient(model: nn.Module, image: torch.Tensor, label, loss_fn: nn.Module, *, local_steps: int = 1,
+                    local_lr: float = 0.01) -> Gradients:
+    """The gradient of the client's step (eval mode) on one image ``(3, H, W)`` with its label, or on a batch
+    ``(B, 3, H, W)`` with its labels, for every trainable parameter it reaches; with ``local_steps`` > 1 the
+    averaged update of that many SGD steps at ``local_lr`` (:func:`local_update`).
 
     Parameters the loss does not reach (SKA's idle generalised norm copies)
     get no entry.
@@ -277,7 +334,12 @@ def client_gradient(model: nn.Module, image: torch.Tensor, label: int, loss_fn: 
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(_client_loss(model, image, label, loss_fn), [p for _, p in named],
                                 allow_unused=True)
-    return {n: g.detach() for (n, _), g in zip(named, grads) if g is not None}
+    observed = {n: g.detach() for (n, _), g in zip(named, grads) if g is not None}
+    if local_steps == 1:
+        return observed
+    update = local_update(model, list(observed), lambda: _client_loss(model, image, label, loss_fn), local_steps,
+                          local_lr)
+    return {n: u.detach() for n, u in zip(observed, update)}
 
 
 @dataclass
@@ -286,25 +348,32 @@ class Observation:
 
     threat: str
     grads: Gradients
+    #: images in the observed step
+    batch: int = 1
 
 
-def observe(model: nn.Module, image: torch.Tensor, label: int, *, threat: str, shared: set[str],
-            loss_fn: nn.Module, defense: Defense = NO_DEFENSE,
-            generator: torch.Generator | None = None) -> Observation:
-    """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]``) as the attacker observes it.
+def observe(model: nn.Module, image: torch.Tensor, label, *, threat: str, shared: set[str],
+            loss_fn: nn.Module, defense: Defense = NO_DEFENSE, generator: torch.Generator | None = None,
+            local_steps: int = 1, local_lr: float = 0.01) -> Observation:
+    """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]`` with its label, or a batch ``(B, 3, H, W)``
+    with its labels; ``local_steps`` SGD steps at ``local_lr``) as the attacker observes it.
 
     Defences: the victim computes its step on the noisy download (Eq. 15), the
     whole gradient is clipped and noised (DP, Eq. 14), then the threat model's
     part of it is observed.  ``shared`` names the shared parameters.
     """
     check_model(model, threat, shared)
+    batch = 1 if image.ndim == 3 else len(image)
+    if (batch > 1 or local_steps > 1) and not get_threat(threat).client_steps:
+        raise ConfigError(f"threat {threat!r} attacks one image's one-step update; batches (--batch) and local "
+                          "steps (--local-steps) are attacked under --threat full")
     victim = noisy_download(model, shared, defense.download_beta, generator) if defense.download_beta > 0 \
         else model
-    grads = client_gradient(victim, image, label, loss_fn)
+    grads = client_gradient(victim, image, label, loss_fn, local_steps=local_steps, local_lr=local_lr)
     if defense.active:
         grads = defend_gradient(grads, beta=defense.beta, clip_norm=defense.clip_norm,
                                 noise_multiplier=defense.noise_multiplier, generator=generator)
-    return Observation(threat, THREATS[threat].visible(grads, shared))
+    return Observation(threat, THREATS[threat].visible(grads, shared), batch)
 
 
 def leak_bottleneck_feature(grads: Gradients, layer: str = BOTTLENECK) -> torch.Tensor:
@@ -337,6 +406,26 @@ def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
     if not found:
         raise ConfigError("the classifier head has no Linear layer to infer a label from")
     return found[-1]
+
+
+def infer_labels(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[list[int], str]:
+    """The labels of the observed batch (:attr:`Observation.batch` of them, sorted): ``(labels, rule)``.
+
+    One image: :func:`infer_label`.  A batch: the count rules of
+    :mod:`.labels`, from the bias gradient where the head's last layer has a
+    bias (:func:`.labels.bias_count_labels`), else from the weight gradient's
+    row norms (:func:`.labels.norm_count_labels`).
+    """
+    if observation.batch == 1:
+        label, rule = infer_label(model, observation, label_smoothing)
+        return [label], rule
+    if observation.threat != "full":
+        raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
+    prefix, layer = head_last_linear(model)
+    grads = observation.grads
+    if layer.bias is not None and f"{prefix}.bias" in grads:
+        return bias_count_labels(grads[f"{prefix}.bias"], observation.batch), "bias count"
+    return norm_count_labels(grads[f"{prefix}.weight"], observation.batch), "weight-row norm count"
 
 
 def infer_label(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[int, str]:
