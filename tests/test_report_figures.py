@@ -68,3 +68,24 @@ def test_inversion_bars_from_zero_explain_the_baseline_tick_and_keep_the_legend_
     assert "a random image (baseline)" in [t.get_text() for t in legend.get_texts()]
     assert legend.get_bbox_to_anchor().x0 >= fig.axes[-1].get_window_extent().x1 - 1
     assert np.isclose(fig.axes[1].patches[0].get_height(), 14.0)
+
+
+def test_inversion_grid_captions_say_the_file_and_the_model_s_own_class(monkeypatch, tmp_path):
+    import torch
+
+    from privreid.attacks.inversion import Reconstruction
+    from privreid.attacks.inversion import report
+
+    assert report.subject_caption({"index": 3, "path": "/d/train/0012_c1s1_000151_00.jpg", "label": 54,
+                                   "inferred_label": 54}) == "#3 0012_c1s1_000151_00\nhead class 54, inferred 54"
+    assert report.subject_caption({"index": None, "path": None, "label": 7}) == "head class 7"
+    figures = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, title=None: figures.append((fig, title)) or path)
+    image = torch.zeros(3, 8, 4)
+    rec = Reconstruction(subject=image, reconstruction=image, baseline=image, label=1, inferred_label=None,
+                         label_rule=None)
+    report.save_grid(tmp_path / "grid.png", [rec], captions=["#0 a\nhead class 1"], title="m: ig")
+    fig, title = figures[0]
+    label = fig.axes[0].yaxis.label
+    assert label.get_text() == "#0 a\nhead class 1" and label.get_rotation() == 0 and label.get_fontsize() >= 8
+    assert title.startswith("m: ig\n") and "own head" in title.replace("\n", " ")

@@ -133,7 +133,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     from ...seeding import derive_seed
     from .attack import Reconstruction, reconstruct
     from .campaign import _to_unit_tensor
-    from .report import save_grid, score, summarise, write_metrics_json
+    from .report import save_grid, score, subject_caption, summarise, write_metrics_json
 
     if n < 1:
         raise ConfigError(f"--subjects must be >= 1 (got {n})")
@@ -198,7 +198,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                     "image_size": list(subjects[0].image.shape[1:])}
             write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
             title = f"{target.name}: {row}"
-            save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" for d in described],
+            save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described],
                       title=title)
             rows.append((title if several else row, summarise(scores)))
             results.append({"name": target.name, "row": row, "clients": m, "summary": rows[-1][1], "dir": str(where),

@@ -254,13 +254,12 @@ def _attack_batch(net, subjects: list[Subject], labels: list[int], about: list[d
 def _write_model_result(where: Path, name: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
                         scores: list[dict[str, Any]], *, settings, threat: str, seed: int) -> dict[str, Any]:
     """One model's ``metrics.json`` and ``grid.png`` in ``where``; its entry of :class:`CampaignResult` ``models``."""
-    from .report import save_grid, summarise, write_metrics_json
+    from .report import save_grid, subject_caption, summarise, write_metrics_json
 
     meta = {**meta, "threat": threat, **settings.record(), "recipe": settings.describe(), "seed": seed,
             "image_size": list(recs[0].subject.shape[1:])}
     write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
-    save_grid(where / "grid.png", recs, captions=[f"#{d['index']} id {d['label']}" if d["index"] is not None
-                                                  else f"id {d['label']}" for d in described],
+    save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described],
               title=f"{name}: {settings.attack}, threat {threat}")
     return {"name": name, "summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,26 @@ def filtered_views(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return smooth, edges.expand(3, -1, -1)
 
 
+#: the grid's footnote: what a row's caption says (two models number the same identity differently)
+CAPTION_NOTE = ("Each row: the subject's index and image file (its dataset identity), then its class in the attacked "
+                "model's own head (each model numbers its classes: two grids differ for the same person), and the "
+                "class the attack inferred where it inferred one.")
+
+
+def subject_caption(described: dict[str, Any]) -> str:
+    """A grid row's caption from a subject's description: ``#index file`` and ``head class L (inferred I)``."""
+    first = " ".join(x for x in (f"#{described['index']}" if described.get("index") is not None else "",
+                                 Path(described["path"]).stem if described.get("path") else "") if x)
+    second = f"head class {described['label']}"
+    if described.get("inferred_label") is not None:
+        second += f", inferred {described['inferred_label']}"
+    return f"{first}\n{second}" if first else second
+
+
 def save_grid(path: str | Path, reconstructions: list[Reconstruction], captions: list[str] | None = None,
               title: str | None = None) -> Path:
-    """PNG grid, one row per subject: subject, reconstruction, bilateral-filtered, Laplacian."""
+    """PNG grid, one row per subject: subject, reconstruction, bilateral-filtered, Laplacian; each row's caption
+    (:func:`subject_caption`) to its left, horizontal, and :data:`CAPTION_NOTE` under the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,8 +162,9 @@ def save_grid(path: str | Path, reconstructions: list[Reconstruction], captions:
     height, width = reconstructions[0].subject.shape[-2:]
     cell_w = 1.3
     cell_h = cell_w * height / width
-    fig, axes = plt.subplots(len(reconstructions), 4, figsize=(cell_w * 4, cell_h * len(reconstructions) + 0.6),
-                             squeeze=False)
+    caption_w = 2.2 if captions else 0.0
+    fig, axes = plt.subplots(len(reconstructions), 4, squeeze=False,
+                             figsize=(cell_w * 4 + caption_w, cell_h * len(reconstructions) + (1.2 if captions else 0.6)))
     for r, rec in enumerate(reconstructions):
         smooth, edges = filtered_views(rec.reconstruction)
         for c, image in enumerate((rec.subject, rec.reconstruction, smooth, edges)):
@@ -156,7 +175,10 @@ def save_grid(path: str | Path, reconstructions: list[Reconstruction], captions:
             if r == 0:
                 ax.set_title(columns[c], fontsize=7)
         if captions:
-            axes[r][0].set_ylabel(captions[r], fontsize=6)
+            axes[r][0].set_ylabel(captions[r], fontsize=8, rotation=0, ha="right", va="center", labelpad=6)
+    if captions:  # under the title, wrapped to the figure's width
+        note = textwrap.fill(CAPTION_NOTE, width=int(fig.get_figwidth() * 13))
+        title = f"{title}\n{note}" if title else note
     return save_figure(fig, path, title=title)
 
 
