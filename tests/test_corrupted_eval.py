@@ -80,9 +80,12 @@ def test_a_deterministic_corruption_of_the_gallery_has_zero_spread(trained):
     assert res["repeats"][0] != res["clean"]
 
 
-def test_severe_noise_on_both_sides_lowers_map(trained):
-    res = run(trained, corruptions="gaussian_noise", severity=5, repeats=2)
-    assert res["mean"]["mAP"] < res["clean"]["mAP"] - 0.02
+def test_severe_noise_on_both_sides_lowers_map(learned_identities):
+    """On a model that has learnt its identities (the module's two-epoch model is near chance, where noise raised
+    mAP with AVX2 kernels): measured drop 0.09-0.41 over 3 seeds x AVX-512 / AVX2 kernels."""
+    model, testset = learned_identities
+    res = evaluate_corrupted(model, testset, height=32, width=16, corruptions="gaussian_noise", severity=5, repeats=2)
+    assert res["mean"]["mAP"] < res["clean"]["mAP"] - 0.04
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torchattacks
 from PIL import Image
 from typer.testing import CliRunner
@@ -17,9 +16,8 @@ from privreid.attacks.feature_attacks import (ATTACKS, FeatureAttack, build_atta
 from privreid.attacks.retrieval import (evaluate_under_attack, format_table_ix, pixel_transforms,
                                         plot_attack_examples, relative_drop, resolve_methods)
 from privreid.cli import app
-from privreid.data import ImageDataset, build_transforms
-from privreid.data.catalog import federation_for_config, resolve_datasets
-from privreid.data.types import TestSet as QueryGallery  # not named Test*: pytest would collect it
+from privreid.data import ImageDataset
+from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.models import build_model
@@ -47,28 +45,10 @@ def images():
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_synth):
-    """A model trained with identity CE on domain A's training images, and a test set built from them.
-
-    Query = camera 0, gallery = the other cameras: the identities were learnt, so clean retrieval is good
-    and an attack has something to destroy.
-    """
-    domain = resolve_datasets([str(tiny_synth)])["synthA"]
-    data = ImageDataset(domain.train, build_transforms(32, 16, train=False))
-    x = torch.stack([data[i][0] for i in range(len(data))])
-    y = torch.tensor([data[i][1] for i in range(len(data))])
-    torch.manual_seed(0)
-    model = build_model(arch="resnet18", feat_dim=32, num_classes=domain.num_train_pids)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    model.train()
-    for _ in range(25):
-        idx = torch.randperm(len(x))[:16]
-        loss = F.cross_entropy(model.forward_train(x[idx])[2], y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    testset = QueryGallery("trainA", [s for s in domain.train if s[2] == 0], [s for s in domain.train if s[2] != 0])
-    return model.eval(), testset
+def trained(learned_identities):
+    """conftest's model that learnt synthA's identities: clean retrieval is good and an attack has something to
+    destroy."""
+    return learned_identities
 
 
 def run(model, testset, **kw):
@@ -193,12 +173,12 @@ def test_build_attack_errors(random_model):
 def test_attacks_lower_map_of_a_trained_model(trained, method):
     model, testset = trained
     res = run(model, testset, method=method)
-    # the model did learn these identities (on the textured render-2 data its R1 is 0.6 exactly)
-    assert res.clean["mAP"] > 0.6 and res.clean["rank1"] >= 0.6
+    # the model did learn these identities (clean mAP 0.91-1.00 over 3 seeds x AVX-512 / AVX2 kernels)
+    assert res.clean["mAP"] > 0.8 and res.clean["rank1"] >= 0.8
+    # mAP drops measured over the same 6 runs: FGSM 0.16-0.41, PGD 0.18-0.44, BIM 0.18-0.44, MI-FGSM 0.19-0.44;
     # TI-FGSM smooths its gradient with a translation kernel, trading white-box strength for transferability
-    # (Dong et al. 2019): it must still cut mAP clearly, by less than the others (0.118 measured here, where the
-    # 0.15 of the other attacks failed with numpy 2.4.6 on the previous release's code too)
-    assert res.attacked["mAP"] < res.clean["mAP"] - (0.08 if method == "tifgsm" else 0.15)
+    # (Dong et al. 2019): 0.12-0.30
+    assert res.attacked["mAP"] < res.clean["mAP"] - (0.06 if method == "tifgsm" else 0.08)
     for key in ("rank1", "mAP", "mINP"):
         assert res.drop[key] == pytest.approx((res.clean[key] - res.attacked[key]) / res.clean[key])
     assert 0 < res.max_perturbation <= EPS + TOL
@@ -219,7 +199,8 @@ def test_targets_max_queries_examples_and_seed(trained):
     both = run(model, testset, method="fgsm", target="both")
     assert gallery.attacked_images == g and both.attacked_images == q + g
     assert gallery.attacked != gallery.clean and gallery.feature_shift > 0.1
-    assert both.attacked["mAP"] < both.clean["mAP"] - 0.1  # (gallery alone: see feature_attacks' docstring)
+    # (gallery alone: see feature_attacks' docstring); measured drop 0.08-0.41 over 3 seeds x 2 kernel settings
+    assert both.attacked["mAP"] < both.clean["mAP"] - 0.03
     small = run(model, testset, method="fgsm", max_queries=3, examples=2)
     assert small.attacked_images == 3 and small.example_clean.shape == (2, 3, 32, 16)
     assert small.example_adversarial.shape == (2, 3, 32, 16)
