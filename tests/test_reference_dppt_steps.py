@@ -11,6 +11,13 @@ reference's GeM pooling replaced by the average (``avg``, what privreid pools
 with), in float32 and, the same weights and images converted, in float64
 (``avg_float64``), and unchanged in float32 (``gem``).  Recording: ``tests/reference/README.md``, section
 "Joey623/L2RW (DPPT) first steps".
+
+Every bottleneck's last BN weight (``bn3.weight``) is zero on both sides (torchvision's ``zero_init_residual``,
+the fixture's ``zero_init_residual`` flag).  With torchvision's default initialisation this random ResNet-50 is
+chaotic at 64x32: float32 gradients differ from float64 ones by 3% relative, so the CPU's convolution kernels
+(AVX-512 or AVX2) changed the second identity loss by 8% (5.89 vs 5.43); with the residual branches zeroed the
+reference's float32 and float64 runs agree to 1e-6 and its AVX2 recording differs from the native one by at most
+1.9e-6 in the losses.
 """
 
 import json
@@ -69,6 +76,10 @@ def first_steps(tmp_path, lagged: bool, dtype=torch.float32) -> dict:
     seed_everything(REF["seed"])
     model = DPPT.build_model(cfg, initial_weights=False)
     model.reset_classifier(REF["classes"])
+    with torch.no_grad():
+        for name, p in model.backbone.named_parameters():
+            if REF["zero_init_residual"] and name.endswith("bn3.weight"):
+                p.zero_()
     model.to(dtype)
     initial = checksums(model.state_dict())
     update = make_client_update(cfg)
@@ -126,7 +137,7 @@ def test_first_steps_match_the_reference_in_float64(lagged64):
     identity and circle losses at every step and the same weights after 3 steps: the loss terms (CE, circle / B),
     the optimiser (groups, momentum, Nesterov, weight decay on every tensor, the trainable BNNeck bias) and the
     BatchNorm statistics agree.  Both sides in float64 (the same weights and images, converted), where rounding
-    cannot hide a difference: tolerance relative 1e-9 (observed 1e-14); rates relative 1e-12."""
+    cannot hide a difference: tolerance relative 1e-9 (observed 8e-15); rates relative 1e-12."""
     ref = REF["avg_float64"]
     assert np.array(lagged64["lr"]) == pytest.approx(np.array(ref["lr"]), rel=1e-12)
     assert lagged64["id"] == pytest.approx(ref["id"], rel=1e-9)
@@ -138,16 +149,14 @@ def test_first_steps_match_the_reference_in_float64(lagged64):
 
 
 def test_first_steps_match_the_reference_in_float32(lagged):
-    """privreid's training precision.  Tolerances: relative 1e-5 for the losses of steps 1-2 (observed 2.5e-6),
-    1e-3 for step 3 (observed 2e-4): at these rates from random weights a step amplifies rounding ~100-fold (the
-    reference's own float32 and float64 runs of the same weights differ by 20% at step 2), so the float64 test
-    above is the exact one."""
+    """privreid's training precision.  Tolerance: relative 1e-5 for the losses of all 3 steps (observed 5e-7
+    with the AVX-512 kernels the fixture was recorded with, 1.5e-6 with torch's AVX2 kernels).  With the residual
+    branches zeroed (module docstring) the trajectory is calm: the reference's own float32 and float64 runs of the
+    same weights agree to 1e-6 (before, they differed by 20% at step 2 and step 3 needed relative 1e-3)."""
     ref = REF["avg"]
     assert np.array(lagged["lr"]) == pytest.approx(np.array(ref["lr"]), rel=1e-12)
-    assert lagged["id"][:2] == pytest.approx(ref["id"][:2], rel=1e-5)
-    assert lagged["circle"][:2] == pytest.approx(ref["circle"][:2], rel=1e-5)
-    assert lagged["id"][2] == pytest.approx(ref["id"][2], rel=1e-3)
-    assert lagged["circle"][2] == pytest.approx(ref["circle"][2], rel=1e-3)
+    assert lagged["id"] == pytest.approx(ref["id"], rel=1e-5)
+    assert lagged["circle"] == pytest.approx(ref["circle"], rel=1e-5)
 
 
 def test_rates_lag_one_step_behind_privreid(ours):
@@ -165,7 +174,7 @@ def test_rates_lag_one_step_behind_privreid(ours):
 def test_gem_pooling_gives_other_losses(ours):
     """Deviation "dppt-pooling": privreid pools the trunk by the average, the reference code by GeM (p = 3); from
     the same weights and batch its first losses differ from privreid's (which match the average-pooled
-    reference above)."""
+    reference above): identity loss by 1.1e-3, circle loss by 4% relative."""
     gem = REF["gem"]
     assert ours["id"][0] != pytest.approx(gem["id"][0], rel=1e-3)
     assert ours["circle"][0] != pytest.approx(gem["circle"][0], rel=1e-3)
