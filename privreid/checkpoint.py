@@ -234,11 +234,21 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
 
 
 def _cut_short(path: Path) -> bool:
-    """Whether ``path`` starts as a torch file does (a zip archive) but is not a whole zip: truncated or damaged."""
+    """Whether ``path`` starts as a torch file does (a zip archive) but does not end as one: truncated or damaged.
+
+    A whole torch file ends with the zip's end-of-central-directory record (22 bytes, no comment).  Not
+    ``zipfile.is_zipfile``: it searches the last 64 KiB for that record's signature, which the tensor bytes of a
+    file cut in the middle can hold by chance (the message then depended on the weights).
+    """
     import zipfile
 
     with open(path, "rb") as fh:
-        return fh.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
+        head = fh.read(4)
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(size - 22, 0))
+        tail = fh.read(4)
+    return head == b"PK\x03\x04" and (tail != b"PK\x05\x06" or not zipfile.is_zipfile(path))
 
 
 def integrity_hash(ckpt: dict[str, Any]) -> str:

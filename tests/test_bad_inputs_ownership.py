@@ -162,7 +162,14 @@ def test_a_signal_during_start_up_is_one_line(signum, tmp_path, tiny_synth, monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(training, "federation_for_config", signalled)
-    outcome = run_cli(substitute((*TRAIN, "--out", "{tmp}/run"), synth=tiny_synth, tmp=tmp_path))
+    # Python's own SIGINT handler, as a process started from a terminal has it: an earlier test in the same worker
+    # may have left another one (a process that inherits SIGINT ignored, like a shell's background job, keeps
+    # ignoring it, as it should)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        outcome = run_cli(substitute((*TRAIN, "--out", "{tmp}/run"), synth=tiny_synth, tmp=tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     lines = [line for line in outcome.stderr.splitlines() if line.strip()]
     assert outcome.exit_code == 128 + getattr(signal, signum), outcome.stderr
     assert len(lines) == 1 and lines[0].startswith(f"error: stopped by {signum} while running"), outcome.stderr

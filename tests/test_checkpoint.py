@@ -234,11 +234,15 @@ def test_checkpoint_load_errors_are_one_line(tmp_path):
     (tmp_path / "bad.pt").write_bytes(whole[:len(whole) // 2])  # truncated
     torch.save({"state_dict": {}}, tmp_path / "foreign.pt")
     torch.save({"format": "privreid-ckpt-v1", "method": "x"}, tmp_path / "partial.pt")
-    for name, message in [("missing.pt", "checkpoint not found"), ("bad.pt", "is not a privreid checkpoint"),
+    for name, message in [("missing.pt", "checkpoint not found"), ("bad.pt", "is a torch file cut short"),
                           ("foreign.pt", "is not a privreid checkpoint"), ("partial.pt", "is incomplete: missing")]:
         with pytest.raises(CheckpointError, match=message) as info:
             Checkpoint.load(tmp_path / name)
         assert "\n" not in str(info.value) and str(tmp_path / name) in str(info.value)
+    for cut in (1000, len(whole) // 3, len(whole) - 1):  # wherever it is cut, whatever the weights' bytes hold
+        (tmp_path / "cut.pt").write_bytes(whole[:cut])
+        with pytest.raises(CheckpointError, match="is a torch file cut short"):
+            Checkpoint.load(tmp_path / "cut.pt")
     with pytest.raises(CheckpointError, match="incomplete: missing method"):
         Checkpoint.from_dict({k: v for k, v in minimal_ckpt(build_model("resnet18", feat_dim=16)).items()
                               if k != "method"})
