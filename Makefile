@@ -34,8 +34,9 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
 
-# One torch thread: a float reduction's order may depend on the thread count, and the README's numbers were
-# produced with one thread, so `make demo` reproduces them to the digit on any machine.
+# One torch thread: a float reduction's order may depend on the thread count.  The digits also depend on the CPU's
+# kernels (ATen's capability, oneDNN's ISA, MKL): README "The demo" gives the spread over seeds and kernels
+# (benchmarks/demo_spread.py), and each run's env.json records its kernels.
 demo: export OMP_NUM_THREADS = 1
 demo: $(STAMP)
 	$(BIN)/privreid train --method centralized $(DEMO_ARGS) --out $(DEMO)/centralized
