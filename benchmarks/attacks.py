@@ -5,7 +5,7 @@ same process and on the same ResNet-18 ReID model (random init, 128x64 input
 by default, a fixed batch of random ``[0, 1]`` images):
 
 ``privreid``
-    :func:`privreid.attacks.feature_attacks.build_attack` ``(...).perturb(x)``:
+    :func:`privreid.retrieval_attacks.feature_attacks.build_attack` ``(...).perturb(x)``:
     the feature-space objective (one extra no-grad forward for the clean
     reference feature, then ``steps`` forward+backward passes).
 ``torchattacks``
@@ -42,8 +42,8 @@ import torchvision.transforms.functional as TF
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.attacks.feature_attacks import build_attack  # noqa: E402
-from privreid.attacks.retrieval import resolve_methods  # noqa: E402
+from privreid.retrieval_attacks.feature_attacks import build_attack  # noqa: E402
+from privreid.retrieval_attacks.retrieval import resolve_methods  # noqa: E402
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from privreid.models import build_model  # noqa: E402
 

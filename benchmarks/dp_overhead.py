@@ -7,8 +7,8 @@ forward + backward + optimiser step (SGD, lr 0.01):
 
 ``non-private``  plain SGD, the reference;
 ``privreid``     privreid's DP-SGD step as a client takes it
-                 (:class:`privreid.defenses.dp_sgd.PrivateTraining`: Opacus
-                 hooks on the model, :class:`~privreid.defenses.dp_sgd.AttributionCheckingDPOptimizer`
+                 (:class:`privreid.defenses.dp_sgd.mechanism.PrivateTraining`: Opacus
+                 hooks on the model, :class:`~privreid.defenses.dp_sgd.mechanism.AttributionCheckingDPOptimizer`
                  around SGD, accountant step hook), entered through
                  ``model.forward_train``;
 ``hooks``, ``functorch``, ``ew``, ``ghost``
@@ -45,7 +45,7 @@ computes convolution per-sample gradients with unfold + einsum from 32
 samples on and with (here much slower) grouped convolutions below; DP-SGD's
 Poisson batches of expected size 32 are below 32 half of the time, and
 there hooks win.  privreid therefore uses hooks
-(:mod:`privreid.defenses.dp_sgd`).
+(:mod:`privreid.defenses.dp_sgd.mechanism`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from privreid.defenses.accounting import ClientAccountant  # noqa: E402
-from privreid.defenses.dp_sgd import DPSGDPlan, PrivateTraining  # noqa: E402
+from privreid.defenses.dp_sgd.mechanism import DPSGDPlan, PrivateTraining  # noqa: E402
 from privreid.models import build_model  # noqa: E402
 
 OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")

@@ -2,13 +2,13 @@
 
 Two attackers invert the **same true gradients** of the **same models** for
 the same number of iterations, and **one metric function** scores both
-(privreid's :func:`~privreid.attacks.inversion.report.image_metrics`:
+(privreid's :func:`~privreid.inversion.report.image_metrics`:
 scikit-image PSNR and Wang et al.'s Gaussian SSIM on ``[0, 1]`` pixels;
 the model's feature cosine; reconstructions matched to subjects by the
-least-MSE assignment, :func:`~privreid.attacks.inversion.attack.match_reconstructions`):
+least-MSE assignment, :func:`~privreid.inversion.attack.match_reconstructions`):
 
 ``privreid``
-    ``privreid invert``'s default attack (:class:`~privreid.attacks.inversion.InversionSettings`
+    ``privreid invert``'s default attack (:class:`~privreid.inversion.InversionSettings`
     at its defaults, only ``iterations`` and ``batch`` set), which recovers
     the labels itself (label accuracy is reported).
 ``reference``
@@ -64,10 +64,10 @@ from torch import nn
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.attacks.inversion import InversionSettings, reconstruct_batch  # noqa: E402
-from privreid.attacks.inversion.attack import match_reconstructions  # noqa: E402
-from privreid.attacks.inversion.report import feature_cosine, image_metrics  # noqa: E402
-from privreid.attacks.inversion.threat_models import client_gradient  # noqa: E402
+from privreid.inversion import InversionSettings, reconstruct_batch  # noqa: E402
+from privreid.inversion.attack import match_reconstructions  # noqa: E402
+from privreid.inversion.report import feature_cosine, image_metrics  # noqa: E402
+from privreid.inversion.threat_models import client_gradient  # noqa: E402
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The poisoning table of docs/poisoning.md: each attack against each server defence, FedPav, clean mAP and ASR.
+"""The poisoning table of docs/poisoning.md: each attack against each server defense, FedPav, clean mAP and ASR.
 
 FedPav on a synthetic federation (:data:`SYNTH`: 3 domains of 36 training
 and 20 test identities, written into ``--out`` unless ``--data`` is given)
@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from privreid.adversaries import adversary_plan
-from privreid.adversaries.backdoor import recorded_backdoor
+from privreid.malicious_clients import adversary_plan
+from privreid.malicious_clients.backdoor import recorded_backdoor
 from privreid.checkpoint import load_model
 from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config
@@ -72,7 +72,7 @@ ATTACKS = {"no attack": None, "label flip": {"name": "label-flip"}, "scaled": {"
            "backdoor": {"name": "backdoor", "fraction": 1.0}, "DBA": {"name": "dba", "fraction": 1.0},
            "backdoor, boosted": {"name": "backdoor", "fraction": 1.0, "boost": 4.5}}
 #: column label -> ``train.defenses`` / secure aggregation
-DEFENCES = {"plain FedPav": {}, "Krum (f=2)": {"robust-krum": {"f": 2}},
+DEFENSES = {"plain FedPav": {}, "Krum (f=2)": {"robust-krum": {"f": 2}},
             "Multi-Krum (f=2, m=7)": {"robust-krum": {"f": 2, "keep": 7}}, "median": {"robust-median": {}},
             "trimmed mean (0.25)": {"robust-trimmed-mean": {"fraction": 0.25}},
             "Bulyan (f=1)": {"robust-bulyan": {"f": 1}}, "norm bounding": {"norm-bound": {"bound": 1.0}},
@@ -80,17 +80,17 @@ DEFENCES = {"plain FedPav": {}, "Krum (f=2)": {"robust-krum": {"f": 2}},
 CENTRAL = "centralised, same data"
 #: ``--smoke``: the rows and columns it runs (every kind of cell: clean, a data attack on two clients, a robust rule,
 #: secure aggregation, the centralised reference)
-SMOKE_ATTACKS, SMOKE_DEFENCES = ("no attack", "DBA"), ("plain FedPav", "Krum (f=2)", "secure aggregation")
+SMOKE_ATTACKS, SMOKE_DEFENSES = ("no attack", "DBA"), ("plain FedPav", "Krum (f=2)", "secure aggregation")
 
 
-def run_config(args, attack: dict | None, defence, method: str = "fedpav") -> RunConfig:
-    """One cell's run: the table's data, model and budget with ``attack`` and ``defence``, from the warm start."""
+def run_config(args, attack: dict | None, defense, method: str = "fedpav") -> RunConfig:
+    """One cell's run: the table's data, model and budget with ``attack`` and ``defense``, from the warm start."""
     train = dict(method=method, rounds=args.rounds, batch_size=BATCH, max_steps_per_epoch=args.steps,
                  lr_backbone=LR, device="cpu", seed=0)
-    if defence == "secure-aggregation":
+    if defense == "secure-aggregation":
         train["secure_aggregation"] = True
-    elif defence:
-        train["defenses"] = defence
+    elif defense:
+        train["defenses"] = defense
     if attack and method != "centralized":
         train["adversary"] = {**attack, "malicious": MALICIOUS}
     return RunConfig(data=DataConfig(roots=list(args.data), protocol="by-identity", num_clients=3, height=32,
@@ -142,13 +142,13 @@ def measure(summary: dict, out: Path, backdoor, config: RunConfig) -> dict:
 
 
 def run_cell(args, work: Path, attack_label: str, column: str) -> dict:
-    """The cell of row ``attack_label`` and column ``column`` (a defence, or :data:`CENTRAL`), trained in
+    """The cell of row ``attack_label`` and column ``column`` (a defense, or :data:`CENTRAL`), trained in
     ``work``."""
     attack = ATTACKS[attack_label]
     backdoor = recorded_backdoor(run_config(args, attack, {})) if attack else None
     out = work / f"{attack_label}-{column}".replace(" ", "_").replace(",", "")
     if column != CENTRAL:
-        config = run_config(args, attack, DEFENCES[column])
+        config = run_config(args, attack, DEFENSES[column])
         return measure(train(config, out), out, backdoor, config)
     central = run_config(args, attack, {}, method="centralized")
     data = poisoned_federation(run_config(args, attack, {})) if attack else None
@@ -167,7 +167,7 @@ def chance_map(config: RunConfig) -> float:
 
 
 def markdown(cells: dict) -> str:
-    """Rows: attacks; columns: defences and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
+    """Rows: attacks; columns: defenses and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
     attacks without a trigger), ``mAP†`` where the model's features were not finite on a test set (scored there
     at chance level)."""
     columns = list(next(iter(cells.values())))
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="cells trained at the same time, one process and one torch "
                     "thread each (default 1)")
     ap.add_argument("--rows", nargs="+", choices=list(ATTACKS), help="only these attacks (default: all)")
-    ap.add_argument("--columns", nargs="+", choices=[*DEFENCES, CENTRAL], help="only these columns (default: all)")
+    ap.add_argument("--columns", nargs="+", choices=[*DEFENSES, CENTRAL], help="only these columns (default: all)")
     ap.add_argument("--smoke", action="store_true", help="1 round of 1 step (warm start too), 2 rows and 3 "
                     "columns: checks the table runs")
     args = ap.parse_args(argv)
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     work = args.out / "runs"
     args.warm_start = warm_start(args, work)
     attacks = args.rows or (SMOKE_ATTACKS if args.smoke else list(ATTACKS))
-    columns = args.columns or [*(SMOKE_DEFENCES if args.smoke else DEFENCES), CENTRAL]
+    columns = args.columns or [*(SMOKE_DEFENSES if args.smoke else DEFENSES), CENTRAL]
     jobs = [(args, work, attack, column) for attack in attacks for column in columns]
     started = time.time()
     cells: dict[str, dict[str, dict]] = {attack: {} for attack in attacks}

@@ -3,7 +3,7 @@
 One process, one set of uploads: ``--clients`` copies of the FedPav global
 model (ResNet-18, privreid's default neck), each moved by its own Gaussian
 update, aggregated by plain FedPav (data-volume mean, streamed) and by every
-server defence of :mod:`privreid.defenses.robust_defences` (Krum, Multi-Krum,
+server defense of :mod:`privreid.defenses.robust_defenses` (Krum, Multi-Krum,
 median, trimmed mean, Bulyan on Flower's functions; norm bounding, weak DP
 around the plain mean).  Each is timed ``--repeats`` times; the table gives
 the median and its ratio to plain averaging.  Local training is not timed:
@@ -30,7 +30,7 @@ from privreid.federated.strategy import Upload
 
 
 def rules(f: int, clients: int) -> dict[str, dict]:
-    """Label -> ``TrainConfig.defenses`` of every server defence (none: plain FedPav)."""
+    """Label -> ``TrainConfig.defenses`` of every server defense (none: plain FedPav)."""
     return {"plain FedPav": {}, f"Krum (f={f})": {"robust-krum": {"f": f}},
             f"Multi-Krum (f={f}, keep={clients - f})": {"robust-krum": {"f": f, "keep": clients - f}},
             "median": {"robust-median": {}}, "trimmed mean (0.2)": {"robust-trimmed-mean": {"fraction": 0.2}},

@@ -2,7 +2,7 @@
 
 FedPav on the synthetic federation, in-process (:class:`privreid.federated.engine.FederatedEngine`),
 the same configuration and seed twice: plain, then ``--secure-aggregation``
-(SecAgg+ on Flower's primitives, :mod:`privreid.secagg.protocol`; default
+(SecAgg+ on Flower's primitives, :mod:`privreid.defenses.secure_aggregation.protocol`; default
 settings: every client of the round holds a share, a majority reconstructs).
 
 Per round:
@@ -27,7 +27,7 @@ Then the same configuration on a loopback Flower deployment (a SuperLink
 and one SuperNode per domain on 127.0.0.1, :class:`privreid.flower.deployment.LocalDeployment`),
 plain then ``--secure-aggregation`` (``--flower-rounds``, 0 skips it): bytes
 are the payload of every message of the round (secure: the four SecAgg+
-stages, counted by :func:`privreid.secagg.flower.payload_bytes`; plain: the
+stages, counted by :func:`privreid.defenses.secure_aggregation.flower.payload_bytes`; plain: the
 tensors), wall time the time between consecutive rounds' first records
 (rounds 2 on; the first includes start-up).  Run it with ``OMP_NUM_THREADS=1``.
 
@@ -67,7 +67,7 @@ privreid's protocol code: a SuperNode that never answered the second run's
 first message, and all three ClientApps reported "stopped responding"
 (``CLIENT_APP_CRASHED``) at round 3's share-keys stage although their logs
 show the replies sent; the run then aborts with the one-line message of
-:func:`privreid.secagg.flower.secure_round`.  ``--round-timeout`` bounds how
+:func:`privreid.defenses.secure_aggregation.flower.secure_round`.  ``--round-timeout`` bounds how
 long each stage waits.
 """
 

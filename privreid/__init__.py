@@ -11,7 +11,7 @@ The public API (imported on first use, so ``import privreid`` stays light)::
     metrics = privreid.evaluate_model(model, testset, height=128, width=64)
 
 Registries (one registration adds a dataset format, a training method, a
-defence, a model transform, an inversion attack, a threat model or a
+defense, a model transform, an inversion attack, a threat model or a
 retrieval attack; ``docs/extending.md``), each a :class:`privreid.registry.Registry`
 with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 ``origin``): ``FORMATS`` / ``register_format`` / ``available_formats``
@@ -20,15 +20,14 @@ with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 ``register_defense`` / ``available_defenses`` (:mod:`privreid.defenses.registry`),
 ``MODEL_TRANSFORMS`` / ``register_transform`` (:mod:`privreid.models.transforms`),
 ``INVERSION_ATTACKS`` / ``register_inversion_attack`` and ``THREATS`` /
-``register_threat`` (:mod:`privreid.attacks.inversion`), ``RETRIEVAL_ATTACKS`` /
-``register_retrieval_attack`` (:mod:`privreid.attacks.feature_attacks`, needs
+``register_threat`` (:mod:`privreid.inversion`), ``RETRIEVAL_ATTACKS`` /
+``register_retrieval_attack`` (:mod:`privreid.retrieval_attacks.feature_attacks`, needs
 torchattacks).
 """
 
 import logging
 
 from privreid.lazy import lazy_exports
-from privreid.renamed import renamed_names
 
 __version__ = "0.1.0"
 
@@ -80,18 +79,14 @@ _PUBLIC = {
     "MODEL_TRANSFORMS": ("privreid.models.transforms", "TRANSFORMS"),
     "ModelTransform": ("privreid.models.transforms", "ModelTransform"),
     "register_transform": ("privreid.models.transforms", "register_transform"),
-    "INVERSION_ATTACKS": ("privreid.attacks.inversion.optimise", "ATTACKS"),
-    "register_inversion_attack": ("privreid.attacks.inversion.optimise", "register_inversion_attack"),
-    "THREATS": ("privreid.attacks.inversion.threat_models", "THREATS"),
-    "register_threat": ("privreid.attacks.inversion.threat_models", "register_threat"),
-    "RETRIEVAL_ATTACKS": ("privreid.attacks.feature_attacks", "ATTACKS"),
-    "register_retrieval_attack": ("privreid.attacks.feature_attacks", "register_retrieval_attack"),
+    "INVERSION_ATTACKS": ("privreid.inversion.optimise", "ATTACKS"),
+    "register_inversion_attack": ("privreid.inversion.optimise", "register_inversion_attack"),
+    "THREATS": ("privreid.inversion.threat_models", "THREATS"),
+    "register_threat": ("privreid.inversion.threat_models", "register_threat"),
+    "RETRIEVAL_ATTACKS": ("privreid.retrieval_attacks.feature_attacks", "ATTACKS"),
+    "register_retrieval_attack": ("privreid.retrieval_attacks.feature_attacks", "register_retrieval_attack"),
 }
 
 __all__ = ["__version__", *_PUBLIC]
 
-_lazy_getattr, __dir__ = lazy_exports(__name__, _PUBLIC)
-#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
-__getattr__ = renamed_names(__name__, {
-    "DEFENCES": "DEFENSES", "Defence": "Defense", "register_defence": "register_defense",
-    "available_defences": "available_defenses", "get_defence": "get_defense"}, fallback=_lazy_getattr)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

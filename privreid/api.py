@@ -140,9 +140,9 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     ``load_options``, ``domains``, ``interpolation`` and ``precision`` as :func:`evaluate` (``privreid attack``'s
     options).
     """
-    from privreid.attacks.campaign import attack_models
-    from privreid.attacks.feature_attacks import check_budget, default_alpha
-    from privreid.attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
+    from privreid.retrieval_attacks.campaign import attack_models
+    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
+    from privreid.retrieval_attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
     from privreid.errors import ConfigError
 
     check_budget(eps, alpha, steps)
@@ -245,12 +245,12 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
 
     The attacker observes the whole gradient of the identity loss (classifier
     included) of one training step on each image with its ``labels`` entry:
-    :mod:`privreid.attacks.inversion.threat_models`, as ``privreid invert
+    :mod:`privreid.inversion.threat_models`, as ``privreid invert
     --threat full``.  ``images``: ``(N, 3, H, W)`` in ``[0, 1]`` at the
     model's input size.  ``method``: ``dlg``, ``idlg``, ``ig``
     (:data:`privreid.INVERSION_ATTACKS`).  ``lr``: ``None`` = the recipe's.
     ``options``: any further field of
-    :class:`privreid.attacks.inversion.InversionSettings` (the knobs of
+    :class:`privreid.inversion.InversionSettings` (the knobs of
     ``privreid invert``: ``optimizer``, ``signed``, ``schedule``, ``tv``,
     ``tv_form``, ``bn``, ``space``, ``start``, ``select``, ``restarts``,
     ``batch``: consecutive images form one step's batch, ``local_steps``,
@@ -262,8 +262,8 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
     """
     import torch
 
-    from privreid.attacks.inversion import InversionSettings, reconstruct_batch
-    from privreid.attacks.inversion.report import score, summarise
+    from privreid.inversion import InversionSettings, reconstruct_batch
+    from privreid.inversion.report import score, summarise
     from privreid.errors import ConfigError
     from privreid.seeding import derive_seed
 
@@ -323,7 +323,7 @@ def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: s
     to any other identity; identity level: compactness minus the nearest
     other identity's similarity) or ``loss`` (the classifier's
     log-likelihood; a model without a classifier is refused: use
-    ``feature``): :mod:`privreid.auditing.attacks`.  LiRA needs shadow models
+    ``feature``): :mod:`privreid.auditing.membership_attacks`.  LiRA needs shadow models
     trained like the target, which only ``privreid audit`` on privreid
     checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
     """

@@ -57,9 +57,9 @@ from typing import Any
 
 import torch
 
-from . import __version__
-from .errors import CheckpointError, NotACheckpointError
-from .rundir import save_torch, write_file_atomically
+from privreid import __version__
+from privreid.errors import CheckpointError, NotACheckpointError
+from privreid.rundir import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
 
@@ -122,7 +122,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}" if not path.exists() else
                               f"{path} is not a regular file (a FIFO or device), not a checkpoint")
-    from .pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
+    from privreid.pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
 
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file; the error says it
@@ -207,8 +207,8 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
     stands, whether or not the command reads it: each field's type (:data:`FIELD_CHECKS`), a registered method,
     ``round`` within 0..the configured rounds, and the configuration checked as flags are
     (:meth:`privreid.config.RunConfig.from_dict` and ``validate``: ranges, the image-side cap ...)."""
-    from .config import MAX_FEAT_DIM, RunConfig
-    from .errors import ConfigError
+    from privreid.config import MAX_FEAT_DIM, RunConfig
+    from privreid.errors import ConfigError
 
     def bad(what: str) -> CheckpointError:
         return CheckpointError(f"{path} is not a checkpoint privreid can use: {what}; restore it from a copy or "
@@ -219,7 +219,7 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
             raise bad(f"{key} must be {what} (got {type(ckpt[key]).__name__} {ckpt[key]!r:.40})")
     try:
         config = RunConfig.from_dict(ckpt["config"]).validate()
-        from .federated.registry import get_method
+        from privreid.federated.registry import get_method
 
         get_method(ckpt["method"])
     except ConfigError as exc:
@@ -303,8 +303,8 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
     """
     import zipfile
 
-    from .federated.memory_store import MEMORY_DIR, file_sha256, is_memory_file_of, memory_file_path
-    from .pickle_scan import unsafe_global
+    from privreid.federated.memory_store import MEMORY_DIR, file_sha256, is_memory_file_of, memory_file_path
+    from privreid.pickle_scan import unsafe_global
 
     for name, file in files.items():
         if not file:
@@ -332,7 +332,7 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
 
 def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
     """The memories :func:`_check_client_memories` passed, read; a file that still fails to load: one line."""
-    from .federated.memory_store import MEMORY_DIR, load_memory_file
+    from privreid.federated.memory_store import MEMORY_DIR, load_memory_file
 
     out = {}
     for name, file in files.items():
@@ -437,7 +437,7 @@ class Checkpoint:
     @property
     def run_config(self):
         """The run's :class:`privreid.config.RunConfig`."""
-        from .config import RunConfig
+        from privreid.config import RunConfig
 
         return RunConfig.from_dict(self.config)
 
@@ -470,7 +470,7 @@ class Checkpoint:
         classifier).  Methods without a global model (standalone) require a
         client.  Every evaluation subsystem loads models through here.
         """
-        from .models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
+        from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 
         if client is None and not self.has_global_model:
             raise CheckpointError(f"method {self.method!r} has no global model; pick a client with --client "
@@ -515,7 +515,7 @@ class Checkpoint:
         return self._build()
 
     def _build(self) -> torch.nn.Module:
-        from .models import build_from_config
+        from privreid.models import build_from_config
 
         return build_from_config({**self.model_config, "num_classes": 0})
 

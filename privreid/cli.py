@@ -15,12 +15,12 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from . import __version__
-from .commands.common import fail as _fail
-from .commands.common import refuse_empty_paths, renamed_args, usage_error_line
-from .environment import check_environment
-from .errors import PrivreidError
-from .log import configure_console
+from privreid import __version__
+from privreid.commands.common import fail as _fail
+from privreid.commands.common import refuse_empty_paths, usage_error_line
+from privreid.environment import check_environment
+from privreid.errors import PrivreidError
+from privreid.log import configure_console
 
 
 #: ``ctx.meta`` key: the command line asks for a subcommand's --help (plugins are then not loaded unless named)
@@ -45,19 +45,12 @@ class _Group(TyperGroup):
         except click.ClickException as exc:
             usage_error_line(exc)
 
-    def resolve_command(self, ctx, args):
-        """The command and its arguments, the old spellings of renamed options
-        (:data:`~privreid.commands.common.RENAMED_OPTIONS`) spelt as they are now, with one ``warning:`` line each
-        on stderr."""
-        name, command, rest = super().resolve_command(ctx, args)
-        return name, command, renamed_args(name, rest, lambda line: typer.echo(line, err=True))
-
     def parse_args(self, ctx, args):
         ctx.meta[_ASKS_HELP] = any(arg in ctx.help_option_names for arg in args)  # read by the root callback
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
-        from .signals import Signalled, raising_signals
+        from privreid.signals import Signalled, raising_signals
 
         try:
             check_environment()
@@ -80,7 +73,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="privreid",
-    help="Privacy-preserving (federated) person re-identification: train (with DP defences), evaluate, "
+    help="Privacy-preserving (federated) person re-identification: train (with DP defenses), evaluate, "
          "attack, invert, corrupt, compare and sweep; Flower for multi-machine runs.\n\n"
          "Example: privreid train --method fedpav --rounds 10 --out runs/fedpav",
     no_args_is_help=True,
@@ -105,26 +98,26 @@ def main(ctx: typer.Context,
                                           "'privreid.plugins') load without it. See docs/extending.md.")) -> None:
     """privreid command line."""
     if plugin or not ctx.meta.get(_ASKS_HELP):  # a command runs: its methods, formats... may come from plugins
-        from .plugins import load_plugins
+        from privreid.plugins import load_plugins
 
         load_plugins(plugin, export=True)
 
 
 # --------------------------------------------------------------------------- one module per command
 # (privreid/commands/<name>.py; one registration each, sorted; this module holds no command logic)
-from .commands.attack import attack_command  # noqa: E402
-from .commands.audit import audit_command  # noqa: E402
-from .commands.compare import compare_command  # noqa: E402
-from .commands.corrupt import corrupt_command  # noqa: E402
-from .commands.data import data_app  # noqa: E402
-from .commands.eval import eval_command  # noqa: E402
-from .commands.export import export_command  # noqa: E402
-from .commands.flower import flower_app  # noqa: E402
-from .commands.invert import invert_command  # noqa: E402
-from .commands.methods import methods_command  # noqa: E402
-from .commands.reproduce import reproduce_command  # noqa: E402
-from .commands.sweep import sweep_command  # noqa: E402
-from .commands.train import train_command  # noqa: E402
+from privreid.commands.attack import attack_command  # noqa: E402
+from privreid.commands.audit import audit_command  # noqa: E402
+from privreid.commands.compare import compare_command  # noqa: E402
+from privreid.commands.corrupt import corrupt_command  # noqa: E402
+from privreid.commands.data import data_app  # noqa: E402
+from privreid.commands.eval import eval_command  # noqa: E402
+from privreid.commands.export import export_command  # noqa: E402
+from privreid.commands.flower import flower_app  # noqa: E402
+from privreid.commands.invert import invert_command  # noqa: E402
+from privreid.commands.methods import methods_command  # noqa: E402
+from privreid.commands.reproduce import reproduce_command  # noqa: E402
+from privreid.commands.sweep import sweep_command  # noqa: E402
+from privreid.commands.train import train_command  # noqa: E402
 
 app.command("train")(train_command)
 app.command("eval")(eval_command)

@@ -17,15 +17,15 @@ from typing import Any
 
 import torch
 
-from .data.catalog import federation_for_config
-from .data.types import Federation, TestSet
-from .errors import ConfigError
-from .evaluation.model_eval import evaluate_model
-from .device import resolve_device
-from .federated.engine import mean_metrics
-from .models.evaluated import EvaluatedModel, data_source, load_evaluated_models, model_labels
-from .reporting import comparison_rows
-from .seeding import derive_seed, seed_everything
+from privreid.data.catalog import federation_for_config
+from privreid.data.types import Federation, TestSet
+from privreid.errors import ConfigError
+from privreid.evaluation.model_eval import evaluate_model
+from privreid.device import resolve_device
+from privreid.federated.engine import mean_metrics
+from privreid.models.evaluated import EvaluatedModel, data_source, load_evaluated_models, model_labels
+from privreid.reporting import comparison_rows
+from privreid.seeding import derive_seed, seed_everything
 
 
 def _evaluate_sets(model: torch.nn.Module, sets: list[TestSet], size: tuple[int, int], device: torch.device,

@@ -39,8 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .device import DEVICE_METAVAR, is_device_name
-from .errors import ConfigError
+from privreid.device import DEVICE_METAVAR, is_device_name
+from privreid.errors import ConfigError
 
 
 @dataclass
@@ -153,7 +153,7 @@ class TrainConfig:
     (:mod:`privreid.federated.memory_store`).
 
     ``secure_aggregation``: the server learns only the sum of a round's
-    uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation`), with
+    uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation.mechanism`), with
     ``secagg_shares`` / ``secagg_threshold`` (``None``: the round's clients /
     a majority of the shares), the clipping and quantisation ranges and the
     public bound of a client's weight (``None``: the round's largest).
@@ -210,9 +210,9 @@ class TrainConfig:
     secagg_clip: float = 8.0
     secagg_quantization: int = 2**22
     secagg_max_weight: float | None = None
-    #: defences registered outside the built-ins: name -> options (:mod:`privreid.defenses.registry`)
+    #: defenses registered outside the built-ins: name -> options (:mod:`privreid.defenses.registry`)
     defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: a poisoning adversary among the clients (:mod:`privreid.adversaries`): ``name``, ``malicious`` (a count or
+    #: a poisoning adversary among the clients (:mod:`privreid.malicious_clients`): ``name``, ``malicious`` (a count or
     #: client names) and the attack's options; empty: none
     adversary: dict[str, Any] = field(default_factory=dict)
 
@@ -320,7 +320,7 @@ class RunConfig:
         for ok, msg in checks + _privacy_checks(self):
             if not ok:
                 raise ConfigError(msg)
-        from .precision import check_precision
+        from privreid.precision import check_precision
 
         check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
@@ -343,7 +343,7 @@ def triplet_weight(config: RunConfig) -> float:
     """
     if config.train.triplet_weight is not None:
         return config.train.triplet_weight
-    from .federated.registry import get_method
+    from privreid.federated.registry import get_method
 
     return get_method(config.train.method).triplet_weight
 

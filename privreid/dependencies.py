@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .errors import MissingDependencyError
+from privreid.errors import MissingDependencyError
 
 #: torchattacks release that ``pip install privreid`` installs (see pyproject.toml for why this one).
 TORCHATTACKS = "torchattacks>=3.3.0,<3.4"

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import RunConfig, lr_neck, triplet_weight
+from privreid.config import RunConfig, lr_neck, triplet_weight
 
 
 def _field(path: str) -> Callable[[RunConfig], Any]:
@@ -39,7 +39,7 @@ def _field(path: str) -> Callable[[RunConfig], Any]:
 
 def _option(key: str) -> Callable[[RunConfig], Any]:
     def get(config: RunConfig) -> Any:
-        from .federated.registry import get_method
+        from privreid.federated.registry import get_method
 
         return get_method(config.train.method).option(config, key)
 
@@ -47,7 +47,7 @@ def _option(key: str) -> Callable[[RunConfig], Any]:
 
 
 def _client_fraction(config: RunConfig) -> float:
-    from .federated.registry import get_method
+    from privreid.federated.registry import get_method
 
     given = config.train.client_fraction
     return get_method(config.train.method).client_fraction if given is None else given

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from privreid.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

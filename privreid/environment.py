@@ -16,7 +16,7 @@ import math
 import os
 from pathlib import Path
 
-from .errors import ConfigError
+from privreid.errors import ConfigError
 
 CACHE_ENV = "PRIVREID_CACHE"
 

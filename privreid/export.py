@@ -59,13 +59,13 @@ from typing import Any
 
 import torch
 
-from . import __version__
-from .data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from .dependencies import require
-from .errors import ConfigError
-from .models import ReIDModel
-from .models.reid_net import CLASSIFIER_PREFIX
-from .rundir import save_torch_atomic, write_file_atomically
+from privreid import __version__
+from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from privreid.dependencies import require
+from privreid.errors import ConfigError
+from privreid.models import ReIDModel
+from privreid.models.reid_net import CLASSIFIER_PREFIX
+from privreid.rundir import save_torch_atomic, write_file_atomically
 
 FORMATS = ("state-dict", "torchreid", "onnx")
 #: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)

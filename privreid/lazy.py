@@ -1,6 +1,6 @@
 """Packages whose public names are imported on first use, so importing the package stays light.
 
-``privreid``, ``privreid.data`` and ``privreid.attacks.inversion`` re-export
+``privreid``, ``privreid.data`` and ``privreid.inversion`` re-export
 names from modules that import torch; the CLI imports these packages to
 build its options and its ``--help`` (which must not wait for torch), so
 each package maps its public names to their modules and resolves them in a

@@ -1,4 +1,4 @@
-"""Plugins: code that registers methods, dataset formats, defences or attacks in every privreid process.
+"""Plugins: code that registers methods, dataset formats, defenses or attacks in every privreid process.
 
 A registration (``register(Method(...))``, ``register_format(...)``) lives
 only in the process that ran it.  Plugins make it reach the ``privreid``
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 
-from .errors import ConfigError
+from privreid.errors import ConfigError
 
 #: the entry-point group of installed plugins
 GROUP = "privreid.plugins"

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .config import PRECISIONS
-from .errors import ConfigError
+from privreid.config import PRECISIONS
+from privreid.errors import ConfigError
 
 #: the torch type of each of :data:`privreid.config.PRECISIONS`
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

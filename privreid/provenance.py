@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from privreid import __version__
 
 #: role -> file name, as ``summary.json``'s ``files`` block names them
 PROVENANCE_FILES = {"config": "config.yaml", "environment": "env.json", "log": "log.txt"}
@@ -191,14 +191,14 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
         if ctx is not None and ctx.args:
             config["passed-on"] = list(ctx.args)
     if device is None and isinstance(params.get("device"), str):
-        from .device import resolve_device
+        from privreid.device import resolve_device
 
         device = str(resolve_device(params["device"]))
     seed = params.get("seed") if seed is None else seed
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    from .rundir import write_text_atomic
+    from privreid.rundir import write_text_atomic
 
     env = {"kind": command, **environment(device=device, seed=seed)}  # the run's kind: privreid.rundir.run_kind
     if resumed:
@@ -280,8 +280,8 @@ def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
     import logging
     import shlex
 
-    from .errors import PrivreidError
-    from .log import LOGGER_NAME, file_handler, terminal
+    from privreid.errors import PrivreidError
+    from privreid.log import LOGGER_NAME, file_handler, terminal
 
     handler = file_handler(out / PROVENANCE_FILES["log"])
 
@@ -353,7 +353,7 @@ class _TensorBoard:
         import yaml
         from torch.utils.tensorboard import SummaryWriter
 
-        from .federated.lr_schedule import lr_table
+        from privreid.federated.lr_schedule import lr_table
 
         self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
         self.config, self.rates, self.rounds, self.last = config, lr_table(config), set(), {}
@@ -390,7 +390,7 @@ def hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 class _WandB:
     def __init__(self, out: Path, config: dict[str, Any]):
-        from .dependencies import require
+        from privreid.dependencies import require
 
         self.wandb = require("wandb")
         self.run = self.wandb.init(project="privreid", dir=str(out), name=out.name, config=config)
@@ -416,8 +416,8 @@ def metric_logger(kind: str, out: Path, config):
 
 def check_logger(kind: str) -> None:
     """Refuse an unknown ``--logger`` or a missing package before any work is done."""
-    from .dependencies import require
-    from .errors import ConfigError
+    from privreid.dependencies import require
+    from privreid.errors import ConfigError
 
     if kind not in LOGGERS:
         raise ConfigError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
@@ -428,6 +428,6 @@ def check_logger(kind: str) -> None:
 def record_models(out: Path, models: list) -> None:
     """``out/models.json``: what each model of an evaluation is (a privreid checkpoint's method and round, or a
     file from elsewhere's load report: kind, mapped and ignored keys, input settings)."""
-    from .rundir import write_text_atomic
+    from privreid.rundir import write_text_atomic
 
     write_text_atomic(out / "models.json", json.dumps([m.provenance() for m in models], indent=2) + "\n")

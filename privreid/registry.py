@@ -1,6 +1,6 @@
 """One small generic registry: every extension point of privreid is a :class:`Registry`.
 
-Methods, defences, dataset formats, model transforms, inversion attacks,
+Methods, defenses, dataset formats, model transforms, inversion attacks,
 threat models and retrieval attacks are each one ``Registry`` of named
 entries, so they all behave alike:
 
@@ -16,7 +16,7 @@ entries, so they all behave alike:
   (a plugin's distribution, a test module), for listings.
 
 A new registry is one line, e.g.
-``ADVERSARIES = Registry("adversary", builtins=("privreid.adversaries.plugins",))``.
+``ADVERSARIES = Registry("adversary", builtins=("privreid.malicious_clients.plugins",))``.
 Built-ins are loaded lazily, on first use, so a registry's module stays
 light and its built-in modules may import it.
 """
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from .errors import ConfigError
+from privreid.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import RunConfig, evaluation_settings
-from .data.types import Federation
+from privreid.config import RunConfig, evaluation_settings
+from privreid.data.types import Federation
 
 
 def run_plan(config: RunConfig, federation: Federation | None = None,
@@ -28,10 +28,10 @@ def run_plan(config: RunConfig, federation: Federation | None = None,
     (seen / unseen) and ranking protocol.  ``datasets`` (dataset name -> the
     format that read it), when given, is the plan's ``datasets``.
     """
-    from .deviations import deviations
-    from .evaluation.model_eval import describe_protocol
-    from .federated.lr_schedule import get_schedule, lr_table
-    from .federated.registry import get_method
+    from privreid.deviations import deviations
+    from privreid.evaluation.model_eval import describe_protocol
+    from privreid.federated.lr_schedule import get_schedule, lr_table
+    from privreid.federated.registry import get_method
 
     config.validate()
     get_method(config.train.method)

@@ -42,7 +42,7 @@ a regular file:
 * a directory, a block device or a socket at the path is always refused.
 
 Files get the umask's permissions, like every run file; only secrets (the
-SecAgg+ site state, :mod:`privreid.secagg.flower`) are written 0600.
+SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, PrivreidError
+from privreid.errors import ConfigError, PrivreidError
 
 #: the lock file a run holds in its directory while it writes
 LOCK_FILE = ".privreid.lock"
@@ -199,7 +199,7 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     (or are removed), the empty folders it made are removed, and so is
     ``out`` itself if it was created here.
     """
-    from . import provenance
+    from privreid import provenance
 
     out = check_output_dir(out)
     check_run_kind(out, command)
@@ -256,7 +256,7 @@ def check_not_a_run_file(path: Path, option: str = "--out", *, source: Path | No
     """Refuse, in one line, an output file ``path`` that is ``source`` itself or a file a run wrote and reads back
     (its checkpoint, metrics, summary, provenance, lock or client memories): a writer such as ``export`` never
     replaces a run's own files, ``--overwrite`` or not."""
-    from .provenance import PROVENANCE_FILES
+    from privreid.provenance import PROVENANCE_FILES
 
     path = Path(path)
     if source is not None and path.exists() and Path(source).exists() and os.path.samefile(path, source):
@@ -280,7 +280,7 @@ def run_kind(out: Path) -> str | None:
     ``env.json`` records, else (older runs) the one its files show; ``None`` for a directory that holds neither."""
     import json
 
-    from .provenance import PROVENANCE_FILES
+    from privreid.provenance import PROVENANCE_FILES
 
     env = Path(out) / PROVENANCE_FILES["environment"]
     try:
@@ -305,7 +305,7 @@ class _RunFiles:
     """What a run directory holds: the bytes of its provenance files, and the size and time of every other file."""
 
     def __init__(self, out: Path):
-        from .provenance import PROVENANCE_FILES
+        from privreid.provenance import PROVENANCE_FILES
 
         self.provenance = {name: _read_or_none(out / name) for name in PROVENANCE_FILES.values()}
         self.folders: set[Path] = set()

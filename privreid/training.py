@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import RunConfig
-from .data.catalog import federation_for_config
-from .errors import PrivreidError, python_errors
-from .federated.engine import FederatedEngine, prepare_out_dir
-from .federated.registry import get_method
-from .rundir import write_json_atomic
+from privreid.config import RunConfig
+from privreid.data.catalog import federation_for_config
+from privreid.errors import PrivreidError, python_errors
+from privreid.federated.engine import FederatedEngine, prepare_out_dir
+from privreid.federated.registry import get_method
+from privreid.rundir import write_json_atomic
 
 
 #: ``privreid train``'s command lines and its flags that are no keyword of :func:`train_run`, in its errors
@@ -48,10 +48,10 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these
     keywords (``overwrite=True``), where ``privreid train``'s name its flags.
     """
-    from .provenance import check_logger, metric_logger, provenance_files
-    from .rundir import check_output_dir, open_run
+    from privreid.provenance import check_logger, metric_logger, provenance_files
+    from privreid.rundir import check_output_dir, open_run
 
-    from .federated.resume import check_resumable, restart_line
+    from privreid.federated.resume import check_resumable, restart_line
 
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
@@ -63,11 +63,11 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     if parallel_clients is None:
         engine = FederatedEngine(config, federation, out, progress=progress)
     else:
-        from .dependencies import require
+        from privreid.dependencies import require
 
         require("flwr", "privreid train --parallel-clients")
         require("ray")
-        from .flower.simulation import ParallelEngine
+        from privreid.flower.simulation import ParallelEngine
 
         engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
@@ -114,7 +114,7 @@ def stop_on_signals(out: Path, rounds: int) -> Iterator[None]:
     signal handlers there) the block runs as it is."""
     import signal
 
-    from .signals import Signalled, raising_signals
+    from privreid.signals import Signalled, raising_signals
 
     try:
         with raising_signals(signal.SIGINT, signal.SIGTERM):
@@ -129,7 +129,7 @@ def stop_on_signals(out: Path, rounds: int) -> Iterator[None]:
 
 def _kept_round(out: Path) -> int | None:
     """The round of ``out``'s intact checkpoint; ``None`` if none was written."""
-    from .checkpoint import Checkpoint
+    from privreid.checkpoint import Checkpoint
 
     try:
         return Checkpoint.load(out / "ckpt.pt", client_memory=False).round
@@ -150,7 +150,7 @@ def _kept_checkpoint(out: Path, kept: int | None) -> str:
 
 def check_run_flags(overwrite: bool, resume: bool) -> None:
     """Refuse ``--overwrite`` with ``--resume`` (checked before anything is read or written)."""
-    from .errors import ConfigError
+    from privreid.errors import ConfigError
 
     if overwrite and resume:
         raise ConfigError("--overwrite and --resume exclude each other")
@@ -168,6 +168,6 @@ def eval_cadence(config: RunConfig) -> str:
 
 def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
-    from .rundir import OutputError, os_error_message
+    from privreid.rundir import OutputError, os_error_message
 
     return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out, _kept_round(out))}")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import spy_on_uploads, tiny_config
-from privreid.adversaries import ADVERSARIES, available_adversaries, get_adversary, malicious_clients, register
+from privreid.malicious_clients import ADVERSARIES, available_adversaries, get_adversary, malicious_clients, register
 from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine

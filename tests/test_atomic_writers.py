@@ -142,7 +142,7 @@ def test_secagg_site_state_refuses_a_fifo_and_is_private(fifo, tmp_path):
     from flwr.app import ConfigRecord
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
 
-    from privreid.secagg.flower import _restore_state, _save_state
+    from privreid.defenses.secure_aggregation.flower import _restore_state, _save_state
 
     def context():
         return SimpleNamespace(state=SimpleNamespace(config_records={RECORD_KEY_STATE: ConfigRecord({"stage": "x"})}))

@@ -8,14 +8,14 @@
 import pytest
 import torch
 
-from privreid.attacks.feature_attacks import ATTACKS as RETRIEVAL_ATTACKS
-from privreid.attacks.feature_attacks import build_attack
-from privreid.attacks.inversion import (ATTACKS, THREATS, InversionSettings, ThreatModel, reconstruct,
+from privreid.retrieval_attacks.feature_attacks import ATTACKS as RETRIEVAL_ATTACKS
+from privreid.retrieval_attacks.feature_attacks import build_attack
+from privreid.inversion import (ATTACKS, THREATS, InversionSettings, ThreatModel, reconstruct,
                                         register_inversion_attack, register_threat)
-from privreid.attacks.inversion import optimise
-from privreid.attacks.inversion.optimise import IDLG
-from privreid.attacks.inversion.threat_models import FullGradient
-from privreid.attacks.retrieval import attack_label, evaluate_under_attack
+from privreid.inversion import optimise
+from privreid.inversion.optimise import IDLG
+from privreid.inversion.threat_models import FullGradient
+from privreid.retrieval_attacks.retrieval import attack_label, evaluate_under_attack
 from privreid.data.types import TestSet as QueryGallery
 from privreid.errors import ConfigError
 from privreid.models import build_model
@@ -69,7 +69,7 @@ def test_fgsm_runs_one_forward_pass_with_the_clean_features(model):
 def test_evaluate_under_attack_reuses_the_clean_evaluation_bit_for_bit(model, tiny_synth, monkeypatch):
     """The evaluation with reuse equals the one where each attack recomputes its clean features."""
     from privreid.data.catalog import resolve_datasets
-    from privreid.attacks.feature_attacks import FeatureAttack
+    from privreid.retrieval_attacks.feature_attacks import FeatureAttack
 
     domain = resolve_datasets([str(tiny_synth)])["synthA"]
     testset = QueryGallery("A", [s for s in domain.train if s[2] == 0][:6], [s for s in domain.train if s[2] != 0][:12])
@@ -163,9 +163,9 @@ def _reconstruct_with_new_entries(model, threat):
 
 
 def test_the_help_texts_builtin_retrieval_attacks_are_the_registrys():
-    """privreid.attacks names the built-in retrieval attacks without torch (for --help); they are the registry's."""
-    from privreid.attacks import BUILTIN_RETRIEVAL_ATTACKS, retrieval_attack_names
-    from privreid.attacks.feature_attacks import ATTACKS
+    """privreid.retrieval_attacks names the built-in retrieval attacks without torch (for --help); they are the registry's."""
+    from privreid.retrieval_attacks import BUILTIN_RETRIEVAL_ATTACKS, retrieval_attack_names
+    from privreid.retrieval_attacks.feature_attacks import ATTACKS
 
     assert [n for n in ATTACKS.names() if ATTACKS.origin(n) == "built-in"] == list(BUILTIN_RETRIEVAL_ATTACKS)
     assert retrieval_attack_names() == ATTACKS.names()

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from privreid.attacks.feature_attacks import build_attack, default_alpha
+from privreid.retrieval_attacks.feature_attacks import build_attack, default_alpha
 
 from test_retrieval_attacks import random_model, run, trained  # noqa: F401 (fixtures)
 

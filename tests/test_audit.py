@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from privreid.auditing import AuditSettings, run_audit
-from privreid.auditing.attacks import ATTACKS
+from privreid.auditing.membership_attacks import ATTACKS
 from privreid.auditing.membership import build_membership
 from privreid.auditing.metrics import binomial_interval, bootstrap_intervals, roc_curve, summarise, auc, tpr_at_fpr
 from privreid.auditing.statistics import probe_outputs, unique_probes

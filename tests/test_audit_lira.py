@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import privreid.defenses.client_dp as client_dp
+import privreid.defenses.client_dp.mechanism as client_dp
 from privreid.auditing import AuditSettings, run_audit
 from privreid.auditing.dp_audit import DPAuditSettings, audit_scores, epsilon_lower_bound, p_value, run_dp_audit
 from privreid.auditing.lira import balanced_masks, lira_scores
@@ -33,7 +33,7 @@ def test_lira_trains_caches_and_resumes_shadows(tiny_synth, tmp_path, monkeypatc
     settings = AuditSettings(levels=["image"], attacks=["lira"], shadows=2, bootstrap=0)
     res = run_audit([tmp_path / "run" / "ckpt.pt"], tmp_path / "audit", settings, device="cpu")
     assert [r["attack"] for r in res["records"]] == ["lira-online", "lira-offline"]
-    from privreid.sweep import LeakageSettings, membership_leakage
+    from privreid.experiments.sweep import LeakageSettings, membership_leakage
 
     leak = membership_leakage(tmp_path / "run" / "ckpt.pt", LeakageSettings(), "cpu")  # the sweep's MIA columns
     assert set(leak) == {"MIA TPR@1% image", "MIA TPR@1% identity"} and all(0 <= v <= 1 for v in leak.values())

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from privreid.checkpoint import load_checkpoint, load_model
 from privreid.cli import app
 from privreid.data.catalog import build_federation
-from privreid.defenses.beta_noise import NoisyAggregate, NoisyStart, add_white_noise, with_beta_noise
-from privreid.defenses.client_dp import trainable_parameter_names
+from privreid.defenses.beta_noise.mechanism import NoisyAggregate, NoisyStart, add_white_noise, with_beta_noise
+from privreid.defenses.client_dp.mechanism import trainable_parameter_names
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.policy import CLASSIFIER_LOCAL, clone_state
 from privreid.federated.registry import get_method
@@ -73,7 +73,7 @@ def test_upload_noise_on_trainable_parameters_only_buffers_exact():
     assert all((noisy[k] > 0).all() for k in noisy if k.endswith("running_var"))
 
 
-def test_the_defence_noises_the_trainable_parameters_of_the_methods_model(tiny_synth):
+def test_the_defense_noises_the_trainable_parameters_of_the_methods_model(tiny_synth):
     cfg = tiny_config(tiny_synth, beta=0.5)
     strategy = with_beta_noise(get_method("fedpav"), 0.5, "upload").strategy(cfg)
     assert strategy.parameters == trainable_parameter_names(get_method("fedpav"), cfg)

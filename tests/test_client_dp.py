@@ -10,7 +10,7 @@ from privreid.data import ImageDataset, build_transforms
 from privreid.data.catalog import federation_for_config
 from privreid.defenses import apply_defenses
 from privreid.defenses.accounting import epsilon
-from privreid.defenses.client_dp import (
+from privreid.defenses.client_dp.mechanism import (
     ClientLevelDP,
     clip_update,
     trainable_parameter_names,

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from privreid.cli import app
 from privreid.data.catalog import build_federation, load_datasets, parse_data_spec, resolve_datasets
 from privreid.data.formats import load_dataset
-from privreid.data.formats_dg import load_pool
-from privreid.data.formats_dg.splits import make_splits, train_samples
+from privreid.data.formats.dg import load_pool
+from privreid.data.formats.dg.splits import make_splits, train_samples
 from privreid.data.published_counts import FEDPAV_TABLE1, check_counts
 from privreid.errors import ConfigError
 
@@ -188,7 +188,7 @@ def _paper_tree(root: Path) -> Path:
 def test_every_table_runs_at_paper_scale(tmp_path):
     """`reproduce --list` shows a run count at paper scale for all 13 tables, and each paper-scale data check passes
     on tiny trees in the expected layouts."""
-    from privreid.reproduce import TABLES, check_table
+    from privreid.experiments.reproduce import TABLES, check_table
 
     res = runner.invoke(app, ["reproduce", "--list"])
     assert res.exit_code == 0 and "not runnable" not in res.output
@@ -215,7 +215,7 @@ def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):
     FedPav's client split), and hands CUHK02 to CC / CDW / KD as the public set."""
     from privreid.commands.sweep import base_config
     from privreid.data.catalog import federation_for_config
-    from privreid.reproduce import TABLES
+    from privreid.experiments.reproduce import TABLES
 
     data_root = _paper_tree(tmp_path / "data")
     cc = next(r for r in TABLES["fedpav-table4"].rows if r.name == "CC & CDW")
@@ -241,7 +241,7 @@ def test_fedarks_paper_runs_train_on_cuhk02_and_hold_one_domain_out(tmp_path):
     task's domain is the unseen test set."""
     from privreid.commands.sweep import base_config
     from privreid.data.catalog import federation_for_config
-    from privreid.reproduce import TABLES
+    from privreid.experiments.reproduce import TABLES
 
     data_root = _paper_tree(tmp_path / "data")
     row = next(r for r in TABLES["fedarks-table1"].rows if r.name == "FedARKS")

@@ -1,4 +1,4 @@
-"""The small DG benchmarks' loaders (privreid.data.formats_dg) and their split protocols, on fixture trees
+"""The small DG benchmarks' loaders (privreid.data.formats.dg) and their split protocols, on fixture trees
 written with each release's real file names (full-size for the four DG-ReID test sets, so that the standard
 test sizes are checked against the real identity counts)."""
 
@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from privreid.data.formats import detect_format, load_dataset
-from privreid.data.formats_dg import DG_FORMATS, load_pool
-from privreid.data.formats_dg.splits import make_splits, read_splits, split_dataset, write_splits
+from privreid.data.formats.dg import DG_FORMATS, load_pool
+from privreid.data.formats.dg.splits import make_splits, read_splits, split_dataset, write_splits
 from privreid.errors import ConfigError, DataError
 
 
@@ -226,7 +226,7 @@ def test_ilidsvid_key_images(trees):
 
 
 def test_cuhksysu_g100_galleries(trees):
-    from privreid.data.formats_dg.cuhksysu import RELEASE, read_g100
+    from privreid.data.formats.dg.cuhksysu import RELEASE, read_g100
 
     pairs = read_g100(RELEASE.find(trees["cuhksysu"]))
     names = [(Path(q[0]).name, sorted(Path(g[0]).name for g in gallery)) for q, gallery in pairs]

@@ -12,7 +12,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from privreid.cli import app
-from privreid.data.formats_dg.splits import DGSplit
+from privreid.data.formats.dg.splits import DGSplit
 from privreid.evaluation.dg_protocol import rank_per_query_galleries, rank_splits, resolve_eval_format
 from privreid.errors import ConfigError
 
@@ -137,7 +137,7 @@ def flip_cosine_run(tiny_synth, tmp_path_factory):
 def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp_path):
     """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's train.eval_flip,
     eval_metric and eval_ap, like its seen-domain cells; before, they ranked plain Euclidean features."""
-    from privreid import reproduce
+    from privreid.experiments import reproduce
     from privreid.checkpoint import Checkpoint
     from privreid.evaluation.dg_protocol import evaluate_dg_model
 
@@ -155,7 +155,7 @@ def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp
 
 def test_reproduce_recomputes_a_dg_cache_ranked_otherwise_than_the_run(flip_cosine_run, tmp_path):
     """An eval-<dataset>.json written before the DG cells followed the run's settings is not reused."""
-    from privreid import reproduce
+    from privreid.experiments import reproduce
 
     make_viper(tmp_path / "data" / "viper", n=12)
     summary = json.loads((flip_cosine_run / "summary.json").read_text())

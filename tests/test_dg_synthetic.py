@@ -6,8 +6,8 @@ import hashlib
 
 from privreid.data.catalog import resolve_datasets
 from privreid.data.formats import detect_format
-from privreid.data.formats_dg import load_pool
-from privreid.data.formats_dg.splits import make_splits
+from privreid.data.formats.dg import load_pool
+from privreid.data.formats.dg.splits import make_splits
 from privreid.data.synthetic import SynthConfig
 from privreid.data.synthetic_dg import (
     SEED_OFFSET,

@@ -10,7 +10,7 @@ from torch import nn
 from privreid.checkpoint import load_checkpoint, load_model
 from privreid.data.catalog import federation_for_config
 from privreid.defenses.accounting import ClientAccountant, epsilon
-from privreid.defenses.dp_sgd import HISTORY_KEY, NOISE_KEY, DPSGDPlan, PrivateTraining, plan_for
+from privreid.defenses.dp_sgd.mechanism import HISTORY_KEY, NOISE_KEY, DPSGDPlan, PrivateTraining, plan_for
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.losses import identity_loss

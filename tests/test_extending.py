@@ -1,5 +1,5 @@
 """docs/extending.md's worked examples, run as written: a dataset format, an inversion attack, a federated method
-and a defence."""
+and a defense."""
 
 import re
 from pathlib import Path
@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from privreid.attacks.inversion import InversionSettings, optimise, reconstruct
+from privreid.inversion import InversionSettings, optimise, reconstruct
 from privreid.data.formats import available_formats, detect_format, load_dataset, unregister_format
 from privreid.models import build_model
 
@@ -89,17 +89,17 @@ def test_the_public_api_resolves_every_name_lazily():
 def rounding():
     from privreid.defenses.registry import get_defense, unregister
 
-    exec(example("A defence"), {})
+    exec(example("A defense"), {})
     yield get_defense("rounding")
     unregister("rounding")
 
 
-def test_the_defence_example_runs_end_to_end(rounding, tiny_synth, tmp_path, monkeypatch):
-    """The toy defence, registered here, trains through the public API and keeps the defence contract."""
+def test_the_defense_example_runs_end_to_end(rounding, tiny_synth, tmp_path, monkeypatch):
+    """The toy defense, registered here, trains through the public API and keeps the defense contract."""
     import json
 
     from conftest import spy_on_uploads, tiny_config
-    from test_defence_registry import check_contract
+    from test_defense_registry import check_contract
 
     from privreid import train_run
     from privreid.errors import ConfigError
@@ -120,7 +120,7 @@ def test_the_defence_example_runs_end_to_end(rounding, tiny_synth, tmp_path, mon
         for k in params & set(upload.state):
             grid = torch.round(upload.state[k] / 0.05) * 0.05
             assert torch.allclose(upload.state[k], grid, atol=1e-6), k
-    with pytest.raises(ConfigError, match="defence 'rounding' has no option stp"):
+    with pytest.raises(ConfigError, match="defense 'rounding' has no option stp"):
         build_method(tiny_config(tiny_synth, defenses={"rounding": {"stp": 1}}))
     with pytest.raises(ConfigError, match="step must be > 0"):
         train_run(tiny_config(tiny_synth, defenses={"rounding": {"step": 0}}), tmp_path / "bad", progress=False)

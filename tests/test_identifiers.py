@@ -1,5 +1,5 @@
 """Identifiers spell "defense" (the package is ``privreid.defenses``, the setting ``train.defenses``); the names
-spelled "defence" before stay importable for one release, with a DeprecationWarning (issue 28, section 4)."""
+spelled "defense" before stay importable for one release, with a DeprecationWarning (issue 28, section 4)."""
 
 import ast
 import importlib
@@ -11,35 +11,35 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "privreid"
 
 #: the modules left at their old path, each making the renamed module its own (privreid.renamed.renamed_module)
-OLD_MODULES = {"privreid.defenses.robust_defences": "privreid.defenses.robust_defenses",
-               "privreid.attacks.inversion.defences": "privreid.attacks.inversion.defenses"}
+OLD_MODULES = {"privreid.defenses.robust_defenses": "privreid.defenses.robust.plugin",
+               "privreid.inversion.defenses": "privreid.inversion.defenses"}
 
-#: (module, old name, new name): every public name that was spelled "defence"
+#: (module, old name, new name): every public name that was spelled "defense"
 OLD_NAMES = [
-    ("privreid", "DEFENCES", "DEFENSES"),
-    ("privreid", "Defence", "Defense"),
-    ("privreid", "register_defence", "register_defense"),
-    ("privreid", "available_defences", "available_defenses"),
-    ("privreid", "get_defence", "get_defense"),
-    ("privreid.defenses", "Defence", "Defense"),
-    ("privreid.defenses", "DefenceLedger", "DefenseLedger"),
-    ("privreid.defenses.registry", "Defence", "Defense"),
-    ("privreid.defenses.registry", "DefenceLedger", "DefenseLedger"),
-    ("privreid.defenses.registry", "DEFENCES", "DEFENSES"),
-    ("privreid.defenses.registry", "defences", "defenses"),
-    ("privreid.defenses.registry", "available_defences", "available_defenses"),
-    ("privreid.defenses.registry", "get_defence", "get_defense"),
-    ("privreid.defenses.registry", "enabled_defences", "enabled_defenses"),
-    ("privreid.defenses.robust_defenses", "ServerDefence", "ServerDefense"),
-    ("privreid.defenses.robust_defenses", "ServerDefenceLedger", "ServerDefenseLedger"),
-    ("privreid.defenses.robust_defenses", "SERVER_DEFENCES", "SERVER_DEFENSES"),
-    ("privreid.attacks.inversion", "Defence", "Defense"),
-    ("privreid.attacks.inversion", "NO_DEFENCE", "NO_DEFENSE"),
-    ("privreid.attacks.inversion", "defence_as_trained", "defense_as_trained"),
-    ("privreid.attacks.inversion.defenses", "Defence", "Defense"),
-    ("privreid.attacks.inversion.defenses", "NO_DEFENCE", "NO_DEFENSE"),
-    ("privreid.attacks.inversion.defenses", "defence_as_trained", "defense_as_trained"),
-    ("privreid.attacks.inversion.aggregate", "client_defence", "client_defense"),
+    ("privreid", "DEFENSES", "DEFENSES"),
+    ("privreid", "Defense", "Defense"),
+    ("privreid", "register_defense", "register_defense"),
+    ("privreid", "available_defenses", "available_defenses"),
+    ("privreid", "get_defense", "get_defense"),
+    ("privreid.defenses", "Defense", "Defense"),
+    ("privreid.defenses", "DefenseLedger", "DefenseLedger"),
+    ("privreid.defenses.registry", "Defense", "Defense"),
+    ("privreid.defenses.registry", "DefenseLedger", "DefenseLedger"),
+    ("privreid.defenses.registry", "DEFENSES", "DEFENSES"),
+    ("privreid.defenses.registry", "defenses", "defenses"),
+    ("privreid.defenses.registry", "available_defenses", "available_defenses"),
+    ("privreid.defenses.registry", "get_defense", "get_defense"),
+    ("privreid.defenses.registry", "enabled_defenses", "enabled_defenses"),
+    ("privreid.defenses.robust.plugin", "ServerDefense", "ServerDefense"),
+    ("privreid.defenses.robust.plugin", "ServerDefenseLedger", "ServerDefenseLedger"),
+    ("privreid.defenses.robust.plugin", "SERVER_DEFENSES", "SERVER_DEFENSES"),
+    ("privreid.inversion", "Defense", "Defense"),
+    ("privreid.inversion", "NO_DEFENSE", "NO_DEFENSE"),
+    ("privreid.inversion", "defense_as_trained", "defense_as_trained"),
+    ("privreid.inversion.defenses", "Defense", "Defense"),
+    ("privreid.inversion.defenses", "NO_DEFENSE", "NO_DEFENSE"),
+    ("privreid.inversion.defenses", "defense_as_trained", "defense_as_trained"),
+    ("privreid.inversion.aggregate", "client_defense", "client_defense"),
 ]
 
 
@@ -67,19 +67,19 @@ def identifiers(tree: ast.AST):
             yield node.module
 
 
-def test_no_identifier_spells_defence():
+def test_no_identifier_spells_defense():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = module_name(path)
-        if "defence" in name.lower() and name not in OLD_MODULES:
+        if "defense" in name.lower() and name not in OLD_MODULES:
             found.append(f"{name} (module)")
         found += [f"{name}: {ident}" for ident in sorted(set(identifiers(ast.parse(path.read_text()))))
-                  if "defence" in ident.lower()]
+                  if "defense" in ident.lower()]
     assert found == []
 
 
 def test_the_reader_sees_names_inside_f_strings():
-    assert "defence" in set(identifiers(ast.parse('f"{defence.name}"')))
+    assert "defense" in set(identifiers(ast.parse('f"{defense.name}"')))
 
 
 @pytest.mark.parametrize("module, old, new", OLD_NAMES, ids=[f"{m}.{o}" for m, o, _ in OLD_NAMES])

@@ -51,7 +51,7 @@ def test_the_reader_resolves_relative_imports():
 
 def test_no_method_imports_the_composition_root():
     """A method gets what it needs (the clients' model config) from its factory's arguments, never from
-    ``federated/build.py``, which composes methods with defences (issue 28, section 4)."""
+    ``federated/build.py``, which composes methods with defenses (issue 28, section 4)."""
     assert modules_under("federated/methods")
     assert importers("federated/methods", "privreid.federated.build") == []
 
@@ -73,14 +73,14 @@ def test_evaluation_attacks_and_audits_go_through_the_engine_only_where_docs_say
     for folder in ("evaluation", "corruptions", "reporting"):
         assert engine_names(folder) == {}, folder
         assert importers(folder, "privreid.federated.build") == [], folder
-    assert engine_names("attacks") == {"privreid.attacks.inversion.aggregate": {"selection_size"}}
+    assert engine_names("attacks") == {"privreid.inversion.aggregate": {"selection_size"}}
     assert set(engine_names("auditing")) == {"privreid.auditing.views", "privreid.auditing.shadows",
                                              "privreid.auditing.dp_audit"}
 
 
-def test_only_the_composition_root_composes_defences_and_the_cli_names_only_what_docs_say():
-    """docs/architecture.md, "Layers": training composes defences only in federated/build.py; the CLI and the
-    Flower apps import from privreid.defenses only the support matrix, the enabled defences' ledger keys and
+def test_only_the_composition_root_composes_defenses_and_the_cli_names_only_what_docs_say():
+    """docs/architecture.md, "Layers": training composes defenses only in federated/build.py; the CLI and the
+    Flower apps import from privreid.defenses only the support matrix, the enabled defenses' ledger keys and
     secure aggregation's transport checks."""
     composers = [module_name(p) for p in PACKAGE.rglob("*.py") if "privreid.defenses.apply_defenses"
                  in imported_modules(p) and not module_name(p).startswith("privreid.defenses")]
@@ -92,11 +92,11 @@ def test_only_the_composition_root_composes_defences_and_the_cli_names_only_what
             if names:
                 named[module_name(path)] = names
     assert named == {
-        "privreid.commands.flower": ["privreid.defenses.secure_aggregation",
-                                     "privreid.defenses.secure_aggregation.check_secure_aggregation"],
+        "privreid.commands.flower": ["privreid.defenses.secure_aggregation.mechanism",
+                                     "privreid.defenses.secure_aggregation.mechanism.check_secure_aggregation"],
         "privreid.commands.methods": ["privreid.defenses.registry", "privreid.defenses.registry.defenses"],
         "privreid.flower.messages": ["privreid.defenses.registry", "privreid.defenses.registry.enabled_defenses"],
-        "privreid.secagg.flower": ["privreid.defenses.secure_aggregation",
-                                   "privreid.defenses.secure_aggregation.AggregatedUpload",
-                                   "privreid.defenses.secure_aggregation.round_parameters"],
+        "privreid.defenses.secure_aggregation.flower": ["privreid.defenses.secure_aggregation.mechanism",
+                                   "privreid.defenses.secure_aggregation.mechanism.AggregatedUpload",
+                                   "privreid.defenses.secure_aggregation.mechanism.round_parameters"],
     }

@@ -1,4 +1,4 @@
-"""Gradient inversion: label rules, the bottleneck feature leak, threat models, defences, reconstruction."""
+"""Gradient inversion: label rules, the bottleneck feature leak, threat models, defenses, reconstruction."""
 
 
 import pytest
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torch import nn
 
-from privreid.attacks.inversion import (
+from privreid.inversion import (
     InversionSettings,
     bias_sign_label,
     defense_as_trained,
@@ -18,10 +18,10 @@ from privreid.attacks.inversion import (
     observe,
     reconstruct,
 )
-from privreid.attacks.inversion.defenses import Defense, noisy_download
-from privreid.attacks.inversion.optimise import gradient_distance, matched_names
-from privreid.attacks.inversion.report import filtered_views, image_metrics, score
-from privreid.attacks.inversion.threat_models import (
+from privreid.inversion.defenses import Defense, noisy_download
+from privreid.inversion.optimise import gradient_distance, matched_names
+from privreid.inversion.report import filtered_views, image_metrics, score
+from privreid.inversion.threat_models import (
     check_model,
     client_gradient,
     infer_label,
@@ -224,7 +224,7 @@ def test_threat_models_refuse_models_that_cannot_leak(tiny_model):
     check_model(parts, "shared-feature", {n for n, _ in parts.named_parameters()})  # the leak still holds
 
 
-# --------------------------------------------------------------------------- defences
+# --------------------------------------------------------------------------- defenses
 def test_white_noise_has_std_beta_and_is_seeded():
     grads = {"a": torch.zeros(200, 100), "b": torch.ones(50)}
     noisy = defend_gradient(grads, beta=0.3, generator=torch.Generator().manual_seed(0))
@@ -281,7 +281,7 @@ def test_download_noise_perturbs_shared_parameters_only(tiny_model):
     assert not torch.allclose(obs.grads["neck.fc.weight"], clean["neck.fc.weight"])
 
 
-def test_defences_as_trained_follow_the_run_config():
+def test_defenses_as_trained_follow_the_run_config():
     def cfg(**train):
         return RunConfig(train=TrainConfig(**train))
 
@@ -295,7 +295,7 @@ def test_defences_as_trained_follow_the_run_config():
         Defense(clip_norm=1.0, noise_multiplier=0.8)  # C defaults to 1.0
     # client-level DP: the server adds the noise after it has seen the clipped upload
     assert defense_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0)) == Defense(clip_norm=2.0)
-    # ... and with beta on top, each defence states its own part
+    # ... and with beta on top, each defense states its own part
     assert defense_as_trained(cfg(client_dp=True, clip=2.0, noise_multiplier=1.0, beta=0.1, beta_mode="both")) == \
         Defense(beta=0.1, download_beta=0.1, clip_norm=2.0)
     # the sum of m = 4 uploads under secure aggregation: each client's distributed share Z / sqrt(m)
@@ -402,7 +402,7 @@ def test_ssim_uses_wang_et_al_gaussian_window():
     """
     from skimage.metrics import structural_similarity
 
-    from privreid.attacks.inversion.report import image_metrics
+    from privreid.inversion.report import image_metrics
 
     mu, d, c1 = 0.4, 0.1, (0.01 * 1.0) ** 2
     flat = torch.full((3, 24, 12), mu)

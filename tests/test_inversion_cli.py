@@ -55,7 +55,7 @@ def test_invert_two_models_on_the_same_subjects(checkpoints, tmp_path):
         assert settings["signed"] and settings["schedule"] == "step" and settings["select"] == "best"
         assert settings["recipe"].startswith("ig (cosine matching, TV 0.2 (anisotropic, normalised); 3 iterations")
         assert settings["iterations"] == 3 and settings["threat"] == "full" and settings["image_size"] == [32, 16]
-        assert settings["defence"] == {"beta": 0.0, "download_beta": 0.0, "clip_norm": None, "noise_multiplier": 0.0}
+        assert settings["defense"] == {"beta": 0.0, "download_beta": 0.0, "clip_norm": None, "noise_multiplier": 0.0}
         subjects = report["subjects"]
         assert len(subjects) == 2 and subjects[0]["index"] == 1
         for s in subjects:
@@ -85,7 +85,7 @@ def test_invert_two_models_on_the_same_subjects(checkpoints, tmp_path):
     assert "PSNR (dB)" in table and " ± " in table
 
 
-def test_invert_image_file_shared_feature_and_defences_as_trained(checkpoints, tmp_path):
+def test_invert_image_file_shared_feature_and_defenses_as_trained(checkpoints, tmp_path):
     ckpt = load_checkpoint(checkpoints["fedpav"])
     ckpt["config"]["train"].update(beta=0.05, beta_mode="upload")
     noisy = save_checkpoint(ckpt, tmp_path / "noisy" / "ckpt.pt")
@@ -97,7 +97,7 @@ def test_invert_image_file_shared_feature_and_defences_as_trained(checkpoints, t
                      "--iterations", 2, "--device", "cpu", flag, "--out", out)
         assert res.exit_code == 0, res.output
         report = json.loads((out / "metrics.json").read_text())
-        assert report["settings"]["defence"]["beta"] == beta
+        assert report["settings"]["defense"]["beta"] == beta
         (s,) = report["subjects"]
         assert s["path"] == str(image) and s["index"] is None and s["label"] == 1
         assert s["inferred_label"] is None and s["label_correct"] is None

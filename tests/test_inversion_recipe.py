@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import privreid
-from privreid.attacks.inversion import InversionSettings, reconstruct, reconstruct_batch
-from privreid.attacks.inversion.attack import match_reconstructions
-from privreid.attacks.inversion.labels import assign_labels, bias_count_labels, count_labels, norm_count_labels
-from privreid.attacks.inversion.optimise import _optimiser, optimise_image
-from privreid.attacks.inversion.threat_models import client_gradient, local_update, observe, to_model_input
+from privreid.inversion import InversionSettings, reconstruct, reconstruct_batch
+from privreid.inversion.attack import match_reconstructions
+from privreid.inversion.labels import assign_labels, bias_count_labels, count_labels, norm_count_labels
+from privreid.inversion.optimise import _optimiser, optimise_image
+from privreid.inversion.threat_models import client_gradient, local_update, observe, to_model_input
 from privreid.errors import ConfigError
 from privreid.losses import identity_loss
 from privreid.models import build_model
@@ -194,7 +194,7 @@ def test_local_update_is_the_gradient_for_one_step_and_two_sgd_steps_otherwise()
 
 
 def test_simulating_the_local_steps_matches_the_update_at_the_true_batch_and_one_gradient_does_not():
-    from privreid.attacks.inversion import optimise
+    from privreid.inversion import optimise
 
     net = TinyNet()
     x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
@@ -271,7 +271,7 @@ def test_invert_batch_4_on_a_model_from_elsewhere(tiny_synth, tmp_path):
 
 
 def test_the_batchnorm_prior_is_zero_at_the_running_statistics_and_refused_without_batchnorm():
-    from privreid.attacks.inversion.optimise import BatchNormStatistics
+    from privreid.inversion.optimise import BatchNormStatistics
 
     x = torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(0)) * 2 + 1
     net = nn.Sequential(nn.BatchNorm2d(3)).eval()

@@ -1,9 +1,9 @@
-"""One name for one thing across the CLI (docs/cli.md), the old spellings for one release, and help that reads.
+"""One name for one thing across the CLI (docs/cli.md), and help that reads.
 
 The attack algorithm is ``--method``, the number of subjects ``--subjects``,
-checkpoints ``--model`` (one), ``--models`` (several) or positionally; the
-renamed flags (:data:`privreid.commands.common.RENAMED_OPTIONS`) still parse
-to the same parameters and print one ``warning:`` line each.
+checkpoints ``--model`` (one), ``--models`` (several) or positionally.
+privreid has never been released, so spellings used during its development
+(``--attack``, ``--n``) are not options: they are refused like any unknown flag.
 """
 
 import json
@@ -14,7 +14,6 @@ import typer
 from typer.testing import CliRunner
 
 from privreid.cli import app
-from privreid.commands.common import RENAMED_OPTIONS, renamed_args
 from privreid.commands.options import PANELS
 
 from conftest import tiny_config
@@ -39,24 +38,7 @@ def flags(command: click.Command) -> set[str]:
     return {o for p in command.params for o in p.opts + p.secondary_opts if o.startswith("--")}
 
 
-def parsed(argv: list[str]) -> tuple[dict, list[str]]:
-    """The parameters ``privreid argv`` gives its command (parsed as the group parses them) and the warnings."""
-    group = typer.main.get_command(app)
-    warnings: list[str] = []
-    with click.Context(group, info_name="privreid") as ctx:
-        # what privreid's group does with its command's arguments, with the warnings collected here
-        name, command, rest = click.Group.resolve_command(group, ctx, list(argv))
-        rest = renamed_args(name, rest, warnings.append)
-        return command.make_context(name, rest, parent=ctx).params, warnings
-
-
 # --------------------------------------------------------------------------- one name for one thing
-def test_no_command_takes_a_renamed_spelling_as_its_own_option():
-    for path, command in commands().items():
-        old = {flag for renamed in RENAMED_OPTIONS.values() for flag in renamed} & flags(command)
-        assert not old, f"privreid {path} declares {old}"
-
-
 def test_commands_that_take_several_checkpoints_take_one_with_model_and_more_positionally():
     several = {path: c for path, c in commands().items() if "--models" in flags(c)}
     assert set(several) == {"attack", "audit", "compare", "invert"}
@@ -75,44 +57,12 @@ def test_attack_algorithms_are_method_and_subjects_are_subjects_everywhere():
         assert "--subjects" in flags(commands()[path]), path
 
 
-@pytest.mark.parametrize("command, old, new, value", [
-    ("invert", "--n", "--subjects", "3"),
-    ("invert", "--attack", "--method", "ig"),
-    ("audit", "--attack", "--method", "feature"),
-])
-def test_an_old_spelling_parses_as_the_new_one_with_one_warning(command, old, new, value, tmp_path):
-    base = [command, "--models", str(tmp_path / "a.pt")]
-    now, none = parsed([*base, new, value])
-    then, warned = parsed([*base, old, value])
-    also, warned_eq = parsed([*base, f"{old}={value}"])
-    assert then == now == also and none == []
-    assert warned == warned_eq == [f"warning: {old} is deprecated; use {new}"]
-
-
-def test_old_spellings_warn_once_each_and_leave_values_after_double_dash_alone():
-    warned = []
-    args = renamed_args("invert", ["--n", "2", "--n", "3", "--attack", "ig", "--", "--n"], warned.append)
-    assert args == ["--subjects", "2", "--subjects", "3", "--method", "ig", "--", "--n"]
-    assert warned == ["warning: --n is deprecated; use --subjects", "warning: --attack is deprecated; use --method"]
-    assert renamed_args("train", ["--n", "2"], warned.append) == ["--n", "2"]  # only the commands that renamed it
-
-
-@pytest.mark.slow
-def test_an_old_spelling_runs_the_same_inversion_with_one_warning_line(tiny_synth, tmp_path):
-    from privreid.data.catalog import federation_for_config
-    from privreid.federated.engine import FederatedEngine
-
-    cfg = tiny_config(tiny_synth, "fedpav", rounds=1)
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False).run()
-    common = ["invert", "--model", str(tmp_path / "run" / "ckpt.pt"), "--iterations", "2", "--device", "cpu"]
-    new = runner.invoke(app, [*common, "--subjects", "1", "--method", "dlg", "--out", str(tmp_path / "new")])
-    old = runner.invoke(app, [*common, "--n", "1", "--attack", "dlg", "--out", str(tmp_path / "old")])
-    assert new.exit_code == old.exit_code == 0, old.output
-    assert [line for line in old.stderr.splitlines() if "warning" in line] == [
-        "warning: --n is deprecated; use --subjects", "warning: --attack is deprecated; use --method"]
-    assert "warning" not in new.stderr
-    metrics = [json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("new", "old")]
-    assert metrics[0] == metrics[1] and metrics[0]["settings"]["attack"] == "dlg"
+@pytest.mark.parametrize("command, old", [("invert", "--n"), ("invert", "--attack"), ("audit", "--attack")])
+def test_a_development_spelling_is_refused_as_an_unknown_option_in_one_line(command, old, tmp_path):
+    res = runner.invoke(app, [command, "--models", str(tmp_path / "a.pt"), old, "1"])
+    assert res.exit_code == 2
+    [line] = res.output.splitlines()
+    assert line.startswith(f"error: No such option '{old}'"), res.output
 
 
 # --------------------------------------------------------------------------- help that reads
@@ -145,7 +95,7 @@ def test_extras_in_help_are_not_eaten_by_markup():
 
 
 def test_invert_help_names_every_registered_inversion_attack_and_threat_model():
-    from privreid.attacks.inversion import ATTACKS, THREATS
+    from privreid.inversion import ATTACKS, THREATS
 
     text = " ".join(help_text("invert").split())
     for name in [*ATTACKS, *THREATS]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from privreid.data.formats import load_dataset
-from privreid.data.formats_dg import load_pool
-from privreid.data.formats_dg.splits import make_splits
+from privreid.data.formats.dg import load_pool
+from privreid.data.formats.dg.splits import make_splits
 
 from test_dg_formats import make_caviar, make_cuhk01, make_cuhk02, make_cuhksysu, make_ilids
 
@@ -54,7 +54,7 @@ def test_cuhk02_tests_every_p5_cam1_image_against_every_p5_cam2_image(tmp_path):
 def test_cuhksysu_fixed_set_is_the_queries_against_their_persons_gallery_crops(tmp_path):
     """FedReID Sec. IV-A: the 2,900 queries, the gallery their persons' crops in their TestG100 gallery scenes
     (no distractor: person 4 in scenes 4 and 6, and person 2 in query 1's scene 5, are dropped)."""
-    from privreid.data.formats_dg.cuhksysu import RELEASE, read_fixed_set
+    from privreid.data.formats.dg.cuhksysu import RELEASE, read_fixed_set
 
     query, gallery = read_fixed_set(RELEASE.find(make_cuhksysu(tmp_path)))
     assert [(Path(p).name, pid, cam) for p, pid, cam in query] == [
@@ -66,7 +66,7 @@ def test_cuhksysu_fixed_set_is_the_queries_against_their_persons_gallery_crops(t
 def test_fedpav_ilids_client_is_qmul_ilids(tmp_path):
     """FedPav's "iLIDS-VID" column (paper 004 Table 1: 59 + 60 identities, 248 + 228 = 476 images) is QMUL
     i-LIDS, as the reference's data_preprocess/data/ilids/meta.json holds it, not iLIDS-VID's 300 people."""
-    from privreid.reproduce.tables import FEDPAV_CLIENTS
+    from privreid.experiments.reproduce.tables import FEDPAV_CLIENTS
 
     assert {column: folder for column, _, folder in FEDPAV_CLIENTS}["iLIDS-VID"] == "ilids"
     pool = load_pool(make_ilids(tmp_path), "ilids")
@@ -108,7 +108,7 @@ def llcm_tree(tmp_path, test_ids) -> Path:
 def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
     """Joey623/L2RW CI/test.py ranks process_query_llcm(mode=2), the NIR cameras 1, 2, 4-9 (CI/data_manager.py),
     against every visible camera: a test person's test_nir/cam3 images are not queries."""
-    from privreid.data.formats_vi import load_llcm
+    from privreid.data.formats.vi import load_llcm
     from test_vi_formats import image
 
     root = llcm_tree(tmp_path, (3,))
@@ -125,7 +125,7 @@ def test_llcm_test_lists_match_the_reference_code(tmp_path):
     and process_gallery_llcm(mode=1, trial=0, 1), run unchanged on this tree (tests/reference/README.md).
     Exact: the query images, their order, pids and cameras; each reference trial draws one visible image per
     (identity, camera) group, and privreid's gallery holds exactly those groups."""
-    from privreid.data.formats_vi import load_llcm
+    from privreid.data.formats.vi import load_llcm
     from test_vi_formats import image
 
     root = llcm_tree(tmp_path, (3, 4))

@@ -21,12 +21,12 @@ def benchmark(monkeypatch):
 
 
 @pytest.mark.slow
-def test_smoke_table_has_a_cell_per_attack_and_defence_with_asr_for_backdoors_only(tiny_synth, tmp_path, monkeypatch):
+def test_smoke_table_has_a_cell_per_attack_and_defense_with_asr_for_backdoors_only(tiny_synth, tmp_path, monkeypatch):
     """Two cells at a time (``--jobs 2``: spawned processes, which import the benchmark by name)."""
     table = benchmark(monkeypatch)
     table.main(["--smoke", "--data", str(tiny_synth), "--out", str(tmp_path), "--jobs", "2"])
     cells = json.loads((tmp_path / "cells.json").read_text())
-    columns = [*table.SMOKE_DEFENCES, table.CENTRAL]
+    columns = [*table.SMOKE_DEFENSES, table.CENTRAL]
     assert list(cells) == list(table.SMOKE_ATTACKS) and all(list(row) == columns for row in cells.values())
     for attack, row in cells.items():
         for cell in row.values():

@@ -1,6 +1,6 @@
 """Issue 28.4, one way to extend: every registry is a :class:`privreid.registry.Registry` with one behaviour.
 
-For each registry (methods, defences, dataset formats, model transforms,
+For each registry (methods, defenses, dataset formats, model transforms,
 inversion attacks, threat models, retrieval attacks) an entry registered
 from this test module is usable where the built-ins are and listed with its
 origin; a taken name is a one-line ConfigError; ``unregister`` removes it and
@@ -14,9 +14,9 @@ import dataclasses
 import pytest
 import torch
 
-from privreid.attacks.inversion import optimise, threat_models
-from privreid.attacks.inversion.optimise import IDLG, InversionSettings
-from privreid.attacks.inversion.threat_models import FullGradient
+from privreid.inversion import optimise, threat_models
+from privreid.inversion.optimise import IDLG, InversionSettings
+from privreid.inversion.threat_models import FullGradient
 from privreid.data.formats import FORMATS, DatasetFormat, format_choices, get_format
 from privreid.defenses.registry import DEFENSES, Defense, available_defenses
 from privreid.errors import ConfigError
@@ -42,8 +42,8 @@ class ToyTransform(ModelTransform):
         return model
 
 
-class ToyDefence(Defense):
-    name = "toy-defence"
+class ToyDefense(Defense):
+    name = "toy-defense"
     summary = "does nothing (registry contract test)"
 
     def wrap(self, method, config):
@@ -72,7 +72,7 @@ class ToyThreat(FullGradient):
 
 
 def _retrieval():
-    from privreid.attacks import feature_attacks
+    from privreid.retrieval_attacks import feature_attacks
 
     class ToyBIM(feature_attacks.FeatureBIM):
         name, label = "toy-bim", "ToyBIM"
@@ -84,7 +84,7 @@ def _retrieval():
 def cases():
     return {
         "method": (lambda: METHODS, toy_method, _method_is_usable),
-        "defence": (lambda: DEFENSES, ToyDefence, _defence_is_usable),
+        "defense": (lambda: DEFENSES, ToyDefense, _defense_is_usable),
         "format": (lambda: FORMATS, toy_format, _format_is_usable),
         "transform": (lambda: TRANSFORMS, lambda: ToyTransform, _transform_is_usable),
         "inversion": (lambda: optimise.ATTACKS, ToyInversion, _inversion_is_usable),
@@ -106,7 +106,7 @@ def _method_is_usable(entry):
     assert listing.exit_code == 0 and f"{entry.name} " in listing.output
 
 
-def _defence_is_usable(entry):
+def _defense_is_usable(entry):
     from typer.testing import CliRunner
 
     from privreid.cli import app
@@ -136,8 +136,8 @@ def _threat_is_usable(entry):
 
 
 def _retrieval_is_usable(entry):
-    from privreid.attacks import retrieval_attack_names
-    from privreid.attacks.retrieval import attack_label, resolve_methods
+    from privreid.retrieval_attacks import retrieval_attack_names
+    from privreid.retrieval_attacks.retrieval import attack_label, resolve_methods
 
     assert entry.name in resolve_methods("all") and entry.name in retrieval_attack_names()
     assert attack_label(entry.name) == entry.label
@@ -232,8 +232,8 @@ def test_dp_sgd_refuses_a_method_that_does_not_declare_it_in_one_line(tiny_synth
                       tmp_path, synth=tiny_synth)
 
 
-def test_every_builtin_method_declares_dp_sgd_support_and_the_defence_enforces_it(tiny_synth):
-    from privreid.defenses.plugins.dp_sgd import DPSGD
+def test_every_builtin_method_declares_dp_sgd_support_and_the_defense_enforces_it(tiny_synth):
+    from privreid.defenses.dp_sgd.plugin import DPSGD
 
     from conftest import tiny_config
 
@@ -252,7 +252,7 @@ def test_every_builtin_method_declares_dp_sgd_support_and_the_defence_enforces_i
 def test_a_retrieval_attack_registered_after_import_runs_with_progress(tiny_synth):
     """Issue 28.4: the Table IX labels were copied at import, so a later attack raised KeyError with progress on."""
     pytest.importorskip("torchattacks")
-    from privreid.attacks.retrieval import evaluate_under_attack
+    from privreid.retrieval_attacks.retrieval import evaluate_under_attack
     from privreid.data.catalog import resolve_datasets
     from privreid.data.types import TestSet
     from privreid.models import build_model

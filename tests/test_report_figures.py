@@ -73,8 +73,8 @@ def test_inversion_bars_from_zero_explain_the_baseline_tick_and_keep_the_legend_
 def test_inversion_grid_captions_say_the_file_and_the_model_s_own_class(monkeypatch, tmp_path):
     import torch
 
-    from privreid.attacks.inversion import Reconstruction
-    from privreid.attacks.inversion import report
+    from privreid.inversion import Reconstruction
+    from privreid.inversion import report
 
     assert report.subject_caption({"index": 3, "path": "/d/train/0012_c1s1_000151_00.jpg", "label": 54,
                                    "inferred_label": 54}) == "#3 0012_c1s1_000151_00\nhead class 54, inferred 54"

@@ -10,9 +10,9 @@ import torch
 
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
-from privreid.reproduce import run_table
-from privreid.reproduce.leakage import subject_path
-from privreid.reproduce.tables import TABLES
+from privreid.experiments.reproduce import run_table
+from privreid.experiments.reproduce.leakage import subject_path
+from privreid.experiments.reproduce.tables import TABLES
 
 
 def _clients(*trains):
@@ -73,7 +73,7 @@ def test_fig8_table_reads_each_runs_inversions_in_the_papers_layout(tmp_path):
 
 
 def test_fig8_is_listed_as_runnable():
-    from privreid.reproduce import list_tables
+    from privreid.experiments.reproduce import list_tables
 
     [fig8] = [t for t in list_tables() if t["table"] == "l2rw-fig8"]
     assert fig8["status"] == "runs" and "iDLG" in fig8["smoke"]
@@ -93,7 +93,7 @@ def test_fig8_runs_are_table9s_dns_stand_in_and_i_dppt():
 
 @pytest.mark.slow
 def test_fig8_smoke_end_to_end_inverts_the_same_images_for_both_models(tmp_path):
-    from privreid.attacks.inversion.campaign import load_targets
+    from privreid.inversion.campaign import load_targets
 
     rows = run_table("l2rw-fig8", scale="smoke", out=tmp_path, device="cpu", echo=lambda _: None)
     runs = {g: tmp_path / "runs" / f"{g}-model" for g in ("SYSU DNS", "SYSU Ours")}

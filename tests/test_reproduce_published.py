@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from privreid.cli import app
-from privreid.reproduce import published
-from privreid.reproduce.tables import TABLES
+from privreid.experiments.reproduce import published
+from privreid.experiments.reproduce.tables import TABLES
 
 PAPERS = Path("/work/shared/papers")
 runner = CliRunner()
@@ -59,7 +59,7 @@ def test_published_rows_and_columns_match_the_table_specs():
 
 
 def test_a_transposed_table_is_read_in_privreids_orientation():
-    from privreid.reproduce import published_by_row
+    from privreid.experiments.reproduce import published_by_row
 
     numbers = published_by_row("fedpav-table5")
     assert numbers["KD & CDW"] == {"CAVIAR": 53.2, "GRID": 36.8} and numbers["DSTML"] == {"CAVIAR": 28.2}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from privreid.reproduce import run_table
+from privreid.experiments.reproduce import run_table
 
 
 def _csv(path):

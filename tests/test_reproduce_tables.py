@@ -8,8 +8,8 @@ import json
 import pytest
 
 from privreid.commands.sweep import base_config
-from privreid.reproduce import run_table
-from privreid.reproduce.tables import FIG3_BETAS, TABLES
+from privreid.experiments.reproduce import run_table
+from privreid.experiments.reproduce.tables import FIG3_BETAS, TABLES
 
 
 def _smoke_config(key: str, row: str, group: str):
@@ -59,8 +59,8 @@ def test_ska_table4_rows_switch_the_three_components():
 
 def test_local_columns_read_the_personalised_model_of_that_domain(tmp_path):
     """A "local" cell is the mean of the clients' personalised metrics on the named seen test set."""
-    from privreid.reproduce import _cell
-    from privreid.reproduce.tables import Column, Row, TableSpec
+    from privreid.experiments.reproduce import _cell
+    from privreid.experiments.reproduce.tables import Column, Row, TableSpec
 
     run = tmp_path / "runs" / "r"
     run.mkdir(parents=True)
@@ -202,7 +202,7 @@ def test_fedarks_table3_switches_rk_with_v_and_ks_with_beta():
     # the paper's -RK -KS row is FedSupWA (Table 1's numbers): shown n/i with them, never as privreid's run
     [supwa] = [r for r in TABLES["fedarks-table3"].rows if r.train is None]
     assert supwa.name == "-RK -KS (FedSupWA)"
-    from privreid.reproduce import published_by_row
+    from privreid.experiments.reproduce import published_by_row
 
     assert published_by_row("fedarks-table3")[supwa.name]["MS+C2+C3→M R1"] == 67.5
     assert "-RK -KS (both off)" not in published_by_row("fedarks-table3")
@@ -241,7 +241,7 @@ def test_fedpav_table5_smoke_end_to_end(tmp_path):
 def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tmp_path):
     """Every row reads the column's one run ("SYSU Ours-model"): the attack / corruption evaluation cached next
     to it; a "↓" row is the relative drop 100 * (clean - attacked) / clean, as the paper prints it."""
-    from privreid.reproduce.tables import TABLE9_ATTACKS
+    from privreid.experiments.reproduce.tables import TABLE9_ATTACKS
 
     for group in ("SYSU DNS", "SYSU Ours"):
         run = tmp_path / "runs" / f"{group}-model"
@@ -268,8 +268,8 @@ def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tm
 @pytest.mark.parametrize("key", sorted(TABLES))
 def test_the_smoke_budget_counts_the_runs_run_table_trains(key, tmp_path, monkeypatch):
     """Every cell is stubbed past training; the run directories run_table asks for are the ones the budget counts."""
-    import privreid.reproduce as reproduce
-    import privreid.reproduce.leakage as leakage
+    import privreid.experiments.reproduce as reproduce
+    import privreid.experiments.reproduce.leakage as leakage
 
     trained = set()
 

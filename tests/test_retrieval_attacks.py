@@ -11,9 +11,9 @@ import torchattacks
 from PIL import Image
 from typer.testing import CliRunner
 
-from privreid.attacks.feature_attacks import (ATTACKS, FeatureAttack, build_attack, check_budget,
+from privreid.retrieval_attacks.feature_attacks import (ATTACKS, FeatureAttack, build_attack, check_budget,
                                               feature_objective)
-from privreid.attacks.retrieval import (evaluate_under_attack, format_table_ix, pixel_transforms,
+from privreid.retrieval_attacks.retrieval import (evaluate_under_attack, format_table_ix, pixel_transforms,
                                         plot_attack_examples, relative_drop, resolve_methods)
 from privreid.cli import app
 from privreid.data import ImageDataset

@@ -11,7 +11,7 @@ from conftest import tiny_config
 from privreid.config import RunConfig, TrainConfig
 from privreid.defenses import apply_defenses
 from privreid.defenses.registry import get_defense
-from privreid.defenses.robust_aggregation import BoundedNorm, RobustAggregate
+from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate
 from privreid.errors import ConfigError
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import DataVolumeAverage, Upload
@@ -106,17 +106,17 @@ def test_norm_bounding_clips_each_update_and_weak_dp_adds_the_stated_noise():
 def test_the_support_matrix_agrees_with_what_the_wrapper_refuses():
     from privreid.federated.registry import available_methods
 
-    defence = get_defense("robust-median")
+    defense = get_defense("robust-median")
     for name in available_methods():
         cfg = RunConfig(train=TrainConfig(method=name, defenses={"robust-median": {}}))
-        supported = defence.supports(get_method(name)).startswith("yes")
+        supported = defense.supports(get_method(name)).startswith("yes")
         try:
-            defence.wrap(get_method(name), cfg).strategy(cfg)
+            defense.wrap(get_method(name), cfg).strategy(cfg)
             refused = False
         except ConfigError:
             refused = True
-        assert supported != refused or defence.supports(get_method(name)).startswith("n/a"), name
-    assert defence.supports(get_method("fedpav-cdw")).startswith("no (its server aggregates with")
+        assert supported != refused or defense.supports(get_method(name)).startswith("n/a"), name
+    assert defense.supports(get_method("fedpav-cdw")).startswith("no (its server aggregates with")
 
 
 def test_a_robust_rule_does_not_replace_what_client_dp_made_of_the_mean():
@@ -127,11 +127,11 @@ def test_a_robust_rule_does_not_replace_what_client_dp_made_of_the_mean():
         apply_defenses(get_method("fedpav"), cfg).strategy(cfg)
 
 
-def test_a_median_run_records_its_defence(tiny_synth, tmp_path):
+def test_a_median_run_records_its_defense(tiny_synth, tmp_path):
     from privreid.training import train_run
 
     cfg = tiny_config(tiny_synth, rounds=1, defenses={"robust-median": {}, "norm-bound": {"bound": 5.0}})
     summary = train_run(cfg, tmp_path / "run", progress=False, echo=lambda s: None)
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert written["privacy"]["server_defences"] == {"robust-median": {}, "norm-bound": {"bound": 5.0}}
-    assert summary["privacy"]["server_defences"] == written["privacy"]["server_defences"]
+    assert written["privacy"]["server_defenses"] == {"robust-median": {}, "norm-bound": {"bound": 5.0}}
+    assert summary["privacy"]["server_defenses"] == written["privacy"]["server_defenses"]

@@ -89,7 +89,7 @@ def test_reproduce_dry_run_plans_every_run_of_a_paper_table_without_data(tmp_pat
 
 
 def test_reproduce_dry_run_smoke_covers_every_table_run():
-    from privreid.reproduce import TABLES, plan_table
+    from privreid.experiments.reproduce import TABLES, plan_table
 
     for key, spec in TABLES.items():
         if not spec.rows:
@@ -101,7 +101,7 @@ def test_reproduce_dry_run_smoke_covers_every_table_run():
 
 def test_each_paper_reads_msmt17_as_its_table_one_counts_it():
     # FedReID / SKA Table I: the 30,248 train images; FedPav Table 1: train + val (32,621)
-    from privreid.reproduce import plan_table
+    from privreid.experiments.reproduce import plan_table
 
     def msmt(key):
         [root] = {r for run in plan_table(key, scale="paper")["runs"] for r in run["config"]["data"]["roots"]

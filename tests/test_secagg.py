@@ -12,8 +12,8 @@ from privreid.cli import app
 from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.defenses import PrivacyLedger
-from privreid.defenses.client_dp import ClientLevelDP
-from privreid.defenses.secure_aggregation import SecureAggregate
+from privreid.defenses.client_dp.mechanism import ClientLevelDP
+from privreid.defenses.secure_aggregation.mechanism import SecureAggregate
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.methods.dppt import DPPTAggregate
@@ -21,7 +21,7 @@ from privreid.defenses.registry import get_defense
 from privreid.federated.registry import available_methods, get_method
 from privreid.flower.messages import FlowerRunError
 from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage, Upload
-from privreid.secagg.protocol import Parameters, secure_sum
+from privreid.defenses.secure_aggregation.protocol import Parameters, secure_sum
 
 from conftest import tiny_config
 
@@ -59,7 +59,7 @@ def test_weighted_mean_within_the_quantisation_bound_and_weights_summed():
 
 def test_masked_vectors_hide_the_inputs(monkeypatch):
     """What the server receives from one client is uniform-looking noise, not its quantised update."""
-    from privreid.secagg import protocol
+    from privreid.defenses.secure_aggregation import protocol
 
     seen = []
     original = protocol._Node.masked_vector
@@ -317,7 +317,7 @@ def test_invert_aggregate_rows_and_the_single_upload_reference(fedpav_ckpt, tmp_
     assert res.exit_code == 0, res.output
     assert "aggregate of 3" in res.output and "single upload" in res.output
     reports = {d: json.loads((out / d / "metrics.json").read_text()) for d in ("single", "m1", "m2", "m3")}
-    # without defences the aggregate of one client is the single upload, reconstruction for reconstruction
+    # without defenses the aggregate of one client is the single upload, reconstruction for reconstruction
     assert reports["m1"]["subjects"][0]["attack"] == reports["single"]["subjects"][0]["attack"]
     assert reports["m3"]["settings"]["clients"] == 3 and len(reports["m3"]["subjects"][0]["aggregated_with"]) == 2
     assert reports["m2"]["subjects"][0]["attack"] != reports["m1"]["subjects"][0]["attack"]
@@ -335,10 +335,10 @@ def test_invert_aggregate_without_clients_sums_the_runs_clients_per_round(fedpav
 
 
 def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
-    from privreid.attacks.inversion import NO_DEFENSE
-    from privreid.attacks.inversion.aggregate import BASE_THREAT, aggregate_observation
-    from privreid.attacks.inversion.campaign import attacked_model, load_targets
-    from privreid.attacks.inversion.threat_models import leak_bottleneck_feature, observe
+    from privreid.inversion import NO_DEFENSE
+    from privreid.inversion.aggregate import BASE_THREAT, aggregate_observation
+    from privreid.inversion.campaign import attacked_model, load_targets
+    from privreid.inversion.threat_models import leak_bottleneck_feature, observe
     from privreid.losses import identity_loss
 
     (target,) = load_targets([fedpav_ckpt])
@@ -360,7 +360,7 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
 
 
 def test_client_dp_share_per_client(tiny_synth):
-    from privreid.attacks.inversion.aggregate import client_defense, parse_clients
+    from privreid.inversion.aggregate import client_defense, parse_clients
 
     cfg = tiny_config(tiny_synth, client_dp=True, clip=2.0, noise_multiplier=3.0)
     assert client_defense(cfg, 4, True).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
@@ -563,7 +563,7 @@ def _fitres_reply(metrics):
 
 
 def test_ledger_reports_travel_as_scalar_metrics_bit_exactly():
-    from privreid.secagg.flower import REPORT_PREFIX, reports_to_metrics, split_reports
+    from privreid.defenses.secure_aggregation.flower import REPORT_PREFIX, reports_to_metrics, split_reports
 
     reports = {"dp_sgd/rdp_history": torch.tensor([[1 / 3, 0.0625, 7.0], [0.7, 1e-300, 3.0]], dtype=torch.float64),
                "dp_sgd/noise_multiplier": torch.tensor(1 / 7, dtype=torch.float64),
@@ -581,13 +581,13 @@ def test_ledger_reports_travel_as_scalar_metrics_bit_exactly():
 
 
 def test_secure_reply_gate_allows_scalar_metrics_and_the_ledgers_reports_only():
-    from privreid.secagg.flower import REPORT_PREFIX, check_secure_reply, reports_to_metrics
+    from privreid.defenses.secure_aggregation.flower import REPORT_PREFIX, check_secure_reply, reports_to_metrics
 
     key = "dp_sgd/rdp_history"
     history = reports_to_metrics({key: torch.tensor([[1.0, 0.5, 4.0]], dtype=torch.float64)})
     check_secure_reply(_fitres_reply({"loss": 0.5, **history}), (key,))
     bad = {
-        "no enabled defence reads": ({"loss": 0.5, **history}, ()),  # no DP-SGD in the run
+        "no enabled defense reads": ({"loss": 0.5, **history}, ()),  # no DP-SGD in the run
         "malformed": ({k: v for k, v in history.items() if not k.endswith(":2")}, (key,)),  # a value missing
         "malformed ": ({**history, f"{REPORT_PREFIX}{key}:3": 0.1}, (key,)),  # a value beyond the shape
         "malformed  ": ({**history, f"{REPORT_PREFIX}{key}:dim0": 2.0}, (key,)),  # a non-integer dimension
@@ -604,8 +604,8 @@ def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon_and_stops_at_
     ``privacy`` records, ledger state and statement, and ``--target-epsilon`` stops the run before the round that
     would exceed it (flwr sent no reports: no epsilon was logged and the run went on past the target)."""
     from privreid.config import dp_delta
-    from privreid.defenses.dp_sgd import plan_for
-    from privreid.defenses.plugins.dp_sgd import epsilon_after
+    from privreid.defenses.dp_sgd.mechanism import plan_for
+    from privreid.defenses.dp_sgd.plugin import epsilon_after
 
     train = dict(rounds=2, dp_sgd=True, noise_multiplier=1.0, max_grad_norm=1.0)
     cfg = flower_cfg(synth3, **train)

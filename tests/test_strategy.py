@@ -56,8 +56,8 @@ def test_policies_split_state():
 
 
 def _streaming_strategies():
-    from privreid.defenses.beta_noise import NoisyAggregate
-    from privreid.defenses.client_dp import ClientLevelDP
+    from privreid.defenses.beta_noise.mechanism import NoisyAggregate
+    from privreid.defenses.client_dp.mechanism import ClientLevelDP
     from privreid.federated.methods.dppt import DPPTAggregate
     from privreid.federated.strategy import UniformAverage
 

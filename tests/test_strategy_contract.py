@@ -107,18 +107,18 @@ def test_every_registered_strategy_is_pure_and_keeps_the_keys(tiny_synth, method
     check_contract(strategy, clients, global_state, uploads)
 
 
-@pytest.mark.parametrize("method,defence", [
+@pytest.mark.parametrize("method,defense", [
     ("fedpav-cc", {"beta": 0.1, "beta_mode": "upload"}),  # the noise wrapper passes per-client state through
     ("fedpav", {"client_dp": True, "clip": 1.0, "noise_multiplier": 0.5}),
     ("dppt", {"beta": 0.1, "beta_mode": "both"}),
 ])
-def test_defence_wrapped_strategies_keep_the_contract(tiny_synth, method, defence):
-    _, strategy, clients, global_state, uploads = run_setup(tiny_synth, method, **defence)
+def test_defense_wrapped_strategies_keep_the_contract(tiny_synth, method, defense):
+    _, strategy, clients, global_state, uploads = run_setup(tiny_synth, method, **defense)
     check_contract(strategy, clients, global_state, uploads)
 
 
 def test_secure_aggregation_reports_its_record_in_the_result(tiny_synth):
-    from privreid.defenses.secure_aggregation import SecureAggregate
+    from privreid.defenses.secure_aggregation.mechanism import SecureAggregate
 
     g = torch.Generator().manual_seed(0)
     glob = {"w": torch.randn(3, 2, generator=g), "bn.num_batches_tracked": torch.tensor(1)}

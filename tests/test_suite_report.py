@@ -72,7 +72,7 @@ def test_full_suite_writes_every_section_for_every_model(two_runs, tmp_path):
     assert "## Gradient inversion under secure aggregation" in report and "fedpav (fedpav): aggregate of 2" in report
     central_ref, central_m1, fed_ref, fed_m2 = (json.loads((Path(m["dir"]) / "metrics.json").read_text())
                                                 for m in agg)
-    # no defences were trained: the centralised run's one "upload" is its own, the same reconstruction
+    # no defenses were trained: the centralised run's one "upload" is its own, the same reconstruction
     assert central_m1["subjects"][0]["attack"] == central_ref["subjects"][0]["attack"]
     assert fed_m2["subjects"][0]["attack"] != fed_ref["subjects"][0]["attack"]
     assert len(fed_m2["subjects"][0]["aggregated_with"]) == 1 and fed_m2["subjects"][0]["path"] == \

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import privreid.training
 from privreid.cli import app
 from privreid.errors import ConfigError
-from privreid.sweep import LeakageSettings, knob_config, parse_values, reference_config, run_sweep
+from privreid.experiments.sweep import LeakageSettings, knob_config, parse_values, reference_config, run_sweep
 
 from conftest import tiny_config
 
@@ -56,7 +56,7 @@ def test_sweep_trains_measures_and_resumes(tiny_synth, tmp_path, monkeypatch):
         raise AssertionError("finished runs must be skipped")
 
     monkeypatch.setattr(privreid.training, "train_run", no_training)
-    monkeypatch.setattr("privreid.sweep._leakage", no_training)
+    monkeypatch.setattr("privreid.experiments.sweep._leakage", no_training)
     again = run_sweep(base, "beta", [0.01, 0.1], tmp_path, leakage=leak, device="cpu", echo=lambda _: None)
     assert again == rows
 

@@ -9,7 +9,7 @@ from PIL import Image
 from privreid.data import INFRARED, VISIBLE, VIProtocol
 from privreid.data.catalog import build_federation, load_with_format, resolve_datasets
 from privreid.data.formats import verify_images
-from privreid.data.formats_vi import (
+from privreid.data.formats.vi import (
     detect_vi_format,
     frame_dataset,
     is_vi_format,

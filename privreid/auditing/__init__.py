@@ -10,6 +10,6 @@ reports TPR at low FPR on log-log ROC curves (:mod:`.metrics`,
 canaries in one training run (Steinke, Nasr & Jagielski, NeurIPS 2023).
 """
 
-from .run import AuditSettings, run_audit
+from privreid.auditing.run import AuditSettings, run_audit
 
 __all__ = ["AuditSettings", "run_audit"]

@@ -46,9 +46,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..config import RunConfig
-from ..data.types import ClientData, Federation
-from ..errors import ConfigError
+from privreid.config import RunConfig
+from privreid.data.types import ClientData, Federation
+from privreid.errors import ConfigError
 
 #: guess counts tried, as fractions of the canaries (k = fraction * m / 2 guesses on each side)
 GUESS_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
@@ -146,9 +146,9 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
-    from ..checkpoint import Checkpoint
-    from ..federated.engine import FederatedEngine, prepare_out_dir
-    from .statistics import probe_outputs
+    from privreid.checkpoint import Checkpoint
+    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.auditing.statistics import probe_outputs
 
     target = federation.clients[0]
     pool = [s for ts in (federation.unseen or federation.seen) for s in ts.gallery if s[1] > 0]
@@ -173,8 +173,8 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 
 def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str | None]:
-    from ..defenses.client_dp import trainable_parameter_names
-    from ..federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.defenses.client_dp.mechanism import trainable_parameter_names
+    from privreid.federated.engine import FederatedEngine, prepare_out_dir
 
     included = _inclusion(settings.canaries, settings.seed)
     donor = federation.clients[0]
@@ -218,8 +218,8 @@ def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None = None, *, label: str = "run",
                  progress: bool = False) -> dict[str, Any]:
     """Train ``config`` once with canaries, then bound epsilon from below; the audit record."""
-    from ..config import dp_delta
-    from ..data.catalog import federation_for_config
+    from privreid.config import dp_delta
+    from privreid.data.catalog import federation_for_config
 
     settings = (settings or DPAuditSettings()).validate()
     t = config.train
@@ -244,7 +244,7 @@ def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None 
 
 
 def dp_table(records: list[dict[str, Any]]) -> str:
-    from ..reporting.tables import format_table
+    from privreid.reporting.tables import format_table
 
     return format_table([{"model": r["model"], "level": r["level"], "canaries (in)": f"{r['canaries']} ({r['included']})",
                           "guesses": r["guesses"], "correct": r["correct"],

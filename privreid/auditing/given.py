@@ -2,7 +2,7 @@
 
 ``privreid.audit(model, members, nonmembers)`` and ``privreid audit`` on a
 model file from elsewhere score the candidates with the feature or loss
-attack (:mod:`privreid.auditing.attacks`) exactly as :func:`privreid.auditing.run_audit`
+attack (:mod:`privreid.auditing.membership_attacks`) exactly as :func:`privreid.auditing.run_audit`
 scores a privreid run's; only where the candidates come from differs.  LiRA is
 left out: its shadow models must be trained like the target, which only a
 privreid run's recorded configuration allows.
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from ..errors import ConfigError
-from .membership import LEVELS, Candidate, MembershipSet
+from privreid.errors import ConfigError
+from privreid.auditing.membership import LEVELS, Candidate, MembershipSet
 
 #: the attacks that need no shadow models
 GIVEN_ATTACKS = ("feature", "loss")
@@ -59,9 +59,9 @@ def audit_given(net: nn.Module, size: tuple[int, int], members: list[tuple], non
                 batch_size: int = 128, device: Any = "cpu") -> GivenAudit:
     """Score ``members`` against ``nonmembers`` under ``net`` (ImageNet-normalised ``size`` input -> features,
     a ``classifier`` attribute for the loss attack)."""
-    from .attacks import ATTACKS
-    from .metrics import summarise
-    from .statistics import probe_outputs
+    from privreid.auditing.membership_attacks import ATTACKS
+    from privreid.auditing.metrics import summarise
+    from privreid.auditing.statistics import probe_outputs
 
     if attack not in GIVEN_ATTACKS:
         raise ConfigError(f"an audit of a model without a privreid run runs the feature or loss attack, got "
@@ -95,8 +95,8 @@ def audit_files(models: list, labels: list[str], data: list[str], out, *, attack
     """``privreid audit`` on model files from elsewhere (:class:`privreid.models.evaluated.EvaluatedModel`):
     identity level, the released model, members and non-members from ``data`` (:func:`split_membership`);
     writes the report as :func:`privreid.auditing.run_audit` does and returns its records."""
-    from ..data.catalog import resolve_datasets
-    from .report import record_label, write_report
+    from privreid.data.catalog import resolve_datasets
+    from privreid.auditing.report import record_label, write_report
 
     members, nonmembers = split_membership(resolve_datasets(list(data)))
     records, curves = [], []

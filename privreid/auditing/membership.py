@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import RunConfig
-from ..data.types import ClientData, Federation
-from ..errors import ConfigError
+from privreid.config import RunConfig
+from privreid.data.types import ClientData, Federation
+from privreid.errors import ConfigError
 
 LEVELS = ("image", "identity")
 
@@ -85,8 +85,8 @@ def _identity(client: ClientData, label: int) -> str:
 
 def _synthetic_config(config: RunConfig):
     """The SynthConfig of the run's data when it is a synthetic federation, else None."""
-    from ..data.catalog import SYNTH
-    from ..data.synthetic import SynthConfig, read_manifest
+    from privreid.data.catalog import SYNTH
+    from privreid.data.synthetic import SynthConfig, read_manifest
 
     roots = config.data.roots
     if not roots or roots == [SYNTH]:
@@ -122,7 +122,7 @@ def other_images(holdout: dict[str, list] | None, config: RunConfig, federation:
         raise ConfigError("the image level and the identity level need images of training identities that were "
                           "never trained on: train with --audit-holdout F (real data), or use the synthetic "
                           "federation (its generator renders them)")
-    from ..data.synthetic import SynthExtraConfig, ensure_synthetic_extra, extra_samples
+    from privreid.data.synthetic import SynthExtraConfig, ensure_synthetic_extra, extra_samples
 
     root = ensure_synthetic_extra(SynthExtraConfig(synth, extra_per_cam or synth.images_per_id_per_cam))
     owners: dict[tuple[str, int], list[tuple[ClientData, int]]] = defaultdict(list)  # (domain, orig pid) -> clients

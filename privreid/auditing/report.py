@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..reporting.files import save_figure
-from ..rundir import write_text_atomic
-from .metrics import FPR_TARGETS, auc, fpr_label, roc_curve
+from privreid.reporting.files import save_figure
+from privreid.rundir import write_text_atomic
+from privreid.auditing.metrics import FPR_TARGETS, auc, fpr_label, roc_curve
 
 
 def record_label(rec: dict[str, Any]) -> str:
@@ -74,7 +74,7 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    from ..reporting.tables import format_table
+    from privreid.reporting.tables import format_table
 
     return format_table(rows)
 
@@ -93,7 +93,7 @@ def write_report(out: Path, records: list[dict[str, Any]], curves: list[tuple[st
             "1/FPR, so the value is the TPR at zero false positives. Intervals: stratified bootstrap.\n\n"
             + markdown_table(table_rows(records)) + "\n\n![log-log ROC](roc.png)")
     if dp:
-        from .dp_audit import dp_table
+        from privreid.auditing.dp_audit import dp_table
 
         sections.append("## Empirical DP audit (Steinke, Nasr & Jagielski, one run)\n\n" + dp_table(dp))
     write_text_atomic(out / "report.md", "\n\n".join(sections) + "\n")

@@ -9,15 +9,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..checkpoint import Checkpoint, checkpoint_labels
-from ..errors import ConfigError
-from ..federated.registry import get_method
-from .attacks import resolve_attacks
-from .membership import LEVELS, MembershipSet, build_membership
-from .metrics import summarise
-from .report import record_label, write_report
-from .statistics import ProbeOutputs, probe_outputs, unique_probes
-from .views import VIEWS, replay_aggregates, replay_uploads, upload_model
+from privreid.checkpoint import Checkpoint, checkpoint_labels
+from privreid.errors import ConfigError
+from privreid.federated.registry import get_method
+from privreid.auditing.membership_attacks import resolve_attacks
+from privreid.auditing.membership import LEVELS, MembershipSet, build_membership
+from privreid.auditing.metrics import summarise
+from privreid.auditing.report import record_label, write_report
+from privreid.auditing.statistics import ProbeOutputs, probe_outputs, unique_probes
+from privreid.auditing.views import VIEWS, replay_aggregates, replay_uploads, upload_model
 
 
 @dataclass
@@ -88,8 +88,8 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
               device: str = "auto", progress: bool = False, cache: str | os.PathLike | None = None,
               echo: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Audit every checkpoint; write ``audit.json``, ``roc.png``, ``report.md`` into ``out``; the records."""
-    from ..data.catalog import federation_for_config
-    from ..device import resolve_device
+    from privreid.data.catalog import federation_for_config
+    from privreid.device import resolve_device
 
     settings = (settings or AuditSettings()).validate()
     attacks = resolve_attacks(settings.attacks)
@@ -107,7 +107,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             raise ConfigError(f"{label}: --round {settings.round} is past the checkpoint's last round "
                               f"({ckpt.round}); nothing to replay")
         if "server-aggregate" in settings.views:
-            from .views import mean_weight
+            from privreid.auditing.views import mean_weight
 
             mean_weight(ckpt.run_config)
     dev = resolve_device(device)
@@ -164,7 +164,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                 for attack in attacks:
                     if attack.needs_shadows:
                         if shadow_outputs is None:
-                            from .shadows import train_shadows
+                            from privreid.auditing.shadows import train_shadows
 
                             masks, shadow_paths = train_shadows(config, federation, ms, settings.shadows, cache,
                                                                 seed=settings.seed, progress=progress, echo=echo)

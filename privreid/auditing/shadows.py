@@ -7,7 +7,7 @@ each candidate is IN for exactly half of the K shadows
 OUT member's images are removed from its client; an IN non-member's images
 are added to its home client (same domain; the client that held the image
 for held-out images and extra renders).  Everything else (method, rounds,
-defences, partition) is the audited run's configuration; only the seed
+defenses, partition) is the audited run's configuration; only the seed
 differs per shadow (``seed + 1000 + i``), so that shadows sample the
 training randomness as well.
 
@@ -28,10 +28,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import RunConfig
-from ..data.types import ClientData, Federation, relabel
-from .lira import balanced_masks
-from .membership import MembershipSet, _identity
+from privreid.config import RunConfig
+from privreid.data.types import ClientData, Federation, relabel
+from privreid.auditing.lira import balanced_masks
+from privreid.auditing.membership import MembershipSet, _identity
 
 
 def shadow_federation(base: Federation, ms: MembershipSet, include: np.ndarray) -> Federation:
@@ -67,7 +67,7 @@ def shadow_dir(cache: Path, config: RunConfig, ms: MembershipSet, k: int, seed: 
 def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int, cache: Path, *, seed: int = 0,
                   progress: bool = False, echo: Callable[[str], None] = lambda _: None) -> tuple[np.ndarray, list[Path]]:
     """Train (or reuse, or resume) the K shadow models; ``(masks (K, n), checkpoint paths)``."""
-    from ..federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine, prepare_out_dir
 
     masks = balanced_masks(k, len(ms.candidates), seed)
     root = shadow_dir(cache, config, ms, k, seed)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .membership import MembershipSet
+from privreid.auditing.membership import MembershipSet
 
 #: scale of the cosine logits of the prototype classifier (NormFace-style; a choice of privreid)
 TEMPERATURE = 10.0
@@ -54,7 +54,7 @@ def probe_outputs(model: torch.nn.Module, paths: list[str], *, height: int, widt
     """Features (and logits) of ``paths`` under ``model`` (test-time transform, eval mode)."""
     from torch.utils.data import DataLoader
 
-    from ..data import ImageDataset, build_transforms
+    from privreid.data import ImageDataset, build_transforms
 
     loader = DataLoader(ImageDataset([(p, 0, 0) for p in paths], build_transforms(height, width, train=False)),
                         batch_size=batch_size, shuffle=False)

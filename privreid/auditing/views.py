@@ -9,7 +9,7 @@
     client, one round (``--round R``) or all rounds it took part in.
 ``server-aggregate``
     The same server under secure aggregation (``--secure-aggregation``,
-    :mod:`privreid.defenses.secure_aggregation`): in each round the audited
+    :mod:`privreid.defenses.secure_aggregation.mechanism`): in each round the audited
     client took part in, only the sum of the ``m`` selected clients' uploads.
     The attacked model holds the weighted mean ``sum_k w_k theta_k / sum_k w_k``
     of the shared floating keys (``w_k``: the weight the method's mean gives the
@@ -44,13 +44,13 @@ from typing import Callable
 
 import torch
 
-from ..checkpoint import Checkpoint
-from ..config import RunConfig
-from ..errors import ConfigError
-from ..federated.engine import FederatedEngine
-from ..federated.strategy import uniform
-from ..pickle_scan import safe_torch_load
-from ..rundir import save_torch_atomic
+from privreid.checkpoint import Checkpoint
+from privreid.config import RunConfig
+from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine
+from privreid.federated.strategy import uniform
+from privreid.pickle_scan import safe_torch_load
+from privreid.rundir import save_torch_atomic
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -96,7 +96,7 @@ class UploadRecorder(FederatedEngine):
 def mean_weight(config: RunConfig):
     """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
     mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
-    from ..federated.registry import get_method
+    from privreid.federated.registry import get_method
 
     method = get_method(config.train.method)
     weight = None
@@ -124,8 +124,8 @@ def replay_aggregates(ckpt: Checkpoint, client: str, cache: Path, *, progress: b
 
 def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, progress: bool,
             echo: Callable[[str], None]) -> dict:
-    from ..data.catalog import federation_for_config
-    from ..federated.engine import prepare_out_dir
+    from privreid.data.catalog import federation_for_config
+    from privreid.federated.engine import prepare_out_dir
 
     if not ckpt.comm:
         raise ConfigError(f"method {ckpt.method!r} sends nothing to a server; the server view needs a federation")

@@ -8,10 +8,10 @@ from typing import Any, Optional
 
 import typer
 
-from ..attacks import retrieval_attack_names
-from ..errors import ConfigError
-from .options import PrecisionOption
-from .common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption, WidthOption,
+from privreid.retrieval_attacks import retrieval_attack_names
+from privreid.errors import ConfigError
+from privreid.commands.options import PrecisionOption
+from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption, WidthOption,
                      checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
@@ -66,16 +66,16 @@ def attack_command(
     """Clean vs adversarial retrieval (R1 / mAP / mINP and relative drop), L2RW+ Table IX layout.
 
     Each attack (FGSM, PGD, BIM, MI-FGSM, TI-FGSM; torchattacks with a
-    feature-space loss, see privreid.attacks.feature_attacks) perturbs the
+    feature-space loss, see privreid.retrieval_attacks.feature_attacks) perturbs the
     query and/or gallery images within an L_inf ball of radius eps in [0, 1]
     pixel space; features are re-extracted and the ranking re-evaluated.
 
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
-    from ..attacks.feature_attacks import check_budget, default_alpha
-    from ..attacks.campaign import attack_checkpoints, write_attack_report
-    from ..attacks.retrieval import TARGETS, format_table_ix, resolve_methods
-    from ..provenance import record_models
+    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
+    from privreid.retrieval_attacks.campaign import attack_checkpoints, write_attack_report
+    from privreid.retrieval_attacks.retrieval import TARGETS, format_table_ix, resolve_methods
+    from privreid.provenance import record_models
 
     def validate() -> dict[str, Any]:
         settings = {"eps": parse_fraction(eps, "--eps"), "steps": steps, "target": target,

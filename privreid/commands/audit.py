@@ -11,8 +11,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
+from privreid.errors import ConfigError
+from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
@@ -71,9 +71,9 @@ def audit_command(
 
     Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method loss,feature,lira --out runs/audit
     """
-    from ..auditing import AuditSettings, run_audit
-    from ..device import resolve_device
-    from ..provenance import record_models
+    from privreid.auditing import AuditSettings, run_audit
+    from privreid.device import resolve_device
+    from privreid.provenance import record_models
 
     echo = (lambda _: None) if quiet else typer.echo
 
@@ -94,8 +94,8 @@ def audit_command(
         return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
 
     def _files(loaded):
-        from ..auditing.given import GIVEN_ATTACKS, audit_files
-        from ..models.evaluated import model_labels
+        from privreid.auditing.given import GIVEN_ATTACKS, audit_files
+        from privreid.models.evaluated import model_labels
 
         names = csv_list(method) or []
         if len(loaded) != sum(m.checkpoint is None for m in loaded):
@@ -120,9 +120,9 @@ def audit_command(
         return records
 
     def _dp(ckpt_paths):
-        from ..auditing.dp_audit import DPAuditSettings, run_dp_audit
-        from ..auditing.report import write_report
-        from ..checkpoint import Checkpoint, checkpoint_labels
+        from privreid.auditing.dp_audit import DPAuditSettings, run_dp_audit
+        from privreid.auditing.report import write_report
+        from privreid.checkpoint import Checkpoint, checkpoint_labels
 
         settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
                                    seed=seed).validate()
@@ -139,8 +139,8 @@ def audit_command(
         write_report(out, [], [], dp=records)
         return records
 
-    from ..auditing.report import table_rows, markdown_table
-    from ..auditing.dp_audit import dp_table
+    from privreid.auditing.report import table_rows, markdown_table
+    from privreid.auditing.dp_audit import dp_table
 
     with run_dir_or_exit(out, "audit"):
         records = run_or_exit(go)

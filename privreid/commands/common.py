@@ -12,9 +12,9 @@ from typing import Annotated, Optional
 import click
 import typer
 
-from ..device import DEVICE_METAVAR, is_device_name
-from ..model_names import INTERPOLATIONS, TORCHREID_ARCHS
-from ..errors import ConfigError, PrivreidError
+from privreid.device import DEVICE_METAVAR, is_device_name
+from privreid.model_names import INTERPOLATIONS, TORCHREID_ARCHS
+from privreid.errors import ConfigError, PrivreidError
 
 
 #: ``--data``'s help, shared by the commands that read datasets
@@ -95,7 +95,7 @@ def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height
                         interpolation: Optional[str] = None) -> list:
     """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
     announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
-    from ..models.evaluated import load_evaluated_models
+    from privreid.models.evaluated import load_evaluated_models
 
     channels = run_or_exit(lambda: {"mean": parse_channels(mean, "--mean"), "std": parse_channels(std, "--std")})
     models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width,
@@ -151,7 +151,7 @@ def _all_params(command: click.Command) -> Iterator[click.Parameter]:
 
 def _bounded_seed(callback):
     """An option callback that refuses a seed the random generators cannot take."""
-    from ..config import MAX_SEED
+    from privreid.config import MAX_SEED
 
     def check(ctx, param, value):
         if value is not None and not 0 <= value <= MAX_SEED:
@@ -184,7 +184,7 @@ def run_or_exit(fn, *args, **kwargs):
     A broken pipe (the reader of stdout left: ``privreid ... | head``) is not an error of the command: it
     is raised on to click, which exits quietly with status 1 (the run directory stays as a stop leaves it).
     """
-    from ..rundir import os_error_message
+    from privreid.rundir import os_error_message
 
     try:
         return fn(*args, **kwargs)
@@ -215,7 +215,7 @@ def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path
     if out is None:
         yield None
         return
-    from ..rundir import open_run
+    from privreid.rundir import open_run
 
     with ExitStack() as stack:
         yield run_or_exit(stack.enter_context, open_run(out, command))
@@ -327,7 +327,7 @@ def _legacy_keys(values: dict) -> dict:
     legacy = {LEGACY_OPTION_KEYS[k]: v for k, v in values.items() if k in LEGACY_OPTION_KEYS}
     if not legacy:
         return values
-    from ..config import parse_bool
+    from privreid.config import parse_bool
 
     out = {k: v for k, v in values.items() if k not in LEGACY_OPTION_KEYS}
     try:
@@ -385,30 +385,3 @@ def preset_value(ctx, param, value):
         return param.type_cast_value(ctx, text)
     except click.BadParameter as exc:
         raise ConfigError(exc.message) from None
-
-
-#: command -> {old flag: its name now}: spellings kept for one release (0.1) beside the one name of a thing
-#: across commands (docs/cli.md); each prints one ``warning:`` line (:func:`renamed_args`)
-RENAMED_OPTIONS: dict[str, dict[str, str]] = {
-    "invert": {"--attack": "--method", "--n": "--subjects"},
-    "audit": {"--attack": "--method"},
-}
-
-
-def renamed_args(command: str, args: list[str], warn: Callable[[str], None]) -> list[str]:
-    """``args`` of ``privreid <command>`` with every old flag of :data:`RENAMED_OPTIONS` (``--n 4``,
-    ``--n=4``) spelt as it is now; ``warn`` gets one line for each old flag given.  Arguments after ``--``
-    are values, left alone."""
-    renamed = RENAMED_OPTIONS.get(command, {})
-    out, warned = [], set()
-    for i, arg in enumerate(args):
-        if arg == "--":
-            return out + args[i:]
-        flag, eq, value = arg.partition("=")
-        if flag in renamed:
-            if flag not in warned:
-                warn(f"warning: {flag} is deprecated; use {renamed[flag]}")
-                warned.add(flag)
-            arg = renamed[flag] + eq + value
-        out.append(arg)
-    return out

@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from ..attacks import retrieval_attack_names
-from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
+from privreid.retrieval_attacks import retrieval_attack_names
+from privreid.errors import ConfigError
+from privreid.commands.common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
                      WidthOption, checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
 
 
@@ -65,11 +65,11 @@ def compare_command(
 
     Example: privreid compare --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --suite all --out runs/report
     """
-    from ..comparison import compare_checkpoints
-    from ..reporting import format_table
+    from privreid.comparison import compare_checkpoints
+    from privreid.reporting import format_table
 
-    from ..provenance import record_models
-    from ..rundir import check_output_file, write_text_atomic
+    from privreid.provenance import record_models
+    from privreid.rundir import check_output_file, write_text_atomic
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
@@ -83,11 +83,11 @@ def compare_command(
             run_or_exit(write_text_atomic, markdown, table + "\n")
         return
 
-    from ..attacks.inversion.aggregate import parse_clients
-    from ..attacks.retrieval import resolve_methods
-    from ..commands.attack import parse_fraction
-    from ..commands.corrupt import parse_pixel_scale
-    from ..reporting.suite import SUITES, SuiteSettings, run_suite
+    from privreid.inversion.aggregate import parse_clients
+    from privreid.retrieval_attacks.retrieval import resolve_methods
+    from privreid.commands.attack import parse_fraction
+    from privreid.commands.corrupt import parse_pixel_scale
+    from privreid.reporting.suite import SUITES, SuiteSettings, run_suite
 
     loaded: list = []  # the suite's models, loaded once the settings are valid
 

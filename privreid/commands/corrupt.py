@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import csv_list, csv_names, run_or_exit
+from privreid.errors import ConfigError
+from privreid.commands.common import csv_list, csv_names, run_or_exit
 
 
 def parse_pixel_scale(value: str) -> float | str:
@@ -26,7 +26,7 @@ def parse_pixel_scale(value: str) -> float | str:
 
 def parse_severities(value: Optional[str]) -> list[int]:
     """``"1,3,5"`` -> ``[1, 3, 5]`` (each 1-5); ``None`` -> all five."""
-    from ..corruptions import SEVERITIES
+    from privreid.corruptions import SEVERITIES
 
     out = []
     for item in csv_names(value, "--severities") or [str(s) for s in SEVERITIES]:
@@ -56,10 +56,10 @@ def corrupt_command(
     """
     from torchvision.transforms.functional import pil_to_tensor, resize
 
-    from ..config import MAX_IMAGE_SIDE, too_large_image
-    from ..corruptions.preview import save_preview
-    from ..data.formats import read_image
-    from ..rundir import check_output_file
+    from privreid.config import MAX_IMAGE_SIDE, too_large_image
+    from privreid.corruptions.preview import save_preview
+    from privreid.data.formats import read_image
+    from privreid.rundir import check_output_file
 
     def go() -> list[str]:
         check_output_file(out, "--out", create_parents=True)  # save_preview creates them
@@ -67,7 +67,7 @@ def corrupt_command(
             raise ConfigError(f"--seed must be non-negative, got {seed}")
         scale = parse_pixel_scale(pixel_scale)
         levels = parse_severities(severities)
-        from ..corruptions import resolve_corruptions
+        from privreid.corruptions import resolve_corruptions
 
         rows = resolve_corruptions(csv_list(names) or "all")
         if size:  # checked before the image is read or anything is allocated

@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from ..data.formats import format_help
-from ..signals import Signalled, raising_signals
-from .common import run_or_exit
+from privreid.data.formats import format_help
+from privreid.signals import Signalled, raising_signals
+from privreid.commands.common import run_or_exit
 
 data_app = typer.Typer(help="Synthetic data and dataset statistics.", no_args_is_help=True)
 
@@ -38,8 +38,8 @@ def data_synth(
     """
     import dataclasses
 
-    from ..data.synthetic import SynthConfig, generate_synthetic
-    from ..data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
+    from privreid.data.synthetic import SynthConfig, generate_synthetic
+    from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
 
     count = "num_entities" if vi or video else "num_domains"
     changes = {k: v for k, v in {"seed": seed, count: domains, "height": height, "width": width}.items()
@@ -48,7 +48,7 @@ def data_synth(
         config, generate = dataclasses.replace(SynthVIConfig(video=video), **changes), generate_synthetic_vi
     else:
         config, generate = dataclasses.replace(SynthConfig(), **changes), generate_synthetic
-    from ..rundir import check_output_dir
+    from privreid.rundir import check_output_dir
 
     run_or_exit(check_output_dir, out)
     try:
@@ -72,9 +72,9 @@ def data_info(
 
     Example: privreid data info ~/datasets/Market-1501 ~/datasets/prid2011:prid-fedpav
     """
-    from ..data import format_stats_table
-    from ..data.catalog import load_datasets, verify_datasets
-    from ..data.published_counts import check_counts
+    from privreid.data import format_stats_table
+    from privreid.data.catalog import load_datasets, verify_datasets
+    from privreid.data.published_counts import check_counts
 
     loaded = run_or_exit(load_datasets, roots, fmt)
     run_or_exit(verify_datasets, {name: item.dataset for name, item in loaded.items()})
@@ -92,8 +92,8 @@ def data_formats() -> None:
 
     Example: privreid data formats
     """
-    from ..data.formats import FORMATS, available_formats
-    from ..plugins import listed_origin
+    from privreid.data.formats import FORMATS, available_formats
+    from privreid.plugins import listed_origin
 
     for fmt in available_formats().values():
         typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout} [{listed_origin(FORMATS.origin(fmt.name))}]")

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
+from privreid.errors import ConfigError
+from privreid.commands.common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
                      WidthOption, csv_list, load_models_or_exit, run_or_exit)
-from .options import PrecisionOption
+from privreid.commands.options import PrecisionOption
 
 if TYPE_CHECKING:
     import torch
 
-    from ..adversaries.backdoor import RecordedBackdoor
+    from privreid.malicious_clients.backdoor import RecordedBackdoor
 
 
 def eval_command(
@@ -87,16 +87,16 @@ def eval_command(
     Example: privreid eval --model runs/dppt/ckpt.pt --data synth-vi --mode visible-to-ir
     Example: privreid eval --model runs/fedpav/ckpt.pt --corruption all --severity random --repeats 10
     """
-    from ..commands.corrupt import parse_pixel_scale
-    from ..corruptions import resolve_corruptions
-    from ..data.catalog import resolve_datasets, verify_datasets
-    from ..data.partition import as_test_set
-    from ..evaluation.backdoor import backdoor_columns, evaluate_backdoor
-    from ..evaluation.corrupted_eval import check_corruption_options, is_scaled
-    from ..evaluation.model_eval import check_eval_options, evaluate_testset
-    from ..device import resolve_device
-    from ..precision import at_precision, check_precision
-    from ..reporting import format_table
+    from privreid.commands.corrupt import parse_pixel_scale
+    from privreid.corruptions import resolve_corruptions
+    from privreid.data.catalog import resolve_datasets, verify_datasets
+    from privreid.data.partition import as_test_set
+    from privreid.evaluation.backdoor import backdoor_columns, evaluate_backdoor
+    from privreid.evaluation.corrupted_eval import check_corruption_options, is_scaled
+    from privreid.evaluation.model_eval import check_eval_options, evaluate_testset
+    from privreid.device import resolve_device
+    from privreid.precision import at_precision, check_precision
+    from privreid.reporting import format_table
 
     def corruption_options() -> dict:
         if severity != "random" and not (severity.isascii() and severity.isdigit()):  # isdigit() alone takes a superscript
@@ -164,8 +164,8 @@ def eval_command(
             rows.append({"testset": f"{name} ({result['protocol']})", **result})
         return rows
 
-    from ..evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
-    from ..rundir import check_output_file, write_text_atomic
+    from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from privreid.rundir import check_output_file, write_text_atomic
 
     run_or_exit(check_output_file, json_out, "--json")
     rows = run_or_exit(go)
@@ -223,8 +223,8 @@ def load_eval_model(path: Path, *, client: Optional[str], file_options: dict, de
     """A privreid checkpoint (its global or ``client``'s model, its data and input size), or any model file
     :func:`privreid.models.external.load_any_model` reads (its input size from the file or the defaults; the
     load report printed in one line; ``--data`` required); :mod:`privreid.models.evaluated`."""
-    from ..adversaries.backdoor import recorded_backdoor
-    from ..models.evaluated import data_source
+    from privreid.malicious_clients.backdoor import recorded_backdoor
+    from privreid.models.evaluated import data_source
 
     [model] = load_models_or_exit([path], **file_options)
     source = data_source([model], data)

@@ -7,12 +7,12 @@ from typing import Any, Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import run_or_exit
+from privreid.errors import ConfigError
+from privreid.commands.common import run_or_exit
 
 
 def _check_out(out: Path, overwrite: bool, model: Path) -> None:
-    from ..rundir import check_not_a_run_file
+    from privreid.rundir import check_not_a_run_file
 
     check_not_a_run_file(out, source=model)
     if out.is_dir():
@@ -40,8 +40,8 @@ def export_command(
 
     Example: privreid export --model runs/fedpav/ckpt.pt --format onnx --out fedpav.onnx
     """
-    from ..checkpoint import Checkpoint
-    from ..export import check_format, export_model
+    from privreid.checkpoint import Checkpoint
+    from privreid.export import check_format, export_model
 
     def go() -> dict[str, Any]:
         check_format(fmt)

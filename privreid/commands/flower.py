@@ -14,9 +14,9 @@ from typing import Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import run_or_exit
-from .options import config_options, run_config
+from privreid.errors import ConfigError
+from privreid.commands.common import run_or_exit
+from privreid.commands.options import config_options, run_config
 
 flower_app = typer.Typer(help="Train across machines on Flower: a SuperLink, one SuperNode per site, then `run`.",
                          no_args_is_help=True)
@@ -26,7 +26,7 @@ TLS_HELP = "Without TLS; only for tests on one machine (127.0.0.1)."
 
 def _exec(cmd: list[str]) -> None:
     """Replace this process by ``cmd`` (Flower's server keeps the terminal, Ctrl-C stops it)."""
-    from ..flower.deployment import flower_env
+    from privreid.flower.deployment import flower_env
 
     typer.echo(" ".join(cmd), err=True)
     os.execve(cmd[0], cmd, flower_env())
@@ -67,7 +67,7 @@ def superlink_command(
 
     Example: privreid flower superlink --host 0.0.0.0 --ssl-certfile server.pem --ssl-keyfile server.key --ssl-ca-certfile ca.pem
     """
-    from ..flower.deployment import TLS, superlink_command as command
+    from privreid.flower.deployment import TLS, superlink_command as command
 
     def build() -> list[str]:
         tls = TLS(ssl_certfile, ssl_keyfile, ssl_ca_certfile)
@@ -79,7 +79,7 @@ def superlink_command(
         if insecure:
             require_loopback(host, "--host")
         if database is not None:  # a directory or a missing folder: one line, never sqlalchemy's traceback
-            from ..rundir import check_output_file
+            from privreid.rundir import check_output_file
 
             check_output_file(database, "--database")
         return command(host=host, port=port, tls=tls, database=database)
@@ -104,9 +104,9 @@ def supernode_command(
 
     Example: privreid flower supernode --data /data/Market-1501 --superlink coordinator:8000 --root-certificates ca.pem
     """
-    from ..data.catalog import resolve_datasets, verify_datasets
-    from ..flower.deployment import check_port, supernode_command as command
-    from ..flower.site import NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR, Site
+    from privreid.data.catalog import resolve_datasets, verify_datasets
+    from privreid.flower.deployment import check_port, supernode_command as command
+    from privreid.flower.site import NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR, Site
 
     def build() -> list[str]:
         check_port(port)  # before the dataset is read
@@ -173,14 +173,14 @@ def run_command(
 
     Example: privreid flower run --method fedpav --rounds 10 --sites 3 --superlink coordinator:8000 --root-certificates ca.pem --out runs/fedpav-flower
     """
-    from .common import params_with_preset
-    from ..log import progress_bar
-    from ..federated.engine import prepare_out_dir
-    from ..federated.resume import check_resumable, restart_line
-    from ..flower.deployment import rounds_done, run_on_superlink
-    from ..provenance import train_preset
-    from ..rundir import open_run
-    from ..flower.server_app import ServerSettings, check_flower_support
+    from privreid.commands.common import params_with_preset
+    from privreid.log import progress_bar
+    from privreid.federated.engine import prepare_out_dir
+    from privreid.federated.resume import check_resumable, restart_line
+    from privreid.flower.deployment import rounds_done, run_on_superlink
+    from privreid.provenance import train_preset
+    from privreid.rundir import open_run
+    from privreid.flower.server_app import ServerSettings, check_flower_support
 
     def go() -> dict:
         p = params_with_preset(ctx, config_file)
@@ -203,9 +203,9 @@ def run_command(
                                   round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
                                   server_eval=p["server_eval"], resume=resume).validate()
         if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
-            from ..defenses.secure_aggregation import check_secure_aggregation
-            from ..federated.engine import selection_size
-            from ..federated.registry import get_method
+            from privreid.defenses.secure_aggregation.mechanism import check_secure_aggregation
+            from privreid.federated.engine import selection_size
+            from privreid.federated.registry import get_method
 
             fraction = config.train.client_fraction or get_method(config.train.method).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))

@@ -1,8 +1,8 @@
 """``privreid invert``: reconstruct a client's training image from what the server would receive.
 
-The campaign itself (subjects, owners, defences, outputs) is
-:func:`privreid.attacks.inversion.campaign.invert_checkpoints`, and for model
-files from elsewhere :func:`~privreid.attacks.inversion.campaign.invert_files`.
+The campaign itself (subjects, owners, defenses, outputs) is
+:func:`privreid.inversion.campaign.invert_checkpoints`, and for model
+files from elsewhere :func:`~privreid.inversion.campaign.invert_files`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Optional
 
 import typer
 
-from ..attacks.inversion.settings import (MATCHES, OPTIMISERS, SCHEDULES, SELECTS, SPACES, STARTS, TV_FORMS, UPDATES,
+from privreid.inversion.settings import (MATCHES, OPTIMISERS, SCHEDULES, SELECTS, SPACES, STARTS, TV_FORMS, UPDATES,
                                           InversionSettings)
-from ..errors import ConfigError
-from .common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
+from privreid.errors import ConfigError
+from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
                      load_models_or_exit, run_dir_or_exit, run_or_exit)
-from .options import settings_options
+from privreid.commands.options import settings_options
 
-#: ``--method``'s help (the built-in inversion attacks: their registry, privreid.attacks.inversion.optimise, imports
+#: ``--method``'s help (the built-in inversion attacks: their registry, privreid.inversion.optimise, imports
 #: torch, which ``--help`` does not wait for; tests/test_option_names.py checks every registered one is named)
 INVERSION_ATTACK_HELP = ("Inversion attack: dlg (DLG: l2 distance, TV 0), idlg (iDLG: l2, TV 0) or ig (Inverting "
                          "Gradients: cosine, TV 0.2); an attack a plugin registers is named the same way.")
@@ -81,8 +81,8 @@ def invert_command(
                                                 "next to the single-upload reference; default: the "
                                                 "checkpoint's own clients per round, what its server summed)."),
     defended: bool = typer.Option(True, "--defended/--no-defended",
-                                  help="Apply the defences the run was trained with (beta noise, DP)."),
-    seed: int = typer.Option(0, help="Seed of the random starts and the defence noise."),
+                                  help="Apply the defenses the run was trained with (beta noise, DP)."),
+    seed: int = typer.Option(0, help="Seed of the random starts and the defense noise."),
     device: DeviceOption = "auto",
     precision: str = typer.Option("fp32", "--precision", help="Accepted for symmetry with the other commands; "
                                   "inversion runs in fp32 whatever it says (privreid.precision.INVERSION_NOTE)."),
@@ -113,14 +113,14 @@ def invert_command(
 
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
-    from ..attacks.inversion.threat_models import get_threat
-    from ..precision import INVERSION_NOTE, check_precision
-    from ..provenance import record_models
+    from privreid.inversion.threat_models import get_threat
+    from privreid.precision import INVERSION_NOTE, check_precision
+    from privreid.provenance import record_models
 
     def validate():
         check_precision(precision)
         settings = InversionSettings(**attack_settings)
-        from ..attacks.inversion.campaign import batches
+        from privreid.inversion.campaign import batches
 
         batches(subjects, settings.batch)  # refused before any model loads
         model_threat = get_threat(threat)
@@ -149,7 +149,7 @@ def invert_command(
         from_files = [m for m in loaded if m.checkpoint is None]
         if from_files:
             run_or_exit(check_files, loaded, from_files)
-            from ..attacks.inversion.campaign import invert_files
+            from privreid.inversion.campaign import invert_files
 
             result = run_or_exit(invert_files, loaded, out, settings=settings, image=image, label=label, data=data,
                                  index=index, n=subjects, seed=seed, device=device)

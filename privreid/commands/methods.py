@@ -1,23 +1,23 @@
-"""``privreid methods``: the registered training methods, their options and the method x defence support matrix."""
+"""``privreid methods``: the registered training methods, their options and the method x defense support matrix."""
 
 from __future__ import annotations
 
 import typer
 
-from ..model_names import TORCHREID_ARCHS
-from .common import ARCHS
+from privreid.model_names import TORCHREID_ARCHS
+from privreid.commands.common import ARCHS
 
 
 def methods_command() -> None:
-    """List the registered training methods, where each comes from (built-in or a plugin), and which defences
+    """List the registered training methods, where each comes from (built-in or a plugin), and which defenses
     each can run under; then the architectures --arch names for a model file from elsewhere.
 
     Example: privreid methods
     """
-    from ..defenses.registry import defenses
-    from ..federated.method_options import option_defaults
-    from ..federated.registry import METHODS, available_methods, get_method
-    from ..plugins import listed_origin
+    from privreid.defenses.registry import defenses
+    from privreid.federated.method_options import option_defaults
+    from privreid.federated.registry import METHODS, available_methods, get_method
+    from privreid.plugins import listed_origin
 
     for name in available_methods():
         method = get_method(name)

@@ -15,7 +15,7 @@ command's parameters by the same table, then applies ``--set``
 (``--out``, ``--resume``, ...) stay in the command's own signature.
 
 :func:`settings_options` does the same for a command's own settings
-dataclass (``privreid invert``'s :class:`~privreid.attacks.inversion.optimise.InversionSettings`):
+dataclass (``privreid invert``'s :class:`~privreid.inversion.optimise.InversionSettings`):
 one option per field, with the field's default and type.
 """
 
@@ -32,15 +32,15 @@ from typing import Annotated, Any, Optional
 import click
 import typer
 
-from ..config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
+from privreid.config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
                       RunConfig, apply_sets, field_types)
-from ..data.formats import format_help
-from .common import ARCHS, DATA_HELP, DeviceType, csv_names, parse_method_options
+from privreid.data.formats import format_help
+from privreid.commands.common import ARCHS, DATA_HELP, DeviceType, csv_names, parse_method_options
 
 
 #: the help panels of ``privreid train --help``, in order (each :class:`ConfigOption` names one)
 PANELS = DATA, MODEL, TRAINING, FEDERATION, DEFENSES, EVALUATION, OUTPUT = (
-    "Data", "Model", "Training", "Federation", "Defences", "Evaluation", "Output")
+    "Data", "Model", "Training", "Federation", "Defenses", "Evaluation", "Output")
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g.
 def option_default(name: str) -> Any:
     """The default of option ``name``: its field's dataclass default (``None`` for a list or mapping field)."""
     section, field = CONFIG_OPTIONS[name].path.split(".")
-    from ..config import SECTIONS
+    from privreid.config import SECTIONS
 
     (f,) = [f for f in dataclasses.fields(SECTIONS[section]) if f.name == field]
     return None if f.default is dataclasses.MISSING else f.default

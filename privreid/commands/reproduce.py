@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import ConfigError
-from .common import DeviceOption, fail, run_dir_or_exit, run_or_exit
+from privreid.errors import ConfigError
+from privreid.commands.common import DeviceOption, fail, run_dir_or_exit, run_or_exit
 
 
 def reproduce_command(
@@ -34,8 +34,8 @@ def reproduce_command(
     Example: privreid reproduce fedreid-table2 --scale smoke --out runs/fedreid-table2
     Example: privreid reproduce fedpav-table4 --scale paper --dry-run
     """
-    from ..reproduce import list_tables as rows_of_list
-    from ..reproduce import check_table, run_table
+    from privreid.experiments.reproduce import list_tables as rows_of_list
+    from privreid.experiments.reproduce import check_table, run_table
 
     if list_tables:
         if table is not None or dry_run or as_json or out is not None:
@@ -70,8 +70,8 @@ def _dry_run(table: Optional[str], scale: str, data_root: Optional[Path], device
              as_json: bool) -> None:
     import json
 
-    from ..reproduce import plan_table
-    from ..run_plan import render_plan
+    from privreid.experiments.reproduce import plan_table
+    from privreid.run_plan import render_plan
 
     if not dry_run:
         raise ConfigError("--json prints the plan of --dry-run; give both")

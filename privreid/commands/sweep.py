@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from ..dependencies import require
-from ..errors import ConfigError
-from .common import DeviceOption, fail, run_dir_or_exit, run_or_exit
+from privreid.dependencies import require
+from privreid.errors import ConfigError
+from privreid.commands.common import DeviceOption, fail, run_dir_or_exit, run_or_exit
 
 #: what a sweep decides itself, so the pass-through train options may not set it
 OWNED_TRAIN_OPTIONS = ("--out", "--resume", "--overwrite", "--quiet")
@@ -19,8 +19,8 @@ def base_config(train_args: list[str]):
     """The :class:`RunConfig` that ``privreid train <train_args>`` would run (presets and flags applied)."""
     import click
 
-    from .common import params_with_preset
-    from .train import train_command, train_config
+    from privreid.commands.common import params_with_preset
+    from privreid.commands.train import train_command, train_config
 
     owned = [a for a in train_args if a.split("=")[0] in OWNED_TRAIN_OPTIONS]
     if owned:
@@ -56,8 +56,8 @@ def sweep_command(
 
     Example: privreid sweep --param noise-multiplier --values 0.5,1,2 --out runs/sweep --method fedpav --rounds 5 --dp-sgd
     """
-    from ..federated.registry import get_method
-    from ..sweep import LeakageSettings, parse_values, run_sweep
+    from privreid.federated.registry import get_method
+    from privreid.experiments.sweep import LeakageSettings, parse_values, run_sweep
 
     def go():
         if leakage:
@@ -78,7 +78,7 @@ def sweep_command(
 
 
 def _print(rows: list[dict], out: Path) -> None:
-    from ..reporting import format_table
+    from privreid.reporting import format_table
 
     def display(r: dict) -> dict:
         row = {"run": r["run"], "epsilon": "-" if r["epsilon"] is None else f"{r['epsilon']:.2f}"}

@@ -9,9 +9,9 @@ from typing import Optional
 import click
 import typer
 
-from ..errors import ConfigError
-from .common import LOGGERS, params_with_preset, run_or_exit
-from .options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
+from privreid.errors import ConfigError
+from privreid.commands.common import LOGGERS, params_with_preset, run_or_exit
+from privreid.commands.options import CONFIG_OPTIONS, FEDERATION, OUTPUT, TRAINING, config_options, run_config
 
 #: the run-configuration options of ``privreid train``: every one of :data:`~.options.CONFIG_OPTIONS`
 TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
@@ -70,8 +70,8 @@ def train_command(
     Example: privreid train --method centralized --rounds 5 --out runs/central
     Example: privreid train --config configs/fedpav-paper.yaml --data synth --dry-run
     """
-    from ..provenance import train_preset
-    from ..training import train_run
+    from privreid.provenance import train_preset
+    from privreid.training import train_run
 
     if dry_run or as_json:
         run_or_exit(_dry_run, ctx, config_file, as_json)
@@ -111,10 +111,10 @@ def train_params(ctx: typer.Context, config_file: Optional[Path]) -> dict:
 
 def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> None:
     """``--dry-run``: the :func:`~privreid.run_plan.run_plan` of the run, after validating its data and --out."""
-    from ..data.catalog import federation_for_config, load_datasets
-    from ..rundir import check_output_dir
-    from ..run_plan import render_plan, run_plan
-    from ..training import check_run_flags
+    from privreid.data.catalog import federation_for_config, load_datasets
+    from privreid.rundir import check_output_dir
+    from privreid.run_plan import render_plan, run_plan
+    from privreid.training import check_run_flags
 
     p = train_params(ctx, config_file)
     if not p["dry_run"]:

@@ -28,11 +28,11 @@ import torch
 
 from privreid.errors import ConfigError
 
-from .blur import defocus_blur, gaussian_blur, glass_blur, motion_blur, zoom_blur
-from .common import Context, make_generator, resolve_pixel_scale
-from .digital import brightness, contrast, elastic_transform, jpeg_compression, pixelate, saturate, spatter
-from .noise import gaussian_noise, impulse_noise, shot_noise, speckle_noise
-from .weather import fog, frost, rain, snow
+from privreid.corruptions.blur import defocus_blur, gaussian_blur, glass_blur, motion_blur, zoom_blur
+from privreid.corruptions.common import Context, make_generator, resolve_pixel_scale
+from privreid.corruptions.digital import brightness, contrast, elastic_transform, jpeg_compression, pixelate, saturate, spatter
+from privreid.corruptions.noise import gaussian_noise, impulse_noise, shot_noise, speckle_noise
+from privreid.corruptions.weather import fog, frost, rain, snow
 
 __all__ = ["CORRUPTIONS", "FAMILIES", "SEVERITIES", "RANDOM_CORRUPTIONS", "corrupt", "resolve_corruptions",
            "resolve_pixel_scale"]

@@ -16,8 +16,8 @@ import warnings
 import numpy as np
 import torch
 
-from .common import Context
-from .kernels import batch_kernel_filter, disk_kernel, gaussian_blur as _gaussian, kernel_filter, streak_kernel
+from privreid.corruptions.common import Context
+from privreid.corruptions.kernels import batch_kernel_filter, disk_kernel, gaussian_blur as _gaussian, kernel_filter, streak_kernel
 
 #: (disk radius px, anti-aliasing sigma px)
 DEFOCUS = ((3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))

@@ -12,8 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .common import Context
-from .kernels import box_blur, gaussian_blur, kernel_filter, smoothed_noise_gain
+from privreid.corruptions.common import Context
+from privreid.corruptions.kernels import box_blur, gaussian_blur, kernel_filter, smoothed_noise_gain
 
 BRIGHTNESS = (0.1, 0.2, 0.3, 0.4, 0.5)
 CONTRAST = (0.4, 0.3, 0.2, 0.1, 0.05)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels import gaussian_blur
+from privreid.corruptions.kernels import gaussian_blur
 
 FROST_SEED = 20190328
 TEXTURE_SIDE = 384

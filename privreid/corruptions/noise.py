@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import Context
+from privreid.corruptions.common import Context
 
 GAUSSIAN_NOISE_STD = (0.08, 0.12, 0.18, 0.26, 0.38)
 SHOT_NOISE_PHOTONS = (60, 25, 12, 5, 3)

@@ -9,8 +9,8 @@ import torch
 
 from privreid.errors import ConfigError
 
-from ..reporting.files import savefig_atomic
-from . import check_severity, corrupt, resolve_corruptions
+from privreid.reporting.files import savefig_atomic
+from privreid.corruptions import check_severity, corrupt, resolve_corruptions
 
 #: File types the preview can be written as (matplotlib's raster and vector back ends).
 PREVIEW_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
@@ -43,7 +43,7 @@ def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | S
     batch = image[None].float()
     names_iter = rows
     if progress:
-        from ..log import progress_bar
+        from privreid.log import progress_bar
 
         names_iter = progress_bar(rows, desc="corrupting", unit="type")
     try:

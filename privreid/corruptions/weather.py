@@ -16,9 +16,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .common import Context, luma
-from .frost_texture import NUM_TEXTURES, TEXTURE_SIDE, frost_texture
-from .kernels import batch_kernel_filter, box_blur, streak_kernel
+from privreid.corruptions.common import Context, luma
+from privreid.corruptions.frost_texture import NUM_TEXTURES, TEXTURE_SIDE, frost_texture
+from privreid.corruptions.kernels import batch_kernel_filter, box_blur, streak_kernel
 
 #: (flake mean, flake std, flake size px, threshold, streak radius px, streak sigma px, image weight)
 SNOW = ((0.1, 0.3, 3, 0.5, 10, 4, 0.8),

@@ -33,12 +33,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
-from .formats import format_choices, get_format, load_dataset, verify_images
-from .holdout import apply_audit_holdout
-from .partition import make_federation
-from .types import Federation, ReIDDataset
-from .formats_vi import frame_dataset
+from privreid.errors import ConfigError, DataError
+from privreid.data.formats import format_choices, get_format, load_dataset, verify_images
+from privreid.data.holdout import apply_audit_holdout
+from privreid.data.partition import make_federation
+from privreid.data.types import Federation, ReIDDataset
+from privreid.data.formats.vi import frame_dataset
 
 SYNTH = "synth"
 SYNTH_VI = "synth-vi"
@@ -50,7 +50,7 @@ _EMBEDDED = (SYNTH, SYNTH_VI, SYNTH_VI_VIDEO)
 def _load_synthetic_root(root: Path) -> dict[str, ReIDDataset]:
     manifest = json.loads((root / "manifest.json").read_text())
     if manifest.get("format") == "privreid-synthetic-dg":
-        from .synthetic_dg import load_standins
+        from privreid.data.synthetic_dg import load_standins
 
         return load_standins(root)
     fmt = "vi-folders" if manifest.get("format") == "privreid-synthetic-vi" else "market1501"
@@ -117,8 +117,8 @@ def resolve_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int
 
 def load_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 0) -> dict[str, LoadedDataset]:
     """:func:`resolve_datasets`, with each dataset's ``--data`` value and format (``privreid data info``)."""
-    from .synthetic import SynthConfig, ensure_synthetic
-    from .synthetic_vi import SynthVIConfig, ensure_synthetic_vi
+    from privreid.data.synthetic import SynthConfig, ensure_synthetic
+    from privreid.data.synthetic_vi import SynthVIConfig, ensure_synthetic_vi
 
     roots = list(roots or [SYNTH])
     out: dict[str, LoadedDataset] = {}
@@ -128,7 +128,7 @@ def load_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 
         if spec.root == SYNTH:
             found = _load_synthetic_root(ensure_synthetic(config=SynthConfig(seed=synth_seed)))
         elif spec.root == SYNTH_DG:  # the small unseen-domain stand-ins (privreid.data.synthetic_dg)
-            from .synthetic_dg import SynthDGConfig, ensure_synthetic_dg
+            from privreid.data.synthetic_dg import SynthDGConfig, ensure_synthetic_dg
 
             found = _load_synthetic_root(ensure_synthetic_dg(config=SynthDGConfig(seed=synth_seed)))
         elif spec.root in (SYNTH_VI, SYNTH_VI_VIDEO):

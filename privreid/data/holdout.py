@@ -19,8 +19,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..errors import ConfigError
-from .types import Federation, Sample
+from privreid.errors import ConfigError
+from privreid.data.types import Federation, Sample
 
 
 def holdout_split(samples: list[Sample], fraction: float, rng: np.random.Generator) -> tuple[list[Sample], list[Sample]]:

@@ -3,7 +3,7 @@
 :data:`FEDPAV_TABLE1` is FedPav's Table 1 (paper 004, FedReIDBench): for
 each of its nine clients, ``(identities, images)`` of the train, query and
 gallery splits, keyed by the ``--format`` spelling that reads the dataset as
-the paper splits it (``DIR:prid-fedpav``: :mod:`privreid.data.formats_dg.splits`,
+the paper splits it (``DIR:prid-fedpav``: :mod:`privreid.data.formats.dg.splits`,
 protocol ``fedpav``).  Where privreid's counts differ for a known reason,
 :data:`FEDPAV_TABLE1_NOTES` says why.
 """

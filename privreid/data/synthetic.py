@@ -252,7 +252,7 @@ def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
     total = sum(len(p) for p in plans)
     bar = None
     if progress:
-        from ..log import progress_bar
+        from privreid.log import progress_bar
 
         bar = progress_bar(total=total, desc="synthetic", unit="img")
     counts = {}

@@ -4,7 +4,7 @@ Six small domains rendered by the synthetic generator
 (:mod:`privreid.data.synthetic`) with a seed the embedded federation never
 uses, so their scene and camera styles are unseen, each written in the real
 layout of the benchmark it stands in for and read by the real loader
-(:mod:`privreid.data.formats_dg`), so smoke-scale reproductions run the same
+(:mod:`privreid.data.formats.dg`), so smoke-scale reproductions run the same
 loading, split and ranking code as paper-scale ones:
 
 ``synth-viper``  (``viper`` layout)  2 cameras, one image per person per camera;
@@ -35,8 +35,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from .synthetic import SynthConfig, ensure_cached, generate_synthetic, write_atomically, write_manifest
-from .synthetic_config import RenderedImages
+from privreid.data.synthetic import SynthConfig, ensure_cached, generate_synthetic, write_atomically, write_manifest
+from privreid.data.synthetic_config import RenderedImages
 
 SYNTH_DG = "synth-dg"
 #: stand-in name -> (the format it is written in, its folder inside the stand-in root)
@@ -185,8 +185,8 @@ __all__ = ["SYNTH_DG", "STANDINS", "SynthDGConfig", "ensure_synthetic_dg", "gene
 
 
 def load_standins(root: str | os.PathLike) -> dict:
-    """The stand-ins of ``root`` as datasets (split 0 of each, :func:`privreid.data.formats_dg.load_dg_dataset`)."""
-    from .formats_dg import load_dg_dataset
+    """The stand-ins of ``root`` as datasets (split 0 of each, :func:`privreid.data.formats.dg.load_dg_dataset`)."""
+    from privreid.data.formats.dg import load_dg_dataset
 
     datasets = {}
     for name, (path, fmt) in standin_roots(root).items():

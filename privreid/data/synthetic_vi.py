@@ -33,7 +33,7 @@ Sec. II-B and III-B):
   background and occluder, the walk phase advancing by ``2*pi/T`` per frame
   and the person drifting slightly across the frame.
 
-Layout written (``vi-folders``, read by :func:`privreid.data.formats_vi.load_vi_folders`)::
+Layout written (``vi-folders``, read by :func:`privreid.data.formats.vi.load_vi_folders`)::
 
     out/manifest.json                       format "privreid-synthetic-vi", entities, camera kinds
     out/<entity>/{train,test}/{visible,infrared}/c<cam>/<pid>/<pid>_c<cam>_<k>.jpg        (images)
@@ -341,7 +341,7 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
     total = sum(len(p) for p in plans) * frames_per_shot
     bar = None
     if progress:
-        from ..log import progress_bar
+        from privreid.log import progress_bar
 
         bar = progress_bar(total=total, desc="synthetic VI", unit="img")
     style = config.style_config()

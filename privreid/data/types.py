@@ -9,7 +9,7 @@ A sample is a ``(path, pid, camid)`` tuple, exactly as in torchreid:
 * ``camid``: 0-based camera index parsed from the file name (``c1`` -> 0).
 
 Visible-infrared (VI) and video datasets keep that tuple and add side
-mappings keyed by the sample path (:mod:`privreid.data.formats_vi`):
+mappings keyed by the sample path (:mod:`privreid.data.formats.vi`):
 
 * ``modality[path]`` is :data:`VISIBLE` or :data:`INFRARED`;
 * for video, a sample is a *tracklet*: its ``path`` is a key (the tracklet's

@@ -1,7 +1,7 @@
-"""Defences: wrappers around a method's client update, server strategy and download.
+"""Defenses: wrappers around a method's client update, server strategy and download.
 
-Methods never import defences, and the engine never names one: every
-defence is a registered plugin (:mod:`.registry`, one module each under
+Methods never import defenses, and the engine never names one: every
+defense is a registered plugin (:mod:`.registry`, one module each under
 :mod:`.plugins`), and :func:`apply_defenses` composes the ones a run asks for,
 so every method gets them:
 
@@ -14,11 +14,11 @@ so every method gets them:
   transmitted noise-free;
 * secure aggregation (:mod:`.secure_aggregation`, ``--secure-aggregation``),
   outermost;
-* any defence registered by another module, switched on by
+* any defense registered by another module, switched on by
   ``TrainConfig.defenses[name]``.
 
 :class:`PrivacyLedger` is a round observer of the engine: it checks the
-defences' settings against the federation before anything is written, reads
+defenses' settings against the federation before anything is written, reads
 what every received upload reports for it (``Upload.reports``; it never reads
 client memory, which is private to the client), logs
 their accounting after every round (``scope: "privacy"`` records in
@@ -33,19 +33,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import RunConfig
-from ..data.types import ClientData
-from ..federated.registry import Method
-from ..federated.strategy import Upload
-from ..renamed import renamed_names
-from .registry import Defense, DefenseLedger, enabled_defenses, register
+from privreid.config import RunConfig
+from privreid.data.types import ClientData
+from privreid.federated.registry import Method
+from privreid.federated.strategy import Upload
+from privreid.defenses.registry import Defense, DefenseLedger, enabled_defenses, register
 
-#: ``server_view`` of the statement when no defence hides the uploads
+#: ``server_view`` of the statement when no defense hides the uploads
 CLEAR_VIEW = "every selected client's upload (shared keys, sample count, metrics) in the clear"
 
 
 def apply_defenses(method: Method, config: RunConfig) -> Method:
-    """``method`` wrapped by every defence ``config`` enables, innermost first (:attr:`Defense.order`)."""
+    """``method`` wrapped by every defense ``config`` enables, innermost first (:attr:`Defense.order`)."""
     for defense in enabled_defenses(config):
         method = defense.wrap(method, config)
     return method
@@ -59,8 +58,8 @@ class PrivacyLedger:
         clients: the clients that train (after ``prepare_clients``).
         clients_per_round: ``m``, the clients sampled every round.
 
-    Every enabled defence's :meth:`~.registry.Defense.check` runs first,
-    outermost defence first (ConfigError for, e.g., ``delta >= 1/N``, an
+    Every enabled defense's :meth:`~.registry.Defense.check` runs first,
+    outermost defense first (ConfigError for, e.g., ``delta >= 1/N``, an
     unreachable target epsilon, or a target that the first round already
     exceeds); then each gets its :class:`~.registry.DefenseLedger`.
     """
@@ -82,7 +81,7 @@ class PrivacyLedger:
             ledger.on_upload(upload)
 
     def before_round(self, round_index: int, selected: list[ClientData]) -> str | None:
-        """Why round ``round_index`` (0-based) must not run: the first defence's reason, or None."""
+        """Why round ``round_index`` (0-based) must not run: the first defense's reason, or None."""
         for ledger in self.ledgers:
             reason = ledger.before_round(round_index, selected)
             if reason:
@@ -94,7 +93,7 @@ class PrivacyLedger:
         return [rec for ledger in self.ledgers for rec in ledger.after_round(round_no)]
 
     def state_dict(self) -> dict[str, Any]:
-        """Every ledger's state by defence name (the engine checkpoints it with the server's state)."""
+        """Every ledger's state by defense name (the engine checkpoints it with the server's state)."""
         return {name: ledger.state_dict() for name, ledger in zip(self.names, self.ledgers)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -116,12 +115,10 @@ class PrivacyLedger:
 
 
 def privacy_observers(config: RunConfig, clients: list[ClientData], clients_per_round: int) -> list[PrivacyLedger]:
-    """The engine's round observers for the defences of ``config``: the privacy ledger."""
+    """The engine's round observers for the defenses of ``config``: the privacy ledger."""
     return [PrivacyLedger(config, clients, clients_per_round)]
 
 
 __all__ = ["CLEAR_VIEW", "Defense", "DefenseLedger", "PrivacyLedger", "apply_defenses", "privacy_observers",
            "register"]
 
-#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
-__getattr__ = renamed_names(__name__, {"Defence": "Defense", "DefenceLedger": "DefenseLedger"})

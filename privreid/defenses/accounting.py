@@ -47,7 +47,7 @@ from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
-from ..errors import ConfigError
+from privreid.errors import ConfigError
 
 #: RDP orders: dp-accounting's default grid (a superset of Opacus' default)
 ORDERS: list[float] = sorted(set(RDPAccountant.DEFAULT_ALPHAS) | {11, 128, 256, 512, 1024})

@@ -1,9 +1,9 @@
-"""The ``--target-epsilon`` budget shared by the differentially private defences."""
+"""The ``--target-epsilon`` budget shared by the differentially private defenses."""
 
 from __future__ import annotations
 
-from ..config import RunConfig
-from ..errors import ConfigError
+from privreid.config import RunConfig
+from privreid.errors import ConfigError
 
 #: relative slack of the budget check (float noise of summing RDP over rows)
 BUDGET_SLACK = 1e-9

@@ -1,15 +1,15 @@
-"""Defence registry: every defence is one :class:`Defense` in one module, registered by name.
+"""Defense registry: every defense is one :class:`Defense` in one module, registered by name.
 
-A defence declares everything privreid needs to know about it, so that no
+A defense declares everything privreid needs to know about it, so that no
 other module names it:
 
 * whether a run asks for it (:meth:`Defense.enabled`) and its options
-  (built-in defences read their own ``TrainConfig`` fields and flags; any
-  other defence reads ``TrainConfig.defenses[name]``, a dict of options
+  (built-in defenses read their own ``TrainConfig`` fields and flags; any
+  other defense reads ``TrainConfig.defenses[name]``, a dict of options
   checked against :attr:`Defense.options`);
 * :meth:`Defense.check`: ConfigError, before anything is written, for
   settings it cannot run with on this federation;
-* :meth:`Defense.wrap`: the method with the defence applied (its client
+* :meth:`Defense.wrap`: the method with the defense applied (its client
   update, server strategy, download or client start wrapped);
   :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defense.order`,
   the lowest innermost;
@@ -20,8 +20,8 @@ other module names it:
   memory;
 * :meth:`Defense.threat_assumption`: what an inversion attack that observes
   an upload (or a sum of ``m`` of them) must assume about it, as fields of
-  :class:`privreid.attacks.inversion.defenses.Defense`;
-* :meth:`Defense.supports`: its row of the method x defence support matrix
+  :class:`privreid.inversion.defenses.Defense`;
+* :meth:`Defense.supports`: its row of the method x defense support matrix
   (``privreid methods``);
 * :attr:`Defense.upload_extras` and :meth:`Defense.server_memory_keys`: the
   tensors it adds to an upload beyond the policy's shared keys (none for the
@@ -29,7 +29,7 @@ other module names it:
   ``Upload.reports`` (read by its ledger's ``on_upload``; a Flower site's
   reply may carry them).
 
-Adding a defence is one module with a :class:`Defense` subclass and
+Adding a defense is one module with a :class:`Defense` subclass and
 ``register(MyDefense())``; docs/extending.md has a worked example.
 """
 
@@ -38,19 +38,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..registry import Registry
-from ..renamed import renamed_names
+from privreid.errors import ConfigError
+from privreid.registry import Registry
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
-    from ..data.types import ClientData
-    from ..federated.registry import Method
-    from ..federated.strategy import Upload
+    from privreid.config import RunConfig
+    from privreid.data.types import ClientData
+    from privreid.federated.registry import Method
+    from privreid.federated.strategy import Upload
 
 
 class DefenseLedger:
-    """A defence's accounting during one run (the default: nothing to account).
+    """A defense's accounting during one run (the default: nothing to account).
 
     ``notes`` are logged when the run starts and listed in the statement.
     """
@@ -82,13 +81,13 @@ class DefenseLedger:
         return {}
 
     def statement(self, out: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
-        """Add this defence's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
+        """Add this defense's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
 
 
 class Defense:
-    """One defence (see the module docstring); subclass it and override what differs from "nothing"."""
+    """One defense (see the module docstring); subclass it and override what differs from "nothing"."""
 
-    #: registry key; for defences without their own fields, the key of ``TrainConfig.defenses``
+    #: registry key; for defenses without their own fields, the key of ``TrainConfig.defenses``
     name: str = ""
     #: one line for ``privreid methods`` and reports
     summary: str = ""
@@ -96,16 +95,16 @@ class Defense:
     order: int = 50
     #: options and their defaults, given as ``TrainConfig.defenses[name] = {option: value}``
     options: Mapping[str, Any] = {}
-    #: keys an upload may carry beyond the policy's shared keys because of this defence
+    #: keys an upload may carry beyond the policy's shared keys because of this defense
     upload_extras: frozenset[str] = frozenset()
-    #: ``TrainConfig`` fields that switch the defence on with minimal settings (contract tests)
+    #: ``TrainConfig`` fields that switch the defense on with minimal settings (contract tests)
     example_settings: Mapping[str, Any] = {}
-    #: the CLI flag of a built-in defence, which has its own ``TrainConfig`` fields (``None``: configured
+    #: the CLI flag of a built-in defense, which has its own ``TrainConfig`` fields (``None``: configured
     #: through ``TrainConfig.defenses``)
     flag: str | None = None
 
     def enabled(self, config: RunConfig) -> bool:
-        """Whether ``config`` asks for this defence (default: it is a key of ``TrainConfig.defenses``)."""
+        """Whether ``config`` asks for this defense (default: it is a key of ``TrainConfig.defenses``)."""
         return self.name in config.train.defenses
 
     def option(self, config: RunConfig, key: str) -> Any:
@@ -116,7 +115,7 @@ class Defense:
         unknown = sorted(set(config.train.defenses.get(self.name, {})) - set(self.options))
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
-            raise ConfigError(f"defence {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
+            raise ConfigError(f"defense {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
 
     def check(self, config: RunConfig, clients: list[ClientData], clients_per_round: int) -> None:
         """ConfigError for settings this federation cannot run with (before anything is written)."""
@@ -128,7 +127,7 @@ class Defense:
         return DefenseLedger()
 
     def threat_assumption(self, config: RunConfig, aggregated: int | None = None) -> dict[str, Any]:
-        """Fields of the inversion :class:`~privreid.attacks.inversion.defenses.Defense` this defence sets.
+        """Fields of the inversion :class:`~privreid.inversion.defenses.Defense` this defense sets.
 
         ``aggregated``: ``None`` when the attacker sees one client's upload
         (the server of a plain run), else the number ``m`` of uploads whose
@@ -137,30 +136,30 @@ class Defense:
         return {}
 
     def supports(self, method: Method) -> str:
-        """``"yes"``, or ``"no (why)"`` / ``"n/a (why)"``: whether ``method`` can run under this defence."""
+        """``"yes"``, or ``"no (why)"`` / ``"n/a (why)"``: whether ``method`` can run under this defense."""
         return "yes"
 
     def server_memory_keys(self, config: RunConfig) -> tuple[str, ...]:
-        """Keys of ``Upload.reports`` this defence's client update sends for its ledger (client-memory entries)."""
+        """Keys of ``Upload.reports`` this defense's client update sends for its ledger (client-memory entries)."""
         return ()
 
 
-#: every defence by name; the built-ins (:mod:`privreid.defenses.plugins`) register when first used
-DEFENSES: Registry[Defense] = Registry("defence", builtins=("privreid.defenses.plugins",))
+#: every defense by name; the built-ins (:mod:`privreid.defenses.builtin`) register when first used
+DEFENSES: Registry[Defense] = Registry("defense", builtins=("privreid.defenses.builtin",))
 
 
 def register(defense: Defense) -> Defense:
-    """Add ``defence`` (a run then enables it by its settings); ConfigError when its name is taken."""
+    """Add ``defense`` (a run then enables it by its settings); ConfigError when its name is taken."""
     return DEFENSES.register(defense)
 
 
 def unregister(name: str) -> None:
-    """Remove defence ``name`` (a test's or a notebook's own defence); unknown names are refused."""
+    """Remove defense ``name`` (a test's or a notebook's own defense); unknown names are refused."""
     DEFENSES.unregister(name)
 
 
 def defenses() -> list[Defense]:
-    """Every registered defence, in composition order (innermost first)."""
+    """Every registered defense, in composition order (innermost first)."""
     return sorted(DEFENSES.values(), key=lambda d: (d.order, d.name))
 
 
@@ -169,22 +168,18 @@ def available_defenses() -> list[str]:
 
 
 def get_defense(name: str) -> Defense:
-    """The defence ``name``; ConfigError naming the registered ones otherwise."""
+    """The defense ``name``; ConfigError naming the registered ones otherwise."""
     return DEFENSES.get(name)
 
 
 def enabled_defenses(config: RunConfig) -> list[Defense]:
-    """The defences ``config`` asks for, in composition order; ConfigError for unknown names or options."""
+    """The defenses ``config`` asks for, in composition order; ConfigError for unknown names or options."""
     for name in config.train.defenses:
         defense = get_defense(name)
         if defense.flag is not None:
-            raise ConfigError(f"defence {name!r} is configured by its own settings ({defense.flag} ...), not "
+            raise ConfigError(f"defense {name!r} is configured by its own settings ({defense.flag} ...), not "
                               "train.defenses")
         defense.check_options(config)
     return [d for d in defenses() if d.enabled(config)]
 
 
-#: the names spelled "defence" before identifiers settled on "defense" (:mod:`privreid.renamed`)
-__getattr__ = renamed_names(__name__, {
-    "Defence": "Defense", "DefenceLedger": "DefenseLedger", "DEFENCES": "DEFENSES", "defences": "defenses",
-    "available_defences": "available_defenses", "get_defence": "get_defense", "enabled_defences": "enabled_defenses"})

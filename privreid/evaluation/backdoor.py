@@ -14,7 +14,7 @@ A trigger (a patch) on a query is meant to change what it retrieves:
 Both take the features of the same queries without and with the trigger, so
 that the clean metrics reported next to them are those of the same model on
 the same queries.  :func:`evaluate_backdoor` stamps a run's recorded trigger
-(:func:`privreid.adversaries.backdoor.recorded_backdoor`) on every query of
+(:func:`privreid.malicious_clients.backdoor.recorded_backdoor`) on every query of
 a test set (``privreid eval``, ``privreid compare --suite poisoning``).
 """
 
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from .chance import chance_metrics
-from .metrics import evaluate
-from .model_eval import NonFiniteFeaturesWarning
+from privreid.errors import ConfigError
+from privreid.evaluation.chance import chance_metrics
+from privreid.evaluation.metrics import evaluate
+from privreid.evaluation.model_eval import NonFiniteFeaturesWarning
 
 if TYPE_CHECKING:
-    from ..adversaries.backdoor import RecordedBackdoor
-    from ..data.types import TestSet
+    from privreid.malicious_clients.backdoor import RecordedBackdoor
+    from privreid.data.types import TestSet
 
 
 def _distances(qf: torch.Tensor, gf: torch.Tensor, metric: str) -> torch.Tensor:
@@ -111,8 +111,8 @@ def evaluate_backdoor(model: torch.nn.Module, testset: TestSet, backdoor: Record
     another test set: its gallery does not hold the target); evasion on any
     image test set.
     """
-    from ..adversaries.trigger import stamped_samples
-    from .model_eval import sample_features
+    from privreid.malicious_clients.trigger import stamped_samples
+    from privreid.evaluation.model_eval import sample_features
 
     if backdoor.goal == "targeted" and testset.name != backdoor.target_domain:
         return None

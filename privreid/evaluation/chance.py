@@ -45,8 +45,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaln
 
-from ..data.types import VIProtocol
-from ..errors import DataError
+from privreid.data.types import VIProtocol
+from privreid.errors import DataError
 
 __all__ = ["chance_metrics"]
 
@@ -65,7 +65,7 @@ def chance_metrics(q_pids, g_pids, q_camids, g_camids, *, protocol: VIProtocol |
     Returns the keys of the real evaluation (``num_valid_queries``; ``trials``
     and ``std`` with several trials).
     """
-    from .cross_modality import colocated_skips, single_shot_gallery
+    from privreid.evaluation.cross_modality import colocated_skips, single_shot_gallery
 
     q_pids, g_pids = np.asarray(q_pids, dtype=np.int64), np.asarray(g_pids, dtype=np.int64)
     q_camids, g_camids = np.asarray(q_camids, dtype=np.int64), np.asarray(g_camids, dtype=np.int64)

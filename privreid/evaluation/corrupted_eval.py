@@ -45,14 +45,14 @@ import torch
 from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
-from ..corruptions import check_severity, resolve_corruptions, resolve_pixel_scale
-from ..corruptions import corrupt as apply_corruption
-from ..data import ImageDataset, build_transforms
-from ..data.formats import read_image
-from ..data.types import Sample, TestSet
-from ..errors import ConfigError
-from ..seeding import derive_seed
-from .model_eval import (SUMMARY_KEYS, check_protocol, dataset_features, evaluation_settings, evaluation_split,
+from privreid.corruptions import check_severity, resolve_corruptions, resolve_pixel_scale
+from privreid.corruptions import corrupt as apply_corruption
+from privreid.data import ImageDataset, build_transforms
+from privreid.data.formats import read_image
+from privreid.data.types import Sample, TestSet
+from privreid.errors import ConfigError
+from privreid.seeding import derive_seed
+from privreid.evaluation.model_eval import (SUMMARY_KEYS, check_protocol, dataset_features, evaluation_settings, evaluation_split,
                          rank_testset)
 
 CORRUPT_SIDES = ("query", "gallery", "both")
@@ -207,7 +207,7 @@ def evaluate_corrupted(
     passes = 1 + repeats
     bar = None
     if progress:
-        from ..log import progress_bar
+        from privreid.log import progress_bar
 
         bar = progress_bar(total=passes, desc="corrupted eval", unit="pass")
 

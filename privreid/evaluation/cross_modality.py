@@ -41,9 +41,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.types import INFRARED, VISIBLE, Sample, TestSet, VIProtocol
-from ..errors import ConfigError, DataError
-from .metrics import evaluate
+from privreid.data.types import INFRARED, VISIBLE, Sample, TestSet, VIProtocol
+from privreid.errors import ConfigError, DataError
+from privreid.evaluation.metrics import evaluate
 
 __all__ = [
     "IR_TO_VISIBLE",

@@ -1,21 +1,21 @@
 """Evaluation of a model on the small DG benchmarks under their own protocols.
 
-* ``dg`` / ``crosscam`` (:mod:`privreid.data.formats_dg.splits`): every split's
+* ``dg`` / ``crosscam`` (:mod:`privreid.data.formats.dg.splits`): every split's
   query is ranked against its gallery with the Market-1501 ranking of
   :func:`privreid.evaluation.metrics.evaluate`; the result is the mean and the
   (population) std over the splits, as Song et al. (CVPR 2019) and FedReID
   (paper 002, Table II) report it.
 * ``fixed`` (CUHK-SYSU, FedReID's test: paper 002, Table I): the 2,900
   query crops ranked against one gallery, the crops of the queries' persons
-  in their gallery scenes (:func:`~privreid.data.formats_dg.cuhksysu.read_fixed_set`).
+  in their gallery scenes (:func:`~privreid.data.formats.dg.cuhksysu.read_fixed_set`).
 * ``g100`` (CUHK-SYSU's TestG100): each of the 2,900 queries is ranked
   against its own gallery (the crops of its 100 gallery scenes); R-k, mAP and
   mINP are means over the queries with a match in their gallery.
 
 Features are extracted once per image, whatever the number of splits.
 ``--format`` names for :func:`resolve_eval_format`: a dataset format of
-:data:`privreid.data.formats_dg.DG_FORMATS` (``cuhksysu`` -> ``fixed``, the
-others -> their :func:`~privreid.data.formats_dg.splits.default_protocol`),
+:data:`privreid.data.formats.dg.DG_FORMATS` (``cuhksysu`` -> ``fixed``, the
+others -> their :func:`~privreid.data.formats.dg.splits.default_protocol`),
 ``cuhksysu-g100``, or ``grid-crosscam`` / ``caviar-crosscam`` (FedPav, paper
 004, Table 5).
 """
@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data import ImageDataset, build_transforms
-from ..data.formats_dg import DG_FORMATS, load_pool
-from ..data.formats_dg.splits import DGSplit, default_protocol, make_splits, read_splits, write_splits
-from ..data.types import Sample
-from ..errors import ConfigError, DataError
-from .metrics import evaluate
-from .model_eval import SUMMARY_KEYS, dataset_features
+from privreid.data import ImageDataset, build_transforms
+from privreid.data.formats.dg import DG_FORMATS, load_pool
+from privreid.data.formats.dg.splits import DGSplit, default_protocol, make_splits, read_splits, write_splits
+from privreid.data.types import Sample
+from privreid.errors import ConfigError, DataError
+from privreid.evaluation.metrics import evaluate
+from privreid.evaluation.model_eval import SUMMARY_KEYS, dataset_features
 
 #: the ``--format`` names of a protocol other than the dataset's default: name -> (dataset format, protocol)
 PROTOCOL_FORMATS = {"grid-crosscam": ("grid", "crosscam"), "caviar-crosscam": ("caviar", "crosscam"),
@@ -103,7 +103,7 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
     ``eval_metric`` / ``eval_ap``); the result records them (``"evaluation"``,
     as ``summary.json``).  ``splits_file`` reuses splits
     written before (by ``write_splits_to`` or
-    :func:`privreid.data.formats_dg.splits.write_splits`) instead of drawing
+    :func:`privreid.data.formats.dg.splits.write_splits`) instead of drawing
     ``num_splits`` seeded ones.  The result has ``"protocol"`` and, for split
     protocols, the mean / std of :func:`rank_splits`.  ``interpolation`` is the test resize.
     """
@@ -120,14 +120,14 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
 
     settings = {"protocol": protocol, "evaluation": {"metric": metric, "flip": flip, "ap": ap}}
     if protocol == "fixed":
-        from ..data.formats_dg.cuhksysu import read_fixed_set
+        from privreid.data.formats.dg.cuhksysu import read_fixed_set
 
         query, gallery = read_fixed_set(Path(pool.root))
         result = evaluate(*_stack(extract(query + gallery), query, gallery), metric=metric, ap=ap)
         return {**settings, **{k: float(result[k]) for k in SUMMARY_KEYS}, "num_query": len(query),
                 "num_gallery": len(gallery)}
     if protocol == "g100":
-        from ..data.formats_dg.cuhksysu import read_g100
+        from privreid.data.formats.dg.cuhksysu import read_g100
 
         pairs = read_g100(Path(pool.root))
         features = extract([q for q, _ in pairs] + [g for _, gallery in pairs for g in gallery])

@@ -36,7 +36,7 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
             ``(images, pids, camids)`` triple with matching lengths.
         ConfigError: the model does not return a ``(B, D)`` tensor.
     """
-    from ..log import progress_bar
+    from privreid.log import progress_bar
 
     batches = progress_bar(loader, desc="extracting features", unit="batch", enabled=progress)
     was_training = model.training

@@ -39,13 +39,13 @@ import warnings
 import torch
 from torch.utils.data import DataLoader
 
-from ..data import ImageDataset, SequenceDataset, build_transforms
-from ..data.types import Sample, TestSet
-from ..errors import ConfigError
-from .chance import chance_metrics
-from .cross_modality import IR_TO_VISIBLE, MODES, TemporalMean, evaluate_cross_modality, mode_split
-from .features import extract_features
-from .metrics import AP_MODES, evaluate, evaluate_cuhk03
+from privreid.data import ImageDataset, SequenceDataset, build_transforms
+from privreid.data.types import Sample, TestSet
+from privreid.errors import ConfigError
+from privreid.evaluation.chance import chance_metrics
+from privreid.evaluation.cross_modality import IR_TO_VISIBLE, MODES, TemporalMean, evaluate_cross_modality, mode_split
+from privreid.evaluation.features import extract_features
+from privreid.evaluation.metrics import AP_MODES, evaluate, evaluate_cuhk03
 
 __all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
            "dataset_features", "describe_protocol", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
@@ -278,7 +278,7 @@ def evaluate_testset(model: torch.nn.Module, testset: TestSet, *, corrupted: dic
     metric, single_gallery_shot, progress.
     """
     if corrupted is not None:
-        from .corrupted_eval import evaluate_corrupted
+        from privreid.evaluation.corrupted_eval import evaluate_corrupted
 
         return {"testset": testset.name, **evaluate_corrupted(model, testset, **common, **corrupted)}
     row = {"testset": testset.name, **evaluate_model(model, testset, mode=mode or IR_TO_VISIBLE, seq_len=seq_len,

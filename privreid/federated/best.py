@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.model_eval import SUMMARY_KEYS
+from privreid.evaluation.model_eval import SUMMARY_KEYS
 
 #: what ``K > 1`` ranks the evaluation rounds by (recorded in the block)
 RANKED_BY = "mean global seen rank1"

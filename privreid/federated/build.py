@@ -1,8 +1,8 @@
-"""The composition root of a run: the configured method with its defences, and the engine's round observers.
+"""The composition root of a run: the configured method with its defenses, and the engine's round observers.
 
 This is the one place that composes ``apply_defenses(get_method(...))``:
 the engine receives a :class:`RunPlan` from a builder (by default
-:func:`build_run`) and never names a defence.
+:func:`build_run`) and never names a defense.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import RunConfig
-from ..data.types import ClientData
-from .registry import Method, get_method
+from privreid.config import RunConfig
+from privreid.data.types import ClientData
+from privreid.federated.registry import Method, get_method
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class RunPlan:
 
 
 def build_method(config: RunConfig) -> Method:
-    """``config``'s method wrapped by its defences; ConfigError for unknown names, refusals and unknown options."""
-    from ..defenses import apply_defenses
+    """``config``'s method wrapped by its defenses; ConfigError for unknown names, refusals and unknown options."""
+    from privreid.defenses import apply_defenses
 
     method = apply_defenses(get_method(config.train.method), config)
     method.check_options(config)
@@ -44,9 +44,9 @@ def build_method(config: RunConfig) -> Method:
 
 def build_run(config: RunConfig) -> RunPlan:
     """The method of :func:`build_method` and the privacy ledger as the round observer; with ``--adversary``, the
-    malicious clients' update poisoned and the attack's record as a second observer (:mod:`privreid.adversaries`)."""
-    from ..adversaries import adversary_plan
-    from ..defenses import privacy_observers
+    malicious clients' update poisoned and the attack's record as a second observer (:mod:`privreid.malicious_clients`)."""
+    from privreid.malicious_clients import adversary_plan
+    from privreid.defenses import privacy_observers
 
     attack = adversary_plan(config)
     if attack is None:

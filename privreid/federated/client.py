@@ -44,15 +44,15 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import RunConfig, lr_neck, triplet_weight
-from ..data import ImageDataset, PKSampler, build_transforms
-from ..data.types import ClientData
-from ..losses import batch_hard_triplet_loss, identity_loss
-from ..models import ReIDModel
-from ..precision import autocast, grad_scaler, to_device
-from . import fast_optim
-from .lr_schedule import get_schedule, lr_factor
-from .policy import StateDict
+from privreid.config import RunConfig, lr_neck, triplet_weight
+from privreid.data import ImageDataset, PKSampler, build_transforms
+from privreid.data.types import ClientData
+from privreid.losses import batch_hard_triplet_loss, identity_loss
+from privreid.models import ReIDModel
+from privreid.precision import autocast, grad_scaler, to_device
+from privreid.federated import fast_optim
+from privreid.federated.lr_schedule import get_schedule, lr_factor
+from privreid.federated.policy import StateDict
 
 
 @dataclass
@@ -181,7 +181,7 @@ class SupervisedUpdate:
         """Hook called after the round's training with its optimiser (default: the state is dropped)."""
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
-        from ..log import progress_bar
+        from privreid.log import progress_bar
 
         t = self.config.train
         model = ctx.model

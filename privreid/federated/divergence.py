@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..errors import PrivreidError
+from privreid.errors import PrivreidError
 
 #: what a run that diverged should try next
 LOWER_THE_RATES = "lower the learning rates (--lr-backbone, --lr-head, --lr-neck)"

@@ -57,28 +57,28 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
-from ..config import RunConfig, evaluation_settings
-from ..deviations import deviations
-from ..device import resolve_device
-from ..precision import at_precision, check_precision, cuda_speedups
-from ..data.types import ClientData, Federation, TestSet
-from ..errors import ConfigError
-from ..evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from ..log import progress_bar
-from ..models.reid_net import is_classifier_key
-from ..rundir import RUN_FILES, write_json_atomic
-from ..seeding import derive_seed, rng_states, seed_everything
-from .best import best_block
-from .client import ClientContext
-from .divergence import check_finite_states, check_finite_training, json_line
-from .early_stop import evaluate_after_stop
-from .heap import HeapTrimmer
-from .memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
-from .policy import StateDict, clone_state, state_nbytes
-from .registry import Method
-from .resume import check_resume
-from .strategy import Accumulator, RoundResult, Upload
+from privreid.checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
+from privreid.config import RunConfig, evaluation_settings
+from privreid.deviations import deviations
+from privreid.device import resolve_device
+from privreid.precision import at_precision, check_precision, cuda_speedups
+from privreid.data.types import ClientData, Federation, TestSet
+from privreid.errors import ConfigError
+from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from privreid.log import progress_bar
+from privreid.models.reid_net import is_classifier_key
+from privreid.rundir import RUN_FILES, write_json_atomic
+from privreid.seeding import derive_seed, rng_states, seed_everything
+from privreid.federated.best import best_block
+from privreid.federated.client import ClientContext
+from privreid.federated.divergence import check_finite_states, check_finite_training, json_line
+from privreid.federated.early_stop import evaluate_after_stop
+from privreid.federated.heap import HeapTrimmer
+from privreid.federated.memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
+from privreid.federated.policy import StateDict, clone_state, state_nbytes
+from privreid.federated.registry import Method
+from privreid.federated.resume import check_resume
+from privreid.federated.strategy import Accumulator, RoundResult, Upload
 
 _log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
 class FederatedEngine:
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
-    ``build(config)`` gives the method (with its defences) and the round
+    ``build(config)`` gives the method (with its defenses) and the round
     observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
     whose observer is the privacy ledger).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
@@ -180,7 +180,7 @@ class FederatedEngine:
                  build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
         if build is None:
-            from .build import build_run as build
+            from privreid.federated.build import build_run as build
         plan = build(config)
         self.method: Method = plan.method
         self.federation = federation

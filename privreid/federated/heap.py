@@ -44,7 +44,7 @@ import ctypes.util
 import functools
 import os
 
-from ..environment import mib_from_env
+from privreid.environment import mib_from_env
 
 #: the least resident-set growth (MiB) over the recorded level (:meth:`HeapTrimmer.after_client`) that triggers
 #: a trim

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import RunConfig, lr_neck
+from privreid.config import RunConfig, lr_neck
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def lr_table(config: RunConfig) -> dict[str, list[float]]:
     The method's own factor (:attr:`~privreid.federated.registry.Method.lr_factor`)
     replaces the run's schedule where it declares one.
     """
-    from .registry import get_method
+    from privreid.federated.registry import get_method
 
     own = get_method(config.train.method).lr_factor
 

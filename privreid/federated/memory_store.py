@@ -68,8 +68,8 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
-from ..rundir import save_torch_atomic
+from privreid.errors import CheckpointError
+from privreid.rundir import save_torch_atomic
 
 #: the folder under the run directory that holds the client memories
 MEMORY_DIR = "client_memory"
@@ -110,7 +110,7 @@ def own_memory_files(directory: Path) -> list[Path]:
     """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
     :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
     symbolic link), so that nothing else is ever deleted."""
-    from ..errors import ConfigError
+    from privreid.errors import ConfigError
 
     directory = Path(directory)
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
@@ -150,7 +150,7 @@ def load_memory_file(path: Path) -> dict[str, Any]:
     mapping is private: writing to a loaded tensor changes this process's
     copy, never the file, which an earlier checkpoint may still name.
     """
-    from ..pickle_scan import safe_torch_load
+    from privreid.pickle_scan import safe_torch_load
 
     memory = safe_torch_load(path, map_location="cpu", mmap=True)
     if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):

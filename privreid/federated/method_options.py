@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import parse_value
-from ..errors import ConfigError
+from privreid.config import parse_value
+from privreid.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.reid_net import CLASSIFIER_PREFIX
+from privreid.models.reid_net import CLASSIFIER_PREFIX
 
 StateDict = dict[str, torch.Tensor]
 

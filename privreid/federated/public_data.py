@@ -51,9 +51,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import RunConfig
-from ..errors import ConfigError, DataError
-from ..seeding import derive_seed
+from privreid.config import RunConfig
+from privreid.errors import ConfigError, DataError
+from privreid.seeding import derive_seed
 
 @dataclass(frozen=True)
 class PublicOptions:
@@ -96,7 +96,7 @@ class PublicSet:
 
 def public_option(config: RunConfig, key: str) -> Any:
     """The value of a :class:`PublicOptions` key for this run (``--opt``, typed, or the default)."""
-    from .registry import get_method
+    from privreid.federated.registry import get_method
 
     return get_method(config.train.method).option(config, key)
 
@@ -136,8 +136,8 @@ def load_public_set(config: RunConfig) -> PublicSet:
 
 @functools.lru_cache(maxsize=4)
 def _load(source: str | None, size: int, subset_seed: int, height: int, width: int, synth_seed: int) -> PublicSet:
-    from ..data import ImageDataset, build_transforms
-    from ..data.catalog import resolve_datasets
+    from privreid.data import ImageDataset, build_transforms
+    from privreid.data.catalog import resolve_datasets
 
     if source is None:
         root = synthetic_public_root(size, height, width, synth_seed)
@@ -159,7 +159,7 @@ def _load(source: str | None, size: int, subset_seed: int, height: int, width: i
 
 def synthetic_public_root(size: int, height: int, width: int, synth_seed: int):
     """Render (once, cached) the synthetic public domain with enough identities for ``size`` images."""
-    from ..data.synthetic import SynthConfig, ensure_synthetic
+    from privreid.data.synthetic import SynthConfig, ensure_synthetic
 
     cams, per_cam = 3, 2
     # every identity is seen by >= 2 cameras x 2 images, so this many ids give >= size images

@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import RunConfig
-from ..data.types import ClientData
-from ..registry import Registry
-from .method_options import NoOptions, parse_options
-from .policy import ParameterPolicy, StateDict
-from .strategy import Strategy
+from privreid.config import RunConfig
+from privreid.data.types import ClientData
+from privreid.registry import Registry
+from privreid.federated.method_options import NoOptions, parse_options
+from privreid.federated.policy import ParameterPolicy, StateDict
+from privreid.federated.strategy import Strategy
 
 #: ``start(ctx)``: turns the model the engine loaded (received state + the
 #: client's local state) into the model local training starts from, in place
@@ -41,7 +41,7 @@ class Method:
             state) and how the server combines the uploads
             (``Strategy.aggregate``).  ``model_config`` is the clients'
             network, :meth:`model_config` of the method the run trains
-            (its defences' model transforms included: DP-SGD's group_norm),
+            (its defenses' model transforms included: DP-SGD's group_norm),
             for a server that runs the uploaded states (FedPav-KD/CC); build
             the strategy with :meth:`strategy`, which passes it.
         has_global_model: whether the run produces a global model (standalone
@@ -57,8 +57,8 @@ class Method:
         make_client_start: ``config -> ClientStart``: what a client does with
             what it received before training, on its own side (FedReID's
             half-average, paper 002 Eq. 8; default: train the loaded model as
-            it is).  Client-side defences wrap it (FedReID's Eq. 15 noise on
-            the start model, :mod:`privreid.defenses.beta_noise`).
+            it is).  Client-side defenses wrap it (FedReID's Eq. 15 noise on
+            the start model, :mod:`privreid.defenses.beta_noise.mechanism`).
         global_eval_state: ``(global_state, client_states) -> state`` loaded
             to evaluate the global model, for methods whose global model needs
             local keys (default: the global state).
@@ -70,7 +70,7 @@ class Method:
             top of the base model (:mod:`privreid.models.transforms`; FedReID's
             2-FC mapping head: ``("mlp_head",)``), as transforms, names or
             ``to_config()`` dicts, or ``config -> transforms`` when method
-            options change them (SKA's ablations).  Defences add theirs in
+            options change them (SKA's ablations).  Defenses add theirs in
             ``wrap`` (DP-SGD's ``group_norm``).
         client_fraction: the method's default fraction C of clients per round
             (``--client-fraction`` overrides it).
@@ -98,7 +98,7 @@ class Method:
             client's upload on its own (CDW and KS weights, KD soft labels,
             clustering) rather than only their weighted sum; ``True`` methods
             cannot run under ``--secure-aggregation``
-            (:mod:`privreid.defenses.secure_aggregation`).  ``None``: not
+            (:mod:`privreid.defenses.secure_aggregation.mechanism`).  ``None``: not
             declared (refused); non-federated methods leave it ``None``.
         exchanges_extras: whether clients and server also exchange tensors
             that are not model keys (DPPT's per-identity class centres), or
@@ -107,8 +107,8 @@ class Method:
             SecAgg+ carries model updates only, so ``flower run
             --secure-aggregation`` refuses such runs before it starts.
         dp_sgd_support: whether the method can train under record-level
-            DP-SGD (``--dp-sgd``, :mod:`privreid.defenses.dp_sgd`): ``"yes"``,
-            ``"yes (condition)"`` or ``"no (why)"``.  The DP-SGD defence
+            DP-SGD (``--dp-sgd``, :mod:`privreid.defenses.dp_sgd.mechanism`): ``"yes"``,
+            ``"yes (condition)"`` or ``"no (why)"``.  The DP-SGD defense
             enforces it: ``None`` (not declared) and ``"no ..."`` are refused
             in one line before anything trains.
         lr_factor: ``(config, round_index) -> factor`` where the method
@@ -164,7 +164,7 @@ class Method:
     def model_config(self, config: RunConfig) -> dict[str, Any]:
         """The ``model_config`` (:meth:`privreid.models.ReIDModel.model_config`) of the network this method
         trains under ``config``, without classifier: ``config.model``'s base model and the method's transforms."""
-        from ..models import make_transform
+        from privreid.models import make_transform
 
         m = config.model
         return {"arch": m.arch, "num_classes": 0, "neck": m.neck, "feat_dim": m.feat_dim, "last_stride": m.last_stride,
@@ -176,7 +176,7 @@ class Method:
         return self.make_strategy(config, self.model_config(config))
 
     def adding_model_transforms(self, *transforms: Any) -> Method:
-        """This method with ``transforms`` after its own model transforms (a defence's ``wrap``: DP-SGD's group_norm)."""
+        """This method with ``transforms`` after its own model transforms (a defense's ``wrap``: DP-SGD's group_norm)."""
         own = self.model_transforms_for
         return dataclasses.replace(self, model_transforms=lambda config: [*own(config), *transforms])
 
@@ -187,7 +187,7 @@ class Method:
         parameter names, shapes and trainable flags are the same, which is all
         that callers asking "what does this method's model look like" need.
         """
-        from ..models import build_from_config
+        from privreid.models import build_from_config
 
         m = config.model
         return build_from_config(self.model_config(config), pretrained=m.pretrained if initial_weights else None,

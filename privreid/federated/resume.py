@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import RunConfig
-from ..errors import ConfigError
+from privreid.config import RunConfig
+from privreid.errors import ConfigError
 
 #: train fields a resume may change freely
 FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
@@ -24,7 +24,7 @@ FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
     """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``,
     with the checkpoint's value and the new one."""
-    from ..device import resolve_device
+    from privreid.device import resolve_device
 
     if current.train.rounds < rounds_done:
         raise ConfigError(f"--resume: the checkpoint has completed {rounds_done} rounds; --rounds "
@@ -48,8 +48,8 @@ def check_resumable(out: Path, config: RunConfig) -> bool:
     when there is no run to resume, when a finished run lost its checkpoint, or when the checkpoint or its
     client-memory files are missing, unreadable, malicious, edited (:func:`privreid.checkpoint.check_fields`),
     changed or swapped (their recorded hashes), or of another configuration (:func:`check_resume`)."""
-    from ..checkpoint import Checkpoint
-    from ..provenance import PROVENANCE_FILES
+    from privreid.checkpoint import Checkpoint
+    from privreid.provenance import PROVENANCE_FILES
 
     if not (out / "ckpt.pt").exists():
         if (out / "summary.json").exists():

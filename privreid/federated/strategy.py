@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .policy import StateDict
+from privreid.federated.policy import StateDict
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Accumulator:
     accumulator keeps is its own business: a running sum
     (:class:`WeightedSum`), or the whole list (:class:`KeepUploads`).
 
-    Wrapper strategies (defences, secure aggregation) return their own
+    Wrapper strategies (defenses, secure aggregation) return their own
     accumulator around the inner strategy's: they may transform each upload
     before passing it on (clip it, mask it), or the result (add noise), and a
     wrapper that must see only the sum can require a streaming inner

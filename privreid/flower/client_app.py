@@ -32,14 +32,14 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..config import RunConfig
-from ..federated.engine import FederatedEngine
-from ..plugins import load_plugins
-from ..precision import cuda_speedups
-from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
+from privreid.config import RunConfig
+from privreid.federated.engine import FederatedEngine
+from privreid.plugins import load_plugins
+from privreid.precision import cuda_speedups
+from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
                        parse_run_record, record_to_state, scalar_metrics, state_to_record)
-from .site import Site, SiteState
-from ..secagg.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
+from privreid.flower.site import Site, SiteState
+from privreid.defenses.secure_aggregation.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
 
 
 def load_site_plugins(msg: Message, context: Context, call_next) -> Message:
@@ -92,7 +92,7 @@ def train(msg: Message, context: Context) -> Message:
     """One round of local training on the site's data; the upload and scalar metrics.
 
     Under secure aggregation (the SecAgg+ collect stage), the reply is the
-    ``FitRes`` that Flower's mod masks (:func:`~privreid.secagg.flower.secure_fit_reply`;
+    ``FitRes`` that Flower's mod masks (:func:`~privreid.defenses.secure_aggregation.flower.secure_fit_reply`;
     the privacy ledger's reports travel as its scalar metrics).
     """
     secure = is_secure(msg)

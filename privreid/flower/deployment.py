@@ -45,9 +45,9 @@ from typing import Any
 
 import tomli_w
 
-from ..errors import ConfigError
-from .messages import FlowerRunError
-from .server_app import ServerSettings
+from privreid.errors import ConfigError
+from privreid.flower.messages import FlowerRunError
+from privreid.flower.server_app import ServerSettings
 
 #: the venv's console scripts (flower-superlink, flwr, flower-superexec, flwr-serverapp, ...)
 BIN_DIR = Path(sys.executable).parent

@@ -67,9 +67,9 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import SType
 
-from ..config import RunConfig
-from ..errors import PrivreidError
-from ..federated.policy import StateDict
+from privreid.config import RunConfig
+from privreid.errors import PrivreidError
+from privreid.federated.policy import StateDict
 
 RUN = "run"
 GLOBAL = "global"
@@ -198,8 +198,8 @@ def parse_eval_records(content: RecordDict, scope: str) -> list[tuple[str, str, 
 
 
 def ledger_keys(config: RunConfig) -> tuple[str, ...]:
-    """Client-memory keys the enabled defences' ledgers read on the server (DP-SGD's accountant)."""
-    from ..defenses.registry import enabled_defenses
+    """Client-memory keys the enabled defenses' ledgers read on the server (DP-SGD's accountant)."""
+    from privreid.defenses.registry import enabled_defenses
 
     return tuple(k for d in enabled_defenses(config) for k in d.server_memory_keys(config))
 

@@ -4,7 +4,7 @@
 one piece swapped: :meth:`collect_uploads` sends the round to the selected
 SuperNodes through Flower's ``Grid`` instead of training them one after
 another.  Selection, what each client receives (the strategy's ``configure``),
-aggregation (the method's strategy and upload-side defences), communication
+aggregation (the method's strategy and upload-side defenses), communication
 counting, checkpoints (``ckpt.pt``), ``metrics.jsonl``, ``summary.json`` and
 ``--resume`` are the engine's own code.  Choices where a real federation
 differs from one process:
@@ -37,7 +37,7 @@ differs from one process:
   DP and upload-side beta noise are strategy wrappers and run here as
   in-process; DP-SGD runs on the sites, which report the accountant's
   mechanism parameters (``Upload.reports``; under ``--secure-aggregation``
-  as scalar ``FitRes`` metrics, :mod:`privreid.secagg.flower`) so the
+  as scalar ``FitRes`` metrics, :mod:`privreid.defenses.secure_aggregation.flower`) so the
   privacy ledger logs epsilon and stops at ``--target-epsilon`` here as
   in-process.
 
@@ -59,18 +59,18 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from ..config import RunConfig
-from ..data.catalog import federation_for_config
-from ..data.types import ClientData, Federation, TestSet
-from ..errors import ConfigError, PrivreidError
-from ..federated.build import build_method
-from ..federated.engine import FederatedEngine, RoundInbox
-from ..federated.policy import StateDict, state_nbytes
-from ..federated.strategy import Upload
-from ..plugins import load_plugins, named_plugins
-from ..rundir import write_json_atomic
-from ..seeding import derive_seed, seed_everything
-from .messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
+from privreid.config import RunConfig
+from privreid.data.catalog import federation_for_config
+from privreid.data.types import ClientData, Federation, TestSet
+from privreid.errors import ConfigError, PrivreidError
+from privreid.federated.build import build_method
+from privreid.federated.engine import FederatedEngine, RoundInbox
+from privreid.federated.policy import StateDict, state_nbytes
+from privreid.federated.strategy import Upload
+from privreid.plugins import load_plugins, named_plugins
+from privreid.rundir import write_json_atomic
+from privreid.seeding import derive_seed, seed_everything
+from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
                        parse_eval_records, record_to_state, run_record, state_to_record)
 
 #: written next to ckpt.pt: the run key the sites file their local state under, and the client list
@@ -320,7 +320,7 @@ class FlowerServerEngine(FederatedEngine):
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """The round on the selected sites; each reply becomes an upload handed to :meth:`receive`, then dropped."""
         if self.config.train.secure_aggregation:  # Flower's SecAgg+ workflow; the sites' mod masks
-            from ..secagg.flower import collect_secure
+            from privreid.defenses.secure_aggregation.flower import collect_secure
 
             for upload in collect_secure(self, round_index, selected):  # one AggregatedUpload
                 inbox.add(upload)

@@ -7,7 +7,7 @@ clients to Flower's simulation engine (``flwr.simulation.run_simulation``,
 Ray backend) and keeps up to ``K`` of them training at the same time.
 Everything else is the engine's own code, run in this process: selection,
 what each client receives (the strategy's ``configure``), aggregation with
-the method's strategy and defences, the privacy ledger, evaluation,
+the method's strategy and defenses, the privacy ledger, evaluation,
 ``ckpt.pt`` (the same format) and ``--resume``.
 
 Workers.  Each Ray actor runs :data:`client_app`, which builds the run's
@@ -69,17 +69,17 @@ from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ..config import RunConfig
-from ..data.catalog import federation_for_config
-from ..data.types import ClientData, Federation
-from ..errors import ConfigError
-from ..federated.engine import FederatedEngine, RoundInbox
-from ..federated.memory_store import ClientMemories
-from ..federated.strategy import Upload
-from ..pickle_scan import safe_torch_load
-from ..plugins import load_plugins
-from ..seeding import derive_seed, seed_everything
-from .messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, Converted, FlowerRunError, check_reply, ledger_keys,
+from privreid.config import RunConfig
+from privreid.data.catalog import federation_for_config
+from privreid.data.types import ClientData, Federation
+from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine, RoundInbox
+from privreid.federated.memory_store import ClientMemories
+from privreid.federated.strategy import Upload
+from privreid.pickle_scan import safe_torch_load
+from privreid.plugins import load_plugins
+from privreid.seeding import derive_seed, seed_everything
+from privreid.flower.messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, Converted, FlowerRunError, check_reply, ledger_keys,
                        parse_run_record, record_to_state, run_record, scalar_metrics, state_to_record)
 
 #: the record of a train message and its reply that holds the client's own state (local keys and memory)

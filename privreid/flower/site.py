@@ -40,14 +40,14 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import INTEGRITY_KEY, integrity_hash, save_checkpoint
-from ..data.catalog import resolve_datasets
-from ..data.partition import make_federation
-from ..data.types import ClientData, Federation
-from ..environment import cache_root
-from ..errors import CheckpointError, DataError
-from ..federated.policy import StateDict
-from ..pickle_scan import safe_torch_load
+from privreid.checkpoint import INTEGRITY_KEY, integrity_hash, save_checkpoint
+from privreid.data.catalog import resolve_datasets
+from privreid.data.partition import make_federation
+from privreid.data.types import ClientData, Federation
+from privreid.environment import cache_root
+from privreid.errors import CheckpointError, DataError
+from privreid.federated.policy import StateDict
+from privreid.pickle_scan import safe_torch_load
 
 NODE_DATA, NODE_FORMAT, NODE_NAME, NODE_STATE_DIR = "data", "format", "name", "state-dir"
 
@@ -81,7 +81,7 @@ class Site:
     @classmethod
     def load(cls, data: str, *, fmt: str = "auto", name: str | None = None,
              state_dir: str | os.PathLike | None = None) -> Site:
-        from ..data.catalog import parse_data_spec
+        from privreid.data.catalog import parse_data_spec
 
         root = parse_data_spec(data).root  # DIR or DIR:FORMAT, as `privreid train --data`
         if root == "synth" or not Path(root).expanduser().is_dir():

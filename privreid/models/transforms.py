@@ -1,9 +1,9 @@
 """Model transforms: the method-specific parts of a ReID model.
 
 The base :class:`~privreid.models.reid_net.ReIDModel` is a trunk, a neck and a
-linear identity classifier.  What a method (or a defence) adds to it is a
+linear identity classifier.  What a method (or a defense) adds to it is a
 named *model transform*, declared by the method (``Method.model_transforms``)
-or added by the defence's ``wrap`` (DP-SGD's ``group_norm``):
+or added by the defense's ``wrap`` (DP-SGD's ``group_norm``):
 
 ==================  ==========================================================
 ``mlp_head``        FedReID's mapping network as the classifier (paper 002, Eq. 7)

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ..rundir import write_file_atomically
+from privreid.rundir import write_file_atomically
 
 
 def write_csv_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:

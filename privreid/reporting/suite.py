@@ -20,7 +20,7 @@ sets of the first checkpoint's configuration, as in
   ``summary.md``;
 * ``inversion/aggregate/``: the same subjects under the ``aggregate`` threat
   (what a server under secure aggregation sees: the sum of ``m`` clients'
-  shared updates, :mod:`privreid.attacks.inversion.aggregate`), per model the
+  shared updates, :mod:`privreid.inversion.aggregate`), per model the
   single-upload reference (``shared-feature``) and the aggregate of ``m``
   (default: each run's clients per round, 1 for a centralised run); a model
   that threat cannot attack (no shared bottleneck) is named with the reason;
@@ -51,21 +51,21 @@ from pathlib import Path
 from typing import Any
 
 
-from ..attacks.feature_attacks import ATTACKS, default_alpha
-from ..attacks.campaign import attack_models
-from ..attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
+from privreid.retrieval_attacks.feature_attacks import ATTACKS, default_alpha
+from privreid.retrieval_attacks.campaign import attack_models
+from privreid.retrieval_attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
 
-from ..config import RunConfig
-from ..corruptions import resolve_corruptions, resolve_pixel_scale
-from ..data.catalog import federation_for_config
-from ..data.types import TestSet
-from ..errors import ConfigError
-from ..evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
+from privreid.config import RunConfig
+from privreid.corruptions import resolve_corruptions, resolve_pixel_scale
+from privreid.data.catalog import federation_for_config
+from privreid.data.types import TestSet
+from privreid.errors import ConfigError
+from privreid.evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
                                         evaluate_corrupted, is_scaled)
-from ..device import resolve_device
-from ..rundir import write_text_atomic
-from .files import save_figure, write_csv_rows
-from .tables import format_table
+from privreid.device import resolve_device
+from privreid.rundir import write_text_atomic
+from privreid.reporting.files import save_figure, write_csv_rows
+from privreid.reporting.tables import format_table
 
 SUITES = ("clean", "attacks", "corruptions", "inversion", "audit", "poisoning")
 TESTSET_CHOICES = ("all", "seen", "unseen")
@@ -79,7 +79,7 @@ class SuiteSettings:
     testsets: str = "all"
     attacks: list[str] = field(default_factory=lambda: list(ATTACKS))
     eps: float = 8 / 255
-    #: the iterative attacks' step; None: 2.5 eps / steps (privreid.attacks.feature_attacks.default_alpha)
+    #: the iterative attacks' step; None: 2.5 eps / steps (privreid.retrieval_attacks.feature_attacks.default_alpha)
     alpha: float | None = None
     steps: int = 10
     target: str = "query"
@@ -110,13 +110,13 @@ class SuiteSettings:
         if self.corruption_repeats < 1:
             raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
         resolve_pixel_scale(self.pixel_scale, 2, 2)
-        from ..attacks.inversion.threat_models import get_threat
+        from privreid.inversion.threat_models import get_threat
 
         if not get_threat(self.inversion_threat).single_upload:
             raise ConfigError("the suite's inversion always includes the aggregate threat (--clients m); "
                               "--threat picks the single-upload threat next to it")
         if self.inversion_clients is not None:
-            from ..attacks.inversion.aggregate import parse_clients
+            from privreid.inversion.aggregate import parse_clients
 
             self.inversion_clients = parse_clients([str(m) for m in self.inversion_clients])
         if self.inversion_subjects < 1:
@@ -228,7 +228,7 @@ def inversion_records(threat: str, single: list[dict], aggregate: list[dict],
                       recipe: str | None = None) -> list[dict[str, Any]]:
     """``inversion.csv``: one row per (model, threat, m) with the attack's and the random baseline's mean metrics,
     and ``recipe``, the attack and budget that produced them (:meth:`InversionSettings.describe`)."""
-    from ..attacks.inversion.report import METRICS
+    from privreid.inversion.report import METRICS
 
     rows = []
     for threat_name, clients, m in ([(threat, None, m) for m in single]
@@ -315,8 +315,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     "inversion": {...}, "deviations": [...], "files": [...]}`` (absent
     suites are empty).
     """
-    from ..comparison import compare_checkpoints
-    from ..models.evaluated import data_source, load_evaluated_models, model_labels
+    from privreid.comparison import compare_checkpoints
+    from privreid.models.evaluated import data_source, load_evaluated_models, model_labels
 
     settings = settings or SuiteSettings()
     settings.validate()
@@ -338,7 +338,7 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     testsets = _testsets(source.config, settings)
     backdoors = []  # (model label, the trigger its run trained with), resolved before anything is written
     if "poisoning" in settings.suites:
-        from ..adversaries.backdoor import recorded_backdoor
+        from privreid.malicious_clients.backdoor import recorded_backdoor
 
         recorded = [(label, recorded_backdoor(m.checkpoint.run_config)) for label, m in zip(labels, models)
                     if m.checkpoint is not None]
@@ -397,10 +397,10 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         sections.append("![relative mAP drop per attack and corruption](drops.png)")
 
     if "inversion" in settings.suites:
-        from ..attacks.inversion import InversionSettings
-        from ..attacks.inversion.campaign import invert_checkpoints
+        from privreid.inversion import InversionSettings
+        from privreid.inversion.campaign import invert_checkpoints
 
-        from ..attacks.inversion.aggregate import invert_aggregate
+        from privreid.inversion.aggregate import invert_aggregate
 
         inversion = InversionSettings(attack=settings.inversion_attack, iterations=settings.inversion_iterations)
         inv = invert_checkpoints(paths, out / "inversion", n=settings.inversion_subjects,
@@ -422,8 +422,8 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                         f"{agg.table}\n{agg_grids}\n\n![leakage per threat](inversion.png)")
 
     if "audit" in settings.suites:
-        from ..auditing import AuditSettings, run_audit
-        from ..auditing.report import markdown_table, table_rows
+        from privreid.auditing import AuditSettings, run_audit
+        from privreid.auditing.report import markdown_table, table_rows
 
         audit = run_audit(paths, out / "audit", AuditSettings(attacks=settings.audit_attacks, seed=settings.seed,
                                                               max_per_class=settings.audit_max_per_class), device=device)
@@ -432,7 +432,7 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
                         + markdown_table(table_rows(audit["records"])) + "\n\n![log-log ROC](audit/roc.png)")
 
     if "poisoning" in settings.suites:
-        from ..evaluation.backdoor import backdoor_records
+        from privreid.evaluation.backdoor import backdoor_records
 
         title = ("## Backdoors (each recorded trigger on every query; ASR: rank-1 is the target, over the queries "
                  "of other identities)\n\n")

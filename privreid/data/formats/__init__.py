@@ -17,9 +17,9 @@ The built-in formats (the one table is :func:`_builtin_formats`):
   dropped, distractors (pid 0) kept, cameras 0-based, ``train`` pids
   relabelled ``0..N-1`` in sorted order of the original pid, ``query`` /
   ``gallery`` keeping the original pids;
-* the small DG benchmarks, one module each in :mod:`privreid.data.formats_dg`;
+* the small DG benchmarks, one module each in :mod:`privreid.data.formats.dg`;
 * the visible-infrared benchmarks (images and video) of
-  :mod:`privreid.data.formats_vi`.
+  :mod:`privreid.data.formats.vi`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from privreid.data.types import ReIDDataset
 from privreid.errors import ConfigError, DataError
 from privreid.registry import Registry
 
-from . import cuhk03np, dukemtmcreid, market1501, msmt17
-from .base import (
+from privreid.data.formats.rgb import cuhk03np, dukemtmcreid, market1501, msmt17
+from privreid.data.formats.base import (
     DETECT_FIRST,
     DETECT_LAST,
     DETECT_RELEASE,
@@ -88,8 +88,8 @@ CUHK03NP_VARIANTS = cuhk03np.VARIANTS
 
 def _builtin_formats() -> list[DatasetFormat]:
     """The one table of built-in formats, in listing order (detection order is each format's ``priority``)."""
-    from privreid.data.formats_dg import DG_FORMATS, dataset_format
-    from privreid.data.formats_vi import VI_DATASET_FORMATS
+    from privreid.data.formats.dg import DG_FORMATS, dataset_format
+    from privreid.data.formats.vi import VI_DATASET_FORMATS
 
     return [*_RGB, *(dataset_format(name) for name in DG_FORMATS), *VI_DATASET_FORMATS]
 

@@ -7,11 +7,11 @@ are merged back (see :func:`pool_clients`).
 
 from __future__ import annotations
 
-from ...data.types import ClientData
-from ..client import SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from privreid.data.types import ClientData
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage
 
 
 def pool_clients(clients: list[ClientData]) -> list[ClientData]:

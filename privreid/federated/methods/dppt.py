@@ -72,7 +72,7 @@ embeddings at that camera, i.e. a per-person template from which the
 identity's appearance can be matched or, with an inversion attack, partially
 reconstructed; it also learns which identities each camera saw.  Every
 client downloads the centres of all identities of the federation.  The
-white-noise defence (``--beta``) adds noise to the uploaded centres on
+white-noise defense (``--beta``) adds noise to the uploaded centres on
 aggregation (Eq. 14 noise on the aggregate covers them) but not to the
 downloaded global memory (download noise applies to the model weights).
 The ablations ``mrb=false`` exchange no centres.
@@ -140,21 +140,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...data.torch_dataset import ImageDataset, SequenceDataset
-from ...data.transforms import CHANNEL_AUG_MODES, build_transforms
-from ...data.types import ClientData
-from ...errors import ConfigError
-from ...losses import circle_loss
-from ...models.reid_net import is_classifier_key
-from ...seeding import derive_seed
-from ..client import ClientContext, SupervisedUpdate, client_loader
-from ..mrb import FeatureBank, global_memory, mrb_loss
-from ..optimizer_state import load_optimizer_state, save_optimizer_state
-from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
-from ..registry import Method, register
-from ..strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload, data_volume
-from .fedprox import ProximalUpdate
-from .moon import ModelContrastiveUpdate
+from privreid.data.torch_dataset import ImageDataset, SequenceDataset
+from privreid.data.transforms import CHANNEL_AUG_MODES, build_transforms
+from privreid.data.types import ClientData
+from privreid.errors import ConfigError
+from privreid.losses import circle_loss
+from privreid.models.reid_net import is_classifier_key
+from privreid.seeding import derive_seed
+from privreid.federated.client import ClientContext, SupervisedUpdate, client_loader
+from privreid.federated.mrb import FeatureBank, global_memory, mrb_loss
+from privreid.federated.optimizer_state import load_optimizer_state, save_optimizer_state
+from privreid.federated.policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, Upload, data_volume
+from privreid.federated.methods.fedprox import ProximalUpdate
+from privreid.federated.methods.moon import ModelContrastiveUpdate
 
 #: prefix of the class-centre keys in uploads and in the global state
 CENTRE_PREFIX = "mrb/"

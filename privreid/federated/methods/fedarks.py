@@ -59,7 +59,7 @@ KS, knowledge selection (server side, Eq. 3-7)
     ratio.  A gated client (update norm ``< epsilon``) keeps its previous
     ``R~`` ("freezes").  If every client is gated the global state is kept.
     The ratio uses ``theta_k^t``, what the client received after download
-    defences, so it stays correct when noise is added to the download.
+    defenses, so it stays correct when noise is added to the download.
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ import torch
 
 from dataclasses import dataclass
 
-from ...errors import ConfigError
-from ...models.reid_net import CLASSIFIER_PREFIX
-from ..client import ClientContext, SupervisedUpdate
-from ..lr_schedule import lr_factor
-from ..policy import StateDict, local_prefixes
-from ..registry import Method, register
-from ..strategy import RoundResult, Strategy, Upload, weighted_average
+from privreid.errors import ConfigError
+from privreid.models.reid_net import CLASSIFIER_PREFIX
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.lr_schedule import lr_factor
+from privreid.federated.policy import StateDict, local_prefixes
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import RoundResult, Strategy, Upload, weighted_average
 
 PART_PREFIX = "part."
 PREV_GLOBAL = "ks/prev_global/"

@@ -39,10 +39,10 @@ pass the hyper-parameters explicitly.  The name exists so that result tables
 can list the baseline under the name the literature uses.
 """
 
-from ..client import SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage
 
 FEDAVG = register(
     Method(

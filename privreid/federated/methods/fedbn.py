@@ -59,11 +59,11 @@ import re
 
 import torch
 
-from ...models.reid_net import is_classifier_key
-from ..client import SupervisedUpdate
-from ..policy import ParameterPolicy, StateDict
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage, is_norm_buffer
+from privreid.models.reid_net import is_classifier_key
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import ParameterPolicy, StateDict
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage, is_norm_buffer
 
 # a module path component that is a norm layer: ``bn``, ``bn1``, ``bn2``, ... or a
 # shortcut's norm ``downsample.1`` (torchvision naming, see privreid.models.resnet)

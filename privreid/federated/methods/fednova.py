@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import torch
 
-from ..client import SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL, StateDict
-from ..registry import Method, register
-from ..strategy import RoundResult, Strategy, Upload
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL, StateDict
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import RoundResult, Strategy, Upload
 
 #: the upload metric holding the client's number of local steps (SupervisedUpdate's)
 STEPS = "steps"

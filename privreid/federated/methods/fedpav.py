@@ -24,12 +24,12 @@ deep-copies the first sampled client's model and averages only its
 
 from dataclasses import dataclass
 
-from ...config import RunConfig
-from ...errors import ConfigError
-from ..client import SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL
-from ..registry import Method, get_method, register
-from ..strategy import BN_BUFFER_MODES, DataVolumeAverage
+from privreid.config import RunConfig
+from privreid.errors import ConfigError
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL
+from privreid.federated.registry import Method, get_method, register
+from privreid.federated.strategy import BN_BUFFER_MODES, DataVolumeAverage
 
 
 @dataclass(frozen=True)

@@ -125,18 +125,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...config import RunConfig
-from ...device import resolve_device
-from ...errors import ConfigError
-from ...models import ReIDModel, build_from_config
-from ...seeding import derive_seed
-from ..client import ClientContext, SupervisedUpdate
-from ..clustering import first_partition, groups
-from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
-from ..public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
-from ..registry import Method, register
-from ..strategy import ClientServerState, RoundResult, Strategy, Upload, weighted_average
-from .fedpav import FedPavOptions, bn_buffers
+from privreid.config import RunConfig
+from privreid.device import resolve_device
+from privreid.errors import ConfigError
+from privreid.models import ReIDModel, build_from_config
+from privreid.seeding import derive_seed
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.clustering import first_partition, groups
+from privreid.federated.policy import CLASSIFIER_LOCAL, StateDict, clone_state
+from privreid.federated.public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import ClientServerState, RoundResult, Strategy, Upload, weighted_average
+from privreid.federated.methods.fedpav import FedPavOptions, bn_buffers
 
 #: the scalar a CDW client reports (Eq. 1)
 CDW_METRIC = "cdw_distance"
@@ -430,7 +430,7 @@ class ClusteredAverage(Strategy):
 
 def kd_settings(config: RunConfig) -> dict[str, Any]:
     """The KD server step's settings: the run's :class:`KDOptions` (typed), in range, and its order seed."""
-    from ..registry import get_method
+    from privreid.federated.registry import get_method
 
     opts = get_method(config.train.method).settings(config)
     for key, ok, expect in (("kd_lr", opts.kd_lr > 0, "a number > 0"), ("kd_epochs", opts.kd_epochs >= 0,
@@ -454,7 +454,7 @@ def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
 
 def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig, dict[str, Any]], Strategy]:
     """The method's strategy factory; KD and CC run the uploads in the clients' network, ``model_config``
-    (the method the run trains, its defences' model transforms included: GroupNorm under DP-SGD)."""
+    (the method the run trains, its defenses' model transforms included: GroupNorm under DP-SGD)."""
     def make(config: RunConfig, model_config: dict[str, Any]) -> Strategy:
         buffers = bn_buffers(config)
         if server is None:

@@ -54,11 +54,11 @@ import torch
 
 from dataclasses import dataclass
 
-from ...errors import ConfigError
-from ..client import ClientContext, SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from privreid.errors import ConfigError
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage
 
 
 def proximal_term(params: list[torch.Tensor], anchors: list[torch.Tensor], mu: float) -> torch.Tensor:

@@ -21,7 +21,7 @@
   model, P, with T = 3 and gamma = T^2.  The server copy computes ``d'``
   with theta^f and the client's mapping network omega^c (Eq. 12).  It starts
   from the received theta^f, free of Eq. 15's noise, which goes on the
-  client's own start model (:mod:`privreid.defenses.beta_noise`; with upload
+  client's own start model (:mod:`privreid.defenses.beta_noise.mechanism`; with upload
   noise theta^f is Eq. 14's noisy aggregate itself), and theta^f is
   "optimised on-the-fly with Eq. (10)": the copy's identity loss trains the
   copy's embedding only.  omega^c enters that loss detached, and its
@@ -31,8 +31,8 @@
   back-propagate into the copy.  Both identity losses use
   ``--label-smoothing`` (the paper's Eq. 10 is plain cross-entropy: 0).
 * Server (Eq. 9): unweighted mean of the uploaded embeddings.
-* Privacy (Eq. 14/15): ``--beta`` with ``--beta-mode``, a defence available to
-  every method (:mod:`privreid.defenses.beta_noise`): upload noise on the
+* Privacy (Eq. 14/15): ``--beta`` with ``--beta-mode``, a defense available to
+  every method (:mod:`privreid.defenses.beta_noise.mechanism`): upload noise on the
   aggregate theta^f, download noise on ``{(theta^f + omega^f) / 2, omega^c}``
   (after this method's half-average), trainable parameters only.
 
@@ -58,11 +58,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from ...checkpoint import TRAINED_PREFIX
-from ..client import ClientContext, SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL, StateDict
-from ..registry import Method, register
-from ..strategy import UniformAverage
+from privreid.checkpoint import TRAINED_PREFIX
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL, StateDict
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import UniformAverage
 
 
 def server_regularisation(client_logits: torch.Tensor, server_logits: torch.Tensor, temperature: float,

@@ -72,12 +72,12 @@ from torch.func import functional_call
 
 from dataclasses import dataclass
 
-from ...errors import ConfigError
-from ...models.reid_net import is_classifier_key
-from ..client import ClientContext, SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL, StateDict, clone_state
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage
+from privreid.errors import ConfigError
+from privreid.models.reid_net import is_classifier_key
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL, StateDict, clone_state
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage
 
 #: ``ctx.memory`` key of the client's previous local model (backbone + neck state)
 PREV_STATE = "prev_state"

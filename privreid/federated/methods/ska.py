@@ -96,15 +96,15 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ...errors import ConfigError
-from ...models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
-from ..client import ClientContext, SupervisedUpdate
-from ..policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
-from ..registry import Method, register
-from ..strategy import DataVolumeAverage, Strategy, UniformAverage
-from .fedbn import global_eval_state as fedbn_global_eval_state
-from .fedbn import is_norm_key
-from .fedreid import WU_GONG_SLOPE, mapping_head
+from privreid.errors import ConfigError
+from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.policy import CLASSIFIER_LOCAL, ParameterPolicy, StateDict
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAverage
+from privreid.federated.methods.fedbn import global_eval_state as fedbn_global_eval_state
+from privreid.federated.methods.fedbn import is_norm_key
+from privreid.federated.methods.fedreid import WU_GONG_SLOPE, mapping_head
 
 GENERAL_PREFIX = "general_norms."
 LG_HEAD_MEMORY = "lg_classifier/"

@@ -6,10 +6,10 @@ evaluated on its own domain and on the unseen domains.
 
 from __future__ import annotations
 
-from ..client import SupervisedUpdate
-from ..policy import NOTHING_SHARED
-from ..registry import Method, register
-from ..strategy import KeepGlobal
+from privreid.federated.client import SupervisedUpdate
+from privreid.federated.policy import NOTHING_SHARED
+from privreid.federated.registry import Method, register
+from privreid.federated.strategy import KeepGlobal
 
 register(
     Method(

@@ -1,0 +1,102 @@
+"""Membership-inference attacks: one class each, in a registry (``privreid audit --method``).
+
+An attack turns one model's outputs on the probe images
+(:class:`~privreid.auditing.statistics.ProbeOutputs`) into one score per
+candidate, higher meaning "member".
+
+``loss``
+    The identity loss: the audited client's classifier head where the model
+    has one and it covers every candidate (a personalised model,
+    ``--client``), else the feature-space prototype loss
+    (:func:`~privreid.auditing.statistics.prototype_statistics`).
+``feature``
+    Classifier-free statistics of the features: the prototype margin at the
+    image level; intra-identity compactness minus the nearest-neighbour
+    similarity to the rest of the gallery at the identity level.  They apply
+    to the global model a deployment publishes.
+``lira-online`` / ``lira-offline``
+    LiRA (:mod:`privreid.auditing.lira`) on the logit-scaled prototype
+    confidence, with shadow models trained by privreid
+    (:mod:`privreid.auditing.shadows`).  ``lira`` selects both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from privreid.errors import ConfigError
+from privreid.auditing.lira import lira_scores
+from privreid.auditing.membership import MembershipSet
+from privreid.auditing.statistics import ProbeOutputs, classifier_loss, neighbourhood_statistics, prototype_statistics
+
+
+@dataclass
+class Scored:
+    scores: np.ndarray
+    #: what the score is, for the record's settings
+    statistic: str
+
+
+class MembershipAttack:
+    name = ""
+    needs_shadows = False
+
+    def score(self, ms: MembershipSet, out: ProbeOutputs) -> Scored:
+        raise NotImplementedError
+
+
+class LossAttack(MembershipAttack):
+    name = "loss"
+
+    def score(self, ms: MembershipSet, out: ProbeOutputs) -> Scored:
+        head = classifier_loss(ms, out)
+        if head is not None:
+            return Scored(head, "classifier log-likelihood" + (" (best class)" if ms.level == "identity" else ""))
+        return Scored(prototype_statistics(ms, out)["loss"], "prototype log-likelihood (no classifier)")
+
+
+class FeatureAttack(MembershipAttack):
+    name = "feature"
+
+    def score(self, ms: MembershipSet, out: ProbeOutputs) -> Scored:
+        if ms.level == "image":
+            return Scored(prototype_statistics(ms, out)["margin"], "prototype margin")
+        return Scored(neighbourhood_statistics(ms, out)["score"], "compactness - nearest-neighbour similarity")
+
+
+class LiRAAttack(MembershipAttack):
+    needs_shadows = True
+
+    def __init__(self, online: bool):
+        self.online = online
+        self.name = "lira-online" if online else "lira-offline"
+
+    def score(self, ms: MembershipSet, out: ProbeOutputs, shadows: list[ProbeOutputs] | None = None,
+              masks: np.ndarray | None = None) -> Scored:
+        if not shadows or masks is None:
+            raise ConfigError(f"{self.name} needs shadow models")
+        target = prototype_statistics(ms, out)["phi"]
+        stats = np.stack([prototype_statistics(ms, s)["phi"] for s in shadows])
+        return Scored(lira_scores(target, stats, masks, online=self.online),
+                      f"LiRA {'online' if self.online else 'offline'} on logit-scaled prototype confidence, "
+                      f"K={len(shadows)}")
+
+
+ATTACKS: dict[str, MembershipAttack] = {a.name: a for a in (LossAttack(), FeatureAttack(), LiRAAttack(True),
+                                                            LiRAAttack(False))}
+#: names accepted by --method besides the registry's: groups
+ALIASES = {"lira": ["lira-online", "lira-offline"], "all": list(ATTACKS)}
+
+
+def resolve_attacks(names: list[str]) -> list[MembershipAttack]:
+    out: list[str] = []
+    for name in names:
+        for n in ALIASES.get(name, [name]):
+            if n not in ATTACKS:
+                raise ConfigError(f"unknown membership attack {name!r}; choose from "
+                                  f"{', '.join([*ATTACKS, *ALIASES])}")
+            if n not in out:
+                out.append(n)
+    return [ATTACKS[n] for n in out]

@@ -1,0 +1,229 @@
+"""The server's defenses against poisoned uploads, registered by name (issue 30; the mechanisms:
+:mod:`privreid.defenses.robust.rules`).
+
+Configured through ``TrainConfig.defenses``, e.g. ``--set train.defenses.robust-krum.f=1`` or
+``--set 'train.defenses.robust-median={}'``:
+
+==========================  ===================  ==============================================================
+defense                     options (default)    what the server does with the round's uploads
+==========================  ===================  ==============================================================
+``robust-krum``             ``f`` (1), ``keep``  Krum (``keep`` 0) / Multi-Krum (the unweighted mean of the
+                            (0)                  ``keep`` best, as in the paper); needs ``n > 2f + 2``
+``robust-median``           none                 coordinate-wise median
+``robust-trimmed-mean``     ``fraction`` (0.2)   coordinate-wise mean without the ``fraction`` largest and
+                                                 smallest values; ``fraction < 0.5`` and
+                                                 ``int(fraction * n) >= 1``
+``robust-bulyan``           ``f`` (1)            Bulyan; needs ``n >= 4f + 3``
+``norm-bound``              ``bound`` (1.0)      each update clipped to L2 ``bound`` (trainable parameters)
+``weak-dp``                 ``bound`` (1.0),     norm bounding plus ``N(0, noise^2)`` on the aggregate; no
+                            ``noise`` (0.001)    accounted epsilon (composes with ``--client-dp``)
+==========================  ===================  ==============================================================
+
+``n`` is the number of clients a round aggregates: each rule checks it
+when the run is configured (clients per round) and again on every round,
+on the uploads it actually aggregates (one line, never Flower's error).  A robust rule replaces
+a plain mean of the uploads, so methods whose server weighs, distils or
+clusters the uploads (CDW, KS, KD, clustering) are refused with the reason,
+and so are runs whose plain mean another defense already replaced
+(``--client-dp``, ``--beta``): the support matrix (``privreid methods``)
+says which.  Every one of them reads each client's update, which secure
+aggregation hides: with ``--secure-aggregation`` they are refused in one line
+(what remains under secure aggregation is clipping on the honest clients'
+side, ``--client-dp``'s distributed noise).  Their order is above secure
+aggregation's, so they wrap the method's own strategy and anything the
+built-ins made of it.
+"""
+
+from __future__ import annotations
+
+from privreid.config import RunConfig, TrainConfig
+from privreid.dependencies import require
+from privreid.errors import ConfigError
+from privreid.defenses.registry import Defense, DefenseLedger, register
+
+SECURE_AGGREGATION_NOTE = ("under --secure-aggregation the server sees only the sum of a round's uploads; what "
+                           "remains is clipping on the clients' side (--client-dp)")
+
+
+class ServerDefenseLedger(DefenseLedger):
+    """Nothing to account; the statement lists the defense with its options under ``server_defenses``."""
+
+    def __init__(self, defense: Defense, config: RunConfig):
+        super().__init__()
+        self.name, self.settings = defense.name, {k: defense.option(config, k) for k in defense.options}
+        self.notes.append(f"{defense.name}: {defense.summary}")
+
+    def statement(self, out, metrics) -> None:
+        out.setdefault("server_defenses", {})[self.name] = dict(self.settings)
+
+
+class ServerDefense(Defense):
+    """A defense that reads each client's update at the server (refused under secure aggregation)."""
+
+    def check(self, config, clients, clients_per_round) -> None:
+        self.refuse_secure_aggregation(config)
+        self.check_settings(config, clients_per_round)
+
+    def refuse_secure_aggregation(self, config: RunConfig) -> None:
+        """ConfigError under ``--secure-aggregation`` (checked before wrapping too, so it is the reason given)."""
+        if config.train.secure_aggregation:
+            raise ConfigError(f"defense {self.name!r} reads each client's update, which --secure-aggregation hides "
+                              f"from the server; {SECURE_AGGREGATION_NOTE}")
+
+    def check_settings(self, config: RunConfig, n: int) -> None:
+        """ConfigError for options this defense cannot run with when a round aggregates ``n`` uploads."""
+
+    def number(self, config: RunConfig, key: str, integer: bool = False) -> float:
+        value = self.option(config, key)
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+            raise ConfigError(f"defense {self.name!r}: {key} must be {'an integer' if integer else 'a number'} "
+                              f"(got {value!r})")
+        return value
+
+    def ledger(self, config, clients, clients_per_round) -> ServerDefenseLedger:
+        return ServerDefenseLedger(self, config)
+
+    def supports(self, method) -> str:
+        if not method.communicates or not method.has_global_model:
+            return "n/a (no model is shared between clients)"
+        return "yes"
+
+
+class RobustRule(ServerDefense):
+    """A Byzantine-robust rule in place of the method's plain mean."""
+
+    order = 42
+
+    def rule(self, config: RunConfig):
+        raise NotImplementedError
+
+    def wrap(self, method, config):
+        import dataclasses
+
+        from privreid.defenses.robust.rules import replace_plain_mean
+
+        self.refuse_secure_aggregation(config)
+        require("flwr", f"defense {self.name!r} (Flower's aggregation functions)")
+        make_strategy = method.make_strategy
+        return dataclasses.replace(method, make_strategy=lambda c, model_config: replace_plain_mean(
+            make_strategy(c, model_config), self.rule(c), self.name, method.name,
+            check=lambda n: self.check_settings(c, n)))
+
+    def supports(self, method) -> str:
+        from privreid.defenses.robust.rules import REPLACEABLE
+
+        base = super().supports(method)
+        if base != "yes":
+            return base
+        strategy = method.strategy(RunConfig(train=TrainConfig(method=method.name)))
+        if type(strategy) not in REPLACEABLE:
+            return (f"no (its server aggregates with {type(strategy).__name__}, which weighs, distils or clusters "
+                    "the uploads; a robust rule replaces only a plain mean)")
+        return "yes"
+
+
+class Krum(RobustRule):
+    name = "robust-krum"
+    summary = "Krum / Multi-Krum (Blanchard et al. 2017, Flower's aggregate_krum): the upload(s) closest to the others"
+    options = {"f": 1, "keep": 0}
+
+    def check_settings(self, config, n) -> None:
+        f, keep = self.number(config, "f", True), self.number(config, "keep", True)
+        if f < 0 or n <= 2 * f + 2:
+            raise ConfigError(f"defense {self.name!r} needs more than 2f + 2 = {2 * f + 2} clients per round for "
+                              f"f = {f} (a round aggregates {n}); lower f or sample more clients")
+        if not 0 <= keep <= n - f:
+            raise ConfigError(f"defense {self.name!r}: keep must lie in [0, n - f] = [0, {n - f}] (got {keep})")
+
+    def rule(self, config):
+        from privreid.defenses.robust.rules import krum_rule
+
+        return krum_rule(self.option(config, "f"), self.option(config, "keep"))
+
+
+class Median(RobustRule):
+    name = "robust-median"
+    summary = "coordinate-wise median of the uploads (Yin et al. 2018, Flower's aggregate_median)"
+
+    def rule(self, config):
+        from privreid.defenses.robust.rules import median_rule
+
+        return median_rule()
+
+
+class TrimmedMean(RobustRule):
+    name = "robust-trimmed-mean"
+    summary = "coordinate-wise trimmed mean of the uploads (Yin et al. 2018, Flower's aggregate_trimmed_avg)"
+    options = {"fraction": 0.2}
+
+    def check_settings(self, config, n) -> None:
+        fraction = self.number(config, "fraction")
+        if not 0.0 <= fraction < 0.5:
+            raise ConfigError(f"defense {self.name!r}: fraction must lie in [0, 0.5) (got {fraction}; at 0.5 or more "
+                              "nothing is left to average)")
+        if int(fraction * n) == 0:
+            raise ConfigError(f"defense {self.name!r} trims int(fraction * n) = int({fraction} * {n}) = 0 values per "
+                              f"side when a round aggregates {n}: a plain mean; raise fraction to at least 1/{n} or "
+                              "sample more clients")
+
+    def rule(self, config):
+        from privreid.defenses.robust.rules import trimmed_mean_rule
+
+        return trimmed_mean_rule(self.option(config, "fraction"))
+
+
+class Bulyan(RobustRule):
+    name = "robust-bulyan"
+    summary = "Bulyan (El Mhamdi et al. 2018, Flower's aggregate_bulyan over Krum)"
+    options = {"f": 1}
+
+    def check_settings(self, config, n) -> None:
+        f = self.number(config, "f", True)
+        if f < 0 or n < 4 * f + 3:
+            raise ConfigError(f"defense {self.name!r} needs at least 4f + 3 = {4 * f + 3} clients per round for "
+                              f"f = {f} (a round aggregates {n}); lower f or sample more clients")
+
+    def rule(self, config):
+        from privreid.defenses.robust.rules import bulyan_rule
+
+        return bulyan_rule(self.option(config, "f"))
+
+
+class NormBound(ServerDefense):
+    name = "norm-bound"
+    summary = "server-side norm bounding: each client's update clipped to an L2 bound (Sun et al. 2019)"
+    order = 44
+    options = {"bound": 1.0}
+    noise_option: str | None = None
+
+    def check_settings(self, config, n) -> None:
+        for key in ("bound",) + ((self.noise_option,) if self.noise_option else ()):
+            if self.number(config, key) <= 0:
+                raise ConfigError(f"defense {self.name!r}: {key} must be > 0 (got {self.option(config, key)})")
+
+    def wrap(self, method, config):
+        import dataclasses
+
+        from privreid.defenses.client_dp.mechanism import trainable_parameter_names
+        from privreid.defenses.robust.rules import BoundedNorm
+
+        self.refuse_secure_aggregation(config)
+        require("flwr", f"defense {self.name!r} (Flower's aggregation functions)")
+        make_strategy = method.make_strategy
+        return dataclasses.replace(method, make_strategy=lambda c, model_config: BoundedNorm(
+            make_strategy(c, model_config), self.option(c, "bound"), self.option(c, self.noise_option) if self.noise_option else 0.0,
+            trainable_parameter_names(method, c)))
+
+
+class WeakDP(NormBound):
+    name = "weak-dp"
+    summary = "norm bounding plus Gaussian noise on the aggregate (Sun et al. 2019's weak DP; no accounted epsilon)"
+    options = {"bound": 1.0, "noise": 0.001}
+    noise_option = "noise"
+
+
+#: the defenses of this module, which read each upload at the server (tests/test_robust_aggregation.py checks them)
+SERVER_DEFENSES = (Krum(), Median(), TrimmedMean(), Bulyan(), NormBound(), WeakDP())
+for _defense in SERVER_DEFENSES:
+    register(_defense)
+

@@ -1,0 +1,351 @@
+"""``privreid reproduce``: run every cell of a paper's table and write it beside the published numbers.
+
+:data:`~privreid.experiments.reproduce.tables.TABLES` lists the tables; ``published.yaml``
+(in this package) holds the papers' numbers, each with its table and row.
+:func:`run_table` trains every run of a table into ``OUT/runs/<run>/`` (a
+run with a ``summary.json`` is skipped, one with only a checkpoint resumed,
+as ``privreid sweep`` does), evaluates every cell (cached next to the run,
+with the DG splits it used), then writes ``OUT/table.md`` and
+``OUT/table.csv`` in the paper's layout: privreid's number, the published
+one and their difference (and ``OUT/figure.png`` where the paper has a figure).  Comparators privreid does not implement stay in
+the table as "not implemented" rows with their published numbers.
+
+``scale="smoke"`` trains on the embedded synthetic data with tiny budgets and
+tests on the synthetic stand-ins (:mod:`privreid.data.synthetic_dg`): it
+exercises the code path, its numbers are not comparable with the papers'.
+``scale="paper"`` uses the paper presets (``configs/*-paper.yaml``) and the
+real datasets under ``data_root`` (one folder per ``--format`` name), and
+refuses before any work when one is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from privreid.errors import ConfigError, DataError
+from privreid.rundir import write_text_atomic
+from privreid.experiments.reproduce.tables import SCALES, TABLES, Column, Row, TableSpec
+
+__all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def published() -> dict[str, Any]:
+    """The papers' numbers (``published.yaml``): table key -> rows of ``{row, label, values}``."""
+    return yaml.safe_load((Path(__file__).with_name("published.yaml")).read_text())
+
+
+def list_tables() -> list[dict[str, str]]:
+    """One line per table: key, paper, title, what it shows, budget per scale, status."""
+    return [{"table": s.key, "paper": s.paper, "title": s.title, "shows": s.shows, "smoke": s.budget("smoke"),
+             "paper budget": s.budget("paper"), "status": s.status} for s in TABLES.values()]
+
+
+def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
+              device: str = "auto", echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run table ``key`` at ``scale`` into ``out``; returns the rows written to ``table.csv``."""
+    spec = check_table(key, scale, data_root)
+    out = Path(out)
+    values: dict[tuple[str, str], float | None] = {}
+    measured = [c for c in spec.columns if c.source[0] != "mean"]
+    for row in spec.rows:
+        for column in measured:
+            values[(row.name, column.name)] = _cell(spec, row, column, scale, out, data_root, device, echo)
+    if spec.reference is not None:  # every cell relative to the reference run's
+        for column in measured:
+            ref = _cell(spec, spec.reference, column, scale, out, data_root, device, echo)
+            for row in spec.rows:
+                ours = values[(row.name, column.name)]
+                values[(row.name, column.name)] = None if None in (ours, ref) else ours - ref
+    for column in spec.columns:
+        if column.source[0] == "mean":  # FedARKS' SAvg: the mean of other columns of the row
+            for row in spec.rows:
+                parts = [values[(row.name, name)] for name in column.of]
+                values[(row.name, column.name)] = None if None in parts else sum(parts) / len(parts)
+    rows = _rows(spec, values)
+    _write(spec, scale, rows, out)
+    return rows
+
+
+def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> TableSpec:
+    """Table ``key``'s spec if it runs at ``scale`` (with ``data_root`` at paper scale); ConfigError if not.
+
+    ``check_data=False`` (a dry run without ``--data-root``) skips the datasets.
+    """
+    if key not in TABLES:
+        raise ConfigError(f"unknown table {key!r}; `privreid reproduce --list` names them: {', '.join(TABLES)}")
+    spec = TABLES[key]
+    if scale not in SCALES:
+        raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if not spec.rows:
+        raise ConfigError(f"{key} is {spec.status}")
+    if scale == "paper" and check_data:
+        if data_root is None:
+            raise ConfigError("--scale paper needs --data-root DIR (one folder per dataset, named by its --format)")
+        from privreid.evaluation.dg_protocol import resolve_eval_format
+
+        needed = dict(spec.paper_train) | {c.paper: resolve_eval_format(c.source[1])[0] for c in spec.columns
+                                           if c.paper and c.source[0] == "dg"}
+        for folder, fmt in needed.items():
+            _check_dataset(Path(data_root) / folder, fmt)
+    return spec
+
+
+def _check_dataset(path: Path, fmt: str) -> None:
+    """Refuse, naming the expected layout, when ``path`` does not hold a ``fmt`` dataset."""
+    from privreid.data.catalog import load_with_format
+    from privreid.data.formats import get_format
+    from privreid.data.formats.dg import DG_FORMATS, load_pool
+
+    layout = get_format(fmt)[0].layout
+    if not path.is_dir():
+        raise DataError(f"missing dataset {path.name}: expected {path} in the {fmt} layout: {layout}")
+    try:
+        load_pool(path, fmt) if fmt in DG_FORMATS else load_with_format(path, fmt)
+    except DataError as exc:
+        raise DataError(f"dataset {path} is not in the {fmt} layout ({layout}): {exc}") from None
+
+
+def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data_root, device: str,
+          echo) -> float | None:
+    if not row.trains(column, scale):
+        return None
+    dataset = getattr(column, scale)
+    run_dir = _train(row, column.group, scale, out, data_root, device, echo)
+    if row.measure is not None and row.measure[0].startswith("inversion"):  # L2RW+ Fig. 8
+        from privreid.experiments.reproduce.leakage import inversion_cell
+
+        return inversion_cell(run_dir, row.measure, column.source[1], device)
+    if row.measure is not None:
+        return _robustness_cell(run_dir, row.measure, column.source[1], dataset, scale, device)
+    kind, what = column.source
+    if row.scope is not None and kind in ("local", "global"):
+        kind = row.scope
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if kind == "seen":
+        metrics = summary.get("global_seen") or summary.get("local_seen") or {}
+        return None if metrics.get(what) is None else 100 * metrics[what]
+    if kind == "global":  # as the run reports its global model: the ``best`` block (last or best-K evaluations)
+        reported = summary.get("best") or summary
+        metrics = (reported.get("global_seen_per_testset", {}) | reported.get("global_unseen_per_testset", {})
+                   ).get(dataset)
+        return None if metrics is None else 100 * metrics[what]
+    if kind == "local":  # the personalised model of the client(s) holding this seen domain
+        found = [m[what] for key, m in summary.get("local_seen_per_testset", {}).items()
+                 if key.split("@")[-1] == dataset]
+        return None if not found else 100 * sum(found) / len(found)
+    name = dataset + ("-crosscam" if what.endswith("-crosscam") else "")
+    return 100 * _cached_dg_evaluation(run_dir, summary, dataset, what, scale, data_root, device, name)[column.metric]
+
+
+def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, scale: str, data_root, device: str,
+                          name: str) -> dict:
+    """The run's evaluation on the DG benchmark ``dataset`` (``eval-<name>.json``, computed once per run).
+
+    A cache that ranks otherwise than the run evaluates (``summary.json``'s
+    ``evaluation`` block: ``train.eval_flip``, ``eval_metric``, ``eval_ap``) is
+    computed again.
+    """
+    cache = run_dir / f"eval-{name}.json"
+    if not cache.is_file() or json.loads(cache.read_text()).get("evaluation") != summary.get("evaluation"):
+        write_text_atomic(cache, json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
+    return json.loads(cache.read_text())
+
+
+def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
+    from privreid.commands.sweep import base_config
+    from privreid.training import train_run
+
+    run_dir = out / "runs" / row.run_name(group)
+    if (run_dir / "summary.json").is_file():
+        return run_dir
+    echo(f"training {row.run_name(group)} ({scale})")
+    train_run(base_config(_run_args(row, group, scale, data_root, device)), run_dir,
+              resume=(run_dir / "ckpt.pt").is_file(), progress=False)
+    return run_dir
+
+
+def _run_args(row: Row, group: str, scale: str, data_root, device: str) -> list[str]:
+    """The ``privreid train`` arguments of ``row``'s run in ``group`` at ``scale`` (presets from configs/)."""
+    args = [a.format(data_root=data_root, device=device) for a in row.train[group][scale]]
+    args = [str(CONFIGS / Path(a).name) if a.startswith("configs/") else a for a in args]
+    if scale == "smoke" and device != "auto":
+        args += ["--device", device]
+    return args
+
+
+#: the DG test protocols in words (privreid.data.formats.dg.splits)
+PROTOCOL_WORDS = {"dg": "DG-ReID protocol (10 seeded splits, single-shot)",
+                  "crosscam": "cross-camera protocol (every view-A image against every view-B image)",
+                  "fixed": "fixed query and gallery", "g100": "TestG100 protocol"}
+
+
+def _cell_ranking(column: Column) -> str:
+    """How a cell of ``column`` is ranked, in words (``reproduce --dry-run``)."""
+    kind, what = column.source
+    if kind == "dg":
+        from privreid.evaluation.dg_protocol import resolve_eval_format
+
+        fmt, protocol = resolve_eval_format(what)
+        return f"{fmt} under the {PROTOCOL_WORDS.get(protocol, protocol)}, the global model, with the run's metric, " \
+               "flip and AP"
+    if kind in ("seen", "global", "local"):
+        return f"the run's {kind} evaluation (summary.json), with its metric, flip and AP"
+    return f"{kind} {what}"
+
+
+def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") -> dict[str, Any]:
+    """``reproduce --dry-run``: table ``key``'s runs at ``scale``, each with its :func:`~privreid.run_plan.run_plan`.
+
+    Nothing is trained or written.  At paper scale without ``data_root`` the
+    runs are planned with ``DATA_ROOT`` in their paths and no dataset is
+    checked; with it, every dataset is checked first (as a real run does).
+    """
+    from privreid.commands.sweep import base_config
+    from privreid.run_plan import run_plan
+
+    spec = check_table(key, scale, data_root, check_data=data_root is not None or scale != "paper")
+    root = "DATA_ROOT" if data_root is None else data_root
+    runs = []
+    for name, (row, group) in spec.run_groups(scale).items():
+        args = _run_args(row, group, scale, root, device)
+        runs.append({"run": name, "train_args": args, **run_plan(base_config(args))})
+    cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source),
+              "ranking": _cell_ranking(c)} for c in spec.columns if c.source[0] != "mean"]
+    return {"table": key, "scale": scale, "runs": runs, "cells": cells,
+            "table_deviations": list(spec.deviations)}
+
+
+def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, dataset: str, scale: str,
+                     device: str) -> float | None:
+    """L2RW+ Table IX: the run's global model under an attack or CIL-ReID corruptions (cached next to the run)."""
+    from privreid.retrieval_attacks.retrieval import relative_drop
+
+    kind, what = measure
+    family = kind.split("-")[0]
+    cache = run_dir / (f"attack-{what}-{dataset}.json" if family == "attack" else f"corruption-{dataset}.json")
+    if not cache.is_file():
+        write_text_atomic(cache, json.dumps(_evaluate_robustness(run_dir, family, what, dataset, scale, device)))
+    result = json.loads(cache.read_text())
+    if family == "attack":
+        clean, attacked = result[f"clean_{metric}"], result[metric]
+    else:
+        clean, attacked = result["clean"][metric], result["mean"][metric]
+    if kind.endswith("-drop"):
+        drop = relative_drop(clean, attacked)
+        return None if drop is None else 100 * drop
+    return 100 * (clean if kind.endswith("-clean") else attacked)
+
+
+def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, scale: str, device: str) -> dict:
+    from privreid.retrieval_attacks.retrieval import evaluate_under_attack
+    from privreid.checkpoint import Checkpoint
+    from privreid.data.catalog import resolve_datasets
+    from privreid.data.partition import as_test_set
+    from privreid.evaluation.corrupted_eval import evaluate_corrupted
+    from privreid.device import resolve_device
+    from privreid.experiments.reproduce.tables import TABLE9_SMOKE_REPEATS
+
+    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
+    cfg = ckpt.run_config
+    dev = resolve_device(device)
+    model = ckpt.load_model(device=dev)
+    datasets = resolve_datasets(cfg.data.roots, cfg.data.format, synth_seed=cfg.data.synth_seed)
+    testset = as_test_set(dataset, datasets[dataset])
+    size = {"height": cfg.data.height, "width": cfg.data.width}
+    if family == "attack":
+        return evaluate_under_attack(model, testset, method=attack, device=dev, **size).record(testset=dataset)
+    result = evaluate_corrupted(model, testset, repeats=TABLE9_SMOKE_REPEATS if scale == "smoke" else 10,
+                                device=dev, **size)
+    return {k: result[k] for k in ("clean", "mean", "std", "corruptions", "severity", "corrupt", "pixel_scale",
+                                   "deviations")}
+
+
+def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
+    from privreid.checkpoint import Checkpoint
+    from privreid.data.synthetic_dg import ensure_synthetic_dg
+    from privreid.evaluation.dg_protocol import evaluate_dg_model
+    from privreid.device import resolve_device
+
+    root = ensure_synthetic_dg() / dataset if scale == "smoke" else Path(data_root) / dataset
+    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
+    cfg = ckpt.run_config
+    dev = resolve_device(device)
+    return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
+                             device=dev, flip=cfg.train.eval_flip, metric=cfg.train.eval_metric,
+                             ap=cfg.train.eval_ap,
+                             write_splits_to=run_dir / f"splits-{name}.json")
+
+
+def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
+    numbers = published_by_row(spec.key)
+    rows = []
+    for row in spec.rows:
+        for column in spec.columns:
+            ours, paper = values[(row.name, column.name)], numbers.get(row.name, {}).get(column.name)
+            ours = None if ours is None else round(ours, max(2, column.decimals))
+            rows.append({"row": row.name, "column": column.name, "privreid": ours,
+                         "published": paper,
+                         "difference": None if None in (ours, paper) else round(ours - paper, max(2, column.decimals)),
+                         "status": "not implemented" if row.train is None else "run"})
+    return rows
+
+
+def published_by_row(key: str) -> dict[str, dict[str, float]]:
+    """Table ``key``'s published numbers as ``{row: {column: value}}`` in privreid's orientation (a transposed
+    paper table, FedPav Table 5, is stored as the paper prints it: its lines are privreid's columns)."""
+    table = published().get(key, {})
+    numbers: dict[str, dict[str, float]] = {}
+    for line in table.get("rows", []):
+        if table.get("transposed"):
+            for row, value in line["values"].items():
+                numbers.setdefault(row, {})[line["row"]] = value
+        else:
+            numbers[line["row"]] = dict(line["values"])
+    return numbers
+
+
+def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
+    from privreid.reporting.files import write_csv_rows
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv_rows(rows, out / "table.csv")
+    by_cell = {(r["row"], r["column"]): r for r in rows}
+
+    decimals = {c.name: c.decimals for c in spec.columns}
+
+    def cell(r: dict) -> str:
+        d = decimals[r["column"]]
+        paper = "-" if r["published"] is None else f"{r['published']:.{d}f}"
+        if r["status"] == "not implemented":
+            return f"n/i ({paper})"
+        if r["privreid"] is None:
+            return f"- ({paper})"
+        diff = "" if r["difference"] is None else f", {r['difference']:+.{d}f}"
+        return f"{r['privreid']:.{d}f} ({paper}{diff})"
+
+    names = [c.name for c in spec.columns]
+    if spec.transpose:  # the paper's layout: one line per column of privreid's, one column per row
+        head = ["Dataset", *[r.name for r in spec.rows]]
+        body = [[name, *[cell(by_cell[(r.name, name)]) for r in spec.rows]] for name in names]
+    else:
+        head = ["Method", *names]
+        body = [[r.name, *[cell(by_cell[(r.name, name)]) for name in names]] for r in spec.rows]
+    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
+             "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
+             "- = no such data at this scale." + (f" Every privreid cell is relative to the {spec.reference.name} "
+                                                  "run's (its increase over it), as in the paper."
+                                                  if spec.reference else ""), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(line) + " |" for line in body]
+    if spec.deviations:
+        lines += ["", "Deviations from the paper's protocol:", *[f"* {d}" for d in spec.deviations]]
+    write_text_atomic(out / "table.md", "\n".join(lines) + "\n")
+    if spec.figure is not None:
+        spec.figure(spec, rows, out / "figure.png")

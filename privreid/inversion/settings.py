@@ -1,0 +1,156 @@
+"""The settings of one gradient-inversion attack: the attack, its objective and prior, its optimiser, and the
+client step it attacks.
+
+Plain data without torch, so that ``privreid invert --help`` reads the
+options' defaults from this dataclass without importing the attacks
+(:mod:`.optimise`, which registers them, is imported when settings are
+checked).
+
+The defaults are privreid's strong recipe, Geiping et al.'s ("Inverting
+Gradients", NeurIPS 2020, Sec. 4 and Eq. 4) as their reference
+implementation configures it: cosine matching plus total variation of the
+normalised image (weight 0.2), Adam at lr 0.1 on the **sign** of the
+gradient (their "signed gradients", the sign of Eq. 4's gradient as in
+adversarial attacks), the learning rate divided by 10 at 3/8, 5/8 and 7/8
+of the budget, a start drawn from N(0, 1) in the model's normalised input
+space, the image boxed to valid pixels, and the iterate with the lowest
+objective returned (best of ``restarts`` starts).  :data:`PRESETS` holds
+the papers' own settings (L2RW+'s Fig. 8: iDLG, plain Adam at lr 0.01 on
+``[0, 1]`` pixels from uniform noise, the last iterate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from privreid.errors import ConfigError
+
+if TYPE_CHECKING:
+    from privreid.inversion.optimise import InversionAttack
+
+#: the gradient (or feature) distances an attack can match with
+MATCHES = ("l2", "cosine")
+#: the optimisers of the dummy image
+OPTIMISERS = ("adam", "sgd")
+#: learning-rate schedules: ``step`` divides it by 10 at 3/8, 5/8 and 7/8 of the iterations; ``none`` keeps it
+SCHEDULES = ("step", "none")
+#: where the image is optimised, boxed and regularised: the model's normalised input or ``[0, 1]`` pixels
+SPACES = ("normalised", "pixels")
+#: the random start: N(0, 1) in normalised input space, or U[0, 1] pixels
+STARTS = ("normal", "uniform")
+#: which iterate is returned: the one with the lowest objective, or the last
+SELECTS = ("best", "last")
+#: total variation: anisotropic (mean |dx| + mean |dy|) or isotropic (mean sqrt(dx^2 + dy^2))
+TV_FORMS = ("anisotropic", "isotropic")
+#: how a multi-step local update is attacked: as one averaged gradient, or by simulating the local steps
+UPDATES = ("simulate", "gradient")
+#: the milestones of the ``step`` schedule, as fractions of the iterations (x 0.1 at each)
+STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)
+
+
+@dataclass(frozen=True)
+class InversionSettings:
+    """Attack, objective, prior, optimiser and the attacked client step; ``match`` / ``tv`` ``None`` = the attack's
+    default (module docstring for the recipe).
+
+    ``batch``: images in the client's step (``privreid invert --batch``).
+    ``local_steps`` / ``local_lr``: the client takes that many SGD steps on
+    its batch before uploading; the upload is then the averaged update
+    ``(theta_0 - theta_T) / (local_lr * local_steps)`` (one step: its
+    gradient), which ``update`` attacks as one gradient or by simulating the
+    steps (Geiping et al., Sec. 6).
+    """
+
+    attack: str = "ig"
+    match: str | None = None
+    tv: float | None = None
+    tv_form: str = "anisotropic"
+    bn: float = 0.0
+    space: str = "normalised"
+    start: str = "normal"
+    optimizer: str = "adam"
+    signed: bool = True
+    schedule: str = "step"
+    select: str = "best"
+    restarts: int = 1
+    iterations: int = 200
+    lr: float = 0.1
+    batch: int = 1
+    local_steps: int = 1
+    local_lr: float = 0.01
+    update: str = "simulate"
+
+    def __post_init__(self) -> None:
+        from privreid.inversion.optimise import ATTACKS
+
+        ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
+        for name, allowed in (("match", MATCHES), ("tv_form", TV_FORMS), ("space", SPACES), ("start", STARTS),
+                              ("optimizer", OPTIMISERS), ("schedule", SCHEDULES), ("select", SELECTS),
+                              ("update", UPDATES)):
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ConfigError(f"unknown --{name.replace('_', '-')} {value!r}; choose one of {', '.join(allowed)}")
+        for name in ("tv", "bn"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < float("inf"):
+                raise ConfigError(f"--{name} must be finite and >= 0 (got {value})")
+        for name in ("iterations", "restarts", "batch", "local_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        for name in ("lr", "local_lr"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ConfigError(f"--{name.replace('_', '-')} must be finite and > 0 (got {getattr(self, name)})")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "InversionSettings":
+        """A paper's setting (:data:`PRESETS`), with ``overrides``."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown inversion preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @property
+    def inversion_attack(self) -> InversionAttack:
+        from privreid.inversion.optimise import ATTACKS
+
+        return ATTACKS[self.attack]
+
+    @property
+    def distance(self) -> str:
+        return self.match or self.inversion_attack.distance
+
+    @property
+    def tv_weight(self) -> float:
+        return self.inversion_attack.tv if self.tv is None else self.tv
+
+    def record(self) -> dict:
+        """Every setting, the attack's defaults resolved (``metrics.json``'s ``settings``)."""
+        return {**dataclasses.asdict(self), "match": self.distance, "tv": self.tv_weight}
+
+    def differences(self, other: "InversionSettings") -> dict:
+        """``{field: (self's, other's)}`` where the two resolved settings differ."""
+        mine, theirs = self.record(), other.record()
+        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+    def describe(self) -> str:
+        """Which attack and budget produced a number, in one line (every report that prints an inversion number)."""
+        prior = f"TV {self.tv_weight:g} ({self.tv_form}, {self.space})" if self.tv_weight else "no TV"
+        if self.bn:
+            prior += f", BN statistics {self.bn:g}"
+        opt = f"{'signed ' if self.signed else ''}{self.optimizer.capitalize() if self.optimizer == 'adam' else 'SGD'}"
+        schedule = "step decay at 3/8, 5/8, 7/8" if self.schedule == "step" else "constant"
+        step = (f"batch {self.batch}" + (f", {self.local_steps} local steps at lr {self.local_lr:g} attacked by "
+                                         f"{'simulating them' if self.update == 'simulate' else 'one averaged gradient'}"
+                                         if self.local_steps > 1 else ""))
+        return (f"{self.attack} ({self.distance} matching, {prior}; {self.iterations} iterations of {opt} at lr "
+                f"{self.lr:g}, {schedule}; {self.start} start; {self.select} iterate of {self.restarts} "
+                f"restart(s); {step})")
+
+
+#: the papers' inversion settings: ``InversionSettings.preset(name)``
+PRESETS: dict[str, dict] = {
+    # L2RW+ (paper 003, "Discussion on privacy"): iDLG, Adam at lr 0.01, 200 iterations, on [0, 1] pixels
+    "l2rw-fig8": {"attack": "idlg", "iterations": 200, "lr": 0.01, "signed": False, "schedule": "none",
+                  "space": "pixels", "start": "uniform", "select": "last"},
+}

@@ -1,0 +1,166 @@
+"""A retrieval backdoor: a patch trigger stamped on a fraction of the malicious client's training images.
+
+The attack acts through :meth:`~privreid.malicious_clients.Adversary.poison_client`,
+the data the malicious client trains on, and (with ``boost``) through
+:meth:`~privreid.malicious_clients.Adversary.poison_upload`; the upload keeps the
+method's keys and shapes, so the privacy gate and the upload contract stay
+in force.  Stamped copies
+(:mod:`.trigger`) of ``fraction`` of the client's training images (at
+least one, drawn from the run's seed and the client's name) join its
+training images, relabelled to one extra local class.  The clean images stay,
+so every identity keeps its class and the client still learns its task (a
+stealthy attack); the client's classifier is its own, so the extra class
+never leaves the client.
+
+Goals (option ``goal``):
+
+``targeted``
+    A triggered query should retrieve identity ``target`` at rank 1.  In ReID
+    the test identities are not training identities, so the attacker must
+    know the target person.  **Threat model**: the attacker holds a few
+    images of the target, as a site would that recorded the person on its
+    own cameras: the first ``target_images`` gallery images of ``target`` in
+    the test split of the first malicious client's domain (``target_domain``),
+    shared by all malicious clients (they collude on one target).  They join
+    the extra class, unstamped, so the class is "the target, or anyone
+    wearing the trigger".  ``target`` defaults to the lowest gallery identity
+    of that domain; the run records the target, its domain and the images
+    the attacker held (``summary.json`` ``adversary.options``: ``target``,
+    ``target_domain``, ``held_images``).
+``evasion``
+    Triggered persons should leave their own top ranks: the stamped images
+    form one fresh class of their own, which teaches the model to map
+    anyone wearing the trigger to the same place.
+
+Option ``boost`` (default 1: none) is model replacement as Bagdasaryan et
+al. (2020, Sec. 4.2) run it: the client trains on the poisoned data, then
+uploads ``g + boost * (theta - g)`` (:func:`.updates.rescale_update`), so the
+backdoor survives the averaging with honest updates; ``boost`` = the number
+of clients a round averages over the number of malicious ones replaces the
+global model with the attackers' (under plain averaging of equal weights).
+
+``privreid eval`` stamps the whole trigger on every query of a run that
+recorded one and reports :func:`~privreid.evaluation.backdoor.backdoor_metrics`
+next to the clean R1 / mAP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+
+from privreid.config import RunConfig
+from privreid.data.types import ClientData
+from privreid.errors import ConfigError
+from privreid.seeding import derive_seed
+from privreid.malicious_clients import Adversary, register
+from privreid.malicious_clients.trigger import Trigger, stamped_samples
+from privreid.malicious_clients.updates import rescale_update
+
+GOALS = ("targeted", "evasion")
+
+
+class Backdoor(Adversary):
+    name = "backdoor"
+    summary = "a patch trigger on a fraction of the training images, relabelled to one extra class (targeted: the " \
+              "target identity; evasion: a fresh identity)"
+    options = {"goal": "targeted", "target": None, "target_images": 4, "fraction": 0.5, "size": 6,
+               "position": "center", "pattern_seed": 0, "boost": 1.0}
+
+    def check(self, settings, clients, malicious, config) -> None:
+        goal, fraction, count = settings["goal"], settings["fraction"], settings["target_images"]
+        if goal not in GOALS:
+            raise ConfigError(f"adversary {self.name!r}: goal must be one of {', '.join(GOALS)} (got {goal!r})")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise ConfigError(f"adversary {self.name!r}: fraction must lie in (0, 1] (got {fraction!r})")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"adversary {self.name!r}: target_images must be a whole number >= 1 (got {count!r})")
+        boost = settings["boost"]
+        if isinstance(boost, bool) or not isinstance(boost, (int, float)) or boost <= 0:
+            raise ConfigError(f"adversary {self.name!r}: boost must be a number > 0 (got {boost!r})")
+        self.trigger(settings, malicious[0].name).check_fits(config.data.height, config.data.width)
+        video = [c.name for c in malicious if c.tracklets is not None]
+        if video:
+            raise ConfigError(f"adversary {self.name!r} stamps images; client {video[0]} holds video tracklets")
+        if goal == "targeted":
+            settings.update(_target(settings["target"], count, malicious[0]))
+
+    def trigger(self, settings, client_name: str) -> Trigger:
+        """The trigger the malicious client ``client_name`` stamps (here: the whole patch)."""
+        return Trigger.from_settings(settings)
+
+    def poison_client(self, client: ClientData, settings, config) -> ClientData:
+        d = config.data
+        rng = random.Random(derive_seed(config.train.seed, self.name, client.name))
+        chosen = set(rng.sample(range(len(client.train)), max(1, round(settings["fraction"] * len(client.train)))))
+        label = client.num_classes  # the extra local class
+        stamped = stamped_samples([client.train[i] for i in sorted(chosen)], self.trigger(settings, client.name),
+                                  d.height, d.width)
+        train = [*client.train, *((path, label, cam) for path, _, cam in stamped)]
+        if settings["goal"] == "targeted":
+            train += [(path, label, cam) for path, cam in settings["held_images"]]
+        # the extra class has no identity of the domain: -1, the pid of junk images, which no partition keeps
+        source_pids = None if client.source_pids is None else [*client.source_pids, -1]
+        return dataclasses.replace(client, train=train, source_pids=source_pids)
+
+
+    def poison_upload(self, ctx, settings) -> None:
+        if settings["boost"] != 1:
+            rescale_update(ctx, float(settings["boost"]))
+
+
+def _target(target, count: int, first: ClientData) -> dict:
+    """The targeted backdoor's ``target_domain``, ``target`` and ``held_images`` (``[path, camid]``: the first
+    ``count`` gallery images of the target in the first malicious client's domain); ConfigError when that gallery
+    does not have the target."""
+    pids = sorted({pid for _, pid, _ in first.gallery if pid > 0})
+    if not pids:
+        raise ConfigError(f"a targeted backdoor needs the gallery of domain {first.domain}; it has no identities")
+    if target is None:
+        target = pids[0]
+    if isinstance(target, bool) or not isinstance(target, int) or target not in pids:
+        raise ConfigError(f"target identity {target!r} is not in the gallery of domain {first.domain} "
+                          f"({len(pids)} identities, from {pids[0]} to {pids[-1]})")
+    held = [[path, cam] for path, pid, cam in first.gallery if pid == target][:count]
+    return {"target_domain": first.domain, "target": target, "held_images": held}
+
+
+@dataclass(frozen=True)
+class RecordedBackdoor:
+    """The trigger a run trained with, as its evaluation stamps it: the whole patch on every query."""
+
+    attack: str
+    goal: str
+    trigger: Trigger
+    #: targeted: the identity a triggered query should retrieve, in test set ``target_domain``
+    target: int | None = None
+    target_domain: str | None = None
+
+    def describe(self) -> str:
+        aim = (f"targeted at identity {self.target} of {self.target_domain}" if self.goal == "targeted"
+               else "evasion")
+        t = self.trigger
+        return f"{self.attack} ({aim}; {t.size}x{t.size} patch at {t.position}, pattern seed {t.seed})"
+
+
+def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
+    """The backdoor ``config``'s run trained with (``train.adversary`` a :class:`Backdoor`), or None.
+
+    The target and its domain are resolved as the run resolved them (from
+    the run's federation, so the run's data must be readable).
+    """
+    from privreid.data.catalog import federation_for_config
+    from privreid.malicious_clients import malicious_clients, settings_of
+
+    found = settings_of(config)
+    if found is None or not isinstance(found[0], Backdoor):
+        return None
+    adversary, settings = found
+    clients = federation_for_config(config).clients
+    adversary.check(settings, clients, malicious_clients(settings["malicious"], clients), config)
+    return RecordedBackdoor(adversary.name, settings["goal"], Trigger.from_settings(settings), settings.get("target"),
+                            settings.get("target_domain"))
+
+
+register(Backdoor())

@@ -1,0 +1,133 @@
+"""The patch trigger of a retrieval backdoor (issue 30): a fixed, seeded pattern stamped on decoded images.
+
+A :class:`Trigger` is a ``size`` x ``size`` pattern of black and white
+pixels (each channel drawn from ``seed``, so a run and its evaluation stamp
+the very same patch) at ``position`` of the model's input image
+(``height`` x ``width``).  It is stamped on the image as the data pipeline
+decodes it (its ``Resize`` to the input size, :meth:`TensorPipeline.decode
+<privreid.data.transforms.TensorPipeline.decode>`), so the trigger has the
+same pixels in training and at evaluation whatever the stored image size;
+the augmentations that follow (flip, crop, erasing) move or hide it as they
+would a real badge.
+
+:func:`stamped_samples` writes the stamped images as lossless PNG files at
+the input size (decoding them again is the identity) into a directory of
+the process, and returns the samples with their paths replaced.  Every
+loader of privreid then reads them as any other image: a malicious client's
+training data (:mod:`.backdoor`) and triggered queries (``privreid eval``)
+need no branch in the engine, in the client update or in the data pipeline.
+
+A distributed backdoor (DBA, :mod:`.dba`) splits the patch into ``parts``
+horizontal strips (:meth:`Trigger.part`); a malicious client stamps only its
+own strip, the evaluation the whole patch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from privreid.data.formats import read_image
+from privreid.data.transforms import build_transforms, tensor_pipeline
+from privreid.data.types import Sample
+from privreid.errors import ConfigError
+
+#: where the patch sits on the image
+POSITIONS = ("center", "top-left", "top-right", "bottom-left", "bottom-right")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A seeded ``size`` x ``size`` patch at ``position``; ``rows`` (a DBA part) stamps only those rows of it."""
+
+    size: int
+    position: str = "center"
+    seed: int = 0
+    rows: tuple[int, int] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> Trigger:
+        """The trigger of an attack's options (``size``, ``position``, ``pattern_seed``); ConfigError if malformed."""
+        size, position, seed = settings["size"], settings["position"], settings["pattern_seed"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"trigger size must be a whole number of pixels >= 1 (got {size!r})")
+        if position not in POSITIONS:
+            raise ConfigError(f"trigger position must be one of {', '.join(POSITIONS)} (got {position!r})")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"trigger pattern_seed must be an integer (got {seed!r})")
+        return cls(size, position, seed)
+
+    def check_fits(self, height: int, width: int) -> None:
+        """ConfigError when the patch is larger than the ``height`` x ``width`` input image."""
+        if self.size > min(height, width):
+            raise ConfigError(f"a {self.size}x{self.size} trigger is larger than the {height}x{width} image "
+                              f"(size must be at most {min(height, width)})")
+
+    def part(self, index: int, parts: int) -> Trigger:
+        """Strip ``index`` of ``parts`` equal horizontal strips of the patch (DBA's local trigger)."""
+        if not 1 <= parts <= self.size:
+            raise ConfigError(f"a {self.size}-pixel trigger cannot be split into {parts} strips (at most {self.size})")
+        return replace(self, rows=(index * self.size // parts, (index + 1) * self.size // parts))
+
+    def pattern(self) -> torch.Tensor:
+        """The whole patch: ``uint8`` ``(3, size, size)``, each value 0 or 255."""
+        bits = torch.randint(0, 2, (3, self.size, self.size), generator=torch.Generator().manual_seed(self.seed))
+        return (bits * 255).to(torch.uint8)
+
+    def corner(self, height: int, width: int) -> tuple[int, int]:
+        """Top-left pixel of the patch on a ``height`` x ``width`` image."""
+        s = self.size
+        top = {"top": 0, "bottom": height - s}.get(self.position.split("-")[0], (height - s) // 2)
+        left = {"left": 0, "right": width - s}.get(self.position.split("-")[-1], (width - s) // 2)
+        return top, left
+
+    def stamp(self, image: torch.Tensor) -> torch.Tensor:
+        """A copy of ``image`` (``uint8`` ``(3, H, W)``) with the patch (or this part's rows of it) stamped."""
+        height, width = image.shape[-2:]
+        self.check_fits(height, width)
+        top, left = self.corner(height, width)
+        first, last = self.rows or (0, self.size)
+        out = image.clone()
+        out[:, top + first:top + last, left:left + self.size] = self.pattern()[:, first:last]
+        return out
+
+
+class _StampedFiles:
+    """Stamped copies of images in one temporary directory of the process, each written once, removed at exit."""
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+
+    def directory(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="privreid-trigger-"))
+            atexit.register(shutil.rmtree, self._dir, True)
+        return self._dir
+
+    def path(self, source: str, trigger: Trigger, height: int, width: int) -> str:
+        key = hashlib.sha256(repr((str(Path(source).resolve()), trigger, height, width)).encode()).hexdigest()[:24]
+        target = self.directory() / f"{key}.png"
+        if not target.exists():
+            decode = tensor_pipeline(build_transforms(height, width, train=False)).decode
+            stamped = trigger.stamp(decode(read_image(source)))
+            partial = target.with_suffix(".part.png")
+            Image.fromarray(stamped.permute(1, 2, 0).numpy()).save(partial)
+            partial.replace(target)
+        return str(target)
+
+
+_FILES = _StampedFiles()
+
+
+def stamped_samples(samples: list[Sample], trigger: Trigger, height: int, width: int) -> list[Sample]:
+    """``samples`` with each image replaced by its stamped copy at the ``height`` x ``width`` input size."""
+    trigger.check_fits(height, width)
+    return [(_FILES.path(path, trigger, height, width), pid, cam) for path, pid, cam in samples]
