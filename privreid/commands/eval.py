@@ -93,7 +93,8 @@ def eval_command(
     from privreid.data.partition import as_test_set
     from privreid.evaluation.backdoor import backdoor_columns, evaluate_backdoor
     from privreid.evaluation.corrupted_eval import check_corruption_options, is_scaled
-    from privreid.evaluation.model_eval import check_eval_options, evaluate_testset
+    from privreid.evaluation.corrupted_eval import evaluate_testset
+    from privreid.evaluation.model_eval import check_eval_options
     from privreid.device import resolve_device
     from privreid.precision import at_precision, check_precision
     from privreid.reporting import format_table
