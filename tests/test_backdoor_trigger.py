@@ -10,7 +10,7 @@ from PIL import Image
 
 from conftest import tiny_config
 from privreid.malicious_clients import get_adversary
-from privreid.malicious_clients.trigger import Trigger, stamped_samples
+from privreid.data.trigger import Trigger, stamped_samples
 from privreid.data.catalog import federation_for_config
 from privreid.data.formats import read_image
 from privreid.data.transforms import build_transforms, tensor_pipeline

@@ -55,7 +55,7 @@ from privreid.data.types import ClientData
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
 from privreid.malicious_clients import Adversary, register
-from privreid.malicious_clients.trigger import Trigger, stamped_samples
+from privreid.data.trigger import Trigger, stamped_samples
 from privreid.malicious_clients.updates import rescale_update
 
 GOALS = ("targeted", "evasion")
