@@ -8,7 +8,8 @@ from typing import Any
 from privreid.data.types import TestSet
 from privreid.errors import python_errors
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from privreid.models.adapter import ReIDAdapter, as_adapter
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external import as_adapter
 
 
 @dataclass
