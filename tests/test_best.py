@@ -2,7 +2,7 @@
 
 import pytest
 
-from privreid.evaluation.model_eval import SUMMARY_KEYS
+from privreid.evaluation.metric_registry import summary_keys
 from privreid.federated.best import best_block, round_scores, select_rounds
 
 
@@ -55,7 +55,7 @@ def test_top3_block_against_hand_computed_means():
     assert block["global_seen"]["rank1"] == pytest.approx((1.4 / 3 + 1.4 / 3) / 2)
     assert block["global_seen"]["mAP"] == pytest.approx((1.05 / 3 + 1.35 / 3) / 2)
     assert block["global_unseen"]["mAP"] == pytest.approx(0.35 / 3)
-    assert set(block["global_seen"]) == set(SUMMARY_KEYS)
+    assert set(block["global_seen"]) == set(summary_keys())
 
 
 def test_k1_block_is_the_last_evaluation_and_no_global_model_gives_none():

@@ -53,7 +53,8 @@ from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
 from privreid.evaluation.cross_modality import IR_TO_VISIBLE
-from privreid.evaluation.model_eval import (SUMMARY_KEYS, check_protocol, dataset_features, evaluate_model,
+from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.model_eval import (check_protocol, dataset_features, evaluate_model,
                                             evaluation_settings, evaluation_split, rank_testset)
 
 CORRUPT_SIDES = ("query", "gallery", "both")
@@ -236,13 +237,13 @@ def evaluate_corrupted(
     finally:
         if bar is not None:
             bar.close()
-    table = np.array([[res[k] for k in SUMMARY_KEYS] for res in results])
-    std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(SUMMARY_KEYS))
+    table = np.array([[res[k] for k in summary_keys()] for res in results])
+    std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(summary_keys()))
     return {
         "clean": clean_metrics,
         "repeats": results,
-        "mean": dict(zip(SUMMARY_KEYS, map(float, table.mean(axis=0)))),
-        "std": dict(zip(SUMMARY_KEYS, map(float, std))),
+        "mean": dict(zip(summary_keys(), map(float, table.mean(axis=0)))),
+        "std": dict(zip(summary_keys(), map(float, std))),
         "corruptions": names,
         "severity": severity,
         "corrupt": corrupt,

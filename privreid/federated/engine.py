@@ -64,7 +64,8 @@ from privreid.device import resolve_device
 from privreid.precision import at_precision, check_precision, cuda_speedups
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError
-from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from privreid.evaluation.metric_registry import metric_line, summary_keys
+from privreid.evaluation.model_eval import evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
 from privreid.rundir import RUN_FILES, write_json_atomic
@@ -154,7 +155,7 @@ class RoundInbox:
 def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
     if not results:
         return {}
-    return {k: float(np.mean([r[k] for r in results])) for k in SUMMARY_KEYS}
+    return {k: float(np.mean([r[k] for r in results])) for k in summary_keys()}
 
 
 class FederatedEngine:
@@ -349,7 +350,7 @@ class FederatedEngine:
                 res = self._eval(ts)
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
                 self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
-                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+                         + metric_line(res))
 
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
@@ -541,7 +542,7 @@ class FederatedEngine:
                     out[f"{scope}_{split}"] = mean_metrics(recs)
                     out[f"{scope}_{split}_per_testset"] = {
                         (m["testset"] if scope == "global" else f"{m['client']}@{m['testset']}"):
-                            {**{k: m[k] for k in SUMMARY_KEYS},
+                            {**{k: m[k] for k in summary_keys()},
                              **({"non_finite_features": True} if m.get("non_finite_features") else {})} for m in recs}
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
