@@ -34,26 +34,12 @@ from privreid.data.formats.dg.common import DGPool
 from privreid.data.types import ReIDDataset
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["DG_FORMATS", "dataset_format", "detect_dg_format", "dg_layout", "is_dg_format",
-           "load_dg_dataset", "load_pool"]
-
-
-def is_dg_format(fmt: str) -> bool:
-    return fmt in DG_FORMATS
+__all__ = ["DG_FORMATS", "dataset_format", "dg_layout", "load_dg_dataset", "load_pool"]
 
 
 def dg_layout(fmt: str) -> str:
     """The expected tree of ``fmt``, one line (for error messages and ``--help``)."""
     return DG_FORMATS[fmt].RELEASE.layout
-
-
-def detect_dg_format(root: str | os.PathLike) -> str | None:
-    """The :data:`DG_FORMATS` name whose layout ``root`` follows, or ``None``."""
-    root = Path(root)
-    found = [name for name, module in DG_FORMATS.items() if module.RELEASE.find(root) is not None]
-    if len(found) > 1:
-        raise DataError(f"{root} holds several datasets ({', '.join(found)}); give the root of one of them")
-    return found[0] if found else None
 
 
 def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
