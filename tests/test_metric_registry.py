@@ -43,4 +43,18 @@ def test_a_registered_metric_is_reported_and_shown():
         row = comparison_rows("model", res, None)
         assert row["seen R3"] == res["rank3"] and "unseen R3" in row
         assert "seen R3" in format_table([row]) and f"R3 {res['rank3']:.1%}" in metric_line(res)
+        assert summary_keys()[-1] == "rank3"  # a headline metric is a summary one: averaged, in eval's table
     assert "rank3" not in result_keys() and "rank3" not in evaluate(*_ranking_problem())
+
+
+def test_a_registered_metric_is_in_the_api_result(tiny_synth):
+    import privreid
+    from privreid.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(arch="resnet18", feat_dim=32, num_classes=0).eval()
+    with RETRIEVAL_METRICS.restoring():
+        RETRIEVAL_METRICS.register(Metric("rank3", "R3", lambda r: float(r.cmc[2]), headline=True, rank=3))
+        result = privreid.evaluate(model, str(tiny_synth), height=32, width=16)
+    for numbers in result.testsets.values():
+        assert numbers["rank1"] <= numbers["rank3"] <= numbers["rank5"]

@@ -5,8 +5,8 @@ it is computed from a ranking (``compute``, from a :class:`Ranking`: the CMC
 curve, the valid queries' AP and INP, module docstring of
 :mod:`privreid.evaluation.metrics`), whether higher is better, and where it is
 shown: ``summary`` metrics are averaged over repeats, splits and clients
-(R1/R5/R10/mAP/mINP), ``headline`` metrics are the columns of the result
-tables (R1 / mAP / mINP).  :data:`RETRIEVAL_METRICS` holds them; every evaluation
+(R1/R5/R10/mAP/mINP), ``headline`` metrics (summary ones too) are the columns
+of the result tables (R1 / mAP / mINP).  :data:`RETRIEVAL_METRICS` holds them; every evaluation
 (:func:`~privreid.evaluation.metrics.evaluate`,
 :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`) reports
 each registered metric, and the tables read their columns from it.  A metric
@@ -84,7 +84,7 @@ def summary_keys() -> tuple[str, ...]:
 
 def summary_columns() -> tuple[tuple[str, str], ...]:
     """``(key, label)`` of the summary metrics: ``("rank1", "R1"), ("rank5", "R5"), ...``."""
-    return tuple((m.name, m.label) for m in RETRIEVAL_METRICS.values() if m.summary)
+    return tuple((m.name, m.label) for m in RETRIEVAL_METRICS.values() if m.summary or m.headline)
 
 
 def headline() -> tuple[tuple[str, str], ...]:
