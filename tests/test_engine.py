@@ -172,7 +172,7 @@ def _local_records(ckpt, round_no):
 def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_synth, tmp_path, method, train):
     from privreid.checkpoint import load_model
     from privreid.evaluation.metric_registry import summary_keys
-from privreid.evaluation.model_eval import evaluate_model
+    from privreid.evaluation.model_eval import evaluate_model
 
     cfg = tiny_config(tiny_synth, method=method, rounds=1, **train)
     fed = federation(cfg)
