@@ -50,7 +50,7 @@ def test_the_dataset_format_example(csvlist, tmp_path):
 
 @pytest.fixture()
 def inversion_attacks():
-    with optimise.ATTACKS.restoring() as attacks:  # the registry comes back after the test
+    with optimise.INVERSION_ATTACKS.restoring() as attacks:  # the registry comes back after the test
         yield attacks
 
 

@@ -212,7 +212,7 @@ def test_simulating_the_local_steps_matches_the_update_at_the_true_batch_and_one
         original = optimise.optimise_image
         optimise.optimise_image = record
         try:
-            optimise.ATTACKS["ig"].invert_full(net, obs, x.clone(), settings=settings, loss_fn=identity_loss(0.0),
+            optimise.INVERSION_ATTACKS["ig"].invert_full(net, obs, x.clone(), settings=settings, loss_fn=identity_loss(0.0),
                                                label_smoothing=0.0, generator=None, progress=False)
         finally:
             optimise.optimise_image = original

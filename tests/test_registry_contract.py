@@ -77,7 +77,7 @@ def _retrieval():
     class ToyBIM(feature_attacks.FeatureBIM):
         name, label = "toy-bim", "ToyBIM"
 
-    return feature_attacks.ATTACKS, ToyBIM
+    return feature_attacks.RETRIEVAL_ATTACKS, ToyBIM
 
 
 #: registry id -> (the registry, a new entry, what the registry's users see: a check that the entry is usable)
@@ -87,7 +87,7 @@ def cases():
         "defense": (lambda: DEFENSES, ToyDefense, _defense_is_usable),
         "format": (lambda: FORMATS, toy_format, _format_is_usable),
         "transform": (lambda: TRANSFORMS, lambda: ToyTransform, _transform_is_usable),
-        "inversion": (lambda: optimise.ATTACKS, ToyInversion, _inversion_is_usable),
+        "inversion": (lambda: optimise.INVERSION_ATTACKS, ToyInversion, _inversion_is_usable),
         "threat": (lambda: threat_models.THREATS, ToyThreat, _threat_is_usable),
         "retrieval": (lambda: _retrieval()[0], lambda: _retrieval()[1], _retrieval_is_usable),
     }

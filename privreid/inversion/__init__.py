@@ -27,7 +27,7 @@ _PUBLIC = {
     "bias_count_labels": (".labels", "bias_count_labels"),
     "norm_count_labels": (".labels", "norm_count_labels"),
     "matched_sign_label": (".labels", "matched_sign_label"),
-    "ATTACKS": (".optimise", "ATTACKS"),
+    "INVERSION_ATTACKS": (".optimise", "INVERSION_ATTACKS"),
     "InversionAttack": (".optimise", "InversionAttack"),
     "InversionSettings": (".settings", "InversionSettings"),
     "MATCHES": (".settings", "MATCHES"),

@@ -22,7 +22,7 @@ The optimiser (:func:`optimise_image`, the settings of
   ``U[0, 1]`` pixels), the final images' objectives compared (Geiping et al.'s
   "trials").
 
-Attacks (``ATTACKS``, a registry of :class:`InversionAttack` objects; a new one
+Attacks (``INVERSION_ATTACKS``, a registry of :class:`InversionAttack` objects; a new one
 is a subclass and one :func:`register_inversion_attack`):
 
 * ``"dlg"`` (Zhu, Liu & Han, "Deep Leakage from Gradients", NeurIPS 2019,
@@ -148,23 +148,23 @@ def _check_attack(attack: InversionAttack) -> None:
 
 
 #: ``privreid invert --method`` name -> inversion attack, in ``--help`` order
-ATTACKS: Registry[InversionAttack] = Registry(
+INVERSION_ATTACKS: Registry[InversionAttack] = Registry(
     "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
 
 
 def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
-    """Add ``attack`` to :data:`ATTACKS` (``privreid invert --method <name>`` then selects it); returns it."""
-    return ATTACKS.register(attack)
+    """Add ``attack`` to :data:`INVERSION_ATTACKS` (``privreid invert --method <name>`` then selects it); returns it."""
+    return INVERSION_ATTACKS.register(attack)
 
 
 def unregister_inversion_attack(name: str) -> None:
     """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
-    ATTACKS.unregister(name)
+    INVERSION_ATTACKS.unregister(name)
 
 
 def attacks_help() -> str:
     """``privreid invert --method``'s help: every registered inversion attack, its default distance and TV weight."""
-    return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
+    return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in INVERSION_ATTACKS.values())
 
 
 def gradient_distance(dummy: list[torch.Tensor], observed: list[torch.Tensor], match: str,

@@ -83,9 +83,9 @@ class InversionSettings:
     update: str = "simulate"
 
     def __post_init__(self) -> None:
-        from privreid.inversion.optimise import ATTACKS
+        from privreid.inversion.optimise import INVERSION_ATTACKS
 
-        ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
+        INVERSION_ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
         for name, allowed in (("match", MATCHES), ("tv_form", TV_FORMS), ("space", SPACES), ("start", STARTS),
                               ("optimizer", OPTIMISERS), ("schedule", SCHEDULES), ("select", SELECTS),
                               ("update", UPDATES)):
@@ -112,9 +112,9 @@ class InversionSettings:
 
     @property
     def inversion_attack(self) -> InversionAttack:
-        from privreid.inversion.optimise import ATTACKS
+        from privreid.inversion.optimise import INVERSION_ATTACKS
 
-        return ATTACKS[self.attack]
+        return INVERSION_ATTACKS[self.attack]
 
     @property
     def distance(self) -> str:

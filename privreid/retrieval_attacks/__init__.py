@@ -20,4 +20,4 @@ def retrieval_attack_names() -> list[str]:
     :mod:`privreid.retrieval_attacks.feature_attacks` is imported (a plugin that registers one imports it), else the
     built-ins, without importing torch for a help text."""
     registry = sys.modules.get("privreid.retrieval_attacks.feature_attacks")
-    return registry.ATTACKS.names() if registry is not None else list(BUILTIN_RETRIEVAL_ATTACKS)
+    return registry.RETRIEVAL_ATTACKS.names() if registry is not None else list(BUILTIN_RETRIEVAL_ATTACKS)
