@@ -138,9 +138,6 @@ def test_a_new_attack_and_a_new_threat_are_one_registration_each(model):
         def visible(self, grads, shared):
             return {n: g for n, g in grads.items() if n.startswith("classifier.")}
 
-        def matched_names(self, grads):
-            return list(grads)
-
         def reconstruct(self, model, observation, start, *, settings, **kw):
             self.seen = sorted(observation.grads)
             return start, None, None

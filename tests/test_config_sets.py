@@ -250,7 +250,7 @@ def test_settings_options_take_the_dataclass_defaults_and_types_and_insert_after
 
 
 def test_invert_attack_options_default_to_the_inversion_settings():
-    from privreid.inversion.optimise import InversionSettings
+    from privreid.inversion.settings import InversionSettings
     from privreid.commands.invert import invert_command
 
     params = inspect.signature(invert_command).parameters

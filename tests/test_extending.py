@@ -9,7 +9,8 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from privreid.inversion import InversionSettings, optimise, reconstruct
+from privreid.inversion import INVERSION_ATTACKS, InversionSettings, reconstruct
+from privreid.inversion.settings import attacks_help
 from privreid.data.formats import available_formats, detect_format, load_dataset, unregister_format
 from privreid.models import build_model
 
@@ -50,7 +51,7 @@ def test_the_dataset_format_example(csvlist, tmp_path):
 
 @pytest.fixture()
 def inversion_attacks():
-    with optimise.INVERSION_ATTACKS.restoring() as attacks:  # the registry comes back after the test
+    with INVERSION_ATTACKS.restoring() as attacks:  # the registry comes back after the test
         yield attacks
 
 
@@ -58,7 +59,7 @@ def test_the_inversion_attack_example(inversion_attacks):
     exec(example("An inversion attack"), {})
     settings = InversionSettings(attack="idlg-cosine", iterations=2)
     assert (settings.distance, settings.tv_weight) == ("cosine", 1e-3)
-    assert "idlg-cosine: iDLG label, cosine matching (cosine, TV 0.001)" in optimise.attacks_help()
+    assert "idlg-cosine: iDLG label, cosine matching (cosine, TV 0.001)" in attacks_help()
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=4, feat_dim=16).eval()
     shared = {n for n, _ in model.named_parameters() if not n.startswith("classifier.")}

@@ -14,8 +14,9 @@ import dataclasses
 import pytest
 import torch
 
-from privreid.inversion import optimise, threat_models
-from privreid.inversion.optimise import IDLG, InversionSettings
+from privreid.inversion import threat_models
+from privreid.inversion.optimise import IDLG
+from privreid.inversion.settings import INVERSION_ATTACKS, InversionSettings, attacks_help
 from privreid.inversion.threat_models import FullGradient
 from privreid.data.formats import FORMATS, DatasetFormat, format_choices, get_format
 from privreid.defenses.registry import DEFENSES, Defense, available_defenses
@@ -87,7 +88,7 @@ def cases():
         "defense": (lambda: DEFENSES, ToyDefense, _defense_is_usable),
         "format": (lambda: FORMATS, toy_format, _format_is_usable),
         "transform": (lambda: TRANSFORMS, lambda: ToyTransform, _transform_is_usable),
-        "inversion": (lambda: optimise.INVERSION_ATTACKS, ToyInversion, _inversion_is_usable),
+        "inversion": (lambda: INVERSION_ATTACKS, ToyInversion, _inversion_is_usable),
         "threat": (lambda: threat_models.THREATS, ToyThreat, _threat_is_usable),
         "retrieval": (lambda: _retrieval()[0], lambda: _retrieval()[1], _retrieval_is_usable),
     }
@@ -127,7 +128,7 @@ def _transform_is_usable(entry):
 
 def _inversion_is_usable(entry):
     assert InversionSettings(attack=entry.name).distance == "cosine"
-    assert f"{entry.name}: {entry.summary}" in optimise.attacks_help()
+    assert f"{entry.name}: {entry.summary}" in attacks_help()
 
 
 def _threat_is_usable(entry):

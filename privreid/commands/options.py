@@ -15,7 +15,7 @@ command's parameters by the same table, then applies ``--set``
 (``--out``, ``--resume``, ...) stay in the command's own signature.
 
 :func:`settings_options` does the same for a command's own settings
-dataclass (``privreid invert``'s :class:`~privreid.inversion.optimise.InversionSettings`):
+dataclass (``privreid invert``'s :class:`~privreid.inversion.settings.InversionSettings`):
 one option per field, with the field's default and type.
 """
 
