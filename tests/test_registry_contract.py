@@ -1,7 +1,8 @@
 """Issue 28.4, one way to extend: every registry is a :class:`privreid.registry.Registry` with one behaviour.
 
 For each registry (methods, defenses, dataset formats, model transforms,
-inversion attacks, threat models, retrieval attacks) an entry registered
+inversion attacks, threat models, retrieval attacks, malicious clients,
+membership attacks) an entry registered
 from this test module is usable where the built-ins are and listed with its
 origin; a taken name is a one-line ConfigError; ``unregister`` removes it and
 refuses an unknown name with the same error as ``get``.
@@ -24,6 +25,9 @@ from privreid.errors import ConfigError
 from privreid.federated.policy import CLASSIFIER_LOCAL
 from privreid.federated.registry import METHODS, Method
 from privreid.federated.strategy import DataVolumeAverage
+from privreid.auditing.membership_attacks import MEMBERSHIP_ATTACKS, FeatureAttack, resolve_attacks
+from privreid.malicious_clients import MALICIOUS_CLIENTS, available_malicious_clients, get_malicious_client
+from privreid.malicious_clients.sign_flip import SignFlip
 from privreid.models.transforms import TRANSFORMS, ModelTransform, make_transform
 from privreid.registry import BUILT_IN, Registry
 
@@ -72,6 +76,14 @@ class ToyThreat(FullGradient):
     name, summary = "toy-threat", "the full gradient again"
 
 
+class ToyAdversary(SignFlip):
+    name, summary = "toy-adversary", "sign flipping again (registry contract test)"
+
+
+class ToyMembership(FeatureAttack):
+    name = "toy-membership"
+
+
 def _retrieval():
     from privreid.retrieval_attacks import feature_attacks
 
@@ -91,6 +103,8 @@ def cases():
         "inversion": (lambda: INVERSION_ATTACKS, ToyInversion, _inversion_is_usable),
         "threat": (lambda: threat_models.THREATS, ToyThreat, _threat_is_usable),
         "retrieval": (lambda: _retrieval()[0], lambda: _retrieval()[1], _retrieval_is_usable),
+        "malicious": (lambda: MALICIOUS_CLIENTS, ToyAdversary, _malicious_is_usable),
+        "membership": (lambda: MEMBERSHIP_ATTACKS, ToyMembership, _membership_is_usable),
     }
 
 
@@ -142,6 +156,18 @@ def _retrieval_is_usable(entry):
 
     assert entry.name in resolve_methods("all") and entry.name in retrieval_attack_names()
     assert attack_label(entry.name) == entry.label
+
+
+def _malicious_is_usable(entry):
+    from privreid.config import RunConfig, TrainConfig
+    from privreid.malicious_clients import settings_of
+
+    assert get_malicious_client(entry.name) is entry and entry.name in available_malicious_clients()
+    assert settings_of(RunConfig(train=TrainConfig(adversary={"name": entry.name}))) == (entry, {**entry.options, "malicious": 1})
+
+
+def _membership_is_usable(entry):
+    assert resolve_attacks([entry.name]) == [entry] and resolve_attacks(["all"])[-1] is entry
 
 
 @pytest.fixture(params=list(cases()))
