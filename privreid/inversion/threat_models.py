@@ -182,11 +182,6 @@ def get_threat(threat: str) -> ThreatModel:
     return THREATS.get(threat)
 
 
-def check_threat(threat: str) -> None:
-    """:class:`ConfigError` listing the choices unless ``threat`` is registered."""
-    THREATS.get(threat)
-
-
 def threats_help() -> str:
     """``--threat``'s help: every registered threat model with its summary."""
     return "; ".join(f"{name}: {t.summary}" for name, t in THREATS.items())
