@@ -115,10 +115,12 @@ def test_cached_observed_norm_gives_bit_identical_reconstructions(model, threat,
 
 
 def test_inversion_registries_hold_the_built_in_objects():
-    assert {"dlg", "idlg", "ig"} <= set(INVERSION_ATTACKS) and {"full", "shared", "shared-feature", "aggregate"} <= set(THREATS)
+    assert {"dlg", "idlg", "ig"} <= set(INVERSION_ATTACKS)
+    assert {"full", "shared", "shared-feature", "aggregate"} <= set(THREATS)
     assert (INVERSION_ATTACKS["ig"].distance, INVERSION_ATTACKS["ig"].tv) == ("cosine", 0.2)
     assert InversionSettings(attack="dlg").distance == "l2" and InversionSettings(attack="ig").tv_weight == 0.2
-    with pytest.raises(ConfigError, match=f"unknown inversion attack 'xx'; choose one of: {', '.join(INVERSION_ATTACKS)}$"):
+    choices = ", ".join(INVERSION_ATTACKS)
+    with pytest.raises(ConfigError, match=f"unknown inversion attack 'xx'; choose one of: {choices}$"):
         InversionSettings(attack="xx")
     with pytest.raises(ConfigError, match="already registered"):
         register_inversion_attack(IDLG())
@@ -162,5 +164,6 @@ def _reconstruct_with_new_entries(model, threat):
 def test_the_help_texts_builtin_retrieval_attacks_are_the_registrys():
     """privreid.retrieval_attacks names the built-in retrieval attacks without torch (for --help); they are the registry's."""
     from privreid.retrieval_attacks import BUILTIN_RETRIEVAL_ATTACKS, retrieval_attack_names
-    assert [n for n in RETRIEVAL_ATTACKS.names() if RETRIEVAL_ATTACKS.origin(n) == "built-in"] == list(BUILTIN_RETRIEVAL_ATTACKS)
+    builtins = [n for n in RETRIEVAL_ATTACKS.names() if RETRIEVAL_ATTACKS.origin(n) == "built-in"]
+    assert builtins == list(BUILTIN_RETRIEVAL_ATTACKS)
     assert retrieval_attack_names() == RETRIEVAL_ATTACKS.names()

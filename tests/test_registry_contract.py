@@ -163,7 +163,8 @@ def _malicious_is_usable(entry):
     from privreid.malicious_clients import settings_of
 
     assert get_malicious_client(entry.name) is entry and entry.name in available_malicious_clients()
-    assert settings_of(RunConfig(train=TrainConfig(adversary={"name": entry.name}))) == (entry, {**entry.options, "malicious": 1})
+    config = RunConfig(train=TrainConfig(adversary={"name": entry.name}))
+    assert settings_of(config) == (entry, {**entry.options, "malicious": 1})
 
 
 def _membership_is_usable(entry):
