@@ -11,7 +11,9 @@ from privreid.cli import app
 from privreid.commands.common import params_with_preset
 from privreid.commands.options import CONFIG_OPTIONS
 from privreid.commands.train import train_command, train_config
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig, apply_sets, parse_bool
+from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config.sets import apply_sets
+from privreid.config.values import parse_bool
 from privreid.errors import ConfigError
 from privreid.federated.method_options import parse_options
 from privreid.federated.methods.dppt import DPPTSettings

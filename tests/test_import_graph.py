@@ -51,9 +51,9 @@ def test_the_reader_resolves_relative_imports():
 
 def test_no_method_imports_the_composition_root():
     """A method gets what it needs (the clients' model config) from its factory's arguments, never from
-    ``federated/build.py``, which composes methods with defenses (issue 28, section 4)."""
+    ``training/compose.py``, which composes methods with defenses (issue 28, section 4)."""
     assert modules_under("federated/methods")
-    assert importers("federated/methods", "privreid.federated.build") == []
+    assert importers("federated/methods", "privreid.training.compose") == []
 
 
 def engine_names(folder: str) -> dict[str, set[str]]:
@@ -72,19 +72,19 @@ def test_evaluation_attacks_and_audits_go_through_the_engine_only_where_docs_say
     runs) run it."""
     for folder in ("evaluation", "corruptions", "reporting"):
         assert engine_names(folder) == {}, folder
-        assert importers(folder, "privreid.federated.build") == [], folder
+        assert importers(folder, "privreid.training.compose") == [], folder
     assert engine_names("attacks") == {"privreid.inversion.aggregate": {"selection_size"}}
     assert set(engine_names("auditing")) == {"privreid.auditing.views", "privreid.auditing.shadows",
                                              "privreid.auditing.dp_audit"}
 
 
 def test_only_the_composition_root_composes_defenses_and_the_cli_names_only_what_docs_say():
-    """docs/architecture.md, "Layers": training composes defenses only in federated/build.py; the CLI and the
+    """docs/architecture.md, "Layers": training composes defenses only in training/compose.py; the CLI and the
     Flower apps import from privreid.defenses only the support matrix, the enabled defenses' ledger keys and
     secure aggregation's transport checks."""
     composers = [module_name(p) for p in PACKAGE.rglob("*.py") if "privreid.defenses.apply_defenses"
                  in imported_modules(p) and not module_name(p).startswith("privreid.defenses")]
-    assert composers == ["privreid.federated.build"]
+    assert composers == ["privreid.training.compose"]
     named = {}
     for folder in ("commands", "flower", "secagg"):
         for path in modules_under(folder):

@@ -7,8 +7,8 @@ DPPTSettings`) and passes the class as ``Method(options=...)``.
 ``--opt``, ``--set train.method_options.KEY=VALUE`` or a preset's ``opt:``
 mapping: JSON scalars or strings) into an instance: an unknown key is an
 error naming the method's options; each value is coerced to its field's type
-by :func:`privreid.config.parse_value`, booleans by the one rule of
-:func:`privreid.config.parse_bool` (true/false, yes/no, 1/0), and a number
+by :func:`privreid.config.values.parse_value`, booleans by the one rule of
+:func:`privreid.config.values.parse_bool` (true/false, yes/no, 1/0), and a number
 must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges
 stay with the method that uses the value.
 """
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from privreid.config import parse_value
+from privreid.config.values import parse_value
 from privreid.errors import ConfigError
 
 
