@@ -36,6 +36,14 @@ def option_defaults(options: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(options)}
 
 
+def run_options(options: type, config) -> Any:
+    """The run's values of the fields of ``options`` (a method's options dataclass, or a part of it that a method's
+    own code reads): ``--opt`` typed, else the defaults; other keys are left to ``Method.check_options``."""
+    known = option_defaults(options)
+    given = {k: v for k, v in config.train.method_options.items() if k in known}
+    return parse_options(options, given, config.train.method)
+
+
 def parse_options(options: type, values: Mapping[str, Any], method: str) -> Any:
     """``values`` as an instance of the options dataclass ``options`` of method ``method``.
 
