@@ -59,7 +59,6 @@ import numpy as np
 
 from privreid.checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from privreid.config import RunConfig, evaluation_settings
-from privreid.deviations import deviations
 from privreid.device import resolve_device
 from privreid.precision import at_precision, check_precision, cuda_speedups
 from privreid.data.types import ClientData, Federation, TestSet
@@ -162,7 +161,7 @@ class FederatedEngine:
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
+    observers (:class:`privreid.training.compose.RunPlan`; default :func:`privreid.training.compose.build_run`,
     whose observer is the privacy ledger).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
@@ -181,9 +180,10 @@ class FederatedEngine:
                  build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
         if build is None:
-            from privreid.federated.build import build_run as build
+            from privreid.training.compose import build_run as build
         plan = build(config)
         self.method: Method = plan.method
+        self.deviations: list[str] = plan.deviations
         self.federation = federation
         prepare = self.method.prepare_clients_for(config)
         self.clients: list[ClientData] = prepare(federation.clients) if prepare else federation.clients
@@ -384,7 +384,8 @@ class FederatedEngine:
         received, extra = self._load_client(client, round_index, received)
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
                             device=self.device, global_state=received, seed=seed,
-                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra)
+                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra,
+                            triplet_weight=self.method.triplet_weight_for(self.config))
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)
@@ -549,5 +550,5 @@ class FederatedEngine:
         out["best"] = best_block(self.metrics, self.config.train.report_best)
         out["evaluation"] = evaluation_settings(self.config)
         out["precision"] = self.config.train.precision
-        out["deviations"] = deviations(self.config)
+        out["deviations"] = self.deviations
         return out
