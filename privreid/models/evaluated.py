@@ -20,14 +20,14 @@ exports), which records at most its input size and normalisation.  An
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from privreid.checkpoint import Checkpoint, checkpoint_label, unique_labels
+from privreid.config import DataConfig, RunConfig
 from privreid.errors import ConfigError
 from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter
 from privreid.models.external import as_adapter, model_file_kind
@@ -176,10 +176,6 @@ def data_source(models: list[EvaluatedModel], data: list[str] | None) -> DataSou
 
     With ``--data`` the seen / unseen split is the defaults' (``privreid train --data`` with no other flag).
     """
-    from dataclasses import replace
-
-    from privreid.config import DataConfig, RunConfig
-
     first = next((m.checkpoint for m in models if m.checkpoint is not None), None)
     if not data:
         if first is None:
