@@ -59,7 +59,7 @@ import torch
 
 from privreid import __version__
 from privreid.errors import CheckpointError, NotACheckpointError
-from privreid.rundir import save_torch, write_file_atomically
+from privreid.io import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
 

@@ -24,8 +24,15 @@ from privreid.evaluation.model_eval import evaluate_model
 from privreid.device import resolve_device
 from privreid.federated.engine import mean_metrics
 from privreid.models.evaluated import EvaluatedModel, data_source, load_evaluated_models, model_labels
-from privreid.reporting import comparison_rows
 from privreid.seeding import derive_seed, seed_everything
+
+def comparison_rows(name: str, seen: dict[str, float], unseen: dict[str, float] | None) -> dict[str, Any]:
+    """One table row: the model's mean seen-domain and unseen-domain metrics."""
+    row: dict[str, Any] = {"model": name}
+    for split, metrics in (("seen", seen), ("unseen", unseen or {})):
+        for key, label in (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP")):
+            row[f"{split} {label}"] = metrics.get(key)
+    return row
 
 
 def _evaluate_sets(model: torch.nn.Module, sets: list[TestSet], size: tuple[int, int], device: torch.device,

@@ -66,10 +66,11 @@ def compare_command(
     Example: privreid compare --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --suite all --out runs/report
     """
     from privreid.comparison import compare_checkpoints
-    from privreid.reporting import format_table
+    from privreid.io import format_table
 
     from privreid.provenance import record_models
-    from privreid.rundir import check_output_file, write_text_atomic
+    from privreid.rundir import check_output_file
+    from privreid.io import write_text_atomic
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")

@@ -96,7 +96,7 @@ def eval_command(
     from privreid.evaluation.model_eval import check_eval_options, evaluate_testset
     from privreid.device import resolve_device
     from privreid.precision import at_precision, check_precision
-    from privreid.reporting import format_table
+    from privreid.io import format_table
 
     def corruption_options() -> dict:
         if severity != "random" and not (severity.isascii() and severity.isdigit()):  # isdigit() alone takes a superscript
@@ -165,7 +165,8 @@ def eval_command(
         return rows
 
     from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
-    from privreid.rundir import check_output_file, write_text_atomic
+    from privreid.rundir import check_output_file
+    from privreid.io import write_text_atomic
 
     run_or_exit(check_output_file, json_out, "--json")
     rows = run_or_exit(go)

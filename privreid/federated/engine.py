@@ -66,7 +66,8 @@ from privreid.errors import ConfigError
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
-from privreid.rundir import RUN_FILES, write_json_atomic
+from privreid.rundir import RUN_FILES
+from privreid.io import write_json_atomic
 from privreid.seeding import derive_seed, rng_states, seed_everything
 from privreid.federated.best import best_block
 from privreid.federated.client import ClientContext

@@ -63,9 +63,7 @@ from privreid.errors import ConfigError
 from privreid.evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
                                         evaluate_corrupted, is_scaled)
 from privreid.device import resolve_device
-from privreid.rundir import write_text_atomic
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.reporting.tables import format_table
+from privreid.io import format_table, save_figure, write_csv_rows, write_text_atomic
 
 SUITES = ("clean", "attacks", "corruptions", "inversion", "audit", "poisoning")
 TESTSET_CHOICES = ("all", "seen", "unseen")

@@ -42,8 +42,7 @@ from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.features import extract_features
 from privreid.evaluation.model_eval import evaluation_split, rank_testset
-from privreid.reporting import format_table
-from privreid.reporting.files import save_figure
+from privreid.io import format_table, save_figure
 
 __all__ = ["METRIC_KEYS", "TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
            "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
