@@ -390,3 +390,143 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
                        progress=progress, data=roots, models=loaded)
     return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))
+
+
+def _channels(value: Any, option: str) -> list[float] | None:
+    """``"0.5,0.5,0.5"`` (or three numbers) -> three floats; ConfigError naming ``option`` otherwise."""
+    from privreid.errors import ConfigError
+
+    if value is None or not isinstance(value, str):
+        return value
+    try:
+        values = [float(v) for v in value.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ConfigError(f"{option} takes three comma-separated numbers (R,G,B), got {value!r}")
+    return values
+
+
+def load_models(paths: list[Any], *, mean: Any = None, std: Any = None, announce=None, **file_options: Any) -> list:
+    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`; ``mean`` / ``std`` as
+    three numbers or ``"R,G,B"``), each file from elsewhere announced by its one load line (``announce(line)``)."""
+    from privreid.models.evaluated import load_evaluated_models
+
+    channels = {"mean": _channels(mean, "--mean"), "std": _channels(std, "--std")}
+    models = load_evaluated_models(paths, **file_options, **channels)
+    for model in models:
+        if model.load_line() and announce is not None:
+            announce(model.load_line())
+    return models
+
+
+def parse_pixel_scale(value: float | str) -> float | str:
+    """``"auto"`` or a positive number (also from a command-line string)."""
+    from privreid.errors import ConfigError
+
+    if value == "auto":
+        return value
+    try:
+        scale = float(value)
+    except ValueError:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}") from None
+    if not scale > 0:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}")
+    return scale
+
+
+@python_errors()
+def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str = "auto",
+                        domains: str | None = None, client: str | None = None, flip: bool = False,
+                        metric: str = "euclidean", ap: str = "torchreid", single_gallery_shot: bool = False,
+                        mode: str | None = None, seq_len: int | None = None, device: str = "auto",
+                        precision: str = "fp32", json_out: Any = None, splits: Any = None, num_splits: int = 10,
+                        corruption: str | None = None, severity: int | str = "random", corrupt: str = "both",
+                        repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1, announce=None,
+                        **file_options: Any) -> list[dict[str, Any]]:
+    """``privreid eval``: a checkpoint (its global or ``client``'s model) or a model file from elsewhere on the
+    query/gallery split of each dataset of ``data`` (default: the checkpoint's), clean or under ``corruption``
+    (CIL-ReID's protocol); the small DG benchmarks (``fmt``) under their own protocol, their splits written next
+    to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
+    """
+    from pathlib import Path
+
+    from privreid.corruptions import resolve_corruptions
+    from privreid.data.catalog import resolve_datasets, verify_datasets
+    from privreid.data.partition import as_test_set
+    from privreid.device import resolve_device
+    from privreid.errors import ConfigError
+    from privreid.evaluation.backdoor import evaluate_backdoor
+    from privreid.evaluation.corrupted_eval import check_corruption_options
+    from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from privreid.evaluation.model_eval import check_eval_options, evaluate_testset
+    from privreid.malicious_clients.backdoor import recorded_backdoor
+    from privreid.models.evaluated import data_source
+    from privreid.precision import at_precision, check_precision
+
+    def csv(value: str | None) -> list[str]:
+        return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+    def load(dev) -> tuple[Any, Any, Any]:
+        [loaded] = load_models([model], announce=announce, **file_options)
+        return loaded, data_source([loaded], data), loaded.network(client, device=dev)
+
+    if is_dg_eval_format(fmt):  # each --data root ranked under its small-benchmark protocol
+        if not data:
+            raise ConfigError(f"--format {fmt} needs --data ROOT (the dataset's root folder)")
+        if corruption is not None or mode is not None or seq_len is not None or single_gallery_shot:
+            raise ConfigError(f"--format {fmt} is ranked under its own protocol; --corruption, --mode, --seq-len "
+                              "and --single-gallery-shot do not apply")
+        if num_splits < 1 or seed < 0:
+            raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
+        dev = resolve_device(device)
+        check_precision(precision, dev)
+        loaded, _, net = load(dev)
+        rows = []
+        for root in data:
+            name = Path(root).name
+            written = Path(json_out).with_name(f"{Path(json_out).stem}-{name}-splits.json") if json_out else None
+            result = evaluate_dg_model(at_precision(net, precision, dev), root, fmt, height=loaded.input_size[0],
+                                       width=loaded.input_size[1], device=dev, flip=flip, metric=metric, ap=ap,
+                                       num_splits=num_splits, seed=seed, splits_file=splits,
+                                       write_splits_to=written, interpolation=loaded.interpolation)
+            rows.append({"testset": f"{name} ({result['protocol']})", **result})
+        return rows
+    if splits is not None:  # never silently ignored
+        raise ConfigError(f"--splits reuses the splits of a small DG benchmark (--format viper, grid ...); "
+                          f"--format {fmt} has none")
+    corrupted = None
+    if corruption is not None:
+        if severity != "random" and not (str(severity).isascii() and str(severity).isdigit()):  # not superscripts
+            raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
+        options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
+                       repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+        check_corruption_options(**options)
+        corrupted = dict(corruptions=resolve_corruptions(csv(corruption)), **options)
+    kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
+    check_eval_options([], **kinds)
+    dev = resolve_device(device)
+    check_precision(precision, dev)
+    loaded, source, net = load(dev)
+    net = at_precision(net, precision, dev)
+    height, width = loaded.input_size
+    backdoor = recorded_backdoor(loaded.checkpoint.run_config) if loaded.checkpoint is not None else None
+    datasets = resolve_datasets(data or source.roots, source.format if not data else fmt)
+    wanted = csv(domains) or list(datasets)
+    unknown = [d for d in wanted if d not in datasets]
+    if unknown:
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+    verify_datasets({name: datasets[name] for name in wanted}, splits=("query", "gallery"))
+    testsets = [as_test_set(name, datasets[name]) for name in wanted]
+    check_eval_options(testsets, **kinds)
+    rows = []
+    for testset in testsets:
+        rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len, height=height,
+                                     width=width, device=dev, flip=flip, metric=metric, ap=ap,
+                                     single_gallery_shot=single_gallery_shot, interpolation=loaded.interpolation,
+                                     progress=True))
+        if backdoor is not None and corrupted is None:  # the run's trigger on every query
+            measured = evaluate_backdoor(net, testset, backdoor, height=height, width=width, device=dev, flip=flip,
+                                         metric=metric)
+            rows[-1].update({"backdoor": {"trigger": backdoor.describe(), **measured}} if measured else {})
+    return rows

@@ -87,7 +87,7 @@ def compare_command(
     from privreid.inversion.aggregate import parse_clients
     from privreid.retrieval_attacks.retrieval import resolve_methods
     from privreid.commands.attack import parse_fraction
-    from privreid.commands.corrupt import parse_pixel_scale
+    from privreid.api import parse_pixel_scale
     from privreid.reporting.suite import SUITES, SuiteSettings, run_suite
 
     loaded: list = []  # the suite's models, loaded once the settings are valid
