@@ -364,7 +364,7 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     privreid checkpoint's data.  ``suites`` other than ``clean``
     (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid
     checkpoints) write a report into ``out``, with ``suite_options`` the
-    fields of :class:`privreid.reporting.suite.SuiteSettings` (``attacks``,
+    fields of :class:`privreid.comparison.SuiteSettings` (``attacks``,
     ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
     Nothing is written without ``out``.  ``arch``, ``height``, ``width``,
     ``mean``, ``std`` and ``interpolation`` say how to read model files from
@@ -385,11 +385,29 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
                                                     models=loaded))
     if out is None:
         raise ConfigError(f"the {', '.join(s for s in suites if s != 'clean')} suite(s) write a report: give out=")
-    from privreid.reporting.suite import SuiteSettings, run_suite
+    from privreid.comparison import SuiteSettings
 
     result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
                        progress=progress, data=roots, models=loaded)
     return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))
+
+
+def run_suite(paths: list[Any], out: Any, settings: Any = None, *, device: str = "auto", progress: bool = False,
+              data: list[str] | None = None, models: list | None = None, **file_options: Any) -> dict[str, Any]:
+    """``privreid compare --suite``: run the selected evaluations on every model
+    (:func:`privreid.comparison.run_suites`, ``settings`` a :class:`privreid.comparison.SuiteSettings`) and write
+    their report into ``out`` (:mod:`privreid.reporting.suite`).
+
+    Returns ``{"clean": rows, "attacks": records, "corruptions": records, "inversion": {...}, "audit": records,
+    "poisoning": records, "deviations": [...], "files": [...]}`` (absent suites are empty).
+    """
+    from privreid.comparison import SuiteSettings, run_suites
+    from privreid.reporting.suite import write_report
+
+    settings = settings or SuiteSettings()
+    run = run_suites(paths, out, settings, device=device, progress=progress, data=data, models=models,
+                     **file_options)
+    return write_report(run, out, settings, data=data)
 
 
 def _channels(value: Any, option: str) -> list[float] | None:

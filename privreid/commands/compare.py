@@ -87,8 +87,8 @@ def compare_command(
     from privreid.inversion.aggregate import parse_clients
     from privreid.retrieval_attacks.retrieval import resolve_methods
     from privreid.commands.attack import parse_fraction
-    from privreid.api import parse_pixel_scale
-    from privreid.reporting.suite import SUITES, SuiteSettings, run_suite
+    from privreid.api import parse_pixel_scale, run_suite
+    from privreid.comparison import SUITES, SuiteSettings
 
     loaded: list = []  # the suite's models, loaded once the settings are valid
 
