@@ -548,3 +548,69 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
                                          metric=metric)
             rows[-1].update({"backdoor": {"trigger": backdoor.describe(), **measured}} if measured else {})
     return rows
+
+
+@python_errors()
+def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: str | None = None,
+                      overwrite: bool = False) -> dict[str, Any]:
+    """``privreid export``: a checkpoint's global (or ``client``'s) model written to the file ``out`` as ``fmt``
+    (:mod:`privreid.export`); returns the export's report (path, input, feature size ...)."""
+    from pathlib import Path
+
+    from privreid.checkpoint import Checkpoint
+    from privreid.errors import ConfigError
+    from privreid.export import check_format, export_model
+    from privreid.rundir import check_not_a_run_file
+
+    check_format(fmt)
+    out = Path(out)
+    check_not_a_run_file(out, source=model)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; give a file name")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise ConfigError(f"the directory of --out does not exist: {out.parent}")
+    ckpt = Checkpoint.load(model)
+    cfg = ckpt.run_config
+    source = {"checkpoint": str(model), "method": ckpt.method, "round": ckpt.round,
+              "model": "global" if client is None else f"client {client}"}
+    return export_model(ckpt.load_model(client), fmt, out, height=cfg.data.height, width=cfg.data.width,
+                        source=source)
+
+
+def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client: str | None = None,
+               index: int | None = None, image: Any = None, label: int | None = None, data: Any = None, n: int = 1,
+               clients: Any = None, defended: bool = False, seed: int = 0, device: str = "auto", announce=None,
+               **file_options: Any) -> Any:
+    """``privreid invert``: the inversion campaign of ``threat`` (``--threat``) against privreid checkpoints'
+    clients (:func:`privreid.inversion.aggregate.invert_campaign`), or against model files from elsewhere under
+    the ``full`` threat (:func:`privreid.inversion.campaign.invert_files`), written into ``out``; ``settings`` an
+    :class:`~privreid.inversion.InversionSettings`.  Returns the campaign's result (its ``table``)."""
+    from privreid.errors import ConfigError
+    from privreid.provenance import record_models
+
+    loaded = load_models(paths, announce=announce, **file_options)
+    from_files = [m for m in loaded if m.checkpoint is None]
+    if not from_files:
+        from privreid.inversion.aggregate import invert_campaign
+
+        return invert_campaign(threat, paths, out, settings=settings, client=client, index=index, image=image,
+                               label=label, n=n, clients=clients, defended=defended, seed=seed, device=device)
+    if len(from_files) != len(loaded):
+        raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
+                          "elsewhere, not both in one run")
+    if threat != "full":
+        raise ConfigError(f"--threat {threat} observes a federated client's shared update, which only a "
+                          "privreid checkpoint has; a model file from elsewhere is attacked under --threat full")
+    for m in from_files:
+        m.require("gradients", "privreid invert", "privreid eval and eval --corruption need no gradients")
+        m.require("classifier", "privreid invert",
+                  "the client's training step is its identity loss; privreid attack and the feature "
+                  "attack of privreid audit need only features")
+    from privreid.inversion.campaign import invert_files
+
+    result = invert_files(loaded, out, settings=settings, image=image, label=label, data=data, index=index, n=n,
+                          seed=seed, device=device)
+    record_models(out, loaded)
+    return result
