@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from privreid.data.types import TestSet
@@ -370,8 +371,6 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     ``mean``, ``std`` and ``interpolation`` say how to read model files from
     elsewhere, as ``privreid compare``'s options of those names.
     """
-    from pathlib import Path
-
     from privreid.comparison import compare_checkpoints
     from privreid.errors import ConfigError
     from privreid.models.evaluated import load_evaluated_models
@@ -408,6 +407,11 @@ def run_suite(paths: list[Any], out: Any, settings: Any = None, *, device: str =
     run = run_suites(paths, out, settings, device=device, progress=progress, data=data, models=models,
                      **file_options)
     return write_report(run, out, settings, data=data)
+
+
+def _csv(value: str | None) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``; ``None`` or empty -> ``[]``."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
 
 def _channels(value: Any, option: str) -> list[float] | None:
@@ -467,8 +471,6 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     (CIL-ReID's protocol); the small DG benchmarks (``fmt``) under their own protocol, their splits written next
     to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
     """
-    from pathlib import Path
-
     from privreid.corruptions import resolve_corruptions
     from privreid.data.catalog import resolve_datasets, verify_datasets
     from privreid.data.partition import as_test_set
@@ -481,9 +483,6 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     from privreid.malicious_clients.backdoor import recorded_backdoor
     from privreid.models.evaluated import data_source
     from privreid.precision import at_precision, check_precision
-
-    def csv(value: str | None) -> list[str]:
-        return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
     def load(dev) -> tuple[Any, Any, Any]:
         [loaded] = load_models([model], announce=announce, **file_options)
@@ -520,7 +519,7 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
         options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
                        repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
         check_corruption_options(**options)
-        corrupted = dict(corruptions=resolve_corruptions(csv(corruption)), **options)
+        corrupted = dict(corruptions=resolve_corruptions(_csv(corruption)), **options)
     kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
     check_eval_options([], **kinds)
     dev = resolve_device(device)
@@ -530,7 +529,7 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     height, width = loaded.input_size
     backdoor = recorded_backdoor(loaded.checkpoint.run_config) if loaded.checkpoint is not None else None
     datasets = resolve_datasets(data or source.roots, source.format if not data else fmt)
-    wanted = csv(domains) or list(datasets)
+    wanted = _csv(domains) or list(datasets)
     unknown = [d for d in wanted if d not in datasets]
     if unknown:
         raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
@@ -555,8 +554,6 @@ def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: 
                       overwrite: bool = False) -> dict[str, Any]:
     """``privreid export``: a checkpoint's global (or ``client``'s) model written to the file ``out`` as ``fmt``
     (:mod:`privreid.export`); returns the export's report (path, input, feature size ...)."""
-    from pathlib import Path
-
     from privreid.checkpoint import Checkpoint
     from privreid.errors import ConfigError
     from privreid.export import check_format, export_model
@@ -614,3 +611,74 @@ def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client
                           seed=seed, device=device)
     record_models(out, loaded)
     return result
+
+
+def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: str = "loss,feature",
+              view: str = "public", client: str | None = None, round_: int | None = None, shadows: int = 4,
+              probes_per_identity: int = 4, max_per_class: int | None = None, extra_per_cam: int | None = None,
+              bootstrap: int = 200, dp_audit: bool = False, canaries: int = 40, confidence: float = 0.95,
+              canary_norm: float = 1000.0, seed: int = 0, device: str = "auto", data: list[str] | None = None,
+              echo=None, announce=None, **file_options: Any) -> list[dict[str, Any]]:
+    """``privreid audit``: membership inference against privreid checkpoints (:func:`privreid.auditing.run_audit`)
+    or model files from elsewhere trained on ``data`` (:func:`privreid.auditing.given.audit_files`), or with
+    ``dp_audit`` the empirical DP audit (:func:`privreid.auditing.dp_audit.run_dp_audit`), written into ``out``;
+    the keywords are the command's options (comma lists as strings).  Returns the audit's records."""
+    from privreid.auditing import AuditSettings, run_audit
+    from privreid.device import resolve_device
+    from privreid.errors import ConfigError
+    from privreid.provenance import record_models
+
+    echo = echo or (lambda _: None)
+    loaded = load_models(paths, announce=announce, **file_options)
+    if any(m.checkpoint is None for m in loaded):  # model files from elsewhere
+        from privreid.auditing.given import GIVEN_ATTACKS, audit_files
+        from privreid.models.evaluated import model_labels
+
+        names = _csv(method)
+        if len(loaded) != sum(m.checkpoint is None for m in loaded):
+            raise ConfigError("privreid audit takes privreid checkpoints or model files from elsewhere, not both "
+                              "in one run")
+        if dp_audit or view != "public" or client or round_ is not None or level not in (None, "identity"):
+            raise ConfigError("a model file from elsewhere is audited at --level identity, --view public: the "
+                              "image level, the server views and the DP audit need a privreid run")
+        if not data:
+            raise ConfigError("a model file from elsewhere records no training data: give --data, the data it "
+                              "was trained on (its training identities are the members)")
+        unknown = [a for a in names if a not in GIVEN_ATTACKS]
+        if unknown:
+            raise ConfigError(f"--method {','.join(unknown)}: a model file from elsewhere is audited with "
+                              f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
+        for m in loaded:
+            if "loss" in names:
+                m.require("classifier", "the loss attack", "use --method feature, which needs only features")
+        records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
+                              device=resolve_device(device))
+        record_models(out, loaded)
+        return records
+    if data:
+        raise ConfigError("--data names the training data of a model file from elsewhere; a privreid "
+                          "checkpoint records its own")
+    if not dp_audit:
+        settings = AuditSettings(levels=_csv(level or "image,identity"), attacks=_csv(method), views=_csv(view),
+                                 client=client, round=round_, shadows=shadows,
+                                 probes_per_identity=probes_per_identity, max_per_class=max_per_class,
+                                 extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
+        return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
+    from privreid.auditing.dp_audit import DPAuditSettings, run_dp_audit
+    from privreid.auditing.report import write_report
+    from privreid.checkpoint import Checkpoint, checkpoint_labels
+
+    dp_settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
+                                  seed=seed).validate()
+    ckpts = [Checkpoint.load(p) for p in paths]
+    labels = checkpoint_labels(ckpts)
+    configs = [c.run_config for c in ckpts]
+    for label, cfg in zip(labels, configs):
+        if not (cfg.train.dp_sgd or cfg.train.client_dp):
+            raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
+    records = []
+    for i, (label, cfg) in enumerate(zip(labels, configs)):
+        echo(f"[{label}] DP audit: training once with {canaries} canaries")
+        records.append(run_dp_audit(cfg, Path(out) / "cache" / "dp_audit" / f"run{i}", dp_settings, label=label))
+    write_report(out, [], [], dp=records)
+    return records
