@@ -357,7 +357,7 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
             out: Any = None, untrained: bool = True, device: str = "cpu", progress: bool = False,
             arch: str | None = None, height: int | None = None, width: int | None = None,
             mean: list[float] | None = None, std: list[float] | None = None, interpolation: str | None = None,
-            **suite_options: Any) -> ComparisonResult:
+            announce=None, **suite_options: Any) -> ComparisonResult:
     """Several models on the same test sets: ``privreid compare``, for privreid checkpoints, model files
     from elsewhere and models in memory (adapters, ``nn.Module``) side by side.
 
@@ -369,15 +369,14 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
     Nothing is written without ``out``.  ``arch``, ``height``, ``width``,
     ``mean``, ``std`` and ``interpolation`` say how to read model files from
-    elsewhere, as ``privreid compare``'s options of those names.
+    elsewhere, as ``privreid compare``'s options of those names; ``announce(line)`` gets each such file's load line.
     """
     from privreid.comparison import compare_checkpoints
     from privreid.errors import ConfigError
-    from privreid.models.evaluated import load_evaluated_models
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
-    loaded = load_evaluated_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
-                                   interpolation=interpolation)
+    loaded = load_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
+                         interpolation=interpolation, announce=announce)
     paths = [m.path for m in loaded]
     if list(suites) == ["clean"] and out is None:
         return ComparisonResult(compare_checkpoints(paths, untrained=untrained, device=device, data=roots,
@@ -682,3 +681,48 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
         records.append(run_dp_audit(cfg, Path(out) / "cache" / "dp_audit" / f"run{i}", dp_settings, label=label))
     write_report(out, [], [], dp=records)
     return records
+
+
+def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, alpha: float | None = None,
+                    steps: int = 10, target: str = "query", precision: str = "fp32", max_queries: int | None = None,
+                    batch_size: int = 32, examples: int = 4) -> dict[str, Any]:
+    """``privreid attack``'s settings (methods, budget, target, precision), checked before any model loads;
+    ``alpha`` ``None``: 2.5 eps / steps."""
+    from privreid.errors import ConfigError
+    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
+    from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
+
+    settings = {"eps": eps, "steps": steps, "target": target, "alpha": alpha, "methods": resolve_methods(method),
+                "precision": precision}
+    check_budget(eps, alpha, steps)
+    if alpha is None:
+        settings["alpha"] = default_alpha(eps, steps)
+    if target not in TARGETS:
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
+    for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),
+                             ("--examples", examples, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"{name} must be >= {low}, got {value}")
+    return settings
+
+
+def attack_run(settings: dict[str, Any], out: Any = None, *, client: str | None = None, data: Any = None,
+               domains: str | None = None, max_queries: int | None = None, batch_size: int = 32, examples: int = 4,
+               seed: int = 0, device: str = "auto", precision: str = "fp32", announce=None,
+               **file_options: Any) -> str:
+    """``privreid attack``: the models of ``settings["paths"]`` (:func:`attack_settings`) under every attack
+    (:func:`privreid.retrieval_attacks.campaign.attack_checkpoints`); the report written into ``out`` when given.
+    Returns the report (:func:`privreid.reporting.tables.attack_report`)."""
+    from privreid.provenance import record_models
+    from privreid.reporting.tables import attack_report
+    from privreid.retrieval_attacks.campaign import attack_checkpoints, write_attack_report
+
+    loaded = load_models(settings["paths"], announce=announce, **file_options)
+    records, pictures = attack_checkpoints(settings, client=client, data=data, domains=_csv(domains) or None,
+                                           max_queries=max_queries, batch_size=batch_size, examples=examples,
+                                           seed=seed, device=device, models=loaded, precision=precision)
+    report = attack_report(records, settings)
+    if out is not None:
+        write_attack_report(Path(out), report, records, pictures, settings)
+        record_models(out, loaded)
+    return report

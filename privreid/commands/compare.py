@@ -65,20 +65,17 @@ def compare_command(
 
     Example: privreid compare --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --suite all --out runs/report
     """
-    from privreid.comparison import compare_checkpoints
-    from privreid.io import format_table
-
+    from privreid.api import compare as compare_models
+    from privreid.io import format_table, write_text_atomic
     from privreid.provenance import record_models
     from privreid.rundir import check_output_file
-    from privreid.io import write_text_atomic
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
     file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std, interpolation=interpolation)
     if suite is None:
-        rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
-                           models=load_models_or_exit(paths, **file_options))
-        table = format_table(rows)
+        table = format_table(run_or_exit(compare_models, paths, data, untrained=untrained, device=device,
+                                         announce=typer.echo, **file_options).clean)
         typer.echo(table)
         if markdown:
             run_or_exit(write_text_atomic, markdown, table + "\n")

@@ -45,3 +45,14 @@ def eval_report(rows: list[dict[str, Any]], *, corruption: str | None, corrupt: 
         f"corrupted {corrupt} ({protocol}): {', '.join(rows[0]['corruptions']) if rows else '-'}; "
         f"severity {severity}; pixel scale {pixel_scale}; mean (std) over {repeats} repeat(s), seed {seed}",
         *(f"deviation: {line}" for line in (rows[0]["deviations"] if rows else []))])
+
+
+def attack_report(records: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    """``privreid attack``'s report: the budget, then clean vs attacked R1 / mAP / mINP in L2RW+'s Table IX
+    layout (:func:`privreid.retrieval_attacks.retrieval.format_table_ix`)."""
+    from privreid.retrieval_attacks.retrieval import format_table_ix
+
+    caption = (f"Retrieval under attack (target: {settings['target']}; eps = {settings['eps'] * 255:.3g}/255, "
+               f"alpha = {settings['alpha'] * 255:.3g}/255, {settings['steps']} steps). R1 / mAP / mINP in %; "
+               f"↓ is the relative drop (clean - attacked) / clean.")
+    return f"{caption}\n\n{format_table_ix(records)}\n"
