@@ -575,6 +575,7 @@ def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: 
                         source=source)
 
 
+@python_errors()
 def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client: str | None = None,
                index: int | None = None, image: Any = None, label: int | None = None, data: Any = None, n: int = 1,
                clients: Any = None, defended: bool = False, seed: int = 0, device: str = "auto", announce=None,
@@ -612,6 +613,7 @@ def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client
     return result
 
 
+@python_errors()
 def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: str = "loss,feature",
               view: str = "public", client: str | None = None, round_: int | None = None, shadows: int = 4,
               probes_per_identity: int = 4, max_per_class: int | None = None, extra_per_cam: int | None = None,
@@ -683,6 +685,7 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
     return records
 
 
+@python_errors()
 def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, alpha: float | None = None,
                     steps: int = 10, target: str = "query", precision: str = "fp32", max_queries: int | None = None,
                     batch_size: int = 32, examples: int = 4) -> dict[str, Any]:
@@ -706,6 +709,7 @@ def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, al
     return settings
 
 
+@python_errors()
 def attack_run(settings: dict[str, Any], out: Any = None, *, client: str | None = None, data: Any = None,
                domains: str | None = None, max_queries: int | None = None, batch_size: int = 32, examples: int = 4,
                seed: int = 0, device: str = "auto", precision: str = "fp32", announce=None,
