@@ -1,4 +1,6 @@
-"""Top-level Python functions that take any ReID model (an adapter, an ``nn.Module`` or a model file)."""
+"""The front door: top-level Python functions that take any ReID model (an adapter, an ``nn.Module`` or a model
+file), and the functions the commands call (``privreid eval``, ``attack``, ``compare``, ``invert``, ``audit``,
+``export``), whose keywords are the commands' options."""
 
 from __future__ import annotations
 
