@@ -77,17 +77,6 @@ InterpolationOption = Annotated[Optional[str], typer.Option(
     "fast-reid, bilinear otherwise; the load line says which).", click_type=click.Choice(INTERPOLATIONS))]
 
 
-def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
-                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None,
-                        interpolation: Optional[str] = None) -> list:
-    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
-    announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
-    from privreid.api import load_models
-
-    return run_or_exit(load_models, paths, arch=arch, height=height, width=width, mean=mean, std=std,
-                       interpolation=interpolation, announce=typer.echo)
-
-
 def fail(msg: str, code: int = 2) -> None:
     """Print ``error: msg`` to stderr and exit with status ``code`` (2: bad input)."""
     typer.echo(f"error: {msg}", err=True)

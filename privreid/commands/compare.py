@@ -10,7 +10,7 @@ import typer
 from privreid.retrieval_attacks import retrieval_attack_names
 from privreid.errors import ConfigError
 from privreid.commands.common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
-                     WidthOption, checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+                     WidthOption, checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
@@ -84,7 +84,7 @@ def compare_command(
     from privreid.inversion.aggregate import parse_clients
     from privreid.retrieval_attacks.retrieval import resolve_methods
     from privreid.commands.attack import parse_fraction
-    from privreid.api import parse_pixel_scale, run_suite
+    from privreid.api import load_models, parse_pixel_scale, run_suite
     from privreid.comparison import SUITES, SuiteSettings
 
     loaded: list = []  # the suite's models, loaded once the settings are valid
@@ -100,7 +100,7 @@ def compare_command(
                                  inversion_subjects=subjects, inversion_iterations=iterations,
                                  inversion_threat=threat,
                                  inversion_clients=parse_clients(clients) if clients else None)
-        loaded.extend(load_models_or_exit(paths, **file_options))
+        loaded.extend(load_models(paths, announce=typer.echo, **file_options))
         return run_suite(paths, out, settings, device=device, progress=not quiet, data=data, models=loaded)
 
     with run_dir_or_exit(out, "compare"):
