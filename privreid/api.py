@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from privreid.data.types import TestSet
-from privreid.errors import python_errors
-from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from privreid.models.adapter import ReIDAdapter, as_adapter
+from privreid.errors import ConfigError, python_errors
+
+if TYPE_CHECKING:  # the commands import this module before any of their checks: torch and scipy load later
+    from privreid.data.types import TestSet
+    from privreid.models.adapter import ReIDAdapter
 
 
 @dataclass
@@ -29,6 +30,8 @@ class EvaluationResult:
 def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet]:
     """``data`` as test sets: a TestSet, a list of them, or a ``--data`` value (a root, ``synth`` ...);
     ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
+    from privreid.data.types import TestSet
+
     if isinstance(data, TestSet):
         found = [data]
     elif isinstance(data, (list, tuple)) and all(isinstance(t, TestSet) for t in data):
@@ -40,8 +43,6 @@ def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet
         found = [as_test_set(name, ds) for name, ds in resolve_datasets([str(data)]).items()]
     if domains is None:
         return found
-    from privreid.errors import ConfigError
-
     wanted = [d.strip() for d in domains.split(",") if d.strip()] if isinstance(domains, str) else list(domains)
     by_name = {ts.name: ts for ts in found}
     unknown = [d for d in wanted if d not in by_name]
@@ -73,7 +74,8 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     report) and ``precision``; the same values give the same numbers.  Quiet
     unless ``progress``.
     """
-    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options
+    from privreid.evaluation.model_eval import IR_TO_VISIBLE, SUMMARY_KEYS, check_eval_options, evaluate_model
+    from privreid.models.adapter import as_adapter
     from privreid.precision import at_precision, check_precision
 
     given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
@@ -98,6 +100,8 @@ def _network(model: Any, load_options: dict[str, Any], device: str,
              interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
     """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
     a file's test resize is ``interpolation`` when given (its load report says so)."""
+    from privreid.models.adapter import as_adapter
+
     adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
     return adapter, adapter.as_module().to(device).eval()
 
@@ -146,7 +150,6 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     from privreid.retrieval_attacks.campaign import attack_models
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
     from privreid.retrieval_attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
-    from privreid.errors import ConfigError
 
     check_budget(eps, alpha, steps)
     alpha = default_alpha(eps, steps) if alpha is None else alpha
@@ -208,6 +211,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
     and ``interpolation`` as :func:`evaluate`.
     """
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
+    from privreid.evaluation.model_eval import SUMMARY_KEYS
 
     adapter, net = _network(model, load_options, device, interpolation)
     results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
@@ -267,7 +271,6 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
 
     from privreid.inversion import InversionSettings, reconstruct_batch
     from privreid.inversion.report import score, summarise
-    from privreid.errors import ConfigError
     from privreid.seeding import derive_seed
 
     settings = InversionSettings(**{"attack": method, "iterations": iterations, **({} if lr is None else {"lr": lr}),
@@ -374,7 +377,6 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     elsewhere, as ``privreid compare``'s options of those names; ``announce(line)`` gets each such file's load line.
     """
     from privreid.comparison import compare_checkpoints
-    from privreid.errors import ConfigError
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
     loaded = load_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
@@ -417,8 +419,6 @@ def _csv(value: str | None) -> list[str]:
 
 def _channels(value: Any, option: str) -> list[float] | None:
     """``"0.5,0.5,0.5"`` (or three numbers) -> three floats; ConfigError naming ``option`` otherwise."""
-    from privreid.errors import ConfigError
-
     if value is None or not isinstance(value, str):
         return value
     try:
@@ -445,8 +445,6 @@ def load_models(paths: list[Any], *, mean: Any = None, std: Any = None, announce
 
 def parse_pixel_scale(value: float | str) -> float | str:
     """``"auto"`` or a positive number (also from a command-line string)."""
-    from privreid.errors import ConfigError
-
     if value == "auto":
         return value
     try:
@@ -476,7 +474,6 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     from privreid.data.catalog import resolve_datasets, verify_datasets
     from privreid.data.partition import as_test_set
     from privreid.device import resolve_device
-    from privreid.errors import ConfigError
     from privreid.evaluation.backdoor import evaluate_backdoor
     from privreid.evaluation.corrupted_eval import check_corruption_options
     from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
@@ -556,7 +553,6 @@ def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: 
     """``privreid export``: a checkpoint's global (or ``client``'s) model written to the file ``out`` as ``fmt``
     (:mod:`privreid.export`); returns the export's report (path, input, feature size ...)."""
     from privreid.checkpoint import Checkpoint
-    from privreid.errors import ConfigError
     from privreid.export import check_format, export_model
     from privreid.rundir import check_not_a_run_file
 
@@ -586,7 +582,6 @@ def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client
     clients (:func:`privreid.inversion.aggregate.invert_campaign`), or against model files from elsewhere under
     the ``full`` threat (:func:`privreid.inversion.campaign.invert_files`), written into ``out``; ``settings`` an
     :class:`~privreid.inversion.InversionSettings`.  Returns the campaign's result (its ``table``)."""
-    from privreid.errors import ConfigError
     from privreid.provenance import record_models
 
     loaded = load_models(paths, announce=announce, **file_options)
@@ -628,7 +623,6 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
     the keywords are the command's options (comma lists as strings).  Returns the audit's records."""
     from privreid.auditing import AuditSettings, run_audit
     from privreid.device import resolve_device
-    from privreid.errors import ConfigError
     from privreid.provenance import record_models
 
     echo = echo or (lambda _: None)
@@ -693,7 +687,6 @@ def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, al
                     batch_size: int = 32, examples: int = 4) -> dict[str, Any]:
     """``privreid attack``'s settings (methods, budget, target, precision), checked before any model loads;
     ``alpha`` ``None``: 2.5 eps / steps."""
-    from privreid.errors import ConfigError
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
     from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
 
