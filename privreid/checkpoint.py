@@ -32,7 +32,7 @@ function the engine scores it with).  :func:`load_checkpoint` returns the
 validated dict as stored, for code that edits and re-saves a checkpoint.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``:
-:func:`privreid.rundir.write_file_atomically`), so a crash or a full disk
+:func:`privreid.io.write_file_atomically`), so a crash or a full disk
 never leaves a truncated checkpoint: the previous one stays intact.  Reads use
 :func:`privreid.pickle_scan.safe_torch_load`: a checkpoint carrying arbitrary
 pickled objects is refused instead of executed, whatever the environment
@@ -59,7 +59,7 @@ import torch
 
 from privreid import __version__
 from privreid.errors import CheckpointError, NotACheckpointError
-from privreid.rundir import save_torch, write_file_atomically
+from privreid.io import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
 
@@ -84,8 +84,8 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
     left as it was.  The engine waits there for the client-memory files the
     checkpoint names, which are written meanwhile on another thread.
     A failed write (a full disk) raises its OSError, never torch's
-    RuntimeError (:func:`privreid.rundir.save_torch`), with ``path`` unchanged;
-    a FIFO or device at ``path`` is refused (:class:`privreid.rundir.OutputError`).
+    RuntimeError (:func:`privreid.io.save_torch`), with ``path`` unchanged;
+    a FIFO or device at ``path`` is refused (:class:`privreid.io.OutputError`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

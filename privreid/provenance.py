@@ -198,7 +198,7 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    from privreid.rundir import write_text_atomic
+    from privreid.io import write_text_atomic
 
     env = {"kind": command, **environment(device=device, seed=seed)}  # the run's kind: privreid.rundir.run_kind
     if resumed:
@@ -427,6 +427,6 @@ def check_logger(kind: str) -> None:
 def record_models(out: Path, models: list) -> None:
     """``out/models.json``: what each model of an evaluation is (a privreid checkpoint's method and round, or a
     file from elsewhere's load report: kind, mapped and ignored keys, input settings)."""
-    from privreid.rundir import write_text_atomic
+    from privreid.io import write_text_atomic
 
     write_text_atomic(out / "models.json", json.dumps([m.provenance() for m in models], indent=2) + "\n")

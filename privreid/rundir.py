@@ -21,50 +21,24 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    directory at all if it created it.
 
 Files that are not directories (``eval --json``, ``compare --markdown``) are
-checked with :func:`check_output_file`.
-
-Every output file (checkpoints, client-memory files, exports, reports, JSON,
-tables, figures, caches) goes through :func:`write_file_atomically` (or its
-shorthands :func:`write_text_atomic`, :func:`write_json_atomic`,
-:func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader
-ever sees a half-written or 0-byte file and a failed write (a full disk)
-leaves the old file as it was.  ``torch.save`` is called through
-:func:`save_torch`, which raises a failed write as its OSError (a full disk is
-then one line, :func:`os_error_message`).  A rename never replaces what is not
-a regular file:
-
-* an existing FIFO or character device at the path is written *through*
-  (opened and written, no rename), as ``cmd > fifo`` would, for outputs a
-  stream can carry (reports, JSON, tables, figures, state-dict exports);
-* outputs that must be a file (checkpoints, client-memory files, ONNX, which
-  is read back after writing, the SecAgg+ site state) refuse a FIFO or device
-  in one line (``stream=False``);
-* a directory, a block device or a socket at the path is always refused.
-
-Files get the umask's permissions, like every run file; only secrets (the
-SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600.
+checked with :func:`check_output_file`.  Every file is written atomically (:mod:`privreid.io`).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from privreid.errors import ConfigError, PrivreidError
+from privreid.errors import ConfigError
+from privreid.io import OutputError, write_file_atomically
 
 #: the lock file a run holds in its directory while it writes
 LOCK_FILE = ".privreid.lock"
-
-
-class OutputError(PrivreidError):
-    """An output path cannot be written (a file in the way, read-only, disk full ...)."""
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -337,96 +311,3 @@ class _RunFiles:
 
 def _read_or_none(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
-
-
-#: kinds of non-regular file, by ``stat.S_IFMT``, a writer refuses
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
-#: non-regular files a stream can be written through to
-_STREAMS = (stat.S_IFIFO, stat.S_IFCHR)
-
-
-def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
-    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``
-    (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
-
-    No reader ever sees a half-written ``path``, and a ``write`` that raises
-    leaves neither a temporary file nor a changed ``path`` behind.  An
-    existing FIFO or character device at ``path`` is never replaced: it is
-    written through (``write(path)``), or refused with :class:`OutputError`
-    if ``stream=False``; any other non-regular file is refused (module docstring).
-    """
-    path = Path(path)
-    try:
-        kind = stat.S_IFMT(path.stat().st_mode)
-    except (FileNotFoundError, NotADirectoryError):
-        kind = stat.S_IFREG
-    if kind != stat.S_IFREG:
-        if not (stream and kind in _STREAMS):
-            raise OutputError(f"{path} is {_KINDS.get(kind, 'not a regular file')}; give the path of a "
-                              "regular file (it is never replaced)")
-        write(path)
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file (never half-written, never a 0-byte file)."""
-    write_file_atomically(Path(path), lambda tmp: tmp.write_text(text))
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
-
-
-class _WriteRecorder:
-    """A binary file for ``torch.save`` that keeps the OSError its ``write`` raised (see :func:`save_torch`)."""
-
-    def __init__(self, fh):
-        self.fh, self.error = fh, None
-
-    def write(self, data) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def save_torch(obj: Any, path: Path, *, sync: bool = False) -> None:
-    """``torch.save(obj)`` to ``path`` (``sync``: then ``fsync``); a failed write raises its OSError.
-
-    ``torch.save`` reports most failed writes (a full disk) as a
-    ``RuntimeError`` ("unexpected pos ...") that names no errno, which the
-    one-line handler of OS errors would miss.  The file is written through
-    :class:`_WriteRecorder`, so exactly the RuntimeErrors that follow a
-    failed write become that write's OSError; any other RuntimeError is raised as it is.
-    """
-    import torch
-
-    with open(path, "wb") as fh:
-        recorder = _WriteRecorder(fh)
-        try:
-            torch.save(obj, recorder)
-        except RuntimeError as exc:
-            if recorder.error is None:
-                raise
-            raise recorder.error from exc
-        fh.flush()
-        if sync:
-            os.fsync(fh.fileno())
-
-
-def save_torch_atomic(obj: Any, path: Path, *, stream: bool = True) -> None:
-    """:func:`save_torch` through :func:`write_file_atomically`."""
-    write_file_atomically(Path(path), lambda tmp: save_torch(obj, tmp), stream=stream)

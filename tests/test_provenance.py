@@ -242,7 +242,7 @@ def test_dp_budget_stop_evaluates_the_final_model(tiny_synth, tmp_path):
 
 def test_write_atomically_replaces_whole_or_not_at_all(tmp_path):
     """The one atomic-write helper (run JSON, client memories, exports): a failing write keeps the old file."""
-    from privreid.rundir import write_file_atomically, write_json_atomic
+    from privreid.io import write_file_atomically, write_json_atomic
 
     path = tmp_path / "summary.json"
     write_json_atomic(path, {"b": 1, "a": [2]})

@@ -21,7 +21,7 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.models import build_model
-from privreid.reporting.files import write_csv_rows
+from privreid.io import write_csv_rows
 
 from conftest import tiny_config
 

@@ -244,7 +244,7 @@ def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None 
 
 
 def dp_table(records: list[dict[str, Any]]) -> str:
-    from privreid.reporting.tables import format_table
+    from privreid.io import format_table
 
     return format_table([{"model": r["model"], "level": r["level"], "canaries (in)": f"{r['canaries']} ({r['included']})",
                           "guesses": r["guesses"], "correct": r["correct"],

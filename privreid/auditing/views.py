@@ -50,7 +50,7 @@ from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import uniform
 from privreid.pickle_scan import safe_torch_load
-from privreid.rundir import save_torch_atomic
+from privreid.io import save_torch_atomic
 
 VIEWS = ("public", "server", "server-aggregate")
 

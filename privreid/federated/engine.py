@@ -67,7 +67,8 @@ from privreid.evaluation.metric_registry import metric_line, summary_keys
 from privreid.evaluation.model_eval import evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
-from privreid.rundir import RUN_FILES, write_json_atomic
+from privreid.rundir import RUN_FILES
+from privreid.io import write_json_atomic
 from privreid.seeding import derive_seed, rng_states, seed_everything
 from privreid.federated.best import best_block
 from privreid.federated.client import ClientContext

@@ -69,7 +69,7 @@ from typing import Any
 import torch
 
 from privreid.errors import CheckpointError
-from privreid.rundir import save_torch_atomic
+from privreid.io import save_torch_atomic
 
 #: the folder under the run directory that holds the client memories
 MEMORY_DIR = "client_memory"

@@ -69,7 +69,7 @@ from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
 from privreid.federated.strategy import Upload
 from privreid.plugins import load_plugins, named_plugins
-from privreid.rundir import write_json_atomic
+from privreid.io import write_json_atomic
 from privreid.seeding import derive_seed, seed_everything
 from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
                        parse_eval_records, record_to_state, run_record, state_to_record)

@@ -17,7 +17,7 @@ from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine, prepare_out_dir
 from privreid.federated.lr_schedule import lr_table
 from privreid.training.compose import method_of
-from privreid.rundir import write_json_atomic
+from privreid.io import write_json_atomic
 
 
 #: ``privreid train``'s command lines and its flags that are no keyword of :func:`train_run`, in its errors
@@ -172,6 +172,7 @@ def eval_cadence(config: RunConfig) -> str:
 
 def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
-    from privreid.rundir import OutputError, os_error_message
+    from privreid.rundir import os_error_message
+    from privreid.io import OutputError
 
     return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out, _kept_round(out))}")
