@@ -67,53 +67,21 @@ from privreid.errors import ConfigError
 from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
-from privreid.rundir import RUN_FILES, write_json_atomic
+from privreid.rundir import MEMORY_DIR, write_json_atomic
 from privreid.seeding import derive_seed, rng_states, seed_everything
 from privreid.federated.best import best_block
 from privreid.federated.client import ClientContext
 from privreid.federated.divergence import check_finite_states, check_finite_training, json_line
 from privreid.federated.early_stop import evaluate_after_stop
 from privreid.federated.heap import HeapTrimmer
-from privreid.federated.memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
+from privreid.federated.memory_store import ClientMemories, ClientMemory
 from privreid.federated.policy import StateDict, clone_state, state_nbytes
 from privreid.federated.registry import Method
-from privreid.federated.resume import check_resume
+from privreid.federated.resume import load_for_resume
 from privreid.federated.strategy import Accumulator, RoundResult, Upload
 
 _log = logging.getLogger(__name__)
 
-
-
-def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
-    """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
-
-    A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
-    ``ckpt.pt``: ``train --resume`` starts it from round 0
-    (:func:`privreid.federated.resume.check_resumable`), and this refusal
-    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
-    and the client-memory files (:func:`~.memory_store.own_memory_files`),
-    and refuses, naming it, anything else in ``client_memory/``.
-    """
-    existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
-    has_ckpt = (out_dir / "ckpt.pt").exists()
-    if resume:
-        if not has_ckpt:
-            raise ConfigError(f"--resume: {out_dir} holds a run that stopped before its first checkpoint "
-                              f"({', '.join(existing)}); start it again with --overwrite" if existing else
-                              f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
-        return
-    if existing and not overwrite:
-        hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
-                "it stopped before its first checkpoint; pass --resume to start it from round 0 (nothing was "
-                "done yet) or --overwrite")
-        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
-    memories = own_memory_files(out_dir / MEMORY_DIR) if overwrite else []
-    for f in existing:
-        (out_dir / f).unlink()
-    for path in memories:
-        path.unlink()
-    if memories and not any((out_dir / MEMORY_DIR).iterdir()):
-        (out_dir / MEMORY_DIR).rmdir()
 
 
 def selection_size(fraction: float, n: int) -> int:
@@ -227,12 +195,11 @@ class FederatedEngine:
         self.comm: list[dict[str, int]] = []
         self.start_round = 0
 
-    def _restore(self) -> None:
-        ckpt = Checkpoint.load(self.out_dir / "ckpt.pt", client_memory=False)
-        check_resume(ckpt.run_config, self.config, ckpt.round)
+    def _restore(self, ckpt: Checkpoint) -> None:
+        """Continue from ``ckpt`` (:func:`~.resume.resume_checkpoint`: loaded and checked once, memories unread)."""
         self.global_state = {**ckpt.global_state, **ckpt.server_state}
         self.client_states = ckpt.client_states
-        self.client_server_state = ckpt.server_client_state  # absent before it existed: none kept
+        self.client_server_state = ckpt.server_client_state
         if not self.client_memory_on_disk:
             self.client_memory = ckpt.client_memory
         elif ckpt.client_memory_files is not None:
@@ -242,12 +209,8 @@ class FederatedEngine:
             self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
             for name, memory in ckpt.client_memory.items():
                 self.client_memory[name] = memory
-        observer_state = ckpt.observer_state
-        if observer_state is None:  # backward compatibility: a checkpoint from before observers kept their own
-            # state (the ledger read client memory); rebuilt once, here, from that checkpoint's client memories
-            observer_state = {o.key: o.state_from_memories(self.client_memory) for o in self.observers}
         for observer in self.observers:
-            observer.load_state_dict(observer_state.get(observer.key, {}))
+            observer.load_state_dict(ckpt.observer_state.get(observer.key, {}))
         self.metrics = list(ckpt.metrics)
         self.comm = list(ckpt.comm)
         self.start_round = ckpt.round
@@ -442,11 +405,15 @@ class FederatedEngine:
             self.evaluate_round(round_no)
         self._checkpoint(round_no)
 
-    def run(self, *, resume: bool = False) -> dict[str, Any]:
+    def run(self, *, resume: bool | Checkpoint = False) -> dict[str, Any]:
+        """Train the remaining rounds and write ``summary.json``; ``resume``: continue from the checkpoint
+        :func:`~.resume.resume_checkpoint` returned (``True``: load it here, :func:`~.resume.load_for_resume`)."""
         t = self.config.train
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        if resume is True:
+            resume = load_for_resume(self.out_dir, self.config)
         if resume:
-            self._restore()
+            self._restore(resume)
         started = time.time()
         rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                               total=t.rounds, enabled=self.progress)
