@@ -101,7 +101,7 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
-                    client_memory: bool = True, hash_memory: bool | None = None) -> dict[str, Any]:
+                    client_memory: bool = True, check_memory: bool | None = None) -> dict[str, Any]:
     """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
 
     Every field is checked (:func:`check_fields`).  The client memories kept
@@ -109,10 +109,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     checkpoint recorded (``client_memory_hashes``) and read into
     ``client_memory``, and ``client_memory_files`` is dropped, so the result
     saved anywhere with :func:`save_checkpoint` is a complete checkpoint.
-    ``client_memory=False`` leaves them unread and keeps
-    ``client_memory_hashes``; ``hash_memory`` (default: ``client_memory``)
-    whether their bytes are checked against the hashes (``--resume`` hashes
-    them and the engine reads them lazily:
+    ``client_memory=False`` leaves them out of the result and keeps
+    ``client_memory_hashes``; ``check_memory`` (default: ``client_memory``)
+    whether they are hashed and read all the same (``--resume`` checks them
+    up front and the engine reads them lazily:
     :func:`privreid.federated.resume.resume_checkpoint`).  A checkpoint
     without its integrity hash, or naming memory files without their hashes
     (written by an earlier development version), is refused as incomplete.
@@ -158,11 +158,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if files is None:
         return ckpt
     hashes = ckpt.pop(MEMORY_HASHES_KEY)
-    _check_client_memories(path, ckpt["round"], files, hashes,
-                           hash_files=client_memory if hash_memory is None else hash_memory)
+    check = client_memory if check_memory is None else check_memory
+    _check_client_memories(path, ckpt["round"], files, hashes, hash_files=check)
+    memories = _read_client_memories(path, ckpt["round"], files) if check else None  # mapped, not read
     if client_memory:
-        # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
-        ckpt["client_memory"] = _read_client_memories(path, ckpt["round"], ckpt.pop("client_memory_files"))
+        # inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
+        ckpt["client_memory"] = memories
+        del ckpt["client_memory_files"]
     else:
         ckpt[MEMORY_HASHES_KEY] = hashes
     return ckpt
@@ -443,16 +445,16 @@ class Checkpoint:
     other: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, client_memory: bool = True, hash_memory: bool | None = None,
+    def load(cls, path: str | os.PathLike, *, client_memory: bool = True, check_memory: bool | None = None,
              map_location: str | torch.device = "cpu") -> Checkpoint:
         """Load and validate the checkpoint at ``path``; :class:`CheckpointError` (one line) otherwise.
 
         ``client_memory=False`` leaves memories kept in files unread
         (:attr:`client_memory_files`): the engine resumes them lazily
-        (``hash_memory``: :func:`load_checkpoint`).
+        (``check_memory``: :func:`load_checkpoint`).
         """
         return cls.from_dict(load_checkpoint(path, map_location, client_memory=client_memory,
-                                             hash_memory=hash_memory), path=Path(path))
+                                             check_memory=check_memory), path=Path(path))
 
     @classmethod
     def from_dict(cls, ckpt: dict[str, Any], *, path: str | os.PathLike | None = None) -> Checkpoint:

@@ -22,7 +22,7 @@ from privreid.data.types import Federation, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.model_eval import evaluate_model
 from privreid.device import resolve_device
-from privreid.federated.engine import mean_metrics
+from privreid.federated.round_eval import mean_metrics
 from privreid.models.evaluated import EvaluatedModel, data_source, load_evaluated_models, model_labels
 from privreid.reporting import comparison_rows
 from privreid.seeding import derive_seed, seed_everything

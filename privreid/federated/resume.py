@@ -51,7 +51,7 @@ def resume_checkpoint(out: Path, config: RunConfig) -> Checkpoint | None:
     Refused, before anything in ``out`` is written, when there is no run to resume, when a finished run lost its
     checkpoint, or when the checkpoint or its client-memory files are missing, unreadable, malicious, edited
     (:func:`privreid.checkpoint.check_fields`), changed or swapped (their recorded hashes), or of another
-    configuration (:func:`check_resume`).  The memories are hashed, not read: the engine restores them lazily
+    configuration (:func:`check_resume`).  The memories are checked, not kept: the engine restores them lazily
     from this object (:meth:`~privreid.federated.engine.FederatedEngine.run`).
     """
     if not (out / "ckpt.pt").exists():
@@ -66,9 +66,9 @@ def resume_checkpoint(out: Path, config: RunConfig) -> Checkpoint | None:
 
 
 def load_for_resume(out: Path, config: RunConfig) -> Checkpoint:
-    """``out/ckpt.pt`` loaded (its memory files hashed, left unread) and checked against ``config``
+    """``out/ckpt.pt`` loaded (its memory files hashed and read, left out) and checked against ``config``
     (:func:`check_resume`): the one load of a resume."""
-    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False, hash_memory=True)
+    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False, check_memory=True)
     check_resume(ckpt.run_config, config, ckpt.round)
     return ckpt
 
