@@ -1,17 +1,7 @@
-"""What a run writes and reads back: ``metrics.jsonl`` records, ``ckpt.pt``, ``summary.json``, and the restore.
+"""What a run writes and reads back: ``metrics.jsonl`` records, ``ckpt.pt`` (keys: :mod:`privreid.checkpoint`),
+``summary.json``, and the restore of a ``--resume`` from the checkpoint :func:`~.resume.resume_checkpoint` loaded.
 
-:class:`Checkpointing` is a part of :class:`~.engine.FederatedEngine` (whose
-state it writes and restores).  Every record goes to ``metrics.jsonl`` as it
-is made (:meth:`Checkpointing._record`); after every round the checkpoint holds
-the global model's keys apart from server-side method state
-(``server_state``: tensors a method's uploads put in the global state, such
-as DPPT's class centres), every client's local state, the strategy's
-per-client server state (``server_client_state``), each round observer's
-``state_dict`` (``observer_state``) and the client memories (their files
-under ``client_memory/`` and those files' hashes, :mod:`.memory_store`).
-``--resume`` restores all of it from the checkpoint
-:func:`~.resume.resume_checkpoint` loaded (:meth:`Checkpointing._restore`), so the
-resumed run continues exactly as the uninterrupted one.
+:class:`Checkpointing` is a part of :class:`~.engine.FederatedEngine`, whose state it writes and restores.
 """
 
 from __future__ import annotations

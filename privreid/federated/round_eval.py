@@ -9,11 +9,8 @@ is personalised is the method's choice (``Method.keeps_trained_model``); it
 is assembled by :func:`privreid.checkpoint.personal_state`, so
 ``load_model(ckpt, client=NAME)`` returns exactly the model scored.
 
-:class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`
-(whose state it reads: ``model``, ``global_state``, ``client_states``,
-``client_memory``, ``init_state``, ``initial_local``, ``federation``,
-``method``, ``config``, ``device``); each score becomes a metric record
-(:meth:`~.checkpointing.Checkpointing._record`).
+:class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`, whose state it reads; each score
+becomes a metric record (:meth:`~.checkpointing.Checkpointing._record`).
 """
 
 from __future__ import annotations
