@@ -32,7 +32,7 @@ import platform
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -451,13 +451,13 @@ class _WandB:
         self.run.finish()
 
 
-def metric_logger(kind: str, out: Path, config, lr_table: Callable[[Any], dict[str, list[float]]]):
+def metric_logger(kind: str, out: Path, config, rates: dict[str, list[float]]):
     """A callable mirroring each metric record of the run of ``config`` (a :class:`~privreid.config.RunConfig`)
-    to ``kind`` (``none``: ``None``), with ``close()``; TensorBoard also gets ``lr_table(config)``, each group's
-    learning rate in every round (:func:`privreid.federated.lr_schedule.lr_table`)."""
+    to ``kind`` (``none``: ``None``), with ``close()``; ``rates``: each learning-rate group's rate in every round
+    (:func:`privreid.federated.lr_schedule.lr_table`)."""
     check_logger(kind)
     if kind == "tensorboard":
-        return _TensorBoard(out, config, lr_table(config))
+        return _TensorBoard(out, config, rates)
     if kind == "wandb":
         return _WandB(out, config.to_dict())
     return None

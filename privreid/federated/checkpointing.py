@@ -10,7 +10,6 @@ from typing import Any
 
 from privreid.checkpoint import MEMORY_HASHES_KEY, Checkpoint, save_checkpoint
 from privreid.config import evaluation_settings
-from privreid.deviations import deviations
 from privreid.evaluation.model_eval import SUMMARY_KEYS
 from privreid.rundir import MEMORY_DIR
 from privreid.seeding import rng_states
@@ -123,5 +122,5 @@ class Checkpointing:
         out["best"] = best_block(self.metrics, self.config.train.report_best)
         out["evaluation"] = evaluation_settings(self.config)
         out["precision"] = self.config.train.precision
-        out["deviations"] = deviations(self.config)
+        out["deviations"] = self.deviations
         return out

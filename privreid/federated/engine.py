@@ -118,7 +118,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
+    observers (:class:`privreid.training.compose.RunPlan`; default :func:`privreid.training.compose.build_run`,
     whose observer is the privacy ledger).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
@@ -137,9 +137,10 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                  build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
         if build is None:
-            from privreid.federated.build import build_run as build
+            from privreid.training.compose import build_run as build
         plan = build(config)
         self.method: Method = plan.method
+        self.deviations: list[str] = plan.deviations
         self.federation = federation
         prepare = self.method.prepare_clients_for(config)
         self.clients: list[ClientData] = prepare(federation.clients) if prepare else federation.clients
@@ -242,7 +243,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         received, extra = self._load_client(client, round_index, received)
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
                             device=self.device, global_state=received, seed=seed,
-                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra)
+                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra,
+                            triplet_weight=self.method.triplet_weight_for(self.config))
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)

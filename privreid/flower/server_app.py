@@ -63,7 +63,7 @@ from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError, PrivreidError
-from privreid.federated.build import build_method
+from privreid.training.compose import build_method
 from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
 from privreid.federated.strategy import Upload

@@ -11,7 +11,7 @@ patch.  The run records which client stamped which strip
 
 from __future__ import annotations
 
-from privreid.malicious_clients import register
+from privreid.malicious_clients import register_malicious_client
 from privreid.malicious_clients.backdoor import Backdoor
 from privreid.malicious_clients.trigger import Trigger
 
@@ -30,4 +30,4 @@ class DistributedBackdoor(Backdoor):
         return Trigger.from_settings(settings).part(parts.index(client_name), len(parts))
 
 
-register(DistributedBackdoor())
+register_malicious_client(DistributedBackdoor())

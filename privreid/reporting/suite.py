@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 
-from privreid.retrieval_attacks.feature_attacks import ATTACKS, default_alpha
+from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS, default_alpha
 from privreid.retrieval_attacks.campaign import attack_models
 from privreid.retrieval_attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
 
@@ -77,7 +77,7 @@ class SuiteSettings:
 
     suites: list[str] = field(default_factory=lambda: list(SUITES))
     testsets: str = "all"
-    attacks: list[str] = field(default_factory=lambda: list(ATTACKS))
+    attacks: list[str] = field(default_factory=lambda: list(RETRIEVAL_ATTACKS))
     eps: float = 8 / 255
     #: the iterative attacks' step; None: 2.5 eps / steps (privreid.retrieval_attacks.feature_attacks.default_alpha)
     alpha: float | None = None

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from privreid.retrieval_attacks.feature_attacks import ATTACKS, FeatureAttack, build_attack
+from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS, FeatureAttack, build_attack
 from privreid.data import ImageDataset, build_transforms
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
@@ -55,7 +55,7 @@ METRIC_KEYS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
 def attack_label(name: str) -> str:
     """The Table IX row label of attack ``name`` (:attr:`FeatureAttack.label` of the registered attack, read
     when asked, so attacks registered later have theirs); ``name`` itself for a name that is not an attack."""
-    return (ATTACKS[name].label or name) if name in ATTACKS else name
+    return (RETRIEVAL_ATTACKS[name].label or name) if name in RETRIEVAL_ATTACKS else name
 
 
 def relative_drop(clean: float, attacked: float) -> float | None:
@@ -69,10 +69,10 @@ def resolve_methods(spec: str | list[str]) -> list[str]:
     if not names:
         raise ConfigError("no attack method given")
     if "all" in names:
-        return ATTACKS.names()
-    unknown = [m for m in names if m not in ATTACKS]
+        return RETRIEVAL_ATTACKS.names()
+    unknown = [m for m in names if m not in RETRIEVAL_ATTACKS]
     if unknown:
-        raise ATTACKS.unknown(unknown[0], [*ATTACKS.names(), "all"])
+        raise RETRIEVAL_ATTACKS.unknown(unknown[0], [*RETRIEVAL_ATTACKS.names(), "all"])
     return list(dict.fromkeys(names))
 
 
@@ -149,7 +149,7 @@ def evaluate_under_attack(
     """Clean and attacked R1 / mAP / mINP of ``model`` (already on ``device``) on ``testset``.
 
     Args:
-        method: one of :data:`~privreid.retrieval_attacks.feature_attacks.ATTACKS`.
+        method: one of :data:`~privreid.retrieval_attacks.feature_attacks.RETRIEVAL_ATTACKS`.
         eps, alpha, steps: attack budget in ``[0, 1]`` pixel units (see
             :func:`~privreid.retrieval_attacks.feature_attacks.build_attack`).
         target: ``"query"``, ``"gallery"`` or ``"both"``: which images are

@@ -1,4 +1,7 @@
-"""Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``."""
+"""Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``.
+
+The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.training.compose`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.registry import get_method
+from privreid.federated.lr_schedule import lr_table
+from privreid.training.compose import method_of
 from privreid.rundir import prepare_out_dir, write_json_atomic
 
 
@@ -51,14 +55,13 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     from privreid.provenance import check_logger, metric_logger, open_run, provenance_files
     from privreid.rundir import check_output_dir
 
-    from privreid.federated.lr_schedule import lr_table
     from privreid.federated.resume import restart_line, resume_checkpoint
 
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
-    get_method(config.train.method)
+    method = method_of(config)
     # the one load of the checkpoint; None: stopped before its first checkpoint, so it starts from round 0
     ckpt = resume_checkpoint(out, config) if resume else None
     restart = resume and ckpt is None
@@ -82,7 +85,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
-        mirror = metric_logger(logger, out, config, lr_table)
+        mirror = metric_logger(logger, out, config, lr_table(config, method))
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:
