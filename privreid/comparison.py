@@ -32,7 +32,7 @@ from privreid.errors import ConfigError
 from privreid.evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
                                                 evaluate_corrupted)
 from privreid.evaluation.model_eval import evaluate_model
-from privreid.federated.engine import mean_metrics
+from privreid.federated.round_eval import mean_metrics
 from privreid.models.evaluated import EvaluatedModel, data_source, load_evaluated_models, model_labels
 from privreid.retrieval_attacks.campaign import attack_models
 from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS

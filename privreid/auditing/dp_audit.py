@@ -147,7 +147,8 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
     from privreid.checkpoint import Checkpoint
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
     from privreid.auditing.statistics import probe_outputs
 
     target = federation.clients[0]
@@ -174,7 +175,8 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str | None]:
     from privreid.defenses.client_dp.mechanism import trainable_parameter_names
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
 
     included = _inclusion(settings.canaries, settings.seed)
     donor = federation.clients[0]

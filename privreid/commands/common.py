@@ -181,12 +181,12 @@ def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
 
 @contextmanager
 def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path]]:
-    """The block runs inside the run directory ``out`` (:func:`privreid.rundir.open_run`: checked, locked,
+    """The block runs inside the run directory ``out`` (:func:`privreid.provenance.open_run`: checked, locked,
     provenance and ``log.txt``); a refusal is one line and exit 2.  ``out=None``: no run directory."""
     if out is None:
         yield None
         return
-    from privreid.rundir import open_run
+    from privreid.provenance import open_run
 
     with ExitStack() as stack:
         yield run_or_exit(stack.enter_context, open_run(out, command))
