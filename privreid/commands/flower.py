@@ -204,7 +204,7 @@ def run_command(
         if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
             from privreid.defenses.secure_aggregation.mechanism import check_secure_aggregation
             from privreid.federated.engine import selection_size
-            from privreid.training.compose import method_of
+            from privreid.composition import method_of
 
             fraction = config.train.client_fraction or method_of(config).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))

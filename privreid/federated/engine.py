@@ -119,7 +119,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`privreid.training.compose.RunPlan`; default :func:`privreid.training.compose.build_run`,
+    observers (:class:`privreid.composition.RunPlan`; default :func:`privreid.composition.build_run`,
     whose observer is the privacy ledger).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
@@ -138,7 +138,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                  build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
         if build is None:
-            from privreid.training.compose import build_run as build
+            from privreid.composition import build_run as build
         plan = build(config)
         self.method: Method = plan.method
         self.deviations: list[str] = plan.deviations

@@ -64,7 +64,7 @@ from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError, PrivreidError
 from privreid.evaluation.metric_registry import metric_line
-from privreid.training.compose import build_method
+from privreid.composition import build_method
 from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
 from privreid.federated.strategy import Upload

@@ -1,6 +1,6 @@
 """Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``.
 
-The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.training.compose`.
+The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.composition`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.lr_schedule import lr_table
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 from privreid.io import write_json_atomic
 from privreid.rundir import prepare_out_dir
 
