@@ -244,9 +244,9 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
             raise bad(f"{key} must be {what} (got {type(ckpt[key]).__name__} {ckpt[key]!r:.40})")
     try:
         config = RunConfig.from_dict(ckpt["config"]).validate()
-        from privreid.federated.registry import get_method
+        from privreid.federated.registry import check_method_name
 
-        get_method(ckpt["method"])
+        check_method_name(ckpt["method"])
     except ConfigError as exc:
         raise bad(f"its configuration is refused ({exc})") from None
     if ckpt["method"] != config.train.method:
@@ -573,7 +573,7 @@ class Checkpoint:
         return self._build()
 
     def _build(self) -> torch.nn.Module:
-        from privreid.models import build_from_config
+        from privreid.models.build import build_from_config
 
         return build_from_config({**self.model_config, "num_classes": 0})
 

@@ -143,26 +143,6 @@ def test_clustered_average_returns_cluster_models_as_per_client_state(tiny_synth
         assert strategy.configure(result.global_state, client, {}, 1) is result.global_state  # never clustered
 
 
-def test_a_one_argument_make_strategy_still_builds_its_strategy_with_a_deprecation_warning(tmp_path):
-    """Plugins written against ``make_strategy(config)`` keep working for one release: the factory is adapted
-    to ``(config, model_config)`` and a DeprecationWarning names the method."""
-    import dataclasses
-
-    fedavg = get_method("fedavg")
-    seen = []
-
-    def old_factory(config):
-        seen.append(config)
-        return DataVolumeAverage()
-
-    with pytest.warns(DeprecationWarning, match="'old-style'.*make_strategy\\(config\\) is deprecated"):
-        method = dataclasses.replace(fedavg, name="old-style", make_strategy=old_factory)
-    config = tiny_config(tmp_path)
-    assert isinstance(method.strategy(config), DataVolumeAverage)
-    assert isinstance(method.make_strategy(config, {"arch": "x"}), DataVolumeAverage)
-    assert seen == [config, config]
-
-
 def test_a_two_argument_make_strategy_is_used_as_it_is():
     import dataclasses
     import warnings

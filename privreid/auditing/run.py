@@ -11,7 +11,7 @@ import numpy as np
 
 from privreid.checkpoint import Checkpoint, checkpoint_labels
 from privreid.errors import ConfigError
-from privreid.federated.registry import get_method
+from privreid.composition import method_of
 from privreid.auditing.membership_attacks import resolve_attacks
 from privreid.auditing.membership import LEVELS, MembershipSet, build_membership
 from privreid.auditing.metrics import summarise
@@ -118,7 +118,7 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     for path, label, ckpt in zip(paths, labels, ckpts):
         config = ckpt.run_config
         federation = federation_for_config(config)
-        method = get_method(config.train.method)
+        method = method_of(config)
         trained = method.prepare_clients(federation.clients) if method.prepare_clients else federation.clients
         size = dict(height=config.data.height, width=config.data.width, device=dev)
         server_client = settings.client or ckpt.trained_clients[0]

@@ -97,9 +97,9 @@ class UploadRecorder(FederatedEngine):
 def mean_weight(config: RunConfig):
     """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
     mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
-    from privreid.federated.registry import get_method
+    from privreid.composition import method_of
 
-    method = get_method(config.train.method)
+    method = method_of(config)
     weight = None
     if method.needs_per_client_uploads is False:
         weight = uniform if config.train.client_dp else method.strategy(config).upload_weight()

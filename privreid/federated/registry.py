@@ -8,8 +8,6 @@ engine looks methods up by name and never imports a method module.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,13 +137,6 @@ class Method:
     dp_sgd_support: str | None = None
     lr_factor: Callable[[RunConfig, int], float | None] | None = None
 
-    def __post_init__(self) -> None:
-        if _takes_one_argument(self.make_strategy):
-            warnings.warn(f"method {self.name!r}: make_strategy(config) is deprecated; take (config, model_config) "
-                          "(the old form is accepted until the next release)", DeprecationWarning, stacklevel=3)
-            one_argument = self.make_strategy
-            object.__setattr__(self, "make_strategy", lambda config, model_config: one_argument(config))
-
     def policy_for(self, config: RunConfig) -> ParameterPolicy:
         return self.policy if isinstance(self.policy, ParameterPolicy) else self.policy(config)
 
@@ -229,15 +220,11 @@ def available_methods() -> list[str]:
 
 
 def get_method(name: str) -> Method:
-    """The method ``name``; ConfigError naming the registered ones otherwise."""
+    """The method ``name``; ConfigError naming the registered ones otherwise.  Called by the composition root
+    (:func:`privreid.composition.method_of`) alone: every other module is given the resolved method."""
     return METHODS.get(name)
 
 
-def _takes_one_argument(factory: Callable) -> bool:
-    """Whether ``factory`` is the former ``make_strategy(config)`` form (one positional parameter, no ``*args``)."""
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C callable: assume the current form
-        return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) == 1 and not any(p.kind is p.VAR_POSITIONAL for p in parameters)
+def check_method_name(name: str) -> None:
+    """ConfigError naming the registered methods unless one is called ``name`` (a checkpoint's check)."""
+    METHODS.get(name)

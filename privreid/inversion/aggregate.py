@@ -103,10 +103,10 @@ def aggregate_observation(steps, *, shared: set[str], loss_fn, defense: Defense,
 def clients_per_round(target) -> int:
     """The run's ``m``: how many clients each of its rounds aggregated (the engine's ``max(1, ceil(C N))``)."""
     from privreid.federated.engine import selection_size
-    from privreid.federated.registry import get_method
+    from privreid.composition import method_of
 
     fraction = target.config.train.client_fraction
-    method = get_method(target.ckpt.method)
+    method = method_of(target.config)
     return selection_size(method.client_fraction if fraction is None else fraction, len(target.clients))
 
 

@@ -54,13 +54,13 @@ def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
 def load_targets(paths: list[Path]) -> list[Target]:
     """Checkpoints with their run configs and their clients' training data."""
     from privreid.data.catalog import federation_for_config
-    from privreid.federated.registry import get_method
+    from privreid.composition import method_of
 
     ckpts = [Checkpoint.load(p) for p in paths]
     targets = []
     for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(ckpts)):
         cfg = ckpt.run_config
-        method = get_method(ckpt.method)
+        method = method_of(cfg)
         clients = federation_for_config(cfg).clients
         prepare = method.prepare_clients_for(cfg)
         clients = prepare(clients) if prepare else clients
