@@ -2,8 +2,7 @@
 
 :func:`build_model` is the one builder; :func:`build_from_config` rebuilds a
 model from a stored ``model_config`` (``ReIDModel.model_config()``, kept in
-every checkpoint and exported file), including the flag dictionaries that
-checkpoints written before model transforms existed hold (:func:`legacy_transforms`).
+every checkpoint and exported file).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from privreid.models.weights import load_imagenet_weights, load_weights_file
 
 PRETRAINED = ("imagenet",)
 
-#: the keys of a ``model_config`` besides the legacy flags
+#: the keys of a ``model_config``
 CONFIG_KEYS = ("arch", "num_classes", "neck", "feat_dim", "last_stride", "dropout", "transforms")
 
 _log = logging.getLogger(__name__)
@@ -88,40 +87,15 @@ def _apply(model: ReIDModel, transforms: list[ModelTransform]) -> None:
         model.transforms.append(transform)
 
 
-def legacy_transforms(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Split a ``model_config`` of the flag era into its other keys and the transforms its flags stand for.
-
-    Checkpoints written before model transforms existed store
-    ``head="mlp"`` (``mlp_head``), ``part_branch=True``, ``norm="group"``
-    (``group_norm``), ``attentive_norm=True`` with ``an_components`` and
-    ``an_act`` (``attentive_norm``), ``dual_norm=True``; ``head="linear"``
-    and ``norm="batch"`` are the base model.
-    """
-    rest = dict(config)
-    head, norm = rest.pop("head", "linear"), rest.pop("norm", "batch")
-    part, dual = rest.pop("part_branch", False), rest.pop("dual_norm", False)
-    an = rest.pop("attentive_norm", False)
-    an_params = {k: rest.pop(f"an_{k}") for k in ("components", "act") if f"an_{k}" in rest}
-    if head not in ("linear", "mlp"):
-        raise ConfigError(f"unknown head {head!r}; choose one of linear, mlp")
-    if norm not in ("batch", "group"):
-        raise ConfigError(f"unknown norm {norm!r}; choose one of batch, group")
-    found = [({"name": "mlp_head"}, head == "mlp"), ({"name": "part_branch"}, part),
-             ({"name": "group_norm"}, norm == "group"), ({"name": "attentive_norm", **an_params}, an),
-             ({"name": "dual_norm"}, dual)]
-    return rest, [spec for spec, on in found if on]
-
-
 def build_from_config(model_config: Mapping[str, Any], *, pretrained: str | None = None,
                       weights: str | PathLike[str] | None = None) -> ReIDModel:
     """The model ``model_config`` describes (:meth:`ReIDModel.model_config`), through :func:`build_model`.
 
-    Accepts the flag dictionaries of older checkpoints (:func:`legacy_transforms`).
-    ConfigError for keys that are neither.
+    ConfigError for any other key (the flags ``head``, ``norm``, ... of privreid's development versions
+    included: their files are not read).
     """
-    rest, legacy = legacy_transforms(model_config)
+    rest = dict(model_config)
     unknown = sorted(set(rest) - set(CONFIG_KEYS))
     if unknown:
         raise ConfigError(f"unknown model_config key {', '.join(unknown)}; expected {', '.join(CONFIG_KEYS)}")
-    transforms = [*rest.pop("transforms", ()), *legacy]
-    return build_model(**rest, transforms=transforms, pretrained=pretrained, weights=weights)
+    return build_model(**rest, pretrained=pretrained, weights=weights)
