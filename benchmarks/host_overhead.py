@@ -160,6 +160,7 @@ def train(args, device: torch.device) -> dict:
     s = side_by_side({"privreid": privreid_block, "raw": raw_block, "compute": compute_block}, device, args.repeats)
     overhead = {name: s[name] - s["compute"] for name in ("privreid", "raw")}
     return {"model": "tiny trunk (pixel mean, linear 3->512) + neck 16 + classifier", "steps": steps,
+            "size": f"{args.height}x{args.width}", "batch": args.batch,
             "ms_per_step": {k: 1e3 * v for k, v in s.items()},
             "overhead_ms_per_step": {k: 1e3 * v for k, v in overhead.items()},
             "overhead_privreid_vs_raw": overhead["privreid"] / overhead["raw"],
