@@ -59,7 +59,7 @@ from privreid.federated.client import ClientContext, SupervisedUpdate  # noqa: E
 from privreid.inversion.attack import reconstruct  # noqa: E402
 from privreid.inversion.optimise import total_variation, to_pixels, to_space  # noqa: E402
 from privreid.inversion.settings import STEP_MILESTONES, InversionSettings  # noqa: E402
-from privreid.inversion.threat_models import to_model_input  # noqa: E402
+from privreid.inversion.observation import to_model_input  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
 from privreid.models import build_model  # noqa: E402
 from privreid.precision import to_device  # noqa: E402

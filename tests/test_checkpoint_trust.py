@@ -14,7 +14,7 @@ from privreid.checkpoint import INTEGRITY_KEY, Checkpoint, load_checkpoint, save
 from privreid.errors import CheckpointError
 from privreid.federated.divergence import TrainingDiverged
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.memory_store import MEMORY_DIR, memory_file_name
+from privreid.rundir import MEMORY_DIR, memory_file_name
 from privreid.models import build_model
 from privreid.pickle_scan import UnsafePickle, safe_torch_load
 from privreid.config import RunConfig
@@ -142,7 +142,7 @@ def _small_ckpt() -> dict:
             "client_states": {}}
 
 
-def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_still_load(tmp_path):
+def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_too(tmp_path):
     path = save_checkpoint(_small_ckpt(), tmp_path / "ckpt.pt")
     assert load_checkpoint(path)[  # the hash is checked and dropped from what a reader sees
         "round"] == 1 and INTEGRITY_KEY not in load_checkpoint(path)
@@ -155,7 +155,8 @@ def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_still_load
         load_checkpoint(path)
     old = tmp_path / "old.pt"
     torch.save({"format": "privreid-ckpt-v1", **_small_ckpt()}, old)  # written before the hash existed
-    assert load_checkpoint(old)["round"] == 1
+    with pytest.raises(CheckpointError, match=r"old.pt is incomplete: missing integrity$"):
+        load_checkpoint(old)
 
 
 def test_a_state_that_becomes_non_finite_stops_the_run_and_keeps_the_last_finite_checkpoint(tiny_synth, tmp_path):

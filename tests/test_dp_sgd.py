@@ -299,22 +299,12 @@ def test_ledger_accounts_from_uploaded_reports_not_client_memory(tiny_synth, tmp
     assert ClientAccountant.from_memory(reported["synthA"], HISTORY_KEY).history == [(1.0, 0.25, 2)]
 
 
-@pytest.mark.parametrize("legacy", [False, True])
-def test_resume_restores_the_ledger_and_old_checkpoints_rebuild_it_from_client_memory(tiny_synth, tmp_path,
-                                                                                     monkeypatch, legacy):
-    """A run resumed after round 1 accounts exactly as an uninterrupted one; an old checkpoint without the
-    ledger's state (``legacy``) is read back from its client memories once, at restore."""
-    from privreid.checkpoint import save_checkpoint
-
+def test_resume_restores_the_ledger(tiny_synth, tmp_path, monkeypatch):
+    """A run resumed after round 1 accounts exactly as an uninterrupted one."""
     cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
     fed = federation_for_config(cfg)
     whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
     kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None), 2)
-    path = tmp_path / "killed" / "ckpt.pt"
-    if legacy:
-        ckpt = load_checkpoint(path, client_memory=False)
-        assert "dp-sgd" in ckpt.pop("observer_state")["privacy"]
-        save_checkpoint(ckpt, path)
     resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
     _blind_ledger(resumed)  # after the restore the ledger reads no client memory
     summary = resumed.run(resume=True)

@@ -5,10 +5,11 @@ import pickle
 import pytest
 import torch
 
-from privreid.checkpoint import load_checkpoint
+from privreid.checkpoint import load_checkpoint, load_memory_file
 from privreid.federated import memory_store
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.memory_store import ClientMemories
+from privreid.rundir import MEMORY_DIR
 
 from test_engine import federation
 from conftest import kill_in_round, tiny_config
@@ -53,7 +54,7 @@ def test_fedpav_keeps_trained_models_on_disk_and_the_checkpoint_reads_them(tiny_
     assert "client_memory_files" not in ckpt  # read inline: the loaded dict is self-contained
     for name, memory in ckpt["client_memory"].items():
         assert any(k.startswith("trained/") for k in memory)
-        on_disk = memory_store.load_memory_file(tmp_path / memory_store.MEMORY_DIR / files[name])
+        on_disk = load_memory_file(tmp_path / MEMORY_DIR / files[name])
         assert all(torch.equal(memory[k], on_disk[k]) for k in memory)
 
 
@@ -184,7 +185,7 @@ def test_replacing_every_entry_of_a_memory_never_reads_its_file(tmp_path, monkey
     store.setdefault("z", {})["x"] = torch.ones(1)  # using another memory writes a
     files = store.flush()
     assert loads == [] and files["a"] == "a.r2.pt"
-    written = memory_store.load_memory_file(tmp_path / "a.r2.pt")
+    written = load_memory_file(tmp_path / "a.r2.pt")
     assert list(written) == ["w", "b"]  # the file's order, as setting the entries over the loaded file gives
     assert torch.equal(written["b"], torch.zeros(2)) and torch.equal(written["w"].signbit(), torch.ones(3, dtype=bool))
 
@@ -217,7 +218,7 @@ def test_a_partial_update_of_an_unread_memory_is_merged_when_written(tmp_path, m
     resumed.round = 2
     resumed["a"]["w"] = torch.zeros(3)
     files = resumed.flush()
-    written = memory_store.load_memory_file(tmp_path / files["a"])
+    written = load_memory_file(tmp_path / files["a"])
     assert list(written) == ["w", "keep"] and torch.equal(written["keep"], torch.ones(2))
     assert torch.equal(written["w"], torch.zeros(3))
 
@@ -275,7 +276,7 @@ def test_one_write_is_in_flight_at_a_time_and_a_failed_write_surfaces_at_flush(t
         store.flush()
     # the failed write left no file behind, and round 1's files are intact
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files.values())
-    assert torch.equal(memory_store.load_memory_file(tmp_path / files["a"])["w"], torch.full((50_000,), 97.0))
+    assert torch.equal(load_memory_file(tmp_path / files["a"])["w"], torch.full((50_000,), 97.0))
 def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path, monkeypatch):
     """Round 2 replaces each client's trained copy without reading round 1's (evaluation, after training, reads)."""
     from privreid.federated.engine import FederatedEngine as Engine

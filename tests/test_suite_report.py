@@ -14,7 +14,8 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.evaluation.corrupted_eval import IMPLEMENTATION_DEVIATION
 from privreid.federated.engine import FederatedEngine
-from privreid.reporting.suite import SuiteSettings, run_suite
+from privreid.api import run_suite
+from privreid.comparison import SuiteSettings
 
 from conftest import tiny_config
 

@@ -147,7 +147,8 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
     from privreid.checkpoint import Checkpoint
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
     from privreid.auditing.statistics import probe_outputs
 
     target = federation.clients[0]
@@ -174,7 +175,8 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str | None]:
     from privreid.defenses.client_dp.mechanism import trainable_parameter_names
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
 
     included = _inclusion(settings.canaries, settings.seed)
     donor = federation.clients[0]
@@ -244,7 +246,7 @@ def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None 
 
 
 def dp_table(records: list[dict[str, Any]]) -> str:
-    from privreid.reporting.tables import format_table
+    from privreid.io import format_table
 
     return format_table([{"model": r["model"], "level": r["level"], "canaries (in)": f"{r['canaries']} ({r['included']})",
                           "guesses": r["guesses"], "correct": r["correct"],

@@ -67,7 +67,8 @@ def shadow_dir(cache: Path, config: RunConfig, ms: MembershipSet, k: int, seed: 
 def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int, cache: Path, *, seed: int = 0,
                   progress: bool = False, echo: Callable[[str], None] = lambda _: None) -> tuple[np.ndarray, list[Path]]:
     """Train (or reuse, or resume) the K shadow models; ``(masks (K, n), checkpoint paths)``."""
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
 
     masks = balanced_masks(k, len(ms.candidates), seed)
     root = shadow_dir(cache, config, ms, k, seed)

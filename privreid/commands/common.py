@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -75,35 +75,6 @@ StdOption = Annotated[Optional[str], typer.Option("--std", help="The same for th
 InterpolationOption = Annotated[Optional[str], typer.Option(
     "--interpolation", help="A model file from elsewhere: the test resize (default: its project's, bicubic for "
     "fast-reid, bilinear otherwise; the load line says which).", click_type=click.Choice(INTERPOLATIONS))]
-
-
-def parse_channels(text: Optional[str], option: str) -> Optional[list[float]]:
-    """``"0.5,0.5,0.5"`` -> three floats; ConfigError naming ``option`` otherwise."""
-    if text is None:
-        return None
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != 3:
-        raise ConfigError(f"{option} takes three comma-separated numbers (R,G,B), got {text!r}")
-    return values
-
-
-def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
-                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None,
-                        interpolation: Optional[str] = None) -> list:
-    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
-    announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
-    from privreid.models.evaluated import load_evaluated_models
-
-    channels = run_or_exit(lambda: {"mean": parse_channels(mean, "--mean"), "std": parse_channels(std, "--std")})
-    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width,
-                         interpolation=interpolation, **channels)
-    for model in models:
-        if model.load_line():
-            typer.echo(model.load_line())
-    return models
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -210,12 +181,12 @@ def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
 
 @contextmanager
 def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path]]:
-    """The block runs inside the run directory ``out`` (:func:`privreid.rundir.open_run`: checked, locked,
+    """The block runs inside the run directory ``out`` (:func:`privreid.provenance.open_run`: checked, locked,
     provenance and ``log.txt``); a refusal is one line and exit 2.  ``out=None``: no run directory."""
     if out is None:
         yield None
         return
-    from privreid.rundir import open_run
+    from privreid.provenance import open_run
 
     with ExitStack() as stack:
         yield run_or_exit(stack.enter_context, open_run(out, command))
@@ -256,7 +227,7 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
         raise ConfigError(f"{preset} must hold a mapping of option names to values")
     options = {p.name: p for p in ctx.command.params}
     by_flag = {o[2:]: p.name for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
-    for key, value in _legacy_keys(values).items():
+    for key, value in values.items():
         name = by_flag.get(str(key), str(key).replace("-", "_"))
         if name not in params or name not in options or name == "config_file":
             raise ConfigError(f"{preset}: unknown option {key!r}")
@@ -316,30 +287,6 @@ def _unique_key_loader():
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader, DuplicateKey
-
-
-#: keys of presets written before SKA's ablations became method options (``no-an: true`` is ``opt: {an: false}``)
-LEGACY_OPTION_KEYS = {"no-an": "an", "no-lsn": "lsn", "no-dual": "dual"}
-
-
-def _legacy_keys(values: dict) -> dict:
-    """``values`` with the SKA ablation keys of older presets (``config.yaml`` of earlier runs) as method options."""
-    legacy = {LEGACY_OPTION_KEYS[k]: v for k, v in values.items() if k in LEGACY_OPTION_KEYS}
-    if not legacy:
-        return values
-    from privreid.config import parse_bool
-
-    out = {k: v for k, v in values.items() if k not in LEGACY_OPTION_KEYS}
-    try:
-        off = [f"{option}=false" for option, v in legacy.items() if v is not None and parse_bool(v)]
-    except ValueError as exc:
-        raise ConfigError(f"no-an, no-lsn and no-dual take {exc}") from None
-    if off:  # after --opt, as the flags were applied
-        opt = out.get("opt") or []
-        opt = [f"{k}={json.dumps(v)}" for k, v in opt.items()] if isinstance(opt, dict) else \
-            (opt if isinstance(opt, list) else [opt])
-        out["opt"] = opt + off
-    return out
 
 
 def _as_typed(value) -> str:

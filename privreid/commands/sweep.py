@@ -78,7 +78,7 @@ def sweep_command(
 
 
 def _print(rows: list[dict], out: Path) -> None:
-    from privreid.reporting import format_table
+    from privreid.io import format_table
 
     def display(r: dict) -> dict:
         row = {"run": r["run"], "epsilon": "-" if r["epsilon"] is None else f"{r['epsilon']:.2f}"}

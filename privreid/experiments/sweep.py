@@ -34,8 +34,7 @@ from typing import Any, Callable
 
 from privreid.config import RunConfig
 from privreid.errors import ConfigError
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.rundir import write_file_atomically
+from privreid.io import save_figure, write_csv_rows, write_file_atomically
 
 #: CLI knob name -> TrainConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}

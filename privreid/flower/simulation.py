@@ -69,6 +69,7 @@ from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from privreid.checkpoint import Checkpoint
 from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation
@@ -234,7 +235,7 @@ class ParallelEngine(FederatedEngine):
             init["num_gpus"] = devices
         return {"client_resources": {"num_cpus": self.threads, "num_gpus": gpus}, "init_args": init}
 
-    def run(self, *, resume: bool = False) -> dict[str, Any]:
+    def run(self, *, resume: bool | Checkpoint = False) -> dict[str, Any]:
         """The engine's run, as the ServerApp of a Flower simulation whose SuperNodes are the clients."""
         import ray
         from flwr.simulation import run_simulation
