@@ -1,7 +1,7 @@
 """``benchmarks/gpu_check.sh --cpu-smoke``: the prepared GPU check runs end to end on the CPU, tiny.
 
 Not marked slow (issue 42): the lent GPU's minutes are few, so every change that could break the script must fail
-here first.  About a minute of CPU time, most of it the processes' start (torch's import)."""
+here first.  About two minutes of CPU time, most of it the processes' start (torch's import)."""
 
 from __future__ import annotations
 
