@@ -13,6 +13,7 @@ from privreid.rundir import MEMORY_DIR
 
 from test_engine import federation
 from conftest import kill_in_round, tiny_config
+from privreid.composition import build_run
 
 
 def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
@@ -44,7 +45,7 @@ def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
 
 def test_fedpav_keeps_trained_models_on_disk_and_the_checkpoint_reads_them(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     memories = engine.client_memory
     assert all(m._data is None for m in memories.values())  # nothing resident after the checkpoint
@@ -97,7 +98,7 @@ def test_trained_copies_equal_the_uploads_after_aggregation(tiny_synth, tmp_path
         receive(self, inbox, upload)
 
     monkeypatch.setattr(Engine, "receive", record)
-    engine = Engine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = Engine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     memories = load_checkpoint(tmp_path / "ckpt.pt")["client_memory"]
     assert set(sent) == {"synthA", "synthB"}
@@ -111,9 +112,9 @@ def test_resumed_memories_equal_the_uninterrupted_run(tiny_synth, tmp_path, monk
     """Each client's memory (FedPav's trained model) after ``--resume`` is bit-identical to an uninterrupted run's."""
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation(cfg)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
-    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False), 2)
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run), 2)
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
     full = load_checkpoint(tmp_path / "full" / "ckpt.pt")["client_memory"]
     cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")["client_memory"]
     assert full.keys() == cut.keys() == {"synthA", "synthB"}
@@ -136,12 +137,12 @@ def test_a_failed_background_write_keeps_the_previous_checkpoint_and_its_files(t
 
     monkeypatch.setattr(memory_store, "save_memory_file", full_disk)
     with pytest.raises(OSError, match="No space"):
-        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
+        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "cut" / "ckpt.pt", client_memory=False)
     assert ckpt["round"] == 1 and all(".r1." in f for f in ckpt["client_memory_files"].values())
     monkeypatch.setattr(memory_store, "save_memory_file", real)
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
     full = load_checkpoint(tmp_path / "full" / "ckpt.pt")
     cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")
     assert all(torch.equal(full["global_state"][k], cut["global_state"][k]) for k in full["global_state"])
@@ -292,6 +293,6 @@ def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path
         during_training.append(loads[start:])
 
     monkeypatch.setattr(Engine, "collect_uploads", training)
-    Engine(cfg, federation(cfg), tmp_path, progress=False).run()
+    Engine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     assert during_training == [[], []]
     assert loads  # the evaluation of round 2 reads the personalised models

@@ -16,7 +16,7 @@ from privreid.cli import app
 from privreid.commands.sweep import base_config
 from privreid.config import RunConfig
 from privreid.rundir import LOCK_FILE, RunLock
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 runner = CliRunner()
 TINY = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",

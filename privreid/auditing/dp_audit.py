@@ -49,6 +49,7 @@ import torch
 from privreid.config import RunConfig
 from privreid.data.types import ClientData, Federation
 from privreid.errors import ConfigError
+from privreid.composition import build_run
 
 #: guess counts tried, as fractions of the canaries (k = fraction * m / 2 guesses on each side)
 GUESS_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
@@ -163,7 +164,7 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
     extra = [(path, int(label), cam) for (path, _, cam), label, inc in zip(picks, labels, included) if inc]
     clients = [dataclasses.replace(target, train=target.train + extra)] + federation.clients[1:]
     engine = FederatedEngine(config, dataclasses.replace(federation, clients=clients), run, progress=progress,
-                             log=lambda _: None)
+                             log=lambda _: None, build=build_run)
     prepare_out_dir(run, overwrite=True, resume=False)
     summary = engine.run()
     model = Checkpoint.load(run / "ckpt.pt").load_model(target.name)
@@ -206,7 +207,7 @@ def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSe
             self.client_update = update
 
     engine = CanaryEngine(config, dataclasses.replace(federation, clients=federation.clients + canaries), run,
-                          progress=progress, log=lambda _: None)
+                          progress=progress, log=lambda _: None, build=build_run)
     theta0 = {k: engine.global_state[k].double().clone() for k in engine.trainable}
     prepare_out_dir(run, overwrite=True, resume=False)
     summary = engine.run()

@@ -32,6 +32,7 @@ from privreid.config import RunConfig
 from privreid.data.types import ClientData, Federation, relabel
 from privreid.auditing.lira import balanced_masks
 from privreid.auditing.membership import MembershipSet, _identity
+from privreid.composition import build_run
 
 
 def shadow_federation(base: Federation, ms: MembershipSet, include: np.ndarray) -> Federation:
@@ -83,7 +84,7 @@ def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int
         resume = (run / "ckpt.pt").is_file()
         echo(f"shadow {i + 1}/{k} ({'resuming' if resume else 'training'}) in {run}")
         engine = FederatedEngine(shadow_config(config, i), shadow_federation(base, ms, masks[i]), run,
-                                 progress=progress, log=lambda _: None)
+                                 progress=progress, log=lambda _: None, build=build_run)
         prepare_out_dir(run, overwrite=not resume, resume=resume)
         engine.run(resume=resume)
     return masks, paths

@@ -119,8 +119,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`privreid.composition.RunPlan`; default :func:`privreid.composition.build_run`,
-    whose observer is the privacy ledger).  Each observer sees every upload the
+    observers (:class:`privreid.composition.RunPlan`: :func:`privreid.composition.build_run`, whose
+    observer is the privacy ledger, resolved by the caller, the composition root's side of the layers).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
     checkpoint holds each one's ``state_dict`` under its ``key`` and
@@ -135,10 +135,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  progress: bool = True, log: Callable[[str], None] | None = None,
-                 build: Callable[[RunConfig], Any] | None = None):
+                 build: Callable[[RunConfig], Any]):
         self.config = config.validate()
-        if build is None:
-            from privreid.composition import build_run as build
         plan = build(config)
         self.method: Method = plan.method
         self.deviations: list[str] = plan.deviations

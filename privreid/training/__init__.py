@@ -16,9 +16,9 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.lr_schedule import lr_table
-from privreid.composition import method_of
 from privreid.io import write_json_atomic
 from privreid.rundir import prepare_out_dir
+from privreid.composition import build_run, method_of
 
 
 #: ``privreid train``'s command lines and its flags that are no keyword of :func:`train_run`, in its errors
@@ -68,7 +68,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     restart = resume and ckpt is None
     federation = federation_for_config(config, verify=True)
     if parallel_clients is None:
-        engine = FederatedEngine(config, federation, out, progress=progress)
+        engine = FederatedEngine(config, federation, out, progress=progress, build=build_run)
     else:
         from privreid.dependencies import require
 
@@ -76,7 +76,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         require("ray")
         from privreid.flower.simulation import ParallelEngine
 
-        engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
+        engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress,
+                                build=build_run)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
                   seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite or restart,
                                                                             resume=resume and not restart),
