@@ -4,7 +4,12 @@
 # accuracies).  It prints one table (and writes it to $OUT_DIR/table.md):
 #   - ResNet-50 256x128 batch 32, privreid's local update against a raw torch loop, img/s at fp32, bf16 and fp16
 #     (benchmarks/precision.py; cudnn.benchmark and channels-last batches on CUDA), and the peak GPU memory; then
-#     at fp32 and bf16 with channels-last batches off, and with cudnn.benchmark off (what each switch buys);
+#     at fp32 and bf16 with channels-last batches off, and with cudnn.benchmark off (what each switch buys); and at
+#     batch 64 and 128 with the learning rate scaled linearly with the batch (0.05 x B / 32: Goyal et al. 2017's rule;
+#     the rows state it), so a user sees what a larger batch buys before choosing it;
+#   - (issue 42, benchmarks/host_overhead.py) the host overhead per step of privreid's local update against a raw
+#     loop on a model without arithmetic, evaluation features/s (ResNet-50 256x128, flip) and Inverting Gradients
+#     iterations/s (ResNet-18 256x128), each privreid / a plain torch loop;
 #   - seconds per FedPav round of 4 clients x 20 steps, sequential and with --parallel-clients 2 where privreid
 #     has it (Flower's simulation engine; skipped without flwr/ray);
 #   - one DP-SGD step (opacus), one secure-aggregation round (flwr) and 20 inversion iterations on the device, each
@@ -23,9 +28,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if (( SMOKE )); then
   DEVICE=cpu ARCH=resnet18 H=64 W=32 BATCH=8 STEPS=2 BENCH="--steps 1 --repeats 1" INV_ITERS=2 ROUNDS=1 WORKERS=0
   PRECISIONS=fp32,bf16 SWITCH_PRECISIONS=fp32 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
+  BATCHES="16" HOST="--size 64x32 --inv-size 32x16 --batch 8 --steps 2 --repeats 1 --eval-images 16 --eval-batch 8 --inv-iterations 2"
 else
   DEVICE=cuda ARCH=resnet50 H=256 W=128 BATCH=32 STEPS=20 BENCH="--steps 10 --repeats 3 --workers 4" INV_ITERS=20 WORKERS=2
   ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 SWITCH_PRECISIONS=fp32,bf16 EXTRA=${EXTRA:-}
+  BATCHES="64 128" HOST="--eval-arch resnet50 --inv-size 256x128 --steps 20 --repeats 3 --eval-images 512 --eval-batch 128 --inv-iterations 10"
 fi
 mkdir -p "$OUT_DIR"
 ROWS="$OUT_DIR/rows.tsv"
@@ -88,6 +95,31 @@ precision_run precision "" --precisions "$PRECISIONS"
 precision_run precision-no-channels-last ", channels-last off" --precisions "$SWITCH_PRECISIONS" --no-channels-last
 precision_run precision-no-cudnn-benchmark ", cudnn.benchmark off" --precisions "$SWITCH_PRECISIONS" \
   --no-cudnn-benchmark
+# larger batches, the learning rate scaled linearly from 0.05 at batch $BATCH (the rows above)
+for b in $BATCHES; do
+  lr=$("$PY" -c "print(f'{0.05 * $b / $BATCH:g}')")
+  precision_run "precision-batch$b" ", lr $lr (0.05 x B/$BATCH)" --precisions "$SWITCH_PRECISIONS" --batch "$b" --lr "$lr"
+done
+
+# 1b. host overhead per step, evaluation features/s, inversion iterations/s: privreid / plain torch loops
+# shellcheck disable=SC2086
+if "$PY" benchmarks/host_overhead.py --device "$DEVICE" $HOST --json "$OUT_DIR/host.json" > "$OUT_DIR/host.log" 2>&1; then
+  "$PY" - "$OUT_DIR/host.json" >> "$ROWS" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t, e, i = r["train"], r["eval"], r["inversion"]
+o, f, n = t["overhead_ms_per_step"], e["features_per_s"], i["iterations_per_s"]
+print(f"host overhead ms/step, tiny model {t['size']} batch {t['batch']}: privreid / raw\t"
+      f"{o['privreid']:.2f} / {o['raw']:.2f} = {t['overhead_privreid_vs_raw']:.3f}")
+print(f"evaluation {e['arch']} {e['size']} batch {e['batch']}, flip: features/s privreid / raw\t"
+      f"{f['privreid']:.1f} / {f['raw']:.1f} = {e['privreid_vs_raw']:.3f}")
+print(f"inversion ig {i['model']} {i['size']}: iterations/s privreid / raw\t"
+      f"{n['privreid']:.2f} / {n['raw']:.2f} = {i['privreid_vs_raw']:.3f}")
+PYEOF
+else
+  row "host-overhead benchmark" "FAILED (tail of $OUT_DIR/host.log: $(tail -1 "$OUT_DIR/host.log" | cut -c1-120))"
+  FAILED=1
+fi
 
 # 2. seconds per FedPav round, 4 clients (synthA and synthB, 2 each) x STEPS steps: sequential, then K = 2
 ROUND=(train --method fedpav --train-domains synthA,synthB --test-domains synthD --protocol by-identity

@@ -78,8 +78,8 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
     ``images`` are the client's decoded ``uint8`` images on ``device``, which the raw loop augments there.
     """
     config = RunConfig(data=DataConfig(height=args.height, width=args.width), model=ModelConfig(arch=args.arch),
-                       train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
-                                         lr_head=0.05, device=str(device), seed=0, precision=precision,
+                       train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=args.lr,
+                                         lr_head=args.lr, device=str(device), seed=0, precision=precision,
                                          num_workers=args.workers, channels_last=args.channels_last,
                                          cudnn_benchmark=args.cudnn_benchmark))
     update = SupervisedUpdate(config)
@@ -174,6 +174,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="resnet18")
     ap.add_argument("--size", default="64x32", help="HEIGHTxWIDTH")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.05, help="learning rate of every group (gpu_check.sh scales it)")
     ap.add_argument("--steps", type=int, default=4, help="optimiser steps per timed block")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved blocks per approach")
     ap.add_argument("--workers", type=int, default=0, help="privreid's data-loading workers")

@@ -149,7 +149,8 @@ class ImageDataset(_Transformed):
         if pipeline is None or type(self).__getitem__ is not ImageDataset.__getitem__ or not indices:
             return [self[i] for i in indices]
         samples = [self.samples[i] for i in indices]
-        images = self._finish(torch.stack([DECODED.get(path, pipeline) for path, _, _ in samples]), pipeline)
+        decoded = [DECODED.get(path, pipeline) for path, _, _ in samples]
+        images = decoded if self.augment_later else pipeline(torch.stack(decoded))  # the loader stacks them once
         return [(image, pid, camid) for image, (_, pid, camid) in zip(images, samples)]
 
 

@@ -48,7 +48,7 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
                 if not isinstance(batch, (tuple, list)) or len(batch) != 3:
                     raise DataError("each loader batch must be an (images, pids, camids) triple")
                 images, batch_pids, batch_camids = batch
-                images = images.to(device)
+                images = images.to(device, non_blocking=True)  # from pinned or pageable memory: no wait on the device
                 f = _features(model, images)
                 if flip:
                     f = (f + _features(model, images.flip(-1))) / 2
@@ -58,14 +58,14 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
                     raise DataError(
                         f"batch has {len(f)} images but {len(batch_pids)} pids and "
                         f"{len(batch_camids)} camids")
-                feats.append(f.detach().to(device="cpu", dtype=torch.float32))
+                feats.append(f.detach())  # kept on the device: one copy to the host at the end, no sync per batch
                 pids.append(batch_pids)
                 camids.append(batch_camids)
     finally:
         model.train(was_training)
     if not feats:
         raise DataError("the loader yielded no batches; nothing to extract")
-    return torch.cat(feats), np.concatenate(pids), np.concatenate(camids)
+    return torch.cat(feats).to(device="cpu", dtype=torch.float32), np.concatenate(pids), np.concatenate(camids)
 
 
 def _features(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -79,5 +79,5 @@ def _features(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
 
 
 def _labels(x) -> np.ndarray:
-    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    a = x.numpy(force=True) if isinstance(x, torch.Tensor) else np.asarray(x)
     return a.reshape(-1).astype(np.int64)

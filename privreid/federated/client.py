@@ -54,6 +54,9 @@ from privreid.federated import fast_optim
 from privreid.federated.lr_schedule import get_schedule, lr_factor
 from privreid.federated.policy import StateDict
 
+#: a drawn progress bar shows the loss of every LOG_EVERY-th step (each read waits for the device)
+LOG_EVERY = 10
+
 
 @dataclass
 class ClientContext:
@@ -192,7 +195,9 @@ class SupervisedUpdate:
         schedule = get_schedule(self.config)
         round_rates = [group["lr"] for group in opt.param_groups]
         scaler = grad_scaler(t.precision, ctx.device)
-        total, steps, seen = 0.0, 0, 0
+        # the loss is summed on the device in float64 (the bits of the former Python sum) and read once, at the
+        # end: no host-device synchronisation per step (issue 42); a drawn bar reads it every LOG_EVERY steps
+        total, steps, seen = torch.zeros((), dtype=torch.float64, device=ctx.device), 0, 0
         for epoch in range(t.local_epochs):
             if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs
                 scale = lr_factor(self.config, ctx.round, epoch) / lr_factor(self.config, ctx.round, 0)
@@ -225,9 +230,10 @@ class SupervisedUpdate:
                 scaler.step(opt)
                 scaler.update()
                 if len(labels):  # a Poisson batch (DP-SGD) can be empty; its mean loss is NaN
-                    total += float(loss.detach()) * len(labels)
+                    total += loss.detach().double() * len(labels)
                 seen += len(labels)
                 steps += 1
-                bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+                if not bar.disable and step % LOG_EVERY == 0:
+                    bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         self.keep_optimizer(ctx, opt)
-        return {"loss": total / max(seen, 1), "steps": float(steps), "samples_seen": float(seen)}
+        return {"loss": float(total) / max(seen, 1), "steps": float(steps), "samples_seen": float(seen)}

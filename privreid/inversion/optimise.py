@@ -81,6 +81,9 @@ from privreid.inversion.observation import (BOTTLENECK, Observation, infer_label
 from privreid.inversion.settings import (STEP_MILESTONES, InversionAttack, InversionSettings,
                                          register_inversion_attack)
 
+#: a drawn progress bar shows the objective of every LOG_EVERY-th iteration (each read waits for the device)
+LOG_EVERY = 10
+
 
 class IDLG(InversionAttack):
     """iDLG (Zhao et al. 2020): L2 gradient matching with the labels inferred analytically first, then fixed."""
@@ -308,35 +311,49 @@ def optimise_image(start: torch.Tensor, objective: Callable[..., torch.Tensor], 
 
 def _one_trial(z0: torch.Tensor, value_of, extra: tuple[torch.Tensor, ...], *, settings: InversionSettings,
                box: tuple[torch.Tensor, torch.Tensor], final: bool, progress: bool, desc: str) -> Optimised:
-    """One start: ``settings.iterations`` steps; the best (or last) iterate as pixels, with its objective."""
+    """One start: ``settings.iterations`` steps; the best (or last) iterate as pixels, with its objective.
+
+    The best iterate is selected on the device (``torch.where``) and the objective read once, at the end: no
+    host-device synchronisation per iteration (issue 42); a drawn bar reads it every ``LOG_EVERY`` iterations."""
     z = z0.detach().clone().requires_grad_(True)
     extras = [e.detach().clone().requires_grad_(True) for e in extra]
     variables = [z, *extras]
     opt, schedule = _optimiser(settings, variables)
     keep_best = settings.select == "best"
-    best_value, best = float("inf"), None
+    best_value, best, found = torch.tensor(float("inf"), device=z.device), [v.detach() for v in variables], None
     bar = progress_bar(range(settings.iterations), desc=desc, leave=False, enabled=progress)
-    value = float("nan")
-    for _ in bar:
+    value = torch.tensor(float("nan"))
+
+    def keep(value: torch.Tensor) -> None:  # the iterate just evaluated, if its objective is the lowest so far
+        nonlocal best_value, best, found
+        better = value < best_value
+        best_value = torch.where(better, value, best_value)
+        best = [torch.where(better, v.detach(), b) for v, b in zip(variables, best)]
+        found = better if found is None else found | better
+
+    for i in bar:
         loss = value_of(z, *extras)
         grads = torch.autograd.grad(loss, variables)
-        value = float(loss.detach())
-        if keep_best and value < best_value:  # the iterate just evaluated, before the step moves it
-            best_value, best = value, [v.detach().clone() for v in variables]
+        value = loss.detach()
+        if keep_best:  # before the step moves it
+            keep(value)
         for v, g in zip(variables, grads):
             v.grad = g.sign() if settings.signed else g
         opt.step()
         schedule.step()
         with torch.no_grad():
             z.copy_(torch.maximum(torch.minimum(z, box[1]), box[0]))
-        bar.set_postfix(loss=f"{value:.4g}")
+        if not bar.disable and i % LOG_EVERY == 0:
+            bar.set_postfix(loss=f"{float(value):.4g}")
     if final:  # the last iterate's own objective (it was never evaluated inside the loop)
-        value = float(value_of(z, *extras).detach())
-        if keep_best and value < best_value:
-            best_value, best = value, None
-    chosen = [v.detach() for v in variables] if best is None else best
+        value = value_of(z, *extras).detach()
+        if keep_best:
+            keep(value)
+    # no iterate with a finite objective: the last one, as it is
+    chosen = [v.detach() for v in variables] if found is None else \
+        [torch.where(found, b, v.detach()) for v, b in zip(variables, best)]
     return Optimised(to_pixels(chosen[0], settings.space).clamp(0, 1) if settings.space != "pixels" else chosen[0],
-                     best_value if keep_best else value, tuple(chosen[1:]))
+                     float(best_value if keep_best else value), tuple(chosen[1:]))
 
 
 def _match_gradients(model: nn.Module, observation: Observation, start: torch.Tensor,

@@ -63,7 +63,7 @@ per-sample analysis would not hold or the method would silently change:
   clipped per-sample sum, so such a term would be dropped without notice.
   privreid checks at every step that the gradients of the 1-d parameters
   (biases, normalisation weights) equal the mean of their per-sample
-  gradients;
+  gradients (on the device; the client's round is refused at its end);
 * uploads besides the model (``ctx.upload_extra``, DPPT's class centres),
   which DP-SGD does not privatise;
 * SKA's attentive normalisation (batch statistics; :func:`use_group_norm`
@@ -89,7 +89,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import warnings
 from collections.abc import Iterator
 
@@ -187,14 +186,19 @@ def poisson_loader(dataset, plan: DPSGDPlan, config: RunConfig, seed: int) -> Da
 
 
 class AttributionCheckingDPOptimizer(DPOptimizer):
-    """Opacus' DPOptimizer that refuses gradients it cannot attribute to samples (see the module docstring)."""
+    """Opacus' DPOptimizer that refuses gradients it cannot attribute to samples (see the module docstring).
+
+    Every step is checked on the device; :meth:`check_attribution` reads the verdict once, at the end of the
+    client's round (no host-device synchronisation per step, issue 42)."""
+
+    misattributed: torch.Tensor | None = None
 
     def pre_step(self, closure=None):
         self._check_attribution()
         return super().pre_step(closure)
 
     def _check_attribution(self) -> None:
-        residual, scale, tolerance = 0.0, 0.0, ATTRIBUTION_TOLERANCE
+        residual, scale, tolerance = None, None, ATTRIBUTION_TOLERANCE
         for p in self.params:
             if p.ndim != 1 or p.grad is None or getattr(p, "grad_sample", None) is None:
                 continue
@@ -203,9 +207,14 @@ class AttributionCheckingDPOptimizer(DPOptimizer):
                 return  # empty Poisson batch: nothing to compare
             tolerance = max(tolerance, 2 * torch.finfo(per_sample.dtype).eps)
             mean = per_sample.double().mean(0)
-            residual += float((p.grad.double() - mean).pow(2).sum())
-            scale += float(mean.pow(2).sum())
-        if math.sqrt(residual) > tolerance * math.sqrt(scale) + 1e-12:
+            r, s = (p.grad.double() - mean).pow(2).sum(), mean.pow(2).sum()
+            residual, scale = (r, s) if residual is None else (residual + r, scale + s)
+        if residual is not None:
+            bad = residual.sqrt() > tolerance * scale.sqrt() + 1e-12
+            self.misattributed = bad if self.misattributed is None else self.misattributed | bad
+
+    def check_attribution(self) -> None:
+        if self.misattributed is not None and bool(self.misattributed):
             raise ConfigError("--dp-sgd: the client update adds a loss term whose gradient is not a sum of "
                               "per-sample gradients (e.g. FedProx's proximal term: use --opt mu=0); DP-SGD "
                               "would silently drop it")
@@ -217,6 +226,7 @@ class PrivateTraining:
     def __init__(self, model: torch.nn.Module, plan: DPSGDPlan, accountant: ClientAccountant):
         self.model, self.plan, self.accountant = model, plan, accountant
         self._stack = contextlib.ExitStack()
+        self._optimizers: list[AttributionCheckingDPOptimizer] = []
 
     def __enter__(self) -> "PrivateTraining":
         errors = ModuleValidator.validate(self.model, strict=False)
@@ -230,8 +240,11 @@ class PrivateTraining:
         warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self._stack.close()
+        if exc_type is None:
+            for optimizer in self._optimizers:
+                optimizer.check_attribution()
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> DPOptimizer:
         """``optimizer`` made differentially private; refuses tensors that are not the model's parameters."""
@@ -247,6 +260,7 @@ class PrivateTraining:
                                             expected_batch_size=self.plan.expected_batch_size,
                                             loss_reduction="mean")
         dp.attach_step_hook(lambda _: self.accountant.step(self.plan.noise_multiplier, self.plan.sample_rate))
+        self._optimizers.append(dp)
         return dp
 
 

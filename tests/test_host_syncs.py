@@ -1,0 +1,153 @@
+"""No host-device synchronisation per step (issue 42): training, evaluation, DP-SGD and inversion.
+
+A sync is a read of a tensor's value by the host: ``.item()``, ``.tolist()``,
+``.cpu()``, ``bool()`` / ``float()`` / ``int()`` of a tensor (a Python
+conditional on a tensor, a metric accumulated as a Python number).  On a GPU
+each one waits for the queued kernels, so the host cannot run ahead.  The
+loops read their logged values once, at the end (accumulated as tensors on the
+device), so the count of such reads must not grow with the number of steps:
+each loop runs 2 and 6 steps and the counts must be equal.
+
+On the CPU every tensor is a host tensor, so the reads of tensors that live on
+the host by construction, on any device, are not counted: the random parameters
+of the augmentation (drawn from the global CPU generator, as torchvision draws
+them), the data loader's samplers (their own CPU generators) and the optimisers'
+step counters (``state["step"]``, a CPU tensor unless ``capturable``).  A CUDA
+run can check the rest with ``torch.cuda.set_sync_debug_mode("error")``.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from privreid.config import RunConfig
+from privreid.data.catalog import federation_for_config
+from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.models import build_model
+
+from conftest import tiny_config
+
+READS = ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__")
+#: callers whose reads are of host tensors on any device (module docstring)
+HOST_ONLY = ("/torch/optim/", "/torch/utils/data/", "/torchvision/transforms/", "/privreid/data/transforms.py",
+             "/privreid/data/sampler.py", "/opacus/utils/uniform_sampler.py")
+
+
+class SyncCounter:
+    """Counts the reads of tensor values (``READS``) by their caller ``file:line``, while the context is open."""
+
+    def __init__(self) -> None:
+        self.calls: collections.Counter = collections.Counter()
+
+    def __enter__(self) -> "SyncCounter":
+        self.saved = {name: getattr(torch.Tensor, name) for name in READS}
+        for name, original in self.saved.items():
+            setattr(torch.Tensor, name, self._counting(name, original))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self.saved.items():
+            setattr(torch.Tensor, name, original)
+
+    def _counting(self, name, original):
+        calls = self.calls
+
+        def read(tensor, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+            if not any(part in caller for part in HOST_ONLY):
+                calls[f"{name} {caller}:{sys._getframe(1).f_lineno}"] += 1
+            return original(tensor, *args, **kwargs)
+
+        return read
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def counted(run, steps: int) -> SyncCounter:
+    torch.manual_seed(0)
+    with SyncCounter() as counter:
+        run(steps)
+    return counter
+
+
+def assert_constant(run) -> None:
+    few, many = counted(run, 2), counted(run, 6)
+    grown = {k: (few.calls.get(k, 0), v) for k, v in many.calls.items() if v > few.calls.get(k, 0)}
+    assert few.total == many.total, f"reads that grow with the steps (2 steps, 6 steps): {grown}"
+
+
+def _train(config: RunConfig, update, steps: int, transforms=()) -> dict:
+    federation = federation_for_config(config)
+    client = federation.clients[0]
+    model = build_model("resnet18", num_classes=client.num_classes, feat_dim=16, transforms=list(transforms))
+    ctx = ClientContext(model=model, client=client, round=0, config=config, device=torch.device("cpu"),
+                        global_state={}, seed=0)
+    return update(ctx)
+
+
+def test_training_reads_nothing_per_step(tiny_synth):
+    def run(steps):
+        config = tiny_config(tiny_synth, batch_size=4, max_steps_per_epoch=steps, triplet_weight=0.0)
+        metrics = _train(config, SupervisedUpdate(config), steps)
+        assert metrics["steps"] == steps
+
+    assert_constant(run)
+
+
+def test_adam_training_reads_nothing_per_step(tiny_synth):
+    def run(steps):
+        config = tiny_config(tiny_synth, batch_size=4, max_steps_per_epoch=steps, triplet_weight=0.0, optimizer="adam",
+                             local_epochs=2)
+        assert _train(config, SupervisedUpdate(config), steps)["steps"] == 2 * steps
+
+    assert_constant(run)
+
+
+def test_dp_sgd_step_reads_nothing_per_step(tiny_synth):
+    from privreid.defenses.dp_sgd.mechanism import DPSGDUpdate
+
+    def run(steps):
+        config = tiny_config(tiny_synth, batch_size=4, max_steps_per_epoch=steps, triplet_weight=0.0,
+                             dp_sgd=True, noise_multiplier=1.0, delta=1e-3)
+        metrics = _train(config, DPSGDUpdate(SupervisedUpdate(config), config), steps, transforms=["group_norm"])
+        assert metrics["steps"] == steps
+
+    assert_constant(run)
+
+
+def test_evaluation_reads_nothing_per_batch():
+    from privreid.evaluation.features import extract_features
+
+    model = build_model("resnet18", num_classes=4, feat_dim=16)
+
+    def run(batches):
+        data = TensorDataset(torch.rand(4 * batches, 3, 32, 16), torch.arange(4 * batches), torch.zeros(4 * batches))
+        feats, pids, _ = extract_features(model, DataLoader(data, batch_size=4), flip=True)
+        assert len(feats) == 4 * batches
+        assert list(pids) == list(range(4 * batches))
+
+    assert_constant(run)
+
+
+@pytest.mark.parametrize("select", ["best", "last"])
+def test_inversion_reads_nothing_per_iteration(select):
+    from privreid.inversion.attack import reconstruct
+    from privreid.inversion.settings import InversionSettings
+
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=4, feat_dim=16).eval()
+    shared = {n for n, _ in model.named_parameters() if not n.startswith("classifier.")}
+    subject = torch.rand(3, 32, 16, generator=torch.Generator().manual_seed(1))
+
+    def run(iterations):
+        settings = InversionSettings(attack="ig", iterations=iterations, select=select, restarts=2)
+        reconstruct(model, subject, 2, threat="full", shared=shared, settings=settings, seed=0)
+
+    assert_constant(run)
