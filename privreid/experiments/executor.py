@@ -94,7 +94,9 @@ class RunOutcome:
 
 
 def check_runs(runs: list[PlannedRun]) -> None:
-    """Refuse duplicate or unsafe run names and invalid configurations, in one line."""
+    """Refuse duplicate or unsafe run names, unknown methods and invalid configurations, in one line."""
+    from privreid.federated.registry import METHODS
+
     seen: set[str] = set()
     for run in runs:
         if not run.name or run.name.startswith(".") or "/" in run.name or os.sep in run.name:
@@ -103,6 +105,8 @@ def check_runs(runs: list[PlannedRun]) -> None:
             raise ConfigError(f"two runs are named {run.name!r}: every run needs its own directory")
         seen.add(run.name)
         run.config.validate()
+        if run.config.train.method not in METHODS.names():
+            raise METHODS.unknown(run.config.train.method)
 
 
 def finished_summary(run_dir: Path) -> dict | None:
