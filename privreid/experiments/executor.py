@@ -24,10 +24,12 @@ line saying so.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +219,10 @@ def _execute_on_ray(runs: list[PlannedRun], out: Path, settings: ExecutorSetting
     from ray import tune
 
     if not ray.is_initialized():  # RAY_ADDRESS (a cluster) when set, else a local Ray on this machine
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
 
     class Watch(tune.Stopper):
         """The driver's view of the results: records each outcome, stops every trial if a worker cannot see OUT."""
@@ -241,10 +246,12 @@ def _execute_on_ray(runs: list[PlannedRun], out: Path, settings: ExecutorSetting
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": settings.cpus_per_run, "gpu": settings.gpus_per_run}),
         param_space={"run": tune.grid_search([r.name for r in runs])},
-        tune_config=tune.TuneConfig(max_concurrent_trials=settings.max_concurrent,
+        tune_config=tune.TuneConfig(max_concurrent_trials=settings.max_concurrent, reuse_actors=True,
                                     trial_dirname_creator=lambda trial: trial.config["run"]),
         run_config=tune.RunConfig(storage_path=str(out.resolve()), name=TUNE_DIR, stop=watch, verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=settings.retries)))
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's legacy reporter is silent at verbose=0: one view
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
     grid = tuner.fit()
     if watch.unreachable is not None:
         raise ConfigError(f"a Ray worker on {watch.unreachable} cannot see --out {out.resolve()}: on a cluster "

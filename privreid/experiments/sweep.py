@@ -8,7 +8,7 @@ as ``--set`` does (``train.beta``, ``train.method``,
 the same (:func:`load_sweep_file`), and the old ``--param/--values`` (a
 privacy knob) is one grid.  Runs live in ``OUT/<label>=<value>[,...][,seed=S]/``
 (``seed=S`` only with ``--seeds``), plus a non-private ``OUT/reference``
-(per seed) when some run is private and none is the reference itself.  The
+(per seed) when some run's non-private counterpart is not in the grid.  The
 runs are trained by :func:`privreid.experiments.executor.execute` (local or
 Ray Tune; resumable; failures retried, then marked).  Measured for every
 finished run, on the same data:
@@ -212,8 +212,8 @@ def _text(value: Any) -> str:
 def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
                knob: str | None = None) -> list[PlannedRun]:
     """Every run of the sweep, validated before any trains: the cross product of ``grids`` x ``seeds`` (the
-    base config's seed when ``None``), and a non-private reference per seed when some run is private and
-    no run is the reference itself.  ``knob``: the grid is the old ``--param`` (its checks, its names)."""
+    base config's seed when ``None``), and a non-private reference per seed when some run's non-private
+    counterpart is not planned.  ``knob``: the grid is the old ``--param`` (its checks, its names)."""
     labels = [g.label for g in grids]
     if len(set(labels)) != len(labels):  # two fields named alike: the whole paths name the runs
         grids = [dataclasses.replace(g, label=g.path) for g in grids]
@@ -223,6 +223,7 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
     for seed in seeds or [base.train.seed]:
         seeded = dataclasses.replace(base, train=dataclasses.replace(base.train, seed=seed))
         suffix = "" if seeds is None else f",seed={seed}"
+        cells = []
         for values in itertools.product(*(g.values for g in grids)):
             if knob is not None:
                 config = knob_config(seeded, knob, values[0])
@@ -231,12 +232,12 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
                 config = apply_sets(seeded, sets)
                 config.validate()
             name = ",".join(f"{g.label}={_text(v)}" for g, v in zip(grids, values)) or "base"
-            runs.append(PlannedRun(name + suffix, config, {g.path: v for g, v in zip(grids, values)}, seed))
+            cells.append(PlannedRun(name + suffix, config, {g.path: v for g, v in zip(grids, values)}, seed))
         reference = reference_config(seeded)
-        planned = [r.config.to_dict() for r in runs if r.seed == seed]
-        if any(p != reference_config(RunConfig.from_dict(p)).to_dict() for p in planned) \
-                and reference.to_dict() not in planned:
+        planned = [r.config.to_dict() for r in cells]
+        if any(reference_config(r.config).to_dict() not in planned for r in cells):
             runs.append(PlannedRun(REFERENCE + suffix, reference, {"reference": "non-private"}, seed))
+        runs += cells
     return runs
 
 
