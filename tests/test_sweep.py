@@ -7,14 +7,15 @@ import dataclasses
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import privreid.training
 from privreid.cli import app
 from privreid.errors import ConfigError
-from privreid.experiments.sweep import (LeakageSettings, knob_config, knob_grid, load_sweep_file, parse_grid,
+from privreid.experiments.sweep import (LeakageSettings, knob_config, knob_grid, parse_grid,
                                         parse_seeds, parse_values, plan_sweep, reference_config, run_sweep,
-                                        sweep_arguments)
+                                        sweep_arguments, sweep_file_grids)
 
 from conftest import tiny_config
 
@@ -50,13 +51,12 @@ def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
     for bad in ("a", "1,1", "-1", ""):
         with pytest.raises(ConfigError, match="--seeds"):
             parse_seeds(bad)
-    (tmp_path / "s.yaml").write_text("grid:\n  train.beta: [0.0, 0.1]\n  train.method: fedavg\nseeds: [3, 4]\n")
-    grids, seeds = load_sweep_file(tmp_path / "s.yaml")
+    grids, seeds = sweep_file_grids(yaml.safe_load("grid:\n  train.beta: [0.0, 0.1]\n  train.method: fedavg\n"
+                                                   "seeds: [3, 4]\n"), "s.yaml")
     assert [(x.path, x.values) for x in grids] == [("train.beta", [0.0, 0.1]), ("train.method", ["fedavg"])]
     assert seeds == [3, 4]
-    (tmp_path / "bad.yaml").write_text("grids: {}\n")
-    with pytest.raises(ConfigError, match="--sweep-file"):
-        load_sweep_file(tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError, match="--sweep-file bad.yaml: expected a mapping"):
+        sweep_file_grids({"grids": {}}, "bad.yaml")
     with pytest.raises(ConfigError, match="give the grid once"):
         sweep_arguments(["train.beta=0"], None, None, "beta", "0.1")
     with pytest.raises(ConfigError, match="go together"):
@@ -139,7 +139,8 @@ def test_sweep_cli_errors(tmp_path):
     assert res.exit_code == 2 and "train options" in res.output
     for extra, message in ((["--executor", "slurm"], "choose local or ray"), (["--retries", "-1"], "--retries"),
                            (["--max-concurrent", "2"], "need --executor ray"), (["--seeds", "x"], "--seeds"),
-                           (["--grid", "train.beta=1"], "give the grid once")):
+                           (["--grid", "train.beta=1"], "give the grid once"),
+                           (["--sweep-file", str(tmp_path / "none.yaml")], "none.yaml")):
         res = runner.invoke(app, ["sweep", "--param", "beta", "--values", "0.1", "--out", str(tmp_path / "s"),
                                   *extra])
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, extra

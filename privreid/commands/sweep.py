@@ -10,7 +10,7 @@ import typer
 
 from privreid.dependencies import require
 from privreid.errors import ConfigError
-from privreid.commands.common import DeviceOption, run_dir_or_exit, run_or_exit
+from privreid.commands.common import DeviceOption, load_yaml_file, run_dir_or_exit, run_or_exit
 
 #: what a sweep decides itself, so the pass-through train options may not set it
 OWNED_TRAIN_OPTIONS = ("--out", "--resume", "--overwrite", "--quiet")
@@ -80,7 +80,8 @@ def sweep_command(
     def go():
         settings = ExecutorSettings(executor, max_concurrent, cpus_per_run, gpus_per_run, retries)
         settings.check()
-        grids, seed_list = sweep.sweep_arguments(grid, seeds, sweep_file, param, values)
+        loaded = None if sweep_file is None else (load_yaml_file(sweep_file, "--sweep-file"), str(sweep_file))
+        grids, seed_list = sweep.sweep_arguments(grid, seeds, loaded, param, values)
         if leakage:
             require("torchattacks")  # fail before the first run is trained
         if subjects < 1 or iterations < 1:

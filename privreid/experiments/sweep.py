@@ -5,7 +5,7 @@ beta grows) to any grid: ``--grid PATH=V1,V2`` names any configuration field
 as ``--set`` does (``train.beta``, ``train.method``,
 ``train.defenses.robust-median``), the cross product of the grids x
 ``--seeds`` is the set of runs (:func:`plan_sweep`), a YAML sweep file says
-the same (:func:`load_sweep_file`), and the old ``--param/--values`` (a
+the same (:func:`sweep_file_grids`), and the old ``--param/--values`` (a
 privacy knob) is one grid.  Runs live in ``OUT/<label>=<value>[,...][,seed=S]/``
 (``seed=S`` only with ``--seeds``), plus a non-private ``OUT/reference``
 (per seed) when some run's non-private counterpart is not in the grid.  The
@@ -169,26 +169,25 @@ def parse_seeds(text: str | None) -> list[int] | None:
     return seeds
 
 
-def load_sweep_file(path: str | os.PathLike) -> tuple[list[Grid], list[int] | None]:
-    """A YAML sweep file: ``grid: {PATH: [V1, V2], ...}`` and optionally ``seeds: [0, 1, 2]``."""
-    from privreid.commands.common import load_yaml_file
-
-    data = load_yaml_file(Path(path), "--sweep-file")
+def sweep_file_grids(data: Any, name: str) -> tuple[list[Grid], list[int] | None]:
+    """A sweep file's grids and seeds (its YAML read by the command): ``grid: {PATH: [V1, V2], ...}`` and
+    optionally ``seeds: [0, 1, 2]``."""
     if not isinstance(data, dict) or not isinstance(data.get("grid"), dict) or set(data) - {"grid", "seeds"}:
-        raise ConfigError(f"--sweep-file {path}: expected a mapping with grid: {{PATH: [values]}} and seeds: [...]")
+        raise ConfigError(f"--sweep-file {name}: expected a mapping with grid: {{PATH: [values]}} and seeds: [...]")
     grids = []
     for key, values in data["grid"].items():
         values = values if isinstance(values, list) else [values]
         grids.append(parse_grid(f"{key}=" + ",".join(v if isinstance(v, str) else json.dumps(v) for v in values),
-                                f"--sweep-file {path}: grid"))
+                                f"--sweep-file {name}: grid"))
     seeds = data.get("seeds")
     return grids, None if seeds is None else parse_seeds(",".join(str(s) for s in
                                                                   (seeds if isinstance(seeds, list) else [seeds])))
 
 
-def sweep_arguments(grid: list[str], seeds: str | None, sweep_file: str | os.PathLike | None, param: str | None,
+def sweep_arguments(grid: list[str], seeds: str | None, sweep_file: tuple[Any, str] | None, param: str | None,
                     values: str | None) -> tuple[list[Grid], list[int] | None]:
-    """``privreid sweep``'s grids and seeds from ``--grid``/``--seeds``, ``--sweep-file`` or ``--param/--values``."""
+    """``privreid sweep``'s grids and seeds from ``--grid``/``--seeds``, ``--sweep-file`` (its data and name) or
+    ``--param/--values``."""
     if (param is None) != (values is None):
         raise ConfigError("--param and --values go together")
     if sum(bool(x) for x in (grid, sweep_file is not None, param is not None)) != 1:
@@ -197,7 +196,7 @@ def sweep_arguments(grid: list[str], seeds: str | None, sweep_file: str | os.Pat
     if sweep_file is not None:
         if seeds is not None:
             raise ConfigError("--sweep-file gives the seeds (seeds: [...]); drop --seeds")
-        return load_sweep_file(sweep_file)
+        return sweep_file_grids(*sweep_file)
     if param is not None:
         return [knob_grid(param, parse_values(values))], parse_seeds(seeds)
     return [parse_grid(g) for g in grid], parse_seeds(seeds)
