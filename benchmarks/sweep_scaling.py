@@ -12,12 +12,12 @@ after the last) three ways, each into a fresh directory:
 ``ray --max-concurrent 1``
     one trial at a time: Ray's overhead per run against local.
 
-Ray's start-up (``ray.init`` of a local 2-CPU instance) is timed separately and left out of both Ray timings;
+Ray's start-up (importing Ray Tune and ``ray.init`` of a local 2-CPU instance) is timed separately and left out of both Ray timings;
 the start of the trial workers (a Python process importing torch and privreid, once per concurrent slot:
 ``reuse_actors``) is inside them.  Every run's ``summary.json`` metrics must be identical under the three
 (same seeds, same threads): the script exits 1 otherwise.
 
-    /work/cpu-run -2 python benchmarks/sweep_scaling.py          # about 4 minutes on 2 cores
+    /work/cpu-run -2 python benchmarks/sweep_scaling.py          # about 5 minutes on 2 cores
     python benchmarks/sweep_scaling.py --rounds 4 --json out.json  # a quick look
 """
 
@@ -66,7 +66,7 @@ def timed(planned: list[PlannedRun], out: Path, settings: ExecutorSettings) -> t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=16, help="rounds per run (default 16: ~15 s on one thread)")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds per run (default 30: ~20 s on one thread)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -81,6 +81,8 @@ def main() -> None:
         planned = runs(root, args.rounds)
         local, local_metrics = timed(planned, tmp / "local", ExecutorSettings())
         start = time.perf_counter()
+        import ray.tune  # noqa: F401 - its import (pandas, pyarrow) is start-up too
+
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
         startup = time.perf_counter() - start
         try:
@@ -95,7 +97,7 @@ def main() -> None:
               "ray_overhead_per_run_s": round((ray1 - local) / len(planned), 2), "metrics_identical": identical}
     print(f"4 runs x {args.rounds} rounds, 1 thread each ({os.cpu_count()} CPUs)")
     print(f"  local, one after another:      {local:7.1f} s")
-    print(f"  ray start-up (ray.init):       {startup:7.1f} s (not in the Ray timings)")
+    print(f"  ray start-up (import, init):   {startup:7.1f} s (not in the Ray timings)")
     print(f"  ray --max-concurrent 2:        {ray2:7.1f} s  -> {local / ray2:.2f}x local (target >= 1.8x, bound 2x)")
     print(f"  ray --max-concurrent 1:        {ray1:7.1f} s  -> Ray's overhead {(ray1 - local) / len(planned):+.2f} s "
           f"per run")
