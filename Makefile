@@ -28,10 +28,13 @@ $(STAMP): pyproject.toml constraints.txt
 venv: $(STAMP)
 
 # Two workers: CI has two cores, and the suite's tests are independent (each writes only its tmp_path).
+# The layering contracts first ([tool.importlinter] in pyproject.toml, docs/architecture.md): seconds, not minutes.
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -m "not slow" -q -n 2
 
 test-all: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2
 
 # One torch thread: a float reduction's order may depend on the thread count.  The digits also depend on the CPU's

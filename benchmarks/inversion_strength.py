@@ -67,7 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from privreid.inversion import InversionSettings, reconstruct_batch  # noqa: E402
 from privreid.inversion.attack import match_reconstructions  # noqa: E402
 from privreid.inversion.report import feature_cosine, image_metrics  # noqa: E402
-from privreid.inversion.threat_models import client_gradient  # noqa: E402
+from privreid.inversion.observation import client_gradient  # noqa: E402
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
 

@@ -11,8 +11,8 @@ The public API (imported on first use, so ``import privreid`` stays light)::
     metrics = privreid.evaluate_model(model, testset, height=128, width=64)
 
 Registries (one registration adds a dataset format, a training method, a
-defense, a model transform, an inversion attack, a threat model or a
-retrieval attack; ``docs/extending.md``), each a :class:`privreid.registry.Registry`
+defense, a model transform, an inversion attack, a threat model, a
+retrieval attack, a malicious client or a membership attack; ``docs/extending.md``), each a :class:`privreid.registry.Registry`
 with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 ``origin``): ``FORMATS`` / ``register_format`` / ``available_formats``
 (:mod:`privreid.data.formats`), ``METHODS`` / ``register_method`` /
@@ -22,7 +22,9 @@ with one behaviour (``register`` / ``unregister`` / ``get`` / ``names`` /
 ``INVERSION_ATTACKS`` / ``register_inversion_attack`` and ``THREATS`` /
 ``register_threat`` (:mod:`privreid.inversion`), ``RETRIEVAL_ATTACKS`` /
 ``register_retrieval_attack`` (:mod:`privreid.retrieval_attacks.feature_attacks`, needs
-torchattacks).
+torchattacks), ``MALICIOUS_CLIENTS`` / ``register_malicious_client``
+(:mod:`privreid.malicious_clients`), ``MEMBERSHIP_ATTACKS`` /
+``register_membership_attack`` (:mod:`privreid.auditing.membership_attacks`).
 """
 
 import logging
@@ -79,12 +81,16 @@ _PUBLIC = {
     "MODEL_TRANSFORMS": ("privreid.models.transforms", "TRANSFORMS"),
     "ModelTransform": ("privreid.models.transforms", "ModelTransform"),
     "register_transform": ("privreid.models.transforms", "register_transform"),
-    "INVERSION_ATTACKS": ("privreid.inversion.optimise", "ATTACKS"),
-    "register_inversion_attack": ("privreid.inversion.optimise", "register_inversion_attack"),
+    "INVERSION_ATTACKS": ("privreid.inversion.settings", "INVERSION_ATTACKS"),
+    "register_inversion_attack": ("privreid.inversion.settings", "register_inversion_attack"),
     "THREATS": ("privreid.inversion.threat_models", "THREATS"),
     "register_threat": ("privreid.inversion.threat_models", "register_threat"),
-    "RETRIEVAL_ATTACKS": ("privreid.retrieval_attacks.feature_attacks", "ATTACKS"),
+    "RETRIEVAL_ATTACKS": ("privreid.retrieval_attacks.feature_attacks", "RETRIEVAL_ATTACKS"),
     "register_retrieval_attack": ("privreid.retrieval_attacks.feature_attacks", "register_retrieval_attack"),
+    "MALICIOUS_CLIENTS": ("privreid.malicious_clients", "MALICIOUS_CLIENTS"),
+    "register_malicious_client": ("privreid.malicious_clients", "register_malicious_client"),
+    "MEMBERSHIP_ATTACKS": ("privreid.auditing.membership_attacks", "MEMBERSHIP_ATTACKS"),
+    "register_membership_attack": ("privreid.auditing.membership_attacks", "register_membership_attack"),
 }
 
 __all__ = ["__version__", *_PUBLIC]

@@ -7,8 +7,10 @@ from typing import Any
 
 from privreid.data.types import TestSet
 from privreid.errors import python_errors
-from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
-from privreid.models.adapter import ReIDAdapter, as_adapter
+from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.model_eval import evaluate_model
+from privreid.models.adapter import ReIDAdapter
+from privreid.models.external import as_adapter
 
 
 @dataclass
@@ -87,7 +89,7 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
                                        single_gallery_shot=single_gallery_shot, mode=mode or IR_TO_VISIBLE,
                                        seq_len=seq_len, interpolation=interpolation or adapter.interpolation)
                for ts in testsets}
-    return EvaluationResult({name: {k: r[k] for k in SUMMARY_KEYS} for name, r in records.items()}, records,
+    return EvaluationResult({name: {k: r[k] for k in summary_keys()} for name, r in records.items()}, records,
                             adapter.report.to_dict() if adapter.report else None)
 
 
@@ -142,7 +144,8 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     """
     from privreid.retrieval_attacks.campaign import attack_models
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
-    from privreid.retrieval_attacks.retrieval import METRIC_KEYS, TARGETS, resolve_methods
+    from privreid.evaluation.metric_registry import headline
+    from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
     from privreid.errors import ConfigError
 
     check_budget(eps, alpha, steps)
@@ -162,7 +165,7 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
                                methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
                                device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
                                progress=progress)
-    keys = [key for key, _ in METRIC_KEYS]
+    keys = [key for key, _ in headline()]
     rows = [AttackRow(r["testset"], r["attack"], {k: r[f"clean_{k}"] for k in keys}, {k: r[k] for k in keys},
                       {k: r[f"drop_{k}"] for k in keys}) for r in records]
     return AttackResult(eps, alpha, steps, target, rows, records)
@@ -214,7 +217,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
                                            interpolation=interpolation or adapter.interpolation)
                for ts in _testsets(data, domains)}
     first = next(iter(results.values()))
-    return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in SUMMARY_KEYS}, r["mean"], r["std"])
+    return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in summary_keys()}, r["mean"], r["std"])
                              for name, r in results.items()},
                             first["corruptions"], severity, repeats, first["deviations"])
 

@@ -116,6 +116,16 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     once: :func:`privreid.federated.resume.check_resumable`) and keeps
     ``client_memory_hashes``.
     """
+    return check_checkpoint(read_torch_file(path, map_location), path, client_memory=client_memory)
+
+
+def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    what: str = "a checkpoint") -> Any:
+    """What the torch file ``path`` holds, read once (:func:`~privreid.pickle_scan.safe_torch_load`).
+
+    CheckpointError for a missing path, a directory, a file cut short or one whose pickle names a global
+    ``what`` never holds (nothing is executed); NotACheckpointError for a file that is no torch file.
+    """
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory, not a checkpoint; give the file (e.g. {path / 'ckpt.pt'})")
@@ -131,9 +141,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     except pickle.UnpicklingError as exc:
         if not isinstance(exc, UnsafePickle) and not looks_like_pickle(path):  # text, noise: torch's legacy reader
             raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a torch file)") from exc
-        what = f"the global {exc.found}" if isinstance(exc, UnsafePickle) else \
+        found = f"the global {exc.found}" if isinstance(exc, UnsafePickle) else \
             "objects that are not plain tensors/containers"
-        raise CheckpointError(f"refusing to load {path}: it contains {what}, which a checkpoint never holds "
+        raise CheckpointError(f"refusing to load {path}: it contains {found}, which {what} never holds "
                               "(nothing was executed)") from exc
     except Exception as exc:  # truncated file, not a zip/pickle, wrong magic ...
         if _cut_short(path):
@@ -141,6 +151,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                                   "end: an interrupted copy or download?); restore it from a copy") from exc
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (not a readable torch file: "
                               f"{type(exc).__name__})") from exc
+    return ckpt
+
+
+def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool = True) -> dict[str, Any]:
+    """``ckpt``, read from ``path`` by :func:`read_torch_file`, validated as :func:`load_checkpoint` does."""
+    path = Path(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]

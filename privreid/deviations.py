@@ -1,6 +1,6 @@
 """Recipe deviations: where a run differs from the paper its method implements.
 
-Every ``summary.json`` carries ``"deviations": deviations(config)``, one
+Every ``summary.json`` carries ``"deviations": deviations(config, method)``, one
 sentence per active deviation, so that a number is never put next to a
 paper's without saying how its recipe differs.  Everything is derived from
 the :class:`~privreid.config.RunConfig` by the rules of this module, kept in
@@ -29,34 +29,46 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from privreid.config import RunConfig, lr_neck, triplet_weight
+from privreid.config import RunConfig, lr_neck
+from privreid.federated.registry import Method
 
 
-def _field(path: str) -> Callable[[RunConfig], Any]:
+@dataclass(frozen=True)
+class Run:
+    """A configuration with its resolved method (the composition root's): what recipe values and rules read.
+
+    It reads as its configuration (``run.train``, ``run.model``, ``run.data``) plus :meth:`option`.
+    """
+
+    config: RunConfig
+    method: Method
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.config, name)
+
+    def option(self, key: str) -> Any:
+        """The value of the method's option ``key``: ``--opt`` if given (typed), else the method's default."""
+        return self.method.option(self.config, key)
+
+
+def _field(path: str) -> Callable[[Run], Any]:
     section, name = path.split(".")
-    return lambda config: getattr(getattr(config, section), name)
+    return lambda run: getattr(getattr(run, section), name)
 
 
-def _option(key: str) -> Callable[[RunConfig], Any]:
-    def get(config: RunConfig) -> Any:
-        from privreid.federated.registry import get_method
-
-        return get_method(config.train.method).option(config, key)
-
-    return get
+def _option(key: str) -> Callable[[Run], Any]:
+    return lambda run: run.option(key)
 
 
-def _client_fraction(config: RunConfig) -> float:
-    from privreid.federated.registry import get_method
-
-    given = config.train.client_fraction
-    return get_method(config.train.method).client_fraction if given is None else given
+def _client_fraction(run: Run) -> float:
+    given = run.train.client_fraction
+    return run.method.client_fraction if given is None else given
 
 
 #: options whose effective value is not the raw field (None = a default applies)
-_EFFECTIVE: dict[str, Callable[[RunConfig], Any]] = {
+_EFFECTIVE: dict[str, Callable[[Run], Any]] = {
     "--lr-neck": lr_neck,
-    "--triplet-weight": triplet_weight,
+    "--triplet-weight": lambda run: run.method.triplet_weight_for(run.config),
     "--client-fraction": _client_fraction,
 }
 
@@ -77,21 +89,21 @@ class PaperValue:
     option: str
     value: Any
     source: str
-    get: Callable[[RunConfig], Any] | None = None
+    get: Callable[[Run], Any] | None = None
     prose: str | None = None
 
-    def expected(self, config: RunConfig) -> Any:
-        return self.value(config) if callable(self.value) else self.value
+    def expected(self, run: Run) -> Any:
+        return self.value(run) if callable(self.value) else self.value
 
-    def actual(self, config: RunConfig) -> Any:
+    def actual(self, run: Run) -> Any:
         if self.get is not None:
-            return self.get(config)
+            return self.get(run)
         if self.option in _EFFECTIVE:
-            return _EFFECTIVE[self.option](config)
+            return _EFFECTIVE[self.option](run)
         name = self.option.lstrip("-").replace("-", "_")
         section = "model" if name in ("arch", "neck", "feat_dim", "last_stride", "pretrained", "dropout") else \
             "data" if name in ("height", "width") else "train"
-        return _field(f"{section}.{name}")(config)
+        return _field(f"{section}.{name}")(run)
 
 
 @dataclass(frozen=True)
@@ -286,19 +298,19 @@ PAPER_RECIPES: dict[str, Recipe] = {
 
 @dataclass(frozen=True)
 class Rule:
-    """A deviation that is not a single recipe value: ``applies(config)`` and its sentence ``text(config)``."""
+    """A deviation that is not a single recipe value: ``applies(run)`` and its sentence ``text(run)``."""
 
     name: str
-    applies: Callable[[RunConfig], bool]
-    text: Callable[[RunConfig], str]
+    applies: Callable[[Run], bool]
+    text: Callable[[Run], str]
 
 
-def _method(*names: str) -> Callable[[RunConfig], bool]:
-    return lambda config: config.train.method in names
+def _method(*names: str) -> Callable[[Run], bool]:
+    return lambda run: run.train.method in names
 
 
-def _dppt_local_classifier(config: RunConfig) -> bool:
-    return config.train.method == "dppt" and not _option("shared_classifier")(config)
+def _dppt_local_classifier(run: Run) -> bool:
+    return run.train.method == "dppt" and not run.option("shared_classifier")
 
 
 #: every deviation that is not a recipe value; add a method's rules here
@@ -367,7 +379,7 @@ RULES: tuple[Rule, ...] = (
                    "code distils every 10th round (cap-ntu/FedReID main.py:113-117), with every client (not only "
                    "the round's) as teacher; privreid keeps the paper's cadence because its strategies are pure "
                    "functions of one round's uploads and the reference's cadence is tied to its evaluation loop"),
-    Rule("fedpav-first-buffers", lambda c: c.train.method in FEDPAV_METHODS and _option("bn_buffers")(c) == "first",
+    Rule("fedpav-first-buffers", lambda c: c.train.method in FEDPAV_METHODS and c.option("bn_buffers") == "first",
          lambda c: "--opt bn_buffers=first takes the BatchNorm statistics of the round's first client in client "
                    "order; the reference code's client order is random each round (cap-ntu/FedReID server.py:83)"),
     Rule("dppt-pooling", _method("dppt"),
@@ -387,10 +399,10 @@ RULES: tuple[Rule, ...] = (
          lambda c: "FedARKS body parts are fixed horizontal bands of the feature map (head 0-25%, torso 25-55%, "
                    "legs 55-100%), not PifPaf keypoints (paper 001, RK)"),
     Rule("ska-an-weights", lambda c: c.train.method == "ska" and c.model.pretrained is not None
-         and _option("an")(c),
+         and c.option("an"),
          lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
                    "normalisation pretrained on ImageNet)"),
-    Rule("ska-an-architecture", lambda c: c.train.method == "ska" and _option("an")(c),
+    Rule("ska-an-architecture", lambda c: c.train.method == "ska" and c.option("an"),
          lambda c: "SKA's attentive normalisation sits in torchvision's ResNet-50 and gates its mixture with "
                    "Linear + hard sigmoid; the AN ResNet-50 the reference code loads (SunTongtongtong/FedReid "
                    "lib/resnet50_AN.py:_resnet, checkpoint resnet-50-an-imagenet-200e-lbsmth-mixup, whose config "
@@ -405,14 +417,16 @@ def _setting(value: PaperValue, actual: Any) -> str:
     return f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else f"{value.option} {_show(actual)}"
 
 
-def recipe_deviations(config: RunConfig) -> list[str]:
-    """One sentence per setting where ``config`` differs from its method's paper recipe (none for baselines)."""
+def recipe_deviations(config: RunConfig, method: Method) -> list[str]:
+    """One sentence per setting where ``config`` (training ``method``) differs from its method's paper recipe (none
+    for baselines)."""
+    run = Run(config, method)
     recipe = PAPER_RECIPES.get(config.train.method)
     if recipe is None:
         return []
     out = []
     for value in recipe.values:
-        actual, expected = value.actual(config), value.expected(config)
+        actual, expected = value.actual(run), value.expected(run)
         if not _same(actual, expected):
             setting = _setting(value, actual)
             prose = "" if value.prose is None else f"; the paper's prose: {value.prose}"
@@ -420,22 +434,25 @@ def recipe_deviations(config: RunConfig) -> list[str]:
     return out
 
 
-def prose_departures(config: RunConfig) -> list[str]:
+def prose_departures(config: RunConfig, method: Method) -> list[str]:
     """One sentence per setting where ``config`` follows the authors' released code against their paper's prose.
 
     The published numbers were produced by that code, so the paper presets
     follow it; the prose they depart from is named here.
     """
+    run = Run(config, method)
     recipe = PAPER_RECIPES.get(config.train.method)
     if recipe is None:
         return []
-    return [f"{_setting(value, value.actual(config))} follows the {value.source}; not the paper's prose "
+    return [f"{_setting(value, value.actual(run))} follows the {value.source}; not the paper's prose "
             f"({value.prose})" for value in recipe.values
-            if value.prose is not None and _same(value.actual(config), value.expected(config))]
+            if value.prose is not None and _same(value.actual(run), value.expected(run))]
 
 
-def deviations(config: RunConfig) -> list[str]:
-    """Every active deviation of ``config`` from its method's paper: the :data:`RULES`, the departures from the
-    paper's prose where the run follows the released code, then the recipe values."""
-    return ([rule.text(config) for rule in RULES if rule.applies(config)] + prose_departures(config)
-            + recipe_deviations(config))
+def deviations(config: RunConfig, method: Method) -> list[str]:
+    """Every active deviation of ``config`` (training ``method``, as the composition root resolved it) from its
+    method's paper: the :data:`RULES`, the departures from the paper's prose where the run follows the released
+    code, then the recipe values."""
+    run = Run(config, method)
+    return ([rule.text(run) for rule in RULES if rule.applies(run)] + prose_departures(config, method)
+            + recipe_deviations(config, method))

@@ -15,7 +15,7 @@ Where a path cannot run in 16 bits it says so in one line:
   privreid uses, but not a gradient scaler: Opacus clips each per-sample
   gradient to ``max_grad_norm`` before the optimiser step, so the clipping
   would act on the scaled gradients.  DP-SGD takes ``bf16`` and refuses
-  ``fp16`` (:func:`check_precision`).
+  ``fp16`` (:meth:`privreid.config.RunConfig.validate`).
 * Model inversion optimises images through many small gradient steps of a
   feature-matching objective; it runs in fp32 whatever ``--precision`` says
   (:data:`INVERSION_NOTE`).
@@ -31,10 +31,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from privreid.config import PRECISIONS
 from privreid.errors import ConfigError
 
-#: the torch type of each of :data:`privreid.config.PRECISIONS`
+#: the torch type of each of :data:`privreid.config.PRECISIONS` (the keys)
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: the line ``privreid invert`` prints, and records, when ``--precision`` is not fp32
@@ -42,14 +41,11 @@ INVERSION_NOTE = ("model inversion runs in fp32 whatever --precision says: its f
                   "takes many small image-gradient steps that 16-bit products would round away")
 
 
-def check_precision(precision: str, device: torch.device | str | None = None, *, dp_sgd: bool = False) -> None:
-    """Refuse an unknown precision, fp16 with DP-SGD, and a 16-bit type the device's autocast lacks, in one line."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} (got {precision!r})")
-    if dp_sgd and precision == "fp16":
-        raise ConfigError("--dp-sgd with --precision fp16 is not supported: Opacus 1.6 runs DP-SGD under autocast "
-                          "but not with a gradient scaler, whose scaled gradients its per-sample clipping would clip; "
-                          "use --precision bf16 or fp32")
+def check_precision(precision: str, device: torch.device | str | None = None) -> None:
+    """Refuse an unknown precision and a 16-bit type the device's autocast lacks, in one line (fp16 with DP-SGD:
+    :meth:`privreid.config.RunConfig.validate`)."""
+    if precision not in DTYPES:
+        raise ConfigError(f"precision must be one of {', '.join(DTYPES)} (got {precision!r})")
     if device is not None and precision != "fp32":
         kind = torch.device(device).type
         if not torch.amp.is_autocast_available(kind):

@@ -349,14 +349,12 @@ class _TensorBoard:
     resolved configuration as text (``config``) and, at the end, as TensorBoard hyperparameters (the HParams tab)
     with the last value of each evaluation metric (``hparam/<tag>``)."""
 
-    def __init__(self, out: Path, config):
+    def __init__(self, out: Path, config, rates: dict[str, list[float]]):
         import yaml
         from torch.utils.tensorboard import SummaryWriter
 
-        from privreid.federated.lr_schedule import lr_table
-
         self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
-        self.config, self.rates, self.rounds, self.last = config, lr_table(config), set(), {}
+        self.config, self.rates, self.rounds, self.last = config, rates, set(), {}
         self.writer.add_text("config", "```yaml\n" + yaml.safe_dump(config.to_dict(), sort_keys=False) + "```")
 
     def __call__(self, rec: dict[str, Any]) -> None:
@@ -403,12 +401,13 @@ class _WandB:
         self.run.finish()
 
 
-def metric_logger(kind: str, out: Path, config):
+def metric_logger(kind: str, out: Path, config, rates: dict[str, list[float]]):
     """A callable mirroring each metric record of the run of ``config`` (a :class:`~privreid.config.RunConfig`)
-    to ``kind`` (``none``: ``None``), with ``close()``."""
+    to ``kind`` (``none``: ``None``), with ``close()``; ``rates``: each learning-rate group's rate in every round
+    (:func:`privreid.federated.lr_schedule.lr_table`)."""
     check_logger(kind)
     if kind == "tensorboard":
-        return _TensorBoard(out, config)
+        return _TensorBoard(out, config, rates)
     if kind == "wandb":
         return _WandB(out, config.to_dict())
     return None

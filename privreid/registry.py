@@ -16,7 +16,7 @@ entries, so they all behave alike:
   (a plugin's distribution, a test module), for listings.
 
 A new registry is one line, e.g.
-``ADVERSARIES = Registry("adversary", builtins=("privreid.malicious_clients.plugins",))``.
+``MALICIOUS_CLIENTS = Registry("adversary", builtins=("privreid.malicious_clients.scaled",))``.
 Built-ins are loaded lazily, on first use, so a registry's module stays
 light and its built-in modules may import it.
 """

@@ -16,11 +16,13 @@ from typing import Any
 
 from privreid.config import RunConfig, evaluation_settings
 from privreid.data.types import Federation
+from privreid.federated.registry import Method
 
 
-def run_plan(config: RunConfig, federation: Federation | None = None,
+def run_plan(config: RunConfig, method: Method, federation: Federation | None = None,
              datasets: dict[str, str] | None = None) -> dict[str, Any]:
-    """``{"config", "lr_schedule", "lr", "evaluation", "deviations"}`` of ``config`` (validated first).
+    """``{"config", "lr_schedule", "lr", "evaluation", "deviations"}`` of ``config`` (validated first), training
+    ``method`` (:func:`privreid.training.compose.method_of`).
 
     ``lr`` maps each parameter group to its rate in every round (at the
     round's first step).  ``evaluation`` holds the run's ranking settings
@@ -31,10 +33,8 @@ def run_plan(config: RunConfig, federation: Federation | None = None,
     from privreid.deviations import deviations
     from privreid.evaluation.model_eval import describe_protocol
     from privreid.federated.lr_schedule import get_schedule, lr_table
-    from privreid.federated.registry import get_method
 
     config.validate()
-    get_method(config.train.method)
     evaluation: dict[str, Any] = evaluation_settings(config)
     if federation is not None:
         evaluation["testsets"] = {ts.name: {"split": split, "protocol": describe_protocol(ts, config.train.eval_ap)}
@@ -45,9 +45,9 @@ def run_plan(config: RunConfig, federation: Federation | None = None,
         "config": config.to_dict(),
         **({"datasets": datasets} if datasets is not None else {}),
         "lr_schedule": f"{schedule.name}: {schedule.describe(config)}",
-        "lr": lr_table(config),
+        "lr": lr_table(config, method),
         "evaluation": evaluation,
-        "deviations": deviations(config),
+        "deviations": deviations(config, method),
     }
 
 

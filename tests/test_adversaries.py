@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import spy_on_uploads, tiny_config
-from privreid.malicious_clients import ADVERSARIES, available_adversaries, get_adversary, malicious_clients, register
+from privreid.malicious_clients import MALICIOUS_CLIENTS, available_malicious_clients, get_malicious_client, malicious_clients, register_malicious_client
 from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
@@ -24,14 +24,14 @@ def _round_uploads(cfg, tmp_path, monkeypatch):
 
 
 def test_the_registry_lists_its_builtin_attacks_sorted_and_refuses_in_one_line():
-    builtins = [name for name in ADVERSARIES if ADVERSARIES.origin(name) == BUILT_IN]
+    builtins = [name for name in MALICIOUS_CLIENTS if MALICIOUS_CLIENTS.origin(name) == BUILT_IN]
     assert {"label-flip", "scaled", "sign-flip"} <= set(builtins)
-    assert available_adversaries() == sorted(builtins)
-    assert all(get_adversary(name) is ADVERSARIES[name] and ADVERSARIES[name].name == name for name in builtins)
+    assert available_malicious_clients() == sorted(builtins)
+    assert all(get_malicious_client(name) is MALICIOUS_CLIENTS[name] and MALICIOUS_CLIENTS[name].name == name for name in builtins)
     with pytest.raises(ConfigError, match="^unknown adversary 'nope'; choose one of: " + ", ".join(sorted(builtins))):
-        get_adversary("nope")
-    with ADVERSARIES.restoring(), pytest.raises(ConfigError, match="^adversary 'scaled' is already registered$"):
-        register(ADVERSARIES["scaled"])
+        get_malicious_client("nope")
+    with MALICIOUS_CLIENTS.restoring(), pytest.raises(ConfigError, match="^adversary 'scaled' is already registered$"):
+        register_malicious_client(MALICIOUS_CLIENTS["scaled"])
 
 
 @pytest.mark.parametrize("attack,factor", [("scaled", 3.0), ("sign-flip", -2.0)])
@@ -74,7 +74,7 @@ def test_a_boosted_backdoor_is_model_replacement_the_backdoor_upload_rescaled(ti
 def test_label_flip_moves_every_label_of_the_malicious_client_only(tiny_synth):
     cfg = tiny_config(tiny_synth)
     client = federation_for_config(cfg).clients[0]
-    flipped = get_adversary("label-flip").poison_client(client, {}, cfg)
+    flipped = get_malicious_client("label-flip").poison_client(client, {}, cfg)
     assert [(p, c) for p, _, c in flipped.train] == [(p, c) for p, _, c in client.train]
     assert all(new == (old + 1) % client.num_classes and new != old
                for (_, old, _), (_, new, _) in zip(client.train, flipped.train))

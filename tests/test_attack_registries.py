@@ -8,9 +8,9 @@
 import pytest
 import torch
 
-from privreid.retrieval_attacks.feature_attacks import ATTACKS as RETRIEVAL_ATTACKS
+from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS
 from privreid.retrieval_attacks.feature_attacks import build_attack
-from privreid.inversion import (ATTACKS, THREATS, InversionSettings, ThreatModel, reconstruct,
+from privreid.inversion import (INVERSION_ATTACKS, THREATS, InversionSettings, ThreatModel, reconstruct,
                                         register_inversion_attack, register_threat)
 from privreid.inversion import optimise
 from privreid.inversion.optimise import IDLG
@@ -115,10 +115,12 @@ def test_cached_observed_norm_gives_bit_identical_reconstructions(model, threat,
 
 
 def test_inversion_registries_hold_the_built_in_objects():
-    assert {"dlg", "idlg", "ig"} <= set(ATTACKS) and {"full", "shared", "shared-feature", "aggregate"} <= set(THREATS)
-    assert (ATTACKS["ig"].distance, ATTACKS["ig"].tv) == ("cosine", 0.2)
+    assert {"dlg", "idlg", "ig"} <= set(INVERSION_ATTACKS)
+    assert {"full", "shared", "shared-feature", "aggregate"} <= set(THREATS)
+    assert (INVERSION_ATTACKS["ig"].distance, INVERSION_ATTACKS["ig"].tv) == ("cosine", 0.2)
     assert InversionSettings(attack="dlg").distance == "l2" and InversionSettings(attack="ig").tv_weight == 0.2
-    with pytest.raises(ConfigError, match=f"unknown inversion attack 'xx'; choose one of: {', '.join(ATTACKS)}$"):
+    choices = ", ".join(INVERSION_ATTACKS)
+    with pytest.raises(ConfigError, match=f"unknown inversion attack 'xx'; choose one of: {choices}$"):
         InversionSettings(attack="xx")
     with pytest.raises(ConfigError, match="already registered"):
         register_inversion_attack(IDLG())
@@ -138,14 +140,11 @@ def test_a_new_attack_and_a_new_threat_are_one_registration_each(model):
         def visible(self, grads, shared):
             return {n: g for n, g in grads.items() if n.startswith("classifier.")}
 
-        def matched_names(self, grads):
-            return list(grads)
-
         def reconstruct(self, model, observation, start, *, settings, **kw):
             self.seen = sorted(observation.grads)
             return start, None, None
 
-    with ATTACKS.restoring(), THREATS.restoring():
+    with INVERSION_ATTACKS.restoring(), THREATS.restoring():
         register_inversion_attack(CosineIDLG())
         threat = register_threat(HeadOnly())
         _reconstruct_with_new_entries(model, threat)
@@ -165,7 +164,6 @@ def _reconstruct_with_new_entries(model, threat):
 def test_the_help_texts_builtin_retrieval_attacks_are_the_registrys():
     """privreid.retrieval_attacks names the built-in retrieval attacks without torch (for --help); they are the registry's."""
     from privreid.retrieval_attacks import BUILTIN_RETRIEVAL_ATTACKS, retrieval_attack_names
-    from privreid.retrieval_attacks.feature_attacks import ATTACKS
-
-    assert [n for n in ATTACKS.names() if ATTACKS.origin(n) == "built-in"] == list(BUILTIN_RETRIEVAL_ATTACKS)
-    assert retrieval_attack_names() == ATTACKS.names()
+    builtins = [n for n in RETRIEVAL_ATTACKS.names() if RETRIEVAL_ATTACKS.origin(n) == "built-in"]
+    assert builtins == list(BUILTIN_RETRIEVAL_ATTACKS)
+    assert retrieval_attack_names() == RETRIEVAL_ATTACKS.names()

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from privreid.auditing import AuditSettings, run_audit
-from privreid.auditing.membership_attacks import ATTACKS
+from privreid.auditing.membership_attacks import MEMBERSHIP_ATTACKS
 from privreid.auditing.membership import build_membership
 from privreid.auditing.metrics import binomial_interval, bootstrap_intervals, roc_curve, summarise, auc, tpr_at_fpr
 from privreid.auditing.statistics import probe_outputs, unique_probes
@@ -149,7 +149,7 @@ def test_models_that_never_saw_the_data_are_at_chance(null_setup, tiny_synth, tm
             assert ms.labels.sum() >= 80 and (~ms.labels).sum() >= 80
             out = probe_outputs(model, unique_probes(ms), height=32, width=16)
             for name in ("loss", "feature"):
-                s = summarise(ms.labels, ATTACKS[name].score(ms, out).scores, bootstrap=300, confidence=0.99)
+                s = summarise(ms.labels, MEMBERSHIP_ATTACKS[name].score(ms, out).scores, bootstrap=300, confidence=0.99)
                 lo, hi = s["ci"]["auc"]
                 assert lo <= 0.5, (level, name, s["auc"], lo, hi)  # no leakage claimed
                 assert hi >= 0.5 if level == "image" else s["auc"] >= 0.3, (level, name, s["auc"], lo, hi)

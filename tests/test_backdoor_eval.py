@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import tiny_config
 from privreid.malicious_clients.backdoor import recorded_backdoor
-from privreid.malicious_clients.trigger import Trigger
+from privreid.data.trigger import Trigger
 from privreid.checkpoint import load_model
 from privreid.cli import app
 from privreid.data.catalog import federation_for_config

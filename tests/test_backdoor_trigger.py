@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from conftest import tiny_config
-from privreid.malicious_clients import get_adversary
-from privreid.malicious_clients.trigger import Trigger, stamped_samples
+from privreid.malicious_clients import get_malicious_client
+from privreid.data.trigger import Trigger, stamped_samples
 from privreid.data.catalog import federation_for_config
 from privreid.data.formats import read_image
 from privreid.data.transforms import build_transforms, tensor_pipeline
@@ -68,7 +68,7 @@ def test_stamped_files_decode_to_the_stamped_image_at_the_input_size(tiny_synth)
 def test_backdoor_stamps_a_fraction_relabelled_to_one_extra_class(goal, tiny_synth):
     cfg = tiny_config(tiny_synth)
     clients = federation_for_config(cfg).clients
-    client, backdoor = clients[-1], get_adversary("backdoor")
+    client, backdoor = clients[-1], get_malicious_client("backdoor")
     settings = {**backdoor.options, "goal": goal, "fraction": 0.25, "target_images": 3}
     backdoor.check(settings, clients, [client], cfg)
     poisoned = backdoor.poison_client(client, settings, cfg)
@@ -110,7 +110,7 @@ def test_a_backdoor_run_records_the_trigger_and_its_target(tiny_synth, tmp_path)
 def test_each_dba_client_stamps_only_its_strip(tiny_synth):
     cfg = tiny_config(tiny_synth)
     clients = federation_for_config(cfg).clients
-    dba = get_adversary("dba")
+    dba = get_malicious_client("dba")
     settings = {**dba.options, "goal": "evasion", "size": 6}
     dba.check(settings, clients, clients, cfg)
     whole = Trigger.from_settings(settings)

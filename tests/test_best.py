@@ -2,8 +2,9 @@
 
 import pytest
 
-from privreid.evaluation.model_eval import SUMMARY_KEYS
+from privreid.evaluation.metric_registry import summary_keys
 from privreid.federated.best import best_block, round_scores, select_rounds
+from privreid.training.compose import method_of
 
 
 def rec(round_no, split, testset, rank1, mAP, scope="global"):
@@ -55,7 +56,7 @@ def test_top3_block_against_hand_computed_means():
     assert block["global_seen"]["rank1"] == pytest.approx((1.4 / 3 + 1.4 / 3) / 2)
     assert block["global_seen"]["mAP"] == pytest.approx((1.05 / 3 + 1.35 / 3) / 2)
     assert block["global_unseen"]["mAP"] == pytest.approx(0.35 / 3)
-    assert set(block["global_seen"]) == set(SUMMARY_KEYS)
+    assert set(block["global_seen"]) == set(summary_keys())
 
 
 def test_k1_block_is_the_last_evaluation_and_no_global_model_gives_none():
@@ -86,7 +87,7 @@ def test_summary_json_carries_best_and_deviations(tiny_synth, tmp_path):
     assert summary["best"] == best_block(metrics, 2)  # JSON keeps floats exactly
     assert len(summary["best"]["rounds"]) == 2 and min(scores[r] for r in summary["best"]["rounds"]) >= \
         max(scores[r] for r in scores if r not in summary["best"]["rounds"])
-    assert summary["deviations"] == deviations(cfg) and "--report-best 2 (FedPav: 3" in " ".join(summary["deviations"])
+    assert summary["deviations"] == deviations(cfg, method_of(cfg)) and "--report-best 2 (FedPav: 3" in " ".join(summary["deviations"])
 
 
 def test_training_evaluations_rank_with_the_runs_metric_and_summary_says_which(tiny_synth, tmp_path):

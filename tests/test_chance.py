@@ -18,7 +18,8 @@ from privreid.data.types import TestSet, VIProtocol
 from privreid.evaluation.chance import chance_metrics
 from privreid.evaluation.cross_modality import evaluate_cross_modality, single_shot_gallery
 from privreid.evaluation.metrics import evaluate, evaluate_cuhk03
-from privreid.evaluation.model_eval import RESULT_KEYS, NonFiniteFeaturesWarning, rank_testset
+from privreid.evaluation.metric_registry import result_keys
+from privreid.evaluation.model_eval import NonFiniteFeaturesWarning, rank_testset
 
 from conftest import tiny_config
 
@@ -39,7 +40,7 @@ def average_over_permutations(rank, **kwargs) -> dict:
         gf = torch.tensor(perm, dtype=torch.float32)[:, None]
         qf = torch.full((len(Q_PIDS), 1), -1.0)  # distance grows with the gallery item's position
         res = rank(qf, gf, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, **kwargs)
-        for key in RESULT_KEYS:
+        for key in result_keys():
             totals[key] = totals.get(key, 0.0) + res[key] / len(perms)
         totals["num_valid_queries"] = res["num_valid_queries"]
     return totals
@@ -47,7 +48,7 @@ def average_over_permutations(rank, **kwargs) -> dict:
 
 def assert_expected(chance: dict, brute: dict) -> None:
     assert chance["num_valid_queries"] == brute["num_valid_queries"] == 3
-    for key in RESULT_KEYS:
+    for key in result_keys():
         assert chance[key] == pytest.approx(brute[key], abs=1e-12), key
 
 
@@ -85,7 +86,7 @@ def test_gallery_trials_use_the_real_protocols_draws():
         per_trial.append(chance_metrics(Q_PIDS, G_PIDS[keep], Q_CAMS, G_CAMS[keep],
                                         protocol=VIProtocol(cmc_by_identity=True)))
     assert chance["trials"] == 3
-    for key in RESULT_KEYS:
+    for key in result_keys():
         values = [t[key] for t in per_trial]
         assert chance[key] == pytest.approx(np.mean(values)) and chance["std"][key] == pytest.approx(np.std(values))
 
@@ -184,7 +185,7 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
         query, gallery = evaluation_split(ts)
         labels = [(np.array([p for _, p, _ in s]), np.array([c for _, _, c in s])) for s in (query, gallery)]
         chance = chance_metrics(labels[0][0], labels[1][0], labels[0][1], labels[1][1])
-        assert {k: rec[k] for k in RESULT_KEYS} == pytest.approx({k: chance[k] for k in RESULT_KEYS})
+        assert {k: rec[k] for k in result_keys()} == pytest.approx({k: chance[k] for k in result_keys()})
 
 
 
@@ -196,7 +197,7 @@ def test_summary_flags_a_test_set_whose_features_were_not_finite(tiny_synth, tmp
 
     cfg = tiny_config(tiny_synth, rounds=1)
     engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
-    scores = dict.fromkeys(RESULT_KEYS, 0.25)
+    scores = dict.fromkeys(result_keys(), 0.25)
     engine.metrics = [{"round": 1, "scope": "global", "split": "seen", "testset": "synthA", **scores},
                       {"round": 1, "scope": "global", "split": "seen", "testset": "synthB", **scores,
                        "non_finite_features": True}]

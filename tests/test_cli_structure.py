@@ -35,7 +35,7 @@ def test_cli_module_only_registers_commands():
     assert functions == ["_version", "main"]  # the --version flag and the group callback
     registered = {p.stem for p in (PACKAGE / "commands").glob("*.py")} - {"__init__", "common", "options"}  # helpers, not commands
     imported = {n.module.split(".")[-1] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
-                and n.module.startswith("commands.") and n.module != "commands.common"}
+                and n.module.startswith("privreid.commands.") and n.module != "privreid.commands.common"}
     assert imported == registered
 
 

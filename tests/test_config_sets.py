@@ -11,7 +11,9 @@ from privreid.cli import app
 from privreid.commands.common import params_with_preset
 from privreid.commands.options import CONFIG_OPTIONS
 from privreid.commands.train import train_command, train_config
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig, apply_sets, parse_bool
+from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config.sets import apply_sets
+from privreid.config.values import parse_bool
 from privreid.errors import ConfigError
 from privreid.federated.method_options import parse_options
 from privreid.federated.methods.dppt import DPPTSettings
@@ -206,14 +208,14 @@ OLD_FLAGS_METHOD_OPTIONS = {"an": False, "lsn": False, "dual": False}
 def test_ska_ablation_options_give_the_config_the_old_flags_gave(tmp_path):
     via_options = config_of("--method", "ska", "--opt", "an=false", "--opt", "lsn=false", "--opt", "dual=false")
     assert via_options.train.method_options == OLD_FLAGS_METHOD_OPTIONS
-    old_preset = tmp_path / "config.yaml"  # a run's config.yaml written before: it has the three flags
-    old_preset.write_text("method: ska\nopt: []\nno-an: true\nno-lsn: true\nno-dual: true\n")
-    from_old = config_of("--config", str(old_preset))
-    assert from_old.to_dict() == via_options.to_dict()
-    old_preset.write_text("method: ska\nopt: {weighting: volume, an: true}\nno-an: true\nno-lsn: false\n"
-                          "no-dual: false\n")  # the flag won over --opt an=true
-    assert config_of("--config", str(old_preset)).train.method_options == {"weighting": "volume", "an": False}
     assert get_method("ska").settings(via_options) == SKAOptions(an=False, lsn=False, dual=False)
+
+
+def test_old_ska_preset_keys_are_refused_in_one_line(tmp_path):
+    old_preset = tmp_path / "config.yaml"  # a run's config.yaml written before the flags became options
+    old_preset.write_text("method: ska\nno-an: true\n")
+    res = runner.invoke(app, ["train", "--config", str(old_preset), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output == f"error: {old_preset}: unknown option 'no-an'\n", res.output
 
 
 def test_ska_flags_are_gone():
@@ -250,7 +252,7 @@ def test_settings_options_take_the_dataclass_defaults_and_types_and_insert_after
 
 
 def test_invert_attack_options_default_to_the_inversion_settings():
-    from privreid.inversion.optimise import InversionSettings
+    from privreid.inversion.settings import InversionSettings
     from privreid.commands.invert import invert_command
 
     params = inspect.signature(invert_command).parameters

@@ -13,7 +13,8 @@ from privreid.data.types import TestSet as ReIDTestSet
 from privreid.errors import ConfigError
 from privreid.evaluation import corrupted_eval
 from privreid.evaluation.corrupted_eval import IMPLEMENTATION_DEVIATION, corruption_deviations, evaluate_corrupted
-from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.model_eval import evaluate_model
 from privreid.federated.engine import FederatedEngine
 
 from conftest import tiny_config
@@ -38,9 +39,9 @@ def test_random_type_and_severity_per_image_repeats_give_mean_and_std(trained):
     _, _, testset = trained
     names = ["gaussian_noise", "contrast", "pixelate", "fog", "motion_blur"]
     res = run(trained, corruptions=names, repeats=3, seed=0)
-    table = np.array([[r[k] for k in SUMMARY_KEYS] for r in res["repeats"]])
+    table = np.array([[r[k] for k in summary_keys()] for r in res["repeats"]])
     assert len(res["repeats"]) == 3
-    for i, key in enumerate(SUMMARY_KEYS):
+    for i, key in enumerate(summary_keys()):
         assert res["mean"][key] == pytest.approx(table[:, i].mean())
         assert res["std"][key] == pytest.approx(table[:, i].std(ddof=1))
     assert res["std"]["mAP"] > 0  # fresh draws every repeat

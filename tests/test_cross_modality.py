@@ -23,7 +23,6 @@ from privreid.data.torch_dataset import frame_indices
 from privreid.errors import ConfigError, DataError
 from privreid.evaluation.cross_modality import (
     IR_TO_VISIBLE,
-    RESULT_KEYS,
     VISIBLE_TO_IR,
     TemporalMean,
     evaluate_cross_modality,
@@ -31,6 +30,7 @@ from privreid.evaluation.cross_modality import (
     single_shot_gallery,
     temporal_mean,
 )
+from privreid.evaluation.metric_registry import result_keys
 from privreid.evaluation.metrics import evaluate
 from privreid.evaluation.model_eval import evaluate_model, sample_features
 
@@ -82,7 +82,7 @@ def test_default_protocol_is_the_market_protocol():
     q_cams, g_cams = rng.integers(0, 3, 12), rng.integers(0, 3, 30)
     ours = evaluate_cross_modality(qf, gf, q_pids, g_pids, q_cams, g_cams)
     ref = evaluate(qf, gf, q_pids, g_pids, q_cams, g_cams)
-    assert {k: ours[k] for k in RESULT_KEYS} == pytest.approx({k: ref[k] for k in RESULT_KEYS})
+    assert {k: ours[k] for k in result_keys()} == pytest.approx({k: ref[k] for k in result_keys()})
     assert np.allclose(ours["cmc"], ref["cmc"]) and ours["num_valid_queries"] == ref["num_valid_queries"]
     assert ours["trials"] == 1 and "std" not in ours
 
@@ -218,7 +218,7 @@ def test_video_features_are_the_temporal_mean(small_video):
     qf, qp, qc = tracklet_features(ts.query)
     gf, gp, gc = tracklet_features(ts.gallery)
     expected = evaluate_cross_modality(qf, gf, qp, gp, qc, gc)
-    assert {k: res[k] for k in RESULT_KEYS} == pytest.approx({k: expected[k] for k in RESULT_KEYS}, abs=1e-6)
+    assert {k: res[k] for k in result_keys()} == pytest.approx({k: expected[k] for k in result_keys()}, abs=1e-6)
 
 
 def test_video_evaluation_averages_the_test_sets_own_t(small_video):

@@ -90,19 +90,19 @@ def test_flower_is_confined_and_its_internals_to_the_loopback_harness():
     for path in package.rglob("*.py"):
         rel = path.relative_to(package).as_posix()
         flwr = [n for n in _imports(path) if n == "flwr" or n.startswith("flwr.")]
-        # secagg/: SecAgg+ on Flower's primitives, imported only under --secure-aggregation after require("flwr");
-        # defenses/robust_aggregation.py: the robust rules on Flower's aggregate_* functions, imported inside the rules
+        # defenses/secure_aggregation/: SecAgg+ on Flower's primitives, imported only under --secure-aggregation after require("flwr");
+        # defenses/robust/rules.py: the robust rules on Flower's aggregate_* functions, imported inside the rules
         # after RobustRule.wrap's require("flwr")
-        if not rel.startswith(("flower/", "secagg/")) and rel != "defenses/robust_aggregation.py":
+        if not rel.startswith(("flower/", "defenses/secure_aggregation/")) and rel != "defenses/robust/rules.py":
             assert not flwr, f"{rel} imports {flwr}: the core must work without privreid[flower]"
-        # secagg/protocol.py: the key pairs of SecAgg+ come from flwr.supercore.primitives.asymmetric in flwr 1.41,
+        # defenses/secure_aggregation/protocol.py: the key pairs of SecAgg+ come from flwr.supercore.primitives.asymmetric in flwr 1.41,
         # the module Flower's own secaggplus_mod imports them from (pyproject pins flwr's minor release)
-        # secagg/flower.py: Flower's SecAgg+ entry points, secaggplus_mod (flwr.client.mod) and
+        # defenses/secure_aggregation/flower.py: Flower's SecAgg+ entry points, secaggplus_mod (flwr.client.mod) and
         # SecAggPlusWorkflow (flwr.server.workflow), which flwr 1.41 offers only through its legacy server API
-        # defenses/robust_aggregation.py: flwr.server.strategy.aggregate's aggregate_krum / _median / _trimmed_avg /
+        # defenses/robust/rules.py: flwr.server.strategy.aggregate's aggregate_krum / _median / _trimmed_avg /
         # _bulyan, the functions Flower's own robust strategies call (issue 30 asks to reuse them)
-        if rel not in ("flower/loopback.py", "secagg/protocol.py", "secagg/flower.py",
-                       "defenses/robust_aggregation.py"):
+        if rel not in ("flower/loopback.py", "defenses/secure_aggregation/protocol.py", "defenses/secure_aggregation/flower.py",
+                       "defenses/robust/rules.py"):
             assert not [n for n in flwr if n.startswith(tuple(p + "." for p in PRIVATE_FLWR)) or n in PRIVATE_FLWR], \
                 f"{rel}: private Flower API"
             assert "privreid.flower.loopback" not in _imports(path), f"{rel} uses the test harness"

@@ -362,7 +362,7 @@ def test_option_errors(tiny_synth):
                           ({"shared_classifier": 2}, "shared_classifier must be true or false")):
         with pytest.raises(ConfigError, match=message):
             make_client_update(dppt_config(tiny_synth, **opts))
-    # the one boolean rule of every method's options (privreid.config.parse_bool): yes/no, 1/0 are booleans
+    # the one boolean rule of every method's options (privreid.config.values.parse_bool): yes/no, 1/0 are booleans
     assert settings_for(dppt_config(tiny_synth, mrb="yes", shared_classifier="no")).mrb is True
     assert settings_for(dppt_config(tiny_synth, shared_classifier=0)).shared_classifier is False
     with pytest.raises(ConfigError, match="has no option"):

@@ -171,7 +171,8 @@ def _local_records(ckpt, round_no):
 ])
 def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_synth, tmp_path, method, train):
     from privreid.checkpoint import load_model
-    from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+    from privreid.evaluation.metric_registry import summary_keys
+    from privreid.evaluation.model_eval import evaluate_model
 
     cfg = tiny_config(tiny_synth, method=method, rounds=1, **train)
     fed = federation(cfg)
@@ -189,7 +190,7 @@ def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_syn
             assert torch.equal(model(x), engine.model(x)), client.name
         seen = next(ts for ts in fed.seen if ts.name == client.domain)
         res = evaluate_model(model, seen, height=32, width=16)  # what `privreid eval --client` computes
-        assert {k: res[k] for k in SUMMARY_KEYS} == {k: records[client.name, seen.name][k] for k in SUMMARY_KEYS}
+        assert {k: res[k] for k in summary_keys()} == {k: records[client.name, seen.name][k] for k in summary_keys()}
 
 
 def test_server_streams_uploads_holding_none_once_folded(tiny_synth, tmp_path):

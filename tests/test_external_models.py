@@ -210,6 +210,23 @@ def test_torchscript_archive_with_a_smuggled_pickle_is_refused(tmp_path):
     assert not marker.exists()
 
 
+def test_a_foreign_file_is_read_by_torch_load_once(tmp_path, monkeypatch):
+    """A torchreid file given where a privreid checkpoint may be (``eval --model``) is read once: one read tells
+    its kind and feeds its loader."""
+    from privreid.models.evaluated import load_evaluated_models
+
+    checkpoint, _, _ = torchreid_parts()
+    torch.save(checkpoint, tmp_path / "model.pth.tar-60")
+    calls = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *args, **kwargs: calls.append(args) or real_load(*args, **kwargs))
+    [model] = load_evaluated_models([tmp_path / "model.pth.tar-60"], height=H, width=W, last_stride=2)
+    assert model.kind == "torchreid checkpoint" and len(calls) == 1
+    calls.clear()
+    load_any_model(tmp_path / "model.pth.tar-60", height=H, width=W, last_stride=2)
+    assert len(calls) == 1
+
+
 def test_privreid_checkpoint_loads_its_global_model(tiny_synth, tmp_path):
     from conftest import tiny_config
 

@@ -248,7 +248,7 @@ def test_public_set_is_a_separate_deterministic_domain(tiny_synth):
 @pytest.mark.parametrize("method", ["fedpav-kd", "fedpav-cc"])
 def test_server_model_is_the_clients_network_with_the_defenses_transforms(tiny_synth, method):
     """KD and CC run the uploads in the network the clients train: under DP-SGD, with its GroupNorm."""
-    from privreid.federated.build import build_method
+    from privreid.training.compose import build_method
 
     plain = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC))
     dp = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC), dp_sgd=True, noise_multiplier=1.0)

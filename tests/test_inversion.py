@@ -19,14 +19,15 @@ from privreid.inversion import (
     reconstruct,
 )
 from privreid.inversion.defenses import Defense, noisy_download
-from privreid.inversion.optimise import gradient_distance, matched_names
+from privreid.inversion.optimise import gradient_distance
 from privreid.inversion.report import filtered_views, image_metrics, score
-from privreid.inversion.threat_models import (
-    check_model,
+from privreid.inversion.threat_models import check_model
+from privreid.inversion.observation import (
     client_gradient,
     infer_label,
     parameter_gradients,
     shared_surrogate_loss,
+    surrogate_names,
     to_model_input,
 )
 from privreid.checkpoint import load_checkpoint, load_model
@@ -139,7 +140,7 @@ def test_shared_surrogate_reproduces_the_clients_trunk_gradient_at_the_subject(t
     model, shared = tiny_model
     x = subject(2)
     obs = observe(model, x, 4, threat="shared", shared=shared, loss_fn=identity_loss(0.1))
-    names = matched_names(obs)
+    names = surrogate_names(obs.grads)
     assert "neck.fc.weight" in names and "neck.bn.weight" not in names and any(n.startswith("backbone.") for n in names)
     surrogate = shared_surrogate_loss(model, x[None], obs.grads["neck.fc.bias"])
     for name, g in zip(names, parameter_gradients(surrogate, model, names)):

@@ -11,11 +11,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import privreid
-from privreid.inversion import InversionSettings, reconstruct, reconstruct_batch
+from privreid.inversion import INVERSION_ATTACKS, InversionSettings, reconstruct, reconstruct_batch
 from privreid.inversion.attack import match_reconstructions
 from privreid.inversion.labels import assign_labels, bias_count_labels, count_labels, norm_count_labels
 from privreid.inversion.optimise import _optimiser, optimise_image
-from privreid.inversion.threat_models import client_gradient, local_update, observe, to_model_input
+from privreid.inversion.observation import client_gradient, local_update, to_model_input
+from privreid.inversion.threat_models import observe
 from privreid.errors import ConfigError
 from privreid.losses import identity_loss
 from privreid.models import build_model
@@ -212,7 +213,7 @@ def test_simulating_the_local_steps_matches_the_update_at_the_true_batch_and_one
         original = optimise.optimise_image
         optimise.optimise_image = record
         try:
-            optimise.ATTACKS["ig"].invert_full(net, obs, x.clone(), settings=settings, loss_fn=identity_loss(0.0),
+            INVERSION_ATTACKS["ig"].invert_full(net, obs, x.clone(), settings=settings, loss_fn=identity_loss(0.0),
                                                label_smoothing=0.0, generator=None, progress=False)
         finally:
             optimise.optimise_image = original

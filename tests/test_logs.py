@@ -35,7 +35,7 @@ def test_log_txt_of_a_train_and_an_invert_run_is_stamped_lines_without_bar_frame
     lines = assert_clean_log(run / "log.txt")
     assert any(re.search(r" INFO round 2 global unseen synthC +R1 ", line) for line in lines), lines
 
-    res = run_cli(("invert", "--model", str(run / "ckpt.pt"), "--n", "1", "--iterations", "3", "--device", "cpu",
+    res = run_cli(("invert", "--model", str(run / "ckpt.pt"), "--subjects", "1", "--iterations", "3", "--device", "cpu",
                    "--out", str(tmp_path / "inv")))
     assert res.exit_code == 0, res.stderr
     assert_clean_log(tmp_path / "inv" / "log.txt")

@@ -15,6 +15,7 @@ from privreid.federated.client import ClientContext, SupervisedUpdate
 from privreid.federated.lr_schedule import lr_factor, lr_table
 from privreid.federated.methods.dppt import one_cycle_factor
 from privreid.models import build_model
+from privreid.training.compose import method_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -54,7 +55,7 @@ def test_an_unknown_schedule_is_one_line():
 def test_fedpav_preset_rate_never_decays_as_in_the_reference_code():
     # cap-ntu/FedReID client.py rebuilds StepLR(step_size=40) in every local train() and steps it per local
     # epoch: with E = 1 the rate is constant.  The old round-based decay left 1e-7 of it by round 280.
-    table = lr_table(preset("fedpav-paper.yaml"))
+    table = lr_table(preset("fedpav-paper.yaml"), method_of(preset("fedpav-paper.yaml")))
     assert set(table) == {"backbone", "head", "neck"}
     assert table["backbone"] == [0.005] * 300
     assert table["head"] == [0.05] * 300 and table["neck"] == [0.05] * 300
@@ -63,7 +64,7 @@ def test_fedpav_preset_rate_never_decays_as_in_the_reference_code():
 def test_fedreid_preset_decays_once_at_round_20():
     # SunTongtongtong/FedReid lib/localUpdate.py: decay_factor = 1.0 if cur_epoch < 20 else 0.1 (the old preset
     # stepped every 20 rounds: 1e-4 of the rate by round 80)
-    table = lr_table(preset("fedreid-paper.yaml"))
+    table = lr_table(preset("fedreid-paper.yaml"), method_of(preset("fedreid-paper.yaml")))
     assert table["backbone"][:20] == [0.01] * 20
     assert table["backbone"][20:] == pytest.approx([0.001] * 80)
     assert table["head"][99] == pytest.approx(0.01)
@@ -71,10 +72,10 @@ def test_fedreid_preset_decays_once_at_round_20():
 
 def test_dppt_reports_its_one_cycle_at_each_round_start():
     config = preset("dppt-sysu-paper.yaml")
-    table = lr_table(config)
+    table = lr_table(config, method_of(config))
     assert table["head"] == pytest.approx([0.2 * one_cycle_factor(r, 50) for r in range(50)])
     off = preset("dppt-sysu-paper.yaml", "--opt", "onecycle=false")
-    assert lr_table(off)["head"] == pytest.approx([0.2 * 0.1 ** (r // 40) for r in range(50)])
+    assert lr_table(off, method_of(off))["head"] == pytest.approx([0.2 * 0.1 ** (r // 40) for r in range(50)])
 
 
 class Images(Dataset):
@@ -105,15 +106,15 @@ def test_client_trains_local_epochs_at_the_local_step_rates():
 
 def test_fedpav_preset_names_the_prose_it_departs_from():
     config = preset("fedpav-paper.yaml")
-    assert recipe_deviations(config) == []
-    [text] = [d for d in prose_departures(config) if d.startswith("--lr-schedule")]
+    assert recipe_deviations(config, method_of(config)) == []
+    [text] = [d for d in prose_departures(config, method_of(config)) if d.startswith("--lr-schedule")]
     assert "reference code cap-ntu/FedReID client.py" in text and "paper 004 Sec. 3.5" in text
-    assert text in deviations(config)
+    assert text in deviations(config, method_of(config))
     # the prose's schedule is a deviation from the code that produced the published numbers, and says so
     step = preset("fedpav-paper.yaml", "--lr-schedule", "step")
-    [dev] = [d for d in recipe_deviations(step) if d.startswith("--lr-schedule")]
+    [dev] = [d for d in recipe_deviations(step, method_of(step)) if d.startswith("--lr-schedule")]
     assert dev.startswith("--lr-schedule step (FedPav: local-step;") and "the paper's prose" in dev
-    assert not any(d.startswith("--lr-schedule") for d in prose_departures(step))
+    assert not any(d.startswith("--lr-schedule") for d in prose_departures(step, method_of(step)))
 
 
 @pytest.mark.parametrize("name,metric", [("fedpav-paper.yaml", "cosine"), ("fedreid-paper.yaml", "euclidean"),
@@ -122,4 +123,4 @@ def test_paper_presets_rank_with_their_reference_codes_metric(name, metric):
     config = preset(name)
     assert config.train.eval_metric == metric
     other = {"cosine": "euclidean", "euclidean": "cosine"}[metric]
-    assert any(d.startswith(f"--eval-metric {other}") for d in recipe_deviations(preset(name, "--eval-metric", other)))
+    assert any(d.startswith(f"--eval-metric {other}") for d in recipe_deviations(preset(name, "--eval-metric", other), method_of(preset(name, "--eval-metric", other))))

@@ -95,10 +95,10 @@ def test_extras_in_help_are_not_eaten_by_markup():
 
 
 def test_invert_help_names_every_registered_inversion_attack_and_threat_model():
-    from privreid.inversion import ATTACKS, THREATS
+    from privreid.inversion import INVERSION_ATTACKS, THREATS
 
     text = " ".join(help_text("invert").split())
-    for name in [*ATTACKS, *THREATS]:
+    for name in [*INVERSION_ATTACKS, *THREATS]:
         assert f"{name} (" in text, name
 
 

@@ -108,7 +108,7 @@ def llcm_tree(tmp_path, test_ids) -> Path:
 def test_llcm_queries_leave_out_nir_camera_3(tmp_path):
     """Joey623/L2RW CI/test.py ranks process_query_llcm(mode=2), the NIR cameras 1, 2, 4-9 (CI/data_manager.py),
     against every visible camera: a test person's test_nir/cam3 images are not queries."""
-    from privreid.data.formats.vi import load_llcm
+    from privreid.data.formats.vi.llcm import load_llcm
     from test_vi_formats import image
 
     root = llcm_tree(tmp_path, (3,))
@@ -125,7 +125,7 @@ def test_llcm_test_lists_match_the_reference_code(tmp_path):
     and process_gallery_llcm(mode=1, trial=0, 1), run unchanged on this tree (tests/reference/README.md).
     Exact: the query images, their order, pids and cameras; each reference trial draws one visible image per
     (identity, camera) group, and privreid's gallery holds exactly those groups."""
-    from privreid.data.formats.vi import load_llcm
+    from privreid.data.formats.vi.llcm import load_llcm
     from test_vi_formats import image
 
     root = llcm_tree(tmp_path, (3, 4))

@@ -47,7 +47,10 @@ def test_autocast_wrapper_runs_16_bit_products_and_returns_fp32():
 ])
 def test_check_precision_refuses(precision, dp_sgd, says):
     with pytest.raises(ConfigError, match=says.replace("-", r"\-")):
-        check_precision(precision, dp_sgd=dp_sgd)
+        tiny_config("x", precision=precision, dp_sgd=dp_sgd, noise_multiplier=1.0 if dp_sgd else None).validate()
+    if not dp_sgd:
+        with pytest.raises(ConfigError, match=says):
+            check_precision(precision)
 
 
 def test_dp_sgd_trains_in_bf16(tiny_synth, tmp_path):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from privreid.cli import app
 from privreid.commands.sweep import base_config
 from privreid.deviations import recipe_deviations
+from privreid.training.compose import method_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PAPER_PRESETS = sorted(CONFIGS.glob("*-paper.yaml"))
@@ -120,7 +121,7 @@ def test_paper_preset_documents_every_value_with_its_source(path):
 def test_paper_preset_validates_and_sets_its_papers_recipe(path):
     config = base_config(["--config", str(path)]).validate()
     assert config.train.label_smoothing == 0.0  # every paper uses plain cross-entropy
-    assert recipe_deviations(config) == []  # the values of privreid.deviations.PAPER_RECIPES
+    assert recipe_deviations(config, method_of(config)) == []  # the values of privreid.deviations.PAPER_RECIPES
 
 
 def test_fedpav_preset_is_the_reference_recipe():

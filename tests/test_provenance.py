@@ -16,6 +16,7 @@ from privreid.cli import app
 from privreid.commands.sweep import base_config
 from privreid.config import RunConfig
 from privreid.rundir import LOCK_FILE, RunLock
+from privreid.training.compose import method_of
 
 runner = CliRunner()
 TINY = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
@@ -78,7 +79,7 @@ def test_train_writes_provenance_and_config_yaml_reruns_the_same_configuration(t
 
     from privreid.federated.lr_schedule import lr_table
 
-    rate = lr_table(saved)["backbone"][0]
+    rate = lr_table(saved, method_of(saved))["backbone"][0]
     assert [(e.step, e.value) for e in acc.Scalars("lr/backbone")] == [(1, pytest.approx(rate))]
     assert "config/text_summary" in acc.Tags()["tensors"]
     start = plugin_data_pb2.HParamsPluginData.FromString(

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from privreid.config import RunConfig, triplet_weight
+from privreid.config import RunConfig
 from privreid.data import PKSampler
 from privreid.data.catalog import federation_for_config
 from privreid.deviations import PAPER_RECIPES, RULES, deviations, recipe_deviations
@@ -16,6 +16,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.registry import get_method
 from privreid.models import build_model
 from privreid.seeding import seed_everything
+from privreid.training.compose import build_method, method_of
 
 from conftest import tiny_config
 
@@ -110,15 +111,16 @@ def test_neck_group_only_when_lr_neck_is_given(tiny_synth):
 # --------------------------------------------------------------------------- triplet weight
 def test_triplet_weight_defaults_to_the_methods(tiny_synth):
     fedarks = tiny_config(tiny_synth, method="fedarks")
-    assert fedarks.train.triplet_weight is None and triplet_weight(fedarks) == 1.0  # Eq. 2
-    assert triplet_weight(tiny_config(tiny_synth, method="fedpav")) == 0.0
-    assert triplet_weight(with_train(fedarks, triplet_weight=0.0)) == 0.0  # a user can still switch it off
+    arks = get_method("fedarks")
+    assert fedarks.train.triplet_weight is None and arks.triplet_weight_for(fedarks) == 1.0  # Eq. 2
+    assert get_method("fedpav").triplet_weight_for(tiny_config(tiny_synth, method="fedpav")) == 0.0
+    assert arks.triplet_weight_for(with_train(fedarks, triplet_weight=0.0)) == 0.0  # a user can still switch it off
     client = federation_for_config(fedarks).clients[0]
-    assert isinstance(client_loader(client, fedarks, 0).sampler, PKSampler)  # the triplet needs PK batches
-    assert not isinstance(client_loader(client, with_train(fedarks, triplet_weight=0.0), 0).sampler, PKSampler)
+    assert isinstance(client_loader(client, fedarks, 0, triplet_weight=1.0).sampler, PKSampler)  # PK for the triplet
+    assert not isinstance(client_loader(client, fedarks, 0).sampler, PKSampler)
     with pytest.raises(ConfigError, match="triplet"):  # DP-SGD cannot bound the (default) triplet term
-        with_train(fedarks, dp_sgd=True, noise_multiplier=1.0).validate()
-    with_train(fedarks, dp_sgd=True, noise_multiplier=1.0, triplet_weight=0.0).validate()
+        build_method(with_train(fedarks, dp_sgd=True, noise_multiplier=1.0).validate())
+    build_method(with_train(fedarks, dp_sgd=True, noise_multiplier=1.0, triplet_weight=0.0).validate())
 
 
 def test_fedarks_trains_with_the_triplet_by_default(tiny_synth, tmp_path):
@@ -132,28 +134,28 @@ def test_fedarks_trains_with_the_triplet_by_default(tiny_synth, tmp_path):
 # --------------------------------------------------------------------------- deviations
 def test_deviation_rules_and_recipe_values(tiny_synth):
     base = tiny_config(tiny_synth, method="fedavg")  # a baseline: no paper recipe, the general rules only
-    assert deviations(base) == [
+    assert deviations(base, method_of(base)) == [
         "identity loss with label smoothing 0.1 (the five papers and their code use plain cross-entropy: "
         "--label-smoothing 0)",
         "local epochs capped at 2 batches (--max-steps; the papers train whole epochs)"]
-    assert deviations(with_train(base, label_smoothing=0.0, max_steps_per_epoch=None)) == []
+    assert deviations(with_train(base, label_smoothing=0.0, max_steps_per_epoch=None), method_of(with_train(base, label_smoothing=0.0, max_steps_per_epoch=None))) == []
     fedarks = with_train(tiny_config(tiny_synth, method="fedarks"), triplet_weight=0.0)
-    assert "--triplet-weight 0 (FedARKS: 1; paper 001 Eq. 2)" in recipe_deviations(fedarks)
-    assert "--rounds 2 (FedARKS: 40; paper 001 Fig. 4)" in recipe_deviations(fedarks)
-    assert any("PifPaf" in d for d in deviations(fedarks))
+    assert "--triplet-weight 0 (FedARKS: 1; paper 001 Eq. 2)" in recipe_deviations(fedarks, method_of(fedarks))
+    assert "--rounds 2 (FedARKS: 40; paper 001 Fig. 4)" in recipe_deviations(fedarks, method_of(fedarks))
+    assert any("PifPaf" in d for d in deviations(fedarks, method_of(fedarks)))
     dppt = tiny_config(tiny_synth, method="dppt", method_options={"shared_classifier": False, "instances": 4})
-    assert any("local classifier per client" in d for d in deviations(dppt))
-    assert "--opt instances=4 (L2RW+ DPPT: 8; paper 003 Sec. IV-B: 8 identities x 8 images)" in deviations(dppt)
-    assert "--rounds 2 (L2RW+ DPPT: 30; paper 003 Sec. IV-B: CI 50, EI 30, video 100)" in deviations(dppt)  # EI
+    assert any("local classifier per client" in d for d in deviations(dppt, method_of(dppt)))
+    assert "--opt instances=4 (L2RW+ DPPT: 8; paper 003 Sec. IV-B: 8 identities x 8 images)" in deviations(dppt, method_of(dppt))
+    assert "--rounds 2 (L2RW+ DPPT: 30; paper 003 Sec. IV-B: CI 50, EI 30, video 100)" in deviations(dppt, method_of(dppt))  # EI
     dppt.data.protocol = "ci"
-    assert "--rounds 2 (L2RW+ DPPT: 50 or 100; paper 003 Sec. IV-B: CI 50, EI 30, video 100)" in deviations(dppt)
+    assert "--rounds 2 (L2RW+ DPPT: 50 or 100; paper 003 Sec. IV-B: CI 50, EI 30, video 100)" in deviations(dppt, method_of(dppt))
     shared = tiny_config(tiny_synth, method="dppt")
-    assert not any("local classifier" in d for d in deviations(shared))
+    assert not any("local classifier" in d for d in deviations(shared, method_of(shared)))
     # effective values: an unset --lr-neck is the backbone's rate
     fedpav = tiny_config(tiny_synth, method="fedpav", lr_backbone=0.05)
-    assert not any(d.startswith("--lr-neck") for d in recipe_deviations(fedpav))
+    assert not any(d.startswith("--lr-neck") for d in recipe_deviations(fedpav, method_of(fedpav)))
     assert "--lr-neck 0.005 (FedPav: 0.05; reference code cap-ntu/FedReID: the 512-d bottleneck trains with the " \
-           "classifier)" in recipe_deviations(with_train(fedpav, lr_backbone=0.005))
+           "classifier)" in recipe_deviations(with_train(fedpav, lr_backbone=0.005), method_of(with_train(fedpav, lr_backbone=0.005)))
     # every method a recipe names exists, every rule has a unique name
     assert all(get_method(name) for name in PAPER_RECIPES)
     assert len({r.name for r in RULES}) == len(RULES)
@@ -163,10 +165,10 @@ def test_secure_aggregation_states_its_deviations_and_distributed_dp_adds_its_ac
     plain = RunConfig()
     secure = dataclasses.replace(plain, train=dataclasses.replace(plain.train, secure_aggregation=True))
     with_dp = dataclasses.replace(secure, train=dataclasses.replace(secure.train, client_dp=True))
-    assert not any("secure aggregation" in d for d in deviations(plain))
-    [text] = [d for d in deviations(secure) if d.startswith("secure aggregation")]
+    assert not any("secure aggregation" in d for d in deviations(plain, method_of(plain)))
+    [text] = [d for d in deviations(secure, method_of(secure)) if d.startswith("secure aggregation")]
     assert "not parameters" in text and "Flower: 1000" in text and "continuous Gaussian" not in text
-    [text_dp] = [d for d in deviations(with_dp) if d.startswith("secure aggregation")]
+    [text_dp] = [d for d in deviations(with_dp, method_of(with_dp)) if d.startswith("secure aggregation")]
     assert "continuous Gaussian" in text_dp
 
 
@@ -180,11 +182,11 @@ def test_dppt_preset_follows_the_reference_code_and_names_the_prose():
 
     path = Path(__file__).resolve().parents[1] / "configs" / "dppt-sysu-paper.yaml"
     config = base_config(["--config", str(path)])
-    assert recipe_deviations(config) == []
-    [topk] = prose_departures(config)
+    assert recipe_deviations(config, method_of(config)) == []
+    [topk] = prose_departures(config, method_of(config))
     assert topk.startswith("--opt topk=5 follows the reference code Joey623/L2RW") and "TOP K = 4" in topk
     fresh = base_config(["--config", str(path), "--opt", "persistent_optimizer=false", "--opt", "topk=4"])
-    devs = recipe_deviations(fresh)
+    devs = recipe_deviations(fresh, method_of(fresh))
     assert any(d.startswith("--opt persistent_optimizer=off (L2RW+ DPPT: on; reference code") for d in devs)
     assert any(d.startswith("--opt topk=4 (L2RW+ DPPT: 5;") and "the paper's prose" in d for d in devs)
-    assert any("mixed precision" in d for d in deviations(config))
+    assert any("mixed precision" in d for d in deviations(config, method_of(config)))

@@ -23,6 +23,7 @@ from privreid.federated.lr_schedule import base_rates, lr_factor, lr_table
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import DataVolumeAverage, Upload, is_norm_buffer, weighted_average
 from privreid.models import build_model
+from privreid.training.compose import method_of
 
 from conftest import tiny_config
 
@@ -53,7 +54,7 @@ def reference_rates(ref):
 def test_fedpav_preset_rates_per_round_are_the_references_with_one_local_epoch():
     ref = fixture("lr_schedule")["E1"]
     assert (ref["rounds"], ref["local_epochs"]) == (300, 1)
-    table = lr_table(preset())
+    table = lr_table(preset(), method_of(preset()))
     for group, rounds in reference_rates(ref).items():
         assert table[group] == pytest.approx([epochs[0] for epochs in rounds], rel=1e-12), group
 
@@ -65,7 +66,7 @@ def test_fedpav_preset_rates_per_local_epoch_are_the_references_with_five_local_
     for group, rounds in reference_rates(ref).items():
         ours = [[rates[group] * lr_factor(config, r, e) for e in range(5)] for r in range(100)]
         assert np.allclose(ours, rounds, rtol=1e-12, atol=0), group
-        assert lr_table(config)[group] == pytest.approx([epochs[0] for epochs in rounds], rel=1e-12)
+        assert lr_table(config, method_of(config))[group] == pytest.approx([epochs[0] for epochs in rounds], rel=1e-12)
 
 
 def test_fedpav_preset_first_local_decay_is_the_references():

@@ -29,6 +29,7 @@ from privreid.data.types import ClientData
 from privreid.federated.client import ClientContext
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload, is_norm_buffer
+from privreid.training.compose import method_of
 
 FIXTURE = json.loads((Path(__file__).parent / "reference" / "fedpav" / "first_steps.json").read_text())
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "fedpav-paper.yaml"
@@ -176,7 +177,7 @@ def test_released_classifier_bias_changes_the_losses_from_the_second_step(ours):
 
     # the deviation entry that states it, in every FedPav run (RunConfig's default method is fedpav)
     assert any(d.startswith("the identity classifier has no bias") and "model.py:29-31, 59-62" in d
-               for d in deviations(RunConfig()))
+               for d in deviations(RunConfig(), method_of(RunConfig())))
 
 
 def test_first_client_bn_statistics_differ_by_the_references_cdw_probe(ours):

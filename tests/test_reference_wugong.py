@@ -28,6 +28,7 @@ from privreid.federated.methods.fedreid import half_average_start
 from privreid.federated.strategy import Upload, UniformAverage
 from privreid.models import build_model
 from privreid.models.attentive_norm import AttentiveNorm2d
+from privreid.training.compose import method_of
 
 from conftest import tiny_config
 
@@ -46,7 +47,7 @@ def preset(name, *flags):
 # --------------------------------------------------------------------------- (a) learning rates
 def test_fedreid_preset_rates_are_the_reference_codes_in_every_round():
     ref = fixture("lr_schedule")["lr_per_round"]
-    table = lr_table(preset("fedreid-paper.yaml"))
+    table = lr_table(preset("fedreid-paper.yaml"), method_of(preset("fedreid-paper.yaml")))
     assert set(table) == {"backbone", "head"}  # --neck none: no neck group
     # float64 on both sides: relative 1e-12.  The reference's embedding (and its server copy's) is privreid's
     # backbone group; every mapping network (classifier_k, and the unused torchvision fc) is the head group.
@@ -63,7 +64,7 @@ def test_ska_preset_follows_its_prose_where_the_repository_has_no_ska_training()
     # through lib/localUpdate.py) decays once at round 20; SKA's "every 40 global epochs" (paper 000 Sec. 4.2)
     # has no code behind it, so the SKA preset keeps the prose (--lr-schedule step, --lr-step 40).
     ref = fixture("lr_schedule")["lr_per_round"]["embedding"]
-    ska = lr_table(preset("ska-paper.yaml"))["backbone"]
+    ska = lr_table(preset("ska-paper.yaml"), method_of(preset("ska-paper.yaml")))["backbone"]
     assert ska[:20] == pytest.approx(ref[:20]) and ska[20:40] != pytest.approx(ref[20:40])
     assert ska[80:] == pytest.approx([1e-4] * 20) and ref[80:] == pytest.approx([1e-3] * 20)
 
@@ -221,8 +222,8 @@ def test_attention_with_batchnorm_is_not_privreids():
         an.attention.weight.copy_(torch.tensor(mode["params"]["attention_weight"]))
         assert not torch.allclose(an.attention_weights(x), torch.tensor(mode["train"]["lambda"]), atol=1e-3)
     # named in every SKA run with AN (deviation "ska-an-architecture")
-    assert any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml")))
-    assert not any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml", "--opt", "an=false")))
+    assert any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml"), method_of(preset("ska-paper.yaml"))))
+    assert not any("norm_attention_mode 2" in d for d in deviations(preset("ska-paper.yaml", "--opt", "an=false"), method_of(preset("ska-paper.yaml", "--opt", "an=false"))))
 
 
 # --------------------------------------------------------------------------- (e) model selection

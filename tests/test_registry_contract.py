@@ -1,7 +1,8 @@
 """Issue 28.4, one way to extend: every registry is a :class:`privreid.registry.Registry` with one behaviour.
 
 For each registry (methods, defenses, dataset formats, model transforms,
-inversion attacks, threat models, retrieval attacks) an entry registered
+inversion attacks, threat models, retrieval attacks, malicious clients,
+membership attacks) an entry registered
 from this test module is usable where the built-ins are and listed with its
 origin; a taken name is a one-line ConfigError; ``unregister`` removes it and
 refuses an unknown name with the same error as ``get``.
@@ -14,8 +15,9 @@ import dataclasses
 import pytest
 import torch
 
-from privreid.inversion import optimise, threat_models
-from privreid.inversion.optimise import IDLG, InversionSettings
+from privreid.inversion import threat_models
+from privreid.inversion.optimise import IDLG
+from privreid.inversion.settings import INVERSION_ATTACKS, InversionSettings, attacks_help
 from privreid.inversion.threat_models import FullGradient
 from privreid.data.formats import FORMATS, DatasetFormat, format_choices, get_format
 from privreid.defenses.registry import DEFENSES, Defense, available_defenses
@@ -23,6 +25,9 @@ from privreid.errors import ConfigError
 from privreid.federated.policy import CLASSIFIER_LOCAL
 from privreid.federated.registry import METHODS, Method
 from privreid.federated.strategy import DataVolumeAverage
+from privreid.auditing.membership_attacks import MEMBERSHIP_ATTACKS, FeatureAttack, resolve_attacks
+from privreid.malicious_clients import MALICIOUS_CLIENTS, available_malicious_clients, get_malicious_client
+from privreid.malicious_clients.sign_flip import SignFlip
 from privreid.models.transforms import TRANSFORMS, ModelTransform, make_transform
 from privreid.registry import BUILT_IN, Registry
 
@@ -71,13 +76,21 @@ class ToyThreat(FullGradient):
     name, summary = "toy-threat", "the full gradient again"
 
 
+class ToyAdversary(SignFlip):
+    name, summary = "toy-adversary", "sign flipping again (registry contract test)"
+
+
+class ToyMembership(FeatureAttack):
+    name = "toy-membership"
+
+
 def _retrieval():
     from privreid.retrieval_attacks import feature_attacks
 
     class ToyBIM(feature_attacks.FeatureBIM):
         name, label = "toy-bim", "ToyBIM"
 
-    return feature_attacks.ATTACKS, ToyBIM
+    return feature_attacks.RETRIEVAL_ATTACKS, ToyBIM
 
 
 #: registry id -> (the registry, a new entry, what the registry's users see: a check that the entry is usable)
@@ -87,9 +100,11 @@ def cases():
         "defense": (lambda: DEFENSES, ToyDefense, _defense_is_usable),
         "format": (lambda: FORMATS, toy_format, _format_is_usable),
         "transform": (lambda: TRANSFORMS, lambda: ToyTransform, _transform_is_usable),
-        "inversion": (lambda: optimise.ATTACKS, ToyInversion, _inversion_is_usable),
+        "inversion": (lambda: INVERSION_ATTACKS, ToyInversion, _inversion_is_usable),
         "threat": (lambda: threat_models.THREATS, ToyThreat, _threat_is_usable),
         "retrieval": (lambda: _retrieval()[0], lambda: _retrieval()[1], _retrieval_is_usable),
+        "malicious": (lambda: MALICIOUS_CLIENTS, ToyAdversary, _malicious_is_usable),
+        "membership": (lambda: MEMBERSHIP_ATTACKS, ToyMembership, _membership_is_usable),
     }
 
 
@@ -97,7 +112,7 @@ def _method_is_usable(entry):
     from typer.testing import CliRunner
 
     from privreid.cli import app
-    from privreid.federated.build import build_method
+    from privreid.training.compose import build_method
 
     from conftest import tiny_config
 
@@ -127,7 +142,7 @@ def _transform_is_usable(entry):
 
 def _inversion_is_usable(entry):
     assert InversionSettings(attack=entry.name).distance == "cosine"
-    assert f"{entry.name}: {entry.summary}" in optimise.attacks_help()
+    assert f"{entry.name}: {entry.summary}" in attacks_help()
 
 
 def _threat_is_usable(entry):
@@ -141,6 +156,19 @@ def _retrieval_is_usable(entry):
 
     assert entry.name in resolve_methods("all") and entry.name in retrieval_attack_names()
     assert attack_label(entry.name) == entry.label
+
+
+def _malicious_is_usable(entry):
+    from privreid.config import RunConfig, TrainConfig
+    from privreid.malicious_clients import settings_of
+
+    assert get_malicious_client(entry.name) is entry and entry.name in available_malicious_clients()
+    config = RunConfig(train=TrainConfig(adversary={"name": entry.name}))
+    assert settings_of(config) == (entry, {**entry.options, "malicious": 1})
+
+
+def _membership_is_usable(entry):
+    assert resolve_attacks([entry.name]) == [entry] and resolve_attacks(["all"])[-1] is entry
 
 
 @pytest.fixture(params=list(cases()))

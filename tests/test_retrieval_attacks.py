@@ -11,7 +11,7 @@ import torchattacks
 from PIL import Image
 from typer.testing import CliRunner
 
-from privreid.retrieval_attacks.feature_attacks import (ATTACKS, FeatureAttack, build_attack, check_budget,
+from privreid.retrieval_attacks.feature_attacks import (RETRIEVAL_ATTACKS, FeatureAttack, build_attack, check_budget,
                                               feature_objective)
 from privreid.retrieval_attacks.retrieval import (evaluate_under_attack, format_table_ix, pixel_transforms,
                                         plot_attack_examples, relative_drop, resolve_methods)
@@ -59,7 +59,7 @@ def run(model, testset, **kw):
 
 
 def test_attacks_are_torchattacks_subclasses_with_documented_defaults(random_model):
-    for name, cls in ATTACKS.items():
+    for name, cls in RETRIEVAL_ATTACKS.items():
         base = getattr(torchattacks, cls.label)  # each built-in subclasses the torchattacks attack it is labelled as
         assert issubclass(cls, base) and issubclass(cls, FeatureAttack) and cls.name == name
         attack = build_attack(name, random_model)
@@ -91,7 +91,7 @@ def test_feature_objective_values_and_why_not_plain_distance(random_model, image
     assert g_dist.abs().max() == 0 and g_obj.abs().max() > 0
 
 
-@pytest.mark.parametrize("method", list(ATTACKS))
+@pytest.mark.parametrize("method", list(RETRIEVAL_ATTACKS))
 def test_perturbation_in_eps_ball_and_unit_range(random_model, images, method):
     attack = build_attack(method, random_model)
     adv = attack.perturb(images)
@@ -102,7 +102,7 @@ def test_perturbation_in_eps_ball_and_unit_range(random_model, images, method):
     assert not random_model.training
 
 
-@pytest.mark.parametrize("method", list(ATTACKS))
+@pytest.mark.parametrize("method", list(RETRIEVAL_ATTACKS))
 def test_eps_zero_changes_nothing_bit_exact(random_model, images, method):
     adv = build_attack(method, random_model, eps=0.0).perturb(images)
     assert torch.equal(adv, images)
@@ -160,7 +160,7 @@ def test_build_attack_errors(random_model):
                                    (0.1, 0.01, 0, "steps"), (0.1, 0.01, 2.5, "steps")):
         with pytest.raises(ConfigError, match=msg):
             check_budget(eps, alpha, steps)
-    assert resolve_methods("all") == list(ATTACKS)
+    assert resolve_methods("all") == list(RETRIEVAL_ATTACKS)
     assert resolve_methods("PGD, fgsm,pgd") == ["pgd", "fgsm"]
     with pytest.raises(ConfigError, match="unknown attack"):
         resolve_methods("pgd,cw")
@@ -169,7 +169,7 @@ def test_build_attack_errors(random_model):
 # --------------------------------------------------------------------------- evaluation under attack
 
 
-@pytest.mark.parametrize("method", list(ATTACKS))
+@pytest.mark.parametrize("method", list(RETRIEVAL_ATTACKS))
 def test_attacks_lower_map_of_a_trained_model(trained, method):
     model, testset = trained
     res = run(model, testset, method=method)

@@ -338,7 +338,8 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
     from privreid.inversion import NO_DEFENSE
     from privreid.inversion.aggregate import BASE_THREAT, aggregate_observation
     from privreid.inversion.campaign import attacked_model, load_targets
-    from privreid.inversion.threat_models import leak_bottleneck_feature, observe
+    from privreid.inversion.observation import leak_bottleneck_feature
+    from privreid.inversion.threat_models import observe
     from privreid.losses import identity_loss
 
     (target,) = load_targets([fedpav_ckpt])

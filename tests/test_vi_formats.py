@@ -8,19 +8,14 @@ from PIL import Image
 
 from privreid.data import INFRARED, VISIBLE, VIProtocol
 from privreid.data.catalog import build_federation, load_with_format, resolve_datasets
-from privreid.data.formats import verify_images
-from privreid.data.formats.vi import (
-    detect_vi_format,
-    frame_dataset,
-    is_vi_format,
-    load_buptcampus,
-    load_hitsz_vcm,
-    load_llcm,
-    load_regdb,
-    load_sysu_mm01,
-    load_vi_dataset,
-    load_vi_folders,
-)
+from privreid.data.formats import detect_format, get_format, load_dataset, verify_images
+from privreid.data.formats.vi import frame_dataset
+from privreid.data.formats.vi.buptcampus import load_buptcampus
+from privreid.data.formats.vi.hitsz_vcm import load_hitsz_vcm
+from privreid.data.formats.vi.llcm import load_llcm
+from privreid.data.formats.vi.regdb import load_regdb
+from privreid.data.formats.vi.sysu_mm01 import load_sysu_mm01
+from privreid.data.formats.vi.vi_folders import load_vi_folders
 from privreid.errors import ConfigError, DataError
 
 
@@ -74,10 +69,10 @@ def test_sysu_all_search(sysu):
 
 
 def test_sysu_indoor_and_detection(sysu):
-    ds = load_vi_dataset(sysu, "sysu-mm01-indoor")
+    ds = load_dataset(sysu, "sysu-mm01-indoor")
     assert ds.name == "sysu-mm01-indoor" and {cam for _, _, cam in ds.gallery} == {0, 1}
     assert len(ds.query) == 6
-    assert detect_vi_format(sysu) == "sysu-mm01" and is_vi_format("sysu-mm01-indoor")
+    assert detect_format(sysu) == "sysu-mm01" and get_format("sysu-mm01-indoor")[0].family == "vi"
     auto = load_with_format(sysu, "auto")
     assert auto.name == "sysu-mm01" and auto.query == load_sysu_mm01(sysu).query
     assert list(resolve_datasets([str(sysu)])) == ["sysu"]
@@ -121,9 +116,9 @@ def test_regdb_trials(tmp_path):
     assert modalities(ds, ds.gallery) == {VISIBLE} and {cam for _, _, cam in ds.gallery} == {0}
     assert all("/Thermal/" in path for path, _, _ in ds.query) and all(Path(p).is_file() for p, _, _ in ds.query)
     assert [pid for _, pid, _ in ds.query] == [0, 0, 1, 1]  # the list's label column
-    second = load_vi_dataset(tmp_path, "regdb-2")
+    second = load_dataset(tmp_path, "regdb-2")
     assert second.name == "regdb-2" and all("/Thermal/1/" in p or "/Thermal/2/" in p for p, _, _ in second.query)
-    assert detect_vi_format(tmp_path) == "regdb"
+    assert detect_format(tmp_path) == "regdb"
     with pytest.raises(ConfigError, match="1..10"):
         load_regdb(tmp_path, 11)
     with pytest.raises(DataError, match="missing list file .*train_visible_3.txt"):
@@ -158,7 +153,7 @@ def test_llcm(tmp_path):
     assert sorted((pid, cam) for _, pid, cam in ds.query) == [(3, 0), (4, 1)]
     assert sorted((pid, cam) for _, pid, cam in ds.gallery) == [(3, 0), (3, 1), (4, 1)]
     assert modalities(ds, ds.query) == {INFRARED} and modalities(ds, ds.gallery) == {VISIBLE}
-    assert detect_vi_format(tmp_path) == "llcm"
+    assert detect_format(tmp_path) == "llcm"
     (root / "idx" / "train_vis.txt").write_text("train_vis/0001/a.jpg 0\n")
     with pytest.raises(DataError, match="cam<k>"):
         load_llcm(tmp_path)
@@ -211,7 +206,7 @@ def test_hitsz_vcm(tmp_path):
     expanded = frame_dataset(ds)
     assert len(expanded.train) == 36 and len(expanded.query) == 24
     verify_images(expanded)
-    assert detect_vi_format(root) == "hitsz-vcm"
+    assert detect_format(root) == "hitsz-vcm"
     (root / "info" / "track_test_info.txt").write_text("3 1 12 3 1\n")
     with pytest.raises(DataError, match="track_test_info.txt:1"):
         load_hitsz_vcm(root)
@@ -250,7 +245,7 @@ def test_buptcampus(tmp_path):
     assert key == str(root / "DATA" / "3" / "IR" / "W4" / "1")
     assert [Path(f).name for f in ds.tracklets[key]] == [f"3_IR_W4_1_{n}.jpg" for n in range(3)]
     verify_images(frame_dataset(ds))
-    assert detect_vi_format(tmp_path) == "buptcampus"
+    assert detect_format(tmp_path) == "buptcampus"
     (root / "train.txt").write_text("1 RGB XX9 1\n")
     with pytest.raises(DataError, match="train.txt:1: .*camera"):
         load_buptcampus(tmp_path)
@@ -268,7 +263,7 @@ def test_vi_folders_errors_and_unknown_formats(tmp_path):
     image(root / "train" / "infrared" / "c2" / "0001" / "t0" / "f0.jpg", grey=True)
     image(root / "test" / "visible" / "c1" / "0002" / "a.jpg")
     image(root / "test" / "infrared" / "c2" / "0002" / "a.jpg", grey=True)
-    assert detect_vi_format(root) == "vi-folders"
+    assert detect_format(root) == "vi-folders"
     with pytest.raises(DataError, match="mixes image files and tracklet folders"):
         load_vi_folders(root)
     (root / "train" / "infrared" / "c2" / "0001" / "t0" / "f0.jpg").rename(
@@ -279,11 +274,13 @@ def test_vi_folders_errors_and_unknown_formats(tmp_path):
     (root / "test" / "visible" / "cam1").mkdir()
     with pytest.raises(DataError, match="c<camera number>"):
         load_vi_folders(root)
-    with pytest.raises(ConfigError, match="unknown VI format"):
-        load_vi_dataset(root, "sysu")
-    with pytest.raises(ConfigError, match="regdb-1"):
-        load_vi_dataset(root, "regdb-x")
-    assert detect_vi_format(tmp_path / "nothing") is None and not is_vi_format("market1501")
+    with pytest.raises(ConfigError, match="unknown dataset format 'sysu'.*regdb-<trial>"):
+        load_dataset(root, "sysu")
+    with pytest.raises(ConfigError, match="unknown dataset format 'regdb-x'"):
+        load_dataset(root, "regdb-x")
+    with pytest.raises(DataError):
+        detect_format(tmp_path / "nothing")
+    assert get_format("market1501")[0].family != "vi"
 
 
 def test_video_federation_is_verified_frame_by_frame(tmp_path):

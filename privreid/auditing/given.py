@@ -59,7 +59,7 @@ def audit_given(net: nn.Module, size: tuple[int, int], members: list[tuple], non
                 batch_size: int = 128, device: Any = "cpu") -> GivenAudit:
     """Score ``members`` against ``nonmembers`` under ``net`` (ImageNet-normalised ``size`` input -> features,
     a ``classifier`` attribute for the loss attack)."""
-    from privreid.auditing.membership_attacks import ATTACKS
+    from privreid.auditing.membership_attacks import MEMBERSHIP_ATTACKS
     from privreid.auditing.metrics import summarise
     from privreid.auditing.statistics import probe_outputs
 
@@ -75,7 +75,7 @@ def audit_given(net: nn.Module, size: tuple[int, int], members: list[tuple], non
     ms = MembershipSet(level, None, "given", membership_candidates(members, nonmembers, level))
     outputs = probe_outputs(net, sorted({p for c in ms.candidates for p in c.probes}), height=size[0],
                             width=size[1], device=device, batch_size=batch_size)
-    scored = ATTACKS[attack].score(ms, outputs)
+    scored = MEMBERSHIP_ATTACKS[attack].score(ms, outputs)
     return GivenAudit(ms, scored.scores, scored.statistic,
                       summarise(ms.labels, scored.scores, bootstrap=bootstrap, seed=seed))
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 from privreid.auditing.lira import lira_scores
 from privreid.auditing.membership import MembershipSet
 from privreid.auditing.statistics import ProbeOutputs, classifier_loss, neighbourhood_statistics, prototype_statistics
@@ -40,10 +41,13 @@ class Scored:
 
 
 class MembershipAttack:
+    """One attack: its ``--method`` name and :meth:`score`; ``needs_shadows``: it takes shadow models' outputs too."""
+
     name = ""
     needs_shadows = False
 
     def score(self, ms: MembershipSet, out: ProbeOutputs) -> Scored:
+        """One score per candidate of ``ms`` from the model's outputs ``out`` on its probes, higher = member."""
         raise NotImplementedError
 
 
@@ -84,19 +88,25 @@ class LiRAAttack(MembershipAttack):
                       f"K={len(shadows)}")
 
 
-ATTACKS: dict[str, MembershipAttack] = {a.name: a for a in (LossAttack(), FeatureAttack(), LiRAAttack(True),
-                                                            LiRAAttack(False))}
-#: names accepted by --method besides the registry's: groups
-ALIASES = {"lira": ["lira-online", "lira-offline"], "all": list(ATTACKS)}
+#: ``privreid audit --method`` name -> attack, in ``--help`` order
+MEMBERSHIP_ATTACKS: Registry[MembershipAttack] = Registry(
+    "membership attack", builtins=lambda: (LossAttack(), FeatureAttack(), LiRAAttack(True), LiRAAttack(False)))
+
+
+def register_membership_attack(attack: MembershipAttack) -> MembershipAttack:
+    """Add ``attack`` to :data:`MEMBERSHIP_ATTACKS` (``privreid audit --method <name>`` then runs it); returns it."""
+    return MEMBERSHIP_ATTACKS.register(attack)
 
 
 def resolve_attacks(names: list[str]) -> list[MembershipAttack]:
+    """The attacks ``names`` ask for, in order, without repeats; ``lira`` is both LiRA attacks, ``all`` every one."""
+    aliases = {"lira": ["lira-online", "lira-offline"], "all": MEMBERSHIP_ATTACKS.names()}
     out: list[str] = []
     for name in names:
-        for n in ALIASES.get(name, [name]):
-            if n not in ATTACKS:
+        for n in aliases.get(name, [name]):
+            if n not in MEMBERSHIP_ATTACKS:
                 raise ConfigError(f"unknown membership attack {name!r}; choose from "
-                                  f"{', '.join([*ATTACKS, *ALIASES])}")
+                                  f"{', '.join([*MEMBERSHIP_ATTACKS, *aliases])}")
             if n not in out:
                 out.append(n)
-    return [ATTACKS[n] for n in out]
+    return [MEMBERSHIP_ATTACKS[n] for n in out]

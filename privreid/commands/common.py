@@ -256,7 +256,7 @@ def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
         raise ConfigError(f"{preset} must hold a mapping of option names to values")
     options = {p.name: p for p in ctx.command.params}
     by_flag = {o[2:]: p.name for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
-    for key, value in _legacy_keys(values).items():
+    for key, value in values.items():
         name = by_flag.get(str(key), str(key).replace("-", "_"))
         if name not in params or name not in options or name == "config_file":
             raise ConfigError(f"{preset}: unknown option {key!r}")
@@ -316,30 +316,6 @@ def _unique_key_loader():
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader, DuplicateKey
-
-
-#: keys of presets written before SKA's ablations became method options (``no-an: true`` is ``opt: {an: false}``)
-LEGACY_OPTION_KEYS = {"no-an": "an", "no-lsn": "lsn", "no-dual": "dual"}
-
-
-def _legacy_keys(values: dict) -> dict:
-    """``values`` with the SKA ablation keys of older presets (``config.yaml`` of earlier runs) as method options."""
-    legacy = {LEGACY_OPTION_KEYS[k]: v for k, v in values.items() if k in LEGACY_OPTION_KEYS}
-    if not legacy:
-        return values
-    from privreid.config import parse_bool
-
-    out = {k: v for k, v in values.items() if k not in LEGACY_OPTION_KEYS}
-    try:
-        off = [f"{option}=false" for option, v in legacy.items() if v is not None and parse_bool(v)]
-    except ValueError as exc:
-        raise ConfigError(f"no-an, no-lsn and no-dual take {exc}") from None
-    if off:  # after --opt, as the flags were applied
-        opt = out.get("opt") or []
-        opt = [f"{k}={json.dumps(v)}" for k, v in opt.items()] if isinstance(opt, dict) else \
-            (opt if isinstance(opt, list) else [opt])
-        out["opt"] = opt + off
-    return out
 
 
 def _as_typed(value) -> str:

@@ -93,7 +93,8 @@ def eval_command(
     from privreid.data.partition import as_test_set
     from privreid.evaluation.backdoor import backdoor_columns, evaluate_backdoor
     from privreid.evaluation.corrupted_eval import check_corruption_options, is_scaled
-    from privreid.evaluation.model_eval import check_eval_options, evaluate_testset
+    from privreid.evaluation.corrupted_eval import evaluate_testset
+    from privreid.evaluation.model_eval import check_eval_options
     from privreid.device import resolve_device
     from privreid.precision import at_precision, check_precision
     from privreid.reporting import format_table
@@ -165,22 +166,21 @@ def eval_command(
         return rows
 
     from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from privreid.evaluation.metric_registry import headline, summary_columns
     from privreid.rundir import check_output_file, write_text_atomic
 
     run_or_exit(check_output_file, json_out, "--json")
     rows = run_or_exit(go)
     if rows and "protocol" in rows[0]:
         typer.echo(format_table([{"testset": r["testset"], **{key: f"{100 * r[k]:.1f}" + (
-            f" ({100 * r['std'][k]:.1f})" if "std" in r else "") for k, key in
-            (("rank1", "R1"), ("rank5", "R5"), ("rank10", "R10"), ("mAP", "mAP"), ("mINP", "mINP"))}}
+            f" ({100 * r['std'][k]:.1f})" if "std" in r else "") for k, key in summary_columns()}}
             for r in rows]))
         typer.echo(f"mean (std) over {rows[0]['splits']} split(s), seed {rows[0]['seed']}" if "std" in rows[0]
                    else "mean over the queries, each ranked against its own gallery" if rows[0]["protocol"] == "g100"
                    else "mean over the queries, ranked against one gallery")
     elif corruption is None:
         typer.echo(format_table([{"testset": r["testset"] + (f" ({r['mode']})" if "mode" in r else ""),
-                                  "R1": r["rank1"], "R5": r["rank5"], "R10": r["rank10"], "mAP": r["mAP"],
-                                  "mINP": r["mINP"]} for r in rows]))
+                                  **{label: r[k] for k, label in summary_columns()}} for r in rows]))
         measured = [r for r in rows if "backdoor" in r]
         if measured:
             typer.echo(f"backdoor of the run: {measured[0]['backdoor']['trigger']}, its whole trigger on every query "
@@ -190,10 +190,9 @@ def eval_command(
         def mean_std(r: dict, key: str) -> str:
             return f"{100 * r['mean'][key]:.1f} ({100 * r['std'][key]:.1f})"
 
-        typer.echo(format_table([{"testset": r["testset"], "clean R1": r["clean"]["rank1"],
-                                  "clean mAP": r["clean"]["mAP"], "clean mINP": r["clean"]["mINP"],
-                                  "R1": mean_std(r, "rank1"), "mAP": mean_std(r, "mAP"),
-                                  "mINP": mean_std(r, "mINP")} for r in rows]))
+        typer.echo(format_table([{"testset": r["testset"],
+                                  **{f"clean {label}": r["clean"][k] for k, label in headline()},
+                                  **{label: mean_std(r, k) for k, label in headline()}} for r in rows]))
         deviations = rows[0]["deviations"] if rows else []
         protocol = "CIL-ReID protocol" + (", scaled" if rows and is_scaled(rows[0]["pixel_scale"]) else "")
         typer.echo(f"corrupted {corrupt} ({protocol}): {', '.join(rows[0]['corruptions']) if rows else '-'}; "

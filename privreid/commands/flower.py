@@ -205,9 +205,9 @@ def run_command(
         if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
             from privreid.defenses.secure_aggregation.mechanism import check_secure_aggregation
             from privreid.federated.engine import selection_size
-            from privreid.federated.registry import get_method
+            from privreid.training.compose import method_of
 
-            fraction = config.train.client_fraction or get_method(config.train.method).client_fraction
+            fraction = config.train.client_fraction or method_of(config).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))
         with open_run(out_dir, "flower run", config=train_preset(p), device=config.train.device,
                       seed=config.train.seed, resumed=p["resume"],

@@ -113,7 +113,7 @@ def invert_command(
 
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
-    from privreid.inversion.threat_models import get_threat
+    from privreid.inversion.aggregate import check_campaign, invert_campaign
     from privreid.precision import INVERSION_NOTE, check_precision
     from privreid.provenance import record_models
 
@@ -123,11 +123,10 @@ def invert_command(
         from privreid.inversion.campaign import batches
 
         batches(subjects, settings.batch)  # refused before any model loads
-        model_threat = get_threat(threat)
-        model_threat.check_options(image=image, clients=clients)
-        return settings, checkpoint_paths(model, models, more_models), model_threat
+        check_campaign(threat, image=image, clients=clients)
+        return settings, checkpoint_paths(model, models, more_models)
 
-    settings, paths, model_threat = run_or_exit(validate)
+    settings, paths = run_or_exit(validate)
 
     def check_files(loaded, from_files):
         if len(from_files) != len(loaded):
@@ -155,7 +154,7 @@ def invert_command(
                                  index=index, n=subjects, seed=seed, device=device)
             record_models(out, loaded)
         else:
-            result = run_or_exit(model_threat.campaign, paths, out, settings=settings, client=client, index=index,
+            result = run_or_exit(invert_campaign, threat, paths, out, settings=settings, client=client, index=index,
                                  image=image, label=label, n=subjects, clients=clients, defended=defended, seed=seed,
                                  device=device)
         typer.echo(result.table)

@@ -16,11 +16,10 @@ def methods_command() -> None:
     """
     from privreid.defenses.registry import defenses
     from privreid.federated.method_options import option_defaults
-    from privreid.federated.registry import METHODS, available_methods, get_method
+    from privreid.federated.registry import METHODS
     from privreid.plugins import listed_origin
 
-    for name in available_methods():
-        method = get_method(name)
+    for name, method in sorted(METHODS.items(), key=lambda item: item[0]):
         typer.echo(f"{name:14s} {method.summary} [{listed_origin(METHODS.origin(name))}]")
         for defense in defenses():
             typer.echo(" " * 15 + f"{defense.name}: {defense.supports(method)}")

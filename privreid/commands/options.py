@@ -11,11 +11,11 @@ command-line type only where the option is typed differently from the field
 :func:`config_options` adds the named options, and ``--set``, to a typer
 command's signature; :func:`run_config` builds the run configuration from the
 command's parameters by the same table, then applies ``--set``
-(:func:`privreid.config.apply_sets`).  Options that do not set a field
+(:func:`privreid.config.sets.apply_sets`).  Options that do not set a field
 (``--out``, ``--resume``, ...) stay in the command's own signature.
 
 :func:`settings_options` does the same for a command's own settings
-dataclass (``privreid invert``'s :class:`~privreid.inversion.optimise.InversionSettings`):
+dataclass (``privreid invert``'s :class:`~privreid.inversion.settings.InversionSettings`):
 one option per field, with the field's default and type.
 """
 
@@ -33,7 +33,8 @@ import click
 import typer
 
 from privreid.config import (BETA_MODES, EVAL_APS, EVAL_METRICS, LR_SCHEDULES, NECKS, OPTIMIZERS, PRECISIONS, PROTOCOLS,
-                      RunConfig, apply_sets, field_types)
+                             RunConfig, field_types)
+from privreid.config.sets import apply_sets
 from privreid.data.formats import format_help
 from privreid.commands.common import ARCHS, DATA_HELP, DeviceType, csv_names, parse_method_options
 

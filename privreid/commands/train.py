@@ -115,6 +115,7 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     from privreid.rundir import check_output_dir
     from privreid.run_plan import render_plan, run_plan
     from privreid.training import check_run_flags
+    from privreid.training.compose import method_of
 
     p = train_params(ctx, config_file)
     if not p["dry_run"]:
@@ -124,7 +125,8 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     config = train_config(p).validate()
     d = config.data
     datasets = {name: loaded.format for name, loaded in load_datasets(d.roots, d.format, d.synth_seed).items()}
-    plan = run_plan(config, federation_for_config(config, verify=True), datasets)
+    federation = federation_for_config(config, verify=True)
+    plan = run_plan(config, method_of(config), federation, datasets)
     typer.echo(json.dumps(plan, indent=2) if as_json else render_plan(plan))
 
 

@@ -33,7 +33,7 @@ Sec. II-B and III-B):
   background and occluder, the walk phase advancing by ``2*pi/T`` per frame
   and the person drifting slightly across the frame.
 
-Layout written (``vi-folders``, read by :func:`privreid.data.formats.vi.load_vi_folders`)::
+Layout written (``vi-folders``, read by :func:`privreid.data.formats.vi.vi_folders.load_vi_folders`)::
 
     out/manifest.json                       format "privreid-synthetic-vi", entities, camera kinds
     out/<entity>/{train,test}/{visible,infrared}/c<cam>/<pid>/<pid>_c<cam>_<k>.jpg        (images)

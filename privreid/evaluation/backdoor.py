@@ -21,18 +21,18 @@ a test set (``privreid eval``, ``privreid compare --suite poisoning``).
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from privreid.data.trigger import stamped_samples
 from privreid.errors import ConfigError
 from privreid.evaluation.chance import chance_metrics
 from privreid.evaluation.metrics import evaluate
-from privreid.evaluation.model_eval import NonFiniteFeaturesWarning
+from privreid.evaluation.model_eval import NonFiniteFeaturesWarning, sample_features
 
 if TYPE_CHECKING:
-    from privreid.malicious_clients.backdoor import RecordedBackdoor
     from privreid.data.types import TestSet
 
 
@@ -102,18 +102,15 @@ def chance_backdoor_metrics(q_pids: np.ndarray, g_pids: np.ndarray, q_camids: np
     return out
 
 
-def evaluate_backdoor(model: torch.nn.Module, testset: TestSet, backdoor: RecordedBackdoor, *, height: int,
+def evaluate_backdoor(model: torch.nn.Module, testset: TestSet, backdoor: Any, *, height: int,
                       width: int, device: torch.device | str = "cpu", flip: bool = False, metric: str = "euclidean",
                       batch_size: int = 128, progress: bool = False) -> dict | None:
     """:func:`backdoor_metrics` of ``model`` with ``backdoor``'s whole trigger stamped on every query of ``testset``.
 
-    A targeted backdoor is measured on its target's test set only (None for
-    another test set: its gallery does not hold the target); evasion on any
-    image test set.
+    ``backdoor`` is a run's :class:`~privreid.malicious_clients.backdoor.RecordedBackdoor` (its ``trigger``,
+    ``goal``, ``target`` and ``target_domain``).  A targeted backdoor is measured on its target's test set only
+    (None for another test set: its gallery does not hold the target); evasion on any image test set.
     """
-    from privreid.malicious_clients.trigger import stamped_samples
-    from privreid.evaluation.model_eval import sample_features
-
     if backdoor.goal == "targeted" and testset.name != backdoor.target_domain:
         return None
     if testset.tracklets is not None:

@@ -47,6 +47,7 @@ from scipy.special import gammaln
 
 from privreid.data.types import VIProtocol
 from privreid.errors import DataError
+from privreid.evaluation.metric_registry import result_keys
 
 __all__ = ["chance_metrics"]
 
@@ -63,7 +64,8 @@ def chance_metrics(q_pids, g_pids, q_camids, g_camids, *, protocol: VIProtocol |
     ``seed`` draws the single-shot gallery trials exactly as
     :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality` does.
     Returns the keys of the real evaluation (``num_valid_queries``; ``trials``
-    and ``std`` with several trials).
+    and ``std`` with several trials); a metric registered from outside the
+    built-ins (:mod:`~privreid.evaluation.metric_registry`) is NaN.
     """
     from privreid.evaluation.cross_modality import colocated_skips, single_shot_gallery
 
@@ -79,7 +81,7 @@ def chance_metrics(q_pids, g_pids, q_camids, g_camids, *, protocol: VIProtocol |
     trials = [_trial(q_pids, q_camids, g_pids[keep], g_camids[keep], skips, by_identity, single_gallery_shot)
               for keep in galleries]
     keys = [f"rank{k}" for k in _RANKS] + ["mAP", "mINP"]
-    out = {k: float(np.mean([t[k] for t in trials])) for k in keys}
+    out = {k: float(np.mean([t[k] for t in trials])) if k in keys else float("nan") for k in result_keys()}
     out["num_valid_queries"] = trials[0]["num_valid_queries"]
     if len(trials) > 1:
         out["trials"] = len(trials)

@@ -52,8 +52,10 @@ from privreid.data.formats import read_image
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
-from privreid.evaluation.model_eval import (SUMMARY_KEYS, check_protocol, dataset_features, evaluation_settings, evaluation_split,
-                         rank_testset)
+from privreid.evaluation.cross_modality import IR_TO_VISIBLE
+from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.model_eval import (check_protocol, dataset_features, evaluate_model,
+                                            evaluation_settings, evaluation_split, rank_testset)
 
 CORRUPT_SIDES = ("query", "gallery", "both")
 #: CIL-ReID's settings: literal pixel lengths, 10 repeats
@@ -235,13 +237,13 @@ def evaluate_corrupted(
     finally:
         if bar is not None:
             bar.close()
-    table = np.array([[res[k] for k in SUMMARY_KEYS] for res in results])
-    std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(SUMMARY_KEYS))
+    table = np.array([[res[k] for k in summary_keys()] for res in results])
+    std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(summary_keys()))
     return {
         "clean": clean_metrics,
         "repeats": results,
-        "mean": dict(zip(SUMMARY_KEYS, map(float, table.mean(axis=0)))),
-        "std": dict(zip(SUMMARY_KEYS, map(float, std))),
+        "mean": dict(zip(summary_keys(), map(float, table.mean(axis=0)))),
+        "std": dict(zip(summary_keys(), map(float, std))),
         "corruptions": names,
         "severity": severity,
         "corrupt": corrupt,
@@ -250,3 +252,19 @@ def evaluate_corrupted(
         "type_counts": type_counts,
         "severity_counts": {k: v for k, v in severity_counts.items() if v},
     }
+
+
+def evaluate_testset(model: torch.nn.Module, testset: TestSet, *, corrupted: dict | None = None,
+                     mode: str | None = None, seq_len: int | None = None, **common) -> dict:
+    """One ``privreid eval`` row: ``{"testset": name, **metrics}`` of ``model`` on ``testset``.
+
+    With ``corrupted`` (the keyword arguments of :func:`evaluate_corrupted`): the corrupted evaluation; otherwise :func:`evaluate_model`, in ``mode``
+    (default infrared to visible) with the row's ``"mode"`` for a
+    visible-infrared test set.  ``common``: height, width, device, flip,
+    metric, single_gallery_shot, progress.
+    """
+    if corrupted is not None:
+        return {"testset": testset.name, **evaluate_corrupted(model, testset, **common, **corrupted)}
+    row = {"testset": testset.name, **evaluate_model(model, testset, mode=mode or IR_TO_VISIBLE, seq_len=seq_len,
+                                                     **common)}
+    return {**row, "mode": mode or IR_TO_VISIBLE} if testset.modality is not None else row

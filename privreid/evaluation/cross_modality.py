@@ -43,12 +43,12 @@ import torch.nn.functional as F
 
 from privreid.data.types import INFRARED, VISIBLE, Sample, TestSet, VIProtocol
 from privreid.errors import ConfigError, DataError
+from privreid.evaluation.metric_registry import RETRIEVAL_METRICS, result_keys
 from privreid.evaluation.metrics import evaluate
 
 __all__ = [
     "IR_TO_VISIBLE",
     "MODES",
-    "RESULT_KEYS",
     "VISIBLE_TO_IR",
     "TemporalMean",
     "colocated_skips",
@@ -61,8 +61,6 @@ __all__ = [
 IR_TO_VISIBLE = "ir-to-visible"
 VISIBLE_TO_IR = "visible-to-ir"
 MODES = (IR_TO_VISIBLE, VISIBLE_TO_IR)
-#: scalar metrics of :func:`evaluate_cross_modality` (fractions in [0, 1])
-RESULT_KEYS = ("rank1", "rank5", "rank10", "rank20", "mAP", "mINP")
 _CMC_LEN = 50
 #: the default protocol: whole gallery, image CMC (the Market-1501 rules)
 _MARKET = VIProtocol()
@@ -132,12 +130,12 @@ def evaluate_cross_modality(qf, gf, q_pids, g_pids, q_camids, g_camids, *, proto
             keep = np.arange(len(g_pids))
         trials.append(_rank(qf, gf[torch.from_numpy(keep)], q_pids, g_pids[keep], q_camids, g_camids[keep],
                             protocol, metric))
-    out = {k: float(np.mean([t[k] for t in trials])) for k in RESULT_KEYS}
+    out = {k: float(np.mean([t[k] for t in trials])) for k in result_keys()}
     out["cmc"] = np.mean([t["cmc"] for t in trials], axis=0)
     out["num_valid_queries"] = trials[0]["num_valid_queries"]
     out["trials"] = len(trials)
     if len(trials) > 1:
-        out["std"] = {k: float(np.std([t[k] for t in trials])) for k in RESULT_KEYS}
+        out["std"] = {k: float(np.std([t[k] for t in trials])) for k in result_keys()}
     return out
 
 
@@ -173,13 +171,14 @@ def _rank(qf, gf, q_pids, g_pids, q_camids, g_camids, protocol: VIProtocol, metr
     if not parts:
         raise DataError("no query has a positive in the gallery (check the query/gallery split and the modalities)")
     w = np.asarray(weights, dtype=np.float64) / sum(weights)
-    out = {k: float(np.dot(w, [p[k] for p in parts])) for k in ("mAP", "mINP")}
+    metrics = RETRIEVAL_METRICS.values()
+    out = {m.name: float(np.dot(w, [p[m.name] for p in parts])) for m in metrics if m.rank is None}
     if protocol.cmc_by_identity:
         ranks = np.concatenate(first_ranks)
         cmc = np.array([(ranks <= k).mean() for k in range(1, _CMC_LEN + 1)])
     else:
         cmc = np.sum([wi * p["cmc"] for wi, p in zip(w, parts)], axis=0)
-    out.update({f"rank{k}": float(cmc[k - 1]) for k in (1, 5, 10, 20)})
+    out.update({m.name: float(cmc[m.rank - 1]) for m in metrics if m.rank is not None})
     out["cmc"] = cmc
     out["num_valid_queries"] = int(sum(weights))
     return out

@@ -34,7 +34,8 @@ from privreid.data.formats.dg.splits import DGSplit, default_protocol, make_spli
 from privreid.data.types import Sample
 from privreid.errors import ConfigError, DataError
 from privreid.evaluation.metrics import evaluate
-from privreid.evaluation.model_eval import SUMMARY_KEYS, dataset_features
+from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.model_eval import dataset_features
 
 #: the ``--format`` names of a protocol other than the dataset's default: name -> (dataset format, protocol)
 PROTOCOL_FORMATS = {"grid-crosscam": ("grid", "crosscam"), "caviar-crosscam": ("caviar", "crosscam"),
@@ -65,7 +66,7 @@ def rank_splits(features: dict[str, np.ndarray], splits: list[DGSplit], *, metri
     per_split = []
     for split in splits:
         result = evaluate(*_stack(features, split.query, split.gallery), metric=metric, ap=ap)
-        per_split.append({k: float(result[k]) for k in SUMMARY_KEYS})
+        per_split.append({k: float(result[k]) for k in summary_keys()})
     return _mean_std(per_split, splits=len(splits))
 
 
@@ -83,10 +84,10 @@ def rank_per_query_galleries(features: dict[str, np.ndarray], pairs: list[tuple[
         qf, gf, q_pids, g_pids, _, _ = _stack(features, [query], gallery)
         result = evaluate(qf, gf, q_pids, g_pids, np.zeros(1, np.int64), np.ones(len(gallery), np.int64),
                           metric=metric, ap=ap)
-        per_query.append({k: float(result[k]) for k in SUMMARY_KEYS})
+        per_query.append({k: float(result[k]) for k in summary_keys()})
     if not per_query:
         raise DataError("no query has its person in its gallery")
-    return {k: float(np.mean([r[k] for r in per_query])) for k in SUMMARY_KEYS} | {
+    return {k: float(np.mean([r[k] for r in per_query])) for k in summary_keys()} | {
         "num_valid_queries": len(per_query), "num_queries": len(pairs)}
 
 
@@ -124,7 +125,7 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
 
         query, gallery = read_fixed_set(Path(pool.root))
         result = evaluate(*_stack(extract(query + gallery), query, gallery), metric=metric, ap=ap)
-        return {**settings, **{k: float(result[k]) for k in SUMMARY_KEYS}, "num_query": len(query),
+        return {**settings, **{k: float(result[k]) for k in summary_keys()}, "num_query": len(query),
                 "num_gallery": len(gallery)}
     if protocol == "g100":
         from privreid.data.formats.dg.cuhksysu import read_g100
@@ -152,6 +153,6 @@ def _stack(features: dict[str, np.ndarray], query: list[Sample], gallery: list[S
 
 
 def _mean_std(rows: list[dict], **extra) -> dict:
-    mean = {k: float(np.mean([r[k] for r in rows])) for k in SUMMARY_KEYS}
-    std = {k: float(np.std([r[k] for r in rows])) for k in SUMMARY_KEYS}
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in summary_keys()}
+    std = {k: float(np.std([r[k] for r in rows])) for k in summary_keys()}
     return {**mean, "std": std, **extra, "per_split": rows}

@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from privreid.errors import ConfigError, DataError
+from privreid.evaluation.metric_registry import RETRIEVAL_METRICS, Ranking
 
 __all__ = ["evaluate", "evaluate_cuhk03", "AP_MODES", "METRICS"]
 
@@ -77,8 +78,6 @@ _CHUNK_ELEMENTS = 1 << 24
 _NORM_ELEMENTS = 1 << 18
 # Distance entries sorted per block when counting (1 MiB: stays in cache).
 _BLOCK_ELEMENTS = 1 << 18
-# CMC / rank-k values reported under these keys.
-_RANK_KEYS = (1, 5, 10, 20)
 
 
 def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
@@ -296,7 +295,7 @@ def _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank,
         qf=qf, gf=gf, g_scale=g_scale, q_scale=q_scale, metric=metric,
         q_pids=q_pids, g_pids=g_pids, g_order=g_order,
         chunk_rows=int(min(chunk_rows, len(valid))),
-        hist_len=max(int(max_rank), max(_RANK_KEYS)) + 1,
+        hist_len=max(int(max_rank), *(m.rank for m in RETRIEVAL_METRICS.values() if m.rank)) + 1,
         valid=valid, num_pos=num_pos, pos_q=pos_q, pos_g=pos_g, pos_slot=pos_slot,
         rem_q=pair_q[removed], rem_g=pair_g[removed],
     )
@@ -482,10 +481,6 @@ def _summarise(hist: np.ndarray, num_valid: int, ap: np.ndarray, inp: np.ndarray
     ``ap`` holds the valid queries' APs; ``mAP`` is their sum over ``ap_queries``.
     """
     cmc = np.cumsum(hist[1:]) / num_valid
-    out = {"cmc": cmc[:max_rank].copy()}
-    for k in _RANK_KEYS:
-        out[f"rank{k}"] = float(cmc[k - 1])
-    out["mAP"] = float(np.sum(ap) / ap_queries)
-    out["mINP"] = float(np.mean(inp))
-    out["num_valid_queries"] = int(num_valid)
-    return out
+    ranking = Ranking(cmc, ap, inp, ap_queries)
+    return {"cmc": cmc[:max_rank].copy(), **{m.name: m.compute(ranking) for m in RETRIEVAL_METRICS.values()},
+            "num_valid_queries": int(num_valid)}

@@ -45,16 +45,13 @@ from privreid.errors import ConfigError
 from privreid.evaluation.chance import chance_metrics
 from privreid.evaluation.cross_modality import IR_TO_VISIBLE, MODES, TemporalMean, evaluate_cross_modality, mode_split
 from privreid.evaluation.features import extract_features
+from privreid.evaluation.metric_registry import result_keys
 from privreid.evaluation.metrics import AP_MODES, evaluate, evaluate_cuhk03
 
-__all__ = ["RESULT_KEYS", "SUMMARY_KEYS", "NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
-           "dataset_features", "describe_protocol", "evaluate_model", "evaluate_testset", "evaluation_split", "is_cross_modality",
+__all__ = ["NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
+           "dataset_features", "describe_protocol", "evaluate_model", "evaluation_split", "is_cross_modality",
            "rank_testset", "sample_features"]
 
-#: the metrics every evaluation record holds (fractions in [0, 1])
-SUMMARY_KEYS = ("rank1", "rank5", "rank10", "mAP", "mINP")
-#: every scalar metric :func:`rank_testset` returns
-RESULT_KEYS = ("rank1", "rank5", "rank10", "rank20", "mAP", "mINP")
 #: features larger than this (in absolute value) are scaled down by a power of two before ranking
 _LARGEST_FEATURE = 2.0 ** 40
 
@@ -112,7 +109,7 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
     else:
         rank = evaluate_cuhk03 if single_gallery_shot else evaluate
         result = rank(qf, gf, q_pids, g_pids, q_cams, g_cams, metric=metric, ap=ap)
-    out = {k: float(result[k]) for k in RESULT_KEYS}
+    out = {k: float(result[k]) for k in result_keys()}
     out["num_valid_queries"] = int(result["num_valid_queries"])
     if result.get("trials", 1) > 1:
         out["trials"] = int(result["trials"])
@@ -264,23 +261,3 @@ def check_eval_options(testsets: list[TestSet], *, mode: str | None = None, seq_
         if single_gallery_shot and is_cross_modality(ts):
             raise ConfigError(f"--single-gallery-shot is the CUHK03 protocol; {ts.name} is visible-infrared "
                               "or video data, ranked by its own benchmark protocol")
-
-
-def evaluate_testset(model: torch.nn.Module, testset: TestSet, *, corrupted: dict | None = None,
-                     mode: str | None = None, seq_len: int | None = None, **common) -> dict:
-    """One ``privreid eval`` row: ``{"testset": name, **metrics}`` of ``model`` on ``testset``.
-
-    With ``corrupted`` (the keyword arguments of
-    :func:`~privreid.evaluation.corrupted_eval.evaluate_corrupted`): the
-    corrupted evaluation; otherwise :func:`evaluate_model`, in ``mode``
-    (default infrared to visible) with the row's ``"mode"`` for a
-    visible-infrared test set.  ``common``: height, width, device, flip,
-    metric, single_gallery_shot, progress.
-    """
-    if corrupted is not None:
-        from privreid.evaluation.corrupted_eval import evaluate_corrupted
-
-        return {"testset": testset.name, **evaluate_corrupted(model, testset, **common, **corrupted)}
-    row = {"testset": testset.name, **evaluate_model(model, testset, mode=mode or IR_TO_VISIBLE, seq_len=seq_len,
-                                                     **common)}
-    return {**row, "mode": mode or IR_TO_VISIBLE} if testset.modality is not None else row

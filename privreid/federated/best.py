@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from privreid.evaluation.model_eval import SUMMARY_KEYS
+from privreid.evaluation.metric_registry import summary_keys
 
 #: what ``K > 1`` ranks the evaluation rounds by (recorded in the block)
 RANKED_BY = "mean global seen rank1"
 
 
 def _mean(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    return {k: float(np.mean([r[k] for r in records])) for k in SUMMARY_KEYS}
+    return {k: float(np.mean([r[k] for r in records])) for k in summary_keys()}
 
 
 def round_scores(metrics: Sequence[dict[str, Any]]) -> dict[int, float]:
@@ -85,6 +85,6 @@ def best_block(metrics: Sequence[dict[str, Any]], k: int) -> dict[str, Any] | No
             per_testset[name] = _mean([m for m in chosen if m["split"] == split and m["testset"] == name])
         if per_testset:
             out[f"global_{split}"] = {key: float(np.mean([v[key] for v in per_testset.values()]))
-                                      for key in SUMMARY_KEYS}
+                                      for key in summary_keys()}
             out[f"global_{split}_per_testset"] = per_testset
     return out

@@ -23,8 +23,8 @@ uses it.
 The identity loss is cross-entropy with ``--label-smoothing`` (default 0.1;
 the five papers and their released code use plain cross-entropy, 0).
 Optionally a batch-hard triplet loss on the pre-neck features, with PK
-sampling, weighted by :func:`privreid.config.triplet_weight` (the method's
-default unless ``--triplet-weight`` is given).  Methods that change the local
+sampling, weighted by ``ClientContext.triplet_weight`` (the method's default
+unless ``--triplet-weight`` is given: :meth:`~privreid.federated.registry.Method.triplet_weight_for`).  Methods that change the local
 objective (FedProx's proximal term, KD, ...) subclass it and override
 :meth:`SupervisedUpdate.extra_loss`.
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from privreid.config import RunConfig, lr_neck, triplet_weight
+from privreid.config import RunConfig, lr_neck
 from privreid.data import ImageDataset, PKSampler, build_transforms
 from privreid.data.types import ClientData
 from privreid.losses import batch_hard_triplet_loss, identity_loss
@@ -86,10 +86,12 @@ class ClientContext:
     #: what the server transmitted besides model keys (DPPT's global centres of this client's
     #: identities, L2RW+ Sec. III-C step 4), for this round only
     received_extra: StateDict = field(default_factory=dict)
+    #: the weight of the batch-hard triplet loss (:meth:`~privreid.federated.registry.Method.triplet_weight_for`)
+    triplet_weight: float = 0.0
 
 
 def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: Dataset | None = None,
-                  instances: int | None = None) -> DataLoader:
+                  instances: int | None = None, triplet_weight: float = 0.0) -> DataLoader:
     """Training batches of the client's samples.
 
     ``dataset`` indexes ``client.train`` (default: its images with the
@@ -109,7 +111,7 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
                                augment_later=True)
     generator = torch.Generator().manual_seed(seed)
     pin = t.device != "cpu" and torch.cuda.is_available()
-    if instances or triplet_weight(config) > 0:
+    if instances or triplet_weight > 0:
         k = instances or t.instances_per_id
         p = max(2, t.batch_size // k)
         sampler = PKSampler(client.train, p=p, k=k, seed=seed)
@@ -125,7 +127,6 @@ class SupervisedUpdate:
     def __init__(self, config: RunConfig):
         self.config = config
         self.criterion = identity_loss(config.train.label_smoothing)
-        self.triplet_weight = triplet_weight(config)
 
     def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
         """SGD (or Adam) over the learning-rate groups, in this order (subclasses index them).
@@ -161,7 +162,7 @@ class SupervisedUpdate:
 
     def loader(self, ctx: ClientContext, epoch: int) -> DataLoader:
         """Hook: the batches of local epoch ``epoch`` (DPPT: PK batches with channel augmentation)."""
-        return client_loader(ctx.client, self.config, ctx.seed + epoch)
+        return client_loader(ctx.client, self.config, ctx.seed + epoch, triplet_weight=ctx.triplet_weight)
 
     def forward(self, ctx: ClientContext, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Hook: ``(pre_neck, feat, logits)`` of a batch (V-DPPT: temporal mean over clip frames)."""
@@ -213,9 +214,8 @@ class SupervisedUpdate:
                 with autocast(t.precision, ctx.device):
                     pre_neck, feat, logits = self.forward(ctx, images)
                     loss = self.criterion(logits, labels)
-                    if self.triplet_weight > 0:
-                        loss = loss + self.triplet_weight * batch_hard_triplet_loss(pre_neck, labels,
-                                                                                    t.triplet_margin)
+                    if ctx.triplet_weight > 0:
+                        loss = loss + ctx.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
                     extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
                     if extra is not None:
                         loss = loss + extra

@@ -59,12 +59,12 @@ import numpy as np
 
 from privreid.checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
 from privreid.config import RunConfig, evaluation_settings
-from privreid.deviations import deviations
 from privreid.device import resolve_device
 from privreid.precision import at_precision, check_precision, cuda_speedups
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError
-from privreid.evaluation.model_eval import SUMMARY_KEYS, evaluate_model
+from privreid.evaluation.metric_registry import metric_line, summary_keys
+from privreid.evaluation.model_eval import evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
 from privreid.rundir import RUN_FILES, write_json_atomic
@@ -154,14 +154,14 @@ class RoundInbox:
 def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
     if not results:
         return {}
-    return {k: float(np.mean([r[k] for r in results])) for k in SUMMARY_KEYS}
+    return {k: float(np.mean([r[k] for r in results])) for k in summary_keys()}
 
 
 class FederatedEngine:
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`~.build.RunPlan`; default :func:`~.build.build_run`,
+    observers (:class:`privreid.training.compose.RunPlan`; default :func:`privreid.training.compose.build_run`,
     whose observer is the privacy ledger).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
@@ -180,9 +180,10 @@ class FederatedEngine:
                  build: Callable[[RunConfig], Any] | None = None):
         self.config = config.validate()
         if build is None:
-            from privreid.federated.build import build_run as build
+            from privreid.training.compose import build_run as build
         plan = build(config)
         self.method: Method = plan.method
+        self.deviations: list[str] = plan.deviations
         self.federation = federation
         prepare = self.method.prepare_clients_for(config)
         self.clients: list[ClientData] = prepare(federation.clients) if prepare else federation.clients
@@ -349,7 +350,7 @@ class FederatedEngine:
                 res = self._eval(ts)
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
                 self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
-                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+                         + metric_line(res))
 
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
@@ -383,7 +384,8 @@ class FederatedEngine:
         received, extra = self._load_client(client, round_index, received)
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
                             device=self.device, global_state=received, seed=seed,
-                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra)
+                            progress=self.progress, memory=self.client_memory[client.name], received_extra=extra,
+                            triplet_weight=self.method.triplet_weight_for(self.config))
         if self.client_start:
             self.client_start(ctx)
         train_metrics = self.client_update(ctx)
@@ -541,12 +543,12 @@ class FederatedEngine:
                     out[f"{scope}_{split}"] = mean_metrics(recs)
                     out[f"{scope}_{split}_per_testset"] = {
                         (m["testset"] if scope == "global" else f"{m['client']}@{m['testset']}"):
-                            {**{k: m[k] for k in SUMMARY_KEYS},
+                            {**{k: m[k] for k in summary_keys()},
                              **({"non_finite_features": True} if m.get("non_finite_features") else {})} for m in recs}
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
         out["best"] = best_block(self.metrics, self.config.train.report_best)
         out["evaluation"] = evaluation_settings(self.config)
         out["precision"] = self.config.train.precision
-        out["deviations"] = deviations(self.config)
+        out["deviations"] = self.deviations
         return out

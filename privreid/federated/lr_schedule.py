@@ -84,15 +84,13 @@ def base_rates(config: RunConfig) -> dict[str, float]:
     return rates
 
 
-def lr_table(config: RunConfig) -> dict[str, list[float]]:
+def lr_table(config: RunConfig, method) -> dict[str, list[float]]:
     """Group name -> its learning rate in every round (at the round's first step), ``train.rounds`` values each.
 
-    The method's own factor (:attr:`~privreid.federated.registry.Method.lr_factor`)
+    ``method``'s own factor (:attr:`~privreid.federated.registry.Method.lr_factor`)
     replaces the run's schedule where it declares one.
     """
-    from privreid.federated.registry import get_method
-
-    own = get_method(config.train.method).lr_factor
+    own = method.lr_factor
 
     def factor(round_index: int) -> float:
         replaced = None if own is None else own(config, round_index)

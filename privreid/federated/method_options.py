@@ -7,8 +7,8 @@ DPPTSettings`) and passes the class as ``Method(options=...)``.
 ``--opt``, ``--set train.method_options.KEY=VALUE`` or a preset's ``opt:``
 mapping: JSON scalars or strings) into an instance: an unknown key is an
 error naming the method's options; each value is coerced to its field's type
-by :func:`privreid.config.parse_value`, booleans by the one rule of
-:func:`privreid.config.parse_bool` (true/false, yes/no, 1/0), and a number
+by :func:`privreid.config.values.parse_value`, booleans by the one rule of
+:func:`privreid.config.values.parse_bool` (true/false, yes/no, 1/0), and a number
 must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges
 stay with the method that uses the value.
 """
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from privreid.config import parse_value
+from privreid.config.values import parse_value
 from privreid.errors import ConfigError
 
 
@@ -34,6 +34,14 @@ class NoOptions:
 def option_defaults(options: type) -> dict[str, Any]:
     """Option name -> default of an options dataclass (what ``privreid methods`` lists)."""
     return {f.name: f.default for f in dataclasses.fields(options)}
+
+
+def run_options(options: type, config) -> Any:
+    """The run's values of the fields of ``options`` (a method's options dataclass, or a part of it that a method's
+    own code reads): ``--opt`` typed, else the defaults; other keys are left to ``Method.check_options``."""
+    known = option_defaults(options)
+    given = {k: v for k, v in config.train.method_options.items() if k in known}
+    return parse_options(options, given, config.train.method)
 
 
 def parse_options(options: type, values: Mapping[str, Any], method: str) -> Any:

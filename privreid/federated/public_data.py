@@ -96,9 +96,9 @@ class PublicSet:
 
 def public_option(config: RunConfig, key: str) -> Any:
     """The value of a :class:`PublicOptions` key for this run (``--opt``, typed, or the default)."""
-    from privreid.federated.registry import get_method
+    from privreid.federated.method_options import run_options
 
-    return get_method(config.train.method).option(config, key)
+    return getattr(run_options(PublicOptions, config), key)
 
 
 def _positive_int(config: RunConfig, key: str, *, allow_zero: bool = False) -> int:

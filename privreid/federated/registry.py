@@ -157,6 +157,10 @@ class Method:
         """:attr:`exchanges_extras` under ``config``."""
         return bool(self.exchanges_extras(config) if callable(self.exchanges_extras) else self.exchanges_extras)
 
+    def triplet_weight_for(self, config: RunConfig) -> float:
+        """The weight of the batch-hard triplet loss: ``--triplet-weight``, else :attr:`triplet_weight`."""
+        return self.triplet_weight if config.train.triplet_weight is None else config.train.triplet_weight
+
     def model_transforms_for(self, config: RunConfig) -> list[Any]:
         """The model transforms of this method's network under ``config`` (transforms, names or dicts)."""
         return list(self.model_transforms(config) if callable(self.model_transforms) else self.model_transforms)

@@ -63,7 +63,8 @@ from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError, PrivreidError
-from privreid.federated.build import build_method
+from privreid.evaluation.metric_registry import metric_line
+from privreid.training.compose import build_method
 from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
 from privreid.federated.strategy import Upload
@@ -359,14 +360,14 @@ class FlowerServerEngine(FederatedEngine):
             for split, testset, res in parse_eval_records(rep.content, "global"):
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": testset, **res})
                 self.log(f"round {round_no} global {split:6s} {testset:12s} "
-                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+                         + metric_line(res))
         if self.federation.unseen:
             self._load_global()
             for ts in self.federation.unseen:
                 res = self._eval(ts)
                 self._record({"round": round_no, "scope": "global", "split": "unseen", "testset": ts.name, **res})
                 self.log(f"round {round_no} global unseen {ts.name:12s} "
-                         f"R1 {res['rank1']:.1%} mAP {res['mAP']:.1%} mINP {res['mINP']:.1%}")
+                         + metric_line(res))
         for rep in replies:
             for split, testset, res in parse_eval_records(rep.content, "local") if rep.content is not None else []:
                 self._record({"round": round_no, "scope": "local", "client": rep.client.name, "split": split,

@@ -1,14 +1,16 @@
 """Gradient inversion: how much a client's upload reveals of its training images.
 
+* :mod:`.observation` -- the client's step and what its gradient leaks (the label, the bottleneck's input);
 * :mod:`.threat_models` -- what the server observes (full gradient, shared
   part only, the bottleneck's exact feature leak): a registry of :class:`ThreatModel` objects;
 * :mod:`.defenses` -- beta white noise and DP clipping / noise on that view;
 * :mod:`.labels` -- iDLG's rule (with its sign chosen by gradient matching), the bias-gradient sign rule, and
   the count rules for batches;
-* :mod:`.optimise` -- DLG / iDLG / Inverting Gradients (a registry of :class:`InversionAttack` objects)
-  and feature inversion;
+* :mod:`.settings` -- an attack's settings and the registry of :class:`InversionAttack` objects;
+* :mod:`.optimise` -- DLG / iDLG / Inverting Gradients (the built-in attacks) and feature inversion;
 * :mod:`.attack` -- one subject or one batch, end to end;
-* :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table.
+* :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table;
+* :mod:`.campaign`, :mod:`.aggregate` -- ``privreid invert``'s campaigns (:func:`.aggregate.invert_campaign`).
 """
 
 from privreid.lazy import lazy_exports
@@ -27,19 +29,19 @@ _PUBLIC = {
     "bias_count_labels": (".labels", "bias_count_labels"),
     "norm_count_labels": (".labels", "norm_count_labels"),
     "matched_sign_label": (".labels", "matched_sign_label"),
-    "ATTACKS": (".optimise", "ATTACKS"),
-    "InversionAttack": (".optimise", "InversionAttack"),
+    "INVERSION_ATTACKS": (".settings", "INVERSION_ATTACKS"),
+    "InversionAttack": (".settings", "InversionAttack"),
     "InversionSettings": (".settings", "InversionSettings"),
     "MATCHES": (".settings", "MATCHES"),
     "PRESETS": (".settings", "PRESETS"),
-    "register_inversion_attack": (".optimise", "register_inversion_attack"),
-    "Observation": (".threat_models", "Observation"),
+    "register_inversion_attack": (".settings", "register_inversion_attack"),
+    "Observation": (".observation", "Observation"),
     "THREATS": (".threat_models", "THREATS"),
     "ThreatModel": (".threat_models", "ThreatModel"),
-    "leak_bottleneck_feature": (".threat_models", "leak_bottleneck_feature"),
+    "leak_bottleneck_feature": (".observation", "leak_bottleneck_feature"),
     "observe": (".threat_models", "observe"),
     "register_threat": (".threat_models", "register_threat"),
-    "unregister_inversion_attack": (".optimise", "unregister_inversion_attack"),
+    "unregister_inversion_attack": (".settings", "unregister_inversion_attack"),
     "unregister_threat": (".threat_models", "unregister_threat"),
 }
 

@@ -15,7 +15,7 @@
   update, which a server that sees the upload would not have);
 * the attack is the strongest single-upload one privreid has for the shared
   keys: the bottleneck's feature leak (``h = sum_i b_i W_i / sum_i b_i^2``,
-  :func:`.threat_models.leak_bottleneck_feature`), then feature inversion.
+  :func:`.observation.leak_bottleneck_feature`), then feature inversion.
   On a sum it returns a mixture of the ``m`` pooled features weighted by
   their bias gradients, which is what secure aggregation buys.
 
@@ -36,10 +36,12 @@ from pathlib import Path
 import torch
 
 from privreid.errors import CheckpointError, ConfigError
-from privreid.inversion.campaign import CampaignResult, attacked_model, client_of, load_targets, select_subjects, write_summary
+from privreid.inversion.campaign import (CampaignResult, attacked_model, client_of, invert_checkpoints, load_targets,
+                                         select_subjects, write_summary)
 from privreid.inversion.defenses import NO_DEFENSE, Defense, defense_as_trained
 from privreid.inversion.optimise import invert_feature, random_start
-from privreid.inversion.threat_models import Observation, leak_bottleneck_feature, observe
+from privreid.inversion.observation import Observation, leak_bottleneck_feature
+from privreid.inversion.threat_models import get_threat, observe
 
 BASE_THREAT = "shared-feature"
 
@@ -217,3 +219,30 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     return result
 
 
+
+
+def check_campaign(threat: str, *, image, clients) -> None:
+    """Refuse the campaign options ``threat`` cannot take, before any work: ``--clients`` is for a threat that
+    observes a sum of uploads (:attr:`~.threat_models.ThreatModel.single_upload` False), ``--image`` for one that
+    observes a single upload."""
+    if get_threat(threat).single_upload:
+        if clients:
+            raise ConfigError("--clients is for --threat aggregate")
+        return
+    if image is not None:
+        raise ConfigError(f"--threat {threat} attacks dataset subjects (--index, --subjects), not --image")
+    parse_clients(clients)
+
+
+def invert_campaign(threat: str, paths: list[Path], out: Path, *, settings, client=None, index=None, image=None,
+                    label=None, n=1, clients=None, defended=True, seed=0, device="cpu",
+                    progress=True) -> CampaignResult:
+    """``privreid invert``'s campaign on the checkpoints ``paths`` under ``threat`` (options checked by
+    :func:`check_campaign`): :func:`.campaign.invert_checkpoints` for a single upload, else :func:`invert_aggregate`
+    with the sums of ``clients`` uploads."""
+    check_campaign(threat, image=image, clients=clients)
+    if get_threat(threat).single_upload:
+        return invert_checkpoints(paths, out, settings=settings, client=client, index=index, image=image, label=label,
+                                  n=n, threat=threat, defended=defended, seed=seed, device=device, progress=progress)
+    return invert_aggregate(paths, out, settings=settings, clients=parse_clients(clients), client=client, index=index,
+                            n=n, defended=defended, seed=seed, device=device, progress=progress)

@@ -25,7 +25,8 @@ from privreid.losses import identity_loss
 
 from privreid.inversion.defenses import NO_DEFENSE, Defense
 from privreid.inversion.labels import assign_labels
-from privreid.inversion.optimise import InversionSettings, random_start
+from privreid.inversion.optimise import random_start
+from privreid.inversion.settings import InversionSettings
 from privreid.inversion.threat_models import get_threat, observe
 
 

@@ -22,8 +22,9 @@ The optimiser (:func:`optimise_image`, the settings of
   ``U[0, 1]`` pixels), the final images' objectives compared (Geiping et al.'s
   "trials").
 
-Attacks (``ATTACKS``, a registry of :class:`InversionAttack` objects; a new one
-is a subclass and one :func:`register_inversion_attack`):
+Attacks (:data:`~.settings.INVERSION_ATTACKS`, a registry of
+:class:`~.settings.InversionAttack` objects; a new one is a subclass and one
+:func:`~.settings.register_inversion_attack`; the built-ins, registered here):
 
 * ``"dlg"`` (Zhu, Liu & Han, "Deep Leakage from Gradients", NeurIPS 2019,
   Eq. 4): ``min_{x', y'} ||grad(x', y') - grad||^2`` jointly over the images and
@@ -50,7 +51,7 @@ batch statistics against their running ones.  The observed gradient's norm
 
 A multi-step local update (``local_steps`` > 1) is observed as the averaged
 update ``(theta_0 - theta_T) / (local_lr T)``
-(:func:`.threat_models.local_update`) and attacked either as one gradient
+(:func:`.observation.local_update`) and attacked either as one gradient
 (``update="gradient"``: the dummy batch's one-step gradient is matched to it)
 or by simulating the client's ``T`` steps with the dummy batch and matching
 the resulting averaged update (``"simulate"``; Geiping et al., Sec. 6,
@@ -74,30 +75,11 @@ from torch import nn
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from privreid.errors import ConfigError
 from privreid.log import progress_bar
-from privreid.registry import Registry
 
-from privreid.inversion.settings import MATCHES, STEP_MILESTONES, InversionSettings  # noqa: F401  (re-exported)
-from privreid.inversion.threat_models import (BOTTLENECK, Observation, infer_labels, local_update, parameter_gradients,
-                            shared_surrogate_loss, to_model_input)
-
-
-class InversionAttack:
-    """A gradient-inversion attack: its ``privreid invert --method`` name, default distance and TV weight, and how it
-    inverts a ``full`` observation (:meth:`invert_full`; the shared threat models need no label and share one
-    objective, :func:`invert_shared_gradients`)."""
-
-    name: str = ""
-    summary: str = ""
-    distance: str = "l2"
-    tv: float = 0.0
-
-    def invert_full(self, model: nn.Module, observation: Observation, start: torch.Tensor, *,
-                    settings: "InversionSettings", loss_fn: nn.Module, label_smoothing: float,
-                    generator: torch.Generator | None, progress: bool):
-        """``(images (B, 3, H, W), inferred label(s), label rule)`` from the whole observed gradient of a batch of
-        ``observation.batch`` images (the label an int for one image, a list for a batch).  ``start`` holds
-        ``restarts`` stacked starts of ``B`` images each."""
-        raise NotImplementedError
+from privreid.inversion.observation import (BOTTLENECK, Observation, infer_labels, local_update, parameter_gradients,
+                                            shared_surrogate_loss, surrogate_names, to_model_input)
+from privreid.inversion.settings import (STEP_MILESTONES, InversionAttack, InversionSettings,
+                                         register_inversion_attack)
 
 
 class IDLG(InversionAttack):
@@ -111,7 +93,7 @@ class IDLG(InversionAttack):
         y = torch.tensor(labels, device=start.device)
         image = _match_gradients(model, observation, start,
                                  lambda x: loss_fn(model.forward_train(to_model_input(x))[2], y),
-                                 settings=settings, progress=progress).image
+                                 names=list(observation.grads), settings=settings, progress=progress).image
         return image, labels[0] if observation.batch == 1 else labels, rule
 
 
@@ -136,35 +118,14 @@ class DLG(InversionAttack):
         def loss(x, soft):
             return F.cross_entropy(model.forward_train(to_model_input(x))[2], F.softmax(soft, dim=-1))
 
-        found = _match_gradients(model, observation, start, loss, settings=settings, progress=progress,
-                                 extra=(soft,))
+        found = _match_gradients(model, observation, start, loss, names=list(observation.grads), settings=settings,
+                                 progress=progress, extra=(soft,))
         labels = [int(k) for k in found.extra[0].argmax(dim=-1)]
         return found.image, labels[0] if observation.batch == 1 else labels, "dlg (optimised soft label)"
 
 
-def _check_attack(attack: InversionAttack) -> None:
-    if attack.distance not in MATCHES:
-        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
-
-
-#: ``privreid invert --method`` name -> inversion attack, in ``--help`` order
-ATTACKS: Registry[InversionAttack] = Registry(
-    "inversion attack", builtins=lambda: (DLG(), IDLG(), InvertingGradients()), check=_check_attack)
-
-
-def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
-    """Add ``attack`` to :data:`ATTACKS` (``privreid invert --method <name>`` then selects it); returns it."""
-    return ATTACKS.register(attack)
-
-
-def unregister_inversion_attack(name: str) -> None:
-    """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
-    ATTACKS.unregister(name)
-
-
-def attacks_help() -> str:
-    """``privreid invert --method``'s help: every registered inversion attack, its default distance and TV weight."""
-    return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in ATTACKS.values())
+for _attack in (DLG(), IDLG(), InvertingGradients()):  # in ``--help`` order
+    register_inversion_attack(_attack)
 
 
 def gradient_distance(dummy: list[torch.Tensor], observed: list[torch.Tensor], match: str,
@@ -378,22 +339,13 @@ def _one_trial(z0: torch.Tensor, value_of, extra: tuple[torch.Tensor, ...], *, s
                      best_value if keep_best else value, tuple(chosen[1:]))
 
 
-def matched_names(observation: Observation) -> list[str]:
-    """The observed parameters a gradient-matching attack compares (the threat model's
-    :meth:`~.threat_models.ThreatModel.matched_names`: ``full`` all of them, ``shared`` the trunk and the
-    bottleneck, the parameters the surrogate loss reaches)."""
-    from privreid.inversion.threat_models import THREATS
-
-    return THREATS[observation.threat].matched_names(observation.grads)
-
-
 def _match_gradients(model: nn.Module, observation: Observation, start: torch.Tensor,
-                     loss: Callable[..., torch.Tensor], *, settings: InversionSettings,
+                     loss: Callable[..., torch.Tensor], *, names: list[str], settings: InversionSettings,
                      progress: bool, extra: tuple[torch.Tensor, ...] = ()) -> Optimised:
-    """Gradient matching: optimise the batch ``x`` so that the update of ``loss(x, *extra)`` matches the observation
-    (its one-step gradient, or the simulated local steps' averaged update, module docstring)."""
+    """Gradient matching: optimise the batch ``x`` so that the update of ``loss(x, *extra)`` for the observed
+    parameters ``names`` matches the observation (its one-step gradient, or the simulated local steps' averaged
+    update, module docstring)."""
     model.eval()
-    names = matched_names(observation)
     distance = GradientMatch([observation.grads[n] for n in names], settings.distance)
     simulate = settings.local_steps > 1 and settings.update == "simulate"
 
@@ -410,10 +362,11 @@ def _match_gradients(model: nn.Module, observation: Observation, start: torch.Te
 def invert_shared_gradients(model: nn.Module, observation: Observation, start: torch.Tensor, *,
                             settings: InversionSettings, progress: bool = False) -> torch.Tensor:
     """Gradient matching for the ``shared`` threat model: the surrogate loss with the observed upstream
-    gradient (:func:`.threat_models.shared_surrogate_loss`); no label is involved.  ``(1, 3, H, W)`` in ``[0, 1]``."""
+    gradient (:func:`.observation.shared_surrogate_loss`), matched on the parameters it reaches
+    (:func:`.observation.surrogate_names`); no label is involved.  ``(1, 3, H, W)`` in ``[0, 1]``."""
     upstream = observation.grads[f"{BOTTLENECK}.bias"]
     return _match_gradients(model, observation, start, lambda x: shared_surrogate_loss(model, x, upstream),
-                            settings=settings, progress=progress).image
+                            names=surrogate_names(observation.grads), settings=settings, progress=progress).image
 
 
 def invert_feature(model: nn.Module, feature: torch.Tensor, start: torch.Tensor, *, settings: InversionSettings,

@@ -46,7 +46,7 @@ from privreid.reporting.files import save_figure
 from privreid.rundir import write_text_atomic
 
 from privreid.inversion.attack import Reconstruction
-from privreid.inversion.threat_models import to_model_input
+from privreid.inversion.observation import to_model_input
 
 METRICS = ("mse", "psnr", "ssim", "feature_cosine")
 #: SSIM as in Wang et al. (2004): 11x11 Gaussian window (sigma 1.5, truncated at 3.5 sigma), population covariances

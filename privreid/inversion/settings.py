@@ -2,9 +2,9 @@
 client step it attacks.
 
 Plain data without torch, so that ``privreid invert --help`` reads the
-options' defaults from this dataclass without importing the attacks
-(:mod:`.optimise`, which registers them, is imported when settings are
-checked).
+options' defaults from this dataclass without importing the attacks: the
+registry of attacks (:data:`INVERSION_ATTACKS`) is here, the built-in attacks
+in :mod:`.optimise`, which registers them when settings are first checked.
 
 The defaults are privreid's strong recipe, Geiping et al.'s ("Inverting
 Gradients", NeurIPS 2020, Sec. 4 and Eq. 4) as their reference
@@ -26,9 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from privreid.errors import ConfigError
+from privreid.registry import Registry
 
 if TYPE_CHECKING:
-    from privreid.inversion.optimise import InversionAttack
+    import torch
+    from torch import nn
+
+    from privreid.inversion.observation import Observation
 
 #: the gradient (or feature) distances an attack can match with
 MATCHES = ("l2", "cosine")
@@ -48,6 +52,51 @@ TV_FORMS = ("anisotropic", "isotropic")
 UPDATES = ("simulate", "gradient")
 #: the milestones of the ``step`` schedule, as fractions of the iterations (x 0.1 at each)
 STEP_MILESTONES = (3 / 8, 5 / 8, 7 / 8)
+
+
+class InversionAttack:
+    """A gradient-inversion attack: its ``privreid invert --method`` name, default distance and TV weight, and how it
+    inverts a ``full`` observation (:meth:`invert_full`; the shared threat models need no label and share one
+    objective, :func:`.optimise.invert_shared_gradients`)."""
+
+    name: str = ""
+    summary: str = ""
+    distance: str = "l2"
+    tv: float = 0.0
+
+    def invert_full(self, model: nn.Module, observation: Observation, start: torch.Tensor, *,
+                    settings: InversionSettings, loss_fn: nn.Module, label_smoothing: float,
+                    generator: torch.Generator | None, progress: bool):
+        """``(images (B, 3, H, W), inferred label(s), label rule)`` from the whole observed gradient of a batch of
+        ``observation.batch`` images (the label an int for one image, a list for a batch).  ``start`` holds
+        ``restarts`` stacked starts of ``B`` images each."""
+        raise NotImplementedError
+
+
+def _check_attack(attack: InversionAttack) -> None:
+    if attack.distance not in MATCHES:
+        raise ConfigError(f"inversion attack {attack.name!r}: distance must be one of {', '.join(MATCHES)}")
+
+
+#: ``privreid invert --method`` name -> inversion attack, in ``--help`` order (the built-ins: :mod:`.optimise`)
+INVERSION_ATTACKS: Registry[InversionAttack] = Registry(
+    "inversion attack", builtins=("privreid.inversion.optimise",), check=_check_attack)
+
+
+def register_inversion_attack(attack: InversionAttack) -> InversionAttack:
+    """Add ``attack`` to :data:`INVERSION_ATTACKS` (``privreid invert --method <name>`` then selects it); returns
+    it."""
+    return INVERSION_ATTACKS.register(attack)
+
+
+def unregister_inversion_attack(name: str) -> None:
+    """Remove inversion attack ``name`` (a test's or a notebook's own); unknown names are refused."""
+    INVERSION_ATTACKS.unregister(name)
+
+
+def attacks_help() -> str:
+    """``privreid invert --method``'s help: every registered inversion attack, its default distance and TV weight."""
+    return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in INVERSION_ATTACKS.values())
 
 
 @dataclass(frozen=True)
@@ -83,9 +132,7 @@ class InversionSettings:
     update: str = "simulate"
 
     def __post_init__(self) -> None:
-        from privreid.inversion.optimise import ATTACKS
-
-        ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
+        INVERSION_ATTACKS.get(self.attack)  # the registry's one-line error for an unknown name
         for name, allowed in (("match", MATCHES), ("tv_form", TV_FORMS), ("space", SPACES), ("start", STARTS),
                               ("optimizer", OPTIMISERS), ("schedule", SCHEDULES), ("select", SELECTS),
                               ("update", UPDATES)):
@@ -112,9 +159,7 @@ class InversionSettings:
 
     @property
     def inversion_attack(self) -> InversionAttack:
-        from privreid.inversion.optimise import ATTACKS
-
-        return ATTACKS[self.attack]
+        return INVERSION_ATTACKS[self.attack]
 
     @property
     def distance(self) -> str:

@@ -63,26 +63,26 @@ class Adversary:
 
 
 #: every attack by name; the built-ins (one module each) register when first used
-ADVERSARIES: Registry[Adversary] = Registry("adversary", builtins=(
+MALICIOUS_CLIENTS: Registry[Adversary] = Registry("adversary", builtins=(
     "privreid.malicious_clients.label_flip", "privreid.malicious_clients.sign_flip", "privreid.malicious_clients.scaled",
     "privreid.malicious_clients.backdoor", "privreid.malicious_clients.dba"))
 
 
-def register(adversary: Adversary) -> Adversary:
+def register_malicious_client(adversary: Adversary) -> Adversary:
     """Add ``adversary`` under its name (``--adversary NAME``); ConfigError when the name is empty or taken."""
-    return ADVERSARIES.register(adversary)
+    return MALICIOUS_CLIENTS.register(adversary)
 
 
-def available_adversaries() -> list[str]:
+def available_malicious_clients() -> list[str]:
     """The registered attacks' names, sorted."""
-    return sorted(ADVERSARIES.names())
+    return sorted(MALICIOUS_CLIENTS.names())
 
 
-def get_adversary(name: str) -> Adversary:
+def get_malicious_client(name: str) -> Adversary:
     """The attack ``name``; an unknown name is a one-line ConfigError listing the known ones (sorted)."""
-    if name not in ADVERSARIES:
-        raise ADVERSARIES.unknown(name, available_adversaries())
-    return ADVERSARIES.get(name)
+    if name not in MALICIOUS_CLIENTS:
+        raise MALICIOUS_CLIENTS.unknown(name, available_malicious_clients())
+    return MALICIOUS_CLIENTS.get(name)
 
 
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
@@ -92,7 +92,7 @@ def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
         return None
     if "name" not in given:
         raise ConfigError("train.adversary needs a name (--adversary NAME)")
-    adversary = get_adversary(str(given.pop("name")))
+    adversary = get_malicious_client(str(given.pop("name")))
     malicious = given.pop("malicious", 1)
     unknown = sorted(set(given) - set(adversary.options))
     if unknown:
@@ -212,5 +212,5 @@ def adversary_plan(config: RunConfig) -> AdversaryPlan | None:
     return None if found is None else AdversaryPlan(*found, config)
 
 
-__all__ = ["ADVERSARIES", "Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan", "available_adversaries",
-           "get_adversary", "register"]
+__all__ = ["MALICIOUS_CLIENTS", "Adversary", "AdversaryPlan", "AdversaryRecord", "adversary_plan",
+           "available_malicious_clients", "get_malicious_client", "register_malicious_client"]

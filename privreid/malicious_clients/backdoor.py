@@ -54,8 +54,8 @@ from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
-from privreid.malicious_clients import Adversary, register
-from privreid.malicious_clients.trigger import Trigger, stamped_samples
+from privreid.malicious_clients import Adversary, register_malicious_client
+from privreid.data.trigger import Trigger, stamped_samples
 from privreid.malicious_clients.updates import rescale_update
 
 GOALS = ("targeted", "evasion")
@@ -163,4 +163,4 @@ def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
                             settings.get("target_domain"))
 
 
-register(Backdoor())
+register_malicious_client(Backdoor())

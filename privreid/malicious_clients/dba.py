@@ -2,7 +2,7 @@
 
 As :mod:`.backdoor` (same options, goals and threat model), but the patch
 is cut into one horizontal strip per malicious client (:meth:`Trigger.part
-<privreid.malicious_clients.trigger.Trigger.part>`), in the federation's order of
+<privreid.data.trigger.Trigger.part>`), in the federation's order of
 the malicious clients; each stamps only its own strip on its images, so no
 single upload carries the whole trigger.  The evaluation stamps the whole
 patch.  The run records which client stamped which strip
@@ -11,9 +11,9 @@ patch.  The run records which client stamped which strip
 
 from __future__ import annotations
 
-from privreid.malicious_clients import register
+from privreid.malicious_clients import register_malicious_client
 from privreid.malicious_clients.backdoor import Backdoor
-from privreid.malicious_clients.trigger import Trigger
+from privreid.data.trigger import Trigger
 
 
 class DistributedBackdoor(Backdoor):
@@ -30,4 +30,4 @@ class DistributedBackdoor(Backdoor):
         return Trigger.from_settings(settings).part(parts.index(client_name), len(parts))
 
 
-register(DistributedBackdoor())
+register_malicious_client(DistributedBackdoor())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from privreid.errors import ConfigError
-from privreid.malicious_clients import Adversary, register
+from privreid.malicious_clients import Adversary, register_malicious_client
 
 
 class LabelFlip(Adversary):
@@ -24,4 +24,4 @@ class LabelFlip(Adversary):
         return dataclasses.replace(client, train=[(path, (pid + 1) % n, cam) for path, pid, cam in client.train])
 
 
-register(LabelFlip())
+register_malicious_client(LabelFlip())

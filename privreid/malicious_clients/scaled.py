@@ -4,7 +4,7 @@ global one under plain averaging."""
 
 from __future__ import annotations
 
-from privreid.malicious_clients import register
+from privreid.malicious_clients import register_malicious_client
 from privreid.malicious_clients.updates import RescaledUpdate
 
 
@@ -14,4 +14,4 @@ class Scaled(RescaledUpdate):
     options = {"scale": 10.0}
 
 
-register(Scaled())
+register_malicious_client(Scaled())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from privreid.malicious_clients import register
+from privreid.malicious_clients import register_malicious_client
 from privreid.malicious_clients.updates import RescaledUpdate
 
 
@@ -13,4 +13,4 @@ class SignFlip(RescaledUpdate):
     sign = -1.0
 
 
-register(SignFlip())
+register_malicious_client(SignFlip())

@@ -21,8 +21,8 @@ undoes that normalisation first, so any adapter runs wherever a privreid
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,11 +30,44 @@ from torch import nn
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS
 from privreid.errors import ConfigError
 
-if TYPE_CHECKING:
-    from privreid.models.external.report import LoadReport
-
 #: what the commands that need no classifier (and no gradients, for a non-differentiable model) offer instead
 FEATURE_ONLY_ALTERNATIVES = "privreid eval, eval --corruption and attack need only features"
+
+
+def _keys(keys: list[str], shown: int = 4) -> str:
+    """``keys`` in a line: the first ``shown`` and how many more."""
+    more = len(keys) - shown
+    return ", ".join(keys[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
+@dataclass
+class LoadReport:
+    """What was loaded (``kind``, ``path``), mapped (``mapped``: key count, ``mapping``: how) and ignored (key: why).
+
+    ``settings`` says where the input size, mean / std and retrieval feature
+    came from (the file, or a default of a named convention).
+    """
+
+    kind: str
+    path: str
+    mapping: str
+    mapped: int = 0
+    ignored: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """One line: kind, path, mapped keys, ignored keys with the reason, input and feature settings."""
+        parts = [f"loaded {self.kind} model {self.path}: {self.mapping}", f"{self.mapped} tensors mapped"]
+        by_reason: dict[str, list[str]] = {}
+        for key, reason in self.ignored.items():
+            by_reason.setdefault(reason, []).append(key)
+        parts += [f"ignored {_keys(keys)} ({reason})" for reason, keys in by_reason.items()]
+        parts += [f"{name} {value}" for name, value in self.settings.items()]
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the run's provenance."""
+        return asdict(self)
 
 
 def _channels(values: Sequence[float]) -> torch.Tensor:
@@ -58,7 +91,7 @@ class ReIDAdapter:
         interpolation: the test resize, ``bilinear`` (torchreid's, privreid's) or ``bicubic`` (fast-reid's).
         differentiable: whether gradients flow from the features to the images
             (``False`` for an ONNX model run by onnxruntime).
-        report: what a loader read from a file (:class:`~privreid.models.external.report.LoadReport`), else ``None``.
+        report: what a loader read from a file (:class:`LoadReport`), else ``None``.
     """
 
     model: nn.Module
@@ -149,18 +182,3 @@ class AdaptedModel(nn.Module):
             raise ConfigError(f"this model has no identity classifier; {FEATURE_ONLY_ALTERNATIVES}")
         feat = self(x)
         return feat, feat, self.classifier(feat)
-
-
-def as_adapter(model: Any, **load_options: Any) -> ReIDAdapter:
-    """``model`` as an adapter: an adapter as is, an ``nn.Module`` with defaults (its output is the feature,
-    256x128 ImageNet input, a ``classifier`` attribute if it has one), a path through
-    :func:`privreid.models.external.load_any_model` (``load_options`` are its keyword arguments)."""
-    if isinstance(model, ReIDAdapter):
-        return model
-    if isinstance(model, nn.Module):
-        classifier = getattr(model, "classifier", None)
-        return ReIDAdapter(model, classifier=classifier if isinstance(classifier, nn.Module) else None,
-                           **load_options)
-    from privreid.models.external import load_any_model
-
-    return load_any_model(model, **load_options)

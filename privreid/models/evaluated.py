@@ -20,16 +20,19 @@ exports), which records at most its input size and normalisation.  An
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from privreid.checkpoint import Checkpoint, checkpoint_label, unique_labels
-from privreid.errors import ConfigError, NotACheckpointError
-from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter, as_adapter
+from privreid.config import DataConfig, RunConfig
+from privreid.errors import ConfigError
+from privreid.models.adapter import FEATURE_ONLY_ALTERNATIVES, ReIDAdapter
+from privreid.models.external import as_adapter, model_file_kind
+from privreid.models.external.files import read_torch_file
+from privreid.models.external.privreid_files import CHECKPOINT, read_checkpoint
 
 __all__ = ["DataSource", "EvaluatedModel", "data_source", "load_evaluated_models", "model_labels"]
 
@@ -121,17 +124,16 @@ class EvaluatedModel:
 
 
 def load_evaluated_models(paths: list[Any], **file_options: Any) -> list[EvaluatedModel]:
-    """Each path as a privreid checkpoint, or else through :func:`~privreid.models.external.load_any_model`;
-    an adapter or ``nn.Module`` (:func:`~privreid.models.adapter.as_adapter`) is taken as it is, named by its
-    class and position (``ResNet #2``).
+    """Each path read once (:func:`~privreid.models.external.files.read_torch_file`) and told by its kind
+    (:func:`~privreid.models.external.model_file_kind`): a privreid checkpoint as a :class:`Checkpoint`, any
+    other model file as an adapter; an adapter or ``nn.Module`` (:func:`~privreid.models.external.as_adapter`)
+    is taken as it is, named by its class and position (``ResNet #2``).
 
     ``file_options`` (``arch``, ``height``, ``width``, ``mean``, ``std``,
     ``last_stride``; ``None`` values are dropped) apply to files from
     elsewhere only; given with nothing but privreid checkpoints they are
     refused, since a checkpoint records its model and input size.
     """
-    from privreid.models.external import load_any_model
-
     options = {k: v for k, v in file_options.items() if v is not None}
     models = []
     for position, path in enumerate(paths, 1):
@@ -140,10 +142,10 @@ def load_evaluated_models(paths: list[Any], **file_options: Any) -> list[Evaluat
             models.append(EvaluatedModel(Path(f"{type(adapter.model).__name__} #{position}"), adapter=adapter))
             continue
         path = Path(path)
-        try:
-            models.append(EvaluatedModel(path, checkpoint=Checkpoint.load(path)))
-        except NotACheckpointError:
-            models.append(EvaluatedModel(path, adapter=load_any_model(path, **options)))
+        obj = read_torch_file(path, what="a checkpoint")  # refusals as for a checkpoint: it is one by default
+        kind = model_file_kind(path, obj)
+        models.append(EvaluatedModel(path, checkpoint=read_checkpoint(path, obj)) if kind is CHECKPOINT
+                      else EvaluatedModel(path, adapter=kind.load(path, obj, options)))
     if options and all(m.checkpoint is not None for m in models):
         flags = ", ".join("--" + k.replace("_", "-") for k in options)
         raise ConfigError(f"{flags} describe(s) model files from elsewhere; a privreid checkpoint records its "
@@ -174,10 +176,6 @@ def data_source(models: list[EvaluatedModel], data: list[str] | None) -> DataSou
 
     With ``--data`` the seen / unseen split is the defaults' (``privreid train --data`` with no other flag).
     """
-    from dataclasses import replace
-
-    from privreid.config import DataConfig, RunConfig
-
     first = next((m.checkpoint for m in models if m.checkpoint is not None), None)
     if not data:
         if first is None:

@@ -51,9 +51,10 @@ from pathlib import Path
 from typing import Any
 
 
-from privreid.retrieval_attacks.feature_attacks import ATTACKS, default_alpha
+from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS, default_alpha
 from privreid.retrieval_attacks.campaign import attack_models
-from privreid.retrieval_attacks.retrieval import METRIC_KEYS, attack_label, format_table_ix, relative_drop
+from privreid.evaluation.metric_registry import headline
+from privreid.retrieval_attacks.retrieval import attack_label, format_table_ix, relative_drop
 
 from privreid.config import RunConfig
 from privreid.corruptions import resolve_corruptions, resolve_pixel_scale
@@ -77,7 +78,7 @@ class SuiteSettings:
 
     suites: list[str] = field(default_factory=lambda: list(SUITES))
     testsets: str = "all"
-    attacks: list[str] = field(default_factory=lambda: list(ATTACKS))
+    attacks: list[str] = field(default_factory=lambda: list(RETRIEVAL_ATTACKS))
     eps: float = 8 / 255
     #: the iterative attacks' step; None: 2.5 eps / steps (privreid.retrieval_attacks.feature_attacks.default_alpha)
     alpha: float | None = None
@@ -160,7 +161,7 @@ def _corruption_title(settings: SuiteSettings) -> str:
 def _corruption_record(model: str, testset: str, unit: str, result: dict) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model, "testset": testset, "corruption": unit,
                            "repeats": len(result["repeats"])}
-    for key, _ in METRIC_KEYS:
+    for key, _ in headline():
         row[f"clean_{key}"] = result["clean"][key]
         row[key] = result["mean"][key]
         row[f"std_{key}"] = result["std"][key]
@@ -173,7 +174,7 @@ def _as_table_ix(records: list[dict[str, Any]]) -> str:
     shown = []
     for r in records:
         row = {**r, "attack": r["corruption"]}
-        for key, _ in METRIC_KEYS:
+        for key, _ in headline():
             row[key] = f"{100 * r[key]:.1f} ({100 * r[f'std_{key}']:.1f})"
         shown.append(row)
     return format_table_ix(shown)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-METRIC_COLUMNS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
+from privreid.evaluation.metric_registry import headline
 
 
 def comparison_rows(name: str, seen: dict[str, float], unseen: dict[str, float] | None) -> dict[str, Any]:
     """One table row: the model's mean seen-domain and unseen-domain metrics."""
     row: dict[str, Any] = {"model": name}
     for split, metrics in (("seen", seen), ("unseen", unseen or {})):
-        for key, label in METRIC_COLUMNS:
+        for key, label in headline():
             row[f"{split} {label}"] = metrics.get(key)
     return row
 

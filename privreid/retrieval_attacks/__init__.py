@@ -1,10 +1,9 @@
-"""Attacks used to *evaluate* models: what they leak and how robust they are.
+"""Test-time attacks on a ReID retrieval model: adversarial queries / gallery images.
 
-* :mod:`privreid.retrieval_attacks.retrieval` -- adversarial queries / gallery images
-  against a ReID retrieval model (FGSM, PGD, BIM, MI-FGSM, TI-FGSM on top of
-  torchattacks, with a feature-space loss).
-* :mod:`privreid.inversion` -- gradient inversion (DLG, iDLG,
-  Inverting Gradients) of what a client uploads to the server.
+* :mod:`privreid.retrieval_attacks.feature_attacks` -- FGSM, PGD, BIM, MI-FGSM, TI-FGSM on top of
+  torchattacks, with a feature-space loss, in a registry (:data:`~.feature_attacks.RETRIEVAL_ATTACKS`);
+* :mod:`privreid.retrieval_attacks.retrieval` -- a model evaluated under attack;
+  :mod:`privreid.retrieval_attacks.campaign` -- ``privreid attack``'s campaign.
 """
 
 
@@ -20,4 +19,4 @@ def retrieval_attack_names() -> list[str]:
     :mod:`privreid.retrieval_attacks.feature_attacks` is imported (a plugin that registers one imports it), else the
     built-ins, without importing torch for a help text."""
     registry = sys.modules.get("privreid.retrieval_attacks.feature_attacks")
-    return registry.ATTACKS.names() if registry is not None else list(BUILTIN_RETRIEVAL_ATTACKS)
+    return registry.RETRIEVAL_ATTACKS.names() if registry is not None else list(BUILTIN_RETRIEVAL_ATTACKS)

@@ -77,7 +77,7 @@ from privreid.registry import Registry
 torchattacks = require("torchattacks")  # missing: one-line install hint, no traceback
 from torchattacks.attack import Attack  # noqa: E402
 
-__all__ = ["ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
+__all__ = ["RETRIEVAL_ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "FeatureMIFGSM", "FeaturePGD",
            "FeatureTIFGSM", "build_attack", "check_budget", "default_alpha", "feature_objective",
            "register_retrieval_attack", "unregister_retrieval_attack", "warn_unreachable"]
 
@@ -304,25 +304,25 @@ def default_alpha(eps: float, steps: int = 10) -> float:
 def warn_unreachable(method: str, eps: float, alpha: float, steps: int) -> None:
     """Warn, in one line, when an iterative attack's ``steps`` steps of ``alpha`` cannot reach ``eps``
     (it is then weaker than one FGSM step of ``eps``)."""
-    if ATTACKS.get(method).iterative and steps * alpha < eps:
+    if RETRIEVAL_ATTACKS.get(method).iterative and steps * alpha < eps:
         warnings.warn(f"{method}: {steps} steps of {alpha * 255:.3g}/255 cannot reach eps = {eps * 255:.3g}/255, "
                       f"so it is weaker than FGSM; give a step of at least eps / steps (the default is 2.5 eps / steps)",
                       stacklevel=3)
 
 
 #: ``--method`` name -> attack class, the built-ins in the order of L2RW+'s Table IX.
-ATTACKS: Registry[type[FeatureAttack]] = Registry(
+RETRIEVAL_ATTACKS: Registry[type[FeatureAttack]] = Registry(
     "attack", builtins=lambda: (FeatureFGSM, FeaturePGD, FeatureBIM, FeatureMIFGSM, FeatureTIFGSM))
 
 
 def register_retrieval_attack(cls: type[FeatureAttack]) -> type[FeatureAttack]:
     """Add a :class:`FeatureAttack` subclass (``privreid attack --method <name>`` then runs it); returns it."""
-    return ATTACKS.register(cls)
+    return RETRIEVAL_ATTACKS.register(cls)
 
 
 def unregister_retrieval_attack(name: str) -> None:
     """Remove retrieval attack ``name`` (a test's or a notebook's own); unknown names are refused."""
-    ATTACKS.unregister(name)
+    RETRIEVAL_ATTACKS.unregister(name)
 
 
 def build_attack(
@@ -346,7 +346,7 @@ def build_attack(
         ConfigError: unknown ``method``, ``eps`` outside ``[0, 1]``,
             ``alpha <= 0`` or ``steps < 1``.
     """
-    cls = ATTACKS.get(method)
+    cls = RETRIEVAL_ATTACKS.get(method)
     check_budget(eps, alpha, steps)
     alpha = default_alpha(eps, int(steps)) if alpha is None else alpha
     warn_unreachable(method, eps, alpha, steps)

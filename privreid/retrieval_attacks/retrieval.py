@@ -36,26 +36,26 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from privreid.retrieval_attacks.feature_attacks import ATTACKS, FeatureAttack, build_attack
+from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS, FeatureAttack, build_attack
 from privreid.data import ImageDataset, build_transforms
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
+from privreid.evaluation.metric_registry import headline
 from privreid.evaluation.features import extract_features
 from privreid.evaluation.model_eval import evaluation_split, rank_testset
 from privreid.reporting import format_table
 from privreid.reporting.files import save_figure
 
-__all__ = ["METRIC_KEYS", "TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
+__all__ = ["TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
            "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
 
 #: Which images are attacked.
 TARGETS = ("query", "gallery", "both")
 #: Metrics reported (keys of :func:`privreid.evaluation.model_eval.rank_testset`) and their column labels.
-METRIC_KEYS = (("rank1", "R1"), ("mAP", "mAP"), ("mINP", "mINP"))
 def attack_label(name: str) -> str:
     """The Table IX row label of attack ``name`` (:attr:`FeatureAttack.label` of the registered attack, read
     when asked, so attacks registered later have theirs); ``name`` itself for a name that is not an attack."""
-    return (ATTACKS[name].label or name) if name in ATTACKS else name
+    return (RETRIEVAL_ATTACKS[name].label or name) if name in RETRIEVAL_ATTACKS else name
 
 
 def relative_drop(clean: float, attacked: float) -> float | None:
@@ -69,10 +69,10 @@ def resolve_methods(spec: str | list[str]) -> list[str]:
     if not names:
         raise ConfigError("no attack method given")
     if "all" in names:
-        return ATTACKS.names()
-    unknown = [m for m in names if m not in ATTACKS]
+        return RETRIEVAL_ATTACKS.names()
+    unknown = [m for m in names if m not in RETRIEVAL_ATTACKS]
     if unknown:
-        raise ATTACKS.unknown(unknown[0], [*ATTACKS.names(), "all"])
+        raise RETRIEVAL_ATTACKS.unknown(unknown[0], [*RETRIEVAL_ATTACKS.names(), "all"])
     return list(dict.fromkeys(names))
 
 
@@ -115,11 +115,11 @@ class AttackEvaluation:
         """One flat row (for JSON / CSV): ``labels`` (e.g. model, testset), settings, metrics, drops."""
         row: dict[str, Any] = {**labels, "attack": self.method, "target": self.target, "eps": self.eps,
                                "alpha": self.alpha, "steps": self.steps}
-        for key, _ in METRIC_KEYS:
+        for key, _ in headline():
             row[f"clean_{key}"] = self.clean[key]
-        for key, _ in METRIC_KEYS:
+        for key, _ in headline():
             row[key] = self.attacked[key]
-        for key, _ in METRIC_KEYS:
+        for key, _ in headline():
             row[f"drop_{key}"] = self.drop[key]
         row.update(max_perturbation=self.max_perturbation, feature_shift=self.feature_shift,
                    attacked_images=self.attacked_images, attack_seconds=self.attack_seconds)
@@ -149,7 +149,7 @@ def evaluate_under_attack(
     """Clean and attacked R1 / mAP / mINP of ``model`` (already on ``device``) on ``testset``.
 
     Args:
-        method: one of :data:`~privreid.retrieval_attacks.feature_attacks.ATTACKS`.
+        method: one of :data:`~privreid.retrieval_attacks.feature_attacks.RETRIEVAL_ATTACKS`.
         eps, alpha, steps: attack budget in ``[0, 1]`` pixel units (see
             :func:`~privreid.retrieval_attacks.feature_attacks.build_attack`).
         target: ``"query"``, ``"gallery"`` or ``"both"``: which images are
@@ -208,7 +208,7 @@ def evaluate_under_attack(
     return AttackEvaluation(
         method=method, target=target, eps=float(eps), alpha=float(attack.alpha), steps=int(attack.steps),
         clean=clean_metrics, attacked=attacked_metrics,
-        drop={k: relative_drop(clean_metrics[k], attacked_metrics[k]) for k, _ in METRIC_KEYS},
+        drop={k: relative_drop(clean_metrics[k], attacked_metrics[k]) for k, _ in headline()},
         max_perturbation=stats.max_perturbation, feature_shift=float(shift.mean()),
         attacked_images=int(len(shift)), attack_seconds=seconds,
         example_clean=torch.cat(stats.clean) if stats.clean else None,
@@ -262,7 +262,7 @@ def _attacked(attack: FeatureAttack, loader: DataLoader, device, stats: _AttackS
 
 def _retrieval_metrics(testset: TestSet, features: dict[str, tuple], metric: str) -> dict[str, float]:
     result = rank_testset(testset, features["query"], features["gallery"], metric=metric)
-    return {key: float(result[key]) for key, _ in METRIC_KEYS}
+    return {key: float(result[key]) for key, _ in headline()}
 
 
 def _relative_shift(clean: torch.Tensor, attacked: torch.Tensor) -> torch.Tensor:
@@ -307,7 +307,7 @@ def format_table_ix(records: list[dict[str, Any]]) -> str:
         def table_row(label: str, value) -> dict[str, Any]:
             out: dict[str, Any] = {"attack": label}
             for model in models:
-                for key, column in METRIC_KEYS:
+                for key, column in headline():
                     out[f"{model} {column}"] = value(model, key)
             return out
 

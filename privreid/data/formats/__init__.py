@@ -51,7 +51,6 @@ from privreid.data.formats.base import (
 )
 
 __all__ = [
-    "CUHK03NP_VARIANTS",
     "DATASET_FORMATS",
     "DETECT_FIRST",
     "DETECT_LAST",
@@ -84,7 +83,7 @@ __all__ = [
 _RGB = (market1501.FORMAT, dukemtmcreid.FORMAT, cuhk03np.FORMAT, msmt17.FORMAT)
 #: the large RGB benchmarks' layouts (name -> one line), as docs/datasets.md lists them
 DATASET_FORMATS: dict[str, str] = {fmt.name: fmt.layout for fmt in _RGB}
-CUHK03NP_VARIANTS = cuhk03np.VARIANTS
+
 
 def _builtin_formats() -> list[DatasetFormat]:
     """The one table of built-in formats, in listing order (detection order is each format's ``priority``)."""

@@ -33,7 +33,7 @@ from privreid.experiments.reproduce.tables import SCALES, TABLES, Column, Row, T
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def published() -> dict[str, Any]:

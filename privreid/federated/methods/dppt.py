@@ -321,7 +321,8 @@ class DPPTLocalTraining:
                                      channel_aug=s.ca, channel_aug_p=s.ca_p)
         dataset = (ImageDataset(c.train, transform, augment_later=True) if c.tracklets is None
                    else SequenceDataset(c.train, c.tracklets, transform, s.seq_len, sampling="random"))
-        return client_loader(c, self.config, ctx.seed + epoch, dataset=dataset, instances=s.instances)
+        return client_loader(c, self.config, ctx.seed + epoch, dataset=dataset, instances=s.instances,
+                             triplet_weight=ctx.triplet_weight)
 
     def optimizer(self, model, round_index: int):
         # one-cycle replaces the per-round step decay: the configured (round-0) rates are its peaks

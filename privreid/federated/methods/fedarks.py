@@ -199,7 +199,7 @@ class FedARKSUpdate(SupervisedUpdate):
         metrics.update({RATIO: float(smoothed) if smoothed is not None else 1.0,
                         HAS_RATIO: float(smoothed is not None), UPDATE_NORM: float(update_norm),
                         "ks_raw_ratio": float(ratio) if ratio is not None else -1.0,
-                        "triplet_on": float(self.triplet_weight > 0)})
+                        "triplet_on": float(ctx.triplet_weight > 0)})
         return metrics
 
 

@@ -28,7 +28,8 @@ from privreid.config import RunConfig
 from privreid.errors import ConfigError
 from privreid.federated.client import SupervisedUpdate
 from privreid.federated.policy import CLASSIFIER_LOCAL
-from privreid.federated.registry import Method, get_method, register
+from privreid.federated.method_options import run_options
+from privreid.federated.registry import Method, register
 from privreid.federated.strategy import BN_BUFFER_MODES, DataVolumeAverage
 
 
@@ -43,7 +44,7 @@ class FedPavOptions:
 
 def bn_buffers(config: RunConfig) -> str:
     """The run's ``bn_buffers`` option, checked against :data:`~privreid.federated.strategy.BN_BUFFER_MODES`."""
-    value = get_method(config.train.method).option(config, "bn_buffers")
+    value = run_options(FedPavOptions, config).bn_buffers
     if value not in BN_BUFFER_MODES:
         raise ConfigError(f"{config.train.method} option bn_buffers must be one of {', '.join(BN_BUFFER_MODES)}, "
                           f"got {value!r}")

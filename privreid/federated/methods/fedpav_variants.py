@@ -131,6 +131,7 @@ from privreid.errors import ConfigError
 from privreid.models import ReIDModel, build_from_config
 from privreid.seeding import derive_seed
 from privreid.federated.client import ClientContext, SupervisedUpdate
+from privreid.federated.method_options import run_options
 from privreid.federated.clustering import first_partition, groups
 from privreid.federated.policy import CLASSIFIER_LOCAL, StateDict, clone_state
 from privreid.federated.public_data import PublicOptions, PublicSet, load_public_set, public_batch_size
@@ -430,9 +431,7 @@ class ClusteredAverage(Strategy):
 
 def kd_settings(config: RunConfig) -> dict[str, Any]:
     """The KD server step's settings: the run's :class:`KDOptions` (typed), in range, and its order seed."""
-    from privreid.federated.registry import get_method
-
-    opts = get_method(config.train.method).settings(config)
+    opts = run_options(KDOptions, config)
     for key, ok, expect in (("kd_lr", opts.kd_lr > 0, "a number > 0"), ("kd_epochs", opts.kd_epochs >= 0,
                             "an integer >= 0"), ("kd_batch_size", opts.kd_batch_size >= 1, "an integer >= 1")):
         if not ok:

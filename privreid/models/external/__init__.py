@@ -2,9 +2,10 @@
 
 Each kind (:data:`MODEL_FILES`, one module per kind) detects its files and
 loads them into a :class:`~privreid.models.adapter.ReIDAdapter`, with a
-:class:`~privreid.models.external.report.LoadReport` saying what was loaded,
-mapped and ignored.  Torch files are read with ``torch.load(weights_only=True)``
-and a refusal names the unsafe global (:mod:`.files`); TorchScript archives are
+:class:`~privreid.models.adapter.LoadReport` saying what was loaded,
+mapped and ignored.  A file is read once (:func:`~.files.read_torch_file`,
+``torch.load(weights_only=True)``; a refusal names the unsafe global) and its
+kind told from what it holds (:func:`model_file_kind`); TorchScript archives are
 scanned before ``torch.jit.load`` (:mod:`.torchscript_files`).
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from privreid.errors import CheckpointError
 from privreid.models.adapter import ReIDAdapter
@@ -24,9 +27,8 @@ from privreid.models.external import (
     torchscript_files,
 )
 from privreid.models.external.files import ModelFile, read_torch_file
-from privreid.models.external.report import LoadReport
 
-__all__ = ["MODEL_FILES", "LoadReport", "ModelFile", "load_any_model", "model_file_kind"]
+__all__ = ["MODEL_FILES", "ModelFile", "as_adapter", "load_any_model", "model_file_kind"]
 
 #: every kind, in detection order (the first whose ``detect`` accepts a file loads it)
 MODEL_FILES: list[ModelFile] = [*privreid_files.KINDS, *torchreid_files.KINDS, *fastreid_files.KINDS,
@@ -69,3 +71,16 @@ def load_any_model(path: str | os.PathLike, *, arch: str | None = None, height: 
     options = dict(arch=arch, height=height, width=width, mean=mean, std=std, last_stride=last_stride,
                    client=client, interpolation=interpolation)
     return model_file_kind(path, obj).load(path, obj, options)
+
+
+def as_adapter(model: Any, **load_options: Any) -> ReIDAdapter:
+    """``model`` as an adapter: an adapter as is, an ``nn.Module`` with defaults (its output is the feature,
+    256x128 ImageNet input, a ``classifier`` attribute if it has one), a path through
+    :func:`load_any_model` (``load_options`` are its keyword arguments)."""
+    if isinstance(model, ReIDAdapter):
+        return model
+    if isinstance(model, nn.Module):
+        classifier = getattr(model, "classifier", None)
+        return ReIDAdapter(model, classifier=classifier if isinstance(classifier, nn.Module) else None,
+                           **load_options)
+    return load_any_model(model, **load_options)

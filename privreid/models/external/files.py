@@ -1,16 +1,15 @@
-"""Reading an untrusted model file without executing it, and the registry of model file kinds.
+"""Reading an untrusted model file once, without executing it, and what a kind of model file is.
 
-Every torch file is read with :func:`privreid.pickle_scan.safe_torch_load`
-(``torch.load(weights_only=True)`` after a scan of the pickle), which rebuilds
-tensors, containers and the numpy scalars of other projects' metadata only;
-a refusal names the offending global and says that nothing was executed.
+Every torch file is read by :func:`privreid.checkpoint.read_torch_file`
+(:func:`privreid.pickle_scan.safe_torch_load`: ``torch.load(weights_only=True)``
+after a scan of the pickle), which rebuilds tensors, containers and the numpy
+scalars of other projects' metadata only; a refusal names the offending global
+and says that nothing was executed.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-import warnings
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,15 +18,16 @@ from typing import Any
 
 import torch
 
-from privreid.errors import CheckpointError
+from privreid import checkpoint
+from privreid.errors import NotACheckpointError
 
 
 @dataclass(frozen=True)
 class ModelFile:
     """A kind of model file: ``detect(path, obj) -> bool`` and ``load(path, obj, options) -> ReIDAdapter``.
 
-    ``obj`` is what :func:`read_torch_file` read (``None`` for a file that is
-    no torch pickle, such as ONNX); ``options`` are
+    ``obj`` is what :func:`read_torch_file` read (:func:`was_read` is false for a
+    file that is no torch pickle, such as ONNX); ``options`` are
     :func:`~privreid.models.external.load_any_model`'s keyword arguments.
     """
 
@@ -40,26 +40,15 @@ class ModelFile:
 _NOT_READ = object()
 
 
-def read_torch_file(path: str | os.PathLike) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU; CheckpointError for an unsafe file, :data:`_NOT_READ`
-    (:func:`was_read` is false) for a file that is no torch pickle."""
-    from privreid.pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
-
-    path = Path(path)
-    if is_torchscript_archive(path):  # torch.jit.save's archive: its pickles name its compiled classes
+def read_torch_file(path: str | os.PathLike, what: str = "a model file") -> Any:
+    """What the torch file ``path`` holds, read once on the CPU; CheckpointError for an unsafe file (one
+    ``what`` never holds) or one cut short, :data:`_NOT_READ` (:func:`was_read` is false) for a file that is no
+    torch pickle (a TorchScript archive, ONNX, no model file)."""
+    if Path(path).is_file() and is_torchscript_archive(Path(path)):  # torch.jit.save's archive: its pickles name its compiled classes
         return _NOT_READ
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return safe_torch_load(path, map_location="cpu")
-    except pickle.UnpicklingError as exc:
-        found = exc.found if isinstance(exc, UnsafePickle) else None
-        if found is None and not looks_like_pickle(path):  # not a pickle at all (ONNX, noise): another kind or none
-            return _NOT_READ
-        what = f"the global {found}" if found else "objects that are not plain tensors/containers"
-        raise CheckpointError(f"refusing to load {path}: it contains {what}, which a model file never holds "
-                              "(nothing was executed)") from exc
-    except Exception:  # noqa: BLE001 - not a torch pickle: a TorchScript archive, ONNX, or no model file
+        return checkpoint.read_torch_file(path, "cpu", what=what)
+    except NotACheckpointError:
         return _NOT_READ
 
 

@@ -21,9 +21,8 @@ from torch import nn
 
 from privreid.dependencies import require
 from privreid.errors import CheckpointError, ConfigError
-from privreid.models.adapter import ReIDAdapter
+from privreid.models.adapter import LoadReport, ReIDAdapter
 from privreid.models.external.files import ModelFile, was_read
-from privreid.models.external.report import LoadReport
 from privreid.models.external.settings import adapter_of, input_settings
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from privreid.checkpoint import FORMAT, Checkpoint, check_checkpoint
 from privreid.errors import CheckpointError
-from privreid.models.adapter import ReIDAdapter
+from privreid.models.adapter import LoadReport, ReIDAdapter
 from privreid.models.external.files import ModelFile
-from privreid.models.external.report import LoadReport
 from privreid.models.external.settings import adapter_of, input_settings
 
 STATE_DICT_FORMAT = "privreid-state-dict-v1"
@@ -42,10 +42,14 @@ def _load_export(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> Re
     return _adapter(model, path, "privreid state-dict export", obj.get("input") or {}, options)
 
 
-def _load_checkpoint(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
-    from privreid.checkpoint import Checkpoint
+def read_checkpoint(path: Path, obj: dict[str, Any]):
+    """The :class:`~privreid.checkpoint.Checkpoint` ``obj`` (a privreid checkpoint read from ``path`` by
+    :func:`~.files.read_torch_file`), validated as :meth:`Checkpoint.load` validates, without reading it again."""
+    return Checkpoint.from_dict(check_checkpoint(obj, path), path=path)
 
-    ckpt = Checkpoint.load(path)
+
+def _load_checkpoint(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
+    ckpt = read_checkpoint(path, obj)
     model = ckpt.load_model(options.get("client"))
     data = ckpt.run_config.data
     return _adapter(model, path, f"privreid checkpoint ({ckpt.method}, round {ckpt.round})",
@@ -56,9 +60,11 @@ def _format(obj: Any) -> Any:
     return obj.get("format") if isinstance(obj, dict) else None
 
 
+#: a privreid training checkpoint: :mod:`privreid.models.evaluated` reads it as a :class:`Checkpoint`
+CHECKPOINT = ModelFile("privreid-checkpoint", f"a privreid training checkpoint ({FORMAT})",
+                       lambda path, obj: _format(obj) == FORMAT, _load_checkpoint)
 KINDS = [
-    ModelFile("privreid-checkpoint", "a privreid training checkpoint (privreid-ckpt-v1)",
-              lambda path, obj: _format(obj) == "privreid-ckpt-v1", _load_checkpoint),
+    CHECKPOINT,
     ModelFile("privreid-state-dict", "privreid export --format state-dict",
               lambda path, obj: _format(obj) == STATE_DICT_FORMAT, _load_export),
 ]

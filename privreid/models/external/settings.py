@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from privreid.data.transforms import IMAGENET_MEAN, IMAGENET_STD, INTERPOLATIONS
+from privreid.errors import ConfigError
+from privreid.models.adapter import ReIDAdapter
 
 #: the input size torchreid (``ImageDataManager``) and fast-reid (``INPUT.SIZE_TEST``) test at
 DEFAULT_HEIGHT, DEFAULT_WIDTH = 256, 128
@@ -42,8 +44,6 @@ def input_settings(recorded: dict[str, Any] | None, options: dict[str, Any], con
         else:
             out[name], sources[name] = default, f"{convention} default"
     if out["interpolation"] not in INTERPOLATIONS:
-        from privreid.errors import ConfigError
-
         raise ConfigError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {out['interpolation']!r}")
     unrecorded = "; the file does not record it" if sources["height"].endswith(" default") and \
         convention in _SIZE_NOT_RECORDED else ""
@@ -56,10 +56,8 @@ def input_settings(recorded: dict[str, Any] | None, options: dict[str, Any], con
     return out
 
 
-def adapter_of(model: Any, given: dict[str, Any], report: Any, **kwargs: Any) -> Any:
+def adapter_of(model: Any, given: dict[str, Any], report: Any, **kwargs: Any) -> ReIDAdapter:
     """The :class:`~privreid.models.adapter.ReIDAdapter` of ``model`` with :func:`input_settings`' ``given``
     values and the loader's ``report`` (``kwargs``: ``classifier``, ``differentiable``)."""
-    from privreid.models.adapter import ReIDAdapter
-
     return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
                        interpolation=given["interpolation"], report=report, **kwargs)

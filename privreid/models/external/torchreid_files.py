@@ -30,9 +30,8 @@ from typing import Any
 from torch import nn
 
 from privreid.errors import CheckpointError
-from privreid.models.adapter import ReIDAdapter
+from privreid.models.adapter import LoadReport, ReIDAdapter
 from privreid.models.external.files import ModelFile, strip_prefix, tensor_dict
-from privreid.models.external.report import LoadReport
 from privreid.models.external.resnet_trunk import TrunkHead, batch_norm, build_trunk, linear, trunk_keys
 from privreid.models.external.settings import adapter_of, input_settings
 from privreid.models.external.torchreid_models import (TORCHREID_EXTRA, build_torchreid_model,

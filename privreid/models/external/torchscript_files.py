@@ -23,9 +23,8 @@ from typing import Any
 import torch
 
 from privreid.errors import CheckpointError
-from privreid.models.adapter import ReIDAdapter
+from privreid.models.adapter import LoadReport, ReIDAdapter
 from privreid.models.external.files import ModelFile, is_torchscript_archive, was_read
-from privreid.models.external.report import LoadReport
 from privreid.models.external.settings import adapter_of, input_settings
 from privreid.pickle_scan import SAFE_PREFIXES, archive_globals
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, numbered_samples, two_views
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, numbered_samples, two_views
 
 RELEASE = ReleaseTree(
     "root/CAVIARa/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; images 001-010 camera 1, 011-020 camera 2; "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images, views_by_identity
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
 RELEASE = ReleaseTree(
     "root/Dataset/P{1..5}/{cam1,cam2}/<pid>_<n>.png (e.g. 001_1.png; the cuhk02/ level is optional)",

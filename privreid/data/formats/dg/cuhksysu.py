@@ -27,7 +27,7 @@ from pathlib import Path
 from privreid.data.types import Sample
 from privreid.errors import DataError
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images, views_by_identity
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
 RELEASE = ReleaseTree(
     "root/cropped_images/p<pid>_s<scene>_<n>.jpg (e.g. p11422_s16929_1.jpg) + "

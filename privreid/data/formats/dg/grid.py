@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images, views_by_identity
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
 RELEASE = ReleaseTree(
     "root/underground_reid/{probe,gallery}/<pid:04d>_<cam>_....jpeg (e.g. "

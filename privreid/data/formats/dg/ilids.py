@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images
 
 RELEASE = ReleaseTree(
     "root/i-LIDS_Pedestrian/Persons/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; the ilids/ level is optional)",

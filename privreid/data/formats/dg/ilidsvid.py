@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images, views_by_identity
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images, views_by_identity
 
 RELEASE = ReleaseTree(
     "root/i-LIDS-VID/images/{cam1,cam2}/person<id:03d>/cam<k>_person<id:03d>.png (the ilids-vid/ level is optional)",

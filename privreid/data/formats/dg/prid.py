@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images
 
 RELEASE = ReleaseTree(
     "root/prid_2011/single_shot/{cam_a,cam_b}/person_<pid:04d>.png (e.g. person_0001.png; "

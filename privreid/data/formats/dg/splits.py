@@ -65,7 +65,7 @@ from privreid.data.types import ReIDDataset, Sample, relabel
 from privreid.errors import ConfigError, DataError
 from privreid.rundir import write_text_atomic
 
-from privreid.data.formats.dg import DGPool
+from privreid.data.formats.dg.common import DGPool
 
 if TYPE_CHECKING:  # numpy is imported where splits are drawn: the format registry (--help) needs none
     import numpy as np

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, bad_name, images
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, bad_name, images
 
 RELEASE = ReleaseTree(
     "root/3DPeS/RGB/<pid>_<camera>_<...>.bmp (e.g. 001_1_20100611_0001.bmp; the 3DPeS/ level is optional)",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from privreid.errors import DataError
 
-from privreid.data.formats.dg import DGPool, ReleaseTree, images
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, images
 
 RELEASE = ReleaseTree(
     "root/VIPeR/{cam_a,cam_b}/<n>_<angle>.bmp (e.g. 000_45.bmp; the n-th images of cam_a and cam_b "

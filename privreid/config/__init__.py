@@ -20,25 +20,27 @@ cross-entropy), random erasing 0.5, last stride 1, no dropout before the
 classifier, and the neck trained at the backbone's learning rate.
 
 ``None`` in a field means "not given": a documented default applies
-(:func:`triplet_weight`, :func:`lr_neck`, :func:`dp_delta`, ...).
+(:meth:`privreid.federated.registry.Method.triplet_weight_for`, :func:`lr_neck`, :func:`dp_delta`, ...).
+
+The schema is here; :mod:`privreid.config.values` parses strings by a field's
+type and :mod:`privreid.config.sets` applies ``--set``.
 
 The dataclasses hold the only defaults.  The CLI's options are generated from
 them (:mod:`privreid.commands.options`), and ``--set SECTION.FIELD=VALUE``
-(:func:`apply_sets`) reaches every field, parsed by the field's type
-(:func:`parse_value`; booleans by the one rule of :func:`parse_bool`).
+(:func:`privreid.config.sets.apply_sets`) reaches every field, parsed by the field's type
+(:func:`privreid.config.values.parse_value`; booleans by the one rule of
+:func:`~privreid.config.values.parse_bool`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import types
 import typing
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from privreid.config.values import expected, value_fits
 from privreid.device import DEVICE_METAVAR, is_device_name
 from privreid.errors import ConfigError
 
@@ -134,7 +136,7 @@ class TrainConfig:
     Learning-rate groups: ``lr_backbone`` (the trunk), ``lr_neck`` (the
     embedding neck; ``None``: the backbone's rate, :func:`lr_neck`) and
     ``lr_head`` (the identity classifier).  ``triplet_weight`` ``None`` is the
-    method's default (:func:`triplet_weight`: FedARKS 1, Eq. 2; others 0).
+    method's default (:meth:`~privreid.federated.registry.Method.triplet_weight_for`: FedARKS 1, Eq. 2; others 0).
     ``report_best`` K: the ``best`` block of ``summary.json`` is the last
     evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
     paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
@@ -249,7 +251,7 @@ class RunConfig:
             for name, value in values.items():
                 if name in types_ and not value_fits(value, types_[name]):
                     raise ConfigError(f"incompatible run configuration: {section}.{name} must be "
-                                      f"{_expect(types_[name])} (got {type(value).__name__} {value!r:.60})")
+                                      f"{expected(types_[name])} (got {type(value).__name__} {value!r:.60})")
         try:
             return cls(
                 data=DataConfig(**d["data"]),
@@ -317,12 +319,15 @@ class RunConfig:
             (max(d.height, d.width) <= MAX_IMAGE_SIDE, too_large_image(d.height, d.width, batch=t.batch_size)),
             (is_device_name(t.device), f"device must be one of {DEVICE_METAVAR} (got {t.device!r})"),
         ]
-        for ok, msg in checks + _privacy_checks(self):
+        checks += _privacy_checks(self) + [
+            (t.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)} (got {t.precision!r})"),
+            (not (t.dp_sgd and t.precision == "fp16"), "--dp-sgd with --precision fp16 is not supported: Opacus 1.6 "
+             "runs DP-SGD under autocast but not with a gradient scaler, whose scaled gradients its per-sample "
+             "clipping would clip; use --precision bf16 or fp32"),
+        ]
+        for ok, msg in checks:
             if not ok:
                 raise ConfigError(msg)
-        from privreid.precision import check_precision
-
-        check_precision(t.precision, dp_sgd=t.dp_sgd)
         return self
 
 
@@ -334,18 +339,10 @@ def too_large_image(height: int, width: int, *, batch: int | None = None) -> str
                                                                     if batch else ")"))
 
 
-def triplet_weight(config: RunConfig) -> float:
-    """The weight of the batch-hard triplet loss: ``--triplet-weight``, else the method's default.
-
-    The default is :attr:`privreid.federated.registry.Method.triplet_weight`
-    (FedARKS: 1, its local objective Eq. 2 includes the triplet loss; every
-    other method: 0).
-    """
-    if config.train.triplet_weight is not None:
-        return config.train.triplet_weight
-    from privreid.federated.registry import get_method
-
-    return get_method(config.train.method).triplet_weight
+#: why DP-SGD refuses a run with the triplet loss (checked by :meth:`RunConfig.validate` for ``--triplet-weight``
+#: and by the composition root, :mod:`privreid.training.compose`, for a method's default)
+DP_SGD_TRIPLET = ("--dp-sgd cannot bound a sample's influence on the batch-hard triplet loss (it couples the samples "
+                  "of a batch); use --triplet-weight 0")
 
 
 def lr_neck(config: RunConfig) -> float:
@@ -392,8 +389,7 @@ def _privacy_checks(config: RunConfig) -> list[tuple[bool, str]]:
          "gradients with --max-grad-norm"),
         (not t.dp_sgd or t.noise_multiplier is not None or t.target_epsilon is not None,
          "--dp-sgd needs --noise-multiplier Z or --target-epsilon E"),
-        (not t.dp_sgd or triplet_weight(config) == 0, "--dp-sgd cannot bound a sample's influence on the batch-hard "
-         "triplet loss (it couples the samples of a batch); use --triplet-weight 0"),
+        (not t.dp_sgd or not t.triplet_weight, DP_SGD_TRIPLET),
         (not t.client_dp or t.max_grad_norm is None, "--max-grad-norm clips per-sample gradients (--dp-sgd); "
          "client-level DP clips client updates with --clip"),
         (not t.client_dp or t.clip is not None, "--client-dp needs --clip S (the L2 bound of a client update)"),
@@ -418,167 +414,9 @@ def _secagg_checks(t: TrainConfig) -> list[tuple[bool, str]]:
     ]
 
 
-# --------------------------------------------------------------------------- --set SECTION.FIELD=VALUE
-#: the words of the one boolean rule (--set, method options, presets' method options)
-TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
-
-
-def parse_bool(value: Any) -> bool:
-    """The one boolean rule: ``True``/``False``, ``1``/``0`` and the words true/false, 1/0, yes/no (any case).
-
-    Raises :class:`ValueError` for anything else.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
-        return value.strip().lower() in TRUE_WORDS
-    raise ValueError("true or false (also yes/no, 1/0)")
-
-
-def parse_json(raw: str) -> Any:
-    """``raw`` as JSON where it parses (``0.01``, ``true``, ``[1, 2]``, ``null``), else the string itself."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def _expect(tp: Any) -> str:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_expect(a) for a in typing.get_args(tp))
-    if typing.get_origin(tp) is list and typing.get_args(tp) in ((str,), (int,)):
-        return f"a list of {_expect(typing.get_args(tp)[0])[3 if tp == list[int] else 2:]}s"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null",
-            list: "a list", dict: "a mapping"}.get(typing.get_origin(tp) or tp, str(tp))
-
-
-def parse_value(value: Any, tp: Any) -> Any:
-    """``value`` (a string as typed, or a YAML/JSON scalar) as type ``tp``; :class:`ValueError` says what it needs.
-
-    ``tp``: ``bool`` (:func:`parse_bool`), ``int``, ``float``, ``str``,
-    ``X | None`` (``none``/``null`` is ``None``), ``list[str]`` (a JSON list
-    or comma-separated), ``dict`` (a JSON object) and ``Any`` (JSON where it
-    parses, else the string).
-    """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return parse_value(value, inner)
-    if tp is Any:
-        return parse_json(value) if isinstance(value, str) else value
-    if tp is bool:
-        return parse_bool(value)
-    if tp is int:
-        if isinstance(value, str):
-            value = parse_json(value.strip())
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError("an integer")
-    if tp is float:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise ValueError("a number") from None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ValueError("a number")
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError("a string")
-    if origin is list:
-        if isinstance(value, str):
-            value = parse_json(value) if value.strip().startswith("[") else [v.strip() for v in value.split(",")
-                                                                             if v.strip()]
-        if isinstance(value, list):
-            return [parse_value(v, args[0] if args else Any) for v in value]
-        raise ValueError("a list (comma-separated or JSON)")
-    if origin is dict or tp is dict:
-        if isinstance(value, str):
-            value = parse_json(value)
-        if isinstance(value, dict):
-            return value
-        raise ValueError("a JSON object")
-    raise ValueError(_expect(tp))  # pragma: no cover - every field type is listed above
-
-
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
-
-
-def value_fits(value: Any, tp: Any) -> bool:
-    """Whether ``value`` (plain data) has type ``tp`` as a field of :class:`RunConfig` declares it: ``int`` is
-    an integer but not a bool, ``float`` also takes an integer, ``X | None``, ``list[X]``, ``dict[K, V]``, ``Any``."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(value_fits(value, a) for a in args)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if origin is list:
-        return isinstance(value, list) and all(value_fits(v, args[0] if args else Any) for v in value)
-    if origin is dict or tp is dict:
-        key, item = args or (Any, Any)
-        return isinstance(value, dict) and all(value_fits(k, key) and value_fits(v, item) for k, v in value.items())
-    return True
 
 
 def field_types(section: str) -> dict[str, Any]:
     """Field name -> type of one section of :class:`RunConfig` (``data``, ``model`` or ``train``)."""
     return typing.get_type_hints(SECTIONS[section])
-
-
-def apply_sets(config: RunConfig, pairs: Iterable[str]) -> RunConfig:
-    """``config`` with each ``SECTION.FIELD=VALUE`` applied in order (``--set``; a new object, validated later).
-
-    The value is parsed by the field's type (:func:`parse_value`).  A mapping
-    field takes a path into it: ``train.method_options.mu=0.1`` sets one key
-    (nested mappings are created as needed; the value is JSON where it
-    parses, as ``--opt``); ``train.method_options={"mu": 0.1}`` replaces the
-    whole mapping.  A bad path or value raises a one-line
-    :class:`ConfigError` naming what is valid.
-    """
-    out = RunConfig.from_dict(config.to_dict())
-    for pair in pairs:
-        key, sep, raw = str(pair).partition("=")
-        section, *path = key.strip().split(".")
-        if not sep or not path:
-            raise ConfigError(f"--set expects SECTION.FIELD=VALUE, e.g. train.lr_step=20 (got {pair!r})")
-        if section not in SECTIONS:
-            raise ConfigError(f"--set {key}: no section {section!r} (sections: {', '.join(SECTIONS)})")
-        types_ = field_types(section)
-        name, keys = path[0], path[1:]
-        if name not in types_:
-            raise ConfigError(f"--set {key}: {section} has no field {name!r} (its fields: {', '.join(types_)})")
-        tp = types_[name]
-        if keys and not (typing.get_origin(tp) is dict or tp is dict):
-            raise ConfigError(f"--set {key}: {section}.{name} is not a mapping")
-        obj = getattr(out, section)
-        try:
-            if keys:
-                value = json.loads(json.dumps(getattr(obj, name) or {}))  # a deep copy of plain data
-                node = value
-                for k in keys[:-1]:
-                    node = node.setdefault(k, {})
-                    if not isinstance(node, dict):
-                        raise ValueError("a path into mappings")
-                node[keys[-1]] = parse_json(raw)
-            else:
-                value = parse_value(raw, tp)
-        except ValueError as exc:
-            raise ConfigError(f"--set {key}: expected {exc}, got {raw!r}") from None
-        setattr(obj, name, value)
-    return out

@@ -14,10 +14,10 @@ would a real badge.
 the input size (decoding them again is the identity) into a directory of
 the process, and returns the samples with their paths replaced.  Every
 loader of privreid then reads them as any other image: a malicious client's
-training data (:mod:`.backdoor`) and triggered queries (``privreid eval``)
+training data (:mod:`privreid.malicious_clients.backdoor`) and triggered queries (``privreid eval``)
 need no branch in the engine, in the client update or in the data pipeline.
 
-A distributed backdoor (DBA, :mod:`.dba`) splits the patch into ``parts``
+A distributed backdoor (DBA, :mod:`privreid.malicious_clients.dba`) splits the patch into ``parts``
 horizontal strips (:meth:`Trigger.part`); a malicious client stamps only its
 own strip, the evaluation the whole patch.
 """

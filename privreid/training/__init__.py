@@ -1,4 +1,7 @@
-"""Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``."""
+"""Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``.
+
+The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.training.compose`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine, prepare_out_dir
-from privreid.federated.registry import get_method
+from privreid.federated.lr_schedule import lr_table
+from privreid.training.compose import method_of
 from privreid.rundir import write_json_atomic
 
 
@@ -57,7 +61,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
-    get_method(config.train.method)
+    method = method_of(config)
     restart = resume and not check_resumable(out, config)  # stopped before its first checkpoint: from round 0
     federation = federation_for_config(config, verify=True)
     if parallel_clients is None:
@@ -79,7 +83,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if echo:
             echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
-        mirror = metric_logger(logger, out, config)
+        mirror = metric_logger(logger, out, config, lr_table(config, method))
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:
