@@ -44,7 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from privreid.config import RunConfig, apply_sets, parse_json
+from privreid.config import RunConfig
+from privreid.config.sets import apply_sets
+from privreid.config.values import parse_json
 from privreid.errors import ConfigError
 from privreid.experiments._standin import cell_statistics, mean_pm_std, write_frontier
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
