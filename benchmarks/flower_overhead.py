@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+from privreid.composition import build_run
 
 
 def round_times(marks: list[float], start: float) -> list[float]:
@@ -89,7 +90,7 @@ def main() -> None:
         marks.append(time.perf_counter())
 
     FederatedEngine._checkpoint = timed_checkpoint
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp / "inproc", progress=False)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp / "inproc", progress=False, build=build_run)
     start = time.perf_counter()
     engine.run()
     results["in-process"] = {"rounds_s": round_times(marks, start)}

@@ -54,6 +54,7 @@ from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.synthetic import SynthConfig, ensure_synthetic  # noqa: E402
 from privreid.data.synthetic_config import domain_names  # noqa: E402
 from privreid.federated.engine import FederatedEngine  # noqa: E402
+from privreid.composition import build_run
 
 TARGET = 1.7
 #: the compared metric blocks of summary.json
@@ -107,10 +108,10 @@ def measure(args, clients: int, out: str) -> dict:
     assert len(federation.clients) == clients
     quiet = {"progress": False, "log": lambda s: None}
     runs = {"sequential": timed_run(FederatedEngine(config, federation, os.path.join(out, f"{clients}-seq"),
-                                                    **quiet))}
+                                                    **quiet, build=build_run))}
     for k in (1, 2):
         runs[f"K={k}"] = timed_run(ParallelEngine(config, federation, os.path.join(out, f"{clients}-k{k}"),
-                                                  parallel_clients=k, **quiet))
+                                                  parallel_clients=k, **quiet, build=build_run))
     seq, k1, k2 = (runs[n]["median_round"] for n in ("sequential", "K=1", "K=2"))
     return {"clients": clients, "runs": runs, "seq_over_k2": seq / k2, "k1_over_k2": k1 / k2,
             "bound": wave_bound(clients), "same_final_metrics": all(r["final"] == runs["sequential"]["final"]

@@ -61,6 +61,7 @@ from privreid.evaluation.backdoor import evaluate_backdoor
 from privreid.evaluation.chance import chance_metrics
 from privreid.evaluation.model_eval import evaluation_split
 from privreid.federated.engine import FederatedEngine
+from privreid.composition import build_run
 
 MALICIOUS = 2
 BATCH, LR = 8, 0.05
@@ -115,7 +116,7 @@ def train(config: RunConfig, out: Path, federation=None) -> dict:
     """Train ``config`` (on ``federation``, default the config's) into ``out``; its summary."""
     shutil.rmtree(out, ignore_errors=True)
     engine = FederatedEngine(config, federation or federation_for_config(config), out, progress=False,
-                             log=lambda line: None)
+                             log=lambda line: None, build=build_run)
     return engine.run()
 
 

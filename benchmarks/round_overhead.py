@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.federated.engine import FederatedEngine  # noqa: E402
+from privreid.composition import build_run
 
 METHODS = ("fedpav", "centralized")
 TARGET = 1.03
@@ -93,7 +94,7 @@ def engine_for(method: str, args, steps: int | None, rounds: int, out: str) -> t
                                          max_steps_per_epoch=max_steps, lr_backbone=0.05, lr_head=0.05,
                                          device="cpu", seed=0))
     assert config.train.eval_every == 0, "the benchmark measures the default cadence"
-    engine = FederatedEngine(config, federation_for_config(config), out, progress=False, log=lambda s: None)
+    engine = FederatedEngine(config, federation_for_config(config), out, progress=False, log=lambda s: None, build=build_run)
     engine.out_dir.mkdir(parents=True, exist_ok=True)
     return engine, total
 

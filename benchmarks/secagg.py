@@ -78,6 +78,7 @@ import json
 import signal
 import statistics
 import sys
+from privreid.composition import build_run
 import tempfile
 import threading
 import time
@@ -103,7 +104,7 @@ def run_once(root: Path, out: Path, *, secure: bool, args) -> dict:
     from privreid.federated.policy import state_nbytes
 
     cfg = config(root, secure=secure, rounds=args.rounds, args=args)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None, build=build_run)
     engine.evaluates = lambda round_no: False  # cost of training + aggregation only
     agg_times: list[float] = []
     open_inbox = engine.open_inbox

@@ -1,16 +1,18 @@
-"""Top-level Python functions that take any ReID model (an adapter, an ``nn.Module`` or a model file)."""
+"""The front door: top-level Python functions that take any ReID model (an adapter, an ``nn.Module`` or a model
+file), and the functions the commands call (``privreid eval``, ``attack``, ``compare``, ``invert``, ``audit``,
+``export``), whose keywords are the commands' options."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from privreid.data.types import TestSet
-from privreid.errors import python_errors
-from privreid.evaluation.metric_registry import summary_keys
-from privreid.evaluation.model_eval import evaluate_model
-from privreid.models.adapter import ReIDAdapter
-from privreid.models.external import as_adapter
+from privreid.errors import ConfigError, python_errors
+
+if TYPE_CHECKING:  # the commands import this module before any of their checks: torch and scipy load later
+    from privreid.data.types import TestSet
+    from privreid.models.adapter import ReIDAdapter
 
 
 @dataclass
@@ -28,6 +30,8 @@ class EvaluationResult:
 def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet]:
     """``data`` as test sets: a TestSet, a list of them, or a ``--data`` value (a root, ``synth`` ...);
     ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
+    from privreid.data.types import TestSet
+
     if isinstance(data, TestSet):
         found = [data]
     elif isinstance(data, (list, tuple)) and all(isinstance(t, TestSet) for t in data):
@@ -39,8 +43,6 @@ def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet
         found = [as_test_set(name, ds) for name, ds in resolve_datasets([str(data)]).items()]
     if domains is None:
         return found
-    from privreid.errors import ConfigError
-
     wanted = [d.strip() for d in domains.split(",") if d.strip()] if isinstance(domains, str) else list(domains)
     by_name = {ts.name: ts for ts in found}
     unknown = [d for d in wanted if d not in by_name]
@@ -72,7 +74,9 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     report) and ``precision``; the same values give the same numbers.  Quiet
     unless ``progress``.
     """
-    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options
+    from privreid.evaluation.metric_registry import summary_keys
+    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model
+    from privreid.models.external import as_adapter
     from privreid.precision import at_precision, check_precision
 
     given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
@@ -97,6 +101,8 @@ def _network(model: Any, load_options: dict[str, Any], device: str,
              interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
     """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
     a file's test resize is ``interpolation`` when given (its load report says so)."""
+    from privreid.models.external import as_adapter
+
     adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
     return adapter, adapter.as_module().to(device).eval()
 
@@ -146,7 +152,6 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
     from privreid.evaluation.metric_registry import headline
     from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
-    from privreid.errors import ConfigError
 
     check_budget(eps, alpha, steps)
     alpha = default_alpha(eps, steps) if alpha is None else alpha
@@ -208,6 +213,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
     and ``interpolation`` as :func:`evaluate`.
     """
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
+    from privreid.evaluation.metric_registry import summary_keys
 
     adapter, net = _network(model, load_options, device, interpolation)
     results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
@@ -267,7 +273,6 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
 
     from privreid.inversion import InversionSettings, reconstruct_batch
     from privreid.inversion.report import score, summarise
-    from privreid.errors import ConfigError
     from privreid.seeding import derive_seed
 
     settings = InversionSettings(**{"attack": method, "iterations": iterations, **({} if lr is None else {"lr": lr}),
@@ -359,7 +364,7 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
             out: Any = None, untrained: bool = True, device: str = "cpu", progress: bool = False,
             arch: str | None = None, height: int | None = None, width: int | None = None,
             mean: list[float] | None = None, std: list[float] | None = None, interpolation: str | None = None,
-            **suite_options: Any) -> ComparisonResult:
+            announce=None, **suite_options: Any) -> ComparisonResult:
     """Several models on the same test sets: ``privreid compare``, for privreid checkpoints, model files
     from elsewhere and models in memory (adapters, ``nn.Module``) side by side.
 
@@ -367,29 +372,359 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     privreid checkpoint's data.  ``suites`` other than ``clean``
     (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid
     checkpoints) write a report into ``out``, with ``suite_options`` the
-    fields of :class:`privreid.reporting.suite.SuiteSettings` (``attacks``,
+    fields of :class:`privreid.comparison.SuiteSettings` (``attacks``,
     ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
     Nothing is written without ``out``.  ``arch``, ``height``, ``width``,
     ``mean``, ``std`` and ``interpolation`` say how to read model files from
-    elsewhere, as ``privreid compare``'s options of those names.
+    elsewhere, as ``privreid compare``'s options of those names; ``announce(line)`` gets each such file's load line.
     """
-    from pathlib import Path
-
     from privreid.comparison import compare_checkpoints
-    from privreid.errors import ConfigError
-    from privreid.models.evaluated import load_evaluated_models
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
-    loaded = load_evaluated_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
-                                   interpolation=interpolation)
+    loaded = load_models(list(models), arch=arch, height=height, width=width, mean=mean, std=std,
+                         interpolation=interpolation, announce=announce)
     paths = [m.path for m in loaded]
     if list(suites) == ["clean"] and out is None:
         return ComparisonResult(compare_checkpoints(paths, untrained=untrained, device=device, data=roots,
                                                     models=loaded))
     if out is None:
         raise ConfigError(f"the {', '.join(s for s in suites if s != 'clean')} suite(s) write a report: give out=")
-    from privreid.reporting.suite import SuiteSettings, run_suite
+    from privreid.comparison import SuiteSettings
 
     result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
                        progress=progress, data=roots, models=loaded)
     return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))
+
+
+def run_suite(paths: list[Any], out: Any, settings: Any = None, *, device: str = "auto", progress: bool = False,
+              data: list[str] | None = None, models: list | None = None, **file_options: Any) -> dict[str, Any]:
+    """``privreid compare --suite``: run the selected evaluations on every model
+    (:func:`privreid.comparison.run_suites`, ``settings`` a :class:`privreid.comparison.SuiteSettings`) and write
+    their report into ``out`` (:mod:`privreid.reporting.suite`).
+
+    Returns ``{"clean": rows, "attacks": records, "corruptions": records, "inversion": {...}, "audit": records,
+    "poisoning": records, "deviations": [...], "files": [...]}`` (absent suites are empty).
+    """
+    from privreid.comparison import SuiteSettings, run_suites
+    from privreid.reporting.suite import write_report
+
+    settings = settings or SuiteSettings()
+    run = run_suites(paths, out, settings, device=device, progress=progress, data=data, models=models,
+                     **file_options)
+    return write_report(run, out, settings, data=data)
+
+
+def _csv(value: str | None) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``; ``None`` or empty -> ``[]``."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def _channels(value: Any, option: str) -> list[float] | None:
+    """``"0.5,0.5,0.5"`` (or three numbers) -> three floats; ConfigError naming ``option`` otherwise."""
+    if value is None or not isinstance(value, str):
+        return value
+    try:
+        values = [float(v) for v in value.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ConfigError(f"{option} takes three comma-separated numbers (R,G,B), got {value!r}")
+    return values
+
+
+def load_models(paths: list[Any], *, mean: Any = None, std: Any = None, announce=None, **file_options: Any) -> list:
+    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`; ``mean`` / ``std`` as
+    three numbers or ``"R,G,B"``), each file from elsewhere announced by its one load line (``announce(line)``)."""
+    from privreid.models.evaluated import load_evaluated_models
+
+    channels = {"mean": _channels(mean, "--mean"), "std": _channels(std, "--std")}
+    models = load_evaluated_models(paths, **file_options, **channels)
+    for model in models:
+        if model.load_line() and announce is not None:
+            announce(model.load_line())
+    return models
+
+
+def parse_pixel_scale(value: float | str) -> float | str:
+    """``"auto"`` or a positive number (also from a command-line string)."""
+    if value == "auto":
+        return value
+    try:
+        scale = float(value)
+    except ValueError:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}") from None
+    if not scale > 0:
+        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}")
+    return scale
+
+
+@python_errors()
+def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str = "auto",
+                        domains: str | None = None, client: str | None = None, flip: bool = False,
+                        metric: str = "euclidean", ap: str = "torchreid", single_gallery_shot: bool = False,
+                        mode: str | None = None, seq_len: int | None = None, device: str = "auto",
+                        precision: str = "fp32", json_out: Any = None, splits: Any = None, num_splits: int = 10,
+                        corruption: str | None = None, severity: int | str = "random", corrupt: str = "both",
+                        repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1, announce=None,
+                        **file_options: Any) -> list[dict[str, Any]]:
+    """``privreid eval``: a checkpoint (its global or ``client``'s model) or a model file from elsewhere on the
+    query/gallery split of each dataset of ``data`` (default: the checkpoint's), clean or under ``corruption``
+    (CIL-ReID's protocol); the small DG benchmarks (``fmt``) under their own protocol, their splits written next
+    to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
+    """
+    from privreid.corruptions import resolve_corruptions
+    from privreid.data.catalog import resolve_datasets, verify_datasets
+    from privreid.data.partition import as_test_set
+    from privreid.device import resolve_device
+    from privreid.evaluation.backdoor import evaluate_backdoor
+    from privreid.evaluation.corrupted_eval import check_corruption_options
+    from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
+    from privreid.evaluation.corrupted_eval import evaluate_testset
+    from privreid.evaluation.model_eval import check_eval_options
+    from privreid.malicious_clients.backdoor import recorded_backdoor
+    from privreid.models.evaluated import data_source
+    from privreid.precision import at_precision, check_precision
+
+    def load(dev) -> tuple[Any, Any, Any]:
+        [loaded] = load_models([model], announce=announce, **file_options)
+        return loaded, data_source([loaded], data), loaded.network(client, device=dev)
+
+    if is_dg_eval_format(fmt):  # each --data root ranked under its small-benchmark protocol
+        if not data:
+            raise ConfigError(f"--format {fmt} needs --data ROOT (the dataset's root folder)")
+        if corruption is not None or mode is not None or seq_len is not None or single_gallery_shot:
+            raise ConfigError(f"--format {fmt} is ranked under its own protocol; --corruption, --mode, --seq-len "
+                              "and --single-gallery-shot do not apply")
+        if num_splits < 1 or seed < 0:
+            raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
+        dev = resolve_device(device)
+        check_precision(precision, dev)
+        loaded, _, net = load(dev)
+        rows = []
+        for root in data:
+            name = Path(root).name
+            written = Path(json_out).with_name(f"{Path(json_out).stem}-{name}-splits.json") if json_out else None
+            result = evaluate_dg_model(at_precision(net, precision, dev), root, fmt, height=loaded.input_size[0],
+                                       width=loaded.input_size[1], device=dev, flip=flip, metric=metric, ap=ap,
+                                       num_splits=num_splits, seed=seed, splits_file=splits,
+                                       write_splits_to=written, interpolation=loaded.interpolation)
+            rows.append({"testset": f"{name} ({result['protocol']})", **result})
+        return rows
+    if splits is not None:  # never silently ignored
+        raise ConfigError(f"--splits reuses the splits of a small DG benchmark (--format viper, grid ...); "
+                          f"--format {fmt} has none")
+    corrupted = None
+    if corruption is not None:
+        if severity != "random" and not (str(severity).isascii() and str(severity).isdigit()):  # not superscripts
+            raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
+        options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
+                       repeats=repeats, seed=seed, pixel_scale=parse_pixel_scale(pixel_scale))
+        check_corruption_options(**options)
+        corrupted = dict(corruptions=resolve_corruptions(_csv(corruption)), **options)
+    kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
+    check_eval_options([], **kinds)
+    dev = resolve_device(device)
+    check_precision(precision, dev)
+    loaded, source, net = load(dev)
+    net = at_precision(net, precision, dev)
+    height, width = loaded.input_size
+    backdoor = recorded_backdoor(loaded.checkpoint.run_config) if loaded.checkpoint is not None else None
+    datasets = resolve_datasets(data or source.roots, source.format if not data else fmt)
+    wanted = _csv(domains) or list(datasets)
+    unknown = [d for d in wanted if d not in datasets]
+    if unknown:
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
+    verify_datasets({name: datasets[name] for name in wanted}, splits=("query", "gallery"))
+    testsets = [as_test_set(name, datasets[name]) for name in wanted]
+    check_eval_options(testsets, **kinds)
+    rows = []
+    for testset in testsets:
+        rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len, height=height,
+                                     width=width, device=dev, flip=flip, metric=metric, ap=ap,
+                                     single_gallery_shot=single_gallery_shot, interpolation=loaded.interpolation,
+                                     progress=True))
+        if backdoor is not None and corrupted is None:  # the run's trigger on every query
+            measured = evaluate_backdoor(net, testset, backdoor, height=height, width=width, device=dev, flip=flip,
+                                         metric=metric)
+            rows[-1].update({"backdoor": {"trigger": backdoor.describe(), **measured}} if measured else {})
+    return rows
+
+
+@python_errors()
+def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: str | None = None,
+                      overwrite: bool = False) -> dict[str, Any]:
+    """``privreid export``: a checkpoint's global (or ``client``'s) model written to the file ``out`` as ``fmt``
+    (:mod:`privreid.export`); returns the export's report (path, input, feature size ...)."""
+    from privreid.checkpoint import Checkpoint
+    from privreid.export import check_format, export_model
+    from privreid.rundir import check_not_a_run_file
+
+    check_format(fmt)
+    out = Path(out)
+    check_not_a_run_file(out, source=model)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; give a file name")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise ConfigError(f"the directory of --out does not exist: {out.parent}")
+    ckpt = Checkpoint.load(model)
+    cfg = ckpt.run_config
+    source = {"checkpoint": str(model), "method": ckpt.method, "round": ckpt.round,
+              "model": "global" if client is None else f"client {client}"}
+    return export_model(ckpt.load_model(client), fmt, out, height=cfg.data.height, width=cfg.data.width,
+                        source=source)
+
+
+@python_errors()
+def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client: str | None = None,
+               index: int | None = None, image: Any = None, label: int | None = None, data: Any = None, n: int = 1,
+               clients: Any = None, defended: bool = False, seed: int = 0, device: str = "auto", announce=None,
+               **file_options: Any) -> Any:
+    """``privreid invert``: the inversion campaign of ``threat`` (``--threat``) against privreid checkpoints'
+    clients (:func:`privreid.inversion.aggregate.invert_campaign`), or against model files from elsewhere under
+    the ``full`` threat (:func:`privreid.inversion.campaign.invert_files`), written into ``out``; ``settings`` an
+    :class:`~privreid.inversion.InversionSettings`.  Returns the campaign's result (its ``table``)."""
+    from privreid.provenance import record_models
+
+    loaded = load_models(paths, announce=announce, **file_options)
+    from_files = [m for m in loaded if m.checkpoint is None]
+    if not from_files:
+        from privreid.inversion.aggregate import invert_campaign
+
+        return invert_campaign(threat, paths, out, settings=settings, client=client, index=index, image=image,
+                               label=label, n=n, clients=clients, defended=defended, seed=seed, device=device)
+    if len(from_files) != len(loaded):
+        raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
+                          "elsewhere, not both in one run")
+    if threat != "full":
+        raise ConfigError(f"--threat {threat} observes a federated client's shared update, which only a "
+                          "privreid checkpoint has; a model file from elsewhere is attacked under --threat full")
+    for m in from_files:
+        m.require("gradients", "privreid invert", "privreid eval and eval --corruption need no gradients")
+        m.require("classifier", "privreid invert",
+                  "the client's training step is its identity loss; privreid attack and the feature "
+                  "attack of privreid audit need only features")
+    from privreid.inversion.campaign import invert_files
+
+    result = invert_files(loaded, out, settings=settings, image=image, label=label, data=data, index=index, n=n,
+                          seed=seed, device=device)
+    record_models(out, loaded)
+    return result
+
+
+@python_errors()
+def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: str = "loss,feature",
+              view: str = "public", client: str | None = None, round_: int | None = None, shadows: int = 4,
+              probes_per_identity: int = 4, max_per_class: int | None = None, extra_per_cam: int | None = None,
+              bootstrap: int = 200, dp_audit: bool = False, canaries: int = 40, confidence: float = 0.95,
+              canary_norm: float = 1000.0, seed: int = 0, device: str = "auto", data: list[str] | None = None,
+              echo=None, announce=None, **file_options: Any) -> list[dict[str, Any]]:
+    """``privreid audit``: membership inference against privreid checkpoints (:func:`privreid.auditing.run_audit`)
+    or model files from elsewhere trained on ``data`` (:func:`privreid.auditing.given.audit_files`), or with
+    ``dp_audit`` the empirical DP audit (:func:`privreid.auditing.dp_audit.run_dp_audit`), written into ``out``;
+    the keywords are the command's options (comma lists as strings).  Returns the audit's records."""
+    from privreid.auditing import AuditSettings, run_audit
+    from privreid.device import resolve_device
+    from privreid.provenance import record_models
+
+    echo = echo or (lambda _: None)
+    loaded = load_models(paths, announce=announce, **file_options)
+    if any(m.checkpoint is None for m in loaded):  # model files from elsewhere
+        from privreid.auditing.given import GIVEN_ATTACKS, audit_files
+        from privreid.models.evaluated import model_labels
+
+        names = _csv(method)
+        if len(loaded) != sum(m.checkpoint is None for m in loaded):
+            raise ConfigError("privreid audit takes privreid checkpoints or model files from elsewhere, not both "
+                              "in one run")
+        if dp_audit or view != "public" or client or round_ is not None or level not in (None, "identity"):
+            raise ConfigError("a model file from elsewhere is audited at --level identity, --view public: the "
+                              "image level, the server views and the DP audit need a privreid run")
+        if not data:
+            raise ConfigError("a model file from elsewhere records no training data: give --data, the data it "
+                              "was trained on (its training identities are the members)")
+        unknown = [a for a in names if a not in GIVEN_ATTACKS]
+        if unknown:
+            raise ConfigError(f"--method {','.join(unknown)}: a model file from elsewhere is audited with "
+                              f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
+        for m in loaded:
+            if "loss" in names:
+                m.require("classifier", "the loss attack", "use --method feature, which needs only features")
+        records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
+                              device=resolve_device(device))
+        record_models(out, loaded)
+        return records
+    if data:
+        raise ConfigError("--data names the training data of a model file from elsewhere; a privreid "
+                          "checkpoint records its own")
+    if not dp_audit:
+        settings = AuditSettings(levels=_csv(level or "image,identity"), attacks=_csv(method), views=_csv(view),
+                                 client=client, round=round_, shadows=shadows,
+                                 probes_per_identity=probes_per_identity, max_per_class=max_per_class,
+                                 extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
+        return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
+    from privreid.auditing.dp_audit import DPAuditSettings, run_dp_audit
+    from privreid.auditing.report import write_report
+    from privreid.checkpoint import Checkpoint, checkpoint_labels
+
+    dp_settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
+                                  seed=seed).validate()
+    ckpts = [Checkpoint.load(p) for p in paths]
+    labels = checkpoint_labels(ckpts)
+    configs = [c.run_config for c in ckpts]
+    for label, cfg in zip(labels, configs):
+        if not (cfg.train.dp_sgd or cfg.train.client_dp):
+            raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
+    records = []
+    for i, (label, cfg) in enumerate(zip(labels, configs)):
+        echo(f"[{label}] DP audit: training once with {canaries} canaries")
+        records.append(run_dp_audit(cfg, Path(out) / "cache" / "dp_audit" / f"run{i}", dp_settings, label=label))
+    write_report(out, [], [], dp=records)
+    return records
+
+
+@python_errors()
+def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, alpha: float | None = None,
+                    steps: int = 10, target: str = "query", precision: str = "fp32", max_queries: int | None = None,
+                    batch_size: int = 32, examples: int = 4) -> dict[str, Any]:
+    """``privreid attack``'s settings (methods, budget, target, precision), checked before any model loads;
+    ``alpha`` ``None``: 2.5 eps / steps."""
+    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
+    from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
+
+    settings = {"eps": eps, "steps": steps, "target": target, "alpha": alpha, "methods": resolve_methods(method),
+                "precision": precision}
+    check_budget(eps, alpha, steps)
+    if alpha is None:
+        settings["alpha"] = default_alpha(eps, steps)
+    if target not in TARGETS:
+        raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
+    for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),
+                             ("--examples", examples, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"{name} must be >= {low}, got {value}")
+    return settings
+
+
+@python_errors()
+def attack_run(settings: dict[str, Any], out: Any = None, *, client: str | None = None, data: Any = None,
+               domains: str | None = None, max_queries: int | None = None, batch_size: int = 32, examples: int = 4,
+               seed: int = 0, device: str = "auto", precision: str = "fp32", announce=None,
+               **file_options: Any) -> str:
+    """``privreid attack``: the models of ``settings["paths"]`` (:func:`attack_settings`) under every attack
+    (:func:`privreid.retrieval_attacks.campaign.attack_checkpoints`); the report written into ``out`` when given.
+    Returns the report (:func:`privreid.reporting.tables.attack_report`)."""
+    from privreid.provenance import record_models
+    from privreid.reporting.tables import attack_report
+    from privreid.retrieval_attacks.campaign import attack_checkpoints, write_attack_report
+
+    loaded = load_models(settings["paths"], announce=announce, **file_options)
+    records, pictures = attack_checkpoints(settings, client=client, data=data, domains=_csv(domains) or None,
+                                           max_queries=max_queries, batch_size=batch_size, examples=examples,
+                                           seed=seed, device=device, models=loaded, precision=precision)
+    report = attack_report(records, settings)
+    if out is not None:
+        write_attack_report(Path(out), report, records, pictures, settings)
+        record_models(out, loaded)
+    return report

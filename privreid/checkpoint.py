@@ -5,16 +5,15 @@ A checkpoint (``ckpt.pt``) is a dict of tensors and primitives:
 ``format``, ``privreid_version``, ``method``, ``round`` (rounds completed),
 ``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the
 network), ``global_state`` (the shared keys of the global model; empty for
-methods without one), ``has_global_model`` (``False``: standalone-type runs;
-absent in older checkpoints: ``True``), ``global_eval_extra`` (local keys the
+methods without one), ``has_global_model`` (``False``: standalone-type
+runs), ``global_eval_extra`` (local keys the
 global model is evaluated with, e.g. FedBN's averaged norms),
 ``client_states`` (client name -> its local state dict), ``client_classes``
 (client name -> number of identities), ``server_state`` (server-held tensors
 that are not model weights, e.g. DPPT's global memory),
 ``server_client_state`` (client name -> what the server strategy keeps about
-that client, e.g. FedPav-CC's cluster model; absent in older checkpoints),
-``observer_state`` (round observers' state, e.g. the privacy ledger's; absent
-in older checkpoints), ``client_memory`` (per-client state kept between
+that client, e.g. FedPav-CC's cluster model), ``observer_state`` (round
+observers' state, e.g. the privacy ledger's), ``client_memory`` (per-client state kept between
 rounds, e.g. DP accountants; an in-process run keeps each in a file under
 ``client_memory/`` next to the checkpoint, named by ``client_memory_files``,
 and loading reads them back: :mod:`privreid.federated.memory_store`),
@@ -24,7 +23,7 @@ model: the local state of a client that has not trained yet),
 records), ``comm`` (bytes per round) and ``rng``.
 
 Readers use :class:`Checkpoint` (``Checkpoint.load(path)``): the keys as
-typed fields, the defaults of older checkpoints filled in once, the clients,
+typed fields, the defaults of keys a hand-made dict omits filled in once, the clients,
 the shared keys, ``has_global_model`` and :meth:`Checkpoint.load_model`, the
 one place a model is rebuilt from a checkpoint (the global model, or a
 client's personalised model assembled by :func:`personal_state`, the
@@ -32,17 +31,17 @@ function the engine scores it with).  :func:`load_checkpoint` returns the
 validated dict as stored, for code that edits and re-saves a checkpoint.
 
 Writes are atomic (temporary file in the same directory, then ``os.replace``:
-:func:`privreid.rundir.write_file_atomically`), so a crash or a full disk
+:func:`privreid.io.write_file_atomically`), so a crash or a full disk
 never leaves a truncated checkpoint: the previous one stays intact.  Reads use
 :func:`privreid.pickle_scan.safe_torch_load`: a checkpoint carrying arbitrary
 pickled objects is refused instead of executed, whatever the environment
-says.  ``integrity`` (:func:`integrity_hash`, absent in older checkpoints)
-is recorded at save and checked on load, so a corrupted file is refused
+says.  ``integrity`` (:func:`integrity_hash`) is recorded at save and checked on load, so a corrupted file is refused
 instead of scored.  It detects accidents, not edits (anyone can recompute
 it), so every field is also checked as a flag would be (:func:`check_fields`).
 Every file a checkpoint names (``client_memory_files``) must lie inside its
 run's ``client_memory/`` folder and have the sha256 the checkpoint recorded
-for it (``client_memory_hashes``, absent in older checkpoints).
+for it (``client_memory_hashes``).  A file without these hashes (written by
+an earlier development version) is refused as incomplete, in one line.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ import torch
 
 from privreid import __version__
 from privreid.errors import CheckpointError, NotACheckpointError
-from privreid.rundir import save_torch, write_file_atomically
+from privreid.io import save_torch, write_file_atomically
 
 StateDict = dict[str, torch.Tensor]
 
@@ -69,8 +68,7 @@ FORMAT = "privreid-ckpt-v1"
 TRAINED_PREFIX = "trained/"
 #: the payload key of the checkpoint's :func:`integrity_hash`, recorded at save and checked on load
 INTEGRITY_KEY = "integrity"
-#: the payload key of the client-memory files' hashes (client name -> ``sha256:<hex>`` of its file's bytes;
-#: absent in older checkpoints, whose memory files are then checked as before)
+#: the payload key of the client-memory files' hashes (client name -> ``sha256:<hex>`` of its file's bytes)
 MEMORY_HASHES_KEY = "client_memory_hashes"
 REQUIRED_KEYS = ("format", "method", "round", "config", "model_config", "global_state", "client_states")
 
@@ -84,8 +82,8 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
     left as it was.  The engine waits there for the client-memory files the
     checkpoint names, which are written meanwhile on another thread.
     A failed write (a full disk) raises its OSError, never torch's
-    RuntimeError (:func:`privreid.rundir.save_torch`), with ``path`` unchanged;
-    a FIFO or device at ``path`` is refused (:class:`privreid.rundir.OutputError`).
+    RuntimeError (:func:`privreid.io.save_torch`), with ``path`` unchanged;
+    a FIFO or device at ``path`` is refused (:class:`privreid.io.OutputError`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +101,7 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
-                    client_memory: bool = True) -> dict[str, Any]:
+                    client_memory: bool = True, check_memory: bool | None = None) -> dict[str, Any]:
     """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
 
     Every field is checked (:func:`check_fields`).  The client memories kept
@@ -111,12 +109,16 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     checkpoint recorded (``client_memory_hashes``) and read into
     ``client_memory``, and ``client_memory_files`` is dropped, so the result
     saved anywhere with :func:`save_checkpoint` is a complete checkpoint.
-    ``client_memory=False`` leaves them unread and unhashed (the engine
-    resumes them lazily, after ``--resume`` has loaded the checkpoint whole
-    once: :func:`privreid.federated.resume.check_resumable`) and keeps
-    ``client_memory_hashes``.
+    ``client_memory=False`` leaves them out of the result and keeps
+    ``client_memory_hashes``; ``check_memory`` (default: ``client_memory``)
+    whether they are hashed and read all the same (``--resume`` checks them
+    up front and the engine reads them lazily:
+    :func:`privreid.federated.resume.resume_checkpoint`).  A checkpoint
+    without its integrity hash, or naming memory files without their hashes
+    (written by an earlier development version), is refused as incomplete.
     """
-    return check_checkpoint(read_torch_file(path, map_location), path, client_memory=client_memory)
+    return check_checkpoint(read_torch_file(path, map_location), path, client_memory=client_memory,
+                            check_memory=check_memory)
 
 
 def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
@@ -154,7 +156,8 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
     return ckpt
 
 
-def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool = True) -> dict[str, Any]:
+def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool = True,
+                     check_memory: bool | None = None) -> dict[str, Any]:
     """``ckpt``, read from ``path`` by :func:`read_torch_file`, validated as :func:`load_checkpoint` does."""
     path = Path(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -162,19 +165,25 @@ def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool 
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
-    recorded = ckpt.pop(INTEGRITY_KEY, None)  # absent in checkpoints from before the hash
-    if recorded is not None and recorded != integrity_hash(ckpt):
+    files = ckpt.get("client_memory_files")
+    missing = [k for k in (INTEGRITY_KEY, *([MEMORY_HASHES_KEY] if files is not None else [])) if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
+    if ckpt.pop(INTEGRITY_KEY) != integrity_hash(ckpt):
         raise CheckpointError(f"{path} is corrupted (integrity hash mismatch); restore it from a copy or "
                               "train again")
     check_fields(ckpt, path)  # the hash detects accidents, not edits: anyone can recompute it
-    files = ckpt.get("client_memory_files")
-    hashes = ckpt.pop(MEMORY_HASHES_KEY, None) or {}
-    if files is not None:
-        _check_client_memories(path, ckpt["round"], files, hashes if client_memory else {})
-    if client_memory and files is not None:
-        # read inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
-        ckpt["client_memory"] = _read_client_memories(path, ckpt["round"], ckpt.pop("client_memory_files"))
-    elif files is not None:
+    if files is None:
+        return ckpt
+    hashes = ckpt.pop(MEMORY_HASHES_KEY)
+    check = client_memory if check_memory is None else check_memory
+    _check_client_memories(path, ckpt["round"], files, hashes, hash_files=check)
+    memories = _read_client_memories(path, ckpt["round"], files) if check else None  # mapped, not read
+    if client_memory:
+        # inline, so the returned dict is self-contained: saving it elsewhere writes a whole checkpoint
+        ckpt["client_memory"] = memories
+        del ckpt["client_memory_files"]
+    else:
         ckpt[MEMORY_HASHES_KEY] = hashes
     return ckpt
 
@@ -211,7 +220,7 @@ FIELD_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "client_memory_hashes": ("a mapping of client names to sha256 hashes",
                              _by_client(lambda v: isinstance(v, str) and v.startswith("sha256:"))),
     "has_global_model": ("true or false", lambda v: isinstance(v, bool)),
-    "observer_state": ("a mapping", lambda v: v is None or isinstance(v, dict)),
+    "observer_state": ("a mapping", lambda v: isinstance(v, dict)),
     "audit_holdout": ("a mapping", lambda v: isinstance(v, dict)),
     "metrics": ("a list of records", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v)),
     "comm": ("a list of records", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v)),
@@ -306,20 +315,20 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None],
-                           hashes: dict[str, str]) -> None:
+def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None], hashes: dict[str, str], *,
+                           hash_files: bool) -> None:
     """Refuse, in one line naming the file and the round, a client-memory file the checkpoint at ``path`` names
     that lies outside its run, is missing or not a regular file, would import an unsafe global, is not the
     file the checkpoint recorded (its sha256 in ``hashes``, by client: a flipped byte, a truncated or swapped
     file), or is not a whole torch file.
 
-    Without ``hashes`` this is cheap (a zip directory and a small pickle per
-    file, no tensor data); with them, every file is read once.  Either way
+    Without ``hash_files`` this is cheap (a zip directory and a small pickle
+    per file, no tensor data); with it, every file is read once.  Either way
     ``--resume`` is refused before its first round rather than when it reaches the client.
     """
     import zipfile
 
-    from privreid.federated.memory_store import MEMORY_DIR, file_sha256, is_memory_file_of, memory_file_path
+    from privreid.rundir import MEMORY_DIR, is_memory_file_of, memory_file_path
     from privreid.pickle_scan import unsafe_global
 
     for name, file in files.items():
@@ -327,7 +336,7 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
             continue
         memory = memory_file_path(path.parent / MEMORY_DIR, file)
         kept = f"{path} (round {round_no}) keeps client {name}'s memory in {memory}"
-        if name in hashes and not is_memory_file_of(file, name, round_no):  # checkpoints with hashes name files so
+        if not is_memory_file_of(file, name, round_no):
             raise CheckpointError(f"{kept}, which is not that client's file of a round up to {round_no} (the "
                                   "checkpoint was edited); restore it from a copy")
         if not memory.exists():
@@ -339,7 +348,7 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
         if found is not None:
             raise CheckpointError(f"refusing to load {memory} (client {name}'s memory of round {round_no}): it "
                                   f"contains the global {found}, which a memory never holds (nothing was executed)")
-        if name in hashes and file_sha256(memory) != hashes[name]:
+        if hash_files and file_sha256(memory) != hashes.get(name):
             raise CheckpointError(f"{kept}, whose bytes are not those the checkpoint recorded (changed, truncated "
                                   "or another client's file); restore it from a copy")
         if not zipfile.is_zipfile(memory):
@@ -348,7 +357,7 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
 
 def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
     """The memories :func:`_check_client_memories` passed, read; a file that still fails to load: one line."""
-    from privreid.federated.memory_store import MEMORY_DIR, load_memory_file
+    from privreid.rundir import MEMORY_DIR
 
     out = {}
     for name, file in files.items():
@@ -364,6 +373,37 @@ def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None
             raise CheckpointError(f"{path} (round {round_no}) keeps client {name}'s memory in {memory}, which is "
                                   f"not readable ({type(exc).__name__}); restore it from a copy") from exc
     return out
+
+
+def load_memory_file(path: Path) -> dict[str, Any]:
+    """One client memory written by :class:`ClientMemories` (plain tensors and containers only).
+
+    The tensors are mapped from the file, not read (``mmap=True``): an
+    entry is read from disk only when it is used, so a memory whose entries
+    are replaced (FedPav's trained copy, every round) costs no read.  The
+    mapping is private: writing to a loaded tensor changes this process's
+    copy, never the file, which an earlier checkpoint may still name.
+    """
+    from privreid.pickle_scan import safe_torch_load
+
+    memory = safe_torch_load(path, map_location="cpu", mmap=True)
+    if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):
+        raise CheckpointError(f"{path} is not a client memory privreid wrote (a memory is a mapping of names to "
+                              f"values; got {type(memory).__name__}); restore it from a copy")
+    trained = next((k for k, v in memory.items() if k.startswith("trained/") and not isinstance(v, torch.Tensor)),
+                   None)
+    if trained is not None:
+        raise CheckpointError(f"{path} is not a client memory privreid wrote ({trained} must be a tensor, got "
+                              f"{type(memory[trained]).__name__}); restore it from a copy")
+    return memory
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of the bytes of the file at ``path`` (what a checkpoint records of each memory file)."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str, torch.Tensor],
@@ -385,9 +425,9 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
 class Checkpoint:
     """A privreid checkpoint, loaded: what a run saved after its last completed round.
 
-    The fields are the checkpoint's keys (module docstring); keys an older
-    checkpoint lacks take the defaults below (``has_global_model=True``, no
-    server state, no observer state ...), so every reader sees one shape.
+    The fields are the checkpoint's keys (module docstring); keys a
+    hand-made dict (:meth:`from_dict`) lacks take the defaults below
+    (``has_global_model=True``, no server state ...), so every reader sees one shape.
     ``client_memory_files`` is set only when the memories were left unread
     (``Checkpoint.load(..., client_memory=False)``); ``initial_local_state``
     is ``None`` for methods that keep no per-client state of clients that
@@ -409,11 +449,11 @@ class Checkpoint:
     server_client_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     client_memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     client_memory_files: dict[str, str | None] | None = None
-    #: client name -> the sha256 of its memory file (with :attr:`client_memory_files`; empty in older checkpoints)
+    #: client name -> the sha256 of its memory file (with :attr:`client_memory_files`)
     client_memory_hashes: dict[str, str] = field(default_factory=dict)
     initial_local_state: StateDict | None = None
     client_classes: dict[str, int] = field(default_factory=dict)
-    observer_state: dict[str, Any] | None = None  #: ``None``: a checkpoint from before observers kept state
+    observer_state: dict[str, Any] = field(default_factory=dict)
     audit_holdout: dict[str, list] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     comm: list[dict[str, int]] = field(default_factory=list)
@@ -423,14 +463,16 @@ class Checkpoint:
     other: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, client_memory: bool = True,
+    def load(cls, path: str | os.PathLike, *, client_memory: bool = True, check_memory: bool | None = None,
              map_location: str | torch.device = "cpu") -> Checkpoint:
         """Load and validate the checkpoint at ``path``; :class:`CheckpointError` (one line) otherwise.
 
         ``client_memory=False`` leaves memories kept in files unread
-        (:attr:`client_memory_files`): the engine resumes them lazily.
+        (:attr:`client_memory_files`): the engine resumes them lazily
+        (``check_memory``: :func:`load_checkpoint`).
         """
-        return cls.from_dict(load_checkpoint(path, map_location, client_memory=client_memory), path=Path(path))
+        return cls.from_dict(load_checkpoint(path, map_location, client_memory=client_memory,
+                                             check_memory=check_memory), path=Path(path))
 
     @classmethod
     def from_dict(cls, ckpt: dict[str, Any], *, path: str | os.PathLike | None = None) -> Checkpoint:

@@ -65,7 +65,7 @@ from privreid.dependencies import require
 from privreid.errors import ConfigError
 from privreid.models import ReIDModel
 from privreid.models.reid_net import CLASSIFIER_PREFIX
-from privreid.rundir import save_torch_atomic, write_file_atomically
+from privreid.io import save_torch_atomic, write_file_atomically
 
 FORMATS = ("state-dict", "torchreid", "onnx")
 #: largest |onnxruntime - torch| accepted, relative to the largest |feature| (float32 round-off of a ResNet)

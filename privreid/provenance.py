@@ -1,7 +1,7 @@
 """Provenance of a run directory: ``config.yaml``, ``env.json``, ``log.txt``, and metric mirrors.
 
 Every command that writes a run directory records, through
-:func:`privreid.rundir.open_run`:
+:func:`open_run` (the run directory's checks and lock: :mod:`privreid.rundir`):
 
 * ``config.yaml``: the fully resolved configuration.  For ``privreid
   train`` it is a preset (option names as keys, :func:`train_preset`) that
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from privreid import __version__
+from privreid.rundir import (PROVENANCE_FILES, OutputError, RunFiles, RunLock, check_no_links, check_output_dir,
+                             check_run_kind, os_error_message, remove_orphaned_temporaries)
 
-#: role -> file name, as ``summary.json``'s ``files`` block names them
-PROVENANCE_FILES = {"config": "config.yaml", "environment": "env.json", "log": "log.txt"}
 #: distributions whose versions env.json records (absent ones are ``null``)
 PACKAGES = ("torch", "torchvision", "opacus", "flwr", "kornia", "torchattacks", "numpy", "tensorboard", "wandb")
 #: ``privreid train`` options that say where and how to run, not what: left out of the train preset
@@ -198,7 +198,7 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    from privreid.rundir import write_text_atomic
+    from privreid.io import write_text_atomic
 
     env = {"kind": command, **environment(device=device, seed=seed)}  # the run's kind: privreid.rundir.run_kind
     if resumed:
@@ -222,6 +222,56 @@ def _previous_environments(path: Path) -> list[dict[str, Any]]:
 def provenance_files(out: Path) -> dict[str, str]:
     """role -> path of each provenance file present in ``out`` (for ``summary.json``)."""
     return {role: str(out / name) for role, name in PROVENANCE_FILES.items() if (out / name).exists()}
+
+
+# --------------------------------------------------------------------------- the context of every run
+@contextmanager
+def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config: dict[str, Any] | None = None,
+             device: str | None = None, seed: int | None = None, prepare=None, resumed: bool = False
+             ) -> Iterator[Path]:
+    """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
+
+    ``config`` is what ``config.yaml`` holds (default: the parameters of the
+    running click command, :func:`command_config`); ``prepare(out)`` runs
+    under the lock before anything is written (e.g.
+    :func:`privreid.rundir.prepare_out_dir`); ``resumed`` keeps the earlier
+    environments in ``env.json`` (:func:`write_provenance`) and continues
+    ``log.txt`` after a separator line naming the resume (:func:`run_log`).
+    The steps are :mod:`privreid.rundir`'s (module docstring).
+
+    A refused command leaves ``out`` as it found it: if the block fails
+    before anything but the provenance changed in ``out`` (a bad argument,
+    a missing checkpoint), the provenance files get their old bytes back
+    (or are removed), the empty folders it made are removed, and so is
+    ``out`` itself if it was created here.
+    """
+    out = check_output_dir(out)
+    check_run_kind(out, command)
+    check_no_links(out)
+    created = not out.exists()
+    run_lock, failed = None, True
+    before = RunFiles(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if lock:
+            run_lock = RunLock(out).acquire()
+            remove_orphaned_temporaries(out)
+            before = RunFiles(out)
+        if prepare is not None:
+            prepare(out)
+        write_provenance(out, command, config=config, device=device, seed=seed, resumed=resumed)
+        with run_log(out, resumed=resumed):
+            yield out
+        failed = False
+    except BrokenPipeError:  # stdout's reader left: not a fault of the run directory (commands.common.run_or_exit)
+        raise
+    except OSError as exc:
+        raise OutputError(os_error_message(exc)) from exc
+    finally:
+        if failed and out.is_dir() and RunFiles(out).work == before.work:
+            before.restore(out, remove_dir=created)
+        if run_lock is not None:
+            run_lock.release()
 
 
 # --------------------------------------------------------------------------- log.txt
@@ -427,6 +477,6 @@ def check_logger(kind: str) -> None:
 def record_models(out: Path, models: list) -> None:
     """``out/models.json``: what each model of an evaluation is (a privreid checkpoint's method and round, or a
     file from elsewhere's load report: kind, mapped and ignored keys, input settings)."""
-    from privreid.rundir import write_text_atomic
+    from privreid.io import write_text_atomic
 
     write_text_atomic(out / "models.json", json.dumps([m.provenance() for m in models], indent=2) + "\n")

@@ -22,7 +22,7 @@ from privreid.federated.registry import Method
 def run_plan(config: RunConfig, method: Method, federation: Federation | None = None,
              datasets: dict[str, str] | None = None) -> dict[str, Any]:
     """``{"config", "lr_schedule", "lr", "evaluation", "deviations"}`` of ``config`` (validated first), training
-    ``method`` (:func:`privreid.training.compose.method_of`).
+    ``method`` (:func:`privreid.composition.method_of`).
 
     ``lr`` maps each parameter group to its rate in every round (at the
     round's first step).  ``evaluation`` holds the run's ranking settings

@@ -2,7 +2,7 @@
 
 Every command that writes a run directory (``train``, ``attack``, ``invert``,
 ``audit``, ``compare --suite``, ``sweep``, ``reproduce``) enters
-:func:`open_run`, which
+:func:`privreid.provenance.open_run`, which
 
 1. checks that the directory can be written (not a file, no file on the
    way, a writable parent; :func:`check_output_dir`) before anything is
@@ -18,31 +18,14 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    ``env.json``) and mirrors what is printed to ``log.txt``;
 5. on a failure before any work was written (a refusal), puts the
    directory back as it was: the provenance files' old bytes, and no
-   directory at all if it created it.
+   directory at all if it created it (:class:`RunFiles`).
+
+This module holds the steps and the run's own files (:data:`RUN_FILES`,
+:data:`PROVENANCE_FILES`, the client-memory files and
+:func:`prepare_out_dir`); :mod:`privreid.provenance` composes them.
 
 Files that are not directories (``eval --json``, ``compare --markdown``) are
-checked with :func:`check_output_file`.
-
-Every output file (checkpoints, client-memory files, exports, reports, JSON,
-tables, figures, caches) goes through :func:`write_file_atomically` (or its
-shorthands :func:`write_text_atomic`, :func:`write_json_atomic`,
-:func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader
-ever sees a half-written or 0-byte file and a failed write (a full disk)
-leaves the old file as it was.  ``torch.save`` is called through
-:func:`save_torch`, which raises a failed write as its OSError (a full disk is
-then one line, :func:`os_error_message`).  A rename never replaces what is not
-a regular file:
-
-* an existing FIFO or character device at the path is written *through*
-  (opened and written, no rename), as ``cmd > fifo`` would, for outputs a
-  stream can carry (reports, JSON, tables, figures, state-dict exports);
-* outputs that must be a file (checkpoints, client-memory files, ONNX, which
-  is read back after writing, the SecAgg+ site state) refuse a FIFO or device
-  in one line (``stream=False``);
-* a directory, a block device or a socket at the path is always refused.
-
-Files get the umask's permissions, like every run file; only secrets (the
-SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600.
+checked with :func:`check_output_file`.  Every file is written atomically (:mod:`privreid.io`).
 """
 
 from __future__ import annotations
@@ -51,20 +34,14 @@ import errno
 import fcntl
 import json
 import os
-import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import re
 from pathlib import Path
-from typing import Any
 
-from privreid.errors import ConfigError, PrivreidError
+from privreid.errors import CheckpointError, ConfigError
+from privreid.io import OutputError, write_file_atomically
 
 #: the lock file a run holds in its directory while it writes
 LOCK_FILE = ".privreid.lock"
-
-
-class OutputError(PrivreidError):
-    """An output path cannot be written (a file in the way, read-only, disk full ...)."""
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -179,61 +156,108 @@ def remove_orphaned_temporaries(directory: Path) -> list[Path]:
     return removed
 
 
-# --------------------------------------------------------------------------- the context of every run
-@contextmanager
-def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config: dict[str, Any] | None = None,
-             device: str | None = None, seed: int | None = None, prepare=None, resumed: bool = False
-             ) -> Iterator[Path]:
-    """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
-
-    ``config`` is what ``config.yaml`` holds (default: the parameters of the
-    running click command, :func:`privreid.provenance.command_config`);
-    ``prepare(out)`` runs under the lock before anything is written (e.g.
-    :func:`privreid.federated.engine.prepare_out_dir`); ``resumed`` keeps the
-    earlier environments in ``env.json`` (:func:`privreid.provenance.write_provenance`) and continues
-    ``log.txt`` after a separator line naming the resume (:func:`privreid.provenance.run_log`).
-
-    A refused command leaves ``out`` as it found it: if the block fails
-    before anything but the provenance changed in ``out`` (a bad argument,
-    a missing checkpoint), the provenance files get their old bytes back
-    (or are removed), the empty folders it made are removed, and so is
-    ``out`` itself if it was created here.
-    """
-    from privreid import provenance
-
-    out = check_output_dir(out)
-    check_run_kind(out, command)
-    check_no_links(out)
-    created = not out.exists()
-    run_lock, failed = None, True
-    before = _RunFiles(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if lock:
-            run_lock = RunLock(out).acquire()
-            remove_orphaned_temporaries(out)
-            before = _RunFiles(out)
-        if prepare is not None:
-            prepare(out)
-        provenance.write_provenance(out, command, config=config, device=device, seed=seed, resumed=resumed)
-        with provenance.run_log(out, resumed=resumed):
-            yield out
-        failed = False
-    except BrokenPipeError:  # stdout's reader left: not a fault of the run directory (commands.common.run_or_exit)
-        raise
-    except OSError as exc:
-        raise OutputError(os_error_message(exc)) from exc
-    finally:
-        if failed and out.is_dir() and _RunFiles(out).work == before.work:
-            before.restore(out, remove_dir=created)
-        if run_lock is not None:
-            run_lock.release()
-
-
 #: the files a training run writes besides its provenance (``--overwrite`` replaces them; no other writer may)
 RUN_FILES = ("ckpt.pt", "metrics.jsonl", "summary.json")
-#: the folder of a run's client memories (:data:`privreid.federated.memory_store.MEMORY_DIR`)
-_MEMORY_DIR = "client_memory"
+#: a run's provenance files (:mod:`privreid.provenance`), by role
+PROVENANCE_FILES = {"config": "config.yaml", "environment": "env.json", "log": "log.txt"}
+
+
+# --------------------------------------------------------------------------- client-memory files
+#: the folder under the run directory that holds the client memories
+MEMORY_DIR = "client_memory"
+
+
+def memory_file_name(client: str, round_no: int) -> str:
+    """The file of ``client``'s memory changed in round ``round_no``: ``<client>.r<round>.pt``.
+
+    The name is percent-encoded (:func:`urllib.parse.quote` with nothing
+    kept but ``A-Za-z0-9_.-~``), which is injective: "site a", "site_a" and
+    "site/a" get ``site%20a``, ``site_a`` and ``site%2Fa``, and non-ASCII
+    names their UTF-8 bytes, so no two clients share a file and a name
+    never leaves the folder.
+    """
+    from urllib.parse import quote
+
+    return f"{quote(client, safe='')}.r{round_no}.pt"
+
+
+#: the names privreid writes in ``client_memory/``: :func:`memory_file_name`'s, and their temporary siblings
+MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
+
+
+def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
+    """Whether ``file`` is :func:`memory_file_name`'s name for ``client`` in a round ``1..up_to_round``."""
+    from urllib.parse import quote
+
+    stem, sep, rest = file.rpartition(".r")
+    number = rest.removesuffix(".pt")
+    return (bool(sep) and stem == quote(client, safe="") and rest.endswith(".pt") and number.isascii()
+            and number.isdigit() and 1 <= int(number) <= up_to_round)
+
+
+def own_memory_files(directory: Path) -> list[Path]:
+    """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
+    :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
+    symbolic link), so that nothing else is ever deleted."""
+    directory = Path(directory)
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise ConfigError(f"{directory} is not the folder privreid writes client memories to (a link or a file); "
+                          "nothing was deleted: move it out first")
+    if not directory.is_dir():
+        return []
+    own = []
+    for path in sorted(directory.iterdir()):
+        if path.is_symlink() or not path.is_file() or not MEMORY_FILE_NAMES.fullmatch(path.name):
+            raise ConfigError(f"{directory} holds {path.name}, which privreid did not write; --overwrite deletes "
+                              "only the run's own files: move it out first")
+        own.append(path)
+    return own
+
+
+def memory_file_path(directory: Path, file: object) -> Path:
+    """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a
+    plain file name that stays inside ``directory`` once symlinks and ``..`` are resolved (nothing outside the
+    run directory is ever read)."""
+    directory = Path(directory)
+    if not isinstance(file, str) or not file:
+        raise CheckpointError(f"the checkpoint names a client-memory file {file!r}, which is not a file name")
+    path = directory / file
+    if not path.resolve().is_relative_to(directory.resolve()) or path.resolve() == directory.resolve():
+        raise CheckpointError(f"refusing to read client-memory file {file!r}: it lies outside {directory} "
+                              "(a checkpoint names only files of its own run)")
+    return path
+
+
+def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
+    """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
+
+    A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
+    ``ckpt.pt``: ``train --resume`` starts it from round 0
+    (:func:`privreid.federated.resume.resume_checkpoint`), and this refusal
+    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
+    and the client-memory files (:func:`own_memory_files`), and refuses,
+    naming it, anything else in ``client_memory/``.
+    """
+    existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
+    has_ckpt = (out_dir / "ckpt.pt").exists()
+    if resume:
+        if not has_ckpt:
+            raise ConfigError(f"--resume: {out_dir} holds a run that stopped before its first checkpoint "
+                              f"({', '.join(existing)}); start it again with --overwrite" if existing else
+                              f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
+        return
+    if existing and not overwrite:
+        hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
+                "it stopped before its first checkpoint; pass --resume to start it from round 0 (nothing was "
+                "done yet) or --overwrite")
+        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
+    memories = own_memory_files(out_dir / MEMORY_DIR) if overwrite else []
+    for f in existing:
+        (out_dir / f).unlink()
+    for path in memories:
+        path.unlink()
+    if memories and not any((out_dir / MEMORY_DIR).iterdir()):
+        (out_dir / MEMORY_DIR).rmdir()
 
 
 def check_no_links(out: Path) -> None:
@@ -243,10 +267,10 @@ def check_no_links(out: Path) -> None:
     out = Path(out)
     if not out.is_dir():
         return
-    link = next((p for folder in (out, out / _MEMORY_DIR) if folder.is_dir() and not folder.is_symlink()
+    link = next((p for folder in (out, out / MEMORY_DIR) if folder.is_dir() and not folder.is_symlink()
                  for p in sorted(folder.iterdir()) if p.is_symlink()), None)
-    if link is None and (out / _MEMORY_DIR).is_symlink():
-        link = out / _MEMORY_DIR
+    if link is None and (out / MEMORY_DIR).is_symlink():
+        link = out / MEMORY_DIR
     if link is not None:
         raise OutputError(f"{link} is a symbolic link; privreid never writes through a link in a run directory "
                           "(it may point outside the run): replace it with the file itself or choose another --out")
@@ -256,15 +280,13 @@ def check_not_a_run_file(path: Path, option: str = "--out", *, source: Path | No
     """Refuse, in one line, an output file ``path`` that is ``source`` itself or a file a run wrote and reads back
     (its checkpoint, metrics, summary, provenance, lock or client memories): a writer such as ``export`` never
     replaces a run's own files, ``--overwrite`` or not."""
-    from privreid.provenance import PROVENANCE_FILES
-
     path = Path(path)
     if source is not None and path.exists() and Path(source).exists() and os.path.samefile(path, source):
         raise OutputError(f"{option} {path} is the input file itself; give another file name")
     parent = path.absolute().parent
     own = {*RUN_FILES, *PROVENANCE_FILES.values(), LOCK_FILE}
     in_run = (path.name in own and run_kind(parent) is not None) or (
-        parent.name == _MEMORY_DIR and run_kind(parent.parent) is not None)
+        parent.name == MEMORY_DIR and run_kind(parent.parent) is not None)
     if in_run:
         run = parent if path.name in own else parent.parent
         raise OutputError(f"{option} {path} is one of the files of the run in {run}; privreid never replaces them: "
@@ -278,10 +300,6 @@ _KIND_FILES = {"train": ("ckpt.pt", "metrics.jsonl"), "sweep": ("sweep.csv",)}
 def run_kind(out: Path) -> str | None:
     """The command whose output ``out`` holds (``train``, ``sweep``, ``attack`` ...): the ``kind`` its
     ``env.json`` records, else (older runs) the one its files show; ``None`` for a directory that holds neither."""
-    import json
-
-    from privreid.provenance import PROVENANCE_FILES
-
     env = Path(out) / PROVENANCE_FILES["environment"]
     try:
         kind = json.loads(env.read_text()).get("kind") if env.is_file() else None
@@ -301,12 +319,10 @@ def check_run_kind(out: Path, command: str) -> None:
                           "written: choose another --out")
 
 
-class _RunFiles:
+class RunFiles:
     """What a run directory holds: the bytes of its provenance files, and the size and time of every other file."""
 
     def __init__(self, out: Path):
-        from privreid.provenance import PROVENANCE_FILES
-
         self.provenance = {name: _read_or_none(out / name) for name in PROVENANCE_FILES.values()}
         self.folders: set[Path] = set()
         self.work: dict[str, tuple[int, int]] = {}
@@ -337,96 +353,3 @@ class _RunFiles:
 
 def _read_or_none(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
-
-
-#: kinds of non-regular file, by ``stat.S_IFMT``, a writer refuses
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
-#: non-regular files a stream can be written through to
-_STREAMS = (stat.S_IFIFO, stat.S_IFCHR)
-
-
-def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
-    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``
-    (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
-
-    No reader ever sees a half-written ``path``, and a ``write`` that raises
-    leaves neither a temporary file nor a changed ``path`` behind.  An
-    existing FIFO or character device at ``path`` is never replaced: it is
-    written through (``write(path)``), or refused with :class:`OutputError`
-    if ``stream=False``; any other non-regular file is refused (module docstring).
-    """
-    path = Path(path)
-    try:
-        kind = stat.S_IFMT(path.stat().st_mode)
-    except (FileNotFoundError, NotADirectoryError):
-        kind = stat.S_IFREG
-    if kind != stat.S_IFREG:
-        if not (stream and kind in _STREAMS):
-            raise OutputError(f"{path} is {_KINDS.get(kind, 'not a regular file')}; give the path of a "
-                              "regular file (it is never replaced)")
-        write(path)
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file (never half-written, never a 0-byte file)."""
-    write_file_atomically(Path(path), lambda tmp: tmp.write_text(text))
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as sorted, indented JSON to ``path`` through a temporary file (never half-written)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
-
-
-class _WriteRecorder:
-    """A binary file for ``torch.save`` that keeps the OSError its ``write`` raised (see :func:`save_torch`)."""
-
-    def __init__(self, fh):
-        self.fh, self.error = fh, None
-
-    def write(self, data) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def save_torch(obj: Any, path: Path, *, sync: bool = False) -> None:
-    """``torch.save(obj)`` to ``path`` (``sync``: then ``fsync``); a failed write raises its OSError.
-
-    ``torch.save`` reports most failed writes (a full disk) as a
-    ``RuntimeError`` ("unexpected pos ...") that names no errno, which the
-    one-line handler of OS errors would miss.  The file is written through
-    :class:`_WriteRecorder`, so exactly the RuntimeErrors that follow a
-    failed write become that write's OSError; any other RuntimeError is raised as it is.
-    """
-    import torch
-
-    with open(path, "wb") as fh:
-        recorder = _WriteRecorder(fh)
-        try:
-            torch.save(obj, recorder)
-        except RuntimeError as exc:
-            if recorder.error is None:
-                raise
-            raise recorder.error from exc
-        fh.flush()
-        if sync:
-            os.fsync(fh.fileno())
-
-
-def save_torch_atomic(obj: Any, path: Path, *, stream: bool = True) -> None:
-    """:func:`save_torch` through :func:`write_file_atomically`."""
-    write_file_atomically(Path(path), lambda tmp: save_torch(obj, tmp), stream=stream)

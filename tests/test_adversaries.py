@@ -14,11 +14,12 @@ from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import DataVolumeAverage
 from privreid.registry import BUILT_IN
+from privreid.composition import build_run
 
 
 def _round_uploads(cfg, tmp_path, monkeypatch):
     rounds = spy_on_uploads(monkeypatch, DataVolumeAverage)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
     engine.run()
     return engine, {up.client: up for up in rounds[0]}
 

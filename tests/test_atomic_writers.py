@@ -23,10 +23,10 @@ from badinput import full_disk
 
 from privreid.checkpoint import load_checkpoint, save_checkpoint
 from privreid.export import export_model
-from privreid.federated.memory_store import load_memory_file, save_memory_file
+from privreid.checkpoint import load_memory_file
+from privreid.federated.memory_store import save_memory_file
 from privreid.models import build_model
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.rundir import OutputError, save_torch, write_file_atomically, write_json_atomic, write_text_atomic
+from privreid.io import OutputError, save_figure, save_torch, write_csv_rows, write_file_atomically, write_json_atomic, write_text_atomic
 from privreid.config import RunConfig
 
 

@@ -16,6 +16,7 @@ from privreid.data.formats import read_image
 from privreid.data.transforms import build_transforms, tensor_pipeline
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
+from privreid.composition import build_run
 
 
 def _decoded(path: str, height: int = 32, width: int = 16) -> torch.Tensor:
@@ -94,7 +95,7 @@ def test_backdoor_stamps_a_fraction_relabelled_to_one_extra_class(goal, tiny_syn
 
 def test_a_backdoor_run_records_the_trigger_and_its_target(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1, adversary={"name": "dba", "malicious": 2, "size": 4})
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
     engine.run()
     record = json.loads((tmp_path / "summary.json").read_text())["adversary"]
     names = [c.name for c in engine.clients]

@@ -17,7 +17,7 @@ import torch
 from badinput import BadInput, check_refused, run_cli, substitute
 from conftest import TINY_TRAIN
 from privreid.checkpoint import load_checkpoint
-from privreid.federated.memory_store import MEMORY_DIR
+from privreid.rundir import MEMORY_DIR
 
 TRAIN = ("train", "--data", "{synth}", "--test-domains", "synthC", "--method", "fedpav", "--rounds", "2",
          *TINY_TRAIN)

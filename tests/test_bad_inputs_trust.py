@@ -11,7 +11,7 @@ import torch
 
 from badinput import BadInput, check_refused
 from privreid.checkpoint import load_checkpoint, save_checkpoint
-from privreid.federated.memory_store import MEMORY_DIR
+from privreid.rundir import MEMORY_DIR
 
 
 def _edit(run: Path, change) -> None:
@@ -161,7 +161,7 @@ def _swap_memory(tmp: Path) -> None:
 def _rewrite_memory(content):
     """synthA's memory file replaced by ``content``, and the hash the checkpoint records of it recomputed."""
     def setup(tmp: Path) -> None:
-        from privreid.federated.memory_store import file_sha256
+        from privreid.checkpoint import file_sha256
 
         path = _memory_of(tmp, "synthA")
         torch.save(content, path)
@@ -205,7 +205,7 @@ def test_edited_checkpoints_and_memories_are_refused_before_anything_is_written(
 
 
 def test_the_checkpoint_records_the_hash_of_each_memory_file(finished_run):
-    from privreid.federated.memory_store import file_sha256
+    from privreid.checkpoint import file_sha256
 
     raw = load_checkpoint(finished_run / "ckpt.pt", client_memory=False)
     files = {name: f for name, f in raw["client_memory_files"].items() if f}

@@ -21,6 +21,7 @@ from privreid.models import NORM_TYPES, build_model
 from privreid.seeding import seed_everything
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 BASELINES = ("fedavg", "fedprox", "fedbn", "moon")
 
@@ -90,7 +91,7 @@ def test_fedavg_is_bit_identical_to_fedpav(tiny_synth, fed, tmp_path):
     states = {}
     for name in ("fedavg", "fedpav"):
         cfg = tiny_config(tiny_synth, method=name, rounds=1, eval_every=100)
-        FederatedEngine(cfg, fed, tmp_path / name, progress=False).run()
+        FederatedEngine(cfg, fed, tmp_path / name, progress=False, build=build_run).run()
         states[name] = load_checkpoint(tmp_path / name / "ckpt.pt")["global_state"]
     a, b = states["fedavg"], states["fedpav"]
     model = load_model(tmp_path / "fedavg" / "ckpt.pt")  # the checkpoint gives the global model
@@ -171,7 +172,7 @@ class UploadSpy:
 @pytest.fixture(scope="module")
 def fedbn_run(tiny_synth, fed, tmp_path_factory):
     out = tmp_path_factory.mktemp("fedbn")
-    engine = FederatedEngine(tiny_config(tiny_synth, method="fedbn", rounds=2), fed, out, progress=False)
+    engine = FederatedEngine(tiny_config(tiny_synth, method="fedbn", rounds=2), fed, out, progress=False, build=build_run)
     spy = engine.strategy = UploadSpy(engine.strategy)
     summary = engine.run()
     return engine, spy, summary, load_checkpoint(out / "ckpt.pt")
@@ -348,7 +349,7 @@ def test_moon_first_round_is_fedpav_then_the_term_applies(tiny_synth, fed):
 @pytest.mark.parametrize("method", ["fedprox", "moon"])  # fedavg: above; fedbn: its fixture
 def test_trains_end_to_end_and_checkpoint_loads(method, tiny_synth, fed, tmp_path):
     cfg = tiny_config(tiny_synth, method=method, rounds=2, eval_every=2)
-    summary = FederatedEngine(cfg, fed, tmp_path, progress=False).run()
+    summary = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run).run()
     assert summary["method"] == method and 0.0 <= summary["global_unseen"]["rank1"] <= 1.0
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     model = load_model(ckpt)

@@ -4,7 +4,8 @@ import pytest
 
 from privreid.evaluation.metric_registry import summary_keys
 from privreid.federated.best import best_block, round_scores, select_rounds
-from privreid.training.compose import method_of
+from privreid.composition import method_of
+from privreid.composition import build_run
 
 
 def rec(round_no, split, testset, rank1, mAP, scope="global"):
@@ -79,7 +80,7 @@ def test_summary_json_carries_best_and_deviations(tiny_synth, tmp_path):
     from conftest import tiny_config
 
     cfg = tiny_config(tiny_synth, rounds=3, eval_every=1, report_best=2, max_steps_per_epoch=1)
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run).run()
     summary = json.loads((tmp_path / "summary.json").read_text())
     metrics = load_checkpoint(tmp_path / "ckpt.pt")["metrics"]
     scores = round_scores(metrics)
@@ -103,7 +104,7 @@ def test_training_evaluations_rank_with_the_runs_metric_and_summary_says_which(t
 
     cfg = tiny_config(tiny_synth, rounds=1, eval_metric="cosine", eval_flip=True, eval_ap="devkit")
     federation = federation_for_config(cfg)
-    engine = FederatedEngine(cfg, federation, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation, tmp_path, progress=False, build=build_run)
     engine.run()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["evaluation"] == {"metric": "cosine", "flip": True, "ap": "devkit"}

@@ -18,6 +18,7 @@ from privreid.federated.strategy import DataVolumeAverage, Upload
 from privreid.models import build_model
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -122,7 +123,7 @@ def test_modes_wrap_the_right_hooks(tiny_synth, mode, upload, download):
 def test_beta_run_records_no_formal_guarantee(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1, beta=0.01, beta_mode="both")
     summary = FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path,
-                              progress=False).run()
+                              progress=False, build=build_run).run()
     assert summary["privacy"]["epsilon"] is None and "no formal" in summary["privacy"]["guarantee"]
 
 
@@ -130,7 +131,7 @@ def test_fedpav_at_beta_half_gives_finite_features_and_a_checkpoint(tiny_synth, 
     """Regression: noise on running_var made variances negative and features NaN (paper's beta range is [0, 1])."""
     cfg = tiny_config(tiny_synth, rounds=1, beta=0.5)  # upload (Eq. 14), the default mode
     summary = FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path,
-                              progress=False).run()
+                              progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert all((v > 0).all() for k, v in ckpt["global_state"].items() if k.endswith("running_var"))
     x = torch.rand(4, 3, 32, 16)

@@ -22,6 +22,7 @@ from privreid.evaluation.metric_registry import result_keys
 from privreid.evaluation.model_eval import NonFiniteFeaturesWarning, rank_testset
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 # one gallery of 6 items: identities 1 (cameras 0, 1, 1), 2 (camera 1), 3 (cameras 0, 2)
 G_PIDS = np.array([1, 1, 1, 2, 3, 3])
@@ -174,7 +175,7 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
     cfg = tiny_config(tiny_synth, "nan-toy", rounds=1)
     fed = federation_for_config(cfg)
     with pytest.warns(NonFiniteFeaturesWarning), pytest.raises(TrainingDiverged, match="non-finite weights"):
-        FederatedEngine(cfg, fed, tmp_path, progress=False).run()
+        FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run).run()
     assert not (tmp_path / "ckpt.pt").exists() and not (tmp_path / "summary.json").exists()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evaluated = [r for r in records if r["scope"] == "global"]
@@ -196,7 +197,7 @@ def test_summary_flags_a_test_set_whose_features_were_not_finite(tiny_synth, tmp
     from privreid.federated.engine import FederatedEngine
 
     cfg = tiny_config(tiny_synth, rounds=1)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run)
     scores = dict.fromkeys(result_keys(), 0.25)
     engine.metrics = [{"round": 1, "scope": "global", "split": "seen", "testset": "synthA", **scores},
                       {"round": 1, "scope": "global", "split": "seen", "testset": "synthB", **scores,

@@ -171,15 +171,14 @@ def test_checkpoint_round_trip_has_every_key_as_a_field(tmp_path):
         ckpt.round = 4
 
 
-def test_old_checkpoint_without_the_later_keys_loads_with_their_defaults(tmp_path):
-    """A checkpoint written before has_global_model, server_state, observer_state ... existed."""
+def test_a_checkpoint_without_the_optional_keys_loads_with_their_defaults(tmp_path):
+    """A hand-made checkpoint that names only the required keys (no has_global_model, server_state ...)."""
     model = build_model("resnet18", feat_dim=16).eval()
-    torch.save({"format": "privreid-ckpt-v1", **minimal_ckpt(model), "metrics": [], "comm": []},
-               tmp_path / "ckpt.pt")
+    save_checkpoint({**minimal_ckpt(model), "metrics": [], "comm": []}, tmp_path / "ckpt.pt")
     ckpt = Checkpoint.load(tmp_path / "ckpt.pt")
-    assert ckpt.has_global_model is True and ckpt.privreid_version is None
+    assert ckpt.has_global_model is True
     assert ckpt.server_state == {} and ckpt.global_eval_extra == {} and ckpt.server_client_state == {}
-    assert ckpt.observer_state is None and ckpt.initial_local_state is None and ckpt.audit_holdout == {}
+    assert ckpt.observer_state == {} and ckpt.initial_local_state is None and ckpt.audit_holdout == {}
     assert ckpt.client_memory == {} and ckpt.clients == ["a"] and ckpt.other == {}
     x = torch.randn(2, 3, 32, 16)
     with torch.no_grad():
@@ -249,12 +248,15 @@ def test_checkpoint_load_errors_are_one_line(tmp_path):
 
 
 def test_client_memory_files_are_read_or_left_for_the_engine(tmp_path):
-    from privreid.federated.memory_store import MEMORY_DIR
+    from privreid.checkpoint import file_sha256
+    from privreid.rundir import MEMORY_DIR
 
     model = build_model("resnet18", feat_dim=16)
     (tmp_path / MEMORY_DIR).mkdir()
     torch.save({"prev": torch.arange(3)}, tmp_path / MEMORY_DIR / "a.r1.pt")
-    save_checkpoint(minimal_ckpt(model, client_memory_files={"a": "a.r1.pt", "b": None}), tmp_path / "ckpt.pt")
+    save_checkpoint(minimal_ckpt(model, client_memory_files={"a": "a.r1.pt", "b": None},
+                                 client_memory_hashes={"a": file_sha256(tmp_path / MEMORY_DIR / "a.r1.pt")}),
+                    tmp_path / "ckpt.pt")
     lazy = Checkpoint.load(tmp_path / "ckpt.pt", client_memory=False)
     assert lazy.client_memory_files == {"a": "a.r1.pt", "b": None} and lazy.client_memory == {}
     read = Checkpoint.load(tmp_path / "ckpt.pt")

@@ -14,13 +14,14 @@ from privreid.checkpoint import INTEGRITY_KEY, Checkpoint, load_checkpoint, save
 from privreid.errors import CheckpointError
 from privreid.federated.divergence import TrainingDiverged
 from privreid.federated.engine import FederatedEngine
-from privreid.federated.memory_store import MEMORY_DIR, memory_file_name
+from privreid.rundir import MEMORY_DIR, memory_file_name
 from privreid.models import build_model
 from privreid.pickle_scan import UnsafePickle, safe_torch_load
 from privreid.config import RunConfig
 
 from conftest import tiny_config
 from test_engine import federation
+from privreid.composition import build_run
 
 
 def _run(tiny_synth, out: Path, names: tuple[str, str] | None = None, rounds: int = 1, **train) -> FederatedEngine:
@@ -29,7 +30,7 @@ def _run(tiny_synth, out: Path, names: tuple[str, str] | None = None, rounds: in
     if names is not None:
         for client, name in zip(fed.clients, names):
             client.name = name
-    engine = FederatedEngine(cfg, fed, out, progress=False)
+    engine = FederatedEngine(cfg, fed, out, progress=False, build=build_run)
     engine.run()
     return engine
 
@@ -142,7 +143,7 @@ def _small_ckpt() -> dict:
             "client_states": {}}
 
 
-def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_still_load(tmp_path):
+def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_too(tmp_path):
     path = save_checkpoint(_small_ckpt(), tmp_path / "ckpt.pt")
     assert load_checkpoint(path)[  # the hash is checked and dropped from what a reader sees
         "round"] == 1 and INTEGRITY_KEY not in load_checkpoint(path)
@@ -155,12 +156,13 @@ def test_flipped_bytes_in_tensor_data_are_refused_and_old_checkpoints_still_load
         load_checkpoint(path)
     old = tmp_path / "old.pt"
     torch.save({"format": "privreid-ckpt-v1", **_small_ckpt()}, old)  # written before the hash existed
-    assert load_checkpoint(old)["round"] == 1
+    with pytest.raises(CheckpointError, match=r"old.pt is incomplete: missing integrity$"):
+        load_checkpoint(old)
 
 
 def test_a_state_that_becomes_non_finite_stops_the_run_and_keeps_the_last_finite_checkpoint(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=2)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     update = engine.client_update
 
     def poisoned(ctx):  # the loss was finite; the weights it leaves are not
@@ -211,7 +213,7 @@ def test_memory_files_on_disk_peak_at_two_per_client_and_private_memory_writes_n
         on_disk.append(len(list(directory.glob("*.pt"))))
 
     monkeypatch.setattr(memory_store, "save_memory_file", counting)
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run)
     engine.run()
     n = len(fed.clients)
     assert n >= 3

@@ -24,6 +24,7 @@ from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 
 def test_clipping_bounds_the_joint_update_norm_and_keeps_its_direction():
@@ -132,7 +133,7 @@ def test_client_dp_trains_and_reports_epsilon_per_round(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=2, client_dp=True, clip=1e-3, noise_multiplier=1.0, delta=1e-2,
                       client_fraction=0.5, max_steps_per_epoch=1)
     logs = []
-    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=logs.append).run()
+    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=logs.append, build=build_run).run()
     q = 1 / 2  # one of the two training clients a round
     assert [(r["round"], r["epsilon"]) for r in records(tmp_path)] == [
         (1, pytest.approx(epsilon(q, 1.0, 1, 1e-2))), (2, pytest.approx(epsilon(q, 1.0, 2, 1e-2)))]
@@ -150,7 +151,7 @@ def test_budget_stops_training_with_a_valid_checkpoint(tiny_synth, tmp_path):
     one, two = epsilon(1.0, 2.0, 1, 1e-2), epsilon(1.0, 2.0, 2, 1e-2)
     cfg = tiny_config(tiny_synth, rounds=4, client_dp=True, clip=1e-3, noise_multiplier=2.0, delta=1e-2,
                       target_epsilon=(one + two) / 2, max_steps_per_epoch=1)
-    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None).run()
+    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run).run()
     assert "privacy budget" in summary["privacy"]["stopped"] and "round 2" in summary["privacy"]["stopped"]
     assert load_checkpoint(tmp_path / "ckpt.pt")["round"] == 1
     assert summary["privacy"]["epsilon"] == pytest.approx(one) and summary["evaluated_round"] == 1
@@ -165,7 +166,7 @@ def test_budget_stops_training_with_a_valid_checkpoint(tiny_synth, tmp_path):
 def test_settings_checked_before_training(tiny_synth, tmp_path, train, match):
     cfg = tiny_config(tiny_synth, **{"client_dp": True, "clip": 1.0, "noise_multiplier": 1.0, **train})
     with pytest.raises(ConfigError, match=match):
-        FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+        FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
 
 
 def test_statement_never_claims_epsilon_for_beta_noise(tiny_synth):
@@ -188,7 +189,7 @@ def test_statement_never_claims_epsilon_for_beta_noise(tiny_synth):
 def test_global_model_stays_finite_under_strong_client_noise(tiny_synth, tmp_path):
     """Regression: at Z S / m = 0.25 noised BatchNorm variances hit 0 and the round-2 features overflowed to NaN."""
     cfg = tiny_config(tiny_synth, "fedpav", rounds=2, client_dp=True, clip=1.0, noise_multiplier=0.5)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
     engine.run()  # evaluates the global model after each round
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["round"] == 2

@@ -18,6 +18,7 @@ from privreid.evaluation.model_eval import evaluate_model
 from privreid.federated.engine import FederatedEngine
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def trained(tiny_synth, tmp_path_factory):
     """A tiny centralised model trained for two epochs, its checkpoint and the synthA test set (32x16 images)."""
     out = tmp_path_factory.mktemp("corrupted_eval")
     cfg = tiny_config(tiny_synth, method="centralized", rounds=2)
-    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
     ds = resolve_datasets([str(tiny_synth)])["synthA"]
     return load_model(out / "ckpt.pt"), out / "ckpt.pt", ReIDTestSet("synthA", ds.query, ds.gallery)
 

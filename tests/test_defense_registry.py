@@ -26,6 +26,7 @@ from privreid.federated.registry import available_methods, get_method
 from privreid.registry import BUILT_IN
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the built-in privacy defenses (the server's defenses against poisoning have their own tests: test_robust_aggregation)
@@ -184,7 +185,7 @@ def _enabling(defense, tiny_synth, **train):
 def check_contract(defense, cfg, tmp_path):
     """Wrapping keeps the privacy boundary (shared keys + declared extras), and the ledger is reported."""
     fed = federation_for_config(cfg)
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, log=lambda s: None, build=build_run)
     upload = engine.train_client(engine.clients[0], 0)
     shared = set(engine.policy.shared(engine.init_state))
     assert set(upload.state) - shared <= set(defense.upload_extras)

@@ -17,6 +17,7 @@ from privreid.losses import identity_loss
 from privreid.models import build_model
 
 from conftest import kill_in_round, tiny_config
+from privreid.composition import build_run
 
 BN = nn.modules.batchnorm._BatchNorm
 
@@ -184,7 +185,7 @@ def test_invalid_dp_settings_are_config_errors(tiny_synth, train, match):
 def test_settings_checked_against_the_federation_before_training(tiny_synth, tmp_path, train, match):
     cfg = tiny_config(tiny_synth, **{"dp_sgd": True, "noise_multiplier": 1.0, **train})
     with pytest.raises(ConfigError, match=match):
-        FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+        FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
     assert not list(tmp_path.iterdir())  # nothing written
 
 
@@ -193,7 +194,7 @@ def test_methods_training_outside_per_sample_gradients_are_refused_at_their_firs
         cfg = tiny_config(tiny_synth, method, rounds=1, dp_sgd=True, noise_multiplier=1.0, method_options=opts)
         with pytest.raises(ConfigError, match=match):
             FederatedEngine(cfg, federation_for_config(cfg), tmp_path / method, progress=False,
-                            log=lambda s: None).run()
+                            log=lambda s: None, build=build_run).run()
 
 
 # --------------------------------------------------------------------------- training runs
@@ -204,7 +205,7 @@ def privacy_records(out):
 def test_dp_sgd_trains_one_round_and_accounts_each_client(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1, dp_sgd=True, noise_multiplier=1.0, max_grad_norm=0.5)
     logs = []
-    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=logs.append).run()
+    summary = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=logs.append, build=build_run).run()
     assert any("GroupNorm" in line for line in logs)  # the visible note
     expected = epsilon(8 / 32, 1.0, 2, 1e-5)  # q = B / N, 2 steps (max_steps_per_epoch)
     privacy = summary["privacy"]
@@ -227,10 +228,10 @@ def test_epsilon_after_resume_equals_uninterrupted_and_budget_stops_an_extended_
                                                                                     monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
     fed = federation_for_config(cfg)
-    whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
+    whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None, build=build_run).run()
 
-    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None), 2)
-    resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None).run(resume=True)
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None, build=build_run), 2)
+    resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None, build=build_run).run(resume=True)
     assert resumed["privacy"]["epsilon_per_client"] == whole["privacy"]["epsilon_per_client"]
     assert privacy_records(tmp_path / "killed") == privacy_records(tmp_path / "whole")
     a, b = (load_checkpoint(tmp_path / d / "ckpt.pt") for d in ("whole", "killed"))
@@ -239,7 +240,7 @@ def test_epsilon_after_resume_equals_uninterrupted_and_budget_stops_an_extended_
 
     longer = tiny_config(tiny_synth, rounds=3, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
     logs = []
-    extended = FederatedEngine(longer, fed, tmp_path / "killed", progress=False, log=logs.append).run(resume=True)
+    extended = FederatedEngine(longer, fed, tmp_path / "killed", progress=False, log=logs.append, build=build_run).run(resume=True)
     assert "privacy budget" in extended["privacy"]["stopped"] and any("privacy budget" in s for s in logs)
     assert load_checkpoint(tmp_path / "killed" / "ckpt.pt")["round"] == 2  # the valid checkpoint of round 2
     assert extended["privacy"]["epsilon"] == whole["privacy"]["epsilon"]
@@ -279,7 +280,7 @@ def _blind_ledger(engine):
 
 def test_ledger_accounts_from_uploaded_reports_not_client_memory(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, noise_multiplier=1.0, max_steps_per_epoch=1)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None, build=build_run)
     _blind_ledger(engine)
     uploads = []
     receive = engine.receive
@@ -299,23 +300,13 @@ def test_ledger_accounts_from_uploaded_reports_not_client_memory(tiny_synth, tmp
     assert ClientAccountant.from_memory(reported["synthA"], HISTORY_KEY).history == [(1.0, 0.25, 2)]
 
 
-@pytest.mark.parametrize("legacy", [False, True])
-def test_resume_restores_the_ledger_and_old_checkpoints_rebuild_it_from_client_memory(tiny_synth, tmp_path,
-                                                                                     monkeypatch, legacy):
-    """A run resumed after round 1 accounts exactly as an uninterrupted one; an old checkpoint without the
-    ledger's state (``legacy``) is read back from its client memories once, at restore."""
-    from privreid.checkpoint import save_checkpoint
-
+def test_resume_restores_the_ledger(tiny_synth, tmp_path, monkeypatch):
+    """A run resumed after round 1 accounts exactly as an uninterrupted one."""
     cfg = tiny_config(tiny_synth, rounds=2, dp_sgd=True, target_epsilon=8.0, max_steps_per_epoch=1)
     fed = federation_for_config(cfg)
-    whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None).run()
-    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None), 2)
-    path = tmp_path / "killed" / "ckpt.pt"
-    if legacy:
-        ckpt = load_checkpoint(path, client_memory=False)
-        assert "dp-sgd" in ckpt.pop("observer_state")["privacy"]
-        save_checkpoint(ckpt, path)
-    resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None)
+    whole = FederatedEngine(cfg, fed, tmp_path / "whole", progress=False, log=lambda s: None, build=build_run).run()
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None, build=build_run), 2)
+    resumed = FederatedEngine(cfg, fed, tmp_path / "killed", progress=False, log=lambda s: None, build=build_run)
     _blind_ledger(resumed)  # after the restore the ledger reads no client memory
     summary = resumed.run(resume=True)
     assert summary["privacy"]["epsilon_per_client"] == whole["privacy"]["epsilon_per_client"]

@@ -25,6 +25,7 @@ from privreid.precision import to_device
 from privreid.seeding import derive_seed, seed_everything
 
 from conftest import spy_on_uploads, tiny_config
+from privreid.composition import build_run
 
 CPU = torch.device("cpu")
 
@@ -70,7 +71,7 @@ def two_rounds(tiny_synth, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         seen = spy_on_uploads(mp, DPPTAggregate)
         mp.setattr(FederatedEngine, "configure", spy)
-        engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False)
+        engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run)
         summary = engine.run()
     engine.received = received
     return cfg, engine, summary, seen, out
@@ -152,7 +153,7 @@ def run_killed_in_round_2(cfg, out) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DPPTAggregate, "accumulator", crash_in_round_2)
         with pytest.raises(KeyboardInterrupt):
-            FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+            FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
 
 
 def test_resume_continues_exactly(two_rounds, tmp_path):
@@ -160,7 +161,7 @@ def test_resume_continues_exactly(two_rounds, tmp_path):
     cfg, engine, summary, seen, out = two_rounds
     run_killed_in_round_2(cfg, tmp_path)
     assert load_checkpoint(tmp_path / "ckpt.pt")["round"] == 1
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False).run(resume=True)
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run).run(resume=True)
     full, resumed = load_checkpoint(out / "ckpt.pt"), load_checkpoint(tmp_path / "ckpt.pt")
     for part in ("global_state", "server_state"):
         assert set(full[part]) == set(resumed[part]) and full[part]
@@ -224,7 +225,7 @@ def test_local_classifier_variant_keeps_heads_on_the_clients(tiny_synth, tmp_pat
 
     rounds = spy_on_uploads(monkeypatch, DPPTAggregate)
     cfg = dppt_config(tiny_synth, max_steps=1, shared_classifier=False)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run)
     summary = engine.run()
     assert not any(isinstance(c, GlobalLabelClient) for c in engine.clients)
     assert all(not any(k.startswith("classifier.") for k in u.state) for u in rounds[0])
@@ -366,7 +367,7 @@ def test_option_errors(tiny_synth):
     assert settings_for(dppt_config(tiny_synth, mrb="yes", shared_classifier="no")).mrb is True
     assert settings_for(dppt_config(tiny_synth, shared_classifier=0)).shared_classifier is False
     with pytest.raises(ConfigError, match="has no option"):
-        FederatedEngine(dppt_config(tiny_synth, lamda=1), federation_for_config(dppt_config(tiny_synth)), "x")
+        FederatedEngine(dppt_config(tiny_synth, lamda=1), federation_for_config(dppt_config(tiny_synth)), "x", build=build_run)
 
 
 # --------------------------------------------------------------------------- V-DPPT
@@ -413,7 +414,7 @@ def test_v_dppt_trains_on_clips_of_tracklets(video_config, tmp_path):
     assert metrics["mrb_steps"] == 3 and metrics["circle"] > 0
     assert set(ctx.upload_extra) == {identity_key(client, k) for k in range(client.num_classes)}
     # one federated round end to end; the checkpoint evaluates on the unseen entity (clip features)
-    summary = FederatedEngine(video_config, fed, tmp_path, progress=False).run()
+    summary = FederatedEngine(video_config, fed, tmp_path, progress=False, build=build_run).run()
     assert load_checkpoint(tmp_path / "ckpt.pt")["server_state"]
     assert 0.0 <= summary["global_unseen"]["mAP"] <= 1.0
     moon_cfg = dppt_config(video_config.data.roots[0], base="moon")

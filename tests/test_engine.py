@@ -8,11 +8,13 @@ import torch
 from privreid.checkpoint import Checkpoint, load_checkpoint
 from privreid.data.catalog import build_federation
 from privreid.errors import CheckpointError, ConfigError
-from privreid.federated.engine import FederatedEngine, prepare_out_dir, selection_size
+from privreid.federated.engine import FederatedEngine, selection_size
+from privreid.rundir import prepare_out_dir
 from privreid.federated.policy import CLASSIFIER_LOCAL, state_nbytes
 from privreid.federated.strategy import DataVolumeAverage
 
 from conftest import kill_in_round, spy_on_uploads, tiny_config
+from privreid.composition import build_run
 
 
 def federation(cfg):
@@ -23,7 +25,7 @@ def federation(cfg):
 def test_fedpav_server_sees_only_shared_parameters_and_scalars(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=2)
     seen_uploads = spy_on_uploads(monkeypatch, DataVolumeAverage)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     summary = engine.run()
 
     shared_keys = set(CLASSIFIER_LOCAL.shared(engine.model.state_dict()))
@@ -44,7 +46,7 @@ def test_fedpav_server_sees_only_shared_parameters_and_scalars(tiny_synth, tmp_p
 def test_global_model_is_data_volume_average_of_uploads(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=1)
     rounds = spy_on_uploads(monkeypatch, DataVolumeAverage)
-    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     ups = rounds[-1]
     n = sum(u.num_samples for u in ups)
@@ -60,7 +62,7 @@ def test_global_model_is_data_volume_average_of_uploads(tiny_synth, tmp_path, mo
 
 def test_client_fraction_samples_per_round(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=3, client_fraction=0.5)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     picks = [tuple(c.name for c in engine.select_clients(r)) for r in range(20)]
     assert all(len(p) == 1 for p in picks)
     assert set(picks) == {("synthA",), ("synthB",)}  # both get picked over 20 rounds
@@ -80,7 +82,7 @@ def test_selection_size_is_the_ceiling_of_c_n(fraction, n, expected):
 def test_engine_selects_ceil_c_n_clients(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1, client_fraction=0.75)
     fed = build_federation(cfg.data.roots, protocol="by-camera", test_domains=cfg.data.test_domains)
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run)
     assert len(engine.clients) == 6
     assert engine.clients_per_round() == 5 and all(len(engine.select_clients(r)) == 5 for r in range(4))
 
@@ -92,15 +94,9 @@ def run_metrics(path):
 def test_resume_after_crash_equals_uninterrupted_run(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=3)
     fed = federation(cfg)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
-    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False), 3)
-    # a checkpoint written before the per-client server state existed still resumes (fedpav keeps none)
-    raw = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
-    assert raw.pop("server_client_state") == {}
-    raw.pop("integrity")  # nor the integrity hash, which its writer did not record
-    torch.save(raw, tmp_path / "cut" / "ckpt.pt")
-
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run), 3)
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
     full, cut = run_metrics(tmp_path / "full"), run_metrics(tmp_path / "cut")
     assert full == cut
     a = load_checkpoint(tmp_path / "full" / "ckpt.pt")["global_state"]
@@ -110,10 +106,10 @@ def test_resume_after_crash_equals_uninterrupted_run(tiny_synth, tmp_path, monke
 
 def test_resume_refuses_a_different_configuration(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1)
-    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     other = tiny_config(tiny_synth, rounds=2, batch_size=4)
     with pytest.raises(ConfigError, match="train.batch_size"):
-        FederatedEngine(other, federation(other), tmp_path, progress=False).run(resume=True)
+        FederatedEngine(other, federation(other), tmp_path, progress=False, build=build_run).run(resume=True)
 
 
 def test_out_dir_guard(tmp_path):
@@ -128,7 +124,7 @@ def test_out_dir_guard(tmp_path):
 
 def test_centralized_pools_clients_and_does_not_communicate(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, method="centralized", rounds=1)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     assert [c.name for c in engine.clients] == ["central"]
     assert engine.clients[0].num_classes == 12  # 6 + 6 identities, kept apart
     summary = engine.run()
@@ -138,7 +134,7 @@ def test_centralized_pools_clients_and_does_not_communicate(tiny_synth, tmp_path
 
 def test_standalone_has_no_global_model_and_evaluates_clients(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, method="standalone", rounds=1)
-    summary = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    summary = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     assert "global_seen" not in summary
     assert set(summary["local_unseen_per_testset"]) == {"synthA@synthC", "synthB@synthC"}
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
@@ -176,7 +172,7 @@ def test_every_client_is_scored_and_load_model_returns_the_scored_model(tiny_syn
 
     cfg = tiny_config(tiny_synth, method=method, rounds=1, **train)
     fed = federation(cfg)
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run)
     engine.run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     records = _local_records(ckpt, 1)
@@ -208,7 +204,7 @@ def test_server_streams_uploads_holding_none_once_folded(tiny_synth, tmp_path):
             super().receive(inbox, upload)
 
     cfg = tiny_config(tiny_synth, rounds=1)
-    engine = Watch(cfg, federation(cfg), tmp_path, progress=False)
+    engine = Watch(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.refs = []
     engine.run()
     assert engine.alive_at_arrival == [0, 0]  # the first upload was gone when the second arrived

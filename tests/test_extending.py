@@ -104,7 +104,7 @@ def test_the_defense_example_runs_end_to_end(rounding, tiny_synth, tmp_path, mon
 
     from privreid import train_run
     from privreid.errors import ConfigError
-    from privreid.training.compose import build_method
+    from privreid.composition import build_method
     from privreid.federated.strategy import DataVolumeAverage
 
     cfg = tiny_config(tiny_synth, rounds=1, defenses={"rounding": {"step": 0.05}})

@@ -18,6 +18,7 @@ from privreid.models import build_model
 from privreid.models.part_branch import PART_BANDS, band_rows, fuse
 
 from conftest import spy_on_uploads, tiny_config
+from privreid.composition import build_run
 
 
 # --------------------------------------------------------------------------- RK
@@ -115,7 +116,7 @@ def test_fedarks_end_to_end_part_branch_stays_local(tiny_synth, tmp_path, monkey
     cfg = tiny_config(tiny_synth, method="fedarks", rounds=2, triplet_weight=1.0, instances_per_id=2)
     seen = spy_on_uploads(monkeypatch, KnowledgeSelection)
     fed = build_federation(cfg.data.roots, test_domains=cfg.data.test_domains)
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run)
     summary = engine.run()
 
     assert len(seen) == 2 and all(len(u) == 2 for u in seen)
@@ -160,9 +161,9 @@ def test_resume_keeps_the_ks_history(tiny_synth, tmp_path):
     cfg3 = tiny_config(tiny_synth, method="fedarks", rounds=3)
     cfg2 = tiny_config(tiny_synth, method="fedarks", rounds=2)
     fed = build_federation(cfg3.data.roots, test_domains=cfg3.data.test_domains)
-    FederatedEngine(cfg3, fed, tmp_path / "full", progress=False).run()
-    FederatedEngine(cfg2, fed, tmp_path / "cut", progress=False).run()
-    FederatedEngine(cfg3, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg3, fed, tmp_path / "full", progress=False, build=build_run).run()
+    FederatedEngine(cfg2, fed, tmp_path / "cut", progress=False, build=build_run).run()
+    FederatedEngine(cfg3, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
     a, b = load_checkpoint(tmp_path / "full" / "ckpt.pt"), load_checkpoint(tmp_path / "cut" / "ckpt.pt")
     assert all(torch.equal(a["global_state"][k], b["global_state"][k]) for k in a["global_state"])
     ratios = [[m[RATIO] for m in c["metrics"] if m["scope"] == "train" and m["round"] == 3] for c in (a, b)]

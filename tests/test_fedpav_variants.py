@@ -18,6 +18,7 @@ from privreid.federated.strategy import Upload
 from privreid.models import build_model
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 TINY_PUBLIC = {"public_size": 16, "public_batch": 8}
 TINY_MODEL = dict(arch="resnet18", feat_dim=8)
@@ -248,7 +249,7 @@ def test_public_set_is_a_separate_deterministic_domain(tiny_synth):
 @pytest.mark.parametrize("method", ["fedpav-kd", "fedpav-cc"])
 def test_server_model_is_the_clients_network_with_the_defenses_transforms(tiny_synth, method):
     """KD and CC run the uploads in the network the clients train: under DP-SGD, with its GroupNorm."""
-    from privreid.training.compose import build_method
+    from privreid.composition import build_method
 
     plain = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC))
     dp = tiny_config(tiny_synth, method=method, method_options=dict(TINY_PUBLIC), dp_sgd=True, noise_multiplier=1.0)
@@ -277,7 +278,7 @@ def tiny_run(root, method, rounds=1, **train):
 @pytest.mark.parametrize("method", ["fedpav-cdw", "fedpav-kd", "fedpav-cdw-kd", "fedpav-cc"])
 def test_variant_trains_and_its_checkpoint_loads(tiny_synth, tmp_path, method):
     cfg = tiny_run(tiny_synth, method)
-    summary = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).run()
+    summary = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     assert set(summary["global_unseen_per_testset"]) == {"synthC"}
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     load_model(ckpt)
@@ -306,7 +307,7 @@ def test_clustered_run_resumes_exactly(tiny_synth, tmp_path, monkeypatch):
         return state
 
     monkeypatch.setattr(fv.ClusteredAverage, "configure", spy)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
     # round 0: nobody is clustered yet; round 1: each client starts from its own cluster's model
     assert received == [(0, "synthA", True), (0, "synthB", True), (1, "synthA", False), (1, "synthB", False)]
 
@@ -319,9 +320,9 @@ def test_clustered_run_resumes_exactly(tiny_synth, tmp_path, monkeypatch):
 
     monkeypatch.setattr(FederatedEngine, "select_clients", crash_in_round_2)
     with pytest.raises(KeyboardInterrupt):
-        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
+        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run()
     monkeypatch.setattr(FederatedEngine, "select_clients", real_select)
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
 
     full, cut = load_checkpoint(tmp_path / "full" / "ckpt.pt"), load_checkpoint(tmp_path / "cut" / "ckpt.pt")
     assert full["metrics"] == cut["metrics"]

@@ -16,6 +16,7 @@ from privreid.federated.strategy import UniformAverage, Upload
 from privreid.models import build_model
 
 from conftest import spy_on_uploads, tiny_config
+from privreid.composition import build_run
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def test_label_smoothing_reaches_the_server_copy_identity_loss(tiny_synth, clien
 def test_teacher_starts_from_the_noise_free_theta_under_download_noise(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, method="fedreid", rounds=1, beta=0.5, beta_mode="download")
     engine = FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path,
-                             progress=False)
+                             progress=False, build=build_run)
     seen = []
     make_copy = FedReIDUpdate.make_server_copy
 
@@ -122,7 +123,7 @@ def test_fedreid_trains_end_to_end_and_scores_every_client(tiny_synth, tmp_path,
     cfg = tiny_config(tiny_synth, method="fedreid", rounds=2, seed=2, eval_every=1)  # seed 2: one client per round
     uploads = spy_on_uploads(monkeypatch, UniformAverage)
     engine = FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path,
-                             progress=False)
+                             progress=False, build=build_run)
     assert all(len(engine.select_clients(r)) == 1 for r in range(5))  # C = 0.5 of 2 clients
     summary = engine.run()
     assert 0.0 <= summary["global_unseen"]["rank1"] <= 1.0
@@ -160,7 +161,7 @@ def test_recorded_local_metrics_reproduce_through_privreid_eval_client(tiny_synt
     from privreid.cli import app
 
     cfg = tiny_config(tiny_synth, method="fedreid", rounds=1)
-    FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path, progress=False).run()
+    FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path, progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert len(ckpt["client_states"]) == 1  # the other client has not trained yet
     records = [m for m in ckpt["metrics"] if m["scope"] == "local"]

@@ -31,6 +31,7 @@ from privreid.flower.server_app import ServerSettings, check_flower_support, run
 from privreid.flower.site import Site, SiteState
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 A, B = 11, 22  # node ids of the two simulated SuperNodes
 
@@ -51,7 +52,7 @@ def runs(tiny_synth, tmp_path_factory):
     """The same 2-round fedpav run in-process and on Flower (loopback); evaluated after round 2 only."""
     tmp = tmp_path_factory.mktemp("flower")
     cfg = tiny_config(tiny_synth, rounds=2, eval_every=2)
-    inproc = FederatedEngine(cfg, federation_for_config(cfg), tmp / "inproc", progress=False).run()
+    inproc = FederatedEngine(cfg, federation_for_config(cfg), tmp / "inproc", progress=False, build=build_run).run()
     grid, flower = flower_run(cfg, tiny_synth, tmp, tmp / "flower")
     return dict(cfg=cfg, tmp=tmp, grid=grid, inproc=inproc, flower=flower,
                 a=load_checkpoint(tmp / "inproc" / "ckpt.pt"), b=load_checkpoint(tmp / "flower" / "ckpt.pt"))
@@ -326,7 +327,7 @@ def test_flower_commands_fail_clearly_before_starting_anything(args, message, tm
 ])
 def test_each_supported_method_gives_the_in_process_result_on_flower(tiny_synth, tmp_path, method, train):
     cfg = tiny_config(tiny_synth, method=method, rounds=2, eval_every=2, **train)
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False, build=build_run).run()
     flower_run(cfg, tiny_synth, tmp_path, tmp_path / "flower")
     a, b = load_checkpoint(tmp_path / "inproc" / "ckpt.pt"), load_checkpoint(tmp_path / "flower" / "ckpt.pt")
     for key, value in a["global_state"].items():

@@ -21,6 +21,7 @@ from privreid.flower.messages import FlowerRunError
 from privreid.flower.server_app import ServerSettings
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT = 480
@@ -44,7 +45,7 @@ def live_group_members(pgid: int) -> list[int]:
 
 
 def in_process(cfg, out):
-    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
     return load_checkpoint(out / "ckpt.pt")
 
 

@@ -40,6 +40,7 @@ from privreid.losses import identity_loss
 from privreid.models import build_model
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 
 def head_gradients(head: nn.Linear, inputs: torch.Tensor, label: int, smoothing: float = 0.0):
@@ -326,7 +327,7 @@ def trained(tiny_synth, tmp_path_factory):
     """A FedPav model trained for one tiny round, its shared keys and two structured training subjects."""
     cfg = tiny_config(tiny_synth, "fedpav", rounds=1)
     out = tmp_path_factory.mktemp("inv_fedpav")
-    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
     ckpt = load_checkpoint(out / "ckpt.pt")
     client = federation_for_config(cfg).clients[0]
     model = load_model(ckpt, client=client.name)

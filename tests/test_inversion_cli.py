@@ -13,6 +13,7 @@ from privreid.data.catalog import federation_for_config
 from privreid.federated.engine import FederatedEngine
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 runner = CliRunner()
 METRIC_KEYS = {"mse", "psnr", "ssim", "feature_cosine"}
@@ -29,7 +30,7 @@ def checkpoints(tiny_synth, tmp_path_factory):
     for method in ("fedpav", "centralized"):
         cfg = tiny_config(tiny_synth, method, rounds=1)
         out = tmp_path_factory.mktemp(method)
-        FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+        FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
         paths[method] = out / "ckpt.pt"
     return paths
 
@@ -143,7 +144,7 @@ def test_invert_a_dppt_run_whose_classifier_every_client_shares(tiny_synth, tmp_
     cfg = tiny_config(tiny_synth, "dppt", rounds=1, max_steps_per_epoch=2)
     cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
     run = tmp_path / "dppt"
-    FederatedEngine(cfg, federation_for_config(cfg), run, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), run, progress=False, build=build_run).run()
     ckpt = load_checkpoint(run / "ckpt.pt")
     client = next(iter(ckpt["client_states"]))
     assert not any(k.startswith("classifier.") for k in ckpt["client_states"][client])

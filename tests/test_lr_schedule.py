@@ -15,7 +15,7 @@ from privreid.federated.client import ClientContext, SupervisedUpdate
 from privreid.federated.lr_schedule import lr_factor, lr_table
 from privreid.federated.methods.dppt import one_cycle_factor
 from privreid.models import build_model
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -9,6 +9,7 @@ from privreid.federated.heap import HeapTrimmer, slack_from_env
 
 from conftest import tiny_config
 from test_engine import federation
+from privreid.composition import build_run
 
 
 def trimmer_on(monkeypatch, resident, slack=64):
@@ -56,11 +57,11 @@ def test_the_engine_sizes_the_slack_by_its_model(tiny_synth, tmp_path, monkeypat
 
     monkeypatch.delenv(heap.SLACK_ENV, raising=False)
     cfg = tiny_config(tiny_synth, rounds=1)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     model_mib = state_nbytes(engine.model.state_dict()) / 2**20
     assert engine.heap.slack_mib == max(64.0, 3 * model_mib)
     monkeypatch.setenv(heap.SLACK_ENV, "7")
-    assert FederatedEngine(cfg, federation(cfg), tmp_path, progress=False).heap.slack_mib == 7.0
+    assert FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).heap.slack_mib == 7.0
 
 
 @pytest.mark.parametrize("raw", ["-1", "lots"])
@@ -82,7 +83,7 @@ def test_the_engine_asks_after_every_client_and_trims_a_grown_heap(tiny_synth, t
     monkeypatch.setattr(HeapTrimmer, "after_client", lambda self: calls.append(1) or original(self))
     monkeypatch.setenv(heap.SLACK_ENV, "0")  # any growth trims
     cfg = tiny_config(tiny_synth, rounds=2)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     assert len(calls) == 2 * engine.clients_per_round() == 4
     assert engine.heap.slack_mib == 0 and engine.heap.trims == len(trims) <= 2

@@ -5,13 +5,15 @@ import pickle
 import pytest
 import torch
 
-from privreid.checkpoint import load_checkpoint
+from privreid.checkpoint import load_checkpoint, load_memory_file
 from privreid.federated import memory_store
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.memory_store import ClientMemories
+from privreid.rundir import MEMORY_DIR
 
 from test_engine import federation
 from conftest import kill_in_round, tiny_config
+from privreid.composition import build_run
 
 
 def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
@@ -43,7 +45,7 @@ def test_memories_are_resident_one_at_a_time_and_round_trip_exactly(tmp_path):
 
 def test_fedpav_keeps_trained_models_on_disk_and_the_checkpoint_reads_them(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     memories = engine.client_memory
     assert all(m._data is None for m in memories.values())  # nothing resident after the checkpoint
@@ -53,7 +55,7 @@ def test_fedpav_keeps_trained_models_on_disk_and_the_checkpoint_reads_them(tiny_
     assert "client_memory_files" not in ckpt  # read inline: the loaded dict is self-contained
     for name, memory in ckpt["client_memory"].items():
         assert any(k.startswith("trained/") for k in memory)
-        on_disk = memory_store.load_memory_file(tmp_path / memory_store.MEMORY_DIR / files[name])
+        on_disk = load_memory_file(tmp_path / MEMORY_DIR / files[name])
         assert all(torch.equal(memory[k], on_disk[k]) for k in memory)
 
 
@@ -96,7 +98,7 @@ def test_trained_copies_equal_the_uploads_after_aggregation(tiny_synth, tmp_path
         receive(self, inbox, upload)
 
     monkeypatch.setattr(Engine, "receive", record)
-    engine = Engine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = Engine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     memories = load_checkpoint(tmp_path / "ckpt.pt")["client_memory"]
     assert set(sent) == {"synthA", "synthB"}
@@ -110,9 +112,9 @@ def test_resumed_memories_equal_the_uninterrupted_run(tiny_synth, tmp_path, monk
     """Each client's memory (FedPav's trained model) after ``--resume`` is bit-identical to an uninterrupted run's."""
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation(cfg)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
-    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False), 2)
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
+    kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run), 2)
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
     full = load_checkpoint(tmp_path / "full" / "ckpt.pt")["client_memory"]
     cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")["client_memory"]
     assert full.keys() == cut.keys() == {"synthA", "synthB"}
@@ -135,12 +137,12 @@ def test_a_failed_background_write_keeps_the_previous_checkpoint_and_its_files(t
 
     monkeypatch.setattr(memory_store, "save_memory_file", full_disk)
     with pytest.raises(OSError, match="No space"):
-        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run()
+        FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "cut" / "ckpt.pt", client_memory=False)
     assert ckpt["round"] == 1 and all(".r1." in f for f in ckpt["client_memory_files"].values())
     monkeypatch.setattr(memory_store, "save_memory_file", real)
-    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False).run(resume=True)
-    FederatedEngine(cfg, fed, tmp_path / "full", progress=False).run()
+    FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
     full = load_checkpoint(tmp_path / "full" / "ckpt.pt")
     cut = load_checkpoint(tmp_path / "cut" / "ckpt.pt")
     assert all(torch.equal(full["global_state"][k], cut["global_state"][k]) for k in full["global_state"])
@@ -184,7 +186,7 @@ def test_replacing_every_entry_of_a_memory_never_reads_its_file(tmp_path, monkey
     store.setdefault("z", {})["x"] = torch.ones(1)  # using another memory writes a
     files = store.flush()
     assert loads == [] and files["a"] == "a.r2.pt"
-    written = memory_store.load_memory_file(tmp_path / "a.r2.pt")
+    written = load_memory_file(tmp_path / "a.r2.pt")
     assert list(written) == ["w", "b"]  # the file's order, as setting the entries over the loaded file gives
     assert torch.equal(written["b"], torch.zeros(2)) and torch.equal(written["w"].signbit(), torch.ones(3, dtype=bool))
 
@@ -217,7 +219,7 @@ def test_a_partial_update_of_an_unread_memory_is_merged_when_written(tmp_path, m
     resumed.round = 2
     resumed["a"]["w"] = torch.zeros(3)
     files = resumed.flush()
-    written = memory_store.load_memory_file(tmp_path / files["a"])
+    written = load_memory_file(tmp_path / files["a"])
     assert list(written) == ["w", "keep"] and torch.equal(written["keep"], torch.ones(2))
     assert torch.equal(written["w"], torch.zeros(3))
 
@@ -275,7 +277,7 @@ def test_one_write_is_in_flight_at_a_time_and_a_failed_write_surfaces_at_flush(t
         store.flush()
     # the failed write left no file behind, and round 1's files are intact
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files.values())
-    assert torch.equal(memory_store.load_memory_file(tmp_path / files["a"])["w"], torch.full((50_000,), 97.0))
+    assert torch.equal(load_memory_file(tmp_path / files["a"])["w"], torch.full((50_000,), 97.0))
 def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path, monkeypatch):
     """Round 2 replaces each client's trained copy without reading round 1's (evaluation, after training, reads)."""
     from privreid.federated.engine import FederatedEngine as Engine
@@ -291,6 +293,6 @@ def test_a_fedpav_round_reads_no_memory_file_while_training(tiny_synth, tmp_path
         during_training.append(loads[start:])
 
     monkeypatch.setattr(Engine, "collect_uploads", training)
-    Engine(cfg, federation(cfg), tmp_path, progress=False).run()
+    Engine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     assert during_training == [[], []]
     assert loads  # the evaluation of round 2 reads the personalised models

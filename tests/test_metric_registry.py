@@ -13,7 +13,8 @@ from privreid.evaluation.cross_modality import evaluate_cross_modality
 from privreid.evaluation.metric_registry import (RETRIEVAL_METRICS, Metric, headline, metric_line, result_keys,
                                                  summary_keys)
 from privreid.evaluation.metrics import evaluate
-from privreid.reporting.tables import comparison_rows, format_table
+from privreid.comparison import comparison_rows
+from privreid.io import format_table
 
 
 def _ranking_problem(seed: int = 0):

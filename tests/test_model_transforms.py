@@ -164,7 +164,7 @@ def test_build_from_config_refuses_unknown_keys_and_values():
 def test_methods_and_dp_sgd_declare_their_transforms(tmp_path):
     from conftest import tiny_config
 
-    from privreid.training.compose import build_method
+    from privreid.composition import build_method
 
     def names(method, **kw):
         cfg = tiny_config(tmp_path, method=method, **kw)

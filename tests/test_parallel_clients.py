@@ -32,6 +32,7 @@ from privreid.flower.loopback import LoopbackGrid
 from privreid.flower.messages import FlowerRunError, UPLOAD
 from privreid.flower.simulation import (PUSHED_PER_WORKER, ParallelEngine, client_app, send_arrays_out_of_band,
                                        worker_engine)
+from privreid.composition import build_run
 
 #: the tests that start Ray (``pip install 'privreid[simulation]'``)
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
@@ -69,7 +70,7 @@ class ReorderingGrid(LoopbackGrid):
 
 def inline_run(cfg, out, k, **grid):
     """A :class:`ParallelEngine` run whose rounds go through :class:`ReorderingGrid` instead of a Ray simulation."""
-    engine = ParallelEngine(cfg, federation_for_config(cfg), out, parallel_clients=k, progress=False)
+    engine = ParallelEngine(cfg, federation_for_config(cfg), out, parallel_clients=k, progress=False, build=build_run)
     engine.attach(ReorderingGrid(len(engine.clients), **grid))
     summary = FederatedEngine.run(engine)
     return engine, summary
@@ -91,7 +92,7 @@ def test_uploads_fold_in_selection_order_with_at_most_2k_pushed(tiny_synth, tmp_
     """Replies that come back newest first still give the sequential engine's run, bit for bit; the server keeps
     at most ``2K`` messages out (``K`` training, ``K`` queued behind them): 2 of the 3 clients for ``K = 1``."""
     cfg = tiny_config(tiny_synth, rounds=2, client_memory="full")
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "seq", progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "seq", progress=False, build=build_run).run()
     worker_engine.cache_clear()
     engine, _ = inline_run(cfg, tmp_path / "par", 1, order=max)
     assert engine.grid.most_in_flight == PUSHED_PER_WORKER * 1 == 2
@@ -161,8 +162,8 @@ def test_parallel_clients_out_of_range_is_refused(tiny_synth, tmp_path, k, says)
 def test_two_parallel_clients_on_ray_equal_the_sequential_engine(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation_for_config(cfg)
-    FederatedEngine(cfg, fed, tmp_path / "seq", progress=False).run()
-    summary = ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False).run()
+    FederatedEngine(cfg, fed, tmp_path / "seq", progress=False, build=build_run).run()
+    summary = ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False, build=build_run).run()
     assert summary["evaluated_round"] == 2
     assert_same_run(tmp_path / "seq", tmp_path / "par")
 
@@ -172,7 +173,7 @@ def test_two_parallel_clients_on_ray_equal_the_sequential_engine(tiny_synth, tmp
 def test_a_run_killed_under_two_parallel_clients_resumes_to_the_same_result(tiny_synth, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_synth, rounds=2)
     fed = federation_for_config(cfg)
-    FederatedEngine(cfg, fed, tmp_path / "seq", progress=False).run()
-    kill_in_round(monkeypatch, ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False), 2)
-    ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False).run(resume=True)
+    FederatedEngine(cfg, fed, tmp_path / "seq", progress=False, build=build_run).run()
+    kill_in_round(monkeypatch, ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False, build=build_run), 2)
+    ParallelEngine(cfg, fed, tmp_path / "par", parallel_clients=2, progress=False, build=build_run).run(resume=True)
     assert_same_run(tmp_path / "seq", tmp_path / "par")

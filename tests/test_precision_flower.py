@@ -21,6 +21,7 @@ from privreid.flower.client_app import app as client_app  # noqa: E402
 from privreid.flower.loopback import LoopbackGrid  # noqa: E402
 from privreid.flower.server_app import ServerSettings, run_server  # noqa: E402
 from privreid.flower.messages import RUN, parse_run_record, run_record  # noqa: E402
+from privreid.composition import build_run
 
 
 def test_flower_run_takes_precision_and_sends_it_to_the_sites(tmp_path, monkeypatch):
@@ -59,7 +60,7 @@ def test_bf16_on_flower_equals_bf16_in_process(tiny_synth, tmp_path):
     """Two sites over Flower's wire (loopback) train in bf16 exactly as the in-process engine does."""
     cfg = tiny_config(tiny_synth, rounds=1)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="bf16"))
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False, build=build_run).run()
     grid = LoopbackGrid(client_app, {11: {"data": str(tiny_synth / "synthA"), "state-dir": str(tmp_path / "a")},
                                      22: {"data": str(tiny_synth / "synthB"), "state-dir": str(tmp_path / "b")}})
     run_server(grid, ServerSettings(cfg, tmp_path / "flower", poll=0.0), log=lambda msg: None)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from privreid.cli import app
 from privreid.commands.sweep import base_config
 from privreid.deviations import recipe_deviations
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PAPER_PRESETS = sorted(CONFIGS.glob("*-paper.yaml"))

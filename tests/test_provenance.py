@@ -16,7 +16,7 @@ from privreid.cli import app
 from privreid.commands.sweep import base_config
 from privreid.config import RunConfig
 from privreid.rundir import LOCK_FILE, RunLock
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 runner = CliRunner()
 TINY = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
@@ -242,7 +242,7 @@ def test_dp_budget_stop_evaluates_the_final_model(tiny_synth, tmp_path):
 
 def test_write_atomically_replaces_whole_or_not_at_all(tmp_path):
     """The one atomic-write helper (run JSON, client memories, exports): a failing write keeps the old file."""
-    from privreid.rundir import write_file_atomically, write_json_atomic
+    from privreid.io import write_file_atomically, write_json_atomic
 
     path = tmp_path / "summary.json"
     write_json_atomic(path, {"b": 1, "a": [2]})

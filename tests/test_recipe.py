@@ -16,9 +16,10 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.registry import get_method
 from privreid.models import build_model
 from privreid.seeding import seed_everything
-from privreid.training.compose import build_method, method_of
+from privreid.composition import build_method, method_of
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 CPU = torch.device("cpu")
 
@@ -45,7 +46,7 @@ def test_label_smoothing_reaches_the_identity_loss(tiny_synth, tmp_path, monkeyp
     monkeypatch.setattr(torch.nn.CrossEntropyLoss, "forward", spy)
     for smoothing in (0.0, 0.3):
         cfg = tiny_config(tiny_synth, method=method, rounds=1, label_smoothing=smoothing, max_steps_per_epoch=1)
-        engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / f"ls{smoothing}", progress=False)
+        engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / f"ls{smoothing}", progress=False, build=build_run)
         calls.clear()
         engine.train_client(engine.clients[0], 0)
         assert calls and all(s == smoothing for s, _, _ in calls)
@@ -125,7 +126,7 @@ def test_triplet_weight_defaults_to_the_methods(tiny_synth):
 
 def test_fedarks_trains_with_the_triplet_by_default(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, method="fedarks", rounds=1, max_steps_per_epoch=1)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run)
     seed_everything(0)
     upload = engine.train_client(engine.clients[0], 0)
     assert upload.metrics["triplet_on"] == 1.0

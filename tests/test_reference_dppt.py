@@ -31,6 +31,7 @@ from privreid.seeding import seed_everything
 
 from conftest import tiny_config
 from test_dppt import run_killed_in_round_2
+from privreid.composition import build_run
 
 FIXTURES = Path(__file__).parent / "reference" / "dppt"
 CPU = torch.device("cpu")
@@ -257,13 +258,13 @@ def test_persistent_optimizer_resumes_exactly(tiny_synth, tmp_path):
                       eval_every=2)
     cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
     full = tmp_path / "full"
-    FederatedEngine(cfg, federation_for_config(cfg), full, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), full, progress=False, build=build_run).run()
     resumed = tmp_path / "resumed"
     run_killed_in_round_2(cfg, resumed)
     first = load_checkpoint(resumed / "ckpt.pt")
     assert first["round"] == 1
     assert all(any(k.startswith(OPTIMIZER_PREFIX) for k in m) for m in first["client_memory"].values())
-    FederatedEngine(cfg, federation_for_config(cfg), resumed, progress=False).run(resume=True)
+    FederatedEngine(cfg, federation_for_config(cfg), resumed, progress=False, build=build_run).run(resume=True)
     a, b = load_checkpoint(full / "ckpt.pt"), load_checkpoint(resumed / "ckpt.pt")
     for part in ("global_state", "server_state"):
         assert set(a[part]) == set(b[part]) and a[part]

@@ -23,7 +23,7 @@ from privreid.federated.lr_schedule import base_rates, lr_factor, lr_table
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import DataVolumeAverage, Upload, is_norm_buffer, weighted_average
 from privreid.models import build_model
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 from conftest import tiny_config
 

@@ -29,7 +29,7 @@ from privreid.data.types import ClientData
 from privreid.federated.client import ClientContext
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload, is_norm_buffer
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 FIXTURE = json.loads((Path(__file__).parent / "reference" / "fedpav" / "first_steps.json").read_text())
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "fedpav-paper.yaml"

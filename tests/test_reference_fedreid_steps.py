@@ -31,7 +31,7 @@ from privreid.federated.client import ClientContext
 from privreid.federated.methods.fedreid import FEDREID, FedReIDUpdate, server_regularisation
 from privreid.federated.policy import CLASSIFIER_LOCAL
 from privreid.models import build_model
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 FIXTURE = json.loads((Path(__file__).parent / "reference" / "wugong" / "first_steps.json").read_text())
 SETTINGS = FIXTURE["settings"]

@@ -28,9 +28,10 @@ from privreid.federated.methods.fedreid import half_average_start
 from privreid.federated.strategy import Upload, UniformAverage
 from privreid.models import build_model
 from privreid.models.attentive_norm import AttentiveNorm2d
-from privreid.training.compose import method_of
+from privreid.composition import method_of
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 FIXTURES = Path(__file__).parent / "reference" / "wugong"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -263,7 +264,7 @@ def test_methods_train_with_the_pooled_feature_and_keep_the_mapping_network_loca
     cfg = tiny_config(tiny_synth, method=method, rounds=1)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, neck="none")).validate()
     federation = build_federation(cfg.data.roots, test_domains=cfg.data.test_domains)
-    FederatedEngine(cfg, federation, tmp_path, progress=False).run()
+    FederatedEngine(cfg, federation, tmp_path, progress=False, build=build_run).run()
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt["model_config"]["neck"] == "none" and ckpt["model_config"]["feat_dim"] == 512
     assert {"name": "mlp_head", "negative_slope": 0.1} in ckpt["model_config"]["transforms"]

@@ -112,7 +112,7 @@ def _method_is_usable(entry):
     from typer.testing import CliRunner
 
     from privreid.cli import app
-    from privreid.training.compose import build_method
+    from privreid.composition import build_method
 
     from conftest import tiny_config
 

@@ -130,3 +130,19 @@ def test_resume_may_change_the_evaluation_cadence_not_the_model(tiny_synth, tmp_
                  if json.loads(line).get("scope") == "global"}
     assert evaluated == {2, 3}  # the new cadence from the resumed round on
     assert "eval-every: 1\n" in (cut / "config.yaml").read_text()
+
+
+def test_a_resumed_run_loads_its_checkpoint_once(tiny_synth, tmp_path, monkeypatch):
+    """``--resume`` checks the run directory and loads ``ckpt.pt`` once; the engine restores from that object."""
+    import torch
+
+    _train("train", "--data", tiny_synth, *TINY, "--rounds", "1", "--out", tmp_path / "run")
+    loads, load = [], torch.load
+
+    def counting(f, *args, **kwargs):
+        loads.append(os.fspath(f) if isinstance(f, (str, os.PathLike)) else f)
+        return load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting)
+    _train("train", "--out", tmp_path / "run", "--resume", "--rounds", "2")
+    assert loads.count(str(tmp_path / "run" / "ckpt.pt")) == 1, loads

@@ -21,9 +21,10 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.models import build_model
-from privreid.reporting.files import write_csv_rows
+from privreid.io import write_csv_rows
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 EPS = 8 / 255
 TOL = 1e-6  # float32 rounding of (x + delta) - x
@@ -272,7 +273,7 @@ runner = CliRunner()
 def checkpoint(tiny_synth, tmp_path_factory):
     out = tmp_path_factory.mktemp("attack_run") / "central"
     cfg = tiny_config(tiny_synth, "centralized", rounds=1)
-    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False).run()
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, build=build_run).run()
     return out / "ckpt.pt"
 
 

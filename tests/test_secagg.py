@@ -24,6 +24,7 @@ from privreid.federated.strategy import DataVolumeAverage, Strategy, UniformAver
 from privreid.defenses.secure_aggregation.protocol import Parameters, secure_sum
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 Q = 2**22
 
@@ -261,7 +262,7 @@ def test_a_clipping_range_the_updates_exceed_is_reported_as_saturation_not_an_ov
     weights' sum is at least max_weight) plus the quantisation bound."""
     clip = 1e-7
     cfg = tiny_config(tiny_synth, rounds=1, max_steps_per_epoch=1, secure_aggregation=True, secagg_clip=clip)
-    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False, log=lambda s: None)
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False, log=lambda s: None, build=build_run)
     init = {k: v.clone() for k, v in engine.global_state.items()}
     engine.run()
     recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -285,7 +286,7 @@ def test_one_round_matches_the_plain_run_within_the_bound(tiny_synth, tmp_path):
     runs = {}
     for name, flags in (("plain", {}), ("secure", {"secure_aggregation": True})):
         cfg = tiny_config(tiny_synth, rounds=1, max_steps_per_epoch=1, **flags)
-        FederatedEngine(cfg, federation_for_config(cfg), tmp_path / name, progress=False, log=lambda s: None).run()
+        FederatedEngine(cfg, federation_for_config(cfg), tmp_path / name, progress=False, log=lambda s: None, build=build_run).run()
         runs[name] = load_checkpoint(tmp_path / name / "ckpt.pt")
     recs = [json.loads(line) for line in (tmp_path / "secure" / "metrics.jsonl").read_text().splitlines()]
     (secagg,) = [r for r in recs if r["scope"] == "secagg"]
@@ -305,7 +306,7 @@ def test_one_round_matches_the_plain_run_within_the_bound(tiny_synth, tmp_path):
 def fedpav_ckpt(tiny_synth, tmp_path_factory):
     cfg = tiny_config(tiny_synth, "fedpav", rounds=1, max_steps_per_epoch=1, secure_aggregation=True)
     out = tmp_path_factory.mktemp("fedpav-secagg")
-    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None).run()
+    FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None, build=build_run).run()
     return out / "ckpt.pt"
 
 
@@ -414,7 +415,7 @@ def test_flower_secaggplus_gives_the_in_process_model_exactly_and_no_update_in_t
     cfg = flower_cfg(synth3)
     grid, summary = secure_flower_run(synth3, tmp_path, cfg)
     FederatedEngine(flower_cfg(synth3), federation_for_config(cfg), tmp_path / "in-process", progress=False,
-                    log=lambda s: None).run()
+                    log=lambda s: None, build=build_run).run()
     flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
     # same protocol seed, same stochastic rounding per site, exact integer sums: the same model, bit for bit
     assert flower["global_state"].keys() == inproc["global_state"].keys()
@@ -428,7 +429,7 @@ def test_flower_secaggplus_gives_the_in_process_model_exactly_and_no_update_in_t
     plain_cfg = flower_cfg(synth3)
     plain_cfg.train.secure_aggregation = False
     FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False,
-                    log=lambda s: None).run()
+                    log=lambda s: None, build=build_run).run()
     flower, plain = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "plain" / "ckpt.pt")
     (rec,) = [r for r in flower["metrics"] if r["scope"] == "secagg"]
     assert rec["runtime"] == "flower" and rec["clients"] == 3 and rec["dropped"] == [] and rec["saturated"] == 0
@@ -447,7 +448,7 @@ def test_flower_secaggplus_with_distributed_dp_gives_the_in_process_model_exactl
     cfg = flower_cfg(synth3, client_dp=True, clip=1.0, noise_multiplier=0.5)
     secure_flower_run(synth3, tmp_path, cfg)
     FederatedEngine(flower_cfg(synth3, client_dp=True, clip=1.0, noise_multiplier=0.5), federation_for_config(cfg),
-                    tmp_path / "in-process", progress=False, log=lambda s: None).run()
+                    tmp_path / "in-process", progress=False, log=lambda s: None, build=build_run).run()
     flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
     for k, v in inproc["global_state"].items():  # the same noise shares too
         assert torch.equal(flower["global_state"][k], v), k
@@ -497,7 +498,7 @@ def test_flower_sites_whose_context_push_failed_resume_secaggplus_from_their_sta
     grid, _ = secure_flower_run(synth3, tmp_path, cfg, lose_context=after_collect_on_b_and_c)
     assert not [m for m in grid.received if m.has_error()]
     FederatedEngine(flower_cfg(synth3), federation_for_config(cfg), tmp_path / "in-process", progress=False,
-                    log=lambda s: None).run()
+                    log=lambda s: None, build=build_run).run()
     flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
     for k, v in inproc["global_state"].items():
         assert torch.equal(flower["global_state"][k], v), k
@@ -615,7 +616,7 @@ def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon_and_stops_at_
                                    for c in federation_for_config(cfg).clients)
     grid, summary = secure_flower_run(synth3, tmp_path, cfg)
     FederatedEngine(RunConfig.from_dict(cfg.to_dict()), federation_for_config(cfg), tmp_path / "in-process",
-                    progress=False, log=lambda s: None).run()
+                    progress=False, log=lambda s: None, build=build_run).run()
     flower, inproc = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "in-process" / "ckpt.pt")
     assert inproc["round"] == flower["round"] == 1  # stopped by the budget
     privacy = [r for r in inproc["metrics"] if r["scope"] == "privacy"]

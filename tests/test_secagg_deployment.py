@@ -17,6 +17,7 @@ from privreid.flower.deployment import LocalDeployment
 from privreid.flower.server_app import ServerSettings
 
 from conftest import TINY_SYNTH, tiny_config
+from privreid.composition import build_run
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +32,8 @@ def test_secaggplus_deployment_gives_the_in_process_secure_model_exactly(tmp_pat
     cfg.data.test_domains = ["synthD"]
     plain_cfg = tiny_config(root, rounds=1, max_steps_per_epoch=1)
     plain_cfg.data.test_domains = ["synthD"]
-    FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False).run()
-    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "in-process", progress=False).run()
+    FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False, build=build_run).run()
+    FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "in-process", progress=False, build=build_run).run()
     sites = {k: {"data": str(root / f"synth{k}"), "state-dir": str(tmp_path / f"state-{k}")} for k in "ABC"}
     with LocalDeployment(sites, tmp_path / "dep") as dep:
         record = dep.run(ServerSettings(cfg, tmp_path / "flower", sites=3), timeout=480)

@@ -14,6 +14,7 @@ from privreid.models.transforms import AttentiveNormTransform
 from privreid.models.attentive_norm import AttentiveNorm2d, apply_attentive_norm
 
 from conftest import spy_on_uploads, tiny_config
+from privreid.composition import build_run
 
 
 def federation(cfg):
@@ -146,7 +147,7 @@ def ska_run(tiny_synth, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     seen = spy_on_uploads(mp, UniformAverage)
     try:
-        engine = FederatedEngine(cfg, federation(cfg), out, progress=False)
+        engine = FederatedEngine(cfg, federation(cfg), out, progress=False, build=build_run)
         summary = engine.run()
     finally:
         mp.undo()
@@ -209,7 +210,7 @@ def test_checkpoint_loads_global_and_personalised_models(ska_run):
                                                   ({"lsn": False}, True, False)])
 def test_ablations_run_one_round(tiny_synth, tmp_path, opts, has_an, has_dual):
     cfg = ska_config(tiny_synth, rounds=1, **opts)
-    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False)
+    engine = FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run)
     engine.run()
     model = engine.model
     assert any(isinstance(m, AttentiveNorm2d) for m in model.modules()) == has_an
@@ -327,7 +328,7 @@ def test_table4_ablation_rows_coincide_with_the_baselines(tiny_synth, tmp_path, 
     runs = {}
     for name, cfg in (("ska", ska_config(tiny_synth, **opts, weighting="volume")),
                       (baseline, tiny_config(tiny_synth, method=baseline, rounds=1))):
-        FederatedEngine(cfg, federation(cfg), tmp_path / name, progress=False).run()
+        FederatedEngine(cfg, federation(cfg), tmp_path / name, progress=False, build=build_run).run()
         runs[name] = load_checkpoint(tmp_path / name / "ckpt.pt")
     a, b = runs["ska"], runs[baseline]
     assert a["global_state"].keys() == b["global_state"].keys()

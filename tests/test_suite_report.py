@@ -14,9 +14,11 @@ from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.evaluation.corrupted_eval import IMPLEMENTATION_DEVIATION
 from privreid.federated.engine import FederatedEngine
-from privreid.reporting.suite import SuiteSettings, run_suite
+from privreid.api import run_suite
+from privreid.comparison import SuiteSettings
 
 from conftest import tiny_config
+from privreid.composition import build_run
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def two_runs(tiny_synth, tmp_path_factory):
     paths = []
     for method in ("centralized", "fedpav"):
         cfg = tiny_config(tiny_synth, method, rounds=1)
-        FederatedEngine(cfg, federation_for_config(cfg), root / method, progress=False).run()
+        FederatedEngine(cfg, federation_for_config(cfg), root / method, progress=False, build=build_run).run()
         paths.append(root / method / "ckpt.pt")
     return paths
 

@@ -69,6 +69,10 @@ def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
     assert [(r.seed, r.config.train.seed, r.config.train.method) for r in runs[1:3]] == [(3, 3, "fedavg"),
                                                                                          (4, 4, "fedavg")]
     assert runs[1].cell == {"train.beta": 0.1, "train.method": "fedavg"}
+    krum = plan_sweep(base, [g], None)
+    assert [(r.name, r.cell) for r in krum] == [('robust-krum=__f___1_', {"train.defenses.robust-krum": '{"f": 1}'}),
+                                                ("robust-krum=__", {"train.defenses.robust-krum": "{}"})]
+    assert krum[0].config.train.defenses == {"robust-krum": {"f": 1}}
     knob = plan_sweep(base, [knob_grid("beta", [0.01])], None, knob="beta")
     assert [(r.name, r.cell) for r in knob] == [("reference", {"reference": "non-private"}),
                                                 ("beta=0.01", {"train.beta": 0.01})]

@@ -13,6 +13,7 @@ from privreid.errors import ConfigError
 from privreid.evaluation.model_eval import evaluate_model
 from privreid.federated.engine import FederatedEngine
 from privreid.models import build_model
+from privreid.composition import build_run
 
 KINDS = {0: VISIBLE, 1: INFRARED, 2: "both"}
 PROTOCOL = VIProtocol(gallery_trials=10, cmc_by_identity=True)
@@ -127,7 +128,7 @@ def test_protocols_train_end_to_end(tiny_vi, tmp_path, protocol, method, train, 
     cfg = vi_config(tiny_vi, protocol, method, train)
     fed = federation_for_config(cfg)
     assert fed.protocol == protocol and [t.name for t in fed.unseen] == ["viC"]
-    engine = FederatedEngine(cfg, fed, tmp_path, progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run)
     assert [c.name for c in engine.clients] == clients
     summary = engine.run()
     assert set(summary["global_unseen_per_testset"]) == {"viC"}
@@ -160,7 +161,7 @@ def test_local_evaluation_ranks_the_federations_vi_and_video_test_sets(tiny_vi, 
     """Per-client evaluation uses the domain's own seen test set (modality map, tracklets), not a bare copy."""
     cfg = vi_config(tiny_vi, "ei", "standalone")  # standalone: local evaluation only
     fed = federation_for_config(cfg)
-    engine = FederatedEngine(cfg, fed, tmp_path / "vi", progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path / "vi", progress=False, build=build_run)
     evaluated, original = [], engine._eval
     monkeypatch.setattr(engine, "_eval", lambda ts: evaluated.append(ts) or original(ts))
     summary = engine.run()
@@ -174,7 +175,7 @@ def test_local_evaluation_ranks_the_federations_vi_and_video_test_sets(tiny_vi, 
     base = tiny_config(video, "fedavg", rounds=1)
     cfg = replace(base, data=replace(base.data, protocol="ei", test_domains=["vidC"]))
     fed = federation_for_config(cfg)
-    engine = FederatedEngine(cfg, fed, tmp_path / "video_run", progress=False)
+    engine = FederatedEngine(cfg, fed, tmp_path / "video_run", progress=False, build=build_run)
     engine.out_dir.mkdir()
     client = fed.clients[0]
     assert client.query == [] and fed.seen[0].tracklets is not None

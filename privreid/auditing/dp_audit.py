@@ -49,6 +49,7 @@ import torch
 from privreid.config import RunConfig
 from privreid.data.types import ClientData, Federation
 from privreid.errors import ConfigError
+from privreid.composition import build_run
 
 #: guess counts tried, as fractions of the canaries (k = fraction * m / 2 guesses on each side)
 GUESS_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
@@ -147,7 +148,8 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
     from privreid.checkpoint import Checkpoint
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
     from privreid.auditing.statistics import probe_outputs
 
     target = federation.clients[0]
@@ -162,7 +164,7 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
     extra = [(path, int(label), cam) for (path, _, cam), label, inc in zip(picks, labels, included) if inc]
     clients = [dataclasses.replace(target, train=target.train + extra)] + federation.clients[1:]
     engine = FederatedEngine(config, dataclasses.replace(federation, clients=clients), run, progress=progress,
-                             log=lambda _: None)
+                             log=lambda _: None, build=build_run)
     prepare_out_dir(run, overwrite=True, resume=False)
     summary = engine.run()
     model = Checkpoint.load(run / "ckpt.pt").load_model(target.name)
@@ -174,7 +176,8 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str | None]:
     from privreid.defenses.client_dp.mechanism import trainable_parameter_names
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
 
     included = _inclusion(settings.canaries, settings.seed)
     donor = federation.clients[0]
@@ -204,7 +207,7 @@ def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSe
             self.client_update = update
 
     engine = CanaryEngine(config, dataclasses.replace(federation, clients=federation.clients + canaries), run,
-                          progress=progress, log=lambda _: None)
+                          progress=progress, log=lambda _: None, build=build_run)
     theta0 = {k: engine.global_state[k].double().clone() for k in engine.trainable}
     prepare_out_dir(run, overwrite=True, resume=False)
     summary = engine.run()
@@ -244,7 +247,7 @@ def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None 
 
 
 def dp_table(records: list[dict[str, Any]]) -> str:
-    from privreid.reporting.tables import format_table
+    from privreid.io import format_table
 
     return format_table([{"model": r["model"], "level": r["level"], "canaries (in)": f"{r['canaries']} ({r['included']})",
                           "guesses": r["guesses"], "correct": r["correct"],

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from privreid.reporting.files import save_figure
-from privreid.rundir import write_text_atomic
+from privreid.io import save_figure, write_text_atomic
 from privreid.auditing.metrics import FPR_TARGETS, auc, fpr_label, roc_curve
 
 
@@ -74,7 +73,7 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    from privreid.reporting.tables import format_table
+    from privreid.io import format_table
 
     return format_table(rows)
 

@@ -32,6 +32,7 @@ from privreid.config import RunConfig
 from privreid.data.types import ClientData, Federation, relabel
 from privreid.auditing.lira import balanced_masks
 from privreid.auditing.membership import MembershipSet, _identity
+from privreid.composition import build_run
 
 
 def shadow_federation(base: Federation, ms: MembershipSet, include: np.ndarray) -> Federation:
@@ -67,7 +68,8 @@ def shadow_dir(cache: Path, config: RunConfig, ms: MembershipSet, k: int, seed: 
 def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int, cache: Path, *, seed: int = 0,
                   progress: bool = False, echo: Callable[[str], None] = lambda _: None) -> tuple[np.ndarray, list[Path]]:
     """Train (or reuse, or resume) the K shadow models; ``(masks (K, n), checkpoint paths)``."""
-    from privreid.federated.engine import FederatedEngine, prepare_out_dir
+    from privreid.federated.engine import FederatedEngine
+    from privreid.rundir import prepare_out_dir
 
     masks = balanced_masks(k, len(ms.candidates), seed)
     root = shadow_dir(cache, config, ms, k, seed)
@@ -82,7 +84,7 @@ def train_shadows(config: RunConfig, base: Federation, ms: MembershipSet, k: int
         resume = (run / "ckpt.pt").is_file()
         echo(f"shadow {i + 1}/{k} ({'resuming' if resume else 'training'}) in {run}")
         engine = FederatedEngine(shadow_config(config, i), shadow_federation(base, ms, masks[i]), run,
-                                 progress=progress, log=lambda _: None)
+                                 progress=progress, log=lambda _: None, build=build_run)
         prepare_out_dir(run, overwrite=not resume, resume=resume)
         engine.run(resume=resume)
     return masks, paths

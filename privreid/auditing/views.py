@@ -50,7 +50,8 @@ from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import uniform
 from privreid.pickle_scan import safe_torch_load
-from privreid.rundir import save_torch_atomic
+from privreid.io import save_torch_atomic
+from privreid.composition import build_run
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -125,7 +126,7 @@ def replay_aggregates(ckpt: Checkpoint, client: str, cache: Path, *, progress: b
 def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, progress: bool,
             echo: Callable[[str], None]) -> dict:
     from privreid.data.catalog import federation_for_config
-    from privreid.federated.engine import prepare_out_dir
+    from privreid.rundir import prepare_out_dir
 
     if not ckpt.comm:
         raise ConfigError(f"method {ckpt.method!r} sends nothing to a server; the server view needs a federation")
@@ -146,7 +147,7 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     echo(f"server view: replaying the run to re-derive {client}'s uploads{' and their sums' if aggregate else ''} "
          f"({run})")
     engine = UploadRecorder(config, federation, run, progress=progress, log=lambda _: None, audited=client,
-                            weight=weight)
+                            weight=weight, build=build_run)
     prepare_out_dir(run, overwrite=True, resume=False)
     engine.run()
     final = {k: v for k, v in engine.global_state.items() if k in ckpt.shared_keys}

@@ -11,8 +11,8 @@ import typer
 from privreid.retrieval_attacks import retrieval_attack_names
 from privreid.errors import ConfigError
 from privreid.commands.options import PrecisionOption
-from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption, WidthOption,
-                     checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption,
+                                      StdOption, WidthOption, checkpoint_paths, run_dir_or_exit, run_or_exit)
 
 DATA_HELP = ("Dataset(s) to attack on: 'synth', a `privreid data synth` directory or a dataset root; "
              "repeatable. Default: the first checkpoint's data.")
@@ -72,41 +72,21 @@ def attack_command(
 
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
-    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
-    from privreid.retrieval_attacks.campaign import attack_checkpoints, write_attack_report
-    from privreid.retrieval_attacks.retrieval import TARGETS, format_table_ix, resolve_methods
-    from privreid.provenance import record_models
+    from privreid.api import attack_run, attack_settings
 
     def validate() -> dict[str, Any]:
-        settings = {"eps": parse_fraction(eps, "--eps"), "steps": steps, "target": target,
-                    "alpha": None if alpha is None else parse_fraction(alpha, "--alpha"),
-                    "methods": resolve_methods(method), "precision": precision}
-        check_budget(settings["eps"], settings["alpha"], steps)
-        if settings["alpha"] is None:
-            settings["alpha"] = default_alpha(settings["eps"], steps)
-        if target not in TARGETS:
-            raise ConfigError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
-        for name, value, low in (("--max-queries", max_queries, 1), ("--batch-size", batch_size, 1),
-                                 ("--examples", examples, 0)):
-            if value is not None and value < low:
-                raise ConfigError(f"{name} must be >= {low}, got {value}")
+        settings = attack_settings(method=method, eps=parse_fraction(eps, "--eps"), steps=steps, target=target,
+                                   alpha=None if alpha is None else parse_fraction(alpha, "--alpha"),
+                                   precision=precision, max_queries=max_queries, batch_size=batch_size,
+                                   examples=examples)
         settings["paths"] = checkpoint_paths(model, models, more_models)
         return settings
 
     settings = run_or_exit(validate)
     with run_dir_or_exit(out, "attack"):
-        loaded = load_models_or_exit(settings["paths"], arch=arch, height=height, width=width, mean=mean, std=std,
-                                     interpolation=interpolation)
-        records, pictures = run_or_exit(attack_checkpoints, settings, client=client, data=data,
-                                        domains=csv_list(domains), max_queries=max_queries, batch_size=batch_size,
-                                        examples=examples, seed=seed, device=device, models=loaded,
-                                        precision=precision)
-        caption = (f"Retrieval under attack (target: {target}; eps = {settings['eps'] * 255:.3g}/255, "
-                   f"alpha = {settings['alpha'] * 255:.3g}/255, {steps} steps). R1 / mAP / mINP in %; "
-                   f"↓ is the relative drop (clean - attacked) / clean.")
-        report = f"{caption}\n\n{format_table_ix(records)}\n"
-        typer.echo(report)
+        typer.echo(run_or_exit(attack_run, settings, out, client=client, data=data, domains=domains,
+                               max_queries=max_queries, batch_size=batch_size, examples=examples, seed=seed,
+                               device=device, precision=precision, announce=typer.echo, arch=arch, height=height,
+                               width=width, mean=mean, std=std, interpolation=interpolation))
         if out is not None:
-            write_attack_report(out, report, records, pictures, settings)
-            record_models(out, loaded)
             typer.echo(f"wrote {out}")

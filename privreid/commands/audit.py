@@ -11,9 +11,8 @@ from typing import Optional
 
 import typer
 
-from privreid.errors import ConfigError
-from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
-                     csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption,
+                                      checkpoint_paths, run_dir_or_exit, run_or_exit)
 
 
 def audit_command(
@@ -71,73 +70,15 @@ def audit_command(
 
     Example: privreid audit --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method loss,feature,lira --out runs/audit
     """
-    from privreid.auditing import AuditSettings, run_audit
-    from privreid.device import resolve_device
-    from privreid.provenance import record_models
-
-    echo = (lambda _: None) if quiet else typer.echo
+    from privreid.api import audit_run
 
     def go():
-        paths = checkpoint_paths(model, models, more_models)
-        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
-        if any(m.checkpoint is None for m in loaded):
-            return _files(loaded)
-        if data:
-            raise ConfigError("--data names the training data of a model file from elsewhere; a privreid "
-                              "checkpoint records its own")
-        if dp_audit:
-            return _dp(paths)
-        settings = AuditSettings(levels=csv_list(level or "image,identity") or [], attacks=csv_list(method) or [],
-                                 views=csv_list(view) or [], client=client, round=round_, shadows=shadows,
-                                 probes_per_identity=probes_per_identity, max_per_class=max_per_class,
-                                 extra_per_cam=extra_per_cam, bootstrap=bootstrap, seed=seed)
-        return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
-
-    def _files(loaded):
-        from privreid.auditing.given import GIVEN_ATTACKS, audit_files
-        from privreid.models.evaluated import model_labels
-
-        names = csv_list(method) or []
-        if len(loaded) != sum(m.checkpoint is None for m in loaded):
-            raise ConfigError("privreid audit takes privreid checkpoints or model files from elsewhere, not both "
-                              "in one run")
-        if dp_audit or view != "public" or client or round_ is not None or level not in (None, "identity"):
-            raise ConfigError("a model file from elsewhere is audited at --level identity, --view public: the "
-                              "image level, the server views and the DP audit need a privreid run")
-        if not data:
-            raise ConfigError("a model file from elsewhere records no training data: give --data, the data it "
-                              "was trained on (its training identities are the members)")
-        unknown = [a for a in names if a not in GIVEN_ATTACKS]
-        if unknown:
-            raise ConfigError(f"--method {','.join(unknown)}: a model file from elsewhere is audited with "
-                              f"{' or '.join(GIVEN_ATTACKS)} (LiRA trains shadow models like a privreid run)")
-        for m in loaded:
-            if "loss" in names:
-                m.require("classifier", "the loss attack", "use --method feature, which needs only features")
-        records = audit_files(loaded, model_labels(loaded), data, out, attacks=names, bootstrap=bootstrap, seed=seed,
-                              device=resolve_device(device))
-        record_models(out, loaded)
-        return records
-
-    def _dp(ckpt_paths):
-        from privreid.auditing.dp_audit import DPAuditSettings, run_dp_audit
-        from privreid.auditing.report import write_report
-        from privreid.checkpoint import Checkpoint, checkpoint_labels
-
-        settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
-                                   seed=seed).validate()
-        ckpts = [Checkpoint.load(p) for p in ckpt_paths]
-        labels = checkpoint_labels(ckpts)
-        configs = [c.run_config for c in ckpts]
-        for label, cfg in zip(labels, configs):
-            if not (cfg.train.dp_sgd or cfg.train.client_dp):
-                raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
-        records = []
-        for i, (label, cfg) in enumerate(zip(labels, configs)):
-            echo(f"[{label}] DP audit: training once with {canaries} canaries")
-            records.append(run_dp_audit(cfg, out / "cache" / "dp_audit" / f"run{i}", settings, label=label))
-        write_report(out, [], [], dp=records)
-        return records
+        return audit_run(checkpoint_paths(model, models, more_models), out, level=level, method=method, view=view,
+                         client=client, round_=round_, shadows=shadows, probes_per_identity=probes_per_identity,
+                         max_per_class=max_per_class, extra_per_cam=extra_per_cam, bootstrap=bootstrap,
+                         dp_audit=dp_audit, canaries=canaries, confidence=confidence, canary_norm=canary_norm,
+                         seed=seed, device=device, data=data, echo=None if quiet else typer.echo,
+                         announce=typer.echo, arch=arch, height=height, width=width, mean=mean, std=std)
 
     from privreid.auditing.report import table_rows, markdown_table
     from privreid.auditing.dp_audit import dp_table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -75,35 +75,6 @@ StdOption = Annotated[Optional[str], typer.Option("--std", help="The same for th
 InterpolationOption = Annotated[Optional[str], typer.Option(
     "--interpolation", help="A model file from elsewhere: the test resize (default: its project's, bicubic for "
     "fast-reid, bilinear otherwise; the load line says which).", click_type=click.Choice(INTERPOLATIONS))]
-
-
-def parse_channels(text: Optional[str], option: str) -> Optional[list[float]]:
-    """``"0.5,0.5,0.5"`` -> three floats; ConfigError naming ``option`` otherwise."""
-    if text is None:
-        return None
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != 3:
-        raise ConfigError(f"{option} takes three comma-separated numbers (R,G,B), got {text!r}")
-    return values
-
-
-def load_models_or_exit(paths: list[Path], *, arch: Optional[str] = None, height: Optional[int] = None,
-                        width: Optional[int] = None, mean: Optional[str] = None, std: Optional[str] = None,
-                        interpolation: Optional[str] = None) -> list:
-    """The models of ``paths`` (:func:`privreid.models.evaluated.load_evaluated_models`), each file from elsewhere
-    announced by its one load line; a file that does not load is one ``error:`` line and exit 2."""
-    from privreid.models.evaluated import load_evaluated_models
-
-    channels = run_or_exit(lambda: {"mean": parse_channels(mean, "--mean"), "std": parse_channels(std, "--std")})
-    models = run_or_exit(load_evaluated_models, paths, arch=arch, height=height, width=width,
-                         interpolation=interpolation, **channels)
-    for model in models:
-        if model.load_line():
-            typer.echo(model.load_line())
-    return models
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -210,12 +181,12 @@ def checkpoint_paths(model: Optional[Path], models: Optional[list[Path]],
 
 @contextmanager
 def run_dir_or_exit(out: Optional[Path], command: str) -> Iterator[Optional[Path]]:
-    """The block runs inside the run directory ``out`` (:func:`privreid.rundir.open_run`: checked, locked,
+    """The block runs inside the run directory ``out`` (:func:`privreid.provenance.open_run`: checked, locked,
     provenance and ``log.txt``); a refusal is one line and exit 2.  ``out=None``: no run directory."""
     if out is None:
         yield None
         return
-    from privreid.rundir import open_run
+    from privreid.provenance import open_run
 
     with ExitStack() as stack:
         yield run_or_exit(stack.enter_context, open_run(out, command))

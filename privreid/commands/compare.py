@@ -10,7 +10,7 @@ import typer
 from privreid.retrieval_attacks import retrieval_attack_names
 from privreid.errors import ConfigError
 from privreid.commands.common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption, StdOption,
-                     WidthOption, checkpoint_paths, csv_list, load_models_or_exit, run_dir_or_exit, run_or_exit)
+                     WidthOption, checkpoint_paths, csv_list, run_dir_or_exit, run_or_exit)
 
 
 def compare_command(
@@ -65,19 +65,17 @@ def compare_command(
 
     Example: privreid compare --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --suite all --out runs/report
     """
-    from privreid.comparison import compare_checkpoints
-    from privreid.reporting import format_table
-
+    from privreid.api import compare as compare_models
+    from privreid.io import format_table, write_text_atomic
     from privreid.provenance import record_models
-    from privreid.rundir import check_output_file, write_text_atomic
+    from privreid.rundir import check_output_file
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
     file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std, interpolation=interpolation)
     if suite is None:
-        rows = run_or_exit(compare_checkpoints, paths, untrained=untrained, device=device, data=data,
-                           models=load_models_or_exit(paths, **file_options))
-        table = format_table(rows)
+        table = format_table(run_or_exit(compare_models, paths, data, untrained=untrained, device=device,
+                                         announce=typer.echo, **file_options).clean)
         typer.echo(table)
         if markdown:
             run_or_exit(write_text_atomic, markdown, table + "\n")
@@ -86,8 +84,8 @@ def compare_command(
     from privreid.inversion.aggregate import parse_clients
     from privreid.retrieval_attacks.retrieval import resolve_methods
     from privreid.commands.attack import parse_fraction
-    from privreid.commands.corrupt import parse_pixel_scale
-    from privreid.reporting.suite import SUITES, SuiteSettings, run_suite
+    from privreid.api import load_models, parse_pixel_scale, run_suite
+    from privreid.comparison import SUITES, SuiteSettings
 
     loaded: list = []  # the suite's models, loaded once the settings are valid
 
@@ -102,7 +100,7 @@ def compare_command(
                                  inversion_subjects=subjects, inversion_iterations=iterations,
                                  inversion_threat=threat,
                                  inversion_clients=parse_clients(clients) if clients else None)
-        loaded.extend(load_models_or_exit(paths, **file_options))
+        loaded.extend(load_models(paths, announce=typer.echo, **file_options))
         return run_suite(paths, out, settings, device=device, progress=not quiet, data=data, models=loaded)
 
     with run_dir_or_exit(out, "compare"):

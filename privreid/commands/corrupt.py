@@ -11,19 +11,6 @@ from privreid.errors import ConfigError
 from privreid.commands.common import csv_list, csv_names, run_or_exit
 
 
-def parse_pixel_scale(value: str) -> float | str:
-    """``"auto"`` or a positive number, from a command-line string."""
-    if value == "auto":
-        return value
-    try:
-        scale = float(value)
-    except ValueError:
-        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}") from None
-    if not scale > 0:
-        raise ConfigError(f"--pixel-scale must be 'auto' or a positive number, got {value!r}")
-    return scale
-
-
 def parse_severities(value: Optional[str]) -> list[int]:
     """``"1,3,5"`` -> ``[1, 3, 5]`` (each 1-5); ``None`` -> all five."""
     from privreid.corruptions import SEVERITIES
@@ -56,6 +43,7 @@ def corrupt_command(
     """
     from torchvision.transforms.functional import pil_to_tensor, resize
 
+    from privreid.api import parse_pixel_scale
     from privreid.config import MAX_IMAGE_SIDE, too_large_image
     from privreid.corruptions.preview import save_preview
     from privreid.data.formats import read_image

@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from privreid.errors import ConfigError
 from privreid.commands.common import run_or_exit
-
-
-def _check_out(out: Path, overwrite: bool, model: Path) -> None:
-    from privreid.rundir import check_not_a_run_file
-
-    check_not_a_run_file(out, source=model)
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a directory; give a file name")
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        raise ConfigError(f"the directory of --out does not exist: {out.parent}")
 
 
 def export_command(
@@ -40,20 +27,9 @@ def export_command(
 
     Example: privreid export --model runs/fedpav/ckpt.pt --format onnx --out fedpav.onnx
     """
-    from privreid.checkpoint import Checkpoint
-    from privreid.export import check_format, export_model
+    from privreid.api import export_checkpoint
 
-    def go() -> dict[str, Any]:
-        check_format(fmt)
-        _check_out(out, overwrite, model)
-        ckpt = Checkpoint.load(model)
-        cfg = ckpt.run_config
-        net = ckpt.load_model(client)
-        source = {"checkpoint": str(model), "method": ckpt.method, "round": ckpt.round,
-                  "model": "global" if client is None else f"client {client}"}
-        return export_model(net, fmt, out, height=cfg.data.height, width=cfg.data.width, source=source)
-
-    report = run_or_exit(go)
+    report = run_or_exit(export_checkpoint, model, out, fmt=fmt, client=client, overwrite=overwrite)
     spec = report["input"]
     typer.echo(f"wrote {report['path']} ({fmt}, {'global model' if client is None else f'client {client}'}, "
                f"{report['feat_dim']}-d feature, input {spec['height']}x{spec['width']} ImageNet-normalised)")

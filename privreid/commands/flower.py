@@ -175,11 +175,10 @@ def run_command(
     """
     from privreid.commands.common import params_with_preset
     from privreid.log import progress_bar
-    from privreid.federated.engine import prepare_out_dir
-    from privreid.federated.resume import check_resumable, restart_line
+    from privreid.federated.resume import resume_checkpoint, restart_line
     from privreid.flower.deployment import rounds_done, run_on_superlink
-    from privreid.provenance import train_preset
-    from privreid.rundir import open_run
+    from privreid.provenance import open_run, train_preset
+    from privreid.rundir import prepare_out_dir
     from privreid.flower.server_app import ServerSettings, check_flower_support
 
     def go() -> dict:
@@ -197,7 +196,7 @@ def run_command(
         check_flower_support(config)
         out_dir = Path(p["out"]).expanduser().resolve()
         # stopped before its first checkpoint: --resume starts it from round 0 (checked before anything is written)
-        restart = p["resume"] and not check_resumable(out_dir, config)
+        restart = p["resume"] and resume_checkpoint(out_dir, config) is None
         resume = p["resume"] and not restart
         settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],
                                   round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
@@ -205,7 +204,7 @@ def run_command(
         if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
             from privreid.defenses.secure_aggregation.mechanism import check_secure_aggregation
             from privreid.federated.engine import selection_size
-            from privreid.training.compose import method_of
+            from privreid.composition import method_of
 
             fraction = config.train.client_fraction or method_of(config).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))

@@ -14,9 +14,8 @@ import typer
 
 from privreid.inversion.settings import (MATCHES, OPTIMISERS, SCHEDULES, SELECTS, SPACES, STARTS, TV_FORMS, UPDATES,
                                           InversionSettings)
-from privreid.errors import ConfigError
 from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, MeanOption, StdOption, WidthOption, checkpoint_paths,
-                     load_models_or_exit, run_dir_or_exit, run_or_exit)
+                     run_dir_or_exit, run_or_exit)
 from privreid.commands.options import settings_options
 
 #: ``--method``'s help (the built-in inversion attacks: their registry, privreid.inversion.optimise, imports
@@ -113,9 +112,9 @@ def invert_command(
 
     Example: privreid invert --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --subjects 4 --method ig --out runs/invert
     """
-    from privreid.inversion.aggregate import check_campaign, invert_campaign
+    from privreid.api import invert_run
+    from privreid.inversion.aggregate import check_campaign
     from privreid.precision import INVERSION_NOTE, check_precision
-    from privreid.provenance import record_models
 
     def validate():
         check_precision(precision)
@@ -128,34 +127,12 @@ def invert_command(
 
     settings, paths = run_or_exit(validate)
 
-    def check_files(loaded, from_files):
-        if len(from_files) != len(loaded):
-            raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
-                              "elsewhere, not both in one run")
-        if threat != "full":
-            raise ConfigError(f"--threat {threat} observes a federated client's shared update, which only a "
-                              "privreid checkpoint has; a model file from elsewhere is attacked under --threat full")
-        for m in from_files:
-            m.require("gradients", "privreid invert", "privreid eval and eval --corruption need no gradients")
-            m.require("classifier", "privreid invert",
-                      "the client's training step is its identity loss; privreid attack and the feature "
-                      "attack of privreid audit need only features")
-
     with run_dir_or_exit(out, "invert"):
         if precision != "fp32":  # inside the run directory, so log.txt keeps the line next to config.yaml's flag
             typer.echo(f"note: --precision {precision} ignored: {INVERSION_NOTE}", err=True)
-        loaded = load_models_or_exit(paths, arch=arch, height=height, width=width, mean=mean, std=std)
-        from_files = [m for m in loaded if m.checkpoint is None]
-        if from_files:
-            run_or_exit(check_files, loaded, from_files)
-            from privreid.inversion.campaign import invert_files
-
-            result = run_or_exit(invert_files, loaded, out, settings=settings, image=image, label=label, data=data,
-                                 index=index, n=subjects, seed=seed, device=device)
-            record_models(out, loaded)
-        else:
-            result = run_or_exit(invert_campaign, threat, paths, out, settings=settings, client=client, index=index,
-                                 image=image, label=label, n=subjects, clients=clients, defended=defended, seed=seed,
-                                 device=device)
+        result = run_or_exit(invert_run, paths, out, settings, threat, client=client, index=index,
+                             image=image, label=label, data=data, n=subjects, clients=clients, defended=defended,
+                             seed=seed, device=device, announce=typer.echo, arch=arch, height=height, width=width,
+                             mean=mean, std=std)
         typer.echo(result.table)
         typer.echo(f"wrote {out}")

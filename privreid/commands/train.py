@@ -115,7 +115,7 @@ def _dry_run(ctx: typer.Context, config_file: Optional[Path], as_json: bool) -> 
     from privreid.rundir import check_output_dir
     from privreid.run_plan import render_plan, run_plan
     from privreid.training import check_run_flags
-    from privreid.training.compose import method_of
+    from privreid.composition import method_of
 
     p = train_params(ctx, config_file)
     if not p["dry_run"]:

@@ -340,7 +340,7 @@ def too_large_image(height: int, width: int, *, batch: int | None = None) -> str
 
 
 #: why DP-SGD refuses a run with the triplet loss (checked by :meth:`RunConfig.validate` for ``--triplet-weight``
-#: and by the composition root, :mod:`privreid.training.compose`, for a method's default)
+#: and by the composition root, :mod:`privreid.composition`, for a method's default)
 DP_SGD_TRIPLET = ("--dp-sgd cannot bound a sample's influence on the batch-hard triplet loss (it couples the samples "
                   "of a batch); use --triplet-weight 0")
 

@@ -9,7 +9,7 @@ import torch
 
 from privreid.errors import ConfigError
 
-from privreid.reporting.files import savefig_atomic
+from privreid.io import savefig_atomic
 from privreid.corruptions import check_severity, corrupt, resolve_corruptions
 
 #: File types the preview can be written as (matplotlib's raster and vector back ends).

@@ -100,11 +100,6 @@ class PrivacyLedger:
         for name, ledger in zip(self.names, self.ledgers):
             ledger.load_state_dict(state.get(name, {}))
 
-    def state_from_memories(self, memories) -> dict[str, Any]:
-        """Backward compatibility only: the state of a checkpoint written before the ledger kept its own,
-        rebuilt once at restore from that checkpoint's client memories."""
-        return {name: ledger.state_from_memories(memories) for name, ledger in zip(self.names, self.ledgers)}
-
     def summary(self, metrics: list[dict[str, Any]], stopped: str | None = None) -> dict[str, Any]:
         """The ``privacy`` entry of ``summary.json``: mechanism, epsilon spent, what it covers, the server's view."""
         out: dict[str, Any] = {"notes": list(self.notes), "stopped": stopped, "defense": None, "epsilon": None,

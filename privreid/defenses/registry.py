@@ -75,11 +75,6 @@ class DefenseLedger:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` on ``--resume``."""
 
-    def state_from_memories(self, memories: Mapping[str, Any]) -> dict[str, Any]:
-        """Backward compatibility: a :meth:`state_dict` rebuilt from the client memories of a checkpoint
-        written before ledgers kept their own state (read once, at restore)."""
-        return {}
-
     def statement(self, out: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
         """Add this defense's part to ``out``, the ``privacy`` statement of ``summary.json``, in place."""
 

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 from privreid.config import RunConfig
 from privreid.errors import ConfigError
 from privreid.experiments import status as sweep_status
-from privreid.rundir import write_json_atomic
+from privreid.io import write_json_atomic
 
 KINDS = ("local", "ray")
 #: Tune's bookkeeping directory under OUT (replaced at every invocation; the run directories are the truth)

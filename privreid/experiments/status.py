@@ -175,7 +175,7 @@ def summary_line(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
     """The status table (one row per run) and the summary line, as ``privreid status`` prints them."""
-    from privreid.reporting import format_table
+    from privreid.io import format_table
 
     table = [{"run": r["run"], "state": r["state"], "round": f"{r['round']}/{r['rounds'] or '?'}",
               "seen mAP": r["mAP"], "ETA": "-" if r["state"] in ("done", "failed") else duration(r["eta_s"]),

@@ -50,8 +50,7 @@ from privreid.config.values import parse_json
 from privreid.errors import ConfigError
 from privreid.experiments._standin import cell_statistics, mean_pm_std, write_frontier
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.rundir import write_file_atomically
+from privreid.io import save_figure, write_csv_rows, write_file_atomically
 
 #: CLI knob name -> TrainConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -233,7 +232,8 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
                 config = apply_sets(seeded, sets)
                 config.validate()
             name = ",".join(f"{g.label}={_text(v)}" for g, v in zip(grids, values)) or "base"
-            cells.append(PlannedRun(name + suffix, config, {g.path: v for g, v in zip(grids, values)}, seed))
+            cell = {g.path: json.dumps(v) if isinstance(v, (dict, list)) else v for g, v in zip(grids, values)}
+            cells.append(PlannedRun(name + suffix, config, cell, seed))  # cells group runs: hashable values
         reference = reference_config(seeded)
         planned = [r.config.to_dict() for r in cells]
         if any(reference_config(r.config).to_dict() not in planned for r in cells):
@@ -398,7 +398,7 @@ _SHOWN = [("seen R1", 100), ("seen mAP", 100), ("unseen R1", 100), ("unseen mAP"
 
 def render_cells(cells: list[dict[str, Any]]) -> str:
     """One row per cell: its setting and each metric as ``mean ± std (n=…)`` (rates in %), failed runs counted."""
-    from privreid.reporting import format_table
+    from privreid.io import format_table
 
     def row(cell: dict[str, Any]) -> dict[str, Any]:
         setting = {k: v for k, v in cell.items() if k != "failed" and not re.search(r"_(mean|std|n|ci95_\w+)$", k)}

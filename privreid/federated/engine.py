@@ -1,4 +1,8 @@
-"""The federated engine: rounds, client selection, aggregation, evaluation, checkpoints.
+"""The federated engine's round loop: client selection, local training, aggregation.
+
+Each round ends with an evaluation (:mod:`.round_eval`, every ``eval_every``
+rounds and the last) and a checkpoint (:mod:`.checkpointing`, which also
+writes ``metrics.jsonl`` and ``summary.json`` and restores a ``--resume``).
 
 It knows nothing about individual methods: a :class:`~.registry.Method`
 supplies the parameter policy, the client update and the server strategy.
@@ -20,14 +24,6 @@ need every upload at once (:class:`~.strategy.KeepUploads`) hold the list.
 Determinism.  Every random draw is seeded from ``(seed, round, client)``
 (:mod:`privreid.seeding`), so ``--resume`` from the checkpoint of round ``r``
 continues exactly as the uninterrupted run.
-
-Evaluation.  At every evaluated round, after aggregation: the global model
-(if the method has one) on the seen and unseen test sets, then *every*
-client's current personalised model on its seen test set (and on the unseen
-ones when there is no global model), selected this round or not.  Which model
-is personalised is the method's choice (``Method.keeps_trained_model``); it
-is assembled by :func:`privreid.checkpoint.personal_state`, so
-``load_model(ckpt, client=NAME)`` returns exactly the model scored.
 
 Privacy boundary.  The only things that flow from a client to the server are
 :class:`~.strategy.Upload` objects: the shared keys, the sample count and
@@ -57,63 +53,31 @@ from typing import Any
 
 import numpy as np
 
-from privreid.checkpoint import MEMORY_HASHES_KEY, TRAINED_PREFIX, Checkpoint, personal_state, save_checkpoint
-from privreid.config import RunConfig, evaluation_settings
+from privreid.checkpoint import TRAINED_PREFIX, Checkpoint
+from privreid.config import RunConfig
 from privreid.device import resolve_device
-from privreid.precision import at_precision, check_precision, cuda_speedups
-from privreid.data.types import ClientData, Federation, TestSet
+from privreid.precision import check_precision, cuda_speedups
+from privreid.data.types import ClientData, Federation
 from privreid.errors import ConfigError
-from privreid.evaluation.metric_registry import metric_line, summary_keys
-from privreid.evaluation.model_eval import evaluate_model
 from privreid.log import progress_bar
 from privreid.models.reid_net import is_classifier_key
-from privreid.rundir import RUN_FILES, write_json_atomic
-from privreid.seeding import derive_seed, rng_states, seed_everything
-from privreid.federated.best import best_block
+from privreid.io import write_json_atomic
+from privreid.rundir import MEMORY_DIR
+from privreid.seeding import derive_seed, seed_everything
+from privreid.federated.checkpointing import Checkpointing
 from privreid.federated.client import ClientContext
-from privreid.federated.divergence import check_finite_states, check_finite_training, json_line
+from privreid.federated.divergence import check_finite_training
 from privreid.federated.early_stop import evaluate_after_stop
 from privreid.federated.heap import HeapTrimmer
-from privreid.federated.memory_store import MEMORY_DIR, ClientMemories, ClientMemory, own_memory_files
+from privreid.federated.memory_store import ClientMemories, ClientMemory
 from privreid.federated.policy import StateDict, clone_state, state_nbytes
 from privreid.federated.registry import Method
-from privreid.federated.resume import check_resume
+from privreid.federated.resume import load_for_resume
+from privreid.federated.round_eval import RoundEvaluation
 from privreid.federated.strategy import Accumulator, RoundResult, Upload
 
 _log = logging.getLogger(__name__)
 
-
-
-def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
-    """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
-
-    A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
-    ``ckpt.pt``: ``train --resume`` starts it from round 0
-    (:func:`privreid.federated.resume.check_resumable`), and this refusal
-    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
-    and the client-memory files (:func:`~.memory_store.own_memory_files`),
-    and refuses, naming it, anything else in ``client_memory/``.
-    """
-    existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
-    has_ckpt = (out_dir / "ckpt.pt").exists()
-    if resume:
-        if not has_ckpt:
-            raise ConfigError(f"--resume: {out_dir} holds a run that stopped before its first checkpoint "
-                              f"({', '.join(existing)}); start it again with --overwrite" if existing else
-                              f"--resume: no checkpoint at {out_dir / 'ckpt.pt'}")
-        return
-    if existing and not overwrite:
-        hint = ("pass --overwrite to replace it or --resume to continue it" if has_ckpt else
-                "it stopped before its first checkpoint; pass --resume to start it from round 0 (nothing was "
-                "done yet) or --overwrite")
-        raise ConfigError(f"{out_dir} already holds a run ({', '.join(existing)}); {hint}")
-    memories = own_memory_files(out_dir / MEMORY_DIR) if overwrite else []
-    for f in existing:
-        (out_dir / f).unlink()
-    for path in memories:
-        path.unlink()
-    if memories and not any((out_dir / MEMORY_DIR).iterdir()):
-        (out_dir / MEMORY_DIR).rmdir()
 
 
 def selection_size(fraction: float, n: int) -> int:
@@ -151,18 +115,12 @@ class RoundInbox:
         return self.accumulator.result()
 
 
-def mean_metrics(results: list[dict[str, float]]) -> dict[str, float]:
-    if not results:
-        return {}
-    return {k: float(np.mean([r[k] for r in results])) for k in summary_keys()}
-
-
-class FederatedEngine:
+class FederatedEngine(RoundEvaluation, Checkpointing):
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
     ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`privreid.training.compose.RunPlan`; default :func:`privreid.training.compose.build_run`,
-    whose observer is the privacy ledger).  Each observer sees every upload the
+    observers (:class:`privreid.composition.RunPlan`: :func:`privreid.composition.build_run`, whose
+    observer is the privacy ledger, resolved by the caller, the composition root's side of the layers).  Each observer sees every upload the
     server receives (``on_upload``); before every round each may stop the run
     (``before_round``), after it each adds its records (``after_round``), the
     checkpoint holds each one's ``state_dict`` under its ``key`` and
@@ -177,10 +135,8 @@ class FederatedEngine:
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  progress: bool = True, log: Callable[[str], None] | None = None,
-                 build: Callable[[RunConfig], Any] | None = None):
+                 build: Callable[[RunConfig], Any]):
         self.config = config.validate()
-        if build is None:
-            from privreid.training.compose import build_run as build
         plan = build(config)
         self.method: Method = plan.method
         self.deviations: list[str] = plan.deviations
@@ -228,35 +184,6 @@ class FederatedEngine:
         self.comm: list[dict[str, int]] = []
         self.start_round = 0
 
-    def _restore(self) -> None:
-        ckpt = Checkpoint.load(self.out_dir / "ckpt.pt", client_memory=False)
-        check_resume(ckpt.run_config, self.config, ckpt.round)
-        self.global_state = {**ckpt.global_state, **ckpt.server_state}
-        self.client_states = ckpt.client_states
-        self.client_server_state = ckpt.server_client_state  # absent before it existed: none kept
-        if not self.client_memory_on_disk:
-            self.client_memory = ckpt.client_memory
-        elif ckpt.client_memory_files is not None:
-            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR, ckpt.client_memory_files,
-                                                ckpt.client_memory_hashes)
-        else:  # memories stored in the checkpoint itself
-            self.client_memory = ClientMemories(self.out_dir / MEMORY_DIR)
-            for name, memory in ckpt.client_memory.items():
-                self.client_memory[name] = memory
-        observer_state = ckpt.observer_state
-        if observer_state is None:  # backward compatibility: a checkpoint from before observers kept their own
-            # state (the ledger read client memory); rebuilt once, here, from that checkpoint's client memories
-            observer_state = {o.key: o.state_from_memories(self.client_memory) for o in self.observers}
-        for observer in self.observers:
-            observer.load_state_dict(observer_state.get(observer.key, {}))
-        self.metrics = list(ckpt.metrics)
-        self.comm = list(ckpt.comm)
-        self.start_round = ckpt.round
-        with open(self.out_dir / "metrics.jsonl", "w") as fh:  # drop lines of a round killed mid-way
-            for rec in self.metrics:
-                fh.write(json_line(rec))
-        self.log(f"resuming {self.method.name} from round {self.start_round}")
-
     def configure(self, client: ClientData, round_index: int) -> StateDict:
         """What the server transmits to ``client`` this round: the strategy's ``configure``."""
         return self.strategy.configure(self.global_state, client, self.client_server_state.get(client.name, {}),
@@ -288,70 +215,6 @@ class FederatedEngine:
         self.model.to(self.device)
         return received, extra
 
-    def _load_global(self) -> None:
-        state = (self.method.global_eval_state(self.global_state, self.client_states)
-                 if self.method.global_eval_state else self.global_state)
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        assert not unexpected
-
-    # -- evaluation ------------------------------------------------------------
-    def _eval(self, testset: TestSet) -> dict[str, float]:
-        d, t = self.config.data, self.config.train
-        return evaluate_model(at_precision(self.model, t.precision, self.device), testset, height=d.height,
-                              width=d.width, device=self.device, flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
-                              num_workers=t.num_workers)
-
-    def _record(self, rec: dict[str, Any]) -> None:
-        self.metrics.append(rec)
-        with open(self.out_dir / "metrics.jsonl", "a") as fh:
-            fh.write(json_line(rec))
-        for hook in self.record_hooks:
-            hook(rec)
-
-    def personal_state(self, client: ClientData) -> StateDict:
-        """The client's current personalised model (see the module docstring); classifier only once trained."""
-        model_keys = {k: v for k, v in self.global_state.items() if k in self.init_state}
-        return personal_state(model_keys, self.client_states.get(client.name, self.initial_local),
-                              self.client_memory.get(client.name, {}))
-
-    def _load_personal(self, client: ClientData) -> None:
-        state = self.personal_state(client)
-        self.model.reset_classifier(client.num_classes if any(is_classifier_key(k) for k in state) else 0)
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        assert not unexpected and not missing, (missing[:3], unexpected[:3])
-        self.model.to(self.device)
-
-    def _eval_local(self, round_no: int, client: ClientData) -> None:
-        """The client's personalised model on its domain's seen test set and, without a global model, on the unseen ones.
-
-        The seen test set is the domain's own from ``federation.seen`` (with its
-        modality, VI protocol and tracklets), used when the client holds that
-        split; video clients hold it only there (their query/gallery are empty).
-        """
-        sets: list[tuple[str, TestSet]] = []
-        if (client.query and client.gallery) or client.tracklets is not None:
-            sets += [("seen", ts) for ts in self.federation.seen if ts.name == client.domain]
-        if not self.method.has_global_model:
-            sets += [("unseen", ts) for ts in self.federation.unseen]
-        if not sets:
-            return
-        self._load_personal(client)
-        for split, ts in sets:
-            res = self._eval(ts)
-            self._record({"round": round_no, "scope": "local", "client": client.name, "split": split,
-                          "testset": ts.name, **res})
-
-    def _eval_global(self, round_no: int) -> None:
-        if not self.method.has_global_model:
-            return
-        self._load_global()
-        for split, sets in (("seen", self.federation.seen), ("unseen", self.federation.unseen)):
-            for ts in sets:
-                res = self._eval(ts)
-                self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
-                self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
-                         + metric_line(res))
-
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
         """``m = max(1, ceil(C N))``: how many clients every round samples (paper 002, Eq. 5 / 9)."""
@@ -365,11 +228,6 @@ class FederatedEngine:
         rng = np.random.default_rng(derive_seed(self.config.train.seed, "select", round_index))
         chosen = sorted(rng.choice(n, size=k, replace=False).tolist())
         return [self.clients[i] for i in chosen]
-
-    def evaluates(self, round_no: int) -> bool:
-        """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every`` if > 0, and the last)."""
-        t = self.config.train
-        return (t.eval_every > 0 and round_no % t.eval_every == 0) or round_no == t.rounds
 
     def train_client(self, client: ClientData, round_index: int, received: StateDict | None = None) -> Upload:
         """One client's part of a round: load its model, start (the method's client start), train it locally,
@@ -420,12 +278,6 @@ class FederatedEngine:
             self.receive(inbox, self.train_client(client, round_index))
             self.heap.after_client()
 
-    def evaluate_round(self, round_no: int) -> None:
-        """The global model, then every client's personalised model (module docstring, "Evaluation")."""
-        self._eval_global(round_no)
-        for client in self.clients:
-            self._eval_local(round_no, client)
-
     def finish_round(self, round_index: int, inbox: RoundInbox, down_bytes: int) -> None:
         """The server's part of a round once every upload is in: aggregate, count bytes, evaluate, checkpoint."""
         round_no = round_index + 1
@@ -444,11 +296,15 @@ class FederatedEngine:
             self.evaluate_round(round_no)
         self._checkpoint(round_no)
 
-    def run(self, *, resume: bool = False) -> dict[str, Any]:
+    def run(self, *, resume: bool | Checkpoint = False) -> dict[str, Any]:
+        """Train the remaining rounds and write ``summary.json``; ``resume``: continue from the checkpoint
+        :func:`~.resume.resume_checkpoint` returned (``True``: load it here, :func:`~.resume.load_for_resume`)."""
         t = self.config.train
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        if resume is True:
+            resume = load_for_resume(self.out_dir, self.config)
         if resume:
-            self._restore()
+            self._restore(resume)
         started = time.time()
         rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
                               total=t.rounds, enabled=self.progress)
@@ -476,79 +332,3 @@ class FederatedEngine:
         self.collect_uploads(round_index, selected, inbox)
         self.finish_round(round_index, inbox, down_bytes)
         return True
-
-    def _checkpoint(self, round_no: int) -> None:
-        check_finite_states({"the global model": self.global_state,
-                             **{f"client {name}'s local state": state for name, state in self.client_states.items()}},
-                            round_no, self.out_dir)
-        memories = self.client_memory
-        on_disk = isinstance(memories, ClientMemories)
-        files = memories.flush() if on_disk else None  # every write done: the checkpoint records their hashes
-        save_checkpoint({
-            "method": self.method.name,
-            "round": round_no,
-            "config": self.config.to_dict(),
-            "model_config": self.model.model_config(),
-            # model keys only, so any checkpoint reader can load them; method state apart
-            "global_state": {k: v for k, v in self.global_state.items() if k in self.init_state},
-            "server_state": {k: v for k, v in self.global_state.items() if k not in self.init_state},
-            "has_global_model": self.method.has_global_model,
-            # local keys the global model needs for evaluation (FedBN's averaged norms)
-            "global_eval_extra": self._global_eval_extra(),
-            "client_states": self.client_states,
-            "server_client_state": self.client_server_state,
-            "observer_state": {o.key: o.state_dict() for o in self.observers},  # the privacy ledger's record
-            **({"client_memory_files": files, MEMORY_HASHES_KEY: memories.hashes_of(files)} if on_disk else
-               {"client_memory": memories}),
-            **({"initial_local_state": self.initial_local} if self.holds_client_states else {}),
-            "client_classes": {c.name: c.num_classes for c in self.clients},
-            "audit_holdout": self.federation.holdout,  # images kept out of training (--audit-holdout)
-            "metrics": self.metrics,
-            "comm": self.comm,
-            "rng": rng_states(),
-        }, self.out_dir / "ckpt.pt")
-        if on_disk:
-            memories.prune(files)
-
-    def _global_eval_extra(self) -> StateDict:
-        if not self.method.global_eval_state or not self.client_states:
-            return {}
-        state = self.method.global_eval_state(self.global_state, self.client_states)
-        return {k: v for k, v in state.items() if k not in self.global_state}
-
-    def summary(self, wall_time: float) -> dict[str, Any]:
-        """Final-round metrics (global and mean local), communication totals, ``best`` and ``deviations``.
-
-        ``best`` is the last global evaluation or the mean of the
-        ``--report-best`` best ones (:func:`.best.best_block`; ``None``
-        without a global model); ``deviations`` lists where the run's recipe
-        differs from its method's paper (:func:`privreid.deviations.deviations`).
-        """
-        last = max((m["round"] for m in self.metrics if m["scope"] in ("global", "local")), default=0)
-        final = [m for m in self.metrics if m["round"] == last and m["scope"] in ("global", "local")]
-        out: dict[str, Any] = {
-            "method": self.method.name,
-            "protocol": self.federation.protocol,
-            "rounds": self.config.train.rounds,
-            "clients": [c.name for c in self.clients],
-            "evaluated_round": last,
-            "wall_time_s": round(wall_time, 2),
-            "checkpoint": str(self.out_dir / "ckpt.pt"),
-            **{o.key: o.summary(self.metrics, self.stopped) for o in self.observers},
-        }
-        for scope in ("global", "local"):
-            for split in ("seen", "unseen"):
-                recs = [m for m in final if m["scope"] == scope and m["split"] == split]
-                if recs:
-                    out[f"{scope}_{split}"] = mean_metrics(recs)
-                    out[f"{scope}_{split}_per_testset"] = {
-                        (m["testset"] if scope == "global" else f"{m['client']}@{m['testset']}"):
-                            {**{k: m[k] for k in summary_keys()},
-                             **({"non_finite_features": True} if m.get("non_finite_features") else {})} for m in recs}
-        out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
-        out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
-        out["best"] = best_block(self.metrics, self.config.train.report_best)
-        out["evaluation"] = evaluation_settings(self.config)
-        out["precision"] = self.config.train.precision
-        out["deviations"] = self.deviations
-        return out

@@ -60,116 +60,17 @@ replace all of it.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
+from privreid.checkpoint import file_sha256, load_memory_file
+from privreid.io import save_torch_atomic
+from privreid.rundir import MEMORY_FILE_NAMES, memory_file_name, memory_file_path
 
-from privreid.errors import CheckpointError
-from privreid.rundir import save_torch_atomic
-
-#: the folder under the run directory that holds the client memories
-MEMORY_DIR = "client_memory"
 #: how many client memories are loaded at once
 RESIDENT = 1
-
-
-def memory_file_name(client: str, round_no: int) -> str:
-    """The file of ``client``'s memory changed in round ``round_no``: ``<client>.r<round>.pt``.
-
-    The name is percent-encoded (:func:`urllib.parse.quote` with nothing
-    kept but ``A-Za-z0-9_.-~``), which is injective: "site a", "site_a" and
-    "site/a" get ``site%20a``, ``site_a`` and ``site%2Fa``, and non-ASCII
-    names their UTF-8 bytes, so no two clients share a file and a name
-    never leaves the folder.  Checkpoints from before this encoding name
-    their files in ``client_memory_files`` and load unchanged.
-    """
-    from urllib.parse import quote
-
-    return f"{quote(client, safe='')}.r{round_no}.pt"
-
-
-#: the names privreid writes in ``client_memory/``: :func:`memory_file_name`'s, and their temporary siblings
-MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
-
-
-def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
-    """Whether ``file`` is :func:`memory_file_name`'s name for ``client`` in a round ``1..up_to_round``."""
-    from urllib.parse import quote
-
-    stem, sep, rest = file.rpartition(".r")
-    number = rest.removesuffix(".pt")
-    return (bool(sep) and stem == quote(client, safe="") and rest.endswith(".pt") and number.isascii()
-            and number.isdigit() and 1 <= int(number) <= up_to_round)
-
-
-def own_memory_files(directory: Path) -> list[Path]:
-    """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
-    :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
-    symbolic link), so that nothing else is ever deleted."""
-    from privreid.errors import ConfigError
-
-    directory = Path(directory)
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
-        raise ConfigError(f"{directory} is not the folder privreid writes client memories to (a link or a file); "
-                          "nothing was deleted: move it out first")
-    if not directory.is_dir():
-        return []
-    own = []
-    for path in sorted(directory.iterdir()):
-        if path.is_symlink() or not path.is_file() or not MEMORY_FILE_NAMES.fullmatch(path.name):
-            raise ConfigError(f"{directory} holds {path.name}, which privreid did not write; --overwrite deletes "
-                              "only the run's own files: move it out first")
-        own.append(path)
-    return own
-
-
-def memory_file_path(directory: Path, file: object) -> Path:
-    """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a
-    plain file name that stays inside ``directory`` once symlinks and ``..`` are resolved (nothing outside the
-    run directory is ever read)."""
-    directory = Path(directory)
-    if not isinstance(file, str) or not file:
-        raise CheckpointError(f"the checkpoint names a client-memory file {file!r}, which is not a file name")
-    path = directory / file
-    if not path.resolve().is_relative_to(directory.resolve()) or path.resolve() == directory.resolve():
-        raise CheckpointError(f"refusing to read client-memory file {file!r}: it lies outside {directory} "
-                              "(a checkpoint names only files of its own run)")
-    return path
-
-
-def load_memory_file(path: Path) -> dict[str, Any]:
-    """One client memory written by :class:`ClientMemories` (plain tensors and containers only).
-
-    The tensors are mapped from the file, not read (``mmap=True``): an
-    entry is read from disk only when it is used, so a memory whose entries
-    are replaced (FedPav's trained copy, every round) costs no read.  The
-    mapping is private: writing to a loaded tensor changes this process's
-    copy, never the file, which an earlier checkpoint may still name.
-    """
-    from privreid.pickle_scan import safe_torch_load
-
-    memory = safe_torch_load(path, map_location="cpu", mmap=True)
-    if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):
-        raise CheckpointError(f"{path} is not a client memory privreid wrote (a memory is a mapping of names to "
-                              f"values; got {type(memory).__name__}); restore it from a copy")
-    trained = next((k for k, v in memory.items() if k.startswith("trained/") and not isinstance(v, torch.Tensor)),
-                   None)
-    if trained is not None:
-        raise CheckpointError(f"{path} is not a client memory privreid wrote ({trained} must be a tensor, got "
-                              f"{type(memory[trained]).__name__}); restore it from a copy")
-    return memory
-
-
-def file_sha256(path: Path) -> str:
-    """``sha256:<hex>`` of the bytes of the file at ``path`` (what a checkpoint records of each memory file)."""
-    import hashlib
-
-    with open(path, "rb") as fh:
-        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from privreid.checkpoint import Checkpoint
 from privreid.config import RunConfig
 from privreid.errors import ConfigError
+from privreid.rundir import PROVENANCE_FILES
 
 #: train fields a resume may change freely
 FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
@@ -42,15 +44,16 @@ def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None
                           "continues with the recorded configuration")
 
 
-def check_resumable(out: Path, config: RunConfig) -> bool:
-    """Whether ``--resume`` continues ``out`` from its checkpoint (``True``) or starts it from round 0 (``False``:
-    it stopped before its first checkpoint, so nothing was done); refused, before anything in ``out`` is written,
-    when there is no run to resume, when a finished run lost its checkpoint, or when the checkpoint or its
-    client-memory files are missing, unreadable, malicious, edited (:func:`privreid.checkpoint.check_fields`),
-    changed or swapped (their recorded hashes), or of another configuration (:func:`check_resume`)."""
-    from privreid.checkpoint import Checkpoint
-    from privreid.provenance import PROVENANCE_FILES
+def resume_checkpoint(out: Path, config: RunConfig) -> Checkpoint | None:
+    """The checkpoint ``--resume`` continues ``out`` from, loaded once and checked; ``None`` when the run stopped
+    before its first checkpoint (nothing was done: it starts from round 0, :func:`restart_line`).
 
+    Refused, before anything in ``out`` is written, when there is no run to resume, when a finished run lost its
+    checkpoint, or when the checkpoint or its client-memory files are missing, unreadable, malicious, edited
+    (:func:`privreid.checkpoint.check_fields`), changed or swapped (their recorded hashes), or of another
+    configuration (:func:`check_resume`).  The memories are checked, not kept: the engine restores them lazily
+    from this object (:meth:`~privreid.federated.engine.FederatedEngine.run`).
+    """
     if not (out / "ckpt.pt").exists():
         if (out / "summary.json").exists():
             raise ConfigError(f"--resume: {out} holds a finished run (summary.json) whose checkpoint "
@@ -58,15 +61,20 @@ def check_resumable(out: Path, config: RunConfig) -> bool:
                               "the run's metrics)")
         if not (out / "metrics.jsonl").exists() and not (out / PROVENANCE_FILES["config"]).is_file():
             raise ConfigError(f"--resume: no checkpoint at {out / 'ckpt.pt'}")
-        return False
-    # whole, memories included (mapped, not read): every file's hash and content is checked before a byte is written
-    ckpt = Checkpoint.load(out / "ckpt.pt")
+        return None
+    return load_for_resume(out, config)
+
+
+def load_for_resume(out: Path, config: RunConfig) -> Checkpoint:
+    """``out/ckpt.pt`` loaded (its memory files hashed and read, left out) and checked against ``config``
+    (:func:`check_resume`): the one load of a resume."""
+    ckpt = Checkpoint.load(out / "ckpt.pt", client_memory=False, check_memory=True)
     check_resume(ckpt.run_config, config, ckpt.round)
-    return True
+    return ckpt
 
 
 def restart_line(out: Path) -> str:
-    """The one line a ``--resume`` of a run stopped before its first checkpoint prints (:func:`check_resumable`
-    returned ``False``): it starts from round 0."""
+    """The one line a ``--resume`` of a run stopped before its first checkpoint prints (:func:`resume_checkpoint`
+    returned ``None``): it starts from round 0."""
     return (f"--resume: {out} stopped before its first checkpoint; starting it from round 0 with its recorded "
             "configuration (nothing was done yet)")

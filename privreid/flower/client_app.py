@@ -40,6 +40,7 @@ from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAI
                        parse_run_record, record_to_state, scalar_metrics, state_to_record)
 from privreid.flower.site import Site, SiteState
 from privreid.defenses.secure_aggregation.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
+from privreid.composition import build_run
 
 
 def load_site_plugins(msg: Message, context: Context, call_next) -> Message:
@@ -58,7 +59,8 @@ class SiteEngine(FederatedEngine):
     client_memory_on_disk = False  # the site keeps its one client's state in its own store (SiteState)
 
     def __init__(self, config: RunConfig, site: Site):
-        super().__init__(config, site.federation, site.state_dir, progress=False, log=lambda msg: None)
+        super().__init__(config, site.federation, site.state_dir, progress=False, log=lambda msg: None,
+                         build=build_run)
         self.records: list[dict[str, Any]] = []
 
     def _record(self, rec: dict[str, Any]) -> None:

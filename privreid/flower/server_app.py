@@ -64,12 +64,12 @@ from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation, TestSet
 from privreid.errors import ConfigError, PrivreidError
 from privreid.evaluation.metric_registry import metric_line
-from privreid.training.compose import build_method
+from privreid.composition import build_method, build_run
 from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
 from privreid.federated.strategy import Upload
 from privreid.plugins import load_plugins, named_plugins
-from privreid.rundir import write_json_atomic
+from privreid.io import write_json_atomic
 from privreid.seeding import derive_seed, seed_everything
 from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
                        parse_eval_records, record_to_state, run_record, state_to_record)
@@ -309,7 +309,7 @@ class FlowerServerEngine(FederatedEngine):
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | Path, link: SiteLink, *,
                  min_clients: int = 0, log: Callable[[str], None] = print):
-        super().__init__(config, federation, out_dir, progress=False, log=log)
+        super().__init__(config, federation, out_dir, progress=False, log=log, build=build_run)
         self.link = link
         self.min_clients = min_clients
 

@@ -69,6 +69,7 @@ from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from privreid.checkpoint import Checkpoint
 from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData, Federation
@@ -81,6 +82,7 @@ from privreid.plugins import load_plugins
 from privreid.seeding import derive_seed, seed_everything
 from privreid.flower.messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, Converted, FlowerRunError, check_reply, ledger_keys,
                        parse_run_record, record_to_state, run_record, scalar_metrics, state_to_record)
+from privreid.composition import build_run
 
 #: the record of a train message and its reply that holds the client's own state (local keys and memory)
 CLIENT_STATE = "client-state"
@@ -157,7 +159,7 @@ class WorkerEngine(FederatedEngine):
 
     def __init__(self, config: RunConfig):
         super().__init__(config, federation_for_config(config), tempfile.gettempdir(), progress=False,
-                         log=lambda msg: None)
+                         log=lambda msg: None, build=build_run)
         self.by_name = {c.name: c for c in self.clients}
 
 
@@ -203,7 +205,7 @@ class ParallelEngine(FederatedEngine):
 
     def __init__(self, config: RunConfig, federation: Federation, out_dir: str | os.PathLike, *,
                  parallel_clients: int, progress: bool = True, log: Callable[[str], None] | None = None,
-                 build: Callable[[RunConfig], Any] | None = None):
+                 build: Callable[[RunConfig], Any]):
         super().__init__(config, federation, out_dir, progress=progress, log=log, build=build)
         check_parallel_clients(parallel_clients, self.clients_per_round())
         self.parallel_clients = parallel_clients
@@ -234,7 +236,7 @@ class ParallelEngine(FederatedEngine):
             init["num_gpus"] = devices
         return {"client_resources": {"num_cpus": self.threads, "num_gpus": gpus}, "init_args": init}
 
-    def run(self, *, resume: bool = False) -> dict[str, Any]:
+    def run(self, *, resume: bool | Checkpoint = False) -> dict[str, Any]:
         """The engine's run, as the ServerApp of a Flower simulation whose SuperNodes are the clients."""
         import ray
         from flwr.simulation import run_simulation

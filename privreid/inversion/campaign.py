@@ -21,7 +21,7 @@ import torch
 
 from privreid.checkpoint import Checkpoint, checkpoint_labels, label_file_stem
 from privreid.errors import CheckpointError, ConfigError
-from privreid.rundir import write_text_atomic
+from privreid.io import write_text_atomic
 from privreid.inversion.observation import to_model_input
 
 

@@ -41,9 +41,7 @@ import torch.nn.functional as F
 from skimage.metrics import mean_squared_error, peak_signal_noise_ratio, structural_similarity
 from torch import nn
 
-from privreid.reporting import format_table
-from privreid.reporting.files import save_figure
-from privreid.rundir import write_text_atomic
+from privreid.io import format_table, save_figure, write_text_atomic
 
 from privreid.inversion.attack import Reconstruction
 from privreid.inversion.observation import to_model_input

@@ -1,5 +1,1 @@
-"""Tables and figures for reports."""
-
-from privreid.reporting.tables import comparison_rows, format_table
-
-__all__ = ["comparison_rows", "format_table"]
+"""Reports of several models: the comparison suite's report (:mod:`privreid.reporting.suite`)."""

@@ -3,7 +3,8 @@
 ``privreid compare --models central.pt fed.pt --suite clean,attacks,corruptions,inversion --out DIR``
 runs every selected evaluation on the *same* data for every model (the test
 sets of the first checkpoint's configuration, as in
-:func:`privreid.comparison.compare_checkpoints`) and writes:
+:func:`privreid.comparison.compare_checkpoints`;
+:func:`privreid.comparison.run_suites`) and writes (:func:`write_report`):
 
 * ``report.md``: the clean table; L2RW+'s Table IX layout (paper 003) for the
   attacks and, in the same layout, for the corruptions (mean (std) over the
@@ -35,7 +36,7 @@ images: a video test set is refused.
 Choices: corruptions are reported per *family* by default (noise, blur,
 weather, digital: a random type of the family and a random severity per
 image, CIL-ReID's protocol restricted to the family) and as the full mix
-(``all``); pass names to :class:`SuiteSettings` for single types.  They run
+(``all``); pass names to :class:`privreid.comparison.SuiteSettings` for single types.  They run
 CIL-ReID's settings by default (pixel scale 1, 10 repeats); a scaled pixel
 scale or another repeat count is titled "scaled" / states its repeats and
 is listed under the deviations.  Inversion attacks each model's first
@@ -45,104 +46,16 @@ client on the same subjects.
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-
-from privreid.retrieval_attacks.feature_attacks import RETRIEVAL_ATTACKS, default_alpha
-from privreid.retrieval_attacks.campaign import attack_models
+from privreid.comparison import SuiteRun, SuiteSettings, suite_deviations
+from privreid.evaluation.corrupted_eval import CIL_REID_REPEATS, is_scaled
+from privreid.io import format_table, save_figure, write_csv_rows, write_text_atomic
+from privreid.retrieval_attacks.feature_attacks import default_alpha
 from privreid.evaluation.metric_registry import headline
-from privreid.retrieval_attacks.retrieval import attack_label, format_table_ix, relative_drop
-
-from privreid.config import RunConfig
-from privreid.corruptions import resolve_corruptions, resolve_pixel_scale
-from privreid.data.catalog import federation_for_config
-from privreid.data.types import TestSet
-from privreid.errors import ConfigError
-from privreid.evaluation.corrupted_eval import (CIL_REID_PIXEL_SCALE, CIL_REID_REPEATS, corruption_deviations,
-                                        evaluate_corrupted, is_scaled)
-from privreid.device import resolve_device
-from privreid.rundir import write_text_atomic
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.reporting.tables import format_table
-
-SUITES = ("clean", "attacks", "corruptions", "inversion", "audit", "poisoning")
-TESTSET_CHOICES = ("all", "seen", "unseen")
-
-
-@dataclass
-class SuiteSettings:
-    """What the suite runs; defaults follow each subsystem's own defaults, at a CPU-friendly size."""
-
-    suites: list[str] = field(default_factory=lambda: list(SUITES))
-    testsets: str = "all"
-    attacks: list[str] = field(default_factory=lambda: list(RETRIEVAL_ATTACKS))
-    eps: float = 8 / 255
-    #: the iterative attacks' step; None: 2.5 eps / steps (privreid.retrieval_attacks.feature_attacks.default_alpha)
-    alpha: float | None = None
-    steps: int = 10
-    target: str = "query"
-    max_queries: int | None = None
-    corruptions: list[str] = field(default_factory=lambda: ["noise", "blur", "weather", "digital", "all"])
-    corruption_repeats: int = CIL_REID_REPEATS
-    pixel_scale: float | str = CIL_REID_PIXEL_SCALE
-    inversion_subjects: int = 2
-    inversion_iterations: int = 200
-    inversion_attack: str = "ig"
-    inversion_threat: str = "full"
-    #: the aggregate threat's m (clients summed); None: each run's clients per round
-    inversion_clients: list[int] | None = None
-    #: membership audit (privreid.auditing): attacks and the cap on members / non-members per level
-    audit_attacks: list[str] = field(default_factory=lambda: ["loss", "feature"])
-    audit_max_per_class: int | None = 300
-    seed: int = 0
-
-    def validate(self) -> None:
-        unknown = [s for s in self.suites if s not in SUITES]
-        if unknown or not self.suites:
-            raise ConfigError(f"unknown suite(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SUITES)}")
-        if self.testsets not in TESTSET_CHOICES:
-            raise ConfigError(f"--testsets must be one of {', '.join(TESTSET_CHOICES)}, got {self.testsets!r}")
-        for unit in self.corruptions:
-            if unit != "all":
-                resolve_corruptions(unit)
-        if self.corruption_repeats < 1:
-            raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
-        resolve_pixel_scale(self.pixel_scale, 2, 2)
-        from privreid.inversion.threat_models import get_threat
-
-        if not get_threat(self.inversion_threat).single_upload:
-            raise ConfigError("the suite's inversion always includes the aggregate threat (--clients m); "
-                              "--threat picks the single-upload threat next to it")
-        if self.inversion_clients is not None:
-            from privreid.inversion.aggregate import parse_clients
-
-            self.inversion_clients = parse_clients([str(m) for m in self.inversion_clients])
-        if self.inversion_subjects < 1:
-            raise ConfigError(f"inversion subjects must be >= 1, got {self.inversion_subjects}")
-
-
-def _testsets(cfg: RunConfig, settings: SuiteSettings) -> list[TestSet]:
-    fed = federation_for_config(cfg)
-    which = settings.testsets
-    sets = {"seen": fed.seen, "unseen": fed.unseen, "all": fed.seen + fed.unseen}[which]
-    if not sets:
-        raise ConfigError(f"the test data has no {which} test sets")
-    video = [ts.name for ts in sets if ts.tracklets is not None]
-    image_suites = [s for s in ("attacks", "corruptions", "poisoning") if s in settings.suites]
-    if video and image_suites:
-        raise ConfigError(f"the {' and '.join(image_suites)} suite(s) act on images; {', '.join(video)} hold(s) "
-                          "video tracklets (run --suite clean,inversion on video data)")
-    return sets
-
-
-def suite_deviations(settings: SuiteSettings) -> list[str]:
-    """The settings of ``settings`` that depart from the protocols the report cites (one line each)."""
-    if "corruptions" not in settings.suites:
-        return []
-    return corruption_deviations(settings.pixel_scale, settings.corruption_repeats)
+from privreid.retrieval_attacks.retrieval import attack_label, format_table_ix
 
 
 def _corruption_title(settings: SuiteSettings) -> str:
@@ -156,17 +69,6 @@ def _corruption_title(settings: SuiteSettings) -> str:
     note = "" if repeats == CIL_REID_REPEATS else f" (CIL-ReID: {CIL_REID_REPEATS})"
     return (f"## Corruptions ({what}: random type and severity per image, query and gallery, "
             f"mean (std) over {repeats} repeats{note})")
-
-
-def _corruption_record(model: str, testset: str, unit: str, result: dict) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": model, "testset": testset, "corruption": unit,
-                           "repeats": len(result["repeats"])}
-    for key, _ in headline():
-        row[f"clean_{key}"] = result["clean"][key]
-        row[key] = result["mean"][key]
-        row[f"std_{key}"] = result["std"][key]
-        row[f"drop_{key}"] = relative_drop(result["clean"][key], result["mean"][key])
-    return row
 
 
 def _as_table_ix(records: list[dict[str, Any]]) -> str:
@@ -300,90 +202,20 @@ def plot_inversion(threat: str, single: list[dict], aggregate: list[dict], path:
     return save_figure(fig, path, title="Gradient inversion: one upload vs the sum of m uploads")
 
 
-def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: SuiteSettings | None = None, *,
-              device: str = "auto", progress: bool = False, data: list[str] | None = None,
-              models: list | None = None, **file_options: Any) -> dict[str, Any]:
-    """Run the selected evaluations on every model and write the report into ``out`` (see module docstring).
+def write_report(run: SuiteRun, out: str | Path, settings: SuiteSettings, *, data: list[str] | None = None
+                 ) -> dict[str, Any]:
+    """Write the report of ``run`` into ``out`` (see module docstring; ``data``: the ``--data`` the test sets came
+    from, else the first checkpoint's).
 
-    ``paths``: privreid checkpoints or model files from elsewhere
-    (:mod:`privreid.models.evaluated`; ``file_options`` say how to read the
-    latter, ``models`` if already loaded), on the test sets of ``data`` or of
-    the first checkpoint.  The inversion and audit suites need privreid
-    checkpoints (a client's update, its training data); the attacks suite
-    needs gradients.
-
-    Returns ``{"clean": rows, "attacks": records, "corruptions": records,
-    "inversion": {...}, "deviations": [...], "files": [...]}`` (absent
-    suites are empty).
+    Returns ``run.result`` with ``"deviations"`` and ``"files"`` (absent suites are empty).
     """
-    from privreid.comparison import compare_checkpoints
-    from privreid.models.evaluated import data_source, load_evaluated_models, model_labels
-
-    settings = settings or SuiteSettings()
-    settings.validate()
-    if not paths:
-        raise ConfigError("give at least one checkpoint")
-    paths = [Path(p) for p in paths]
-    models = models or load_evaluated_models(paths, **file_options)
-    instead = "the clean, attacks and corruptions suites take any model"
-    for suite in ("inversion", "audit"):
-        if suite in settings.suites:
-            for model in models:
-                model.require("checkpoint", f"the {suite} suite", instead)
-    if "attacks" in settings.suites:
-        for model in models:
-            model.require("gradients", "the attacks suite", "the clean and corruptions suites need no gradients")
-    labels = model_labels(models)
-    source = data_source(models, data)
-    dev = resolve_device(device)
-    testsets = _testsets(source.config, settings)
-    backdoors = []  # (model label, the trigger its run trained with), resolved before anything is written
-    if "poisoning" in settings.suites:
-        from privreid.malicious_clients.backdoor import recorded_backdoor
-
-        recorded = [(label, recorded_backdoor(m.checkpoint.run_config)) for label, m in zip(labels, models)
-                    if m.checkpoint is not None]
-        backdoors = [(label, b) for label, b in recorded if b is not None]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"clean": [], "attacks": [], "corruptions": [], "inversion": {}, "audit": [],
-                              "poisoning": [], "deviations": [],
-                              "files": []}
-    sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in paths)}. "
-                f"Test sets: {', '.join(t.name for t in testsets)} "
+    out, result = Path(out), run.result
+    sections = [f"# privreid report\n\nModels: {', '.join(f'`{p}`' for p in run.paths)}. "
+                f"Test sets: {', '.join(t.name for t in run.testsets)} "
                 f"({'from --data' if data else 'from the first checkpoint' + chr(39) + 's data'})."]
-
-    def evaluated_models():
-        for label, model in zip(labels, models):
-            if model.checkpoint is not None and not model.checkpoint.has_global_model:
-                raise ConfigError(f"{label}: method {model.checkpoint.method!r} has no global model; the suite "
-                                  "compares global models (use privreid attack/invert --client for standalone runs)")
-            yield label, model.network(device=dev), model.input_size
-
     if "clean" in settings.suites:
-        rows = compare_checkpoints(paths, device=device, data=data, models=models)
-        result["clean"] = rows
-        write_csv_rows(rows, out / "clean.csv")
-        sections.append("## Clean retrieval (R1 / mAP / mINP, %)\n\n" + format_table(rows))
-
-    if "attacks" in settings.suites or "corruptions" in settings.suites:
-        for label, model, (height, width) in evaluated_models():
-            size = dict(height=height, width=width, device=dev)
-            for ts in testsets:
-                if "attacks" in settings.suites:
-                    records, _ = attack_models([(label, model, height, width)], [ts],
-                                               methods=settings.attacks, eps=settings.eps, alpha=settings.alpha,
-                                               steps=settings.steps, target=settings.target, device=dev,
-                                               max_queries=settings.max_queries, seed=settings.seed,
-                                               progress=progress, record_labels=("model", "testset"))
-                    result["attacks"] += records
-                if "corruptions" in settings.suites:
-                    for unit in settings.corruptions:
-                        res = evaluate_corrupted(model, ts, corruptions=unit, severity="random", corrupt="both",
-                                                 repeats=settings.corruption_repeats, seed=settings.seed,
-                                                 pixel_scale=settings.pixel_scale, progress=progress, **size)
-                        result["corruptions"].append(_corruption_record(label, ts.name, unit, res))
-            del model
+        write_csv_rows(result["clean"], out / "clean.csv")
+        sections.append("## Clean retrieval (R1 / mAP / mINP, %)\n\n" + format_table(result["clean"]))
     if result["attacks"]:
         write_csv_rows(result["attacks"], out / "attacks.csv")
         step = default_alpha(settings.eps, settings.steps) if settings.alpha is None else settings.alpha
@@ -396,62 +228,37 @@ def run_suite(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
     if result["attacks"] or result["corruptions"]:
         plot_drops(result["attacks"], result["corruptions"], out / "drops.png")
         sections.append("![relative mAP drop per attack and corruption](drops.png)")
-
     if "inversion" in settings.suites:
-        from privreid.inversion import InversionSettings
-        from privreid.inversion.campaign import invert_checkpoints
-
-        from privreid.inversion.aggregate import invert_aggregate
-
-        inversion = InversionSettings(attack=settings.inversion_attack, iterations=settings.inversion_iterations)
-        inv = invert_checkpoints(paths, out / "inversion", n=settings.inversion_subjects,
-                                 threat=settings.inversion_threat, seed=settings.seed, device=str(dev),
-                                 progress=progress, settings=inversion)
-        agg = invert_aggregate(paths, out / "inversion" / "aggregate", n=settings.inversion_subjects,
-                               clients=settings.inversion_clients, seed=settings.seed, device=str(dev),
-                               progress=progress, skip_refused=True, settings=inversion)
-        result["inversion"] = {"table": inv.table, "models": inv.models,
-                               "aggregate": {"table": agg.table, "models": agg.models}}
-        write_csv_rows(inversion_records(settings.inversion_threat, inv.models, agg.models, inversion.describe()),
+        inv, agg = result["inversion"], result["inversion"]["aggregate"]
+        write_csv_rows(inversion_records(settings.inversion_threat, inv["models"], agg["models"], run.recipe),
                        out / "inversion.csv")
-        plot_inversion(settings.inversion_threat, inv.models, agg.models, out / "inversion.png")
-        grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv.models)
+        plot_inversion(settings.inversion_threat, inv["models"], agg["models"], out / "inversion.png")
+        grids = "\n".join(f"![{m['name']}]({Path(m['grid']).relative_to(out).as_posix()})" for m in inv["models"])
         agg_grids = "\n".join(f"![{m['name']}: {m['row']}]({Path(m['grid']).relative_to(out).as_posix()})"
-                             for m in agg.models if "grid" in m)
-        sections.append(f"## Gradient inversion (what one upload reveals)\n\n{inv.table}\n{grids}")
+                              for m in agg["models"] if "grid" in m)
+        sections.append(f"## Gradient inversion (what one upload reveals)\n\n{inv['table']}\n{grids}")
         sections.append("## Gradient inversion under secure aggregation (what the sum of m uploads reveals)\n\n"
-                        f"{agg.table}\n{agg_grids}\n\n![leakage per threat](inversion.png)")
-
+                        f"{agg['table']}\n{agg_grids}\n\n![leakage per threat](inversion.png)")
     if "audit" in settings.suites:
-        from privreid.auditing import AuditSettings, run_audit
         from privreid.auditing.report import markdown_table, table_rows
 
-        audit = run_audit(paths, out / "audit", AuditSettings(attacks=settings.audit_attacks, seed=settings.seed,
-                                                              max_per_class=settings.audit_max_per_class), device=device)
-        result["audit"] = audit["records"]
         sections.append("## Membership inference (privreid audit: image and identity level, released model)\n\n"
-                        + markdown_table(table_rows(audit["records"])) + "\n\n![log-log ROC](audit/roc.png)")
-
+                        + markdown_table(table_rows(result["audit"])) + "\n\n![log-log ROC](audit/roc.png)")
     if "poisoning" in settings.suites:
-        from privreid.evaluation.backdoor import backdoor_records
-
         title = ("## Backdoors (each recorded trigger on every query; ASR: rank-1 is the target, over the queries "
                  "of other identities)\n\n")
-        if backdoors:
-            result["poisoning"] = backdoor_records(list(evaluated_models()), backdoors, testsets, device=dev,
-                                                   progress=progress)
+        if run.backdoors:
             write_csv_rows(result["poisoning"], out / "poisoning.csv")
-            sections.append(title + "\n".join(f"- {label}: {b.describe()}" for label, b in backdoors) + "\n\n"
+            sections.append(title + "\n".join(f"- {label}: {b.describe()}" for label, b in run.backdoors) + "\n\n"
                             + format_table(result["poisoning"]))
         else:
             sections.append(title + "No model's run trained with a backdoor (--adversary backdoor or dba).")
-
     result["deviations"] = suite_deviations(settings)
     sections.append("## Deviations\n\n" + ("\n".join(f"- {line}" for line in result["deviations"])
                                             or "None: every section follows the protocol it cites."))
     write_text_atomic(out / "report.md", "\n\n".join(sections) + "\n")
     write_text_atomic(out / "report.json", json.dumps(
-        {"checkpoints": [str(p) for p in paths], "models": [m.provenance() for m in models],
+        {"checkpoints": [str(p) for p in run.paths], "models": [m.provenance() for m in run.models],
          "settings": asdict(settings), "deviations": result["deviations"]},
         indent=2))
     result["files"] = sorted(str(p) for p in out.iterdir() if p.is_file())

@@ -19,7 +19,7 @@ import torch
 from privreid.checkpoint import label_file_stem
 from privreid.data.types import TestSet
 from privreid.errors import ConfigError
-from privreid.rundir import write_text_atomic
+from privreid.io import write_text_atomic
 
 __all__ = ["attack_checkpoints", "attack_models", "write_attack_report"]
 
@@ -96,7 +96,7 @@ def write_attack_report(out: Path, report: str, records: list[dict[str, Any]], p
                         settings: dict[str, Any]) -> None:
     """``report.md``, ``results.json`` (settings, checkpoints, records), ``results.csv`` and
     ``examples_<model>.png`` in ``out``."""
-    from privreid.reporting.files import write_csv_rows
+    from privreid.io import write_csv_rows
     from privreid.retrieval_attacks.retrieval import plot_attack_examples
 
     out.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,7 @@ from privreid.errors import ConfigError
 from privreid.evaluation.metric_registry import headline
 from privreid.evaluation.features import extract_features
 from privreid.evaluation.model_eval import evaluation_split, rank_testset
-from privreid.reporting import format_table
-from privreid.reporting.files import save_figure
+from privreid.io import format_table, save_figure
 
 __all__ = ["TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
            "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]

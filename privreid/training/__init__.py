@@ -1,6 +1,6 @@
 """Train one run from a :class:`~privreid.config.RunConfig`: the shared path of ``privreid train`` and ``privreid sweep``.
 
-The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.training.compose`.
+The run's objects (method, defenses, adversary, deviations) are resolved once by :mod:`privreid.composition`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any, Callable
 from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.errors import PrivreidError, python_errors
-from privreid.federated.engine import FederatedEngine, prepare_out_dir
+from privreid.federated.engine import FederatedEngine
 from privreid.federated.lr_schedule import lr_table
-from privreid.training.compose import method_of
-from privreid.rundir import write_json_atomic
+from privreid.io import write_json_atomic
+from privreid.rundir import prepare_out_dir
+from privreid.composition import build_run, method_of
 
 
 #: ``privreid train``'s command lines and its flags that are no keyword of :func:`train_run`, in its errors
@@ -44,7 +45,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     (:func:`stop_on_signals`).  ``resume`` continues from
     ``out/ckpt.pt``; ``overwrite`` replaces a finished or partial run.  The
     run holds ``out``'s lock and writes its provenance
-    (:func:`privreid.rundir.open_run`): ``preset`` is what ``config.yaml``
+    (:func:`privreid.provenance.open_run`): ``preset`` is what ``config.yaml``
     holds (``privreid train``'s options; default: the :class:`RunConfig`).
     ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
     ``summary.json``'s ``files`` block names every file of the run.
@@ -52,20 +53,22 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these
     keywords (``overwrite=True``), where ``privreid train``'s name its flags.
     """
-    from privreid.provenance import check_logger, metric_logger, provenance_files
-    from privreid.rundir import check_output_dir, open_run
+    from privreid.provenance import check_logger, metric_logger, open_run, provenance_files
+    from privreid.rundir import check_output_dir
 
-    from privreid.federated.resume import check_resumable, restart_line
+    from privreid.federated.resume import restart_line, resume_checkpoint
 
     check_run_flags(overwrite, resume)
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
     method = method_of(config)
-    restart = resume and not check_resumable(out, config)  # stopped before its first checkpoint: from round 0
+    # the one load of the checkpoint; None: stopped before its first checkpoint, so it starts from round 0
+    ckpt = resume_checkpoint(out, config) if resume else None
+    restart = resume and ckpt is None
     federation = federation_for_config(config, verify=True)
     if parallel_clients is None:
-        engine = FederatedEngine(config, federation, out, progress=progress)
+        engine = FederatedEngine(config, federation, out, progress=progress, build=build_run)
     else:
         from privreid.dependencies import require
 
@@ -73,7 +76,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         require("ray")
         from privreid.flower.simulation import ParallelEngine
 
-        engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress)
+        engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress,
+                                build=build_run)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
                   seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite or restart,
                                                                             resume=resume and not restart),
@@ -87,7 +91,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:
-            summary = engine.run(resume=resume and not restart)
+            summary = engine.run(resume=ckpt or False)
         except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly (commands.common.run_or_exit)
             raise
         except OSError as exc:
@@ -172,6 +176,7 @@ def eval_cadence(config: RunConfig) -> str:
 
 def _write_failed(out: Path, exc: OSError) -> Exception:
     """A failed write (disk full ...) as one line saying which checkpoint is intact."""
-    from privreid.rundir import OutputError, os_error_message
+    from privreid.rundir import os_error_message
+    from privreid.io import OutputError
 
     return OutputError(f"{os_error_message(exc, out)}; {_kept_checkpoint(out, _kept_round(out))}")

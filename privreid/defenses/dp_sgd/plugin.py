@@ -62,16 +62,6 @@ class DPSGDLedger(DefenseLedger):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reported = {name: dict(entries) for name, entries in state.get("reported", {}).items()}
 
-    def state_from_memories(self, memories) -> dict[str, Any]:
-        """Old checkpoints: each client's memory held the entries it now reports."""
-        keys = self._keys()
-        reported = {}
-        for c in self.clients:
-            memory = memories.get(c.name) or {}
-            if keys[0] in memory:
-                reported[c.name] = {k: memory[k] for k in keys if k in memory}
-        return {"reported": reported}
-
     def before_round(self, round_index, selected) -> str | None:
         from privreid.defenses.dp_sgd.mechanism import plan_for
 

@@ -80,7 +80,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 
 from privreid.federated.policy import StateDict
-from privreid.rundir import write_file_atomically
+from privreid.io import write_file_atomically
 from privreid.defenses.secure_aggregation.protocol import rounding_seed
 
 #: FitIns config keys privreid adds (everything else in it is the run record)

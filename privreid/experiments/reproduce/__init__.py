@@ -28,7 +28,7 @@ from typing import Any, Callable
 import yaml
 
 from privreid.errors import ConfigError, DataError
-from privreid.rundir import write_text_atomic
+from privreid.io import write_text_atomic
 from privreid.experiments.reproduce.tables import SCALES, TABLES, Column, Row, TableSpec
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
@@ -312,7 +312,7 @@ def published_by_row(key: str) -> dict[str, dict[str, float]]:
 
 
 def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
-    from privreid.reporting.files import write_csv_rows
+    from privreid.io import write_csv_rows
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv_rows(rows, out / "table.csv")

@@ -325,7 +325,7 @@ def beta_figure(spec: TableSpec, rows: list[dict], path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from privreid.reporting.files import save_figure
+    from privreid.io import save_figure
 
     fig, ax = plt.subplots(figsize=(4, 3))
     for row in spec.rows:

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 
 from privreid.data.types import ReIDDataset, Sample, relabel
 from privreid.errors import ConfigError, DataError
-from privreid.rundir import write_text_atomic
+from privreid.io import write_text_atomic
 
 from privreid.data.formats.dg.common import DGPool
 

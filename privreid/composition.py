@@ -27,9 +27,7 @@ class RunPlan:
     (logged when the run starts), ``on_upload(upload)`` (every upload the
     server receives), ``before_round(round_index, selected) -> stop reason or
     None``, ``after_round(round_no) -> metrics records``, ``state_dict()`` /
-    ``load_state_dict(state)`` (checkpointed), ``state_from_memories(memories)``
-    (restoring a checkpoint written before observers kept state) and
-    ``summary(metrics, stopped)``.  Observers never see client memory.
+    ``load_state_dict(state)`` (checkpointed) and ``summary(metrics, stopped)``.  Observers never see client memory.
     ``deviations``: ``summary.json``'s (:func:`privreid.deviations.deviations`).
     """
 
