@@ -48,8 +48,9 @@ from privreid.config import RunConfig
 from privreid.config.sets import apply_sets
 from privreid.config.values import parse_json
 from privreid.errors import ConfigError
-from privreid.experiments._standin import cell_statistics, mean_pm_std, write_frontier
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
+from privreid.experiments.frontier import write_frontier
+from privreid.experiments.statistics import cell_statistics, mean_pm_std
 from privreid.io import save_figure, write_csv_rows, write_file_atomically
 
 #: CLI knob name -> TrainConfig field
