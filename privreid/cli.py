@@ -116,6 +116,7 @@ from privreid.commands.flower import flower_app  # noqa: E402
 from privreid.commands.invert import invert_command  # noqa: E402
 from privreid.commands.methods import methods_command  # noqa: E402
 from privreid.commands.reproduce import reproduce_command  # noqa: E402
+from privreid.commands.status import status_command  # noqa: E402
 from privreid.commands.sweep import sweep_command  # noqa: E402
 from privreid.commands.train import train_command  # noqa: E402
 
@@ -131,6 +132,7 @@ app.command("export")(export_command)
 app.add_typer(flower_app, name="flower")
 app.command("invert")(invert_command)
 app.command("reproduce")(reproduce_command)
+app.command("status")(status_command)
 app.command("sweep", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(sweep_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,17 +1,21 @@
-"""``privreid sweep``: one run per knob value plus a non-private reference; resumable; CSV and plot."""
+"""``privreid sweep``: grids x seeds (and the old knob), a non-private reference, resumable; CSVs and plot."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import privreid.training
 from privreid.cli import app
 from privreid.errors import ConfigError
-from privreid.experiments.sweep import LeakageSettings, knob_config, parse_values, reference_config, run_sweep
+from privreid.experiments.sweep import (LeakageSettings, knob_config, knob_grid, parse_grid,
+                                        parse_seeds, parse_values, plan_sweep, reference_config, run_sweep,
+                                        sweep_arguments, sweep_file_grids)
 
 from conftest import tiny_config
 
@@ -36,19 +40,67 @@ def test_knobs_set_the_config_and_refuse_meaningless_sweeps(tiny_synth):
             parse_values(bad)
 
 
+def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
+    g = parse_grid('train.defenses.robust-krum={"f": 1},{}')
+    assert (g.path, g.values, g.label) == ("train.defenses.robust-krum", [{"f": 1}, {}], "robust-krum")
+    assert parse_grid("train.method=fedpav,fedavg").values == ["fedpav", "fedavg"]
+    assert parse_seeds("0,1, 2") == [0, 1, 2] and parse_seeds(None) is None
+    for bad in ("train.beta", "beta=1", "train.beta=", "train.beta=1,1"):
+        with pytest.raises(ConfigError, match="--grid"):
+            parse_grid(bad)
+    for bad in ("a", "1,1", "-1", ""):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad)
+    grids, seeds = sweep_file_grids(yaml.safe_load("grid:\n  train.beta: [0.0, 0.1]\n  train.method: fedavg\n"
+                                                   "seeds: [3, 4]\n"), "s.yaml")
+    assert [(x.path, x.values) for x in grids] == [("train.beta", [0.0, 0.1]), ("train.method", ["fedavg"])]
+    assert seeds == [3, 4]
+    with pytest.raises(ConfigError, match="--sweep-file bad.yaml: expected a mapping"):
+        sweep_file_grids({"grids": {}}, "bad.yaml")
+    with pytest.raises(ConfigError, match="give the grid once"):
+        sweep_arguments(["train.beta=0"], None, None, "beta", "0.1")
+    with pytest.raises(ConfigError, match="go together"):
+        sweep_arguments([], None, None, "beta", None)
+
+    base = tiny_config(tiny_synth, "fedpav", rounds=1)
+    runs = plan_sweep(base, grids, seeds)  # beta=0 is the reference itself: none added
+    assert [r.name for r in runs] == ["beta=0,method=fedavg,seed=3", "beta=0.1,method=fedavg,seed=3",
+                                      "beta=0,method=fedavg,seed=4", "beta=0.1,method=fedavg,seed=4"]
+    assert [(r.seed, r.config.train.seed, r.config.train.method) for r in runs[1:3]] == [(3, 3, "fedavg"),
+                                                                                         (4, 4, "fedavg")]
+    assert runs[1].cell == {"train.beta": 0.1, "train.method": "fedavg"}
+    krum = plan_sweep(base, [g], None)
+    assert [(r.name, r.cell) for r in krum] == [('robust-krum=__f___1_', {"train.defenses.robust-krum": '{"f": 1}'}),
+                                                ("robust-krum=__", {"train.defenses.robust-krum": "{}"})]
+    assert krum[0].config.train.defenses == {"robust-krum": {"f": 1}}
+    knob = plan_sweep(base, [knob_grid("beta", [0.01])], None, knob="beta")
+    assert [(r.name, r.cell) for r in knob] == [("reference", {"reference": "non-private"}),
+                                                ("beta=0.01", {"train.beta": 0.01})]
+    with pytest.raises(ConfigError, match="unknown method 'nope'"):
+        run_sweep(base, [parse_grid("train.method=fedpav,nope")], None, tmp_path / "x", progress=False)
+    with pytest.raises(ConfigError, match="train has no field"):
+        plan_sweep(base, [parse_grid("train.nope=1")], None)
+    assert not (tmp_path / "x").exists()
+
+
 def test_sweep_trains_measures_and_resumes(tiny_synth, tmp_path, monkeypatch):
     base = tiny_config(tiny_synth, "fedpav", rounds=1)
     leak = LeakageSettings(subjects=1, iterations=2, max_queries=4, pgd_steps=1)
-    rows = run_sweep(base, "beta", [0.01, 0.1], tmp_path, leakage=leak, device="cpu", progress=False,
-                     echo=lambda _: None)
+    rows, cells = run_sweep(base, [knob_grid("beta", [0.01, 0.1])], None, tmp_path, knob="beta", leakage=leak,
+                            device="cpu", progress=False, echo=lambda _: None)
     assert [r["run"] for r in rows] == ["reference", "beta=0.01", "beta=0.1"]
     for name in ("reference", "beta=0.01", "beta=0.1"):
         assert (tmp_path / name / "summary.json").is_file() and (tmp_path / name / "sweep_eval.json").is_file()
     assert all(r["epsilon"] is None for r in rows)  # beta alone: no accounted epsilon, none invented
     for r in rows:
         assert r["inversion PSNR"] > 0 and 0 <= r["PGD mAP"] <= 1
-    with open(tmp_path / "sweep.csv") as fh:
+    with open(tmp_path / "sweep_runs.csv") as fh:
         assert [r["run"] for r in csv.DictReader(fh)] == ["reference", "beta=0.01", "beta=0.1"]
+    with open(tmp_path / "sweep.csv") as fh:
+        per_cell = list(csv.DictReader(fh))
+    assert [c["train.beta"] for c in per_cell] == ["", "0.01", "0.1"]
+    assert float(per_cell[1]["seen mAP_mean"]) == pytest.approx(rows[1]["seen mAP"])
+    assert per_cell[1]["seen mAP_n"] == "1" and float(per_cell[1]["seen mAP_std"]) == 0
     assert (tmp_path / "sweep.png").stat().st_size > 0
 
     # a second call trains nothing and measures nothing again
@@ -57,8 +109,25 @@ def test_sweep_trains_measures_and_resumes(tiny_synth, tmp_path, monkeypatch):
 
     monkeypatch.setattr(privreid.training, "train_run", no_training)
     monkeypatch.setattr("privreid.experiments.sweep._leakage", no_training)
-    again = run_sweep(base, "beta", [0.01, 0.1], tmp_path, leakage=leak, device="cpu", echo=lambda _: None)
+    again, _ = run_sweep(base, [knob_grid("beta", [0.01, 0.1])], None, tmp_path, knob="beta", leakage=leak,
+                         device="cpu", echo=lambda _: None)
     assert again == rows
+
+
+def test_sweep_cli_grid_with_seeds(tiny_synth, tmp_path):
+    out = tmp_path / "s"
+    res = CliRunner().invoke(app, ["sweep", "--grid", "train.beta=0,0.1", "--seeds", "0,1", "--out", str(out),
+                                   "--no-leakage", "--quiet", "--data", str(tiny_synth), "--rounds", "1",
+                                   "--batch-size", "8", "--max-steps", "1", "--height", "32", "--width", "16",
+                                   "--feat-dim", "32", "--device", "cpu", "--test-domains", "synthC"])
+    assert res.exit_code == 0, res.output
+    assert "beta=0.1" in res.output and "(n=2)" in res.output
+    plan = json.loads((out / "runs.json").read_text())
+    assert [r["name"] for r in plan["runs"]] == ["beta=0,seed=0", "beta=0.1,seed=0", "beta=0,seed=1",
+                                                 "beta=0.1,seed=1"]
+    assert all((out / r["name"] / "summary.json").is_file() for r in plan["runs"])
+    res = CliRunner().invoke(app, ["status", str(out)])
+    assert res.exit_code == 0 and "4 runs: 4 done, 0 running, 0 queued, 0 failed" in res.output
 
 
 def test_sweep_cli_errors(tmp_path):
@@ -72,4 +141,11 @@ def test_sweep_cli_errors(tmp_path):
     res = runner.invoke(app, ["sweep", "--param", "beta", "--values", "0.1", "--out", str(tmp_path / "s"),
                               "--no-such-train-flag"])
     assert res.exit_code == 2 and "train options" in res.output
+    for extra, message in ((["--executor", "slurm"], "choose local or ray"), (["--retries", "-1"], "--retries"),
+                           (["--max-concurrent", "2"], "need --executor ray"), (["--seeds", "x"], "--seeds"),
+                           (["--grid", "train.beta=1"], "give the grid once"),
+                           (["--sweep-file", str(tmp_path / "none.yaml")], "none.yaml")):
+        res = runner.invoke(app, ["sweep", "--param", "beta", "--values", "0.1", "--out", str(tmp_path / "s"),
+                                  *extra])
+        assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, extra
     assert not (tmp_path / "s" / "reference").exists()
