@@ -8,8 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privreid.cli import app
-from privreid.experiments.reproduce import published
-from privreid.experiments.reproduce.tables import TABLES
+from privreid.experiments.reproduce import TABLES, published
 
 PAPERS = Path("/work/shared/papers")
 runner = CliRunner()
