@@ -262,14 +262,18 @@ def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tm
     assert (dns.train.method, ours.train.method) == ("centralized", "dppt")
 
 
-def _fake_execute(trained: set, summary: dict | None = None):
-    """An executor that writes every run's ``summary.json`` (``summary`` by run and seed) instead of training."""
+def _fake_execute(trained: set, summary: dict | None = None, fail: tuple = ()):
+    """An executor that writes every run's ``summary.json`` (``summary`` by run and seed) instead of training;
+    the runs named in ``fail`` fail."""
     from privreid.experiments.reproduce.standin_executor import RunOutcome
 
     def execute(runs, out, settings, progress=True):
         outcomes = []
         for run in runs:
             trained.add(run.name)
+            if run.name in fail:
+                outcomes.append(RunOutcome(run, "failed", None, "error: made to fail"))
+                continue
             (out / run.name).mkdir(parents=True, exist_ok=True)
             data = (summary or {}).get((run.cell["run"], run.seed), {})
             (out / run.name / "summary.json").write_text(json.dumps(data))
@@ -344,3 +348,31 @@ def test_seeds_give_mean_std_n_and_an_interval_per_cell(tmp_path, monkeypatch):
     assert local_model["ci95_low"] == round(50 - half, 2) and local_model["ci95_high"] == round(50 + half, 2)
     assert by[("Global Model", "MSMT17")]["privreid"] == 25.0 and by[("Local Model", "VIPeR")]["n"] == 0
     assert "| Local Model | 50.0 ± 25.0 [-12.1, 112.1] n=3 (" in (tmp_path / "table.md").read_text()
+
+
+def test_a_failed_run_empties_its_seeds_cells_and_is_marked(tmp_path, monkeypatch):
+    """FedPav's seed-1 run failed: its cells are the mean of the other two seeds, marked "1 failed"; with one seed,
+    a failed run's cells say "failed" and the other rows are still measured."""
+    import privreid.experiments.reproduce as reproduce
+
+    summaries = {(run, seed): {"local_seen_per_testset": {"synthA@synthA": {"rank1": 0.25 * (seed + 1)}}}
+                 for run in ("FedPav", "Standalone Training", "Centralized Training") for seed in (0, 1, 2)}
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(set(), summaries, fail=("FedPav-seed1",)))
+    messages = []
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path / "three", device="cpu", seeds=[0, 1, 2],
+                     echo=messages.append)
+    local = next(r for r in rows if (r["row"], r["column"]) == ("Local Model", "MSMT17"))
+    assert (local["privreid"], local["n"], local["failed"], local["status"]) == (50.0, 2, 1, "run")  # 25 and 75
+    assert "run FedPav-seed1 failed: error: made to fail" in messages
+    assert "| Local Model | 50.0 ± 35.4 n=2, 1 failed (" in (tmp_path / "three" / "table.md").read_text()
+
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(set(), summaries, fail=("FedPav",)))
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path / "one", device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("Local Model", "MSMT17")] | {} == {"row": "Local Model", "column": "MSMT17", "privreid": None,
+                                                 "failed": 1, "published": 48.3, "difference": None,
+                                                 "status": "failed"}
+    assert by[("Standalone Training", "MSMT17")]["privreid"] == 25.0 and "failed" not in by[
+        ("Standalone Training", "MSMT17")]
+    table = (tmp_path / "one" / "table.md").read_text()
+    assert "| Local Model | failed (48.3) |" in table and "failed = every seed's run failed" in table

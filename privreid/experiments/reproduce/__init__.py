@@ -71,9 +71,15 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
         if not (out / "runs" / run.name / "summary.json").is_file():
             echo(f"training {run.name} ({scale})")
     outcomes = execute(planned, out / "runs", executor or ExecutorSettings(), progress=False)
-    failed = {o.run.name: o.error for o in outcomes if o.status != "done"}
+    failed = {o.run.name for o in outcomes if o.status != "done"}
+    for o in outcomes:
+        if o.status != "done":
+            echo(f"run {o.run.name} failed: {o.error}")
     per_seed = [_values(spec, scale, out, data_root, device, seed, failed) for seed in (seeds or [None])]
-    rows = _rows(spec, per_seed, several=len(per_seed) > 1)
+    lost = {(row.name, column.name): sum(run_dir_name(row.run_name(column.group), seed) in failed
+                                         for seed in (seeds or [None]))
+            for row in spec.rows for column in spec.columns if row.trains(column, scale)}
+    rows = _rows(spec, per_seed, lost, several=len(per_seed) > 1)
     _write(spec, scale, rows, out)
     return rows
 
@@ -101,7 +107,7 @@ def _run_spec(row: Row, group: str, scale: str, device: str) -> RunSpec:
 
 
 def _values(spec: TableSpec, scale: str, out: Path, data_root, device: str, seed: int | None,
-            failed: dict[str, str | None]) -> dict[tuple[str, str], float | None]:
+            failed: set[str]) -> dict[tuple[str, str], float | None]:
     """Every cell of one seed's runs: (row, column) -> privreid's number (None: no run, no data or failed)."""
     def cell(row: Row, column: Column) -> float | None:
         if not row.trains(column, scale):
@@ -314,9 +320,11 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
                              write_splits_to=run_dir / f"splits-{name}.json")
 
 
-def _rows(spec: TableSpec, per_seed: list[dict], *, several: bool) -> list[dict[str, Any]]:
+def _rows(spec: TableSpec, per_seed: list[dict], lost: dict[tuple[str, str], int], *,
+          several: bool) -> list[dict[str, Any]]:
     """One row per cell: privreid's number (the mean over seeds), the published one, their difference and the
-    status; with ``several`` seeds also ``std``, ``n``, ``ci95_low`` / ``ci95_high`` (n >= 3) and ``failed``."""
+    status ("failed" when every seed's run failed); with ``several`` seeds also ``std``, ``n``,
+    ``ci95_low`` / ``ci95_high`` (n >= 3); ``failed``: the seeds whose run failed (with several seeds or any)."""
     numbers = published_by_row(spec.key)
     rows = []
     for row in spec.rows:
@@ -330,9 +338,13 @@ def _rows(spec: TableSpec, per_seed: list[dict], *, several: bool) -> list[dict[
             if several:
                 cell |= {k: None if stats.get(k) is None else round(stats[k], places)
                          for k in ("std", "ci95_low", "ci95_high")} | {"n": stats["n"]}
+            failed = lost.get((row.name, column.name), 0)
+            if several or failed:
+                cell["failed"] = failed
             cell |= {"published": paper,
                      "difference": None if None in (ours, paper) else round(ours - paper, places),
-                     "status": "not implemented" if row.train is None else "run"}
+                     "status": "not implemented" if row.train is None else "failed" if ours is None and failed
+                     else "run"}
             rows.append(cell)
     return rows
 
@@ -366,12 +378,14 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
         if r["status"] == "not implemented":
             return f"n/i ({paper})"
         if r["privreid"] is None:
-            return f"- ({paper})"
+            return f"{'failed' if r['status'] == 'failed' else '-'} ({paper})"
         diff = "" if r["difference"] is None else f", {r['difference']:+.{d}f}"
         ours = f"{r['privreid']:.{d}f}"
         if "n" in r:  # several seeds: mean ± std [95% interval] n
             interval = "" if r["ci95_low"] is None else f" [{r['ci95_low']:.{d}f}, {r['ci95_high']:.{d}f}]"
             ours += f" ± {r['std']:.{d}f}{interval} n={r['n']}"
+        if r.get("failed"):
+            ours += f", {r['failed']} failed"
         return f"{ours} ({paper}{diff})"
 
     names = [c.name for c in spec.columns]
@@ -381,13 +395,17 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     else:
         head = ["Method", *names]
         body = [[r.name, *[cell(by_cell[(r.name, name)]) for name in names]] for r in spec.rows]
-    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
-             "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
-             + ("privreid is the mean ± std over the seeds' runs [95% Student-t interval, n >= 3] and n the runs "
-                "measured; " if rows and "n" in rows[0] else "")
-             + "- = no such data at this scale." + (f" Every privreid cell is relative to the {spec.reference.name} "
-                                                  "run's (its increase over it), as in the paper."
-                                                  if spec.reference else ""), "",
+    legend = "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
+    if rows and "n" in rows[0]:
+        legend += ("privreid is the mean ± std over the seeds' runs [95% Student-t interval, n >= 3], n the runs "
+                   "measured; ")
+    legend += "- = no such data at this scale."
+    if any(r.get("failed") for r in rows):
+        legend += " failed = every seed's run failed (its error: the run directory)."
+    if spec.reference:
+        legend += (f" Every privreid cell is relative to the {spec.reference.name} run's (its increase over it), "
+                   "as in the paper.")
+    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "", legend, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(line) + " |" for line in body]
     if spec.deviations:
