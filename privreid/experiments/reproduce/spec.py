@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from privreid.config import RunConfig, field_types, parse_value
+from privreid.config import SECTIONS, RunConfig, field_types
+from privreid.config.values import parse_value
 from privreid.errors import ConfigError
 
 SCALES = ("smoke", "paper")
@@ -95,8 +96,6 @@ def smoke(method: str, fields: dict[str, Any] | None = None, *, data: str = "syn
 
 def preset_config(path: Path) -> RunConfig:
     """The configuration of a ``privreid train --config`` preset (keys are its option names, ``lr-backbone``)."""
-    from privreid.config import SECTIONS
-
     import yaml
 
     config = RunConfig()
