@@ -18,8 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from privreid.reporting.files import save_figure, write_csv_rows
-from privreid.rundir import write_text_atomic
+from privreid.io import save_figure, write_csv_rows, write_text_atomic
 
 #: the statistics :func:`privreid.experiments.statistics.cell_statistics` writes after a metric's name
 _STATISTIC = re.compile(r"_(mean|std|n|ci95_low|ci95_high)$")
