@@ -245,6 +245,7 @@ def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") ->
     runs are planned with ``DATA_ROOT`` in their paths and no dataset is
     checked; with it, every dataset is checked first (as a real run does).
     """
+    from privreid.composition import method_of
     from privreid.run_plan import run_plan
 
     spec = check_table(key, scale, data_root, check_data=data_root is not None or scale != "paper")
@@ -252,7 +253,8 @@ def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") ->
     runs = []
     for name, (row, group) in spec.run_groups(scale).items():
         run = _run_spec(row, group, scale, device)
-        runs.append({"run": name, "train_args": run.train_args(root, device), **run_plan(run.config(root, device))})
+        config = run.config(root, device)
+        runs.append({"run": name, "train_args": run.train_args(root, device), **run_plan(config, method_of(config))})
     cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source),
               "ranking": _cell_ranking(c)} for c in spec.columns if c.source[0] != "mean"]
     return {"table": key, "scale": scale, "runs": runs, "cells": cells,
