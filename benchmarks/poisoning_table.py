@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from privreid.experiments.reproduce.standin_executor import ExecutorSettings, PlannedRun, execute
+from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.statistics import describe
 from privreid.malicious_clients import adversary_plan
 from privreid.malicious_clients.backdoor import recorded_backdoor

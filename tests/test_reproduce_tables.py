@@ -269,7 +269,7 @@ def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tm
 def _fake_execute(trained: set, summary: dict | None = None, fail: tuple = ()):
     """An executor that writes every run's ``summary.json`` (``summary`` by run and seed) instead of training;
     the runs named in ``fail`` fail."""
-    from privreid.experiments.reproduce.standin_executor import RunOutcome
+    from privreid.experiments.executor import RunOutcome
 
     def execute(runs, out, settings, progress=True):
         outcomes = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -47,7 +48,7 @@ def reproduce_command(
     """
     from privreid.experiments.reproduce import list_tables as rows_of_list
     from privreid.experiments.reproduce import check_table, run_table
-    from privreid.experiments.reproduce.standin_executor import ExecutorSettings
+    from privreid.experiments.executor import ExecutorSettings
 
     if list_tables:
         if table is not None or dry_run or as_json or out is not None:
@@ -71,8 +72,9 @@ def reproduce_command(
         if out is None:
             raise ConfigError("--out is required")
         settings = ExecutorSettings(executor, max_concurrent, cpus_per_run, gpus_per_run, retries)
+        settings.check()
         return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo,
-                         seeds=parse_seeds(seeds), executor=settings)
+                         seeds=parse_seeds(seeds), executor=settings, progress=sys.stderr.isatty())
 
     with run_dir_or_exit(out, "reproduce"):
         rows = run_or_exit(go)

@@ -30,7 +30,7 @@ import yaml
 from privreid.errors import ConfigError, DataError
 from privreid.experiments.reproduce import fedarks, fedpav, fedreid, l2rw, ska
 from privreid.experiments.reproduce.spec import SCALES, Column, Row, RunSpec, TableSpec
-from privreid.experiments.reproduce.standin_executor import ExecutorSettings, PlannedRun, execute
+from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.statistics import describe
 from privreid.io import write_text_atomic
 
@@ -54,15 +54,15 @@ def list_tables() -> list[dict[str, str]]:
 
 def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
               device: str = "auto", seeds: list[int] | None = None, executor: ExecutorSettings | None = None,
-              echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+              progress: bool = False, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run table ``key`` at ``scale`` into ``out``, once per seed of ``seeds`` (``None``: the runs' own seed);
     returns the rows written to ``table.csv``.
 
     Every run is trained by :func:`~privreid.experiments.executor.execute` (``executor``: local by default)
     into ``OUT/runs/<run>/`` (``<run>-seed<k>`` for a seed k other than 0); then every cell is measured on each
     seed's run and reported as its mean over the seeds with their std, n and a 95% interval (n >= 3).  A run
-    that failed leaves its cells empty for its seed; ``RunOutcome``s of failed runs are in the rows'
-    ``failed`` count.
+    that failed leaves its cells empty for its seed, counted in the rows' ``failed``.  ``progress``: the
+    executor's one view over all runs.
     """
     spec = check_table(key, scale, data_root)
     out = Path(out)
@@ -70,7 +70,7 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     for run in planned:
         if not (out / "runs" / run.name / "summary.json").is_file():
             echo(f"training {run.name} ({scale})")
-    outcomes = execute(planned, out / "runs", executor or ExecutorSettings(), progress=False)
+    outcomes = execute(planned, out / "runs", executor or ExecutorSettings(), progress=progress)
     failed = {o.run.name for o in outcomes if o.status != "done"}
     for o in outcomes:
         if o.status != "done":
