@@ -29,7 +29,11 @@ so with 9 clients it assumes ``f = 1``; the trimmed mean cuts 25 % per side
 ``--rows`` and ``--columns`` pick cells (e.g. one row at a larger budget:
 ``--rows backdoor --columns "plain FedPav" "centralised, same data" --rounds
 10 --steps 50``); ``--jobs N`` trains ``N`` cells at a time, one process and
-one torch thread each.
+one torch thread each (with ``--executor ray``: ``N`` Ray Tune trials at a time,
+each an ordinary run directory; the centralised reference, which trains on the
+poisoned data, stays in this process).  ``--seeds 0,1,2`` runs the whole table
+(warm start included) once per seed and reports each cell as mean ± std over the
+seeds (``cells.json``: also n and the 95% interval, and every seed's cell).
 
 Images are rendered at 64x32 and trained on at 32x16.
 
@@ -51,6 +55,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
+from privreid.experiments.statistics import describe
 from privreid.malicious_clients import adversary_plan
 from privreid.malicious_clients.backdoor import recorded_backdoor
 from privreid.checkpoint import load_model
@@ -87,7 +93,7 @@ SMOKE_ATTACKS, SMOKE_DEFENSES = ("no attack", "DBA"), ("plain FedPav", "Krum (f=
 def run_config(args, attack: dict | None, defense, method: str = "fedpav") -> RunConfig:
     """One cell's run: the table's data, model and budget with ``attack`` and ``defense``, from the warm start."""
     train = dict(method=method, rounds=args.rounds, batch_size=BATCH, max_steps_per_epoch=args.steps,
-                 lr_backbone=LR, device="cpu", seed=0)
+                 lr_backbone=LR, device="cpu", seed=args.seed)
     if defense == "secure-aggregation":
         train["secure_aggregation"] = True
     elif defense:
@@ -142,18 +148,65 @@ def measure(summary: dict, out: Path, backdoor, config: RunConfig) -> dict:
     return cell
 
 
+def cell_name(attack_label: str, column: str) -> str:
+    return f"{attack_label}-{column}".replace(" ", "_").replace(",", "")
+
+
 def run_cell(args, work: Path, attack_label: str, column: str) -> dict:
     """The cell of row ``attack_label`` and column ``column`` (a defense, or :data:`CENTRAL`), trained in
     ``work``."""
     attack = ATTACKS[attack_label]
     backdoor = recorded_backdoor(run_config(args, attack, {})) if attack else None
-    out = work / f"{attack_label}-{column}".replace(" ", "_").replace(",", "")
+    out = work / cell_name(attack_label, column)
     if column != CENTRAL:
         config = run_config(args, attack, DEFENSES[column])
         return measure(train(config, out), out, backdoor, config)
     central = run_config(args, attack, {}, method="centralized")
     data = poisoned_federation(run_config(args, attack, {})) if attack else None
     return measure(train(central, out, data), out, backdoor, central)
+
+
+def run_cells(args, work: Path, jobs: list[tuple[str, str]]):
+    """Every cell of ``jobs`` (attack, column) for ``args.seed``, as each finishes: ``(attack, column, cell)``.
+
+    ``--executor ray``: the defenses' cells are Ray Tune trials (:func:`privreid.experiments.executor.execute`,
+    ``--jobs`` at a time), each written as ``privreid train`` writes a run; a failed one is ``{"failed": error}``.
+    """
+    if args.executor == "ray":
+        planned = [PlannedRun(cell_name(a, c), run_config(args, ATTACKS[a], DEFENSES[c]), {"attack": a, "column": c},
+                              args.seed) for a, c in jobs if c != CENTRAL]
+        settings = ExecutorSettings("ray", max_concurrent=args.jobs, retries=args.retries)
+        for outcome in execute(planned, work, settings):
+            a, c = outcome.run.cell["attack"], outcome.run.cell["column"]
+            backdoor = recorded_backdoor(outcome.run.config) if ATTACKS[a] else None
+            yield a, c, ({"failed": outcome.error} if outcome.status != "done" else
+                         measure(outcome.summary, work / outcome.run.name, backdoor, outcome.run.config))
+        jobs = [(a, c) for a, c in jobs if c == CENTRAL]
+    with contextlib.ExitStack() as stack:
+        mapped = map
+        if args.jobs > 1 and args.executor == "local":  # spawned processes (no forked torch state), one thread each
+            mapped = stack.enter_context(concurrent.futures.ProcessPoolExecutor(
+                args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
+                initargs=(1,))).map
+        calls = [(args, work, attack, column) for attack, column in jobs]
+        for (_, _, attack, column), cell in zip(calls, mapped(run_cell, *zip(*calls)) if calls else ()):
+            yield attack, column, cell
+
+
+def over_seeds(cells: list[dict]) -> dict:
+    """A cell over seeds: the one seed's cell as it is; several: mAP (and ASR) mean, std, n and 95% interval
+    (:func:`privreid.experiments.statistics.describe`), the failed seeds and every seed's cell."""
+    if len(cells) == 1:
+        return cells[0]
+    done = [c for c in cells if "failed" not in c]
+    out = {"n": len(done), "failed": len(cells) - len(done)}
+    for metric in ("mAP", "asr"):
+        stats = describe([c[metric] for c in done if metric in c], metric)
+        if stats[f"{metric}_n"]:
+            out |= {metric: stats.pop(f"{metric}_mean")} | stats
+    if any("non_finite" in c for c in done):
+        out["non_finite"] = sorted({name for c in done for name in c.get("non_finite", [])})
+    return out | {"seeds": cells}
 
 
 def chance_map(config: RunConfig) -> float:
@@ -170,13 +223,21 @@ def chance_map(config: RunConfig) -> float:
 def markdown(cells: dict) -> str:
     """Rows: attacks; columns: defenses and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
     attacks without a trigger), ``mAP†`` where the model's features were not finite on a test set (scored there
-    at chance level)."""
+    at chance level); over several seeds each number is ``mean ± std``, with the seeds that failed counted."""
+    def number(c: dict, metric: str, decimals: int) -> str:
+        text = f"{100 * c[metric]:.{decimals}f}"
+        return text + (f" ± {100 * c[f'{metric}_std']:.{decimals}f}" if f"{metric}_std" in c else "")
+
+    def cell(c: dict) -> str:
+        if "mAP" not in c:
+            return "failed"
+        return (f"{number(c, 'mAP', 1)}{'†' * ('non_finite' in c)} / " + (number(c, "asr", 0) if "asr" in c else "—")
+                + (f" ({c['failed']} failed)" if c.get("failed") else ""))
+
     columns = list(next(iter(cells.values())))
     lines = ["| attack | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for attack, row in cells.items():
-        lines.append(f"| {attack} | " + " | ".join(f"{100 * c['mAP']:.1f}{'†' * ('non_finite' in c)} / "
-                                                    + (f"{100 * c['asr']:.0f}" if "asr" in c else "—")
-                                                    for c in row.values()) + " |")
+        lines.append(f"| {attack} | " + " | ".join(cell(c) for c in row.values()) + " |")
     return "\n".join(lines)
 
 
@@ -194,32 +255,39 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--columns", nargs="+", choices=[*DEFENSES, CENTRAL], help="only these columns (default: all)")
     ap.add_argument("--smoke", action="store_true", help="1 round of 1 step (warm start too), 2 rows and 3 "
                     "columns: checks the table runs")
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds: the table once per seed, each cell "
+                    "mean ± std over them (default 0)")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local", help="local: this machine, --jobs "
+                    "processes; ray: Ray Tune trials, --jobs at a time (RAY_ADDRESS joins a cluster)")
+    ap.add_argument("--retries", type=int, default=1, help="ray: tries again a failed cell this many times")
     args = ap.parse_args(argv)
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        ap.error(f"--seeds takes comma-separated integers, e.g. 0,1,2 (got {args.seeds!r})")
     if args.smoke:
         args.rounds = args.steps = args.warm_rounds = args.warm_steps = 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.data is None:
         args.data = [str(generate_synthetic(args.out / "synth", SYNTH, overwrite=True))]
-    args.warm_start = None  # the warm start itself starts from scratch
+    args.seed, args.warm_start = seeds[0], None  # the warm start itself starts from scratch
     chance = f"Chance level (a uniformly random ranking): mAP {100 * chance_map(run_config(args, None, {})):.1f} %."
+    if len(seeds) > 1:
+        chance = f"Each cell: mean ± std over seeds {args.seeds}. {chance}"
     print(chance, flush=True)
-    work = args.out / "runs"
-    args.warm_start = warm_start(args, work)
     attacks = args.rows or (SMOKE_ATTACKS if args.smoke else list(ATTACKS))
     columns = args.columns or [*(SMOKE_DEFENSES if args.smoke else DEFENSES), CENTRAL]
-    jobs = [(args, work, attack, column) for attack in attacks for column in columns]
     started = time.time()
-    cells: dict[str, dict[str, dict]] = {attack: {} for attack in attacks}
-    with contextlib.ExitStack() as stack:
-        mapped = map
-        if args.jobs > 1:  # spawned processes (no forked torch state), one thread each
-            mapped = stack.enter_context(concurrent.futures.ProcessPoolExecutor(
-                args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
-                initargs=(1,))).map
-        for (_, _, attack, column), cell in zip(jobs, mapped(run_cell, *zip(*jobs))):
-            cells[attack][column] = cell
-            print(f"{attack:10s} {column:24s} {cell} ({time.time() - started:.0f} s)", flush=True)
-    shutil.rmtree(work, ignore_errors=True)
+    by_seed: dict[str, dict[str, list]] = {attack: {column: [] for column in columns} for attack in attacks}
+    for seed in seeds:
+        args.seed, args.warm_start = seed, None
+        work = args.out / "runs" / (f"seed{seed}" if len(seeds) > 1 else "")
+        args.warm_start = warm_start(args, work)
+        for attack, column, cell in run_cells(args, work, [(a, c) for a in attacks for c in columns]):
+            by_seed[attack][column].append(cell)
+            print(f"{attack:10s} {column:24s} seed {seed} {cell} ({time.time() - started:.0f} s)", flush=True)
+    shutil.rmtree(args.out / "runs", ignore_errors=True)
+    cells = {attack: {column: over_seeds(row[column]) for column in columns} for attack, row in by_seed.items()}
     table = markdown(cells)
     (args.out / "table.md").write_text(f"{table}\n\n{chance}\n")
     (args.out / "cells.json").write_text(json.dumps(cells, indent=2) + "\n")

@@ -213,15 +213,12 @@ def test_paper_scale_checks_each_folder_in_its_clients_format(tmp_path):
 def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):
     """The paper-scale run spec builds nine clients, each root in its own format (the five small ones in
     FedPav's client split), and hands CUHK02 to CC / CDW / KD as the public set."""
-    from privreid.commands.sweep import base_config
     from privreid.data.catalog import federation_for_config
     from privreid.experiments.reproduce import TABLES
 
     data_root = _paper_tree(tmp_path / "data")
     cc = next(r for r in TABLES["fedpav-table4"].rows if r.name == "CC & CDW")
-    args = [a.format(data_root=data_root, device="cpu") for a in cc.train[""]["paper"]]
-    args = [str(Path(__file__).resolve().parents[1] / a) if a.startswith("configs/") else a for a in args]
-    config = base_config(args)
+    config = cc.train[""]["paper"].config(data_root, "cpu")
     assert config.train.method_options["public_data"] == f"{data_root}/cuhk02:cuhk02"
     assert list(resolve_datasets([config.train.method_options["public_data"]])) == ["cuhk02"]
     loaded = load_datasets(config.data.roots, config.data.format)
@@ -239,16 +236,13 @@ def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):
 def test_fedarks_paper_runs_train_on_cuhk02_and_hold_one_domain_out(tmp_path):
     """FedARKS Table 1's paper-scale tasks: the three other domains train (CUHK02: P1-P4, every image), the
     task's domain is the unseen test set."""
-    from privreid.commands.sweep import base_config
     from privreid.data.catalog import federation_for_config
     from privreid.experiments.reproduce import TABLES
 
     data_root = _paper_tree(tmp_path / "data")
     row = next(r for r in TABLES["fedarks-table1"].rows if r.name == "FedARKS")
     for task, held_out in (("MS+C2+C3→M", "market1501"), ("M+C2+C3→MS", "msmt17"), ("MS+C2+M→C3", "cuhk03np")):
-        args = [a.format(data_root=data_root, device="cpu") for a in row.train[task]["paper"]]
-        args = [str(Path(__file__).resolve().parents[1] / a) if a.startswith("configs/") else a for a in args]
-        federation = federation_for_config(base_config(args))
+        federation = federation_for_config(row.train[task]["paper"].config(data_root, "cpu"))
         assert sorted(c.domain for c in federation.clients) == sorted(
             {"market1501", "cuhk02", "cuhk03np", "msmt17"} - {held_out}), task
         assert [t.name for t in federation.unseen] == [held_out], task
@@ -288,8 +282,7 @@ def test_reproduce_dry_run_plans_fedpavs_paper_runs_with_per_root_formats():
     assert [r["run"] for r in plan["runs"]] == sorted(["Benchmark", "FedNova", "FedProx", "CC", "CDW", "CC & CDW",
                                                         "Standalone"])
     for run in plan["runs"]:
-        data = [run["train_args"][i + 1] for i, a in enumerate(run["train_args"]) if a == "--data"]
-        assert data == [f"DATA_ROOT/{folder}:{fmt}" for folder, fmt in (
+        assert run["config"]["data"]["roots"] == [f"DATA_ROOT/{folder}:{fmt}" for folder, fmt in (
             ("msmt17", "msmt17"), ("dukemtmcreid", "dukemtmcreid"), ("market1501", "market1501"),
             ("cuhk03np", "cuhk03np-detected"), ("prid", "prid-fedpav"), ("cuhk01", "cuhk01-fedpav"),
             ("viper", "viper-fedpav"), ("3dpes", "3dpes-fedpav"), ("ilids", "ilids-fedpav"))], run["run"]

@@ -66,7 +66,7 @@ def test_cuhksysu_fixed_set_is_the_queries_against_their_persons_gallery_crops(t
 def test_fedpav_ilids_client_is_qmul_ilids(tmp_path):
     """FedPav's "iLIDS-VID" column (paper 004 Table 1: 59 + 60 identities, 248 + 228 = 476 images) is QMUL
     i-LIDS, as the reference's data_preprocess/data/ilids/meta.json holds it, not iLIDS-VID's 300 people."""
-    from privreid.experiments.reproduce.tables import FEDPAV_CLIENTS
+    from privreid.experiments.reproduce.fedpav import FEDPAV_CLIENTS
 
     assert {column: folder for column, _, folder in FEDPAV_CLIENTS}["iLIDS-VID"] == "ilids"
     pool = load_pool(make_ilids(tmp_path), "ilids")

@@ -48,3 +48,21 @@ def test_markdown_marks_cells_whose_features_were_not_finite(monkeypatch):
     assert table.markdown(cells).splitlines() == [
         "| attack | plain | median |", "|---|---|---|", "| no attack | 6.7 / — | 5.0† / — |",
         "| DBA | 6.5 / 4 | 10.0 / 100 |"]
+
+
+def test_cells_over_seeds_are_mean_pm_std_with_failed_seeds_counted(monkeypatch):
+    """mAP 0.10, 0.20, 0.30 over three seeds: mean 0.20, std 0.10 (ddof 1); ASR 1, 0, 1: mean 2/3, std 0.577;
+    a seed that failed is counted, not averaged; one seed's cell stays as it was."""
+    table = benchmark(monkeypatch)
+    seeds = [{"mAP": 0.1, "asr": 1.0}, {"mAP": 0.2, "asr": 0.0}, {"mAP": 0.3, "asr": 1.0}, {"failed": "error: x"}]
+    cell = table.over_seeds(seeds)
+    assert (cell["n"], cell["failed"], cell["seeds"]) == (3, 1, seeds)
+    assert cell["mAP"] == pytest.approx(0.2) and cell["mAP_std"] == pytest.approx(0.1)
+    assert cell["asr"] == pytest.approx(2 / 3) and cell["asr_std"] == pytest.approx(3 ** -0.5)
+    assert cell["mAP_ci95_low"] == pytest.approx(0.2 - 4.302653 * 0.1 / 3 ** 0.5)
+    assert table.over_seeds(seeds[:1]) == seeds[0]
+    plain = table.over_seeds([{"mAP": 0.5}, {"mAP": 0.7}])
+    assert "asr" not in plain and plain["mAP_std"] == pytest.approx(0.2 ** 0.5 / 10 ** 0.5 * 1)
+    assert table.markdown({"DBA": {"plain": cell, "median": table.over_seeds([{"failed": "e"}, {"failed": "e"}])},
+                           "no attack": {"plain": plain, "median": {"mAP": 0.05}}}).splitlines()[2:] == [
+        "| DBA | 20.0 ± 10.0 / 67 ± 58 (1 failed) | failed |", "| no attack | 60.0 ± 14.1 / — | 5.0 / — |"]

@@ -10,9 +10,8 @@ import torch
 
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
-from privreid.experiments.reproduce import run_table
+from privreid.experiments.reproduce import TABLES, run_table
 from privreid.experiments.reproduce.leakage import subject_path
-from privreid.experiments.reproduce.tables import TABLES
 
 
 def _clients(*trains):
@@ -80,14 +79,12 @@ def test_fig8_is_listed_as_runnable():
 
 
 def test_fig8_runs_are_table9s_dns_stand_in_and_i_dppt():
-    from privreid.commands.sweep import base_config
-
     train = TABLES["l2rw-fig8"].rows[0].train
     table9 = TABLES["l2rw-table9"].rows[0].train
     assert all(train[g] == table9[g] for g in train)  # the same runs as Table IX's SYSU columns
     assert set(train) == {"SYSU DNS", "SYSU Ours"}
-    assert base_config(train["SYSU DNS"]["smoke"]).train.method == "centralized"
-    assert base_config(train["SYSU Ours"]["smoke"]).train.method == "dppt"
+    assert train["SYSU DNS"]["smoke"].config().train.method == "centralized"
+    assert train["SYSU Ours"]["smoke"].config().train.method == "dppt"
     assert train["SYSU DNS"]["paper"] is None  # DNS is not implemented: its paper-scale columns stay empty
 
 

@@ -8,8 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privreid.cli import app
-from privreid.experiments.reproduce import published
-from privreid.experiments.reproduce.tables import TABLES
+from privreid.experiments.reproduce import TABLES, published
 
 PAPERS = Path("/work/shared/papers")
 runner = CliRunner()
@@ -106,6 +105,9 @@ PAPER_SCALE = ["--scale", "paper", "--data-root", "{root}", "--out", "{out}"]
     (["fedpav-table4", *PAPER_SCALE], "missing dataset msmt17: expected"),
     (["fedreid-table2"], "--out is required"),
     (["nosuch"], "unknown table 'nosuch'"),  # named before the missing --out (which was reported instead)
+    (["fedreid-table2", "--seeds", "0,x", "--out", "{out}"], "--seeds takes comma-separated integers"),
+    (["fedreid-table2", "--seeds", "1,1", "--out", "{out}"], "--seeds must be distinct integers"),
+    (["fedreid-table2", "--executor", "slurm", "--out", "{out}"], "--executor"),
 ])
 def test_bad_input_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     (tmp_path / "root").mkdir()

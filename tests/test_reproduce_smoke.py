@@ -39,7 +39,7 @@ def test_fedreid_table2_smoke_end_to_end_and_resumes(tmp_path):
 def test_l2rw_table7_smoke_end_to_end(tmp_path):
     out = tmp_path / "t7"
     rows = run_table("l2rw-table7", scale="smoke", out=out, device="cpu", echo=lambda _: None)
-    runs = sorted(p.name for p in (out / "runs").iterdir())
+    runs = sorted(p.name for p in (out / "runs").iterdir() if p.is_dir() and p.name[0] != ".")
     assert runs == ["SYSU-B", "SYSU-B+CA", "SYSU-B+CA+MRB (I-DPPT)", "SYSU-B+gray"]
     options = {name: json.loads((out / "runs" / name / "summary.json").read_text()) for name in runs}
     for name, summary in options.items():

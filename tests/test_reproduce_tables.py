@@ -7,14 +7,13 @@ import json
 
 import pytest
 
-from privreid.commands.sweep import base_config
-from privreid.experiments.reproduce import run_table
-from privreid.experiments.reproduce.tables import FIG3_BETAS, TABLES
+from privreid.experiments.reproduce import TABLES, run_table
+from privreid.experiments.reproduce.fedreid import FIG3_BETAS
 
 
 def _smoke_config(key: str, row: str, group: str):
     [spec_row] = [r for r in TABLES[key].rows if r.name == row]
-    return base_config(spec_row.train[group]["smoke"])
+    return spec_row.train[group]["smoke"].config()
 
 
 def test_fedreid_fig3_cells_are_fedreid_runs_with_the_cell_beta_and_mode():
@@ -60,18 +59,16 @@ def test_ska_table4_rows_switch_the_three_components():
 def test_local_columns_read_the_personalised_model_of_that_domain(tmp_path):
     """A "local" cell is the mean of the clients' personalised metrics on the named seen test set."""
     from privreid.experiments.reproduce import _cell
-    from privreid.experiments.reproduce.tables import Column, Row, TableSpec
+    from privreid.experiments.reproduce.spec import Column, Row, smoke
 
     run = tmp_path / "runs" / "r"
     run.mkdir(parents=True)
     run.joinpath("summary.json").write_text(json.dumps({"local_seen_per_testset": {
         "c1@synthA": {"rank1": 0.5}, "c2@synthA": {"rank1": 0.25}, "c3@synthB": {"rank1": 1.0}}}))
-    row = Row("r", train={"": {"smoke": ["--method", "fedavg"]}})
-    spec = TableSpec("t", "p", "t", "s", {})
-    cell = _cell(spec, row, Column("A R1", ("local", "rank1"), "synthA", "a"), "smoke", tmp_path, None, "cpu", print)
+    row = Row("r", train={"": {"smoke": smoke("fedavg")}})
+    cell = _cell(row, Column("A R1", ("local", "rank1"), "synthA", "a"), "smoke", run, None, "cpu")
     assert cell == 37.5
-    assert _cell(spec, row, Column("D R1", ("local", "rank1"), "synthD", "d"), "smoke", tmp_path, None, "cpu",
-                 print) is None
+    assert _cell(row, Column("D R1", ("local", "rank1"), "synthD", "d"), "smoke", run, None, "cpu") is None
 
 
 @pytest.mark.slow
@@ -122,6 +119,11 @@ def test_l2rw_table2_rows_put_dppt_on_each_fl_base():
     assert {"FedNova", "FedNova +I-DPPT", "FedAvg +AGW", "MOON +DNS"} <= not_implemented
 
 
+def _run_dirs(out):
+    """The run directories under ``out/runs`` (not the executor's bookkeeping)."""
+    return sorted(p.name for p in (out / "runs").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def _summary(run, **blocks):
     run.mkdir(parents=True, exist_ok=True)
     run.joinpath("summary.json").write_text(json.dumps(blocks))
@@ -140,7 +142,7 @@ def test_ska_table2_rows_are_the_papers_comparators_on_four_source_domains():
         assert cfg.train.method == method and cfg.data.train_domains == ["synthA", "synthB", "synthC", "synthD"]
         [spec_row] = [r for r in TABLES["ska-table2"].rows if r.name == row]
         paper = spec_row.train[""]["paper"]
-        assert paper[:2] == ["--config", "configs/ska-paper.yaml"] and paper[paper.index("--method") + 1] == method
+        assert paper.preset == "ska-paper.yaml" and paper.fields["train.method"] == method
     assert {c.source for c in TABLES["ska-table2"].columns} == {("local", "mAP"), ("local", "rank1")}
 
 
@@ -164,8 +166,7 @@ def test_fedpav_table3_global_and_local_rows_read_one_fedpav_run(tmp_path):
         assert by[("Standalone Training", column)] == 100 * clients[domain] / 4
         assert by[("Centralized Training", column)] == 100.0
     assert by[("Local Model", "VIPeR")] is None
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["Centralized Training", "FedPav",
-                                                                     "Standalone Training"]
+    assert _run_dirs(tmp_path) == ["Centralized Training", "FedPav", "Standalone Training"]
     assert "Deviations from the paper's protocol:" in (tmp_path / "table.md").read_text()
 
 
@@ -174,7 +175,7 @@ def test_fedarks_table1_cells_are_the_global_model_on_the_held_out_domain_and_sa
     held_out = {"MS+C2+C3→M": ("synthA", 0.5), "M+C2+C3→MS": ("synthD", 0.25), "MS+C2+M→C3": ("synthC", 0.125)}
     for row in (r for r in spec.rows if r.train):
         for task, (domain, r1) in held_out.items():
-            cfg = base_config(row.train[task]["smoke"])
+            cfg = row.train[task]["smoke"].config()
             assert cfg.data.test_domains == [domain]
             _summary(tmp_path / "runs" / row.run_name(task), global_seen_per_testset={"synthB": _r1(1.0)},
                      global_unseen_per_testset={domain: _r1(r1)})
@@ -241,7 +242,7 @@ def test_fedpav_table5_smoke_end_to_end(tmp_path):
 def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tmp_path):
     """Every row reads the column's one run ("SYSU Ours-model"): the attack / corruption evaluation cached next
     to it; a "↓" row is the relative drop 100 * (clean - attacked) / clean, as the paper prints it."""
-    from privreid.experiments.reproduce.tables import TABLE9_ATTACKS
+    from privreid.experiments.reproduce.l2rw import TABLE9_ATTACKS
 
     for group in ("SYSU DNS", "SYSU Ours"):
         run = tmp_path / "runs" / f"{group}-model"
@@ -259,10 +260,31 @@ def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tm
     assert by[("Corruption ↓", "SYSU Ours R1")]["privreid"] == 50.0
     assert by[("Corruption ↓", "SYSU Ours mAP")]["privreid"] == -25.0  # mAP rose under corruption
     assert by[("Clean", "LLCM Ours R1")]["privreid"] is None  # no LLCM stand-in
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["SYSU DNS-model", "SYSU Ours-model"]
-    dns = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU DNS"]["smoke"])
-    ours = base_config(TABLES["l2rw-table9"].rows[0].train["SYSU Ours"]["smoke"])
+    assert _run_dirs(tmp_path) == ["SYSU DNS-model", "SYSU Ours-model"]
+    dns = TABLES["l2rw-table9"].rows[0].train["SYSU DNS"]["smoke"].config()
+    ours = TABLES["l2rw-table9"].rows[0].train["SYSU Ours"]["smoke"].config()
     assert (dns.train.method, ours.train.method) == ("centralized", "dppt")
+
+
+def _fake_execute(trained: set, summary: dict | None = None, fail: tuple = ()):
+    """An executor that writes every run's ``summary.json`` (``summary`` by run and seed) instead of training;
+    the runs named in ``fail`` fail."""
+    from privreid.experiments.executor import RunOutcome
+
+    def execute(runs, out, settings, progress=True):
+        outcomes = []
+        for run in runs:
+            trained.add(run.name)
+            if run.name in fail:
+                outcomes.append(RunOutcome(run, "failed", None, "error: made to fail"))
+                continue
+            (out / run.name).mkdir(parents=True, exist_ok=True)
+            data = (summary or {}).get((run.cell["run"], run.seed), {})
+            (out / run.name / "summary.json").write_text(json.dumps(data))
+            outcomes.append(RunOutcome(run, "done", data, None))
+        return outcomes
+
+    return execute
 
 
 @pytest.mark.parametrize("key", sorted(TABLES))
@@ -272,15 +294,7 @@ def test_the_smoke_budget_counts_the_runs_run_table_trains(key, tmp_path, monkey
     import privreid.experiments.reproduce.leakage as leakage
 
     trained = set()
-
-    def fake_train(row, group, scale, out, data_root, device, echo):
-        trained.add(row.run_name(group))
-        run_dir = out / "runs" / row.run_name(group)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "summary.json").write_text("{}")
-        return run_dir
-
-    monkeypatch.setattr(reproduce, "_train", fake_train)
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(trained))
     monkeypatch.setattr(reproduce, "_evaluate_dg", lambda *a: {"rank1": 0.5, "mAP": 0.5, "mINP": 0.5})
     monkeypatch.setattr(reproduce, "_robustness_cell", lambda *a: 50.0)
     monkeypatch.setattr(leakage, "inversion_cell", lambda *a: 0.5)
@@ -302,3 +316,67 @@ def test_budgets_count_the_runs_the_tables_used_to_state_by_hand():
         spec = TABLES[key]
         assert len(spec.runs("smoke")) == smoke, key
         assert len(spec.runs("paper")) == paper and spec.budget("paper").startswith(f"{paper} run"), key
+
+
+def test_dry_run_train_args_rebuild_each_runs_configuration_through_the_cli():
+    """`reproduce --dry-run` prints `privreid train` options (the preset, then --set per field) that configure
+    every run of every table exactly as reproduce builds it, at both scales."""
+    from privreid.commands.sweep import base_config
+    from privreid.experiments.reproduce import _run_spec
+
+    for spec in TABLES.values():
+        for scale in ("smoke", "paper"):
+            for row, group in spec.run_groups(scale).values():
+                run = _run_spec(row, group, scale, "cpu")
+                assert base_config(run.train_args("/data", "cpu")).to_dict() == run.config("/data", "cpu").to_dict()
+
+
+def test_seeds_give_mean_std_n_and_an_interval_per_cell(tmp_path, monkeypatch):
+    """Three seeds of FedPav Table 3: each seed its own run directory (seed 0 the table's own), each cell the mean
+    of the seeds' numbers with their sample std, n and the Student-t 95% interval; table.md says so."""
+    import privreid.experiments.reproduce as reproduce
+
+    local = {0: 0.25, 1: 0.5, 2: 0.75}  # FedPav's local R1 on synthA per seed: mean 50, std 25
+    summaries = {(run, seed): {"local_seen_per_testset": {"synthA@synthA": {"rank1": r1}},
+                               "best": {"global_seen_per_testset": {"synthA": {"rank1": r1 / 2}}}}
+                 for run in ("FedPav", "Standalone Training", "Centralized Training") for seed, r1 in local.items()}
+    trained = set()
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(trained, summaries))
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path, device="cpu", seeds=[0, 1, 2],
+                     echo=lambda _: None)
+    assert {"FedPav", "FedPav-seed1", "FedPav-seed2"} <= trained and len(trained) == 9
+    by = {(r["row"], r["column"]): r for r in rows}
+    local_model = by[("Local Model", "MSMT17")]
+    assert (local_model["privreid"], local_model["std"], local_model["n"]) == (50.0, 25.0, 3)
+    half = 4.302653 * 25 / 3 ** 0.5  # t(0.975, 2) s / sqrt(n)
+    assert local_model["ci95_low"] == round(50 - half, 2) and local_model["ci95_high"] == round(50 + half, 2)
+    assert by[("Global Model", "MSMT17")]["privreid"] == 25.0 and by[("Local Model", "VIPeR")]["n"] == 0
+    assert "| Local Model | 50.0 ± 25.0 [-12.1, 112.1] n=3 (" in (tmp_path / "table.md").read_text()
+
+
+def test_a_failed_run_empties_its_seeds_cells_and_is_marked(tmp_path, monkeypatch):
+    """FedPav's seed-1 run failed: its cells are the mean of the other two seeds, marked "1 failed"; with one seed,
+    a failed run's cells say "failed" and the other rows are still measured."""
+    import privreid.experiments.reproduce as reproduce
+
+    summaries = {(run, seed): {"local_seen_per_testset": {"synthA@synthA": {"rank1": 0.25 * (seed + 1)}}}
+                 for run in ("FedPav", "Standalone Training", "Centralized Training") for seed in (0, 1, 2)}
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(set(), summaries, fail=("FedPav-seed1",)))
+    messages = []
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path / "three", device="cpu", seeds=[0, 1, 2],
+                     echo=messages.append)
+    local = next(r for r in rows if (r["row"], r["column"]) == ("Local Model", "MSMT17"))
+    assert (local["privreid"], local["n"], local["failed"], local["status"]) == (50.0, 2, 1, "run")  # 25 and 75
+    assert "run FedPav-seed1 failed: error: made to fail" in messages
+    assert "| Local Model | 50.0 ± 35.4 n=2, 1 failed (" in (tmp_path / "three" / "table.md").read_text()
+
+    monkeypatch.setattr(reproduce, "execute", _fake_execute(set(), summaries, fail=("FedPav",)))
+    rows = run_table("fedpav-table3", scale="smoke", out=tmp_path / "one", device="cpu", echo=lambda _: None)
+    by = {(r["row"], r["column"]): r for r in rows}
+    assert by[("Local Model", "MSMT17")] | {} == {"row": "Local Model", "column": "MSMT17", "privreid": None,
+                                                 "failed": 1, "published": 48.3, "difference": None,
+                                                 "status": "failed"}
+    assert by[("Standalone Training", "MSMT17")]["privreid"] == 25.0 and "failed" not in by[
+        ("Standalone Training", "MSMT17")]
+    table = (tmp_path / "one" / "table.md").read_text()
+    assert "| Local Model | failed (48.3) |" in table and "failed = every seed's run failed" in table

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 
 from privreid.errors import ConfigError
@@ -25,6 +27,15 @@ def reproduce_command(
                                  "`privreid train --dry-run`) and the table's cells; at paper scale --data-root "
                                  "is then optional (given, its datasets are checked)."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as one JSON object."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated training seeds, e.g. 0,1,2: one run "
+                                        "per seed, each cell the mean ± std over them (n; a 95% interval from 3)."),
+    executor: str = typer.Option("local", "--executor", click_type=click.Choice(["local", "ray"]), help="local (one run after another) or ray (Ray Tune "
+                                 "trials; RAY_ADDRESS joins a cluster)."),
+    max_concurrent: int = typer.Option(1, "--max-concurrent", help="ray: runs at the same time."),
+    cpus_per_run: float = typer.Option(1, "--cpus-per-run", help="ray: CPUs per run."),
+    gpus_per_run: float = typer.Option(0, "--gpus-per-run", help="ray: GPUs per run (a fraction packs runs)."),
+    retries: int = typer.Option(1, "--retries", help="Tries again a failed run this many times, then marks it "
+                                "failed (the other runs go on)."),
 ) -> None:
     """Run every cell of a paper's table and write table.md / table.csv beside the published numbers.
 
@@ -33,9 +44,11 @@ def reproduce_command(
     Example: privreid reproduce --list
     Example: privreid reproduce fedreid-table2 --scale smoke --out runs/fedreid-table2
     Example: privreid reproduce fedpav-table4 --scale paper --dry-run
+    Example: privreid reproduce fedreid-fig3 --seeds 0,1,2 --executor ray --max-concurrent 2 --out runs/fig3
     """
     from privreid.experiments.reproduce import list_tables as rows_of_list
     from privreid.experiments.reproduce import check_table, run_table
+    from privreid.experiments.executor import ExecutorSettings
 
     if list_tables:
         if table is not None or dry_run or as_json or out is not None:
@@ -58,12 +71,33 @@ def reproduce_command(
         check_table(table, scale, data_root)  # a misspelt table is named before a missing --out
         if out is None:
             raise ConfigError("--out is required")
-        return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo)
+        settings = ExecutorSettings(executor, max_concurrent, cpus_per_run, gpus_per_run, retries)
+        settings.check()
+        return run_table(table, scale=scale, out=out, data_root=data_root, device=device, echo=typer.echo,
+                         seeds=parse_seeds(seeds), executor=settings, progress=sys.stderr.isatty())
 
     with run_dir_or_exit(out, "reproduce"):
-        run_or_exit(go)
+        rows = run_or_exit(go)
         typer.echo((out / "table.md").read_text())
         typer.echo(f"wrote {out / 'table.md'} and {out / 'table.csv'}")
+        failed = sorted({r["row"] for r in rows if r.get("failed")})
+        if failed:
+            fail(f"runs failed for {', '.join(failed)}: their cells are marked in the table", 1)
+
+
+def parse_seeds(text: Optional[str]) -> Optional[list[int]]:
+    """``--seeds 0,1,2`` as distinct integers in 0..2**32 - 1 (None: not given); ConfigError in one line."""
+    from privreid.config import MAX_SEED
+
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds takes comma-separated integers, e.g. 0,1,2 (got {text!r})") from None
+    if len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
+        raise ConfigError(f"--seeds must be distinct integers in 0..{MAX_SEED} (got {text!r})")
+    return seeds
 
 
 def _dry_run(table: Optional[str], scale: str, data_root: Optional[Path], device: str, dry_run: bool,

@@ -28,12 +28,17 @@ from typing import Any, Callable
 import yaml
 
 from privreid.errors import ConfigError, DataError
+from privreid.experiments.reproduce import fedarks, fedpav, fedreid, l2rw, ska
+from privreid.experiments.reproduce.spec import SCALES, Column, Row, RunSpec, TableSpec
+from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
+from privreid.experiments.statistics import describe
 from privreid.io import write_text_atomic
-from privreid.experiments.reproduce.tables import SCALES, TABLES, Column, Row, TableSpec
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+#: every reproducible table and figure, by key, paper by paper
+TABLES: dict[str, TableSpec] = {spec.key: spec for spec in (*fedreid.TABLES, *ska.TABLES, *fedpav.TABLES,
+                                                            *fedarks.TABLES, *l2rw.TABLES)}
 
 
 def published() -> dict[str, Any]:
@@ -48,18 +53,78 @@ def list_tables() -> list[dict[str, str]]:
 
 
 def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | os.PathLike | None = None,
-              device: str = "auto", echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run table ``key`` at ``scale`` into ``out``; returns the rows written to ``table.csv``."""
+              device: str = "auto", seeds: list[int] | None = None, executor: ExecutorSettings | None = None,
+              progress: bool = False, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run table ``key`` at ``scale`` into ``out``, once per seed of ``seeds`` (``None``: the runs' own seed);
+    returns the rows written to ``table.csv``.
+
+    Every run is trained by :func:`~privreid.experiments.executor.execute` (``executor``: local by default)
+    into ``OUT/runs/<run>/`` (``<run>-seed<k>`` for a seed k other than 0); then every cell is measured on each
+    seed's run and reported as its mean over the seeds with their std, n and a 95% interval (n >= 3).  A run
+    that failed leaves its cells empty for its seed, counted in the rows' ``failed``.  ``progress``: the
+    executor's one view over all runs.
+    """
     spec = check_table(key, scale, data_root)
     out = Path(out)
+    planned = plan_runs(spec, scale, data_root, device, seeds)
+    for run in planned:
+        if not (out / "runs" / run.name / "summary.json").is_file():
+            echo(f"training {run.name} ({scale})")
+    outcomes = execute(planned, out / "runs", executor or ExecutorSettings(), progress=progress)
+    failed = {o.run.name for o in outcomes if o.status != "done"}
+    for o in outcomes:
+        if o.status != "done":
+            echo(f"run {o.run.name} failed: {o.error}")
+    per_seed = [_values(spec, scale, out, data_root, device, seed, failed) for seed in (seeds or [None])]
+    lost = {(row.name, column.name): sum(run_dir_name(row.run_name(column.group), seed) in failed
+                                         for seed in (seeds or [None]))
+            for row in spec.rows for column in spec.columns if row.trains(column, scale)}
+    rows = _rows(spec, per_seed, lost, several=len(per_seed) > 1)
+    _write(spec, scale, rows, out)
+    return rows
+
+
+def run_dir_name(run: str, seed: int | None) -> str:
+    """The directory of ``run`` for ``seed`` under ``OUT/runs``: the run's name for seed 0 (the table's run
+    without --seeds), ``<run>-seed<k>`` for another."""
+    return run if not seed else f"{run}-seed{seed}"
+
+
+def plan_runs(spec: TableSpec, scale: str, data_root, device: str, seeds: list[int] | None) -> list[PlannedRun]:
+    """Every run of the table at ``scale`` for each seed, its configuration validated (a bad one refused before
+    any run starts)."""
+    runs = []
+    for seed in seeds or [None]:
+        for name, (row, group) in spec.run_groups(scale).items():
+            config = _run_spec(row, group, scale, device).config(data_root, device, seed).validate()
+            runs.append(PlannedRun(run_dir_name(name, seed), config, {"run": name}, config.train.seed))
+    return runs
+
+
+def _run_spec(row: Row, group: str, scale: str, device: str) -> RunSpec:
+    spec = row.train[group][scale]
+    return spec.at(device) if scale == "smoke" else spec
+
+
+def _values(spec: TableSpec, scale: str, out: Path, data_root, device: str, seed: int | None,
+            failed: set[str]) -> dict[tuple[str, str], float | None]:
+    """Every cell of one seed's runs: (row, column) -> privreid's number (None: no run, no data or failed)."""
+    def cell(row: Row, column: Column) -> float | None:
+        if not row.trains(column, scale):
+            return None
+        name = run_dir_name(row.run_name(column.group), seed)
+        if name in failed:
+            return None
+        return _cell(row, column, scale, out / "runs" / name, data_root, device)
+
     values: dict[tuple[str, str], float | None] = {}
     measured = [c for c in spec.columns if c.source[0] != "mean"]
     for row in spec.rows:
         for column in measured:
-            values[(row.name, column.name)] = _cell(spec, row, column, scale, out, data_root, device, echo)
+            values[(row.name, column.name)] = cell(row, column)
     if spec.reference is not None:  # every cell relative to the reference run's
         for column in measured:
-            ref = _cell(spec, spec.reference, column, scale, out, data_root, device, echo)
+            ref = cell(spec.reference, column)
             for row in spec.rows:
                 ours = values[(row.name, column.name)]
                 values[(row.name, column.name)] = None if None in (ours, ref) else ours - ref
@@ -68,9 +133,7 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
             for row in spec.rows:
                 parts = [values[(row.name, name)] for name in column.of]
                 values[(row.name, column.name)] = None if None in parts else sum(parts) / len(parts)
-    rows = _rows(spec, values)
-    _write(spec, scale, rows, out)
-    return rows
+    return values
 
 
 def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> TableSpec:
@@ -112,12 +175,9 @@ def _check_dataset(path: Path, fmt: str) -> None:
         raise DataError(f"dataset {path} is not in the {fmt} layout ({layout}): {exc}") from None
 
 
-def _cell(spec: TableSpec, row: Row, column: Column, scale: str, out: Path, data_root, device: str,
-          echo) -> float | None:
-    if not row.trains(column, scale):
-        return None
+def _cell(row: Row, column: Column, scale: str, run_dir: Path, data_root, device: str) -> float | None:
+    """One cell of ``row`` in ``column``, measured on the trained run in ``run_dir``."""
     dataset = getattr(column, scale)
-    run_dir = _train(row, column.group, scale, out, data_root, device, echo)
     if row.measure is not None and row.measure[0].startswith("inversion"):  # L2RW+ Fig. 8
         from privreid.experiments.reproduce.leakage import inversion_cell
 
@@ -158,28 +218,6 @@ def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, 
     return json.loads(cache.read_text())
 
 
-def _train(row: Row, group: str, scale: str, out: Path, data_root, device: str, echo) -> Path:
-    from privreid.commands.sweep import base_config
-    from privreid.training import train_run
-
-    run_dir = out / "runs" / row.run_name(group)
-    if (run_dir / "summary.json").is_file():
-        return run_dir
-    echo(f"training {row.run_name(group)} ({scale})")
-    train_run(base_config(_run_args(row, group, scale, data_root, device)), run_dir,
-              resume=(run_dir / "ckpt.pt").is_file(), progress=False)
-    return run_dir
-
-
-def _run_args(row: Row, group: str, scale: str, data_root, device: str) -> list[str]:
-    """The ``privreid train`` arguments of ``row``'s run in ``group`` at ``scale`` (presets from configs/)."""
-    args = [a.format(data_root=data_root, device=device) for a in row.train[group][scale]]
-    args = [str(CONFIGS / Path(a).name) if a.startswith("configs/") else a for a in args]
-    if scale == "smoke" and device != "auto":
-        args += ["--device", device]
-    return args
-
-
 #: the DG test protocols in words (privreid.data.formats.dg.splits)
 PROTOCOL_WORDS = {"dg": "DG-ReID protocol (10 seeded splits, single-shot)",
                   "crosscam": "cross-camera protocol (every view-A image against every view-B image)",
@@ -207,15 +245,16 @@ def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") ->
     runs are planned with ``DATA_ROOT`` in their paths and no dataset is
     checked; with it, every dataset is checked first (as a real run does).
     """
-    from privreid.commands.sweep import base_config
+    from privreid.composition import method_of
     from privreid.run_plan import run_plan
 
     spec = check_table(key, scale, data_root, check_data=data_root is not None or scale != "paper")
     root = "DATA_ROOT" if data_root is None else data_root
     runs = []
     for name, (row, group) in spec.run_groups(scale).items():
-        args = _run_args(row, group, scale, root, device)
-        runs.append({"run": name, "train_args": args, **run_plan(base_config(args))})
+        run = _run_spec(row, group, scale, device)
+        config = run.config(root, device)
+        runs.append({"run": name, "train_args": run.train_args(root, device), **run_plan(config, method_of(config))})
     cells = [{"column": c.name, "test set": getattr(c, scale), "source": list(c.source),
               "ranking": _cell_ranking(c)} for c in spec.columns if c.source[0] != "mean"]
     return {"table": key, "scale": scale, "runs": runs, "cells": cells,
@@ -250,7 +289,7 @@ def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, 
     from privreid.data.partition import as_test_set
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
     from privreid.device import resolve_device
-    from privreid.experiments.reproduce.tables import TABLE9_SMOKE_REPEATS
+    from privreid.experiments.reproduce.l2rw import TABLE9_SMOKE_REPEATS
 
     ckpt = Checkpoint.load(run_dir / "ckpt.pt")
     cfg = ckpt.run_config
@@ -283,17 +322,32 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
                              write_splits_to=run_dir / f"splits-{name}.json")
 
 
-def _rows(spec: TableSpec, values: dict) -> list[dict[str, Any]]:
+def _rows(spec: TableSpec, per_seed: list[dict], lost: dict[tuple[str, str], int], *,
+          several: bool) -> list[dict[str, Any]]:
+    """One row per cell: privreid's number (the mean over seeds), the published one, their difference and the
+    status ("failed" when every seed's run failed); with ``several`` seeds also ``std``, ``n``,
+    ``ci95_low`` / ``ci95_high`` (n >= 3); ``failed``: the seeds whose run failed (with several seeds or any)."""
     numbers = published_by_row(spec.key)
     rows = []
     for row in spec.rows:
         for column in spec.columns:
-            ours, paper = values[(row.name, column.name)], numbers.get(row.name, {}).get(column.name)
-            ours = None if ours is None else round(ours, max(2, column.decimals))
-            rows.append({"row": row.name, "column": column.name, "privreid": ours,
-                         "published": paper,
-                         "difference": None if None in (ours, paper) else round(ours - paper, max(2, column.decimals)),
-                         "status": "not implemented" if row.train is None else "run"})
+            places = max(2, column.decimals)
+            found = [values[(row.name, column.name)] for values in per_seed]
+            stats = describe([v for v in found if v is not None])
+            ours, paper = stats["mean"], numbers.get(row.name, {}).get(column.name)
+            ours = None if ours is None else round(ours, places)
+            cell = {"row": row.name, "column": column.name, "privreid": ours}
+            if several:
+                cell |= {k: None if stats.get(k) is None else round(stats[k], places)
+                         for k in ("std", "ci95_low", "ci95_high")} | {"n": stats["n"]}
+            failed = lost.get((row.name, column.name), 0)
+            if several or failed:
+                cell["failed"] = failed
+            cell |= {"published": paper,
+                     "difference": None if None in (ours, paper) else round(ours - paper, places),
+                     "status": "not implemented" if row.train is None else "failed" if ours is None and failed
+                     else "run"}
+            rows.append(cell)
     return rows
 
 
@@ -326,9 +380,15 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
         if r["status"] == "not implemented":
             return f"n/i ({paper})"
         if r["privreid"] is None:
-            return f"- ({paper})"
+            return f"{'failed' if r['status'] == 'failed' else '-'} ({paper})"
         diff = "" if r["difference"] is None else f", {r['difference']:+.{d}f}"
-        return f"{r['privreid']:.{d}f} ({paper}{diff})"
+        ours = f"{r['privreid']:.{d}f}"
+        if "n" in r:  # several seeds: mean ± std [95% interval] n
+            interval = "" if r["ci95_low"] is None else f" [{r['ci95_low']:.{d}f}, {r['ci95_high']:.{d}f}]"
+            ours += f" ± {r['std']:.{d}f}{interval} n={r['n']}"
+        if r.get("failed"):
+            ours += f", {r['failed']} failed"
+        return f"{ours} ({paper}{diff})"
 
     names = [c.name for c in spec.columns]
     if spec.transpose:  # the paper's layout: one line per column of privreid's, one column per row
@@ -337,11 +397,17 @@ def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -
     else:
         head = ["Method", *names]
         body = [[r.name, *[cell(by_cell[(r.name, name)]) for name in names]] for r in spec.rows]
-    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "",
-             "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
-             "- = no such data at this scale." + (f" Every privreid cell is relative to the {spec.reference.name} "
-                                                  "run's (its increase over it), as in the paper."
-                                                  if spec.reference else ""), "",
+    legend = "Each cell: privreid (published, privreid - published); n/i = not implemented in privreid; "
+    if rows and "n" in rows[0]:
+        legend += ("privreid is the mean ± std over the seeds' runs [95% Student-t interval, n >= 3], n the runs "
+                   "measured; ")
+    legend += "- = no such data at this scale."
+    if any(r.get("failed") for r in rows):
+        legend += " failed = every seed's run failed (its error: the run directory)."
+    if spec.reference:
+        legend += (f" Every privreid cell is relative to the {spec.reference.name} run's (its increase over it), "
+                   "as in the paper.")
+    lines = [f"### {spec.paper}, {spec.title} ({scale} scale)", "", legend, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(line) + " |" for line in body]
     if spec.deviations:
