@@ -47,8 +47,12 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a 
 _STREAMS = (stat.S_IFIFO, stat.S_IFCHR)
 
 
+#: the suffix of privreid's temporary files: what a killed write leaves is told from a user's own ``.tmp`` files
+TEMPORARY_SUFFIX = ".privreid.tmp"
+
+
 def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
-    """``write(tmp)`` on the temporary sibling ``.<name>.tmp`` of ``path``, then rename it onto ``path``
+    """``write(tmp)`` on the temporary sibling ``.<name>`` + :data:`TEMPORARY_SUFFIX` of ``path``, then rename it onto ``path``
     (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
 
     No reader ever sees a half-written ``path``, and a ``write`` that raises
@@ -68,7 +72,7 @@ def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: 
                               "regular file (it is never replaced)")
         write(path)
         return
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}{TEMPORARY_SUFFIX}")
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -12,8 +12,9 @@ Every command that writes a run directory (``train``, ``attack``, ``invert``,
    directory is refused with one line.  The kernel drops the lock when its
    process dies, so the lock file of a killed run (a dead pid) is simply
    taken over;
-3. removes the temporary files (``.ckpt.pt.tmp`` ...) that a run killed
-   during an atomic write left behind (only while holding the lock);
+3. removes the temporary files (``.ckpt.pt.privreid.tmp`` ...) that a run
+   killed during an atomic write left behind (only while holding the lock),
+   and no other file;
 4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
    ``env.json``) and mirrors what is printed to ``log.txt``;
 5. on a failure before any work was written (a refusal), puts the
@@ -38,7 +39,7 @@ import re
 from pathlib import Path
 
 from privreid.errors import CheckpointError, ConfigError
-from privreid.io import OutputError, write_file_atomically
+from privreid.io import TEMPORARY_SUFFIX, OutputError, write_file_atomically
 
 #: the lock file a run holds in its directory while it writes
 LOCK_FILE = ".privreid.lock"
@@ -147,9 +148,10 @@ class RunLock:
 
 
 def remove_orphaned_temporaries(directory: Path) -> list[Path]:
-    """Delete ``.<file>.*.tmp`` files that a killed atomic write left (call only while holding the lock)."""
+    """Delete the ``.<file>.privreid.tmp`` files that a killed atomic write left (call only while holding the lock);
+    any other file, a user's ``.notes.tmp`` included, stays."""
     removed = []
-    for tmp in Path(directory).glob(".*.tmp"):
+    for tmp in Path(directory).glob(".*" + TEMPORARY_SUFFIX):
         if tmp.is_file():
             tmp.unlink()
             removed.append(tmp)
@@ -182,7 +184,7 @@ def memory_file_name(client: str, round_no: int) -> str:
 
 
 #: the names privreid writes in ``client_memory/``: :func:`memory_file_name`'s, and their temporary siblings
-MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.tmp")
+MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt\.privreid\.tmp")
 
 
 def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:

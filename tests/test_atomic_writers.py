@@ -192,7 +192,7 @@ def test_checkpoint_on_a_full_disk_raises_the_os_error_and_keeps_the_previous_on
     model = tiny_model()
     path = save_checkpoint(minimal_ckpt(model, round=1), tmp_path / "ckpt.pt")
     before = path.read_bytes()
-    full_disk(monkeypatch, room=4096, name=".ckpt.pt.tmp")
+    full_disk(monkeypatch, room=4096, name=".ckpt.pt.privreid.tmp")
     with pytest.raises(OSError) as raised:
         save_checkpoint(minimal_ckpt(model, round=2), path)
     assert raised.value.errno == errno.ENOSPC
@@ -201,7 +201,7 @@ def test_checkpoint_on_a_full_disk_raises_the_os_error_and_keeps_the_previous_on
 
 
 def test_state_dict_export_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
-    full_disk(monkeypatch, room=4096, name=".model.pt.tmp")
+    full_disk(monkeypatch, room=4096, name=".model.pt.privreid.tmp")
     with pytest.raises(OSError) as raised:
         export_model(tiny_model(), "state-dict", tmp_path / "model.pt", height=32, width=16)
     assert raised.value.errno == errno.ENOSPC and list(tmp_path.iterdir()) == []

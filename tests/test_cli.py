@@ -350,13 +350,14 @@ def test_killed_first_write_hints_agree_and_temporaries_are_cleaned(tiny_synth, 
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"round": 1, "scope": "train"}\n')
-    (out / ".ckpt.pt.abc123.tmp").write_bytes(b"half a checkpoint")
+    (out / ".ckpt.pt.privreid.tmp").write_bytes(b"half a checkpoint")
+    (out / ".notes.tmp").write_text("the user's")  # not privreid's: it stays
     args = ["train", "--data", tiny_synth, "--rounds", "1", *TINY, "--out", out]
     res = invoke(*args)
     assert res.exit_code == 2 and "stopped before its first checkpoint" in res.output, res.output
     assert "pass --resume to start it from round 0" in res.output and "--overwrite" in res.output
     assert invoke(*args, "--overwrite").exit_code == 0
-    assert not list(out.glob(".*.tmp"))
+    assert [p.name for p in out.glob(".*.tmp")] == [".notes.tmp"]
 
 
 def test_resume_accepts_device_and_workers_refuses_fewer_rounds(tiny_synth, tmp_path):
