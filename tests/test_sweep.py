@@ -70,8 +70,8 @@ def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
                                                                                          (4, 4, "fedavg")]
     assert runs[1].cell == {"train.beta": 0.1, "train.method": "fedavg"}
     krum = plan_sweep(base, [g], None)
-    assert [(r.name, r.cell) for r in krum] == [('robust-krum=__f___1_', {"train.defenses.robust-krum": '{"f": 1}'}),
-                                                ("robust-krum=__", {"train.defenses.robust-krum": "{}"})]
+    assert [(r.name, r.cell) for r in krum] == [('robust-krum=f=1', {"train.defenses.robust-krum": '{"f": 1}'}),
+                                                ("robust-krum=on", {"train.defenses.robust-krum": "{}"})]
     assert krum[0].config.train.defenses == {"robust-krum": {"f": 1}}
     knob = plan_sweep(base, [knob_grid("beta", [0.01])], None, knob="beta")
     assert [(r.name, r.cell) for r in knob] == [("reference", {"reference": "non-private"}),
@@ -149,3 +149,10 @@ def test_sweep_cli_errors(tmp_path):
                                   *extra])
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, extra
     assert not (tmp_path / "s" / "reference").exists()
+
+
+def test_grid_values_that_would_share_a_run_name_are_refused(tiny_synth):
+    """Two values whose names read alike (the number 1 and the string "1") would write one run directory."""
+    base = tiny_config(tiny_synth, "fedpav", rounds=1)
+    with pytest.raises(ConfigError, match="same run name 'robust-krum=f=1'"):
+        plan_sweep(base, [parse_grid('train.defenses.robust-krum={"f": 1},{"f": "1"}')], None)

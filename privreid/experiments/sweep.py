@@ -205,8 +205,16 @@ def sweep_arguments(grid: list[str], seeds: str | None, sweep_file: tuple[Any, s
 
 
 def _text(value: Any) -> str:
-    """A grid value in a run's name: numbers as ``%g``, mappings and lists as JSON; filesystem-safe."""
-    text = f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else json.dumps(value)
+    """A grid value in a run's name, filesystem-safe: numbers as ``%g``; a mapping as its ``key=value`` pairs
+    joined by ``+`` (``{"f": 1, "keep": 7}``: ``f=1+keep=7``; ``{}``, a defense at its defaults: ``on``); a list
+    as its items joined by ``+``."""
+    if isinstance(value, dict):
+        text = "+".join(f"{k}={_text(v)}" for k, v in value.items()) or "on"
+    elif isinstance(value, list):
+        text = "+".join(_text(v) for v in value) or "none"
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else \
+            str(value)
     return re.sub(r"[^\w.+\-=@]", "_", text)
 
 
@@ -235,6 +243,11 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
             name = ",".join(f"{g.label}={_text(v)}" for g, v in zip(grids, values)) or "base"
             cell = {g.path: json.dumps(v) if isinstance(v, (dict, list)) else v for g, v in zip(grids, values)}
             cells.append(PlannedRun(name + suffix, config, cell, seed))  # cells group runs: hashable values
+        names = [r.name for r in cells]
+        if len(set(names)) != len(names):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise ConfigError(f"two grid values give the same run name {twice!r}: make the values differ in "
+                              "letters, digits or . + - = @")
         reference = reference_config(seeded)
         planned = [r.config.to_dict() for r in cells]
         if any(reference_config(r.config).to_dict() not in planned for r in cells):
