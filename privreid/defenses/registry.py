@@ -134,6 +134,11 @@ class Defense:
         """``"yes"``, or ``"no (why)"`` / ``"n/a (why)"``: whether ``method`` can run under this defense."""
         return "yes"
 
+    def deviation(self, config: RunConfig) -> str | None:
+        """Where this defense, as configured, departs from its paper: a sentence of ``summary.json``'s
+        ``deviations`` (:mod:`privreid.deviations`), or None."""
+        return None
+
     def server_memory_keys(self, config: RunConfig) -> tuple[str, ...]:
         """Keys of ``Upload.reports`` this defense's client update sends for its ledger (client-memory entries)."""
         return ()
