@@ -1,28 +1,34 @@
-"""Byzantine-robust server aggregation and server-side norm bounding (issue 30).
+"""Byzantine-robust server aggregation and server-side norm bounding (issues 30, 43).
 
 Two mechanisms a server can run against its own poisoned clients:
 
 * :class:`RobustAggregate` replaces a method's plain mean of the uploads
   (FedPav / FedAvg's data-volume mean, FedReID's uniform mean) by a
-  Byzantine-robust rule, on Flower's own functions
-  (``flwr.server.strategy.aggregate``): Krum / Multi-Krum (Blanchard et al.
+  Byzantine-robust rule: on Flower's own functions
+  (``flwr.server.strategy.aggregate``) Krum / Multi-Krum (Blanchard et al.
   2017), the coordinate-wise median and trimmed mean (Yin et al. 2018) and
-  Bulyan (El Mhamdi et al. 2018).  The rules run on every floating tensor of
-  the uploads (the model's parameters and BatchNorm's running statistics);
-  integer buffers are the heaviest upload's, as in the plain mean
-  (:class:`~privreid.federated.strategy.WeightedSum`).  A robust rule needs
-  every upload at once, so it keeps the round's uploads
-  (:class:`~privreid.federated.strategy.KeepUploads`).
+  Bulyan (El Mhamdi et al. 2018); written here, on the updates, the geometric
+  median (RFA), centered clipping, FoolsGold and FLTrust.  The rules run on
+  every floating tensor of the uploads (the model's parameters and
+  BatchNorm's running statistics); integer buffers are the heaviest upload's,
+  as in the plain mean (:class:`~privreid.federated.strategy.WeightedSum`).
+  A robust rule needs every upload at once, so it keeps the round's uploads
+  (:class:`~privreid.federated.strategy.KeepUploads`).  A rule that selects,
+  drops or zero-weights clients (Krum, Multi-Krum, Bulyan, FoolsGold,
+  FLTrust) says which (:class:`Verdict`), and the round's ``records`` carry
+  ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.
 * :class:`BoundedNorm` clips each client's update ``theta_k - theta`` on the
   trainable parameters to an L2 bound before the inner strategy sees it
   (norm bounding, Sun et al. 2019, "Can you really backdoor federated
   learning?"), and with ``noise > 0`` adds ``N(0, noise^2)`` to the
   aggregate's trainable parameters (their "weak DP": no accounted epsilon).
   It streams when the inner strategy does, and wraps any inner strategy,
-  client-level DP's included (whose own clip then applies on top).
+  client-level DP's included (whose own clip then applies on top); its
+  record names the clients it ``clipped``.
 
 Both read each client's update on its own: under ``--secure-aggregation``
-the server sees only the sum, so they are refused with it
+the server sees only the sum, so they are refused with it, except
+norm-bound, which becomes a verified bound on the secure sum's inputs there
 (:mod:`privreid.defenses.robust.plugin`).
 """
 
@@ -41,8 +47,17 @@ from privreid.federated.strategy import Accumulator, DataVolumeAverage, RoundRes
 from privreid.defenses.beta_noise.mechanism import add_white_noise
 from privreid.defenses.client_dp.mechanism import clip_update, update_norm
 
-#: ``([(arrays, num_samples), ...], keys) -> Verdict``: a rule over the floating tensors ``keys`` of the uploads
-Rule = Callable[[list[tuple[list[np.ndarray], int]], list[str]], "Verdict"]
+
+class Results(list):
+    """Flower's ``[(arrays, num_samples), ...]`` of a round, one array per floating key; ``keys``: those keys."""
+
+    def __init__(self, results, keys: list[str]):
+        super().__init__(results)
+        self.keys = keys
+
+
+#: ``Results -> arrays`` (Flower's signature of an aggregation rule), or ``-> Verdict`` for a rule that selects
+Rule = Callable[[Results], "list[np.ndarray] | Verdict"]
 
 #: the plain means a robust rule may replace
 REPLACEABLE = (DataVolumeAverage, UniformAverage)
@@ -76,7 +91,7 @@ def krum_rule(f: int, keep: int) -> Rule:
     upload(s), by Flower's own expressions on :func:`krum_scores`."""
     from flwr.server.strategy.aggregate import aggregate_krum
 
-    def rule(results, keys):
+    def rule(results):
         unweighted = [(arrays, 1) for arrays, _ in results]
         scores = krum_scores(unweighted, f)
         chosen = np.argsort(scores)[::-1][len(scores) - keep:] if keep > 0 else [np.argmin(scores)]
@@ -89,14 +104,14 @@ def median_rule() -> Rule:
     """The coordinate-wise median of the uploads (unweighted)."""
     from flwr.server.strategy.aggregate import aggregate_median
 
-    return lambda results, keys: Verdict(aggregate_median(results))
+    return aggregate_median
 
 
 def trimmed_mean_rule(fraction: float) -> Rule:
     """The coordinate-wise mean after dropping the ``int(fraction * n)`` largest and smallest values (unweighted)."""
     from flwr.server.strategy.aggregate import aggregate_trimmed_avg
 
-    return lambda results, keys: Verdict(aggregate_trimmed_avg(results, proportiontocut=fraction))
+    return lambda results: aggregate_trimmed_avg(results, proportiontocut=fraction)
 
 
 def bulyan_selection(results: list[tuple[list[np.ndarray], int]], f: int) -> list[int]:
@@ -117,7 +132,7 @@ def bulyan_rule(f: int) -> Rule:
     ``n - 4f`` values closest to their coordinate-wise median."""
     from flwr.server.strategy.aggregate import aggregate_bulyan, aggregate_krum
 
-    return lambda results, keys: Verdict(
+    return lambda results: Verdict(
         aggregate_bulyan(list(results), num_malicious=f, aggregation_rule=aggregate_krum, to_keep=0),
         bulyan_selection(results, f))
 
@@ -160,7 +175,7 @@ def geometric_median(points: np.ndarray, iterations: int, nu: float) -> np.ndarr
 
 def geomed_rule(iterations: int, nu: float) -> Rule:
     """The geometric median of the updates (:func:`geometric_median`); it selects no client."""
-    return lambda results, keys: Verdict(_unflat(geometric_median(_flat(results), iterations, nu), results[0][0]))
+    return lambda results: _unflat(geometric_median(_flat(results), iterations, nu), results[0][0])
 
 
 def centered_clip(points: np.ndarray, tau: float, iterations: int) -> np.ndarray:
@@ -179,7 +194,7 @@ def centered_clip(points: np.ndarray, tau: float, iterations: int) -> np.ndarray
 
 def centered_clipping_rule(tau: float, iterations: int) -> Rule:
     """Centered clipping of the updates (:func:`centered_clip`); it selects no client."""
-    return lambda results, keys: Verdict(_unflat(centered_clip(_flat(results), tau, iterations), results[0][0]))
+    return lambda results: _unflat(centered_clip(_flat(results), tau, iterations), results[0][0])
 
 
 def foolsgold_weights(history: np.ndarray, kappa: float = 1.0) -> np.ndarray:
@@ -213,7 +228,7 @@ def foolsgold_rule(kappa: float) -> Rule:
     keeps no state between rounds here), on every floating tensor (the paper's importance weighting of the
     output layer does not apply: the classifier is not shared); the weights are normalised by their sum (the
     paper's Algorithm 1 adds ``sum_i alpha_i Delta_i`` as a gradient step)."""
-    def rule(results, keys):
+    def rule(results):
         updates = _flat(results)
         alpha = foolsgold_weights(updates, kappa)
         total = alpha @ updates / alpha.sum() if alpha.sum() > 0 else np.zeros(updates.shape[1])
@@ -237,12 +252,12 @@ def fltrust_rule(root: Mapping[str, torch.Tensor]) -> Rule:
     uploads' floating keys); accepted: the clients with a positive trust score.  Deviation: ``g_0`` is given,
     the same every round (the paper's server trains it each round on its root data set; privreid's public set is
     unlabelled, so the method's supervised update cannot run on it)."""
-    def rule(results, keys):
-        missing = [k for k in keys if k not in root]
+    def rule(results):
+        missing = [k for k in results.keys if k not in root]
         if missing:
             raise ConfigError(f"defense 'fltrust': the root update lacks {len(missing)} uploaded keys, e.g. "
                               f"{missing[0]!r}")
-        g0 = np.concatenate([root[k].detach().to("cpu", torch.float64).numpy().ravel() for k in keys])
+        g0 = np.concatenate([root[k].detach().to("cpu", torch.float64).numpy().ravel() for k in results.keys])
         total, scores = fltrust_aggregate(_flat(results), g0)
         return Verdict(_unflat(total, results[0][0]), [i for i, s in enumerate(scores) if s > 0])
 
@@ -278,8 +293,10 @@ class RobustAggregate(Strategy):
         as64 = {k: [up.state[k].detach().to("cpu", torch.float64) for up in uploads] for k in floating}
         if self.updates:
             as64 = {k: [t - global_state[k].detach().to("cpu", torch.float64) for t in ts] for k, ts in as64.items()}
-        results = [([as64[k][i].numpy() for k in floating], up.num_samples) for i, up in enumerate(uploads)]
-        verdict = self.rule(results, floating)
+        results = Results([([as64[k][i].numpy() for k in floating], up.num_samples) for i, up in enumerate(uploads)],
+                          floating)
+        verdict = self.rule(results)
+        verdict = verdict if isinstance(verdict, Verdict) else Verdict(verdict)
         out: StateDict = {}
         for k, a in zip(floating, verdict.arrays):
             value = torch.as_tensor(np.asarray(a, dtype=np.float64))
