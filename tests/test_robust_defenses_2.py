@@ -130,7 +130,7 @@ def test_fltrust_without_a_root_update_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("name, options, says", [
-    ("robust-geomed", {"iterations": 0}, "iterations must be >= 1"),
+    ("robust-geomed", {"iterations": 0}, "iterations must be > 0"),
     ("robust-geomed", {"nu": 0}, "nu must be > 0"),
     ("centered-clipping", {"tau": -1}, "tau must be > 0"),
     ("centered-clipping", {"iterations": 1.5}, "iterations must be an integer"),

@@ -14,10 +14,24 @@ defense                     options (default)    what the server does with the r
                                                  smallest values; ``fraction < 0.5`` and
                                                  ``int(fraction * n) >= 1``
 ``robust-bulyan``           ``f`` (1)            Bulyan; needs ``n >= 4f + 3``
-``norm-bound``              ``bound`` (1.0)      each update clipped to L2 ``bound`` (trainable parameters)
+``robust-geomed``           ``iterations`` (3),  geometric median of the updates (RFA's smoothed Weiszfeld)
+                            ``nu`` (1e-6)
+``centered-clipping``       ``tau`` (1.0),       centered clipping of the updates, from their coordinate-wise
+                            ``iterations`` (1)   median
+``foolsgold``               ``kappa`` (1.0)      FoolsGold's logit weights from the updates' cosine similarities
+``fltrust``                 ``root`` (none:      FLTrust's trust-weighted mean against the root update ``g0``
+                            refused)             (a ``torch.save``'d dict of the update on the shared keys)
+``norm-bound``              ``bound`` (1.0),     each update clipped to L2 ``bound`` (trainable parameters;
+                            ``buffers``          with ``buffers`` BatchNorm's running statistics too); under
+                            (secure agg.)        ``--secure-aggregation`` a verified bound: an input over it is
+                                                 not summed (``buffers`` defaults to true there)
 ``weak-dp``                 ``bound`` (1.0),     norm bounding plus ``N(0, noise^2)`` on the aggregate; no
                             ``noise`` (0.001)    accounted epsilon (composes with ``--client-dp``)
 ==========================  ===================  ==============================================================
+
+Which clients a rule accepted and rejected (Krum, Multi-Krum, Bulyan,
+FoolsGold, FLTrust, norm-bound under secure aggregation) or clipped
+(norm-bound, weak-dp) is each round's ``scope: "defense"`` record.
 
 ``n`` is the number of clients a round aggregates: each rule checks it
 when the run is configured (clients per round) and again on every round,
@@ -27,14 +41,16 @@ clusters the uploads (CDW, KS, KD, clustering) are refused with the reason,
 and so are runs whose plain mean another defense already replaced
 (``--client-dp``, ``--beta``): the support matrix (``privreid methods``)
 says which.  Every one of them reads each client's update, which secure
-aggregation hides: with ``--secure-aggregation`` they are refused in one line
-(what remains under secure aggregation is clipping on the honest clients'
-side, ``--client-dp``'s distributed noise).  Their order is above secure
-aggregation's, so they wrap the method's own strategy and anything the
+aggregation hides: with ``--secure-aggregation`` they are refused in one line,
+except ``norm-bound``, which there bounds the secure sum's inputs (the effect
+of ACORN's input validation; :data:`VERIFIED_BOUND`).  Their order is above
+secure aggregation's, so they wrap the method's own strategy and anything the
 built-ins made of it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from privreid.config import RunConfig, TrainConfig
 from privreid.dependencies import require
@@ -72,6 +88,12 @@ class ServerDefense(Defense):
 
     def check_settings(self, config: RunConfig, n: int) -> None:
         """ConfigError for options this defense cannot run with when a round aggregates ``n`` uploads."""
+
+    def check_positive(self, config: RunConfig, *keys: str, integer: bool = False) -> None:
+        """ConfigError unless each option of ``keys`` is a number (an integer) > 0."""
+        for key in keys:
+            if self.number(config, key, integer) <= 0:
+                raise ConfigError(f"defense {self.name!r}: {key} must be > 0 (got {self.option(config, key)})")
 
     def number(self, config: RunConfig, key: str, integer: bool = False) -> float:
         value = self.option(config, key)
@@ -190,82 +212,68 @@ class Bulyan(RobustRule):
         return bulyan_rule(self.option(config, "f"))
 
 
-class GeometricMedian(RobustRule):
+class UpdateRule(RobustRule):
+    """A rule written in :mod:`~privreid.defenses.robust.rules` on the updates: ``factory`` names its function there,
+    which takes the options as keywords; ``positive`` the options that must be > 0 (True: an integer)."""
+
+    updates = True
+    factory = ""
+    positive: Mapping[str, bool] = {}
+    #: where it departs from its paper (summary.json's deviations)
+    departs = ""
+
+    def check_settings(self, config, n) -> None:
+        for key, integer in self.positive.items():
+            self.check_positive(config, key, integer=integer)
+
+    def rule(self, config):
+        from privreid.defenses.robust import rules
+
+        return getattr(rules, self.factory)(**{k: self.option(config, k) for k in self.options})
+
+    def deviation(self, config):
+        return f"{self.name} {self.departs}"
+
+
+class GeometricMedian(UpdateRule):
     name = "robust-geomed"
     summary = "geometric median of the updates (RFA, Pillutla et al. 2022: smoothed Weiszfeld)"
     options = {"iterations": 3, "nu": 1e-6}
-    updates = True
-
-    def deviation(self, config):
-        return "robust-geomed weighs every update alike (RFA weighs them by the clients' sample counts)"
-
-    def check_settings(self, config, n) -> None:
-        if self.number(config, "iterations", True) < 1:
-            raise ConfigError(f"defense {self.name!r}: iterations must be >= 1 (got {self.option(config, 'iterations')})")
-        if self.number(config, "nu") <= 0:
-            raise ConfigError(f"defense {self.name!r}: nu must be > 0 (got {self.option(config, 'nu')})")
-
-    def rule(self, config):
-        from privreid.defenses.robust.rules import geomed_rule
-
-        return geomed_rule(self.option(config, "iterations"), self.option(config, "nu"))
+    factory, positive = "geomed_rule", {"iterations": True, "nu": False}
+    departs = "weighs every update alike (RFA weighs them by the clients' sample counts)"
 
 
-class CenteredClipping(RobustRule):
+class CenteredClipping(UpdateRule):
     name = "centered-clipping"
     summary = "centered clipping of the updates (Karimireddy, He & Jaggi 2021), from their coordinate-wise median"
     options = {"tau": 1.0, "iterations": 1}
-    updates = True
-
-    def deviation(self, config):
-        return ("centered-clipping starts from the coordinate-wise median of the round's updates (the paper: from the "
-                "previous round's aggregate momentum, which privreid's strategies do not keep)")
-
-    def check_settings(self, config, n) -> None:
-        if self.number(config, "iterations", True) < 1:
-            raise ConfigError(f"defense {self.name!r}: iterations must be >= 1 (got {self.option(config, 'iterations')})")
-        if self.number(config, "tau") <= 0:
-            raise ConfigError(f"defense {self.name!r}: tau must be > 0 (got {self.option(config, 'tau')})")
-
-    def rule(self, config):
-        from privreid.defenses.robust.rules import centered_clipping_rule
-
-        return centered_clipping_rule(self.option(config, "tau"), self.option(config, "iterations"))
+    factory, positive = "centered_clipping_rule", {"tau": False, "iterations": True}
+    departs = ("starts from the coordinate-wise median of the round's updates (the paper: from the previous round's "
+               "aggregate momentum, which privreid's strategies do not keep)")
 
 
-class FoolsGold(RobustRule):
+class FoolsGold(UpdateRule):
     name = "foolsgold"
     summary = "FoolsGold (Fung et al. 2020): updates weighed down by their cosine similarity to another client's"
     options = {"kappa": 1.0}
-    updates = True
-
-    def deviation(self, config):
-        return ("foolsgold compares this round's updates (the paper: each client's history, the sum of its updates "
-                "over every round; privreid's strategies keep no state between rounds) on every shared floating "
-                "tensor, and normalises its weights by their sum")
+    factory, positive = "foolsgold_rule", {"kappa": False}
+    departs = ("compares this round's updates (the paper: each client's history, the sum of its updates over every "
+               "round; privreid's strategies keep no state between rounds) on every shared floating tensor, and "
+               "normalises its weights by their sum")
 
     def check_settings(self, config, n) -> None:
-        if self.number(config, "kappa") <= 0:
-            raise ConfigError(f"defense {self.name!r}: kappa must be > 0 (got {self.option(config, 'kappa')})")
+        super().check_settings(config, n)
         if n < 2:
             raise ConfigError(f"defense {self.name!r} compares clients with each other: it needs at least 2 clients "
                               f"per round (a round aggregates {n})")
 
-    def rule(self, config):
-        from privreid.defenses.robust.rules import foolsgold_rule
 
-        return foolsgold_rule(self.option(config, "kappa"))
-
-
-class FLTrust(RobustRule):
+class FLTrust(UpdateRule):
     name = "fltrust"
     summary = "FLTrust (Cao et al. 2021): updates weighed by ReLU(cos) with the server's root update, rescaled to it"
     options = {"root": None}
-    updates = True
-
-    def deviation(self, config):
-        return ("fltrust's root update g0 is given (option root) and the same every round (the paper: trained by the "
-                "server each round on its root data set)")
+    departs = ("root update g0 is given (option root) and the same every round (the paper: trained by the server each "
+               "round on its root data set)")
 
     def check_settings(self, config, n) -> None:
         self.root_update(config)
@@ -313,9 +321,7 @@ class NormBound(ServerDefense):
         self.check_settings(config, clients_per_round)
 
     def check_settings(self, config, n) -> None:
-        for key in ("bound",) + ((self.noise_option,) if self.noise_option else ()):
-            if self.number(config, key) <= 0:
-                raise ConfigError(f"defense {self.name!r}: {key} must be > 0 (got {self.option(config, key)})")
+        self.check_positive(config, "bound", *((self.noise_option,) if self.noise_option else ()))
         if "buffers" in self.options and self.option(config, "buffers") not in (None, True, False):
             raise ConfigError(f"defense {self.name!r}: buffers must be true or false (got "
                               f"{self.option(config, 'buffers')!r})")
