@@ -274,5 +274,6 @@ def test_a_secure_norm_bound_run_states_the_verified_bound(tiny_synth, tmp_path)
     assert stated["bound"] == 5.0 and stated["buffers"] is True and "proofs are not computed" in stated[
         "verified_bound"]
     assert any("proofs are not computed" in d for d in summary["deviations"])
+    assert summary["privacy"]["server_view"].endswith("Which clients' inputs failed the verified norm bound.")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("scope") == "defense" and r["defense"] == "norm-bound" for r in records)

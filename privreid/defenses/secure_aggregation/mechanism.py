@@ -335,7 +335,9 @@ def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any
     flower = any(r.get("runtime") == "flower" for r in rounds)
     return {"protocol": ("SecAgg+ (Bell et al. 2020): Flower's secaggplus_mod and SecAggPlusWorkflow" if flower else
                          "SecAgg+ (Bell et al. 2020) on Flower's primitives, in-process"),
-            "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else ""),
+            "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else "") + (
+                " Which clients' inputs failed the verified norm bound." if any("rejected" in r for r in rounds)
+                else ""),
             "shares": t.secagg_shares or "clients per round", "threshold": t.secagg_threshold or "shares // 2 + 1",
             "clipping_range": t.secagg_clip, "quantization_range": t.secagg_quantization,
             "max_weight": t.secagg_max_weight or "largest client weight of the round",
