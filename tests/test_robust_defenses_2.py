@@ -124,6 +124,9 @@ def test_fltrust_without_a_root_update_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="needs the server's root update g0") as info:
         _strategy("fltrust", {}).aggregate({}, _vectors([[1.0], [2.0]]))
     assert "\n" not in str(info.value)
+    (tmp_path / "junk.pt").write_bytes(b"not a tensor file")
+    with pytest.raises(ConfigError, match="cannot read the root update"):
+        _strategy("fltrust", {"root": str(tmp_path / "junk.pt")}).aggregate({}, _vectors([[1.0], [2.0]]))
     with pytest.raises(ConfigError, match="lacks 1 uploaded keys"):
         _strategy("fltrust", {"root": _root(tmp_path, {"v": torch.ones(1)})}).aggregate(
             {"w": torch.zeros(1, dtype=torch.float64)}, _vectors([[1.0], [2.0]]))

@@ -280,6 +280,8 @@ class FLTrust(UpdateRule):
 
     def root_update(self, config: RunConfig) -> dict:
         """The root update ``g_0`` (option ``root``: a file of ``torch.save({key: tensor})``); ConfigError without."""
+        import pickle
+
         import torch
 
         path = self.option(config, "root")
@@ -289,7 +291,7 @@ class FLTrust(UpdateRule):
                               "keys); privreid does not train g0 itself: its public set is unlabelled")
         try:
             root = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
             raise ConfigError(f"defense {self.name!r}: cannot read the root update {path}: {exc}") from None
         if not isinstance(root, dict) or not all(isinstance(v, torch.Tensor) for v in root.values()):
             raise ConfigError(f"defense {self.name!r}: {path} is not a dict of tensors (key -> update)")
