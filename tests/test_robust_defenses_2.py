@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
+from test_secagg import flower_cfg, secure_flower_run, synth3  # noqa: F401 (synth3: the Flower sites' fixture)
 from privreid.config import RunConfig, TrainConfig
 from privreid.defenses import apply_defenses
 from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate
@@ -280,3 +281,10 @@ def test_a_secure_norm_bound_run_states_the_verified_bound(tiny_synth, tmp_path)
     assert summary["privacy"]["server_view"].endswith("Which clients' inputs failed the verified norm bound.")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("scope") == "defense" and r["defense"] == "norm-bound" for r in records)
+
+
+def test_the_verified_bound_is_refused_on_flower_where_a_sites_weight_is_public(synth3, tmp_path):
+    from privreid.flower.messages import FlowerRunError
+
+    with pytest.raises(FlowerRunError, match="'norm-bound' under --secure-aggregation .* runs in-process only"):
+        secure_flower_run(synth3, tmp_path, flower_cfg(synth3, defenses={"norm-bound": {"bound": 1.0}}))
