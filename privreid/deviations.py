@@ -313,8 +313,15 @@ def _dppt_local_classifier(run: Run) -> bool:
     return run.train.method == "dppt" and not run.option("shared_classifier")
 
 
+def _defense_deviations(run: Run) -> str:
+    from privreid.defenses.registry import enabled_defenses
+
+    return "; ".join(filter(None, (d.deviation(run.config) for d in enabled_defenses(run.config))))
+
+
 #: every deviation that is not a recipe value; add a method's rules here
 RULES: tuple[Rule, ...] = (
+    Rule("defenses", lambda c: bool(_defense_deviations(c)), _defense_deviations),
     Rule("precision", lambda c: c.train.precision != "fp32",
          lambda c: f"--precision {c.train.precision}: convolutions and matrix products under autocast in "
                    f"{c.train.precision} (the papers and their code train and evaluate in fp32)"),

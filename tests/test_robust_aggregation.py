@@ -133,5 +133,9 @@ def test_a_median_run_records_its_defense(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1, defenses={"robust-median": {}, "norm-bound": {"bound": 5.0}})
     summary = train_run(cfg, tmp_path / "run", progress=False, echo=lambda s: None)
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert written["privacy"]["server_defenses"] == {"robust-median": {}, "norm-bound": {"bound": 5.0}}
+    assert written["privacy"]["server_defenses"] == {"robust-median": {}, "norm-bound": {"bound": 5.0, "buffers": False}}
     assert summary["privacy"]["server_defenses"] == written["privacy"]["server_defenses"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (clipped,) = [r for r in records if r.get("scope") == "defense"]  # the median selects no client: no record
+    assert clipped["round"] == 1 and clipped["defense"] == "norm-bound" and set(clipped) == {
+        "round", "scope", "defense", "clipped"}

@@ -22,7 +22,8 @@ other module names it:
   an upload (or a sum of ``m`` of them) must assume about it, as fields of
   :class:`privreid.inversion.defenses.Defense`;
 * :meth:`Defense.supports`: its row of the method x defense support matrix
-  (``privreid methods``);
+  (``privreid methods``); :meth:`Defense.deviation`: where it departs from
+  its paper, for ``summary.json``'s ``deviations``;
 * :attr:`Defense.upload_extras` and :meth:`Defense.server_memory_keys`: the
   tensors it adds to an upload beyond the policy's shared keys (none for the
   built-ins), and the keys its client update reports to the server in
@@ -133,6 +134,11 @@ class Defense:
     def supports(self, method: Method) -> str:
         """``"yes"``, or ``"no (why)"`` / ``"n/a (why)"``: whether ``method`` can run under this defense."""
         return "yes"
+
+    def deviation(self, config: RunConfig) -> str | None:
+        """Where this defense, as configured, departs from its paper: a sentence of ``summary.json``'s
+        ``deviations`` (:mod:`privreid.deviations`), or None."""
+        return None
 
     def server_memory_keys(self, config: RunConfig) -> tuple[str, ...]:
         """Keys of ``Upload.reports`` this defense's client update sends for its ledger (client-memory entries)."""

@@ -498,6 +498,9 @@ def collect_secure(engine, round_index: int, selected) -> list:
 
     round_no = round_index + 1
     strategy = engine.strategy
+    if strategy.input_bound is not None:  # a site's weight is public here: a rejected input would still count
+        raise FlowerRunError(f"defense {strategy.input_bound[2]!r} under --secure-aggregation (a verified input "
+                             "bound) runs in-process only (`privreid train --secure-aggregation`)")
     transmissions = []
     for client in selected:
         received = engine.transmission(client, round_index)

@@ -76,7 +76,7 @@ from privreid.federated.registry import Method
 from privreid.federated.strategy import RoundResult, Strategy, Upload
 from privreid.defenses.secure_aggregation.protocol import Parameters, secure_sum
 from privreid.seeding import derive_seed
-from privreid.defenses.client_dp.mechanism import ClientLevelDP, clip_update, trainable_parameter_names
+from privreid.defenses.client_dp.mechanism import ClientLevelDP, clip_update, trainable_parameter_names, update_norm
 
 #: what ``summary.json`` states the server could see
 SERVER_VIEW = ("per round: the quantised sum of the selected clients' pre-scaled updates (shared floating model "
@@ -181,6 +181,30 @@ class SecureAggregate(Strategy):
             raise ConfigError(f"--secure-aggregation: the server strategy {type(inner).__name__} is not a "
                               "weighted mean of the uploads, so it cannot run on their sum")
         self.model_keys, self.config, self.trainable, self.drop = model_keys, config, trainable, drop
+        #: ``(B, keys, defense)``: the verified L2 bound of every input on ``keys`` (:meth:`with_input_bound`)
+        self.input_bound: tuple[float, frozenset[str], str] | None = None
+
+    def with_input_bound(self, bound: float, keys: frozenset[str], defense: str) -> "SecureAggregate":
+        """A copy that sums only inputs whose update has L2 norm at most ``bound`` on ``keys`` (norm-bound under
+        secure aggregation): the effect of an input-validation protocol (ACORN, Bell et al., USENIX Security
+        2023; RoFL, Lycklama et al., S&P 2023), where each client proves in zero knowledge that its masked input
+        meets the bound and the server verifies the proof.  The proofs are not computed; their effect is
+        simulated: a client whose update is over the bound (:meth:`within_bound`) enters the sum as a zero
+        vector of weight 0 (it is not summed), and the server learns that it failed, nothing else (``defense``'s
+        record names the rejected clients).  Under ``--client-dp`` the check is on the update before the
+        client's clip and noise share, and a rejected client adds no share of the noise."""
+        bounded = copy.copy(self)
+        bounded.input_bound = (float(bound), frozenset(keys), defense)
+        return bounded
+
+    def within_bound(self, global_state: StateDict, upload: Upload) -> bool:
+        """Whether ``upload``'s update meets the verified bound (True without one); runs on the client's side, the
+        server learns the one bit a verified proof gives it."""
+        if self.input_bound is None:
+            return True
+        bound, keys, _ = self.input_bound
+        return update_norm({k: upload.state[k].double() - global_state[k].double()
+                            for k in upload.state if k in keys}) <= bound
 
     def configure(self, global_state: StateDict, client, client_server_state, round_index: int) -> StateDict:
         return self.inner.configure(global_state, client, client_server_state, round_index)
@@ -198,6 +222,10 @@ class SecureAggregate(Strategy):
                      extra_like: dict[str, torch.Tensor], m: int, seed: int):
         """What client ``upload.client`` masks: (update vector, weight, extras, indicators); runs on its side."""
         delta = {k: upload.state[k].double() - global_state[k].double() for k in keys}
+        if not self.within_bound(global_state, upload):  # rejected by the input check: not summed
+            return ([np.zeros(tuple(delta[k].shape)) for k in keys], 0.0,
+                    [np.zeros(tuple(extra_like[k].shape)) for k in extra_keys],
+                    [np.zeros(len(extra_keys), dtype=np.int64)] if extra_keys else [])
         if self.dp:
             delta = clip_update(delta, self.dp.clip)
             gen = torch.Generator().manual_seed(derive_seed(seed, "dp-share", upload.client))
@@ -240,6 +268,11 @@ class SecureAggregate(Strategy):
         params = round_parameters(self.config, m, 1.0 if self.dp else max_weight)
         inputs = {u.client: self.client_input(global_state, u, keys, extra_keys, extra_like, m, seed)
                   for u in uploads}
+        rejected = [u.client for u in uploads if not self.within_bound(global_state, u)]
+        if len(rejected) == m:  # nothing to sum: the round keeps the global model
+            empty = {"scope": "secagg", "clients": m, "dropped": [], "saturated": 0, "values": 0,
+                     "saturated_fraction": 0.0, "quantisation_error_bound": 0.0, "rejected": rejected}
+            return RoundResult(dict(global_state), records=[empty, self._input_record(uploads, rejected)])
         result = secure_sum(inputs, params, seed=seed, dropped=self.drop)
         # extras nobody sent are absent (the inner strategy keeps what it had)
         state = self.aggregate_state(global_state, keys, result.mean)
@@ -254,7 +287,16 @@ class SecureAggregate(Strategy):
                   "masked_bytes_per_client": result.masked_bytes, "protocol_bytes_up": result.protocol_bytes_up,
                   "protocol_bytes_down": result.protocol_bytes_down, "total_weight": result.total_weight}
         aggregate = Upload("secure-aggregate", state, result.total_weight)  # type: ignore[arg-type]
-        return _reported(self.inner.aggregate(global_state, [aggregate]), report)
+        if self.input_bound is None:
+            return _reported(self.inner.aggregate(global_state, [aggregate]), report)
+        report["rejected"] = rejected
+        reported = _reported(self.inner.aggregate(global_state, [aggregate]), report)
+        return dataclasses.replace(reported, records=[*reported.records, self._input_record(uploads, rejected)])
+
+    def _input_record(self, uploads: list[Upload], rejected: list[str]) -> dict[str, Any]:
+        """The bounding defense's detection record: which inputs failed the verified bound."""
+        return {"scope": "defense", "defense": self.input_bound[2],
+                "accepted": [u.client for u in uploads if u.client not in rejected], "rejected": list(rejected)}
 
 
 def _reported(result: RoundResult, report: dict[str, Any]) -> RoundResult:
@@ -293,7 +335,9 @@ def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any
     flower = any(r.get("runtime") == "flower" for r in rounds)
     return {"protocol": ("SecAgg+ (Bell et al. 2020): Flower's secaggplus_mod and SecAggPlusWorkflow" if flower else
                          "SecAgg+ (Bell et al. 2020) on Flower's primitives, in-process"),
-            "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else ""),
+            "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else "") + (
+                " Which clients' inputs failed the verified norm bound." if any("rejected" in r for r in rounds)
+                else ""),
             "shares": t.secagg_shares or "clients per round", "threshold": t.secagg_threshold or "shares // 2 + 1",
             "clipping_range": t.secagg_clip, "quantization_range": t.secagg_quantization,
             "max_weight": t.secagg_max_weight or "largest client weight of the round",
