@@ -3,6 +3,8 @@ attacker's images of the target, durability."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -80,3 +82,20 @@ def test_durability_reads_the_peak_the_asr_after_the_attack_and_the_rounds_to_ha
     lasting = durability([(1, 0.5), (2, 0.9), (3, 0.9)], stop=1)
     assert lasting["asr_after_stop"] == 0.9 and lasting["rounds_to_half_peak"] is None
     assert durability([(2, 0.4)], stop=2)["asr_after_stop"] is None and durability([]) == {}
+
+
+def test_the_suite_reads_each_backdoor_runs_asr_per_round_and_draws_it(tmp_path):
+    from privreid.comparison import backdoor_rounds
+    from privreid.reporting.suite import plot_asr_rounds
+
+    lines = [{"round": 1, "scope": "global", "split": "seen", "testset": "synthC", "mAP": 0.3},
+             {"round": 1, "scope": "backdoor", "testset": "synthC", "asr": 0.25, "asr_clean_gallery": 0.0,
+              "triggered_mAP": 0.2, "clean_mAP": 0.3},
+             {"round": 2, "scope": "backdoor", "testset": "synthC", "asr": 0.5, "asr_clean_gallery": None,
+              "triggered_mAP": 0.1, "clean_mAP": 0.3}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rows = backdoor_rounds("poisoned", tmp_path / "metrics.jsonl")
+    assert [(r["run"], r["round"], r["asr"], r["asr_clean_gallery"]) for r in rows] == [
+        ("poisoned", 1, 0.25, 0.0), ("poisoned", 2, 0.5, None)]
+    assert backdoor_rounds("copied", tmp_path / "elsewhere" / "metrics.jsonl") == []
+    assert plot_asr_rounds(rows, tmp_path / "asr.png").stat().st_size > 0

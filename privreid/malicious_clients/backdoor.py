@@ -56,6 +56,8 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
+import torch
+
 from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
@@ -135,6 +137,14 @@ class Backdoor(Adversary):
                  and r.get("testset") == settings.get("target_domain") and r.get("asr") is not None]
         window = str(settings.get("rounds") or ":").split(":")
         return {"durability": durability(curve, int(window[-1]) if window[-1] else None)} if curve else {}
+
+
+def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``key -> (trained entry, transmitted entry)`` of the floating entries the server transmitted to ``ctx``'s
+    client (the transmitted one on the trained one's device and dtype)."""
+    state = ctx.model.state_dict()
+    return {key: (value, ctx.global_state[key].to(value.device, value.dtype)) for key, value in state.items()
+            if key in ctx.global_state and torch.is_floating_point(value)}
 
 
 def _target(target, count: int, first: ClientData) -> dict:

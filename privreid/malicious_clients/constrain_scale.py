@@ -30,15 +30,7 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.backdoor import Backdoor
-
-
-def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """``key -> (trained entry, transmitted entry)`` of the floating entries the server transmitted to ``ctx``'s
-    client (the transmitted one on the trained one's device and dtype)."""
-    state = ctx.model.state_dict()
-    return {key: (value, ctx.global_state[key].to(value.device, value.dtype)) for key, value in state.items()
-            if key in ctx.global_state and torch.is_floating_point(value)}
+from privreid.malicious_clients.backdoor import Backdoor, floating_update
 
 
 def project_update(ctx, bound: float, to_bound: bool = False) -> float:

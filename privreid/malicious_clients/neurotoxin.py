@@ -28,8 +28,7 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.backdoor import Backdoor
-from privreid.malicious_clients.constrain_scale import floating_update
+from privreid.malicious_clients.backdoor import Backdoor, floating_update
 
 #: the client-memory prefix of the global model it received at its previous participation
 PREVIOUS = "neurotoxin.previous_global."
