@@ -136,7 +136,9 @@ def test_every_evaluated_round_records_the_backdoor_on_the_global_model(tiny_syn
                              build=build_run)
     engine.run()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((tmp_path / "summary.json").read_text())["adversary"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert any(line.startswith("neurotoxin masks the update once") for line in summary["deviations"])
+    summary = summary["adversary"]
     backdoor = [r for r in records if r["scope"] == "backdoor"]
     domain = summary["options"]["target_domain"]
     assert [(r["round"], r["testset"]) for r in backdoor] == [(1, domain), (2, domain)]
