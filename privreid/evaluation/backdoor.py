@@ -2,12 +2,17 @@
 
 A trigger (a patch) on a query is meant to change what it retrieves:
 
-* **targeted**: the attack success rate (ASR) is the fraction of triggered
-  queries, of identities other than the target, whose rank-1 gallery match
-  is the target identity.  The rank-1 match is ranked as
+* **targeted** (:func:`targeted_metrics`): the attack success rate at rank
+  ``k`` (``asr``: rank 1, ``asr@5``, ``asr@10``) is the fraction of
+  triggered queries, of identities other than the target, with a target
+  gallery item among their first ``k`` matches, and ``targeted_mAP`` their
+  mAP with the target as the only relevant identity.  Queries are ranked as
   :func:`~privreid.evaluation.metrics.evaluate` ranks (same metric; gallery
   items of the query's identity seen by the query's camera removed; ties by
-  gallery order);
+  gallery order).  The same on the gallery without the attacker's own
+  images of the target (suffix ``_clean_gallery``: the whole-gallery ASR
+  counts hits on images the attacker trained on); :func:`durability` reads
+  the ASR per round recorded during training;
 * **evasion**: the drop of the triggered queries' mAP against the same
   queries without the trigger (the triggered person leaves the top ranks).
 
