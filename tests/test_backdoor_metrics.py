@@ -99,3 +99,19 @@ def test_the_suite_reads_each_backdoor_runs_asr_per_round_and_draws_it(tmp_path)
         ("poisoned", 1, 0.25, 0.0), ("poisoned", 2, 0.5, None)]
     assert backdoor_rounds("copied", tmp_path / "elsewhere" / "metrics.jsonl") == []
     assert plot_asr_rounds(rows, tmp_path / "asr.png").stat().st_size > 0
+
+
+def test_durability_in_summary_reads_the_attack_window_of_the_settings():
+    from privreid.malicious_clients import get_malicious_client
+
+    metrics = [{"round": r, "scope": "backdoor", "testset": "synthC", "asr": a}
+               for r, a in [(1, 0.6), (2, 0.8), (3, 0.3)]] + [{"round": 3, "scope": "global", "testset": "synthC"},
+                                                              {"round": 3, "scope": "backdoor", "testset": "synthB",
+                                                               "asr": 0.0}]
+    backdoor = get_malicious_client("backdoor")
+    for window in ("1:2", (1, 2)):
+        assert backdoor.outcome(metrics, {"target_domain": "synthC", "rounds": window})["durability"] == {
+            "asr_peak": 0.8, "asr_peak_round": 2, "asr_last": 0.3, "asr_last_round": 3, "asr_after_stop": 0.3,
+            "rounds_to_half_peak": 1}
+    assert "asr_after_stop" not in backdoor.outcome(metrics, {"target_domain": "synthC", "rounds": "2:"})["durability"]
+    assert backdoor.outcome(metrics, {"target_domain": "synthA"}) == {}  # nothing recorded on the target's test set

@@ -135,8 +135,15 @@ class Backdoor(Adversary):
         (``START:STOP``, the attack window; without it the attack never stops)."""
         curve = [(r["round"], r["asr"]) for r in metrics if r.get("scope") == "backdoor"
                  and r.get("testset") == settings.get("target_domain") and r.get("asr") is not None]
-        window = str(settings.get("rounds") or ":").split(":")
-        return {"durability": durability(curve, int(window[-1]) if window[-1] else None)} if curve else {}
+        return {"durability": durability(curve, _attack_stop(settings.get("rounds")))} if curve else {}
+
+
+def _attack_stop(window) -> int | None:
+    """The last attacked round of the attack window ``START:STOP`` (a string or a pair); None when absent or open."""
+    if window is None:
+        return None
+    stop = window.split(":")[-1] if isinstance(window, str) else window[-1]
+    return None if stop in ("", None) else int(stop)
 
 
 def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
