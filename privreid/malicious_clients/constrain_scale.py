@@ -15,9 +15,12 @@ train-and-scale) scale by ``gamma = S / ||X - G||`` to pass a norm-bounding
 server: ``upload = g + delta * bound / ||delta||_2``.
 
 The norm is taken over every floating entry the server transmitted and the
-client uploads: parameters *and* BatchNorm running statistics (the server's
-``norm-bound`` defense bounds the same entries), not the integer
-``num_batches_tracked``.  Deviations: the projection is applied once after
+client uploads: parameters *and* BatchNorm running statistics (boosted
+statistics are what break a model), not the integer
+``num_batches_tracked``.  The server's ``norm-bound`` measures the
+trainable parameters only, so an upload within ``bound`` here passes a
+server bound of ``bound`` (``to_bound`` with the server's bound is the
+largest update that passes it unclipped).  Deviations: the projection is applied once after
 local training, not after every local step as PGD does (the method's client
 update exposes no per-step hook to an adversary); Bagdasaryan's
 constrain-and-scale also adds an anomaly term to the training loss, which
