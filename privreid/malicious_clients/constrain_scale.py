@@ -19,8 +19,7 @@ client uploads: parameters *and* BatchNorm running statistics (boosted
 statistics are what break a model), not the integer
 ``num_batches_tracked``.  The server's ``norm-bound`` measures the
 trainable parameters only, so an upload within ``bound`` here passes a
-server bound of ``bound`` (``to_bound`` with the server's bound is the
-largest update that passes it unclipped).  Deviations: the projection is applied once after
+server bound of ``bound`` unclipped.  Deviations: the projection is applied once after
 local training, not after every local step as PGD does (the method's client
 update exposes no per-step hook to an adversary); Bagdasaryan's
 constrain-and-scale also adds an anomaly term to the training loss, which

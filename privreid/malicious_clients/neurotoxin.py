@@ -5,7 +5,7 @@ The data are poisoned as by :mod:`.backdoor` (same goals, trigger and
 threat model).  The benign update is estimated by the last global update
 ``u = g_t - g_prev`` (``g_t`` the global model the client receives now,
 ``g_prev`` the one it received at its previous participation, kept in its
-private memory); the mask ``M`` is 0 on the top ``ratio`` share of the
+private memory: one copy of the transmitted model); the mask ``M`` is 0 on the top ``ratio`` share of the
 coordinates by ``|u|`` (``floor(ratio * n)`` of all ``n`` floating
 transmitted entries together, parameters and BatchNorm running statistics;
 ties by position) and 1 elsewhere, and the upload is
