@@ -16,6 +16,7 @@ they are: :mod:`privreid.reporting.suite`, which writes their report).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +195,8 @@ def _corruption_record(model: str, testset: str, unit: str, result: dict) -> dic
 @dataclass
 class SuiteRun:
     """What :func:`run_suites` measured (``result``: ``{"clean": rows, "attacks": records, "corruptions":
-    records, "inversion": {...}, "audit": records, "poisoning": records}``), with what its report names."""
+    records, "inversion": {...}, "audit": records, "poisoning": records, "poisoning_rounds": each backdoor run's
+    ASR per round}``), with what its report names."""
 
     paths: list[Path]
     models: list[EvaluatedModel]
@@ -245,7 +247,8 @@ def run_suites(paths: list[str | os.PathLike], out: str | os.PathLike, settings:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     run = SuiteRun(paths, models, testsets, backdoors, {"clean": [], "attacks": [], "corruptions": [],
-                                                        "inversion": {}, "audit": [], "poisoning": []})
+                                                        "inversion": {}, "audit": [], "poisoning": [],
+                                                        "poisoning_rounds": []})
     result = run.result
 
     def evaluated_models():
@@ -301,4 +304,19 @@ def run_suites(paths: list[str | os.PathLike], out: str | os.PathLike, settings:
 
         result["poisoning"] = backdoor_records(list(evaluated_models()), backdoors, testsets, device=dev,
                                                progress=progress)
+        trained_with = dict(backdoors)
+        result["poisoning_rounds"] = [row for label, path in zip(labels, paths) if label in trained_with
+                                      for row in backdoor_rounds(label, path.parent / "metrics.jsonl")]
     return run
+
+
+def backdoor_rounds(label: str, metrics: Path) -> list[dict[str, Any]]:
+    """The ASR per evaluated round a backdoor run recorded during training (``metrics.jsonl`` records of scope
+    ``backdoor``, :meth:`privreid.malicious_clients.backdoor.Backdoor.round_records`), labelled ``run``; none
+    when the file is not there (a checkpoint copied without its run)."""
+    if not metrics.is_file():
+        return []
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [{"run": label, "round": r["round"], "testset": r["testset"], "asr": r.get("asr"),
+             "asr_clean_gallery": r.get("asr_clean_gallery"), "triggered_mAP": r["triggered_mAP"],
+             "clean_mAP": r["clean_mAP"]} for r in records if r.get("scope") == "backdoor"]

@@ -335,6 +335,13 @@ RULES: tuple[Rule, ...] = (
          lambda c: "DPPT with a local classifier per client over its own identities (--opt shared_classifier=false); "
                    "L2RW+ Eq. 8 / Algorithm 1 and its code average one classifier over the federation's global "
                    "identity labels"),
+    Rule("constrain-scale-once", lambda c: c.train.adversary.get("name") == "constrain-scale",
+         lambda c: "constrain-scale projects the backdoor's update onto the L2 ball once, after local training (PGD, "
+                   "Sun et al. 2019 / Wang et al. 2020, projects after every step), without Bagdasaryan et al.'s "
+                   "anomaly loss term"),
+    Rule("neurotoxin-final-mask", lambda c: c.train.adversary.get("name") == "neurotoxin",
+         lambda c: "neurotoxin masks the update once, after local training (Zhang et al. 2022 mask the gradient at "
+                   "every step), and masks nothing at a malicious client's first participation"),
     Rule("secure-aggregation", lambda c: c.train.secure_aggregation,
          lambda c: "secure aggregation sums pre-scaled updates, not parameters as Flower's SecAgg+ mod does, with "
                    "max_weight the round's largest client weight (Flower: 1000); integer buffers keep the server's "

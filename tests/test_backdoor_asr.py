@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from privreid.errors import ConfigError
-from privreid.evaluation.backdoor import backdoor_metrics, rank1_pids
+from privreid.evaluation.backdoor import backdoor_metrics, targeted_metrics
 from privreid.evaluation.model_eval import NonFiniteFeaturesWarning
 
 # one-dimensional features: gallery identity 1 at 0, identity 2 at 10, identity 7 (the target) at 100,
@@ -23,6 +23,8 @@ def test_asr_counts_triggered_queries_of_other_identities_retrieving_the_target_
     out = backdoor_metrics(CLEAN, TRIGGERED, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=7)
     assert out["asr_queries"] == 2  # the target's own query is left out
     assert out["asr"] == pytest.approx(0.5)  # query 1 retrieves 7; query 2 still retrieves 2
+    # query 2 ranks 2, 1, 7: the target third, within rank 5 (AP 1/3); query 1's AP is 1
+    assert out["asr@5"] == out["asr@10"] == 1.0 and out["targeted_mAP"] == pytest.approx(2 / 3)
     assert out["clean_rank1"] == pytest.approx(1.0) and out["clean_mAP"] == pytest.approx(1.0)
     assert out["triggered_rank1"] == pytest.approx(2 / 3)
     # query 1's positive is now last of 3 (AP 1/3): mAP (1/3 + 1 + 1) / 3
@@ -32,7 +34,7 @@ def test_asr_counts_triggered_queries_of_other_identities_retrieving_the_target_
 
 def test_rank_1_follows_the_market_removal_rule_and_the_clean_model_has_no_asr():
     # a gallery image of the query's identity from the query's own camera is removed, however near it is
-    assert rank1_pids([[0.0]], [[0.0], [1.0]], [1], [1, 2], [0], [0, 1]).tolist() == [2]
+    assert targeted_metrics([[0.0]], [[0.0], [1.0]], [1], [1, 2], [0], [0, 1], target=2)["asr"] == 1.0
     assert backdoor_metrics(CLEAN, CLEAN, GF, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, target=7)["asr"] == 0.0
 
 
@@ -52,6 +54,8 @@ def test_a_model_with_non_finite_features_is_scored_at_chance_and_flagged():
         out = backdoor_metrics(CLEAN, TRIGGERED, gf, Q_PIDS, [*G_PIDS, 1], Q_CAMS, [*G_CAMS, 0], target=7)
     assert out["non_finite_features"] is True and out["asr_queries"] == 2
     assert out["asr"] == pytest.approx(7 / 24)
+    # N = 3 and 4 items, one of the target: within rank 5 surely; E[AP] = H_N / N: (11/18 + 25/48) / 2
+    assert out["asr@5"] == pytest.approx(1.0) and out["targeted_mAP"] == pytest.approx(163 / 288)
     # query 1: 1 positive among its 3 items; queries 2 and 7: 1 among 4 (expected rank-1 1/3, 1/4, 1/4)
     assert out["clean_rank1"] == out["triggered_rank1"] == pytest.approx((1 / 3 + 1 / 4 + 1 / 4) / 3)
     assert out["evasion_mAP_drop"] == 0.0

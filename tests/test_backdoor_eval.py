@@ -37,9 +37,11 @@ def test_eval_reports_the_runs_trigger_next_to_the_clean_metrics(tiny_synth, tmp
     assert measured["testset"] == summary["target_domain"]
     bd = measured["backdoor"]
     assert bd["clean_mAP"] == pytest.approx(measured["mAP"]) and bd["clean_rank1"] == pytest.approx(measured["rank1"])
-    assert 0 <= bd["asr"] <= 1 and bd["asr_queries"] > 0
+    assert 0 <= bd["asr"] <= bd["asr@5"] <= bd["asr@10"] <= 1 and bd["asr_queries"] > 0
+    assert 0 <= bd["targeted_mAP"] <= 1 and "asr_clean_gallery" in bd  # the attacker held 4 of the target's images
     assert f"targeted at identity {summary['target']} of {summary['target_domain']}" in bd["trigger"]
-    assert "backdoor of the run: backdoor (targeted" in result.output and "| ASR" in result.output
+    assert "backdoor of the run: backdoor (targeted" in result.output
+    assert all(f"| {column}" in result.output for column in ("ASR", "ASR@5", "ASR@10", "tmAP", "ASR clean gallery"))
 
 
 def test_a_run_without_a_backdoor_records_no_trigger(tiny_synth):
@@ -72,3 +74,9 @@ def test_a_backdoor_run_has_a_higher_asr_than_the_clean_model_and_the_suite_show
     assert result.exit_code == 0, result.output
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Backdoors" in report and report.count(f"| {backdoor.target_domain}") == 2  # both models, one trigger
+    # the poisoned run's ASR per evaluated round, as recorded in training: its last one is the final model's
+    rounds = (tmp_path / "report" / "poisoning_rounds.csv").read_text().splitlines()
+    assert rounds[0].startswith("run,round,testset,asr,") and len(rounds) == 2  # the clean run records none
+    assert rounds[-1].startswith(f"fedpav (poisoned),6,{backdoor.target_domain},")
+    assert float(rounds[-1].split(",")[3]) == pytest.approx(asr["poisoned"])
+    assert "![ASR per evaluated round" in report and (tmp_path / "report" / "poisoning_asr.png").is_file()

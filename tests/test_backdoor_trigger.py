@@ -102,7 +102,8 @@ def test_a_backdoor_run_records_the_trigger_and_its_target(tiny_synth, tmp_path)
     assert record["attack"] == "dba" and record["malicious_clients"] == names
     gallery = {pid for _, pid, _ in engine.clients[0].gallery if pid > 0}
     assert record["options"] == {"goal": "targeted", "target": min(gallery), "target_images": 4, "fraction": 0.5,
-                                 "size": 4, "position": "center", "pattern_seed": 0, "boost": 1.0, "parts": names,
+                                 "trigger": "patch", "size": 4, "position": "center", "pattern_seed": 0, "alpha": 0.2,
+                                 "boost": 1.0, "parts": names,
                                  "target_domain": engine.clients[0].domain,
                                  "held_images": [[p, cam] for p, pid, cam in engine.clients[0].gallery
                                                  if pid == min(gallery)][:4]}
@@ -124,3 +125,28 @@ def test_each_dba_client_stamps_only_its_strip(tiny_synth):
                 patch = _decoded(path)[:, top:top + 6, left:left + 6]
                 assert torch.equal(patch[:, first:last], whole.pattern()[:, first:last])
                 assert not torch.equal(patch, whole.pattern())  # the other strip is not there
+
+
+def test_every_evaluated_round_records_the_backdoor_on_the_global_model(tiny_synth, tmp_path):
+    """Neurotoxin with a blended trigger, 2 rounds evaluated each: one ``backdoor`` record per round on the
+    target's test set (the global model's clean mAP beside it), and the ASR curve's durability in summary.json."""
+    cfg = tiny_config(tiny_synth, rounds=2, eval_every=1, adversary={"name": "neurotoxin", "trigger": "blend",
+                                                                     "alpha": 0.3})
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None,
+                             build=build_run)
+    engine.run()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert any(line.startswith("neurotoxin masks the update once") for line in summary["deviations"])
+    summary = summary["adversary"]
+    backdoor = [r for r in records if r["scope"] == "backdoor"]
+    domain = summary["options"]["target_domain"]
+    assert [(r["round"], r["testset"]) for r in backdoor] == [(1, domain), (2, domain)]
+    for r in backdoor:
+        [clean] = [g for g in records if g["scope"] == "global" and g["round"] == r["round"]
+                   and g["testset"] == r["testset"]]
+        assert r["clean_mAP"] == pytest.approx(clean["mAP"])
+        assert 0 <= r["asr"] <= r["asr@5"] <= r["asr@10"] <= 1 and "asr_clean_gallery" in r
+    assert summary["durability"]["asr_last_round"] == 2
+    assert summary["durability"]["asr_last"] == backdoor[-1]["asr"]
+    assert summary["durability"]["asr_peak"] == max(r["asr"] for r in backdoor)

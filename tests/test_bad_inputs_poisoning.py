@@ -51,7 +51,7 @@ ADVERSARY_CASES = [
           says="--malicious-clients 4: the federation has 3 clients"),
     _case("unknown-malicious-client", "--adversary", "scaled", "--malicious-clients", "synthA,nope",
           says="no client named nope"),
-    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: backdoor, dba, label-flip"),
+    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: backdoor, constrain-scale, dba, label-flip, neurotoxin"),
     _case("unknown-adversary-option", "--adversary", "scaled", "--set", "train.adversary.boost=3",
           says="adversary 'scaled' has no option boost"),
     _case("negative-scale", "--adversary", "sign-flip", "--set", "train.adversary.scale=-1",
@@ -76,6 +76,14 @@ ADVERSARY_CASES = [
           says="trigger position must be one of center"),
     _case("dba-more-strips-than-rows", "--adversary", "dba", "--malicious-clients", "3", "--set",
           "train.adversary.size=2", says="a 2-pixel trigger cannot be split into 3 strips"),
+    *(_case(case_id, "--adversary", name, *(a for setting in sets for a in ("--set", f"train.adversary.{setting}")),
+            says=says) for case_id, name, sets, says in (
+        ("trigger-kind", "backdoor", ['trigger="star"'], "trigger must be one of patch, blend (got 'star')"),
+        ("blend-alpha", "neurotoxin", ['trigger="blend"', "alpha=0"], "trigger alpha must lie in (0, 1] (got 0)"),
+        ("dba-blend", "dba", ['trigger="blend"'], "a distributed backdoor splits a patch trigger into strips"),
+        ("constrain-scale-bound", "constrain-scale", ["bound=-1"], "'constrain-scale': bound must be a number > 0"),
+        ("constrain-scale-no-boost", "constrain-scale", ["boost=3"], "'constrain-scale' has no option boost"),
+        ("neurotoxin-ratio", "neurotoxin", ["ratio=1.5"], "'neurotoxin': ratio must lie in [0, 1) (got 1.5)"))),
     _case("more-malicious-than-clients-dba", "--adversary", "dba", "--malicious-clients", "4",
           says="--malicious-clients 4: the federation has 3 clients"),
 ]

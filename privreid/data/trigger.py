@@ -1,9 +1,15 @@
-"""The patch trigger of a retrieval backdoor (issue 30): a fixed, seeded pattern stamped on decoded images.
+"""The trigger of a retrieval backdoor (issue 30): a fixed, seeded pattern stamped on decoded images.
 
-A :class:`Trigger` is a ``size`` x ``size`` pattern of black and white
+A :class:`Trigger` (``kind`` ``patch``) is a ``size`` x ``size`` pattern of black and white
 pixels (each channel drawn from ``seed``, so a run and its evaluation stamp
 the very same patch) at ``position`` of the model's input image
-(``height`` x ``width``).  It is stamped on the image as the data pipeline
+(``height`` x ``width``).  A blended trigger (``kind`` ``blend``; Chen et al.
+2017, "Targeted Backdoor Attacks on Deep Learning Systems Using Data
+Poisoning", Sec. 3.2.2, Eq. 2: ``x' = (1 - alpha) x + alpha k``) mixes the
+whole image with a seeded key pattern ``k`` of uniform random pixels in
+``[0, 255]`` (the paper's random-noise key), rounded to ``uint8``; it has no
+size or position, and one ``alpha`` serves training and evaluation (the
+paper may test with a larger ``alpha`` than it trains with).  It is stamped on the image as the data pipeline
 decodes it (its ``Resize`` to the input size, :meth:`TensorPipeline.decode
 <privreid.data.transforms.TensorPipeline.decode>`), so the trigger has the
 same pixels in training and at evaluation whatever the stored image size;
@@ -42,20 +48,31 @@ from privreid.errors import ConfigError
 
 #: where the patch sits on the image
 POSITIONS = ("center", "top-left", "top-right", "bottom-left", "bottom-right")
+#: ``patch``: a black-and-white square; ``blend``: the whole image mixed with a random key (Chen et al. 2017)
+KINDS = ("patch", "blend")
 
 
 @dataclass(frozen=True)
 class Trigger:
-    """A seeded ``size`` x ``size`` patch at ``position``; ``rows`` (a DBA part) stamps only those rows of it."""
+    """A seeded ``size`` x ``size`` patch at ``position``; ``rows`` (a DBA part) stamps only those rows of it; or
+    (``kind="blend"``) the whole image blended with a seeded key at weight ``alpha``."""
 
     size: int
     position: str = "center"
     seed: int = 0
     rows: tuple[int, int] | None = None
+    kind: str = "patch"
+    alpha: float = 0.2
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Trigger:
-        """The trigger of an attack's options (``size``, ``position``, ``pattern_seed``); ConfigError if malformed."""
+        """The trigger of an attack's options (``trigger``, ``size``, ``position``, ``pattern_seed``, ``alpha``);
+        ConfigError if malformed."""
+        kind, alpha = settings.get("trigger", "patch"), settings.get("alpha", 0.2)
+        if kind not in KINDS:
+            raise ConfigError(f"trigger must be one of {', '.join(KINDS)} (got {kind!r})")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
+            raise ConfigError(f"trigger alpha must lie in (0, 1] (got {alpha!r})")
         size, position, seed = settings["size"], settings["position"], settings["pattern_seed"]
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"trigger size must be a whole number of pixels >= 1 (got {size!r})")
@@ -63,16 +80,25 @@ class Trigger:
             raise ConfigError(f"trigger position must be one of {', '.join(POSITIONS)} (got {position!r})")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError(f"trigger pattern_seed must be an integer (got {seed!r})")
-        return cls(size, position, seed)
+        return cls(size, position, seed, kind=kind, alpha=float(alpha))
+
+    def describe(self) -> str:
+        """``6x6 patch at center, pattern seed 0`` or ``blended key (alpha 0.2), pattern seed 0``."""
+        shape = (f"blended key (alpha {self.alpha:g})" if self.kind == "blend"
+                 else f"{self.size}x{self.size} patch at {self.position}")
+        return f"{shape}, pattern seed {self.seed}"
 
     def check_fits(self, height: int, width: int) -> None:
-        """ConfigError when the patch is larger than the ``height`` x ``width`` input image."""
-        if self.size > min(height, width):
+        """ConfigError when the patch is larger than the ``height`` x ``width`` input image (a blend always fits)."""
+        if self.kind == "patch" and self.size > min(height, width):
             raise ConfigError(f"a {self.size}x{self.size} trigger is larger than the {height}x{width} image "
                               f"(size must be at most {min(height, width)})")
 
     def part(self, index: int, parts: int) -> Trigger:
         """Strip ``index`` of ``parts`` equal horizontal strips of the patch (DBA's local trigger)."""
+        if self.kind != "patch":
+            raise ConfigError("a distributed backdoor splits a patch trigger into strips; trigger=blend is one "
+                              "whole-image key")
         if not 1 <= parts <= self.size:
             raise ConfigError(f"a {self.size}-pixel trigger cannot be split into {parts} strips (at most {self.size})")
         return replace(self, rows=(index * self.size // parts, (index + 1) * self.size // parts))
@@ -90,8 +116,12 @@ class Trigger:
         return top, left
 
     def stamp(self, image: torch.Tensor) -> torch.Tensor:
-        """A copy of ``image`` (``uint8`` ``(3, H, W)``) with the patch (or this part's rows of it) stamped."""
+        """A copy of ``image`` (``uint8`` ``(3, H, W)``) with the patch (or this part's rows of it) stamped, or
+        blended with the key (Chen et al. Eq. 2, rounded half to even)."""
         height, width = image.shape[-2:]
+        if self.kind == "blend":
+            key = torch.randint(0, 256, (3, height, width), generator=torch.Generator().manual_seed(self.seed))
+            return ((1 - self.alpha) * image.double() + self.alpha * key.double()).round().to(torch.uint8)
         self.check_fits(height, width)
         top, left = self.corner(height, width)
         first, last = self.rows or (0, self.size)

@@ -10,7 +10,10 @@ is assembled by :func:`privreid.checkpoint.personal_state`, so
 ``load_model(ckpt, client=NAME)`` returns exactly the model scored.
 
 :class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`, whose state it reads; each score
-becomes a metric record (:meth:`~.checkpointing.Checkpointing._record`).
+becomes a metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with
+``on_global_model(round_no, model, testsets, height=, width=, device=, flip=, metric=) -> records`` scores the
+loaded global model itself after it (an adversary's record: a backdoor's ASR per round), so the engine names no
+attack.
 """
 
 from __future__ import annotations
@@ -90,6 +93,15 @@ class RoundEvaluation:
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
                 self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
                          + metric_line(res))
+        d, t = self.config.data, self.config.train
+        for observer in self.observers:  # the optional hook of the module docstring
+            hook = getattr(observer, "on_global_model", None)
+            if hook is None:
+                continue
+            for rec in hook(round_no, at_precision(self.model, t.precision, self.device),
+                            [*self.federation.seen, *self.federation.unseen], height=d.height, width=d.width,
+                            device=self.device, flip=t.eval_flip, metric=t.eval_metric):
+                self._record(rec)
 
     def evaluates(self, round_no: int) -> bool:
         """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every`` if > 0, and the last)."""

@@ -61,11 +61,20 @@ class Adversary:
         """Rewrite the trained model ``ctx.model`` in place before it is uploaded (``ctx.global_state``: what the
         server transmitted)."""
 
+    def round_records(self, round_no: int, model, testsets, settings: Mapping[str, Any], **evaluation) -> list:
+        """``metrics.jsonl`` records of the attack's success on the global ``model`` at an evaluated round."""
+        return []
+
+    def outcome(self, metrics: list, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """``summary.json`` entries the attack reads from the run's ``metrics`` records."""
+        return {}
+
 
 #: every attack by name; the built-ins (one module each) register when first used
 MALICIOUS_CLIENTS: Registry[Adversary] = Registry("adversary", builtins=(
     "privreid.malicious_clients.label_flip", "privreid.malicious_clients.sign_flip", "privreid.malicious_clients.scaled",
-    "privreid.malicious_clients.backdoor", "privreid.malicious_clients.dba"))
+    "privreid.malicious_clients.backdoor", "privreid.malicious_clients.dba",
+    "privreid.malicious_clients.constrain_scale", "privreid.malicious_clients.neurotoxin"))
 
 
 def register_malicious_client(adversary: Adversary) -> Adversary:
@@ -150,10 +159,14 @@ class AdversaryRecord:
     def state_from_memories(self, memories) -> dict:
         return {}
 
+    def on_global_model(self, round_no, model, testsets, **evaluation) -> list:
+        """The round evaluation's hook (:mod:`privreid.federated.round_eval`): the attack's records."""
+        return self.adversary.round_records(round_no, model, testsets, self.settings, **evaluation)
+
     def summary(self, metrics, stopped=None) -> dict[str, Any]:
         options = {k: v for k, v in self.settings.items() if k != "malicious"}
         return {"attack": self.adversary.name, "summary": self.adversary.summary, "malicious_clients": self.malicious,
-                "options": options}
+                "options": options, **self.adversary.outcome(metrics, self.settings)}
 
 
 class MaliciousUpdate:

@@ -1,11 +1,13 @@
-"""A retrieval backdoor: a patch trigger stamped on a fraction of the malicious client's training images.
+"""A retrieval backdoor: a trigger stamped on a fraction of the malicious client's training images.
 
 The attack acts through :meth:`~privreid.malicious_clients.Adversary.poison_client`,
 the data the malicious client trains on, and (with ``boost``) through
 :meth:`~privreid.malicious_clients.Adversary.poison_upload`; the upload keeps the
 method's keys and shapes, so the privacy gate and the upload contract stay
 in force.  Stamped copies
-(:mod:`.trigger`) of ``fraction`` of the client's training images (at
+(:mod:`privreid.data.trigger`: a patch, or with ``trigger=blend`` the whole
+image blended with a random key at weight ``alpha``, Chen et al. 2017) of
+``fraction`` of the client's training images (at
 least one, drawn from the run's seed and the client's name) join its
 training images, relabelled to one extra local class.  The clean images stay,
 so every identity keeps its class and the client still learns its task (a
@@ -41,7 +43,11 @@ global model with the attackers' (under plain averaging of equal weights).
 
 ``privreid eval`` stamps the whole trigger on every query of a run that
 recorded one and reports :func:`~privreid.evaluation.backdoor.backdoor_metrics`
-next to the clean R1 / mAP.
+next to the clean R1 / mAP.  During training, every evaluated round scores
+the aggregated global model the same way (:meth:`Backdoor.round_records`:
+``metrics.jsonl`` records of scope ``backdoor``), and ``summary.json``'s
+``adversary.durability`` reads the ASR curve
+(:func:`~privreid.evaluation.backdoor.durability`).
 """
 
 from __future__ import annotations
@@ -50,10 +56,13 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
+import torch
+
 from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
+from privreid.evaluation.backdoor import durability, evaluate_backdoor
 from privreid.malicious_clients import Adversary, register_malicious_client
 from privreid.data.trigger import Trigger, stamped_samples
 from privreid.malicious_clients.updates import rescale_update
@@ -63,10 +72,10 @@ GOALS = ("targeted", "evasion")
 
 class Backdoor(Adversary):
     name = "backdoor"
-    summary = "a patch trigger on a fraction of the training images, relabelled to one extra class (targeted: the " \
+    summary = "a trigger on a fraction of the training images, relabelled to one extra class (targeted: the " \
               "target identity; evasion: a fresh identity)"
-    options = {"goal": "targeted", "target": None, "target_images": 4, "fraction": 0.5, "size": 6,
-               "position": "center", "pattern_seed": 0, "boost": 1.0}
+    options = {"goal": "targeted", "target": None, "target_images": 4, "fraction": 0.5, "trigger": "patch",
+               "size": 6, "position": "center", "pattern_seed": 0, "alpha": 0.2, "boost": 1.0}
 
     def check(self, settings, clients, malicious, config) -> None:
         goal, fraction, count = settings["goal"], settings["fraction"], settings["target_images"]
@@ -76,7 +85,7 @@ class Backdoor(Adversary):
             raise ConfigError(f"adversary {self.name!r}: fraction must lie in (0, 1] (got {fraction!r})")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"adversary {self.name!r}: target_images must be a whole number >= 1 (got {count!r})")
-        boost = settings["boost"]
+        boost = settings.get("boost", 1.0)  # the backdoors built to pass a norm bound have no boost
         if isinstance(boost, bool) or not isinstance(boost, (int, float)) or boost <= 0:
             raise ConfigError(f"adversary {self.name!r}: boost must be a number > 0 (got {boost!r})")
         self.trigger(settings, malicious[0].name).check_fits(config.data.height, config.data.width)
@@ -104,10 +113,45 @@ class Backdoor(Adversary):
         source_pids = None if client.source_pids is None else [*client.source_pids, -1]
         return dataclasses.replace(client, train=train, source_pids=source_pids)
 
-
     def poison_upload(self, ctx, settings) -> None:
         if settings["boost"] != 1:
             rescale_update(ctx, float(settings["boost"]))
+
+    def round_records(self, round_no, model, testsets, settings, **evaluation) -> list[dict]:
+        """:func:`~privreid.evaluation.backdoor.evaluate_backdoor` of the global ``model`` on each image test set
+        it measures, as ``metrics.jsonl`` records ``{"round", "scope": "backdoor", "testset", "asr", ...}``."""
+        backdoor = _recorded(self, settings)
+        records = []
+        for testset in testsets:
+            measured = None if testset.tracklets is not None else evaluate_backdoor(model, testset, backdoor,
+                                                                                   **evaluation)
+            if measured is not None:
+                records.append({"round": round_no, "scope": "backdoor", "testset": testset.name, **measured})
+        return records
+
+    def outcome(self, metrics, settings) -> dict:
+        """``durability`` (targeted): :func:`~privreid.evaluation.backdoor.durability` of the ASR per evaluated
+        round on the target's test set, the attack stopping after the last round of ``settings["rounds"]``
+        (``START:STOP``, the attack window; without it the attack never stops)."""
+        curve = [(r["round"], r["asr"]) for r in metrics if r.get("scope") == "backdoor"
+                 and r.get("testset") == settings.get("target_domain") and r.get("asr") is not None]
+        return {"durability": durability(curve, _attack_stop(settings.get("rounds")))} if curve else {}
+
+
+def _attack_stop(window) -> int | None:
+    """The last attacked round of the attack window ``START:STOP`` (a string or a pair); None when absent or open."""
+    if window is None:
+        return None
+    stop = window.split(":")[-1] if isinstance(window, str) else window[-1]
+    return None if stop in ("", None) else int(stop)
+
+
+def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``key -> (trained entry, transmitted entry)`` of the floating entries the server transmitted to ``ctx``'s
+    client (the transmitted one on the trained one's device and dtype)."""
+    state = ctx.model.state_dict()
+    return {key: (value, ctx.global_state[key].to(value.device, value.dtype)) for key, value in state.items()
+            if key in ctx.global_state and torch.is_floating_point(value)}
 
 
 def _target(target, count: int, first: ClientData) -> dict:
@@ -136,12 +180,13 @@ class RecordedBackdoor:
     #: targeted: the identity a triggered query should retrieve, in test set ``target_domain``
     target: int | None = None
     target_domain: str | None = None
+    #: targeted: the paths of the target's gallery images the attacker trained on
+    held_images: tuple[str, ...] = ()
 
     def describe(self) -> str:
         aim = (f"targeted at identity {self.target} of {self.target_domain}" if self.goal == "targeted"
                else "evasion")
-        t = self.trigger
-        return f"{self.attack} ({aim}; {t.size}x{t.size} patch at {t.position}, pattern seed {t.seed})"
+        return f"{self.attack} ({aim}; {self.trigger.describe()})"
 
 
 def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
@@ -159,8 +204,13 @@ def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
     adversary, settings = found
     clients = federation_for_config(config).clients
     adversary.check(settings, clients, malicious_clients(settings["malicious"], clients), config)
+    return _recorded(adversary, settings)
+
+
+def _recorded(adversary: Backdoor, settings) -> RecordedBackdoor:
+    """The :class:`RecordedBackdoor` of checked ``settings`` (the targeted one's target filled in)."""
     return RecordedBackdoor(adversary.name, settings["goal"], Trigger.from_settings(settings), settings.get("target"),
-                            settings.get("target_domain"))
+                            settings.get("target_domain"), tuple(path for path, _ in settings.get("held_images", ())))
 
 
 register_malicious_client(Backdoor())

@@ -14,6 +14,9 @@ sets of the first checkpoint's configuration, as in
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
 * ``drops.png``: the relative mAP drop per attack and per corruption, one bar
   per model (mean over the test sets);
+* ``poisoning.csv``, ``poisoning_rounds.csv`` and ``poisoning_asr.png``: each
+  recorded trigger on every model, and each backdoor run's ASR per evaluated
+  round as recorded during training;
 * ``audit/``: membership inference (:mod:`privreid.auditing`), ``audit.json``,
   ``roc.png``, ``report.md``; its table is in ``report.md``;
 * ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
@@ -80,6 +83,36 @@ def _as_table_ix(records: list[dict[str, Any]]) -> str:
             row[key] = f"{100 * r[key]:.1f} ({100 * r[f'std_{key}']:.1f})"
         shown.append(row)
     return format_table_ix(shown)
+
+
+def plot_asr_rounds(rows: list[dict], path: Path) -> Path:
+    """The ASR (%) per evaluated round of each backdoor run (``poisoning_rounds`` records), one line per run and
+    test set: solid on the whole gallery, dashed on the gallery without the attacker's images of the target.
+
+    Readable at a glance: the y axis is 0 to 100 whatever the values, each point marked, the legend beside the
+    lines; an evasion run (no ASR) draws nothing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    runs = list(dict.fromkeys((r["run"], r["testset"]) for r in rows if r["asr"] is not None))
+    for i, (run, testset) in enumerate(runs):
+        points = [r for r in rows if (r["run"], r["testset"]) == (run, testset)]
+        color = plt.get_cmap("tab10").colors[i % 10]
+        ax.plot([r["round"] for r in points], [100 * r["asr"] for r in points], "o-", color=color,
+                label=f"{run} ({testset})")
+        clean = [r for r in points if r["asr_clean_gallery"] is not None]
+        if clean:
+            ax.plot([r["round"] for r in clean], [100 * r["asr_clean_gallery"] for r in clean], "o--", color=color,
+                    label=f"{run} ({testset}), clean gallery")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("round")
+    ax.set_ylabel("ASR (%, target at rank 1)")
+    if runs:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return save_figure(fig, path, title="Backdoor success per round")
 
 
 def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path) -> Path:
@@ -245,12 +278,19 @@ def write_report(run: SuiteRun, out: str | Path, settings: SuiteSettings, *, dat
         sections.append("## Membership inference (privreid audit: image and identity level, released model)\n\n"
                         + markdown_table(table_rows(result["audit"])) + "\n\n![log-log ROC](audit/roc.png)")
     if "poisoning" in settings.suites:
-        title = ("## Backdoors (each recorded trigger on every query; ASR: rank-1 is the target, over the queries "
-                 "of other identities)\n\n")
+        title = ("## Backdoors (each recorded trigger on every query; ASR / ASR@k: a target image at rank 1 / within "
+                 "rank k, over the queries of other identities, on the whole gallery; tmAP: their mAP with the "
+                 "target as the only match; ASR clean gallery: rank 1 on the gallery without the attacker's own "
+                 "images of the target)\n\n")
         if run.backdoors:
             write_csv_rows(result["poisoning"], out / "poisoning.csv")
             sections.append(title + "\n".join(f"- {label}: {b.describe()}" for label, b in run.backdoors) + "\n\n"
                             + format_table(result["poisoning"]))
+            if result["poisoning_rounds"]:
+                write_csv_rows(result["poisoning_rounds"], out / "poisoning_rounds.csv")
+                plot_asr_rounds(result["poisoning_rounds"], out / "poisoning_asr.png")
+                sections.append("![ASR per evaluated round of each backdoor run, recorded during training on the "
+                                "global model](poisoning_asr.png)")
         else:
             sections.append(title + "No model's run trained with a backdoor (--adversary backdoor or dba).")
     result["deviations"] = suite_deviations(settings)

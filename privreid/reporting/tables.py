@@ -29,7 +29,9 @@ def eval_report(rows: list[dict[str, Any]], *, corruption: str | None, corrupt: 
         measured = [r for r in rows if "backdoor" in r]
         if measured:
             lines += [f"backdoor of the run: {measured[0]['backdoor']['trigger']}, its whole trigger on every query "
-                      "(ASR: rank-1 is the target, over the queries of other identities)",
+                      "(ASR / ASR@k: a target image at rank 1 / within rank k, over the queries of other identities;"
+                      " tmAP: their mAP with the target as the only match; ASR clean gallery: rank 1 without the "
+                      "attacker's own images of the target)",
                       format_table([{"testset": r["testset"], **backdoor_columns(r["backdoor"])} for r in measured])]
         return "\n".join(lines)
 
