@@ -50,7 +50,7 @@ ADVERSARY_CASES = [
           says="--malicious-clients 4: the federation has 3 clients"),
     _case("unknown-malicious-client", "--adversary", "scaled", "--malicious-clients", "synthA,nope",
           says="no client named nope"),
-    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: backdoor, dba, label-flip"),
+    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: alie, backdoor, dba, fang, ipm, label-flip"),
     _case("unknown-adversary-option", "--adversary", "scaled", "--set", "train.adversary.boost=3",
           says="adversary 'scaled' has no option boost"),
     _case("negative-scale", "--adversary", "sign-flip", "--set", "train.adversary.scale=-1",
