@@ -3,6 +3,7 @@ hand-computed round, and the collusion wrapper that applies them at the server, 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -194,3 +195,53 @@ def test_ipm_in_a_run_rewrites_only_the_malicious_upload_of_its_attack_round(tin
             assert torch.allclose(v.double(), expected, atol=1e-5), k
         else:
             assert torch.equal(v, honest[k]), k
+
+
+def test_under_secure_aggregation_the_attack_rewrites_before_the_masking(tiny_synth, tmp_path, monkeypatch):
+    """The collusion wrapper sits outside secure aggregation: the clients' masked inputs are the rewritten uploads,
+    and the secure sum of them is the round's new global model (within the quantisation bound it reports)."""
+    from privreid.defenses.secure_aggregation.mechanism import SecureAggregate
+
+    seen, aggregate = [], SecureAggregate.aggregate
+
+    def spy(self, global_state, uploads):
+        seen.append((global_state, list(uploads)))
+        return aggregate(self, global_state, uploads)
+
+    monkeypatch.setattr(SecureAggregate, "aggregate", spy)
+    cfg = tiny_config(tiny_synth, rounds=1, secure_aggregation=True,
+                      adversary={"name": "ipm", "malicious": 1, "epsilon": 1.0})
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None,
+                             build=build_run)
+    engine.run()
+    (g, (benign, malicious)), = seen
+    assert malicious.client == engine.clients[-1].name
+    weights = torch.tensor([benign.num_samples, malicious.num_samples], dtype=torch.float64)
+    weights /= weights.sum()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    bound = next(r for r in records if r.get("scope") == "secagg")["quantisation_error_bound"]
+    for k, v in malicious.state.items():
+        if torch.is_floating_point(v):
+            b = benign.state[k].double() - g[k].double()
+            assert torch.allclose(v.double() - g[k].double(), -b, atol=1e-5), k
+            mean = g[k].double() + weights[0] * b + weights[1] * (v.double() - g[k].double())
+            assert torch.allclose(engine.global_state[k].double(), mean, atol=bound + 1e-6), k
+
+
+def test_the_attack_sits_outermost_around_the_defenses_and_the_run_states_the_collusion():
+    from privreid.config import RunConfig, TrainConfig
+    from privreid.defenses.robust.rules import RobustAggregate
+
+    config = RunConfig(train=TrainConfig(defenses={"robust-median": {}}, adversary={"name": "fang"}))
+    plan = build_run(config)
+    strategy = plan.method.strategy(config)
+    assert isinstance(strategy, RewriteRound) and isinstance(strategy.inner, RobustAggregate)
+    assert [d for d in plan.deviations if d.startswith("adversary fang: collusion simulated at the server")] == [
+        "adversary fang: collusion simulated at the server: the malicious uploads are rewritten with knowledge of "
+        "the round's benign updates before any defense sees them; the server learns nothing more; Fang et al.'s rule acts on updates (upload - global), "
+        "the paper's on local model parameters"]
+    # an attack on one client's upload leaves the server's strategy as it is, and states no collusion
+    plain = RunConfig(train=TrainConfig(adversary={"name": "sign-flip"}))
+    plan = build_run(plain)
+    assert not isinstance(plan.method.strategy(plain), RewriteRound)
+    assert not any("collusion" in d for d in plan.deviations)

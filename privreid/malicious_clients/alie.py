@@ -29,6 +29,7 @@ class ALIE(RoundAttack):
     name = "alie"
     summary = "a little is enough (Baruch et al. 2019): the benign mean minus z standard deviations, coordinate-wise"
     options = {**RoundAttack.options, "z": None}
+    deviation = "with a malicious majority in a round (s <= 0, z infinite) ALIE takes s = 1"
 
     def check(self, settings, clients, malicious, config) -> None:
         super().check(settings, clients, malicious, config)

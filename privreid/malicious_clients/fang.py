@@ -24,6 +24,7 @@ class Fang(RoundAttack):
     name = "fang"
     summary = "Fang et al. 2020: each coordinate pushed beyond the benign extremes, against the benign direction"
     options = {**RoundAttack.options, "b": 2.0}
+    deviation = "Fang et al.'s rule acts on updates (upload - global), the paper's on local model parameters"
 
     def check(self, settings, clients, malicious, config) -> None:
         super().check(settings, clients, malicious, config)

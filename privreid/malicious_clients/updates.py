@@ -89,6 +89,8 @@ class RoundAttack(Adversary):
     """
 
     options = {"knowledge": "full"}
+    #: the attack's departure from its paper, for the run's ``deviations`` (empty: none)
+    deviation: str = ""
 
     def check(self, settings, clients, malicious, config) -> None:
         if settings["knowledge"] not in KNOWLEDGE:
