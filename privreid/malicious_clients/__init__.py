@@ -116,8 +116,8 @@ def get_malicious_client(name: str) -> Adversary:
 
 
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
-    """The run's attack and its options (defaults filled in, the threat model's too), or None; ConfigError for
-    unknown names or options."""
+    """The run's attack and its options (defaults filled in; the threat model's, :mod:`.threat_model`, as given), or
+    None; ConfigError for unknown names or options."""
     given = dict(config.train.adversary)
     if not given:
         return None
@@ -130,7 +130,7 @@ def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
     if unknown:
         raise ConfigError(f"adversary {adversary.name!r} has no option {', '.join(unknown)} (its options: "
                           f"{', '.join(sorted(known))})")
-    return adversary, {**known, **given, "malicious": malicious}
+    return adversary, {**adversary.options, **given, "malicious": malicious}
 
 
 def malicious_clients(malicious: Any, clients: list[ClientData]) -> list[ClientData]:

@@ -62,8 +62,8 @@ class ThreatModel:
 def threat_model(settings: dict, clients: list, malicious: list, rounds: int, seed: int, name: str,
                  poisons_data: bool) -> ThreatModel:
     """The :class:`ThreatModel` of ``settings``; a one-line ConfigError for a bad window, frequency or draw."""
-    window, every, draw = settings["rounds"], settings["every"], settings["draw"]
-    given = [k for k, v in THREAT_MODEL.items() if settings[k] != v]
+    window, every, draw = (settings.get(k, v) for k, v in THREAT_MODEL.items())
+    given = [k for k, v in THREAT_MODEL.items() if settings.get(k, v) != v]
     if poisons_data and given:
         raise ConfigError(f"adversary {name!r} poisons its clients' data once, before training; {', '.join(given)} "
                           "apply to attacks on the uploads only")
