@@ -77,7 +77,7 @@ ADVERSARY_CASES = [
           "train.adversary.size=2", says="a 2-pixel trigger cannot be split into 3 strips"),
     _case("more-malicious-than-clients-dba", "--adversary", "dba", "--malicious-clients", "4",
           says="--malicious-clients 4: the federation has 3 clients"),
-
+]
 
 #: the threat model and the adaptive attacks (issue 43): (adversary, --set train.adversary.OPTION=VALUE, the line)
 ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adversary", name, "--set",
