@@ -36,7 +36,7 @@ class Fang(RoundAttack):
         mean, std = mean_std(reference)
         u = torch.rand((m, reference.shape[1]), generator=rng, dtype=torch.float64)
         if full:
-            b, hi, lo = float(settings["b"]), reference.max(0).values, reference.min(0).values
+            b, hi, lo = float(settings["b"]), reference.amax(0), reference.amin(0)
             above = (hi, torch.where(hi > 0, b * hi, hi / b))
             below = (torch.where(lo > 0, lo / b, b * lo), lo)
         else:

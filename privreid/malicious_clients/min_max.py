@@ -59,7 +59,7 @@ class MinMax(RoundAttack):
         return benign.max()
 
     def score(self, distances: torch.Tensor) -> torch.Tensor:
-        """Of the malicious update's squared distances to the benign ones: the largest one."""
+        """Of the malicious update's squared distances to the benign ones (a vector): the largest one."""
         return distances.max()
 
     def craft(self, reference, full, n, m, settings, rng):
@@ -67,7 +67,10 @@ class MinMax(RoundAttack):
         p = {"unit": lambda: -mean / mean.norm().clamp_min(torch.finfo(mean.dtype).tiny), "std": lambda: -std,
              "sign": lambda: -mean.sign()}[settings["perturbation"]]()
         bound = self.bound(squared_distances(reference, reference))
-        gamma = largest_gamma(lambda g: bool(self.score(squared_distances((mean + g * p)[None], reference)) <= bound),
+        # ||mean + g p - b_i||^2 = a_i + 2 g c_i + g^2 q: each step of the search costs n numbers, not n models
+        diff = mean - reference
+        a, c, q = diff.square().sum(1), diff @ p, p.square().sum()
+        gamma = largest_gamma(lambda g: bool(self.score(a + 2 * g * c + g * g * q) <= bound),
                               float(settings["gamma"]), float(settings["tolerance"]))
         return mean + gamma * p
 

@@ -57,9 +57,14 @@ def update_keys(global_state: StateDict, state: StateDict) -> list[str]:
 
 
 def update_matrix(states: list[StateDict], global_state: StateDict, keys: list[str]) -> torch.Tensor:
-    """One row per state: its update ``state - g`` over ``keys``, flattened, in float64."""
-    return torch.stack([torch.cat([(s[k].double() - global_state[k].double()).reshape(-1) for k in keys])
-                        for s in states])
+    """One row per state: its update ``state - g`` over ``keys``, flattened, in float64 (filled in place: one
+    allocation, a model's worth of values per row)."""
+    sizes = [global_state[k].numel() for k in keys]
+    out = torch.empty(len(states), sum(sizes), dtype=torch.float64)
+    for row, state in zip(out, states):
+        for part, k in zip(row.split(sizes), keys):
+            part.copy_(state[k].reshape(-1)).sub_(global_state[k].reshape(-1).double())
+    return out
 
 
 def with_update(state: StateDict, global_state: StateDict, keys: list[str], update: torch.Tensor) -> StateDict:
