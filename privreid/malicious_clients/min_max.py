@@ -63,8 +63,9 @@ class MinMax(RoundAttack):
         return distances.max()
 
     def craft(self, reference, full, n, m, settings, rng):
-        mean, std = mean_std(reference)
-        p = {"unit": lambda: -mean / mean.norm().clamp_min(torch.finfo(mean.dtype).tiny), "std": lambda: -std,
+        mean = reference.mean(0)
+        p = {"unit": lambda: -mean / mean.norm().clamp_min(torch.finfo(mean.dtype).tiny),
+             "std": lambda: -mean_std(reference)[1],
              "sign": lambda: -mean.sign()}[settings["perturbation"]]()
         bound = self.bound(squared_distances(reference, reference))
         # ||mean + g p - b_i||^2 = a_i + 2 g c_i + g^2 q: each step of the search costs n numbers, not n models

@@ -60,10 +60,12 @@ def update_matrix(states: list[StateDict], global_state: StateDict, keys: list[s
     """One row per state: its update ``state - g`` over ``keys``, flattened, in float64 (filled in place: one
     allocation, a model's worth of values per row)."""
     sizes = [global_state[k].numel() for k in keys]
+    g = torch.cat([global_state[k].reshape(-1).double() for k in keys])
     out = torch.empty(len(states), sum(sizes), dtype=torch.float64)
     for row, state in zip(out, states):
         for part, k in zip(row.split(sizes), keys):
-            part.copy_(state[k].reshape(-1)).sub_(global_state[k].reshape(-1).double())
+            part.copy_(state[k].reshape(-1))
+        row.sub_(g)
     return out
 
 
