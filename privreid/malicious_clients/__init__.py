@@ -125,8 +125,8 @@ def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
         raise ConfigError("train.adversary needs a name (--adversary NAME)")
     adversary = get_malicious_client(str(given.pop("name")))
     malicious = given.pop("malicious", 1)
-    known = {**adversary.options, **THREAT_MODEL}
-    unknown = sorted(set(given) - set(known))
+    known = {*adversary.options, *THREAT_MODEL}
+    unknown = sorted(set(given) - known)
     if unknown:
         raise ConfigError(f"adversary {adversary.name!r} has no option {', '.join(unknown)} (its options: "
                           f"{', '.join(sorted(known))})")
