@@ -26,8 +26,9 @@ class RunPlan:
     A round observer has ``key`` (its ``summary.json`` entry), ``notes``
     (logged when the run starts), ``on_upload(upload)`` (every upload the
     server receives), ``before_round(round_index, selected) -> stop reason or
-    None``, ``after_round(round_no) -> metrics records``, ``state_dict()`` /
-    ``load_state_dict(state)`` (checkpointed) and ``summary(metrics, stopped)``.  Observers never see client memory.
+    None``, ``on_round_result(round_no, result)`` (the round's aggregate, a
+    :class:`~privreid.federated.strategy.RoundResult`), ``after_round(round_no) -> metrics records``,
+    ``state_dict()`` / ``load_state_dict(state)`` (checkpointed) and ``summary(metrics, stopped)``.  Observers never see client memory.
     ``deviations``: ``summary.json``'s (:func:`privreid.deviations.deviations`).
     """
 

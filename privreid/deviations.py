@@ -309,6 +309,24 @@ def _method(*names: str) -> Callable[[Run], bool]:
     return lambda run: run.train.method in names
 
 
+def _round_attack(run: Run):
+    """The run's attack on the round's uploads together (:mod:`privreid.malicious_clients.updates`) and its
+    settings, or None."""
+    from privreid.malicious_clients import acts_on_rounds, settings_of
+
+    found = settings_of(run.config)
+    return found if found and acts_on_rounds(found[0]) else None
+
+
+def _collusion(run: Run) -> str:
+    adversary, settings = _round_attack(run)
+    known = ("the round's benign updates" if settings["knowledge"] == "full"
+             else "the malicious clients' own honest updates only (knowledge=partial)")
+    own = f"; {adversary.deviation}" if adversary.deviation else ""
+    return (f"adversary {adversary.name}: collusion simulated at the server: the malicious uploads are rewritten "
+            f"with knowledge of {known} before any defense sees them; the server learns nothing more{own}")
+
+
 def _dppt_local_classifier(run: Run) -> bool:
     return run.train.method == "dppt" and not run.option("shared_classifier")
 
@@ -352,6 +370,7 @@ RULES: tuple[Rule, ...] = (
                    "stages, deleted once it has answered unmask" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
                                "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
                                else "")),
+    Rule("adversary-collusion", lambda c: _round_attack(c) is not None, _collusion),
     Rule("fedpav-selection", _method(*FEDPAV_METHODS),
          lambda c: "FedPav reports the global model's evaluations (the last, or the mean of the --report-best K best "
                    "by mean seen rank-1); paper 004 Alg. 1 returns each client's best local model, the reference code "

@@ -52,7 +52,8 @@ def test_a_model_poisoner_uploads_its_rescaled_update_and_the_others_are_untouch
                 assert torch.equal(poisoned[name].state[k], v), (name, k)
     summary = json.loads((tmp_path / "poisoned" / "summary.json").read_text())
     assert summary["adversary"] == {"attack": attack, "summary": engine.observers[1].adversary.summary,
-                                    "malicious_clients": [last], "options": {"scale": abs(factor)}}
+                                    "malicious_clients": [last], "options": {"scale": abs(factor)},
+                                    "threat_model": {"rounds": [1, 1], "every": 1, "draw": "fixed"}, "detection": {}}
 
 
 def test_a_boosted_backdoor_is_model_replacement_the_backdoor_upload_rescaled(tiny_synth, tmp_path, monkeypatch):

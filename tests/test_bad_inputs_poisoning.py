@@ -51,7 +51,7 @@ ADVERSARY_CASES = [
           says="--malicious-clients 4: the federation has 3 clients"),
     _case("unknown-malicious-client", "--adversary", "scaled", "--malicious-clients", "synthA,nope",
           says="no client named nope"),
-    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: backdoor, constrain-scale, dba, label-flip, neurotoxin"),
+    _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: alie, backdoor, constrain-scale, dba, fang, ipm, label-flip"),
     _case("unknown-adversary-option", "--adversary", "scaled", "--set", "train.adversary.boost=3",
           says="adversary 'scaled' has no option boost"),
     _case("negative-scale", "--adversary", "sign-flip", "--set", "train.adversary.scale=-1",
@@ -87,6 +87,21 @@ ADVERSARY_CASES = [
     _case("more-malicious-than-clients-dba", "--adversary", "dba", "--malicious-clients", "4",
           says="--malicious-clients 4: the federation has 3 clients"),
 ]
+
+#: the threat model and the adaptive attacks (issue 43): (adversary, --set train.adversary.OPTION=VALUE, the line)
+ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adversary", name, "--set",
+                          f"train.adversary.{setting}", says=says) for name, setting, says in [
+    ("label-flip", 'rounds="1:1"', "adversary 'label-flip' poisons its clients' data once, before training; rounds "
+                                   "apply to attacks on the uploads only"),
+    ("backdoor", 'draw="per-round"', "adversary 'backdoor' poisons its clients' data once"),
+    ("ipm", 'rounds="2:1"', "adversary 'ipm': rounds must be START:STOP with 1 <= START <= STOP <= 1 (the run's "
+                            "rounds; got '2:1')"),
+    ("alie", "rounds=1", "got 1)"),
+    ("sign-flip", "every=0", "adversary 'sign-flip': every must be a whole number >= 1 (got 0)"),
+    ("fang", 'draw="often"', "draw must be one of fixed, per-round (got 'often')"),
+    ("min-sum", 'perturbation="cos"', "adversary 'min-sum': perturbation must be one of unit, std, sign (got 'cos')"),
+]] + [_case("threat-per-round-named", "--adversary", "min-max", "--malicious-clients", "synthA", "--set",
+            "train.adversary.draw=\"per-round\"", says="draw=per-round draws a number of clients")]
 
 
 @pytest.mark.parametrize("case", ADVERSARY_CASES, ids=str)

@@ -36,7 +36,7 @@ from typing import Any
 from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.federated.registry import Method
-from privreid.federated.strategy import Upload
+from privreid.federated.strategy import RoundResult, Upload
 from privreid.defenses.registry import Defense, DefenseLedger, enabled_defenses, register
 
 #: ``server_view`` of the statement when no defense hides the uploads
@@ -87,6 +87,11 @@ class PrivacyLedger:
             if reason:
                 return reason
         return None
+
+    def on_round_result(self, round_no: int, result: RoundResult) -> None:
+        """Round ``round_no`` (1-based) was aggregated into ``result``: each ledger sees it."""
+        for ledger in self.ledgers:
+            ledger.on_round_result(round_no, result)
 
     def after_round(self, round_no: int) -> list[dict[str, Any]]:
         """``metrics.jsonl`` records of the accounting after round ``round_no`` (1-based)."""

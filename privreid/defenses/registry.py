@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from privreid.config import RunConfig
     from privreid.data.types import ClientData
     from privreid.federated.registry import Method
-    from privreid.federated.strategy import Upload
+    from privreid.federated.strategy import RoundResult, Upload
 
 
 class DefenseLedger:
@@ -64,6 +64,9 @@ class DefenseLedger:
     def before_round(self, round_index: int, selected: list[ClientData]) -> str | None:
         """Why round ``round_index`` (0-based) must not run (e.g. a spent budget), or None."""
         return None
+
+    def on_round_result(self, round_no: int, result: RoundResult) -> None:
+        """Round ``round_no`` (1-based) was aggregated into ``result`` (before :meth:`after_round`)."""
 
     def after_round(self, round_no: int) -> list[dict[str, Any]]:
         """``metrics.jsonl`` records after round ``round_no`` (1-based)."""

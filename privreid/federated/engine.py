@@ -289,6 +289,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
             self._record({"round": round_no, **rec})
         if self.method.communicates:
             self.comm.append({"round": round_no, "bytes_up": inbox.bytes_up, "bytes_down": down_bytes})
+        for observer in self.observers:  # e.g. the adversary's record reads the defenses' selection records
+            observer.on_round_result(round_no, result)
         for observer in self.observers:
             for rec in observer.after_round(round_no):
                 self._record(rec)

@@ -14,7 +14,15 @@ only through what a client may send:
 * :meth:`Adversary.poison_upload`: the model it uploads, rewritten after its
   local training from the model it trained and what the server transmitted
   (sign flipping, :mod:`.sign_flip`; scaled updates / model replacement,
-  :mod:`.scaled`).
+  :mod:`.scaled`);
+* :meth:`Adversary.poison_round`: the malicious uploads of a round rewritten
+  together, by colluding attackers that know the round's benign updates
+  (:mod:`.updates` ``RoundAttack``: :mod:`.alie`, :mod:`.ipm`,
+  :mod:`.min_max`, :mod:`.min_sum`, :mod:`.fang`), at the server before any
+  defense sees them (:mod:`.collusion`).
+
+When and which clients attack: :mod:`.threat_model` (``rounds``, ``every``,
+``draw``).
 
 The wrapped client update is the method's own, so the engine's upload
 contract (the policy's shared keys) and the privacy gate stay in force; the
@@ -22,7 +30,8 @@ server's defenses see the malicious uploads like any other.
 :class:`AdversaryRecord` checks the settings against the federation before
 anything is written (as the engine prepares its clients) and, as a round
 observer of the engine, records in ``summary.json`` (``adversary``) which
-clients were malicious and with what.
+clients were malicious and with what, and how the server's defenses
+detected them (:mod:`.detection`).
 """
 
 from __future__ import annotations
@@ -31,11 +40,18 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
+from privreid.federated.policy import StateDict
 from privreid.federated.registry import Method
 from privreid.registry import Registry
+from privreid.seeding import derive_seed
+from privreid.malicious_clients.collusion import RewriteRound
+from privreid.malicious_clients.detection import detection_record, detection_totals
+from privreid.malicious_clients.threat_model import THREAT_MODEL, ThreatModel, threat_model
 
 
 class Adversary:
@@ -69,12 +85,26 @@ class Adversary:
         """``summary.json`` entries the attack reads from the run's ``metrics`` records."""
         return {}
 
+    def poison_round(self, global_state: StateDict, malicious: list[StateDict], benign: list[StateDict],
+                     settings: Mapping[str, Any], rng: torch.Generator) -> list[StateDict]:
+        """The uploads of the round's attacking clients (``malicious``, as they trained honestly) rewritten
+        knowing the round's ``benign`` uploads and the server's ``global_state``; ``rng``: the round's adversary
+        stream.  Overriding it places the attack at the server (:mod:`.collusion`), outermost around the defenses."""
+        raise NotImplementedError
+
+
+def acts_on_rounds(adversary: Adversary) -> bool:
+    """Whether ``adversary`` rewrites a round's uploads together (overrides :meth:`Adversary.poison_round`)."""
+    return type(adversary).poison_round is not Adversary.poison_round
+
 
 #: every attack by name; the built-ins (one module each) register when first used
 MALICIOUS_CLIENTS: Registry[Adversary] = Registry("adversary", builtins=(
     "privreid.malicious_clients.label_flip", "privreid.malicious_clients.sign_flip", "privreid.malicious_clients.scaled",
     "privreid.malicious_clients.backdoor", "privreid.malicious_clients.dba",
-    "privreid.malicious_clients.constrain_scale", "privreid.malicious_clients.neurotoxin"))
+    "privreid.malicious_clients.constrain_scale", "privreid.malicious_clients.neurotoxin",
+    "privreid.malicious_clients.alie", "privreid.malicious_clients.ipm", "privreid.malicious_clients.min_max",
+    "privreid.malicious_clients.min_sum", "privreid.malicious_clients.fang"))
 
 
 def register_malicious_client(adversary: Adversary) -> Adversary:
@@ -95,7 +125,8 @@ def get_malicious_client(name: str) -> Adversary:
 
 
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
-    """The run's attack and its options (defaults filled in), or None; ConfigError for unknown names or options."""
+    """The run's attack and its options (defaults filled in; the threat model's, :mod:`.threat_model`, as given), or
+    None; ConfigError for unknown names or options."""
     given = dict(config.train.adversary)
     if not given:
         return None
@@ -103,10 +134,11 @@ def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
         raise ConfigError("train.adversary needs a name (--adversary NAME)")
     adversary = get_malicious_client(str(given.pop("name")))
     malicious = given.pop("malicious", 1)
-    unknown = sorted(set(given) - set(adversary.options))
+    known = {*adversary.options, *THREAT_MODEL}
+    unknown = sorted(set(given) - known)
     if unknown:
         raise ConfigError(f"adversary {adversary.name!r} has no option {', '.join(unknown)} (its options: "
-                          f"{', '.join(sorted(adversary.options)) or 'none'})")
+                          f"{', '.join(sorted(known))})")
     return adversary, {**adversary.options, **given, "malicious": malicious}
 
 
@@ -130,25 +162,40 @@ def malicious_clients(malicious: Any, clients: list[ClientData]) -> list[ClientD
 
 
 class AdversaryRecord:
-    """A round observer: checks the attack against the federation (at construction) and states it in ``summary.json``."""
+    """A round observer: checks the attack against the federation (at construction), knows which clients attack in
+    the round, turns the defenses' selection records into detection records (:mod:`.detection`) and states the
+    attack in ``summary.json``."""
 
     key = "adversary"
 
     def __init__(self, adversary: Adversary, settings: dict[str, Any], clients: list[ClientData], config: RunConfig):
         malicious = malicious_clients(settings["malicious"], clients)
+        self.threat = threat_model(settings, clients, malicious, config.train.rounds, config.train.seed,
+                                   adversary.name, type(adversary).poison_client is not Adversary.poison_client)
         adversary.check(settings, clients, malicious, config)
         self.adversary, self.settings = adversary, settings
-        self.malicious = [c.name for c in malicious]
+        self.malicious = (sorted(set().union(*map(self.threat.malicious_in, range(config.train.rounds))))
+                          if self.threat.draw == "per-round" else [c.name for c in malicious])
         self.notes = [f"adversary {adversary.name} on {', '.join(self.malicious)}: {adversary.summary}"]
+        #: the current round (0-based) and its selected clients that attack (:meth:`before_round`)
+        self.round_index, self.attacking = 0, frozenset()
+        self.detections: list[dict[str, Any]] = []
 
     def on_upload(self, upload) -> None:
         pass
 
     def before_round(self, round_index, selected) -> None:
+        self.round_index = round_index
+        self.attacking = self.threat.malicious_in(round_index) & {c.name for c in selected}
         return None
 
+    def on_round_result(self, round_no, result) -> None:
+        self.detections = [detection_record(round_no, rec, self.attacking) for rec in result.records
+                           if rec.get("scope") == "defense"]
+
     def after_round(self, round_no) -> list:
-        return []
+        out, self.detections = self.detections, []
+        return out
 
     def state_dict(self) -> dict:
         return {}
@@ -164,27 +211,29 @@ class AdversaryRecord:
         return self.adversary.round_records(round_no, model, testsets, self.settings, **evaluation)
 
     def summary(self, metrics, stopped=None) -> dict[str, Any]:
-        options = {k: v for k, v in self.settings.items() if k != "malicious"}
+        options = {k: v for k, v in self.settings.items() if k != "malicious" and k not in THREAT_MODEL}
         return {"attack": self.adversary.name, "summary": self.adversary.summary, "malicious_clients": self.malicious,
-                "options": options, **self.adversary.outcome(metrics, self.settings)}
+                "options": options, "threat_model": self.threat.record(), "detection": detection_totals(metrics),
+                **self.adversary.outcome(metrics, self.settings)}
 
 
 class MaliciousUpdate:
-    """The method's client update; on a malicious client (whose data is already poisoned) it poisons the upload."""
+    """The method's client update; on a client that attacks this round (whose data is already poisoned) it poisons
+    the upload."""
 
-    def __init__(self, inner, adversary: Adversary, settings: dict[str, Any], malicious: set[str]):
-        self.inner, self.adversary, self.settings, self.malicious = inner, adversary, settings, malicious
+    def __init__(self, inner, adversary: Adversary, settings: dict[str, Any], plan: AdversaryPlan):
+        self.inner, self.adversary, self.settings, self.plan = inner, adversary, settings, plan
 
     def __call__(self, ctx):
-        if ctx.client.name not in self.malicious:
-            return self.inner(ctx)
         metrics = self.inner(ctx)
-        self.adversary.poison_upload(ctx, self.settings)
+        if ctx.client.name in self.plan.threat().malicious_in(ctx.round):
+            self.adversary.poison_upload(ctx, self.settings)
         return metrics
 
 
 class AdversaryPlan:
-    """The run's attack: :meth:`wrap` the method (its clients' data and update), :meth:`observer` for the engine."""
+    """The run's attack: :meth:`wrap` the method (its clients' data and update, and for an attack on the round's
+    uploads its server strategy), :meth:`observer` for the engine."""
 
     def __init__(self, adversary: Adversary, settings: dict[str, Any], config: RunConfig):
         #: the attack's options; :meth:`observer` fills in those that depend on the data, before any training
@@ -193,16 +242,41 @@ class AdversaryPlan:
         self.malicious: set[str] = set()
         self.record: AdversaryRecord | None = None
 
+    def threat(self) -> ThreatModel:
+        assert self.record is not None, "the engine prepares its clients before training them"
+        return self.record.threat
+
     def wrap(self, method: Method) -> Method:
-        """``method`` whose malicious clients train on poisoned data and poison their uploads."""
+        """``method`` whose malicious clients train on poisoned data and poison their uploads; an attack on the
+        round's uploads (:func:`acts_on_rounds`) rewrites them outermost around the server's strategy."""
         if not method.communicates:
             raise ConfigError(f"--adversary needs a federated method; {method.name!r} has no clients that upload")
         make = method.make_client_update
-        return dataclasses.replace(
+        wrapped = dataclasses.replace(
             method, make_client_update=lambda config: MaliciousUpdate(make(config), self.adversary, self.settings,
-                                                                      self.malicious),
+                                                                      self),
             make_prepare_clients=lambda config: lambda clients: self.poisoned(method.prepare_clients_for(config),
                                                                               clients))
+        if not acts_on_rounds(self.adversary):
+            return wrapped
+        return dataclasses.replace(wrapped, make_strategy=lambda config, model_config: RewriteRound(
+            method.make_strategy(config, model_config), self.rewrite_round))
+
+    def rewrite_round(self, global_state: StateDict, uploads: list) -> list:
+        """The round's ``uploads`` with those of the attacking clients rewritten by :meth:`Adversary.poison_round`
+        (the round's adversary stream seeded from the run's seed and the round)."""
+        record = self.record
+        attacking = [u for u in uploads if u.client in record.attacking]
+        if not attacking:
+            if record.attacking:
+                raise ValueError(f"adversary {self.adversary.name!r}: the server received no upload of the clients "
+                                 f"that attack this round ({', '.join(sorted(record.attacking))})")
+            return uploads
+        benign = [u.state for u in uploads if u.client not in record.attacking]
+        rng = torch.Generator().manual_seed(derive_seed(self.config.train.seed, "adversary", record.round_index))
+        states = self.adversary.poison_round(global_state, [u.state for u in attacking], benign, self.settings, rng)
+        rewritten = {u.client: dataclasses.replace(u, state=s) for u, s in zip(attacking, states)}
+        return [rewritten.get(u.client, u) for u in uploads]
 
     def poisoned(self, prepare, clients: list[ClientData]) -> list[ClientData]:
         """The attack checked against the federation's ``clients``, the malicious ones' data poisoned, then the

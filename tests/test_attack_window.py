@@ -1,0 +1,79 @@
+"""The threat model (issue 43, item 4): the attack window ``rounds``, its frequency ``every`` and the per-round
+draw of the malicious clients; outside its attack rounds a malicious client uploads what it trained."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import spy_on_uploads, tiny_config
+from privreid.composition import build_run
+from privreid.data.catalog import federation_for_config
+from privreid.federated.engine import FederatedEngine
+from privreid.federated.strategy import DataVolumeAverage
+from privreid.malicious_clients.threat_model import threat_model
+from privreid.seeding import derive_seed
+
+CLIENTS = [SimpleNamespace(name=n) for n in "abcde"]
+
+
+def _threat(seed=3, **settings):
+    """The threat model of ``settings`` in a 10-round run of clients a..e whose last two are malicious."""
+    settings = {"malicious": 2, **settings}
+    return threat_model(settings, CLIENTS, CLIENTS[3:], 10, seed, "sign-flip", False)
+
+
+def _attack_rounds(threat):
+    return [r + 1 for r in range(10) if threat.malicious_in(r)]
+
+
+def test_the_window_and_its_frequency_pick_the_attack_rounds():
+    assert _attack_rounds(_threat()) == list(range(1, 11))
+    assert _attack_rounds(_threat(rounds="2:6", every=2)) == [2, 4, 6]
+    assert _attack_rounds(_threat(rounds="8:")) == [8, 9, 10]
+    assert _attack_rounds(_threat(rounds=":3", every=3)) == [1]
+    assert _threat(rounds="8:").record() == {"rounds": [8, 10], "every": 1, "draw": "fixed"}
+    assert _threat(rounds="2:6").malicious_in(4) == {"d", "e"}
+
+
+def test_a_per_round_draw_takes_k_clients_from_the_run_seed_and_round():
+    threat = _threat(draw="per-round")
+    draws = [threat.malicious_in(r) for r in range(10)]
+    assert all(len(d) == 2 and d <= set("abcde") for d in draws)
+    assert len(set(draws)) > 1  # not the same clients every round
+    assert draws == [_threat(draw="per-round").malicious_in(r) for r in range(10)]  # reproducible
+    assert draws != [_threat(draw="per-round", seed=4).malicious_in(r) for r in range(10)]
+    rng = np.random.default_rng(derive_seed(3, "adversary-draw", 6))
+    assert draws[6] == {"abcde"[i] for i in rng.choice(5, 2, replace=False)}
+    assert _threat(draw="per-round", rounds="3:3").malicious_in(1) == frozenset()
+
+
+def _run(cfg, out, monkeypatch):
+    """Every round's global state and uploads (by client) as the server's strategy receives them; the summary."""
+    uploads, globals_ = spy_on_uploads(monkeypatch, DataVolumeAverage), []
+    open_inbox = FederatedEngine.open_inbox
+    monkeypatch.setattr(FederatedEngine, "open_inbox",
+                        lambda self, r: (globals_.append(self.global_state), open_inbox(self, r))[1])
+    engine = FederatedEngine(cfg, federation_for_config(cfg), out, progress=False, log=lambda s: None, build=build_run)
+    engine.run()
+    return engine, globals_, [{up.client: up for up in r} for r in uploads], json.loads(
+        (out / "summary.json").read_text())
+
+
+def test_outside_its_window_a_model_poisoner_uploads_what_it_trained(tiny_synth, tmp_path, monkeypatch):
+    _, _, clean, _ = _run(tiny_config(tiny_synth), tmp_path / "clean", monkeypatch)
+    cfg = tiny_config(tiny_synth, adversary={"name": "sign-flip", "malicious": 1, "scale": 2.0, "rounds": "2:"})
+    engine, globals_, attacked, summary = _run(cfg, tmp_path / "window", monkeypatch)
+    last = engine.clients[-1].name
+    for name, up in clean[0].items():  # round 1: nobody attacks
+        assert all(torch.equal(attacked[0][name].state[k], v) for k, v in up.state.items()), name
+    g = globals_[1]
+    for k, v in clean[1][last].state.items():  # round 2: g - 2 (theta - g), theta the clean run's upload
+        expected = g[k] - 2.0 * (v - g[k]) if torch.is_floating_point(v) else v
+        assert torch.allclose(attacked[1][last].state[k], expected, atol=1e-5), k
+    assert summary["adversary"]["threat_model"] == {"rounds": [2, 2], "every": 1, "draw": "fixed"}
+    assert summary["adversary"]["options"] == {"scale": 2.0}
