@@ -358,6 +358,13 @@ class LocalDeployment:
             if name in self.procs:
                 stop(self.procs.pop(name))
 
+    def log_tails(self, chars: int = 3000) -> str:
+        """The end of every process's log (SuperLink, which also carries the ServerApp's output, then each
+        SuperNode, which carries its ClientApps'), each under its path: what to read when a run fails."""
+        logs = [self.workdir / "superlink.log"] + [self.workdir / f"supernode-{key}.log" for key in self.sites]
+        return "\n".join(f"==> {log} (last {chars} characters) <==\n{log.read_text(errors='replace')[-chars:]}"
+                         for log in logs if log.is_file())
+
     def run(self, settings: ServerSettings, *, timeout: float | None = None, poll: float = 1.0,
             on_poll: Callable[[], None] | None = None) -> dict[str, Any]:
         return run_on_superlink(settings, self.address, timeout=timeout, poll=poll, on_poll=on_poll)
