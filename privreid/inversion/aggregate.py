@@ -6,9 +6,9 @@
   and ``m - 1`` of other clients of the checkpoint, each on its own training image with its own model and head
   (clients in turn, several images each when needed);
 * each step is defended as trained before the sum: beta and DP-SGD noise per step; under ``--client-dp`` the
-  distributed share ``N(0, (Z S)^2 / m)`` of each clipped step (:mod:`privreid.defenses.secure_aggregation.
-  mechanism`), so the sum carries DP-FedAvg's noise ``Z S`` (with ``m = 1``, noise a server seeing the upload
-  would not have);
+  distributed share ``N(0, (Z S)^2 / m)`` of each clipped step
+  (:mod:`privreid.defenses.secure_aggregation.mechanism`), so the sum carries DP-FedAvg's noise ``Z S`` (with
+  ``m = 1``, noise a server seeing the upload would not have);
 * the attack: the bottleneck's feature leak (:func:`.observation.leak_bottleneck_feature`) then feature
   inversion, which on a sum returns a mixture of the ``m`` pooled features weighted by their bias gradients:
   what secure aggregation buys.
