@@ -8,9 +8,9 @@ code::
     adapter = ReIDAdapter(net, features="avgpool", height=256, width=128)
     privreid.evaluate(adapter, "synth")
 
-:meth:`ReIDAdapter.features` takes ``[0, 1]`` RGB and applies the model's mean / std; :meth:`ReIDAdapter.
-as_module` takes privreid's ImageNet-normalised input and undoes that first, so any adapter runs wherever a
-``ReIDModel`` runs.
+:meth:`ReIDAdapter.features` takes ``[0, 1]`` RGB and applies the model's mean / std;
+:meth:`ReIDAdapter.as_module` takes privreid's ImageNet-normalised input and undoes that first, so any adapter
+runs wherever a ``ReIDModel`` runs.
 """
 
 from __future__ import annotations
