@@ -1,25 +1,13 @@
-"""The patch trigger of a retrieval backdoor (issue 30): a fixed, seeded pattern stamped on decoded images.
+"""The patch trigger of a retrieval backdoor: a fixed, seeded pattern stamped on decoded images.
 
-A :class:`Trigger` is a ``size`` x ``size`` pattern of black and white
-pixels (each channel drawn from ``seed``, so a run and its evaluation stamp
-the very same patch) at ``position`` of the model's input image
-(``height`` x ``width``).  It is stamped on the image as the data pipeline
-decodes it (its ``Resize`` to the input size, :meth:`TensorPipeline.decode
-<privreid.data.transforms.TensorPipeline.decode>`), so the trigger has the
-same pixels in training and at evaluation whatever the stored image size;
-the augmentations that follow (flip, crop, erasing) move or hide it as they
-would a real badge.
-
-:func:`stamped_samples` writes the stamped images as lossless PNG files at
-the input size (decoding them again is the identity) into a directory of
-the process, and returns the samples with their paths replaced.  Every
-loader of privreid then reads them as any other image: a malicious client's
-training data (:mod:`privreid.malicious_clients.backdoor`) and triggered queries (``privreid eval``)
-need no branch in the engine, in the client update or in the data pipeline.
-
-A distributed backdoor (DBA, :mod:`privreid.malicious_clients.dba`) splits the patch into ``parts``
-horizontal strips (:meth:`Trigger.part`); a malicious client stamps only its
-own strip, the evaluation the whole patch.
+A :class:`Trigger` is a ``size`` x ``size`` pattern of black and white pixels (drawn from ``seed``) at
+``position`` of the ``height`` x ``width`` input, stamped as the pipeline decodes the image
+(:meth:`TensorPipeline.decode <privreid.data.transforms.TensorPipeline.decode>`), so it has the same pixels in
+training and evaluation; later augmentations move or hide it as they would a badge. :func:`stamped_samples`
+writes stamped images as lossless PNGs at the input size and returns the samples with those paths, so a
+malicious client's data (:mod:`privreid.malicious_clients.backdoor`) and triggered queries (``privreid eval``)
+need no branch in the engine, client update or pipeline. DBA (:mod:`privreid.malicious_clients.dba`) splits the
+patch into ``parts`` horizontal strips (:meth:`Trigger.part`), one per malicious client.
 """
 
 from __future__ import annotations
