@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from privreid.config import RunConfig
-from privreid.data.types import ClientData, Federation, relabel
+from privreid.data.types import Federation, relabel
 from privreid.auditing.lira import balanced_masks
 from privreid.auditing.membership import MembershipSet, _identity
 from privreid.composition import build_run
