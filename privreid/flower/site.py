@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-
 from privreid.checkpoint import INTEGRITY_KEY, integrity_hash, save_checkpoint
 from privreid.data.catalog import resolve_datasets
 from privreid.data.partition import make_federation

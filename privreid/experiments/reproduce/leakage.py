@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from privreid.inversion.settings import PRESETS, InversionSettings
 from privreid.data.types import MODALITIES
 from privreid.errors import ConfigError
