@@ -1,6 +1,6 @@
 """The front door: top-level Python functions that take any ReID model (an adapter, an ``nn.Module`` or a model
 file), and the functions the commands call (``privreid eval``, ``attack``, ``compare``, ``invert``, ``audit``,
-``export``), whose keywords are the commands' options."""
+``export``, ``corrupt``, ``data``), whose keywords are the commands' options."""
 
 from __future__ import annotations
 
@@ -574,6 +574,91 @@ def export_checkpoint(model: Any, out: Any, *, fmt: str = "state-dict", client: 
               "model": "global" if client is None else f"client {client}"}
     return export_model(ckpt.load_model(client), fmt, out, height=cfg.data.height, width=cfg.data.width,
                         source=source)
+
+
+@python_errors()
+def preview_corruptions(image: Any, out: Any, *, names: str | list[str] = "all", severities: list[int] | None = None,
+                        size: tuple[int, int] | None = None, pixel_scale: float | str = 1, seed: int = 0,
+                        progress: bool = False) -> list[str]:
+    """``privreid corrupt``: ``image`` under each corruption of ``names`` (rows; families allowed) at each of
+    ``severities`` (columns, default 1-5) beside the clean image, as the grid ``out``
+    (:func:`privreid.corruptions.preview.save_preview`); ``size`` (H, W) resizes first. Returns the rows."""
+    from torchvision.transforms.functional import pil_to_tensor, resize
+
+    from privreid.config import MAX_IMAGE_SIDE, too_large_image
+    from privreid.corruptions import SEVERITIES, resolve_corruptions
+    from privreid.corruptions.preview import save_preview
+    from privreid.data.formats import read_image
+    from privreid.rundir import check_output_file
+
+    check_output_file(Path(out), "--out", create_parents=True)  # save_preview creates them
+    if seed < 0:
+        raise ConfigError(f"--seed must be non-negative, got {seed}")
+    scale = parse_pixel_scale(pixel_scale)
+    levels = list(SEVERITIES) if severities is None else severities
+    for level in levels:
+        if level not in SEVERITIES:
+            raise ConfigError(f"severity must be an integer from 1 to 5, got {level!r}")
+    rows = resolve_corruptions(_csv(names) if isinstance(names, str) else names)
+    if size is not None:  # checked before the image is read or anything is allocated
+        h, w = size
+        if h < 2 or w < 2:
+            raise ConfigError(f"--size must be at least 2x2, got '{h}x{w}'")
+        if max(h, w) > MAX_IMAGE_SIDE:
+            raise ConfigError(f"--size {h}x{w}: {too_large_image(h, w)}")
+    if not Path(image).is_file():
+        raise ConfigError(f"image not found: {image}")
+    picture = pil_to_tensor(read_image(Path(image))).float().div(255)
+    if size is not None:
+        picture = resize(picture, [h, w], antialias=True).clamp(0, 1)
+    return save_preview(picture, Path(out), names=rows, severities=levels, seed=seed, pixel_scale=scale,
+                        progress=progress)
+
+
+@python_errors()
+def synthesize(out: Any, *, seed: int = 0, domains: int | None = None, height: int | None = None,
+               width: int | None = None, vi: bool = False, video: bool = False, overwrite: bool = False,
+               progress: bool = False) -> Path:
+    """``privreid data synth``: the synthetic dataset written into ``out``
+    (:func:`privreid.data.synthetic.generate_synthetic`, or with ``vi`` / ``video`` the visible-infrared one of
+    :mod:`privreid.data.synthetic_vi`; ``domains`` counts its entities); ``None`` keeps the generator's default."""
+    import dataclasses
+
+    from privreid.data.synthetic import SynthConfig, generate_synthetic
+    from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
+    from privreid.rundir import check_output_dir
+
+    count = "num_entities" if vi or video else "num_domains"
+    changes = {k: v for k, v in {"seed": seed, count: domains, "height": height, "width": width}.items()
+               if v is not None}
+    if vi or video:
+        config, generate = dataclasses.replace(SynthVIConfig(video=video), **changes), generate_synthetic_vi
+    else:
+        config, generate = dataclasses.replace(SynthConfig(), **changes), generate_synthetic
+    check_output_dir(Path(out))
+    return generate(Path(out), config, progress=progress, overwrite=overwrite)
+
+
+@python_errors()
+def dataset_info(roots: list[str], *, fmt: str = "auto") -> list[dict[str, Any]]:
+    """``privreid data info``: per dataset of ``roots`` (:func:`privreid.data.catalog.load_datasets`), its name,
+    format, ``dataset`` and the ``notes`` on counts that differ from FedPav's Table 1 (paper 004)."""
+    from privreid.data.catalog import load_datasets, verify_datasets
+    from privreid.data.published_counts import check_counts
+
+    loaded = load_datasets(roots, fmt)
+    verify_datasets({name: item.dataset for name, item in loaded.items()})
+    return [{"name": name, "format": item.format, "dataset": item.dataset,
+             "notes": check_counts(item.format, item.dataset)} for name, item in loaded.items()]
+
+
+def dataset_formats() -> list[dict[str, Any]]:
+    """``privreid data formats``: each dataset format's spellings, layout and origin (built-in or a plugin)."""
+    from privreid.data.formats import FORMATS, available_formats
+    from privreid.plugins import listed_origin
+
+    return [{"spellings": fmt.spellings, "layout": fmt.layout, "origin": listed_origin(FORMATS.origin(fmt.name))}
+            for fmt in available_formats().values()]
 
 
 @python_errors()

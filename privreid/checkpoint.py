@@ -1,47 +1,26 @@
 """Checkpoints: the only hand-off between training and evaluation.
 
-A checkpoint (``ckpt.pt``) is a dict of tensors and primitives:
+A checkpoint (``ckpt.pt``) is a dict of tensors and primitives: ``format``, ``privreid_version``, ``method``,
+``round`` (rounds completed), ``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the network),
+``global_state`` (the global model's shared keys; empty without one), ``has_global_model`` (``False``:
+standalone-type runs), ``global_eval_extra`` (local keys the global model is evaluated with, e.g. FedBN's
+averaged norms), ``client_states`` (client -> local state dict), ``client_classes`` (client -> number of
+identities), ``server_state`` (server-held tensors that are not weights, e.g. DPPT's global memory),
+``server_client_state`` (client -> what the server strategy keeps about it, e.g. FedPav-CC's cluster model),
+``observer_state`` (round observers', e.g. the privacy ledger's), ``client_memory`` (per-client state kept
+between rounds, e.g. DP accountants; an in-process run keeps each in a file under ``client_memory/`` named by
+``client_memory_files``: :mod:`privreid.federated.memory_store`), ``initial_local_state`` (the initial model's
+local keys, classifier excluded), ``audit_holdout`` (images kept out of training), ``metrics``, ``comm`` (bytes
+per round) and ``rng``.
 
-``format``, ``privreid_version``, ``method``, ``round`` (rounds completed),
-``config`` (:meth:`RunConfig.to_dict`), ``model_config`` (to rebuild the
-network), ``global_state`` (the shared keys of the global model; empty for
-methods without one), ``has_global_model`` (``False``: standalone-type
-runs), ``global_eval_extra`` (local keys the
-global model is evaluated with, e.g. FedBN's averaged norms),
-``client_states`` (client name -> its local state dict), ``client_classes``
-(client name -> number of identities), ``server_state`` (server-held tensors
-that are not model weights, e.g. DPPT's global memory),
-``server_client_state`` (client name -> what the server strategy keeps about
-that client, e.g. FedPav-CC's cluster model), ``observer_state`` (round
-observers' state, e.g. the privacy ledger's), ``client_memory`` (per-client state kept between
-rounds, e.g. DP accountants; an in-process run keeps each in a file under
-``client_memory/`` next to the checkpoint, named by ``client_memory_files``,
-and loading reads them back: :mod:`privreid.federated.memory_store`),
-``initial_local_state`` (the local keys, classifier excluded, of the initial
-model: the local state of a client that has not trained yet),
-``audit_holdout`` (images kept out of training), ``metrics`` (list of metric
-records), ``comm`` (bytes per round) and ``rng``.
-
-Readers use :class:`Checkpoint` (``Checkpoint.load(path)``): the keys as
-typed fields, the defaults of keys a hand-made dict omits filled in once, the clients,
-the shared keys, ``has_global_model`` and :meth:`Checkpoint.load_model`, the
-one place a model is rebuilt from a checkpoint (the global model, or a
-client's personalised model assembled by :func:`personal_state`, the
-function the engine scores it with).  :func:`load_checkpoint` returns the
-validated dict as stored, for code that edits and re-saves a checkpoint.
-
-Writes are atomic (temporary file in the same directory, then ``os.replace``:
-:func:`privreid.io.write_file_atomically`), so a crash or a full disk
-never leaves a truncated checkpoint: the previous one stays intact.  Reads use
-:func:`privreid.pickle_scan.safe_torch_load`: a checkpoint carrying arbitrary
-pickled objects is refused instead of executed, whatever the environment
-says.  ``integrity`` (:func:`integrity_hash`) is recorded at save and checked on load, so a corrupted file is refused
-instead of scored.  It detects accidents, not edits (anyone can recompute
-it), so every field is also checked as a flag would be (:func:`check_fields`).
-Every file a checkpoint names (``client_memory_files``) must lie inside its
-run's ``client_memory/`` folder and have the sha256 the checkpoint recorded
-for it (``client_memory_hashes``).  A file without these hashes (written by
-an earlier development version) is refused as incomplete, in one line.
+Read with :class:`Checkpoint` (typed fields, defaults filled in once, :meth:`Checkpoint.load_model`, the one
+place a model is rebuilt); :func:`load_checkpoint` returns the validated dict for code that edits and re-saves.
+Writes are atomic (:func:`privreid.io.write_file_atomically`); reads use
+:func:`privreid.pickle_scan.safe_torch_load` (arbitrary pickled objects are refused, never executed).
+``integrity`` (:func:`integrity_hash`) is checked on load against accidents, not edits, so every field is also
+checked as a flag would be (:func:`check_fields`). Every ``client_memory_files`` entry must lie inside the run's
+``client_memory/`` and match its recorded sha256 (``client_memory_hashes``); a checkpoint without these hashes
+is refused as incomplete.
 """
 
 from __future__ import annotations
@@ -77,13 +56,9 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
                     before_commit: Callable[[], None] | None = None) -> Path:
     """Atomically write ``ckpt`` (adding ``format`` and version) to ``path``.
 
-    ``before_commit`` runs once the new checkpoint is on disk under a
-    temporary name, before it replaces ``path``; if it raises, ``path`` is
-    left as it was.  The engine waits there for the client-memory files the
-    checkpoint names, which are written meanwhile on another thread.
-    A failed write (a full disk) raises its OSError, never torch's
-    RuntimeError (:func:`privreid.io.save_torch`), with ``path`` unchanged;
-    a FIFO or device at ``path`` is refused (:class:`privreid.io.OutputError`).
+    ``before_commit`` runs once the new file is on disk under a temporary name, before it replaces ``path``
+    (the engine waits there for the client-memory files); if it raises, ``path`` is unchanged. A failed write
+    raises its OSError (:func:`privreid.io.save_torch`); a FIFO or device at ``path`` is refused.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,20 +77,12 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
                     client_memory: bool = True, check_memory: bool | None = None) -> dict[str, Any]:
-    """Load and validate a privreid checkpoint; :class:`CheckpointError` otherwise.
+    """Load and validate a privreid checkpoint (:func:`check_fields`); :class:`CheckpointError` otherwise.
 
-    Every field is checked (:func:`check_fields`).  The client memories kept
-    in files (``client_memory_files``) are checked against the hashes the
-    checkpoint recorded (``client_memory_hashes``) and read into
-    ``client_memory``, and ``client_memory_files`` is dropped, so the result
-    saved anywhere with :func:`save_checkpoint` is a complete checkpoint.
-    ``client_memory=False`` leaves them out of the result and keeps
-    ``client_memory_hashes``; ``check_memory`` (default: ``client_memory``)
-    whether they are hashed and read all the same (``--resume`` checks them
-    up front and the engine reads them lazily:
-    :func:`privreid.federated.resume.resume_checkpoint`).  A checkpoint
-    without its integrity hash, or naming memory files without their hashes
-    (written by an earlier development version), is refused as incomplete.
+    Memory files (``client_memory_files``) are checked against ``client_memory_hashes`` and read into
+    ``client_memory``, so the result re-saved is complete. ``client_memory=False`` leaves them out and keeps the
+    hashes; ``check_memory`` (default: ``client_memory``) whether they are checked all the same (``--resume``:
+    :func:`privreid.federated.resume.resume_checkpoint`). No integrity hash or memory hashes: refused.
     """
     return check_checkpoint(read_torch_file(path, map_location), path, client_memory=client_memory,
                             check_memory=check_memory)
@@ -279,14 +246,9 @@ def _cut_short(path: Path) -> bool:
 def integrity_hash(ckpt: dict[str, Any]) -> str:
     """``sha256:<hex>`` of a checkpoint's content: every key, primitive and tensor (dtype, shape, bytes) in order.
 
-    Stored in the payload (:data:`INTEGRITY_KEY`) rather than over the
-    file's bytes in a sidecar, so ``ckpt.pt`` alone stays a whole
-    checkpoint (copied, renamed or re-saved) and the check needs no second
-    file to stay in step with it.  It is computed over the objects, not the
-    zip, so it sees what a reader gets: a flipped byte in a tensor's data,
-    which torch loads without complaint, changes it.  Cost: one pass of
-    SHA-256 over the tensors' memory (no copy), about 0.1-0.2 s for a
-    100 MB checkpoint, paid on every save and load.
+    Stored in the payload (:data:`INTEGRITY_KEY`), not a sidecar, so ``ckpt.pt`` alone is whole; computed over
+    the objects, not the zip, so a flipped tensor byte (which torch loads silently) changes it. Cost: one SHA-256
+    pass over the tensors (about 0.1-0.2 s per 100 MB), on every save and load.
     """
     import hashlib
 
@@ -317,15 +279,10 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
 
 def _check_client_memories(path: Path, round_no: int, files: dict[str, str | None], hashes: dict[str, str], *,
                            hash_files: bool) -> None:
-    """Refuse, in one line naming the file and the round, a client-memory file the checkpoint at ``path`` names
-    that lies outside its run, is missing or not a regular file, would import an unsafe global, is not the
-    file the checkpoint recorded (its sha256 in ``hashes``, by client: a flipped byte, a truncated or swapped
-    file), or is not a whole torch file.
-
-    Without ``hash_files`` this is cheap (a zip directory and a small pickle
-    per file, no tensor data); with it, every file is read once.  Either way
-    ``--resume`` is refused before its first round rather than when it reaches the client.
-    """
+    """Refuse, in one line naming the file and the round, a client-memory file of the checkpoint at ``path`` that
+    lies outside its run, is missing or not a regular file, would import an unsafe global, differs from its
+    sha256 in ``hashes``, or is not a whole torch file. Without ``hash_files`` it reads no tensor data; so
+    ``--resume`` is refused before its first round."""
     import zipfile
 
     from privreid.rundir import MEMORY_DIR, is_memory_file_of, memory_file_path
@@ -378,11 +335,8 @@ def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None
 def load_memory_file(path: Path) -> dict[str, Any]:
     """One client memory written by :class:`ClientMemories` (plain tensors and containers only).
 
-    The tensors are mapped from the file, not read (``mmap=True``): an
-    entry is read from disk only when it is used, so a memory whose entries
-    are replaced (FedPav's trained copy, every round) costs no read.  The
-    mapping is private: writing to a loaded tensor changes this process's
-    copy, never the file, which an earlier checkpoint may still name.
+    Tensors are mapped privately (``mmap=True``): an entry is read only when used, and writing to it never
+    changes the file, which an earlier checkpoint may still name.
     """
     from privreid.pickle_scan import safe_torch_load
 
@@ -410,12 +364,9 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
                    memory: dict[str, Any]) -> dict[str, torch.Tensor]:
     """A client's personalised model: the global model's keys, then the trained ones, then its local keys.
 
-    ``global_state`` holds the global model's keys (no server-side method
-    state), ``local_state`` the client's local keys, ``memory`` its memory.
-    Shared keys the client kept from its last local training (memory entries
-    under :data:`TRAINED_PREFIX`, present for methods whose papers score the
-    trained local model) replace the global ones.  Without them this is the
-    model the client holds after the server's latest download.
+    Shared keys the client kept from its last training (memory entries under :data:`TRAINED_PREFIX`, for
+    methods whose papers score the trained local model) replace the global ones; without them this is the model
+    the client holds after the latest download.
     """
     trained = {k[len(TRAINED_PREFIX):]: v for k, v in memory.items() if k.startswith(TRAINED_PREFIX)}
     return {**global_state, **trained, **local_state}
@@ -425,14 +376,9 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
 class Checkpoint:
     """A privreid checkpoint, loaded: what a run saved after its last completed round.
 
-    The fields are the checkpoint's keys (module docstring); keys a
-    hand-made dict (:meth:`from_dict`) lacks take the defaults below
-    (``has_global_model=True``, no server state ...), so every reader sees one shape.
-    ``client_memory_files`` is set only when the memories were left unread
-    (``Checkpoint.load(..., client_memory=False)``); ``initial_local_state``
-    is ``None`` for methods that keep no per-client state of clients that
-    have not trained.  Keys this version does not name are kept in
-    ``other``.  Build one with :meth:`load` (a file) or :meth:`from_dict`.
+    The fields are its keys (module docstring); keys a hand-made dict (:meth:`from_dict`) lacks take the
+    defaults below. ``client_memory_files`` is set only when memories were left unread; unnamed keys are kept
+    in ``other``.
     """
 
     method: str
@@ -465,12 +411,8 @@ class Checkpoint:
     @classmethod
     def load(cls, path: str | os.PathLike, *, client_memory: bool = True, check_memory: bool | None = None,
              map_location: str | torch.device = "cpu") -> Checkpoint:
-        """Load and validate the checkpoint at ``path``; :class:`CheckpointError` (one line) otherwise.
-
-        ``client_memory=False`` leaves memories kept in files unread
-        (:attr:`client_memory_files`): the engine resumes them lazily
-        (``check_memory``: :func:`load_checkpoint`).
-        """
+        """Load and validate the checkpoint at ``path`` (:func:`load_checkpoint`); ``client_memory=False``
+        leaves memory files unread (:attr:`client_memory_files`), for the engine to resume lazily."""
         return cls.from_dict(load_checkpoint(path, map_location, client_memory=client_memory,
                                              check_memory=check_memory), path=Path(path))
 
@@ -517,16 +459,10 @@ class Checkpoint:
         return sorted(set(self.client_states) | waiting)
 
     def load_model(self, client: str | None = None, *, device: str | torch.device = "cpu") -> torch.nn.Module:
-        """Rebuild the model this checkpoint describes, in eval mode.
-
-        ``client=None`` gives the global model (the shared state, with
-        :attr:`global_eval_extra`); ``client=NAME`` gives that client's
-        personalised model, exactly the one the engine scores in its
-        ``scope: "local"`` records (:func:`personal_state` of the global
-        state, the client's memory and its local state, classifier included;
-        a client that has not trained yet has the initial local state and no
-        classifier).  Methods without a global model (standalone) require a
-        client.  Every evaluation subsystem loads models through here.
+        """Rebuild this checkpoint's model, in eval mode: the global one (``client=None``, with
+        :attr:`global_eval_extra`) or ``client``'s personalised one, the model the engine scores in its
+        ``scope: "local"`` records (:func:`personal_state`). Standalone methods require a client. Every
+        evaluation subsystem loads models through here.
         """
         from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 

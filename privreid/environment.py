@@ -28,11 +28,8 @@ def cache_root() -> Path:
 
 
 def mib_from_env(name: str, default: float, *, off: bool = False) -> float | None:
-    """The number of MiB in environment variable ``name``: ``default`` when unset or blank.
-
-    With ``off=True`` the word ``off`` (any case) gives ``None``.  Anything
-    else that is not a finite number >= 0 is a ConfigError.
-    """
+    """The MiB in environment variable ``name``: ``default`` when unset or blank; ``off=True``: ``off`` gives
+    ``None``; anything else but a finite number >= 0 is a ConfigError."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return float(default)

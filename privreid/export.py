@@ -1,51 +1,26 @@
 """Exporting a trained model for use outside privreid: a plain state dict, torchreid's ResNet, or ONNX.
 
-Every format holds the model that :func:`privreid.checkpoint.load_model`
-returns (the global model, or a client's personalised one) in eval mode.  The
-model takes images resized to the run's ``height x width`` and normalised with
-the ImageNet mean / std (:data:`privreid.data.transforms.IMAGENET_MEAN`), and
-returns the retrieval feature (``ReIDModel.forward``).  Each file records the
-input size, mean and std.
+Every format holds :meth:`privreid.checkpoint.Checkpoint.load_model`'s model (global or personalised) in eval
+mode: images of the run's ``height x width``, ImageNet-normalised, in; the retrieval feature out. Each file
+records the input size, mean and std.
 
-``state-dict``
-    ``torch.save`` of a dict of plain tensors and primitives, loadable with
-    ``torch.load(path, weights_only=True)``: ``state_dict`` (privreid's keys,
-    ``backbone.*``, ``neck.*``, ``classifier.*`` ...), ``model_config`` (what
-    :func:`privreid.models.build_from_config` rebuilds the network from, so
-    ``build_from_config(model_config).load_state_dict(state_dict)`` is
-    strict), ``input`` and ``source``.  ``privreid train --weights FILE`` reads
-    it too.
+``state-dict``: ``torch.save`` of plain tensors and primitives (``torch.load(weights_only=True)``):
+``state_dict``, ``model_config`` (``build_from_config(model_config).load_state_dict(state_dict)`` is strict),
+``input``, ``source``. ``privreid train --weights`` reads it.
 
-``torchreid``
-    The same weights under the key names of torchreid's ``ResNet``
-    (``torchreid/models/resnet.py`` of deep-person-reid): the trunk's
-    ``backbone.`` prefix is dropped (``conv1``, ``bn1``, ``layer1`` ... are named
-    alike), the linear neck ``Linear -> BatchNorm1d`` becomes torchreid's
-    ``fc`` block (``fc.0``, ``fc.1``; ``fc_dims=[feat_dim]``), a linear
-    classifier keeps its name and gets torchreid's bias (zero).  The file is
-    ``{"state_dict": ..., "torchreid": {arch, last_stride, fc_dims, num_classes}, ...}``,
-    the layout torchreid's ``load_pretrained_weights`` reads; build
-    ``torchreid.models.resnet.ResNet(num_classes, loss, block, layers, last_stride=..., fc_dims=...)``
-    with those values (``fc_dims=[512], last_stride=1`` is torchreid's
-    ``resnet50_fc512``) and load it strictly.
-    Deviations, both torchreid's architecture: its ``fc`` block ends with a
-    ReLU that privreid's neck does not have, so torchreid's eval feature is
-    ``relu(f)`` for privreid's feature ``f``; torchreid has no BNNeck, so for a
-    ``bnneck`` model the file holds the trunk only (``fc_dims=None``) and
-    torchreid's feature is the pooled trunk feature before the BNNeck.  Models
-    whose layers torchreid's ResNet lacks (GroupNorm for DP, SKA's attentive
-    normalisation, FedARKS' part branch) are refused; FedReID's MLP
-    classifier and SKA's unused generalised norm copies are left out.
+``torchreid``: the weights under torchreid's ``ResNet`` key names (deep-person-reid
+``torchreid/models/resnet.py``): the trunk's ``backbone.`` prefix dropped, the linear neck as its ``fc`` block
+(``fc.0``, ``fc.1``; ``fc_dims=[feat_dim]``), a linear classifier with a zero bias; ``{"state_dict": ...,
+"torchreid": {arch, last_stride, fc_dims, num_classes}}`` as ``load_pretrained_weights`` reads
+(``fc_dims=[512], last_stride=1`` is ``resnet50_fc512``). Deviations (torchreid's architecture): its ``fc``
+ends with a ReLU, so its feature is ``relu(f)``; it has no BNNeck, so a ``bnneck`` model exports the trunk only
+(``fc_dims=None``). GroupNorm, attentive norms and FedARKS' part branch are refused; FedReID's MLP classifier
+and SKA's unused norm copies are left out.
 
-``onnx``
-    ``torch.onnx.export`` (the ``torch.export``-based exporter; for graphs it
-    cannot capture, such as the data-dependent fusion switch of FedARKS' part
-    branch, the TorchScript tracer, which fixes that switch at the exported
-    value), input ``images`` ``(batch, 3, height, width)``, output
-    ``features`` ``(batch, feat_dim)``, dynamic batch size; input size,
-    mean, std and source are in the model's ``metadata_props``.  The written
-    file is checked with onnxruntime against the torch model before
-    :func:`export_model` returns.  Needs ``privreid[export]``.
+``onnx``: ``torch.onnx.export`` (the ``torch.export`` exporter; for graphs it cannot capture, like FedARKS'
+data-dependent fusion switch, the TorchScript tracer, which fixes the switch), ``images`` ``(batch, 3, H, W)``
+-> ``features`` ``(batch, feat_dim)``, dynamic batch; size, mean, std and source in ``metadata_props``. Checked
+with onnxruntime against torch before :func:`export_model` returns. Needs ``privreid[export]``.
 """
 
 from __future__ import annotations
@@ -170,14 +145,10 @@ def _onnx_check(path: Path, model: ReIDModel, spec: dict[str, Any]) -> float:
 
 def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: int, width: int,
                  source: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write ``model`` (a :class:`ReIDModel`, put in eval mode on the CPU) to ``out`` in ``fmt``.
-
-    Returns what was written: ``path``, ``format``, ``feat_dim``, ``input``
-    and, per format, ``torchreid`` (the ResNet arguments) or ``exporter`` and
-    ``onnx_max_rel_diff`` (the onnxruntime check).  Raises ConfigError for an
-    unknown format or a model the format cannot hold,
-    MissingDependencyError without ``privreid[export]`` for ONNX.
-    """
+    """Write ``model`` (in eval mode on the CPU) to ``out`` in ``fmt``; returns ``path``, ``format``,
+    ``feat_dim``, ``input`` and ``torchreid`` (the ResNet arguments) or ``exporter`` and ``onnx_max_rel_diff``.
+    ConfigError for an unknown format or a model it cannot hold; MissingDependencyError for ONNX without
+    ``privreid[export]``."""
     check_format(fmt)
     out = Path(out)
     model = model.cpu().eval()

@@ -1,24 +1,12 @@
 """Writing output files, one way for every subsystem: atomic writers, CSV tables, figures, Markdown tables.
 
-Every output file (checkpoints, client-memory files, exports, reports, JSON,
-tables, figures, caches) goes through :func:`write_file_atomically` (or its
-shorthands :func:`write_text_atomic`, :func:`write_json_atomic`,
-:func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader
-ever sees a half-written or 0-byte file and a failed write (a full disk)
-leaves the old file as it was.  ``torch.save`` is called through
-:func:`save_torch`, which raises a failed write as its OSError (a full disk is
-then one line, :func:`privreid.rundir.os_error_message`).  A rename never replaces what is not
-a regular file:
-
-* an existing FIFO or character device at the path is written *through*
-  (opened and written, no rename), as ``cmd > fifo`` would, for outputs a
-  stream can carry (reports, JSON, tables, figures, state-dict exports);
-* outputs that must be a file (checkpoints, client-memory files, ONNX, which
-  is read back after writing, the SecAgg+ site state) refuse a FIFO or device
-  in one line (``stream=False``);
-* a directory, a block device or a socket at the path is always refused.
-
-Files get the umask's permissions, like every run file; only secrets (the
+Every output file goes through :func:`write_file_atomically` (or :func:`write_text_atomic`,
+:func:`write_json_atomic`, :func:`save_torch_atomic`): a temporary sibling, then a rename, so no reader sees a
+half-written file and a failed write leaves the old one. ``torch.save`` goes through :func:`save_torch` (a
+failed write is its OSError). A rename never replaces a non-regular file: a FIFO or character device is written
+through for stream-able outputs (reports, JSON, tables, figures, state-dict exports) and refused in one line for
+outputs that must be files (``stream=False``: checkpoints, memories, ONNX, the SecAgg+ site state); a
+directory, block device or socket is always refused. Files get the umask's permissions; only secrets (the
 SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600.
 """
 
@@ -52,14 +40,10 @@ TEMPORARY_SUFFIX = ".privreid.tmp"
 
 
 def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
-    """``write(tmp)`` on the temporary sibling ``.<name>`` + :data:`TEMPORARY_SUFFIX` of ``path``, then rename it onto ``path``
-    (one file; a synthetic data set's whole folder: :func:`privreid.data.synthetic_cache.write_atomically`).
-
-    No reader ever sees a half-written ``path``, and a ``write`` that raises
-    leaves neither a temporary file nor a changed ``path`` behind.  An
-    existing FIFO or character device at ``path`` is never replaced: it is
-    written through (``write(path)``), or refused with :class:`OutputError`
-    if ``stream=False``; any other non-regular file is refused (module docstring).
+    """``write(tmp)`` on ``.<name>`` + :data:`TEMPORARY_SUFFIX` beside ``path``, then rename it onto ``path``
+    (a whole folder: :func:`privreid.data.synthetic_cache.write_atomically`). A ``write`` that raises leaves no
+    temporary file and ``path`` unchanged; a FIFO or character device is written through (``write(path)``) or,
+    with ``stream=False``, refused (:class:`OutputError`); other non-regular files are refused.
     """
     path = Path(path)
     try:
@@ -109,14 +93,9 @@ class _WriteRecorder:
 
 
 def save_torch(obj: Any, path: Path, *, sync: bool = False) -> None:
-    """``torch.save(obj)`` to ``path`` (``sync``: then ``fsync``); a failed write raises its OSError.
-
-    ``torch.save`` reports most failed writes (a full disk) as a
-    ``RuntimeError`` ("unexpected pos ...") that names no errno, which the
-    one-line handler of OS errors would miss.  The file is written through
-    :class:`_WriteRecorder`, so exactly the RuntimeErrors that follow a
-    failed write become that write's OSError; any other RuntimeError is raised as it is.
-    """
+    """``torch.save(obj)`` to ``path`` (``sync``: then ``fsync``); a failed write raises its OSError. torch
+    reports most failed writes as an errno-less ``RuntimeError``; :class:`_WriteRecorder` turns exactly those
+    that follow a failed write into its OSError."""
     import torch
 
     with open(path, "wb") as fh:
@@ -168,11 +147,8 @@ def save_figure(fig, path: str | Path, *, title: str | None = None) -> Path:
 
 
 def savefig_atomic(fig, path: str | Path, **kwargs: Any) -> None:
-    """``fig.savefig`` in the format of ``path``'s suffix, written by :func:`write_file_atomically`.
-
-    The figure is rendered in memory first: a FIFO at ``path`` is then written through (image writers
-    open their file seekable, which a FIFO is not).
-    """
+    """``fig.savefig`` in ``path``'s suffix's format through :func:`write_file_atomically`, rendered in memory
+    first so a FIFO is written through (image writers want a seekable file)."""
     buffer = BytesIO()
     fig.savefig(buffer, format=Path(path).suffix[1:].lower() or None, **kwargs)
     write_file_atomically(Path(path), lambda tmp: tmp.write_bytes(buffer.getvalue()))

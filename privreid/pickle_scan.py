@@ -1,29 +1,13 @@
 """The one way privreid reads a torch file: scan its pickle for globals, then ``torch.load(weights_only=True)``.
 
-Every ``torch.load`` in privreid goes through :func:`safe_torch_load`.
-``torch.load(weights_only=True)`` refuses anything but tensors and
-containers, but a process environment can weaken a load
-(``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` turns off the check of every call
-that does not pass ``weights_only``), and torch's refusal does not always
-say what was refused (a plain protocol-4 pickle fails on an opcode first).
-So the pickle is read first with :mod:`pickletools`, which never executes
-it: :func:`pickle_globals` lists the ``module.name`` globals it would
-import, and a file naming one a torch file of tensors never holds
-(outside :data:`SAFE_PREFIXES`) is refused with
-:class:`UnsafePickle` before anything is unpickled, whatever the
-environment says.  The scan is fail-closed: a global whose name the scan
-cannot follow (built from the memo in a way it does not track) counts as
-unsafe.  Files in torch's legacy format (a sequence of pickles; the scan
-reads the first) still load, as ``weights_only=True`` is passed explicitly,
-which no environment variable overrides.
-
-Other projects keep numpy values in a checkpoint's metadata (torchreid's
-``Engine.save_model`` stores ``rank1`` as a numpy float32): numpy's scalar
-constructor, ``numpy.dtype`` and its concrete numeric / bool / text / time
-dtype classes (:data:`NUMPY_METADATA`) are added to torch's own allow-list
-(``torch.serialization.safe_globals``) for the load, and to the scan.  Every
-other numpy global (an array's ``_reconstruct``, an object dtype) is refused
-like any other, by name.
+Every ``torch.load`` goes through :func:`safe_torch_load`. ``weights_only=True`` can be weakened by the
+environment (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``) and its refusal does not always say what was refused, so
+the pickle is read first with :mod:`pickletools`, which never executes it: a file naming a global outside
+:data:`SAFE_PREFIXES` (:func:`pickle_globals`) is refused with :class:`UnsafePickle` before unpickling. The scan
+is fail-closed (an untracked global counts as unsafe). Legacy-format files (several pickles; the first is
+scanned) load, with ``weights_only=True`` passed explicitly. numpy's scalar constructor, ``numpy.dtype`` and its
+plain dtype classes (:data:`NUMPY_METADATA`: torchreid stores ``rank1`` as numpy float32) are allowed for the
+scan and the load; any other numpy global is refused by name.
 """
 
 from __future__ import annotations
@@ -161,12 +145,8 @@ _REFUSED = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
 
 
 def safe_torch_load(path: str | os.PathLike, **kwargs: Any) -> Any:
-    """``torch.load(path, weights_only=True, **kwargs)`` after the scan (module docstring).
-
-    Raises :class:`UnsafePickle` (a :class:`pickle.UnpicklingError`, as
-    torch's own refusal) naming the offending global; nothing in the file is
-    executed.  Other failures are torch's (a truncated or foreign file).
-    """
+    """``torch.load(path, weights_only=True, **kwargs)`` after the scan: :class:`UnsafePickle` (a
+    :class:`pickle.UnpicklingError`) naming the global, nothing executed; other failures are torch's."""
     import torch
 
     path = Path(path)

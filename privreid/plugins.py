@@ -1,24 +1,11 @@
 """Plugins: code that registers methods, dataset formats, defenses or attacks in every privreid process.
 
-A registration (``register(Method(...))``, ``register_format(...)``) lives
-only in the process that ran it.  Plugins make it reach the ``privreid``
-command line and the Flower apps, which run in processes of their own:
-
-* **installed plugins**: every entry point of the group :data:`GROUP`
-  (``[project.entry-points."privreid.plugins"]`` in a package's
-  ``pyproject.toml``).  Its value is a module (imported: its registrations
-  run) or ``module:function`` (imported, then called with no argument);
-* **named plugins**: the same two spellings given to ``privreid --plugin``
-  (repeatable) or in :data:`PLUGINS_ENV` (comma-separated), for code that is
-  not installed, looked for on ``sys.path`` and then in the current
-  directory.  The CLI exports them in :data:`PLUGINS_ENV`, so the processes
-  it starts (Flower's SuperLink, SuperNodes and their apps, the
-  ``--parallel-clients`` workers) load them too.
-
-Each plugin is loaded once per process.  A plugin that fails to import or
-to register (a taken name) is one :class:`PluginError` line naming it and
-the exception.  :func:`listed_origin` names where a registered entry came
-from, for ``privreid methods`` and ``privreid data formats``.
+A registration lives only in the process that ran it; plugins reach the command line and the Flower apps:
+installed ones (entry points of :data:`GROUP` in a package's ``pyproject.toml``), and named ones (``privreid
+--plugin``, repeatable, or :data:`PLUGINS_ENV`, comma-separated; looked for on ``sys.path``, then the current
+directory). A value is a module (imported) or ``module:function`` (then called). The CLI exports them in
+:data:`PLUGINS_ENV` for the processes it starts (SuperLink, SuperNodes, ``--parallel-clients`` workers). Each
+loads once per process; a failure is one :class:`PluginError` line. :func:`listed_origin` names an entry's origin.
 """
 
 from __future__ import annotations
@@ -58,13 +45,8 @@ def named_plugins(text: str | None = None) -> list[str]:
 
 
 def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
-    """Load every installed plugin (:data:`GROUP`), then the ``named`` ones and those in :data:`PLUGINS_ENV`.
-
-    Named plugins are looked for on ``sys.path``, then in the current
-    directory.  ``export=True`` (the command line) writes them all to
-    :data:`PLUGINS_ENV`, so the processes this one starts load them.
-    Raises :class:`PluginError`.
-    """
+    """Load every installed plugin, then the ``named`` ones and those in :data:`PLUGINS_ENV`; ``export`` (the
+    command line) writes them all to :data:`PLUGINS_ENV`. Raises :class:`PluginError`."""
     specs = list(dict.fromkeys([*named_plugins(), *(spec.strip() for spec in named)]))
     for spec in specs:
         if not _SPEC.fullmatch(spec):

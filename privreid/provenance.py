@@ -1,25 +1,13 @@
 """Provenance of a run directory: ``config.yaml``, ``env.json``, ``log.txt``, and metric mirrors.
 
-Every command that writes a run directory records, through
-:func:`open_run` (the run directory's checks and lock: :mod:`privreid.rundir`):
-
-* ``config.yaml``: the fully resolved configuration.  For ``privreid
-  train`` it is a preset (option names as keys, :func:`train_preset`) that
-  ``privreid train --config config.yaml`` reads back to the same
-  :class:`~privreid.config.RunConfig`; for the other commands it is the
-  command's parameters, keyed by option name.
-* ``env.json``: privreid's version and git commit (when run from a git
-  checkout), Python, the versions of torch (and its CUDA), torchvision,
-  Opacus, Flower, kornia and torchattacks (``null`` where not installed,
-  read with :mod:`importlib.metadata`), the platform, the device, the seed
-  and the command line (:func:`environment`).
-* ``log.txt``: the run's messages, warnings, printed results and the error
-  that ended it, one stamped line each (:func:`run_log`), appended to on ``--resume``.
-
-``privreid train --logger tensorboard|wandb`` also mirrors every metric
-record of ``metrics.jsonl`` to TensorBoard or Weights & Biases
-(:func:`metric_logger`); TensorBoard also gets the learning rate per round,
-the resolved configuration and the hyperparameters (its HParams tab).
+Every command that writes a run directory records, through :func:`open_run` (with :mod:`privreid.rundir`'s
+checks and lock): ``config.yaml``, the resolved configuration (for ``train`` a preset, :func:`train_preset`,
+that ``--config`` reads back to the same :class:`~privreid.config.RunConfig`; otherwise the command's
+parameters by option name); ``env.json`` (:func:`environment`: privreid's version and git commit, Python, the
+versions of torch, CUDA, torchvision, Opacus, Flower, kornia, torchattacks, the platform, device, seed and
+command line); ``log.txt`` (:func:`run_log`), appended to on ``--resume``. ``train --logger
+tensorboard|wandb`` mirrors ``metrics.jsonl`` there (:func:`metric_logger`; TensorBoard also gets the learning
+rate, the configuration and the hyperparameters).
 """
 
 from __future__ import annotations
@@ -110,13 +98,9 @@ def cpu_model() -> str | None:
 
 
 def float_kernels() -> dict[str, Any]:
-    """What decides a CPU run's floats beyond seed and data: the kernels torch dispatches to.
-
-    On x86-64 the same code gives different bits under ATen's vectorised kernels (``default``, ``AVX2``,
-    ``AVX512``: ``torch.backends.cpu.get_cpu_capability()``, forced with ``ATEN_CPU_CAPABILITY``), oneDNN's
-    convolutions (``ONEDNN_MAX_CPU_ISA``), MKL's BLAS (``MKL_CBWR``) and the thread count.  Recorded so that two
-    runs whose numbers differ can be told apart by their ``env.json``.
-    """
+    """What decides a CPU run's floats beyond seed and data: the kernels torch dispatches to (ATen's
+    ``get_cpu_capability()``, ``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_CBWR``, the thread count),
+    so two runs whose numbers differ can be told apart by their ``env.json``."""
     import torch
 
     return {
@@ -172,15 +156,8 @@ def train_preset(params: dict[str, Any]) -> dict[str, Any]:
 
 def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None = None, device: str | None = None,
                      seed: int | None = None, resumed: bool = False) -> None:
-    """Write ``config.yaml`` and ``env.json`` into ``out``.
-
-    Defaults: ``config`` the running command's parameters (and the options it
-    passes on, e.g. ``sweep``'s train options); ``device`` and ``seed`` its
-    ``--device`` (``auto`` resolved) and ``--seed``.  ``resumed`` (``train
-    --resume``): ``env.json`` describes this start and keeps the environments
-    of the earlier starts, oldest first, under ``previous`` (a run resumed on
-    another machine or with another torch says so).
-    """
+    """Write ``config.yaml`` and ``env.json`` into ``out``; ``config``, ``device``, ``seed`` default to the
+    running command's. ``resumed``: ``env.json`` keeps the earlier starts' environments under ``previous``."""
     import click
     import yaml
 
@@ -231,19 +208,10 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
              ) -> Iterator[Path]:
     """Check, create and (``lock``) lock ``out``, write its provenance, mirror the output to ``log.txt``.
 
-    ``config`` is what ``config.yaml`` holds (default: the parameters of the
-    running click command, :func:`command_config`); ``prepare(out)`` runs
-    under the lock before anything is written (e.g.
-    :func:`privreid.rundir.prepare_out_dir`); ``resumed`` keeps the earlier
-    environments in ``env.json`` (:func:`write_provenance`) and continues
-    ``log.txt`` after a separator line naming the resume (:func:`run_log`).
-    The steps are :mod:`privreid.rundir`'s (module docstring).
-
-    A refused command leaves ``out`` as it found it: if the block fails
-    before anything but the provenance changed in ``out`` (a bad argument,
-    a missing checkpoint), the provenance files get their old bytes back
-    (or are removed), the empty folders it made are removed, and so is
-    ``out`` itself if it was created here.
+    ``config``: ``config.yaml``'s content (default :func:`command_config`); ``prepare(out)`` runs under the lock
+    before anything is written; ``resumed``: see :func:`write_provenance` and :func:`run_log`. A refused command
+    leaves ``out`` as it found it: if the block fails before anything but the provenance changed, those files
+    get their old bytes back (or are removed), with the folders (and ``out``) created here.
     """
     out = check_output_dir(out)
     check_run_kind(out, command)
@@ -276,11 +244,8 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
 
 # --------------------------------------------------------------------------- log.txt
 class _Tee(io.TextIOBase):
-    """A text stream that writes to ``terminal`` and hands each finished line to ``log`` (``log(line)``).
-
-    Log records reach ``log.txt`` through their own handler, and progress bars draw on :attr:`terminal` itself
-    (:func:`privreid.log.terminal`), so what is mirrored here is what a command printed: its tables and results.
-    """
+    """A text stream that writes to ``terminal`` and hands each finished line to ``log``: what a command printed
+    (log records and progress bars reach ``log.txt`` and the terminal on their own)."""
 
     def __init__(self, terminal, log):
         self.terminal, self.log, self.pending = terminal, log, ""
@@ -320,13 +285,9 @@ class _Tee(io.TextIOBase):
 
 @contextmanager
 def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
-    """Write ``out/log.txt`` while the block runs: every record of the ``privreid`` loggers (:mod:`privreid.log`),
-    every Python warning, what the command prints, and the one line of the error that ends it.
-
-    Each line carries its time and level (``2026-11-27 01:02:03 INFO ...``), printed lines as ``INFO`` (stdout)
-    or ``WARNING`` (stderr).  The log is appended to; ``resumed`` first writes a line naming the resume and its
-    command (``--- resumed: privreid train --out runs/x --resume ---``), so the log reads as one run.
-    """
+    """Write ``out/log.txt`` while the block runs: the ``privreid`` loggers' records, Python warnings, printed
+    lines (``INFO`` stdout, ``WARNING`` stderr), and the line of the error that ends it, each with time and level.
+    Appended to; ``resumed`` first writes ``--- resumed: <command> ---``."""
     import logging
     import shlex
 
@@ -381,12 +342,8 @@ LOGGERS = ("none", "tensorboard", "wandb")
 
 
 def record_scalars(rec: dict[str, Any]) -> tuple[int, dict[str, float]]:
-    """A metric record as ``(round, {tag: value})``: the tag is its text fields joined by ``/``, then the key.
-
-    ``{"round": 2, "scope": "global", "split": "seen", "testset": "synthA",
-    "rank1": 0.5}`` -> ``(2, {"global/seen/synthA/rank1": 0.5})``.
-    Non-finite values are skipped.
-    """
+    """A metric record as ``(round, {tag: value})``, the tag its text fields and the key joined by ``/``
+    (``global/seen/synthA/rank1``); non-finite values skipped."""
     prefix = "/".join(str(v) for k, v in rec.items() if k != "round" and isinstance(v, str))
     scalars = {f"{prefix}/{k}" if prefix else k: float(v) for k, v in rec.items()
                if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,24 +1,11 @@
 """One small generic registry: every extension point of privreid is a :class:`Registry`.
 
-Methods, defenses, dataset formats, model transforms, inversion attacks,
-threat models and retrieval attacks are each one ``Registry`` of named
-entries, so they all behave alike:
-
-* :meth:`Registry.register` adds an entry under its name; a taken name is a
-  one-line :class:`~privreid.errors.ConfigError` (``replace=True`` overrides);
-* :meth:`Registry.get` (and ``registry[name]``) returns it; an unknown name is
-  a one-line ``ConfigError`` naming the known ones;
-* :meth:`Registry.unregister` removes it; an unknown name is the same error;
-* :meth:`Registry.names` / :meth:`Registry.items` list them in registration
-  order (built-ins first);
-* :meth:`Registry.origin` says where an entry came from: ``"built-in"`` for
-  privreid's own, else the top-level package of the module that registered it
-  (a plugin's distribution, a test module), for listings.
-
-A new registry is one line, e.g.
-``MALICIOUS_CLIENTS = Registry("adversary", builtins=("privreid.malicious_clients.scaled",))``.
-Built-ins are loaded lazily, on first use, so a registry's module stays
-light and its built-in modules may import it.
+:meth:`Registry.register` adds an entry (a taken name: one-line ConfigError; ``replace=True`` overrides);
+:meth:`Registry.get` / ``registry[name]`` and :meth:`Registry.unregister` refuse an unknown name naming the
+known ones; :meth:`Registry.names` / :meth:`Registry.items` list entries in registration order (built-ins
+first); :meth:`Registry.origin` is ``"built-in"`` or the registering module's top-level package. A new registry
+is one line, e.g. ``MALICIOUS_CLIENTS = Registry("adversary", builtins=("privreid.malicious_clients.scaled",))``;
+built-ins load on first use, so a registry's module stays light.
 """
 
 from __future__ import annotations
@@ -42,16 +29,9 @@ def _name_attribute(entry: object) -> str:
 
 
 class Registry(Generic[T]):
-    """Named entries of one kind (see the module docstring).
-
-    Args:
-        kind: what an entry is, for messages (``"method"``, ``"dataset format"``).
-        builtins: the built-in entries, loaded on first use: module names whose
-            import registers them, or a function returning them.
-        key: an entry's name (default: its ``name`` attribute).
-        check: raises :class:`ConfigError` for an entry this registry cannot take
-            (run first, then the name must be new and non-empty).
-    """
+    """Named entries of one kind: ``kind`` for messages; ``builtins``: modules whose import registers them, or a
+    function returning them (loaded on first use); ``key``: an entry's name (default ``.name``); ``check``:
+    raises ConfigError for an entry this registry cannot take."""
 
     def __init__(self, kind: str, *, builtins: Sequence[str] | Callable[[], Iterable[T]] = (),
                  key: Callable[[T], str] = _name_attribute, check: Callable[[T], None] | None = None):
@@ -70,11 +50,8 @@ class Registry(Generic[T]):
     # ------------------------------------------------------------------ changing it
 
     def register(self, entry: T, *, replace: bool = False, origin: str | None = None) -> T:
-        """Add ``entry`` under its name and return it (so it works as a class decorator).
-
-        ``origin``: where it comes from (default: :data:`BUILT_IN` while the
-        built-ins load, else the top-level package of the calling module).
-        """
+        """Add ``entry`` under its name and return it (a class decorator too); ``origin`` defaults to
+        :data:`BUILT_IN` while built-ins load, else the calling module's top-level package."""
         self._load()
         if self._check is not None:
             self._check(entry)

@@ -1,32 +1,17 @@
 """Output paths and run directories: checked before any work, locked while a run writes, never left empty.
 
-Every command that writes a run directory (``train``, ``attack``, ``invert``,
-``audit``, ``compare --suite``, ``sweep``, ``reproduce``) enters
-:func:`privreid.provenance.open_run`, which
+Every command that writes a run directory enters :func:`privreid.provenance.open_run`, which
 
-1. checks that the directory can be written (not a file, no file on the
-   way, a writable parent; :func:`check_output_dir`) before anything is
-   computed;
-2. with ``lock=True`` takes an exclusive lock file (:data:`LOCK_FILE`,
-   ``fcntl.flock``, holding the owner's pid): a second process on the same
-   directory is refused with one line.  The kernel drops the lock when its
-   process dies, so the lock file of a killed run (a dead pid) is simply
-   taken over;
-3. removes the temporary files (``.ckpt.pt.privreid.tmp`` ...) that a run
-   killed during an atomic write left behind (only while holding the lock),
-   and no other file;
-4. writes the run's provenance (:mod:`privreid.provenance`: ``config.yaml``,
-   ``env.json``) and mirrors what is printed to ``log.txt``;
-5. on a failure before any work was written (a refusal), puts the
-   directory back as it was: the provenance files' old bytes, and no
-   directory at all if it created it (:class:`RunFiles`).
+1. checks the directory can be written (:func:`check_output_dir`) before anything is computed;
+2. with ``lock=True`` takes an exclusive ``fcntl.flock`` on :data:`LOCK_FILE` (a second process is refused in
+   one line; the kernel drops the lock of a dead process, whose file is taken over);
+3. removes the temporary files a killed atomic write left (``.ckpt.pt.privreid.tmp`` ...), under the lock, and
+   no other file;
+4. writes the provenance (:mod:`privreid.provenance`) and mirrors output to ``log.txt``;
+5. on a refusal, puts the directory back as it was (:class:`RunFiles`).
 
-This module holds the steps and the run's own files (:data:`RUN_FILES`,
-:data:`PROVENANCE_FILES`, the client-memory files and
-:func:`prepare_out_dir`); :mod:`privreid.provenance` composes them.
-
-Files that are not directories (``eval --json``, ``compare --markdown``) are
-checked with :func:`check_output_file`.  Every file is written atomically (:mod:`privreid.io`).
+This module holds those steps and the run's own files (:data:`RUN_FILES`, :data:`PROVENANCE_FILES`, the
+client-memory files, :func:`prepare_out_dir`). Output files are checked with :func:`check_output_file`.
 """
 
 from __future__ import annotations
@@ -67,12 +52,8 @@ def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
 
 
 def check_output_file(path: str | os.PathLike | None, option: str, *, create_parents: bool = False) -> None:
-    """Refuse an output *file* path that is a directory, one of a run's own files (:func:`check_not_a_run_file`),
-    or whose parent directory is missing or not writable.
-
-    ``create_parents=True`` is for writers that create the missing parent directories themselves: the nearest
-    existing ancestor must then be a writable directory.
-    """
+    """Refuse an output *file* path that is a directory, a run's own file (:func:`check_not_a_run_file`), or
+    whose parent is missing or not writable (``create_parents``: the nearest existing ancestor must be writable)."""
     if path is None:
         return
     path = Path(path)
@@ -100,12 +81,8 @@ def os_error_message(exc: OSError, where: str | os.PathLike | None = None) -> st
 class RunLock:
     """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid.
 
-    The holder deletes the lock file on release, before it unlocks.  A
-    process that opened the file just before may then lock the deleted file
-    while another creates and locks a new one; so :meth:`acquire` holds the
-    lock only once the file it locked is still the one at the path (same
-    inode), and otherwise tries again.  Since only a holder deletes the file,
-    at most one process holds the lock on the file the path names.
+    The holder deletes the file before unlocking, so :meth:`acquire` holds the lock only once the file it locked
+    is still the one at the path (same inode), else retries: at most one process holds the path's lock.
     """
 
     def __init__(self, directory: Path):
@@ -170,14 +147,8 @@ MEMORY_DIR = "client_memory"
 
 
 def memory_file_name(client: str, round_no: int) -> str:
-    """The file of ``client``'s memory changed in round ``round_no``: ``<client>.r<round>.pt``.
-
-    The name is percent-encoded (:func:`urllib.parse.quote` with nothing
-    kept but ``A-Za-z0-9_.-~``), which is injective: "site a", "site_a" and
-    "site/a" get ``site%20a``, ``site_a`` and ``site%2Fa``, and non-ASCII
-    names their UTF-8 bytes, so no two clients share a file and a name
-    never leaves the folder.
-    """
+    """``<client>.r<round>.pt``: ``client``'s memory changed in ``round_no``. The name is percent-encoded
+    (:func:`urllib.parse.quote`, keeping only ``A-Za-z0-9_.-~``), which is injective and never leaves the folder."""
     from urllib.parse import quote
 
     return f"{quote(client, safe='')}.r{round_no}.pt"
@@ -233,12 +204,9 @@ def memory_file_path(directory: Path, file: object) -> Path:
 def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     """Refuse to clobber an existing run unless asked to overwrite or resume; the two refusals agree.
 
-    A run killed before its first checkpoint leaves ``metrics.jsonl`` but no
-    ``ckpt.pt``: ``train --resume`` starts it from round 0
-    (:func:`privreid.federated.resume.resume_checkpoint`), and this refusal
-    says so.  ``overwrite`` deletes only what a run writes: :data:`RUN_FILES`
-    and the client-memory files (:func:`own_memory_files`), and refuses,
-    naming it, anything else in ``client_memory/``.
+    A run killed before its first checkpoint (``metrics.jsonl``, no ``ckpt.pt``) resumes from round 0, and the
+    refusal says so. ``overwrite`` deletes only :data:`RUN_FILES` and the client-memory files
+    (:func:`own_memory_files`), refusing anything else in ``client_memory/``.
     """
     existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
     has_ckpt = (out_dir / "ckpt.pt").exists()

@@ -362,3 +362,19 @@ def test_corrupt_command_rejects_missing_and_unreadable_images(tmp_path):
         result = CliRunner().invoke(app, ["corrupt", "--image", str(image), "--out", str(tmp_path / "g.png")])
         assert result.exit_code == 2 and message in result.output
         assert not (tmp_path / "g.png").exists()
+
+
+def test_preview_corruptions_from_python_checks_before_reading(tmp_path, person_png):
+    from privreid.api import preview_corruptions
+    from privreid.errors import ConfigError
+
+    out = tmp_path / "g.png"
+    assert preview_corruptions(person_png, out, names="fog,rain", severities=[2], size=(32, 16)) == ["fog", "rain"]
+    with Image.open(out) as grid:
+        assert grid.format == "PNG"
+    for kwargs, message in ((dict(severities=[6]), "severity must be an integer from 1 to 5, got 6"),
+                            (dict(size=(1, 64)), "size must be at least 2x2, got '1x64'"),
+                            (dict(seed=-1), "seed must be non-negative")):
+        with pytest.raises(ConfigError, match=message):
+            preview_corruptions(tmp_path / "missing.png", tmp_path / "h.png", **kwargs)  # refused before the read
+    assert not (tmp_path / "h.png").exists()

@@ -351,3 +351,17 @@ def test_verify_images(tmp_path):
     garbage.write_bytes(b"\xff\xd8 definitely not a JPEG")
     with pytest.raises(DataError, match="corrupt image .*0002_c5s1_000126_00.jpg"):
         verify_images(ds)
+
+
+def test_api_dataset_info_and_formats(tmp_path):
+    from privreid.api import dataset_formats, dataset_info
+    from privreid.data.formats import available_formats
+
+    root = tmp_path / "Market-1501"
+    make_market(root)
+    [info] = dataset_info([str(root)])
+    assert info["name"] == "Market-1501" and info["format"] == "market1501"
+    assert dataset_stats(info["dataset"]) == dataset_stats(load_dataset(root, "market1501"))
+    listed = dataset_formats()
+    assert [f["spellings"] for f in listed] == [f.spellings for f in available_formats().values()]
+    assert all(f["origin"] == "built-in" for f in listed)

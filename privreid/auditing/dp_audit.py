@@ -1,38 +1,20 @@
 """Empirical DP audit in one training run (Steinke, Nasr & Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023).
 
-``m`` canaries are drawn; each is included in training independently with
-probability 1/2 (the paper's Algorithm 1).  After training, the auditor scores
-every canary, guesses "included" for the ``k`` highest scores and "excluded"
-for the ``k`` lowest (abstaining on the rest), and counts its correct
-guesses ``v`` out of ``r = 2k``.  Under (epsilon, delta)-DP,
-``P[v correct] <= P[Binomial(r, e^eps / (1 + e^eps)) >= v] + 2 m delta alpha``
-(the paper's Theorem 5.2; ``alpha`` as computed in its Appendix, see
-:func:`p_value`), so the largest epsilon whose p-value stays below
-``1 - confidence`` is a lower bound on the epsilon of the mechanism that
-actually ran (:func:`epsilon_lower_bound`).  privreid tries a small fixed
-grid of guess counts (:data:`GUESS_FRACTIONS`) and pays for it with a
-Bonferroni correction (each bound at confidence ``1 - (1 - c) / len(grid)``),
-so the reported maximum holds at the stated confidence.
+``m`` canaries, each included with probability 1/2 (Algorithm 1). The auditor scores them, guesses "included"
+for the ``k`` highest and "excluded" for the ``k`` lowest, and counts its correct guesses ``v`` of ``r = 2k``.
+Under (epsilon, delta)-DP, ``P[v correct] <= P[Binomial(r, e^eps / (1 + e^eps)) >= v] + 2 m delta alpha``
+(Theorem 5.2; ``alpha`` per its Appendix, :func:`p_value`), so the largest epsilon whose p-value stays below
+``1 - confidence`` lower-bounds the epsilon that ran (:func:`epsilon_lower_bound`). A small grid of guess counts
+(:data:`GUESS_FRACTIONS`) is paid for with a Bonferroni correction. A bound above the accounted epsilon means a
+bug: **FAILED**. Below it, "PASSED" shows only that nothing was caught: one run with ``m`` canaries certifies
+at most about ``log(m)``-sized epsilons.
 
-A lower bound above the accounted epsilon is impossible for a correct
-implementation: the audit is then reported as **FAILED** (a bug in the DP
-implementation or accounting).  A bound below it is "PASSED", which shows
-only that the implementation was not caught, not that it is tight: one run
-with ``m`` canaries cannot certify more than about
-``log(m)``-sized epsilons.
-
-Two mechanisms:
-
-* **record level (DP-SGD)**: the canaries are images from a domain no client
-  trains on (the unseen test domain, else the seen test galleries) with
-  random labels of the audited client's identities, added to that client's
-  training data; the score is the audited client's model's log-likelihood of
-  the canary's random label (its local classifier is DP-SGD-trained too).
-* **client level (client DP)**: the canaries are clients whose update is a
-  fixed random direction ``u_i`` of the trainable shared parameters with
-  norm ``canary_norm`` (far beyond the clipping bound: a correct
-  implementation clips it to ``S``); the score is ``<theta_T - theta_0, u_i>``
-  on the released global model (Andrew et al.'s random-direction canaries).
+* **record level (DP-SGD)**: canaries are images of a domain no client trains on (the unseen test domain, else
+  the seen galleries) with random labels of the audited client's identities, added to its data; score: that
+  client's model's log-likelihood of the random label.
+* **client level (client DP)**: canaries are clients whose update is a fixed random direction ``u_i`` of norm
+  ``canary_norm`` (far beyond the bound ``S``, which a correct implementation clips to); score:
+  ``<theta_T - theta_0, u_i>`` on the released global model (Andrew et al.'s random-direction canaries).
 """
 
 from __future__ import annotations
@@ -41,7 +23,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -1,11 +1,8 @@
 """Membership inference on members and non-members the caller names: any model, no privreid run behind it.
 
-``privreid.audit(model, members, nonmembers)`` and ``privreid audit`` on a
-model file from elsewhere score the candidates with the feature or loss
-attack (:mod:`privreid.auditing.membership_attacks`) exactly as :func:`privreid.auditing.run_audit`
-scores a privreid run's; only where the candidates come from differs.  LiRA is
-left out: its shadow models must be trained like the target, which only a
-privreid run's recorded configuration allows.
+``privreid.audit(model, members, nonmembers)`` and ``privreid audit`` on a foreign model file score the
+candidates with the feature or loss attack exactly as :func:`privreid.auditing.run_audit` does. No LiRA: its
+shadow models need a privreid run's recorded configuration.
 """
 
 from __future__ import annotations

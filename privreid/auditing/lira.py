@@ -1,19 +1,10 @@
 """The likelihood-ratio test of LiRA (Carlini et al., S&P 2022, Sec. IV, Algorithm 1).
 
-For every candidate, the statistic ``phi`` (:mod:`privreid.auditing.statistics`)
-of the K shadow models that trained on it (IN) and of those that did not
-(OUT) are modelled as Gaussians:
-
-* **online**: ``Lambda = log N(phi_target; mu_in, sigma_in^2) - log N(phi_target; mu_out, sigma_out^2)``
-  (Algorithm 1, line 14, in log form);
-* **offline**: only OUT models: the one-sided test
-  ``Lambda = Pr[Z < phi_target], Z ~ N(mu_out, sigma_out^2)`` (Sec. IV-C, "offline").
-
-With few shadow models the per-example variance is unreliable; like the
-paper (Sec. VI-A, "we use a global variance ... for small numbers of
-shadow models"), privreid estimates one variance per side across all
-candidates when ``fix_variance`` is on (the default below 64 shadows) and a
-per-candidate mean always.
+Per candidate, the statistic ``phi`` (:mod:`privreid.auditing.statistics`) of the K shadow models that trained
+on it (IN) and of those that did not (OUT) are modelled as Gaussians. **online**: ``Lambda = log N(phi_target;
+mu_in, sigma_in^2) - log N(phi_target; mu_out, sigma_out^2)`` (Algorithm 1, line 14, log form); **offline**:
+``Lambda = Pr[Z < phi_target], Z ~ N(mu_out, sigma_out^2)`` (Sec. IV-C). As the paper (Sec. VI-A), one global
+variance per side with few shadows (``fix_variance``, default below 64), a per-candidate mean always.
 """
 
 from __future__ import annotations

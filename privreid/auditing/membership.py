@@ -1,26 +1,17 @@
 """Who is a member: the candidate sets of the two audit levels.
 
-``image`` level: was this exact image in the training data?
-    Members are training images of the audited scope (one client with
-    ``--client``, else every client).  Non-members are images of the *same
-    identities and cameras* that were never trained on: the images kept out
-    with ``privreid train --audit-holdout F`` (recorded in the checkpoint), or,
-    for the synthetic federation, extra renders of the training identities
-    (:func:`privreid.data.synthetic.generate_synthetic_extra`).
+``image``: was this exact image trained on? Members: training images of the audited scope (``--client``, else
+every client). Non-members: never-trained images of the *same identities and cameras* (``privreid train
+--audit-holdout F``, recorded in the checkpoint, or the synthetic federation's extra renders,
+:func:`privreid.data.synthetic.generate_synthetic_extra`).
 
-``identity`` level: was this person in the training data?
-    The adversary holds *other* images of the person, never the training
-    images.  Members are training identities, probed by ``k`` of their
-    non-training images (the same held-out images or extra renders);
-    non-members are held-out identities of the same domains (the domains' test
-    identities), probed by ``k`` of their test images.  Every identity gets
-    the same ``k`` probes, so a model that never saw either set cannot tell
-    them apart by count.
+``identity``: was this person trained on? The adversary holds other images of the person. Members: training
+identities probed by ``k`` non-training images; non-members: the domains' test identities probed by ``k`` test
+images; the same ``k`` for all, so counts tell nothing.
 
-Each candidate also says which images it adds to which client's training
-when a shadow model includes it (:mod:`privreid.auditing.shadows`): an image
-candidate adds itself; an identity candidate adds its training images
-(members) or its test images that are not probes (non-members).
+Each candidate also says what it adds to which client when a shadow model includes it
+(:mod:`privreid.auditing.shadows`): an image itself; an identity its training images (members) or its
+non-probe test images (non-members).
 """
 
 from __future__ import annotations
@@ -143,14 +134,9 @@ def build_membership(level: str, holdout: dict[str, list] | None, config: RunCon
                      client: str | None = None, trained: list[ClientData] | None = None, probes_per_identity: int = 4,
                      max_per_class: int | None = None, extra_per_cam: int | None = None, seed: int = 0
                      ) -> MembershipSet:
-    """The candidates of ``level`` for the audited scope (``client`` or every client); see the module docstring.
-
-    ``trained`` are the clients as the method trained them (after its
-    ``prepare_clients``: centralised training pools every partition client
-    into ``central``); ``client`` names one of them, and its classifier labels
-    are those of that client.  Identities are always those of the partition.
-    ``holdout``: the checkpoint's ``audit_holdout`` (:func:`other_images`).
-    """
+    """The candidates of ``level`` for ``client`` (or every client). ``trained``: the clients as the method
+    trained them (centralised training pools them into ``central``), whose classifier labels ``client``'s
+    candidates carry; identities are the partition's; ``holdout``: the checkpoint's (:func:`other_images`)."""
     if level not in LEVELS:
         raise ConfigError(f"unknown audit level {level!r}; choose from {', '.join(LEVELS)}")
     trained = trained or federation.clients

@@ -1,23 +1,13 @@
-"""Membership-inference attacks: one class each, in a registry (``privreid audit --method``).
+"""Membership-inference attacks: one class each, in a registry (``privreid audit --method``), each turning one
+model's outputs on the probes (:class:`~privreid.auditing.statistics.ProbeOutputs`) into a score per candidate
+(higher: "member").
 
-An attack turns one model's outputs on the probe images
-(:class:`~privreid.auditing.statistics.ProbeOutputs`) into one score per
-candidate, higher meaning "member".
-
-``loss``
-    The identity loss: the audited client's classifier head where the model
-    has one and it covers every candidate (a personalised model,
-    ``--client``), else the feature-space prototype loss
-    (:func:`~privreid.auditing.statistics.prototype_statistics`).
-``feature``
-    Classifier-free statistics of the features: the prototype margin at the
-    image level; intra-identity compactness minus the nearest-neighbour
-    similarity to the rest of the gallery at the identity level.  They apply
-    to the global model a deployment publishes.
-``lira-online`` / ``lira-offline``
-    LiRA (:mod:`privreid.auditing.lira`) on the logit-scaled prototype
-    confidence, with shadow models trained by privreid
-    (:mod:`privreid.auditing.shadows`).  ``lira`` selects both.
+``loss``: the identity loss with the audited client's head when it covers every candidate (``--client``), else
+the feature-space prototype loss (:func:`~privreid.auditing.statistics.prototype_statistics`). ``feature``:
+classifier-free statistics (prototype margin per image; compactness minus nearest-neighbour similarity per
+identity), for a published global model. ``lira-online`` / ``lira-offline`` (``lira``: both): LiRA
+(:mod:`privreid.auditing.lira`) on the logit-scaled prototype confidence, shadows by
+:mod:`privreid.auditing.shadows`.
 """
 
 from __future__ import annotations

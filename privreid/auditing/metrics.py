@@ -1,17 +1,10 @@
 """Membership-inference metrics: ROC, AUC, TPR at a fixed low FPR, balanced accuracy, confidence intervals.
 
-Carlini et al. ("Membership Inference Attacks From First Principles", S&P 2022,
-Sec. III-B) argue that an attack must be judged by its true-positive rate at a
-*low* false-positive rate (0.1 %, 1 %) on log-log ROC curves, not by accuracy
-or AUC alone; :func:`summarise` reports all of them.
-
-scikit-learn is not installed here, so the ROC curve is computed with numpy
-(same convention as ``sklearn.metrics.roc_curve``: one point per distinct
-score, higher score = "member"; ``tpr_at_fpr`` is the largest TPR whose FPR
-does not exceed the target, as in Carlini et al.'s reference plots).
-Confidence intervals: a stratified bootstrap (members and non-members
-resampled separately) for AUC and TPR@FPR, and exact Clopper-Pearson
-intervals (:func:`binomial_interval`, scipy) for proportions.
+Carlini et al. (S&P 2022, Sec. III-B): judge an attack by its TPR at *low* FPR (0.1 %, 1 %) on log-log ROC
+curves, not accuracy or AUC alone; :func:`summarise` reports all. The ROC is numpy's (scikit-learn is not
+installed), with ``sklearn.metrics.roc_curve``'s convention; ``tpr_at_fpr`` is the largest TPR whose FPR does
+not exceed the target. Intervals: stratified bootstrap for AUC and TPR@FPR, Clopper-Pearson
+(:func:`binomial_interval`, scipy) for proportions.
 """
 
 from __future__ import annotations
@@ -30,11 +23,8 @@ def fpr_label(fpr: float) -> str:
 
 
 def roc_curve(labels: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(fpr, tpr, thresholds)``: one point per distinct score (predict member when score >= threshold).
-
-    Starts at ``(0, 0)`` (threshold +inf).  ``labels`` are 1 for members, 0 for
-    non-members; both classes must be present.
-    """
+    """``(fpr, tpr, thresholds)`` from ``(0, 0)`` (threshold +inf), one point per distinct score (member when
+    score >= threshold); ``labels`` 1 for members, 0 otherwise, both present."""
     labels = np.asarray(labels).astype(bool)
     scores = np.asarray(scores, dtype=np.float64)
     if labels.shape != scores.shape or labels.ndim != 1:
@@ -99,12 +89,8 @@ def bootstrap_intervals(labels: np.ndarray, scores: np.ndarray, fprs: tuple[floa
 
 def summarise(labels: np.ndarray, scores: np.ndarray, *, fprs: tuple[float, ...] = FPR_TARGETS,
               bootstrap: int = 200, confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
-    """The numbers of one audit record (JSON-ready): AUC, TPR@FPR, balanced accuracy, counts, intervals.
-
-    ``tpr_at_fpr_achievable`` says whether the non-member count can resolve each
-    FPR at all (at least one false positive allowed: ``n_nonmembers * fpr >= 1``);
-    where it cannot, TPR@FPR is the TPR at zero false positives.
-    """
+    """One audit record's numbers (JSON-ready): AUC, TPR@FPR, balanced accuracy, counts, intervals.
+    ``tpr_at_fpr_achievable``: whether ``n_nonmembers * fpr >= 1``; if not, TPR@FPR is the TPR at zero FP."""
     labels = np.asarray(labels).astype(bool)
     fpr, tpr, _ = roc_curve(labels, scores)
     n_pos, n_neg = int(labels.sum()), int((~labels).sum())

@@ -17,12 +17,8 @@ def record_label(rec: dict[str, Any]) -> str:
 
 
 def plot_roc(curves: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> Path:
-    """ROC curves on log-log axes with the chance diagonal (Carlini et al., S&P 2022, Fig. 1 style).
-
-    Readable at a glance with many curves: each has its own colour and line style (10 colours x 4 styles before
-    one repeats), its AUC in the legend (best first), which sits beside the axes, not over the curves; the FPR
-    targets (0.1 %, 1 %) are labelled lines.
-    """
+    """ROC curves on log-log axes with the chance diagonal (Carlini et al., S&P 2022, Fig. 1 style): 10 colours x
+    4 line styles, AUC in the legend (best first, beside the axes), the FPR targets as labelled lines."""
     import matplotlib
 
     matplotlib.use("Agg")

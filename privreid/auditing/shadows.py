@@ -1,20 +1,11 @@
 """LiRA's shadow models, trained by privreid itself with the audited run's configuration.
 
-Shadow ``i`` trains on the audited run's data with the candidate universe
-(members and non-members of :mod:`privreid.auditing.membership`) re-drawn:
-each candidate is IN for exactly half of the K shadows
-(:func:`~privreid.auditing.lira.balanced_masks`, Carlini et al.'s split).  An
-OUT member's images are removed from its client; an IN non-member's images
-are added to its home client (same domain; the client that held the image
-for held-out images and extra renders).  Everything else (method, rounds,
-defenses, partition) is the audited run's configuration; only the seed
-differs per shadow (``seed + 1000 + i``), so that shadows sample the
-training randomness as well.
-
-Cached and resumable: ``DIR/shadows/<level>-<scope>-K<K>-<hash>/`` holds
-``masks.npy`` and one run directory per shadow; a finished shadow
-(``summary.json``) is reused, a partial one (``ckpt.pt``) is resumed.  The
-hash covers the configuration, the candidates and the seed.
+Each candidate of :mod:`privreid.auditing.membership` is IN for exactly half of the K shadows
+(:func:`~privreid.auditing.lira.balanced_masks`, Carlini et al.'s split): an OUT member's images leave its
+client, an IN non-member's join its home client. Only the seed differs (``seed + 1000 + i``), so shadows
+sample the training randomness too. Cached under ``DIR/shadows/<level>-<scope>-K<K>-<hash>/`` (``masks.npy``,
+one run per shadow; the hash covers configuration, candidates, seed): finished shadows are reused, partial
+ones resumed.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from privreid.config import RunConfig
-from privreid.data.types import ClientData, Federation, relabel
+from privreid.data.types import Federation, relabel
 from privreid.auditing.lira import balanced_masks
 from privreid.auditing.membership import MembershipSet, _identity
 from privreid.composition import build_run

@@ -1,26 +1,15 @@
-"""Per-model membership statistics of the candidates, from the model's features (and classifier, if any).
+"""Per-model membership statistics of the candidates, from one model's features (and classifier) on the probes.
 
-Everything here is a function of one model's outputs on the probe images.
-
-* **prototype loss**: a person's probes are classified against the
-  identity prototypes (L2-normalised mean probe features of every candidate
-  identity; the probe's own identity is averaged *without* the probe,
-  leave-one-out), cosine logits scaled by :data:`TEMPERATURE`.  The
-  cross-entropy of the own identity is the feature-space stand-in for the
-  identity loss where no classifier is available (the global model of a
-  federation has none: classifiers stay on the clients).
-* **logit-scaled confidence** ``phi = log(p / (1 - p))`` of the own
-  prototype, Carlini et al.'s LiRA statistic (S&P 2022, Sec. IV-C, Eq. 4),
-  computed on the prototype classifier instead of the softmax of a
-  classifier head, so that it exists for every model.
-* **margin**: cosine to the own (leave-one-out) prototype minus the largest
-  cosine to another identity's prototype.
-* **compactness / nearest neighbour** (identity level): the mean pairwise
-  cosine of a person's probes, and the mean over the probes of the largest
-  cosine to a probe of any other candidate (the rest of the gallery).
-* **classifier loss**: ``-CE(logits, label)`` with the audited client's own
-  head (image level), or the best class's mean log-probability (identity
-  level: a non-member has no class).
+* **prototype loss**: probes classified against the identity prototypes (L2-normalised mean probe features;
+  the own identity leave-one-out), cosine logits scaled by :data:`TEMPERATURE`; the cross-entropy of the own
+  identity stands in for the identity loss where there is no classifier (a federation's global model).
+* **logit-scaled confidence** ``phi = log(p / (1 - p))`` of the own prototype: LiRA's statistic (Carlini et
+  al., S&P 2022, Sec. IV-C, Eq. 4) on the prototype classifier, so every model has it.
+* **margin**: cosine to the own prototype minus the largest to another's.
+* **compactness / nearest neighbour** (identity level): a person's mean pairwise probe cosine, and the mean of
+  each probe's largest cosine to another candidate's probe.
+* **classifier loss**: ``-CE(logits, label)`` with the audited client's head (image level), or the best
+  class's mean log-probability (identity level).
 """
 
 from __future__ import annotations

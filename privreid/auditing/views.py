@@ -1,37 +1,17 @@
 """Adversaries (``privreid audit --view``): which models the attacker holds.
 
-``public``
-    The released model: the final global model, or the personalised model of
-    ``--client`` (global shared state plus that client's local layers and
-    classifier), via :meth:`privreid.checkpoint.Checkpoint.load_model`.
-``server``
-    The honest-but-curious server of a federation: the uploads of the audited
-    client, one round (``--round R``) or all rounds it took part in.
-``server-aggregate``
-    The same server under secure aggregation (``--secure-aggregation``,
-    :mod:`privreid.defenses.secure_aggregation.mechanism`): in each round the audited
-    client took part in, only the sum of the ``m`` selected clients' uploads.
-    The attacked model holds the weighted mean ``sum_k w_k theta_k / sum_k w_k``
-    of the shared floating keys (``w_k``: the weight the method's mean gives the
-    upload, as the secure sum pre-scales it; integer buffers keep the released
-    values, as under secure aggregation), i.e. what the server computes from
-    the sum.  Quantisation is not simulated (its error, about ``2c/Q`` per value,
-    is far below the uploads' differences) and the uploads are those the
-    server's strategy receives: client-DP noise shares are not added, so the
-    view is an upper bound on what a distributed-DP run leaks.  Methods whose
-    server is not a weighted mean (they cannot run under secure aggregation)
-    are refused.
+``public``: the released model, global or ``--client``'s personalised one
+(:meth:`privreid.checkpoint.Checkpoint.load_model`). ``server``: the honest-but-curious server: the audited
+client's uploads, one round (``--round R``) or all. ``server-aggregate``: that server under secure aggregation
+(:mod:`privreid.defenses.secure_aggregation.mechanism`): per round only the sum of the ``m`` uploads, attacked
+as the weighted mean ``sum_k w_k theta_k / sum_k w_k`` of the shared floating keys (the method's weights;
+integer buffers as released). Quantisation is not simulated (about ``2c/Q``) and client-DP shares are not
+added: an upper bound for a distributed-DP run. Methods whose server is not a weighted mean are refused.
 
-How the server view gets the uploads: the checkpoint holds only the final
-state, so privreid **re-derives them deterministically**.  Training is seeded
-from ``(seed, round, client)`` (:mod:`privreid.seeding`), so replaying the
-run from its configuration (:class:`UploadRecorder`, the engine with a
-recording ``receive``) reproduces every upload; the replay is
-**verified** against the checkpoint (its final global state must equal the
-checkpoint's, tensor for tensor) and the record says so
-(``replay_verified``).  Cost: one training run per audited checkpoint,
-cached under ``DIR/cache/uploads/``.  Nothing extra is stored at training
-time, so any existing checkpoint can be audited.
+The checkpoint holds only the final state, so uploads are **re-derived**: training is seeded from ``(seed,
+round, client)``, so replaying the run (:class:`UploadRecorder`) reproduces every upload, and the replay is
+**verified** (its final global state must equal the checkpoint's; ``replay_verified``). Cost: one training run
+per checkpoint, cached under ``DIR/cache/uploads/``; any checkpoint can be audited.
 """
 
 from __future__ import annotations

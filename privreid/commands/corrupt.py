@@ -11,16 +11,26 @@ from privreid.errors import ConfigError
 from privreid.commands.common import csv_list, csv_names, run_or_exit
 
 
-def parse_severities(value: Optional[str]) -> list[int]:
-    """``"1,3,5"`` -> ``[1, 3, 5]`` (each 1-5); ``None`` -> all five."""
-    from privreid.corruptions import SEVERITIES
-
-    out = []
-    for item in csv_names(value, "--severities") or [str(s) for s in SEVERITIES]:
-        if not item.isdigit() or int(item) not in SEVERITIES:
+def parse_severities(value: Optional[str]) -> Optional[list[int]]:
+    """``"1,3,5"`` -> ``[1, 3, 5]`` (each 1-5); ``None`` -> ``None`` (all five)."""
+    if value is None:
+        return None
+    items = csv_names(value, "--severities")
+    for item in items:
+        if not item.isdigit():
             raise ConfigError(f"severity must be an integer from 1 to 5, got {item!r}")
-        out.append(int(item))
-    return out
+    return [int(item) for item in items]
+
+
+def parse_size(value: Optional[str]) -> Optional[tuple[int, int]]:
+    """``"128x64"`` -> ``(128, 64)``; ``None`` -> ``None``."""
+    if not value:
+        return None
+    try:
+        h, w = (int(v) for v in value.lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"--size must look like 128x64, got {value!r}") from None
+    return h, w
 
 
 def corrupt_command(
@@ -41,39 +51,9 @@ def corrupt_command(
 
     Example: privreid corrupt --image person.jpg --out grid.png --names fog,rain,snow
     """
-    from torchvision.transforms.functional import pil_to_tensor, resize
+    from privreid.api import preview_corruptions
 
-    from privreid.api import parse_pixel_scale
-    from privreid.config import MAX_IMAGE_SIDE, too_large_image
-    from privreid.corruptions.preview import save_preview
-    from privreid.data.formats import read_image
-    from privreid.rundir import check_output_file
-
-    def go() -> list[str]:
-        check_output_file(out, "--out", create_parents=True)  # save_preview creates them
-        if seed < 0:
-            raise ConfigError(f"--seed must be non-negative, got {seed}")
-        scale = parse_pixel_scale(pixel_scale)
-        levels = parse_severities(severities)
-        from privreid.corruptions import resolve_corruptions
-
-        rows = resolve_corruptions(csv_list(names) or "all")
-        if size:  # checked before the image is read or anything is allocated
-            try:
-                h, w = (int(v) for v in size.lower().split("x"))
-            except ValueError:
-                raise ConfigError(f"--size must look like 128x64, got {size!r}") from None
-            if h < 2 or w < 2:
-                raise ConfigError(f"--size must be at least 2x2, got {size!r}")
-            if max(h, w) > MAX_IMAGE_SIDE:
-                raise ConfigError(f"--size {size}: {too_large_image(h, w)}")
-        if not image.is_file():
-            raise ConfigError(f"image not found: {image}")
-        picture = pil_to_tensor(read_image(image)).float().div(255)
-        if size:
-            picture = resize(picture, [h, w], antialias=True).clamp(0, 1)
-        return save_preview(picture, out, names=rows, severities=levels, seed=seed, pixel_scale=scale,
-                            progress=True)
-
-    rows = run_or_exit(go)
+    rows = run_or_exit(lambda: preview_corruptions(image, out, names=csv_list(names) or "all",
+                                                   severities=parse_severities(severities), size=parse_size(size),
+                                                   pixel_scale=pixel_scale, seed=seed, progress=True))
     typer.echo(f"wrote {out} ({len(rows)} corruptions)")

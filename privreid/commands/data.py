@@ -36,24 +36,12 @@ def data_synth(
 
     Example: privreid data synth --out data/synth   (or: privreid data synth --vi --out data/synth-vi)
     """
-    import dataclasses
+    from privreid.api import synthesize
 
-    from privreid.data.synthetic import SynthConfig, generate_synthetic
-    from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
-
-    count = "num_entities" if vi or video else "num_domains"
-    changes = {k: v for k, v in {"seed": seed, count: domains, "height": height, "width": width}.items()
-               if v is not None}
-    if vi or video:
-        config, generate = dataclasses.replace(SynthVIConfig(video=video), **changes), generate_synthetic_vi
-    else:
-        config, generate = dataclasses.replace(SynthConfig(), **changes), generate_synthetic
-    from privreid.rundir import check_output_dir
-
-    run_or_exit(check_output_dir, out)
     try:
         with raising_signals(signal.SIGTERM):  # unwinds like Ctrl-C: the temporary folder is removed
-            path = run_or_exit(generate, out, config, progress=True, overwrite=overwrite)
+            path = run_or_exit(synthesize, out, seed=seed, domains=domains, height=height, width=width, vi=vi,
+                               video=video, overwrite=overwrite, progress=True)
     except Signalled:
         typer.echo("error: stopped by SIGTERM; nothing was written", err=True)
         raise typer.Exit(128 + signal.SIGTERM) from None
@@ -72,16 +60,13 @@ def data_info(
 
     Example: privreid data info ~/datasets/Market-1501 ~/datasets/prid2011:prid-fedpav
     """
+    from privreid.api import dataset_info
     from privreid.data import format_stats_table
-    from privreid.data.catalog import load_datasets, verify_datasets
-    from privreid.data.published_counts import check_counts
 
-    loaded = run_or_exit(load_datasets, roots, fmt)
-    run_or_exit(verify_datasets, {name: item.dataset for name, item in loaded.items()})
-    for name, item in loaded.items():
-        typer.echo(f"== {name} ({item.dataset.root}) format: {item.format}")
-        typer.echo(format_stats_table(item.dataset))
-        for line in check_counts(item.format, item.dataset):
+    for item in run_or_exit(dataset_info, roots, fmt=fmt):
+        typer.echo(f"== {item['name']} ({item['dataset'].root}) format: {item['format']}")
+        typer.echo(format_stats_table(item["dataset"]))
+        for line in item["notes"]:
             typer.echo(f"   {line}")
 
 
@@ -92,8 +77,7 @@ def data_formats() -> None:
 
     Example: privreid data formats
     """
-    from privreid.data.formats import FORMATS, available_formats
-    from privreid.plugins import listed_origin
+    from privreid.api import dataset_formats
 
-    for fmt in available_formats().values():
-        typer.echo(f"{', '.join(fmt.spellings)}: {fmt.layout} [{listed_origin(FORMATS.origin(fmt.name))}]")
+    for fmt in dataset_formats():
+        typer.echo(f"{', '.join(fmt['spellings'])}: {fmt['layout']} [{fmt['origin']}]")

@@ -1,9 +1,6 @@
-"""``privreid flower superlink | supernode | run``: multi-site training on a Flower deployment (flwr 1.41).
-
-Three machines, step by step, in docs/flower.md.  ``superlink`` and
-``supernode`` start Flower's own servers (in the foreground) with privreid's
-settings; ``run`` submits one training run to a SuperLink and waits for it.
-"""
+"""``privreid flower superlink | supernode | run``: multi-site training on a Flower deployment (flwr 1.41;
+docs/flower.md): ``superlink`` and ``supernode`` start Flower's servers in the foreground with privreid's
+settings; ``run`` submits one training run to a SuperLink and waits for it."""
 
 from __future__ import annotations
 
@@ -33,10 +30,8 @@ def _exec(cmd: list[str]) -> None:
 
 
 def require_loopback(address: str, option: str) -> None:
-    """``--insecure`` is for tests on one machine: refuse an address (``HOST`` or ``HOST:PORT``) off loopback.
-
-    Loopback: ``localhost`` and the addresses of 127.0.0.0/8 and ::1 (no name is resolved).
-    """
+    """Refuse an ``--insecure`` address (``HOST`` or ``HOST:PORT``) off loopback (``localhost``, 127.0.0.0/8, ::1;
+    no name is resolved)."""
     import ipaddress
 
     host = address.strip()
@@ -51,6 +46,16 @@ def require_loopback(address: str, option: str) -> None:
     if not loopback:
         raise ConfigError(f"--insecure (no TLS) is only for tests on one machine; {option} {address} is not a "
                           "loopback address (127.0.0.1, ::1, localhost): use TLS certificates")
+
+
+def check_client_tls(insecure: bool, root_certificates: Optional[Path], superlink: str) -> None:
+    """A SuperLink client (``supernode``, ``run``) verifies it with ``--root-certificates`` or is ``--insecure``
+    on loopback."""
+    if insecure == (root_certificates is not None):
+        raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
+                          "not both, not neither")
+    if insecure:
+        require_loopback(superlink, "--superlink")
 
 
 @flower_app.command("superlink")
@@ -110,11 +115,7 @@ def supernode_command(
 
     def build() -> list[str]:
         check_port(port)  # before the dataset is read
-        if insecure == (root_certificates is not None):
-            raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
-                              "not both, not neither")
-        if insecure:
-            require_loopback(superlink, "--superlink")
+        check_client_tls(insecure, root_certificates, superlink)
         verify_datasets(resolve_datasets([str(Path(data).expanduser())], fmt))
         site = Site.load(str(Path(data).expanduser().resolve()), fmt=fmt, name=name, state_dir=state_dir)
         typer.echo(f"site {site.client.name}: {site.client.num_samples} images of {site.client.num_classes} "
@@ -185,11 +186,7 @@ def run_command(
         p = params_with_preset(ctx, config_file)
         if p["overwrite"] and p["resume"]:
             raise ConfigError("--overwrite and --resume exclude each other")
-        if p["insecure"] == (p["root_certificates"] is not None):
-            raise ConfigError("give --root-certificates CA.pem (TLS) or --insecure (a test on one machine), "
-                              "not both, not neither")
-        if p["insecure"]:
-            require_loopback(p["superlink"], "--superlink")
+        check_client_tls(p["insecure"], p["root_certificates"], p["superlink"])
         p["data"] = [d if d == "synth" or not Path(d).expanduser().exists() else str(Path(d).expanduser().resolve())
                      for d in p["data"] or []]
         config = run_config(p, FLOWER_RUN_OPTIONS).validate()

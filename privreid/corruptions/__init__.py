@@ -7,17 +7,10 @@ Re-identification", NeurIPS 2021 D&B): the 19 ImageNet-C types (Hendrycks & Diet
 >>> images = torch.rand(8, 3, 128, 64)              # (B, 3, H, W) in [0, 1]
 >>> foggy = corrupt(images, "fog", 3, generator=0)  # same shape and dtype, in [0, 1]
 
-Every corruption takes the whole batch at once (torch and kornia, on the
-images' device).  Parameters follow ImageNet-C's severity tables as the
-``imagecorruptions`` package (the one CIL-ReID runs) gives them.  By default
-lengths in pixels are taken literally at the image's own size
-(``pixel_scale=1``, CIL-ReID's setting); ``pixel_scale="auto"`` or a number
-scales them (the *scaled* variant, see :mod:`privreid.corruptions.common`).
-Glass blur's shuffle and fog's plasma fractal are the package's algorithms
-(``tests/test_corruption_parity.py`` checks them against it, given the same
-random draws); where an implementation departs from the package's
-(procedural frost textures, centred zoom, ...) the function's docstring
-says how.
+Whole batches at once (torch and kornia, on the images' device), with the ``imagecorruptions`` package's
+severity tables. Pixel lengths are literal by default (``pixel_scale=1``, CIL-ReID's setting) or scaled
+(:mod:`privreid.corruptions.common`). Glass blur's shuffle and fog's fractal are the package's algorithms
+(``tests/test_corruption_parity.py``); each departure (procedural frost, centred zoom ...) is in its docstring.
 """
 
 from __future__ import annotations
@@ -90,30 +83,13 @@ def check_severity(severity) -> int:
 
 def corrupt(images: torch.Tensor, name: str, severity: int, *,
             generator: torch.Generator | int | None = None, pixel_scale: float | str = 1.0) -> torch.Tensor:
-    """Apply corruption ``name`` at ``severity`` (1-5) to a batch of images.
+    """Apply corruption ``name`` (a key of :data:`CORRUPTIONS`) at ``severity`` (1-5) to ``images``.
 
-    Args:
-        images: ``(B, 3, H, W)`` float tensor with values in [0, 1] (not
-            normalised), on any device.
-        name: a key of :data:`CORRUPTIONS`.
-        severity: 1 (mild) to 5 (severe).
-        generator: the source of every random draw: a ``torch.Generator``, an
-            integer seed (a fresh CPU generator: the same seed gives the same
-            output) or ``None`` (torch's global generator).  Images of one
-            batch get independent draws.
-        pixel_scale: the factor applied to ImageNet-C's pixel lengths: ``1``
-            (the default) takes them literally, as CIL-ReID ran them on the
-            stored 128x64 crops; ``"auto"`` is ``sqrt(H * W) / 224`` (the
-            scaled variant); see :mod:`privreid.corruptions.common`.
-
-    Returns:
-        The corrupted images: same shape, dtype and device, clamped to [0, 1].
-        The computation runs in float32.
-
-    Raises:
-        ConfigError: unknown name, severity outside 1-5, images that are not
-            a ``(B, 3, H, W)`` floating tensor in [0, 1], or a bad generator
-            or pixel scale.
+    ``images``: ``(B, 3, H, W)`` floats in [0, 1], any device. ``generator``: a ``torch.Generator``, an integer
+    seed (a fresh CPU generator) or ``None`` (torch's global one); images of a batch draw independently.
+    ``pixel_scale``: ``1`` (CIL-ReID's literal pixel lengths on 128x64 crops), ``"auto"`` (``sqrt(H * W) / 224``)
+    or a factor. Returns the same shape, dtype and device, clamped to [0, 1], computed in float32. ConfigError
+    for an unknown name, a bad severity, images, generator or pixel scale.
     """
     if name not in CORRUPTIONS:
         raise ConfigError(f"unknown corruption {name!r}; known: {', '.join(CORRUPTIONS)}")

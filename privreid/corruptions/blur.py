@@ -1,10 +1,6 @@
-"""ImageNet-C blur corruptions: defocus, glass, motion, zoom, gaussian.
-
-Parameters are ImageNet-C's tables (Hendrycks & Dietterich, ICLR 2019; the
-``imagecorruptions`` variant that CIL-ReID runs).  Radii, sigmas and
-displacements are in 224x224 pixels and are multiplied by the pixel scale
-(:mod:`privreid.corruptions.common`); zoom factors are ratios and are used
-as they are.
+"""ImageNet-C blur corruptions: defocus, glass, motion, zoom, gaussian (Hendrycks & Dietterich, ICLR 2019;
+``imagecorruptions``, as CIL-ReID runs it). Radii, sigmas and displacements (224x224 px) are multiplied by the
+pixel scale (:mod:`privreid.corruptions.common`); zoom factors are ratios.
 """
 
 from __future__ import annotations
@@ -40,23 +36,12 @@ def defocus_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 def glass_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     """Gaussian blur, 8-bit truncation, local pixel shuffling, Gaussian blur again (frosted glass).
 
-    The shuffle is ImageNet-C's, step for step: a backward raster scan over
-    rows ``H - d .. d + 1`` and columns ``W - d .. d + 1`` in which every
-    pixel takes the *current* value at a random offset ``(dy, dx)``, each
-    drawn by ``randint(-d, d)`` (so in ``[-d, d - 1]``), ``iterations``
-    times.  ImageNet-C writes that step as a tuple swap of two numpy views,
-    which copies one pixel onto the other rather than swapping them; values
-    that land on a position still to be scanned move again, so the
-    displacement compounds.  That copy is reproduced here (the scan only
-    moves indices, so it runs once per image on a flat index list, about
-    2 ms for a 128x64 image, and one gather applies it to every channel);
-    an earlier one-gather approximation was 15-25 % weaker than the package
-    (mean absolute change at pixel scale 1).  At pixel scale ``s`` the
-    border ``d`` becomes ``ceil(d * s)`` and each offset ``o`` becomes
-    ``floor(o * s + U(0, 1))`` (expected value ``o * s``; exactly ``o`` at
-    ``s = 1``), clamped to the image.  Draws come from the call's generator,
-    not numpy's, so results equal the package's in distribution, not pixel
-    for pixel.
+    The shuffle is ImageNet-C's step for step: a backward raster scan over rows ``H - d .. d + 1`` and columns
+    ``W - d .. d + 1``, each pixel taking the *current* value at a ``randint(-d, d)`` offset (in ``[-d, d - 1]``),
+    ``iterations`` times. ImageNet-C's tuple swap of numpy views copies rather than swaps, so displacement
+    compounds; that copy is reproduced (one index scan per image, about 2 ms at 128x64, one gather for all
+    channels). At pixel scale ``s``: border ``ceil(d * s)``, offset ``floor(o * s + U(0, 1))`` (``o`` at
+    ``s = 1``), clamped. Draws come from the call's generator: equal to the package's in distribution.
     """
     sigma, delta, iterations = GLASS[severity - 1]
     b, c, h, w = x.shape
@@ -97,14 +82,9 @@ def zoom_factors(severity: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def zoom_operator(height: int, width: int, severity: int, device: torch.device) -> torch.Tensor:
-    """Zoom blur as one sparse ``(H*W, H*W)`` CSR matrix (float32): the mean of the identity and each zoom.
-
-    Zooming by ``z`` about the centre samples ``c + (p - c) / z`` bilinearly
-    (pixel centres, edges clamped); the operator sums the four bilinear taps
-    of every factor.  Nearby factors hit the same pixels, so a row holds
-    about 16 entries instead of ``4 * len(factors)``: applying it cost 0.12
-    ms per 128x64 image here, against 0.8 ms for a ``grid_sample`` per factor.
-    """
+    """Zoom blur as one sparse ``(H*W, H*W)`` float32 CSR matrix: the mean of the identity and each zoom
+    (``c + (p - c) / z`` sampled bilinearly, edges clamped); about 16 entries a row, 0.12 ms per 128x64 image
+    against 0.8 ms for a ``grid_sample`` per factor."""
     factors = zoom_factors(severity)
     ys = torch.arange(height, dtype=torch.float64)[:, None].expand(height, width)
     xs = torch.arange(width, dtype=torch.float64)[None, :].expand(height, width)
@@ -129,15 +109,9 @@ def zoom_operator(height: int, width: int, severity: int, device: torch.device) 
 
 
 def zoom_blur(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """Mean of the image and its centre zooms by each factor (bilinear, about the image centre).
-
-    ImageNet-C crops ``ceil(H / z)`` rows at ``(H - ceil(H / z)) // 2`` and
-    zooms them with scipy, which is off-centre by under a pixel; here the
-    zoom is exactly centred.  Zoom factors are ratios: no pixel scaling.
-    Applied as one sparse matrix product (:func:`zoom_operator`).  Measured
-    against ``imagecorruptions`` 1.1.2 (mean absolute change, 128x64 crops)
-    it is 4-10 % weaker, the most at severity 1.
-    """
+    """Mean of the image and its centre zooms by each factor (:func:`zoom_operator`). Deviation: exactly centred
+    (ImageNet-C's scipy crop is off by under a pixel); against ``imagecorruptions`` 1.1.2 it is 4-10 % weaker
+    (mean absolute change, 128x64), most at severity 1. No pixel scaling."""
     b, c, h, w = x.shape
     operator = zoom_operator(h, w, severity, x.device)
     flat = x.reshape(b * c, h * w).to(operator.dtype)

@@ -1,23 +1,13 @@
 """What every corruption function receives: the random source and the pixel scale.
 
-Pixel scale.  ImageNet-C (Hendrycks & Dietterich, ICLR 2019) gives its blur
-radii, noise-field correlation lengths, streak lengths and texture sizes in
-pixels of a 224x224 image.  privreid treats an ``H x W`` image as a
-downscaled view of an ImageNet-C-sized scene: with pixel scale ``s`` the
-reference image is ``(H / s) x (W / s)`` and every length given in pixels is
-multiplied by ``s``.  ``pixel_scale=1``, the default everywhere, takes the
-table's pixel values literally, which is what CIL-ReID (Chen et al.,
-NeurIPS 2021 D&B) did when it ran the ``imagecorruptions`` package on
-Market-1501's stored 128x64 images: it is the only setting whose numbers
-compare with CIL-ReID's.  ``pixel_scale="auto"`` picks
-``s = sqrt(H * W) / 224``, so that the reference image has the area of a
-224x224 ImageNet-C image (0.40 for a 128x64 ReID crop, 0.81 at 256x128):
-a *scaled* variant (lengths shrink with the image, so corruptions are milder
-on small crops), which reports label as such and list as a deviation.
-
-Parameters that are not lengths (noise strengths, contrast, JPEG quality,
-zoom factors, pixelation ratios, severities of the fog fractal) are used as
-the tables give them.
+Pixel scale: ImageNet-C (Hendrycks & Dietterich, ICLR 2019) gives blur radii, correlation lengths, streak
+lengths and texture sizes in pixels of a 224x224 image. An ``H x W`` image is treated as a downscaled scene:
+with scale ``s`` the reference image is ``(H / s) x (W / s)`` and every pixel length is multiplied by ``s``.
+``pixel_scale=1`` (the default) takes the tables literally, as CIL-ReID (Chen et al., NeurIPS 2021 D&B) ran
+``imagecorruptions`` on Market-1501's 128x64 crops: the only setting comparable with CIL-ReID.
+``pixel_scale="auto"`` is ``s = sqrt(H * W) / 224`` (0.40 at 128x64, 0.81 at 256x128): a *scaled* variant
+(milder on small crops), labelled as such in reports and listed as a deviation. Non-length parameters (noise
+strengths, contrast, JPEG quality, zoom factors, pixelation ratios, fog severities) are used as given.
 """
 
 from __future__ import annotations
@@ -59,12 +49,8 @@ def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
 
 @dataclass(frozen=True)
 class Context:
-    """Random draws and the pixel scale of one :func:`privreid.corruptions.corrupt` call.
-
-    Every draw is made on the generator's device in float32 and then moved to
-    the images' device and dtype: an integer seed (a CPU generator) draws the
-    same numbers whatever device the images are on.
-    """
+    """Random draws and the pixel scale of one :func:`privreid.corruptions.corrupt` call; draws are made on the
+    generator's device in float32, then moved, so a seed draws the same numbers on any device."""
 
     generator: torch.Generator
     pixel_scale: float

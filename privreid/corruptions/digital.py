@@ -1,8 +1,7 @@
 """ImageNet-C digital corruptions: brightness, contrast, elastic, pixelate, JPEG, spatter, saturate.
 
-Parameters are ImageNet-C's (Hendrycks & Dietterich, ICLR 2019; the
-``imagecorruptions`` variant that CIL-ReID runs).  Lengths in pixels are
-scaled by the pixel scale (:mod:`privreid.corruptions.common`).
+Parameters are ImageNet-C's (Hendrycks & Dietterich, ICLR 2019; the ``imagecorruptions`` variant CIL-ReID runs);
+pixel lengths are scaled by the pixel scale (:mod:`privreid.corruptions.common`).
 """
 
 from __future__ import annotations
@@ -39,13 +38,8 @@ SATURATE = ((0.3, 0.0), (0.1, 0.0), (2.0, 0.0), (5.0, 0.1), (20.0, 0.2))
 
 
 def brightness(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """HSV value ``V + c`` (clipped), hue and saturation kept.
-
-    With hue and saturation fixed, RGB is proportional to ``V = max(R, G,
-    B)``, so ``rgb * V' / V`` equals scikit-image's HSV round trip (a black
-    pixel becomes grey ``V'``), without kornia's HSV conversion, which is
-    several times slower and would be exact only up to float rounding too.
-    """
+    """HSV value ``V + c`` (clipped), hue and saturation kept: ``rgb * V' / V`` (RGB is proportional to
+    ``V = max(R, G, B)`` at fixed hue and saturation), scikit-image's HSV round trip without kornia's slower one."""
     value = x.amax(dim=1, keepdim=True)
     new = (value + BRIGHTNESS[severity - 1]).clamp(max=1.0)
     return torch.where(value > 0, x * (new / value.clamp(min=1e-12)), new.expand_as(x))
@@ -58,14 +52,9 @@ def contrast(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 
 
 def saturate(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """HSV saturation ``S * a + b`` (clipped to [0, 1]), hue and value kept.
-
-    With ``V`` the maximum channel and hue fixed, every channel is
-    ``V - V * S * g(hue)``, so the new channel is ``V - (V - x) * S' / S``.
-    Grey pixels (``S = 0``) have hue 0 (red) in scikit-image's conversion,
-    so a positive offset ``b`` tints them red, ``(V, V(1 - S'), V(1 - S'))``,
-    as ImageNet-C's severities 4 and 5 do.
-    """
+    """HSV saturation ``S * a + b`` (clipped), hue and value kept: each channel becomes ``V - (V - x) * S' / S``.
+    Grey pixels (``S = 0``) have hue 0 in scikit-image, so ``b > 0`` tints them red, as ImageNet-C's severities
+    4 and 5 do."""
     gain, offset = SATURATE[severity - 1]
     value = x.amax(dim=1, keepdim=True)
     chroma = value - x.amin(dim=1, keepdim=True)
@@ -79,18 +68,11 @@ def saturate(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 def elastic_transform(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     """Warp by a smoothed random displacement field (bilinear, mirrored at the border).
 
-    ImageNet-C's variant for any size draws ``U(-a, a)`` per pixel with
-    ``a = 0.5 %`` of the height, smooths it with a Gaussian of 1 % of each
-    side (truncated at 3 sigma, mirrored border) and multiplies by
-    ``alpha``.  On the reference image (``H / s`` x ``W / s``) that field has
-    standard deviation ``a_ref / sqrt(3) * gain(sigma_ref)``; here the same
-    relative sigma is used and the amplitude is set so the displacement, in
-    this image's pixels, has ``s`` times that standard deviation (ratio of
-    :func:`~privreid.corruptions.kernels.smoothed_noise_gain`); at pixel
-    scale 1 this is ImageNet-C's field exactly.  kornia's
-    ``elastic_transform2d`` computes the same warp, but smooths with its
-    slow depthwise convolution and pads the field with zeros; the field is
-    smoothed here by :func:`~privreid.corruptions.kernels.gaussian_blur`.
+    ImageNet-C draws ``U(-a, a)`` per pixel (``a`` = 0.5 % of the height), smooths it with a Gaussian of 1 % of
+    each side (3 sigma, mirrored) and multiplies by ``alpha``. Here the same relative sigma is used and the
+    amplitude set so the displacement, in this image's pixels, has ``s`` times the reference image's standard
+    deviation (ratio of :func:`~privreid.corruptions.kernels.smoothed_noise_gain`); at pixel scale 1 this is
+    ImageNet-C's field. Not kornia's ``elastic_transform2d``: slow smoothing, zero-padded field.
     """
     b, _, h, w = x.shape
     s = ctx.pixel_scale
@@ -109,11 +91,8 @@ def elastic_transform(x: torch.Tensor, severity: int, ctx: Context) -> torch.Ten
 def pixelate(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     """Box-average down to ``c`` of the size (PIL ``BOX``), nearest-neighbour back up (PIL ``NEAREST``).
 
-    torch's ``area`` mode equals PIL's ``BOX`` only at whole-number ratios
-    (severity 2, 0.5, and 5, 0.25, on even sizes); at 0.6, 0.4 and 0.3 its
-    bins differ, and against ``imagecorruptions`` 1.1.2 on 128x64 crops the
-    mean absolute change was 28 %, 10 % and 9 % larger at severities 1, 3
-    and 4 (``tests/test_corruption_parity.py`` leaves pixelate out).
+    Not torch's ``area`` mode: it equals ``BOX`` only at whole-number ratios; at 0.6, 0.4 and 0.3 the mean
+    absolute change against ``imagecorruptions`` 1.1.2 was 28 %, 10 % and 9 % larger.
     """
     c = PIXELATE[severity - 1]
     h, w = x.shape[-2:]
@@ -122,15 +101,9 @@ def pixelate(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 
 
 def jpeg_compression(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """A real JPEG round trip at ImageNet-C's quality (libjpeg through ``torchvision.io``).
-
-    kornia's ``jpeg_codec_differentiable`` approximates the codec and measured
-    about 9 ms per 128x64 image here against 0.3 ms for libjpeg, whose output
-    is byte-identical to the PIL encoder that ImageNet-C uses.  Images are
-    rounded to 8 bits first, as PIL images are.  torchvision 0.29 marks its
-    image codecs as deprecated in favour of TorchCodec; privreid pins
-    torchvision 0.29.1, so the warning is silenced here.
-    """
+    """A real JPEG round trip at ImageNet-C's quality (libjpeg through ``torchvision.io``, byte-identical to the
+    PIL encoder ImageNet-C uses; kornia's differentiable codec approximates it at 30x the time), after rounding
+    to 8 bits. torchvision 0.29's deprecation warning for its codecs is silenced (torchvision is pinned)."""
     import warnings
 
     from torchvision.io import decode_jpeg, encode_jpeg
@@ -146,14 +119,9 @@ def jpeg_compression(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tens
 def capped_distance(sources: torch.Tensor, cap: float) -> torch.Tensor:
     """Exact Euclidean distance to the nearest ``True`` pixel, capped at ``cap`` (``(B, 1, H, W)`` bool).
 
-    Separable, as Felzenszwalb & Huttenlocher's transform: the distance
-    along each row to the nearest source (two running maxima of source
-    positions, from the left and from the right), then the minimum over row
-    offsets ``dy`` up to ``cap`` of ``dx^2 + dy^2``.  Within the cap it is
-    exact.  kornia's ``contrib.distance_transform`` is documented as up to
-    29 % short on diagonals and needs ``max(H, W) / (k // 2)`` cascaded
-    ``k x k`` convolutions, which made spatter the slowest corruption when
-    tried.
+    Separable (Felzenszwalb & Huttenlocher): the distance along each row to the nearest source (running maxima
+    from both sides), then the minimum over ``dy`` up to ``cap`` of ``dx^2 + dy^2``. Not kornia's
+    ``distance_transform``: up to 29 % short on diagonals, and slow.
     """
     reach = int(math.floor(cap))
     h, w = sources.shape[-2:]
@@ -174,13 +142,9 @@ def capped_distance(sources: torch.Tensor, cap: float) -> torch.Tensor:
 
 
 def _liquid_layer(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """ImageNet-C's liquid layer, ``N(mean, std)`` smoothed by ``sigma`` px, with the reference image's statistics.
-
-    Smoothing over ``sigma * s`` pixels leaves more variance than over
-    ``sigma`` reference pixels; the field is rescaled by the ratio of
-    :func:`~privreid.corruptions.kernels.smoothed_noise_gain` so its
-    thresholding wets the same fraction of the image at every scale.
-    """
+    """ImageNet-C's liquid layer, ``N(mean, std)`` smoothed by ``sigma`` px, rescaled by the ratio of
+    :func:`~privreid.corruptions.kernels.smoothed_noise_gain` so its threshold wets the same fraction at every
+    scale."""
     mean, std, sigma, *_ = SPATTER[severity - 1]
     b, _, h, w = x.shape
     noise = ctx.normal((b, 1, h, w), x, std=std)
@@ -191,24 +155,13 @@ def _liquid_layer(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 def spatter(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     """Water drops (severities 1-3) or mud (4-5) on the lens.
 
-    Water, as ImageNet-C: the thresholded liquid layer's Canny edges; the
-    distance to them, capped at 20 px; 3x3 box blur; histogram equalisation
-    of the 8-bit distances (kornia's ``equalize``); an emboss filter; a 3x3
-    box blur; times the liquid layer, normalised to its maximum and scaled;
-    added in pale turquoise.  The layer is zero below the threshold and at
-    least the threshold (0.65-0.69) above it, and the smoothed field inside
-    varies far too slowly to pass Canny's thresholds, so its Canny edges are
-    the wet region's boundary, computed here directly (wet pixels with a
-    dry 4-neighbour: a thin 8-connected contour, as Canny's).  Distances are
-    measured in reference pixels, so their 8-bit levels, and hence the
-    equalisation, match ImageNet-C's at any scale.
-
-    Mud: the wet mask is blurred (sigma 1.5 px), values under 0.8 dropped,
-    and the image is mixed with mud brown by that weight.
-
-    Measured against ``imagecorruptions`` 1.1.2 (mean absolute change, 64
-    crops of 128x64, pixel scale 1): severities 1, 4 and 5 within 3 %,
-    water at severities 2 and 3 about 18 % weaker.
+    Water, as ImageNet-C: the distance (capped at 20 reference px) to the thresholded liquid layer's Canny
+    edges, 3x3 box blur, histogram equalisation of the 8-bit distances (kornia's ``equalize``), emboss, 3x3
+    box blur, times the normalised liquid layer, added in pale turquoise. The layer is flat inside the wet
+    region, so its Canny edges are the region's boundary, computed directly (wet pixels with a dry
+    4-neighbour). Mud: the wet mask blurred (sigma 1.5 px), values under 0.8 dropped, mixed with mud brown.
+    Against ``imagecorruptions`` 1.1.2 (mean absolute change, 64 crops of 128x64, pixel scale 1): severities
+    1, 4, 5 within 3 %; water at 2 and 3 about 18 % weaker.
     """
     import kornia
 

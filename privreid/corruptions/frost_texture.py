@@ -1,26 +1,13 @@
 """Procedural frost textures for the ``frost`` corruption (no image files shipped or downloaded).
 
-ImageNet-C's frost blends the image with a crop of one of five photographs
-of frost on glass.  privreid draws its own textures instead: ice crystals
-grow as dendrites, a straight stem with side branches at +-60 degrees (the
-hexagonal habit of ice), shorter towards the tip, over a cloudy plasma
-fractal of thin ice (kornia's diamond-square).  Each texture is a pure
-function of its index: crystals are drawn from a torch generator seeded with
-``FROST_SEED + index``, so it is rebuilt identically on every machine.
-
-Lengths are in ImageNet-C pixels (the frost photographs were used at their
-own resolution on 224x224 images); textures are ``TEXTURE_SIDE`` pixels
-square and tile seamlessly (crystal coordinates wrap around).  The crystal
-populations of the five styles below were tuned by eye against the
-package's photographs.  Each channel of texture ``i`` is then shifted and
-scaled to the mean and standard deviation of that channel of the package's
-``i``-th photograph (:data:`PHOTO_MOMENTS`, measured on ``imagecorruptions``
-1.1.2's ``frost1``-``frost5``, the five it draws from), because the blend
-``a * x + b * texture`` changes an image by as much as the texture's level
-and contrast: with the earlier hand-set levels (means 0.43-0.66 against the
-photographs' 0.51-0.81), frost was 5-25 % weaker than the package's.  Only
-the texture's structure (where the crystals are) is privreid's own.  All
-five take about 0.5 s to build, once per process.
+Deviation: ImageNet-C blends a crop of one of five photographs of frost; privreid draws dendrite crystals (a
+stem with side branches at +-60 degrees, the hexagonal habit of ice, shorter towards the tip) over a cloudy
+plasma fractal (kornia's diamond-square), each texture a pure function of its index (``FROST_SEED + index``).
+Lengths are in ImageNet-C pixels; textures are ``TEXTURE_SIDE`` square and tile seamlessly. The five styles'
+crystal populations were tuned by eye against the photographs; each channel is then matched to the mean and
+std of the package's photograph (:data:`PHOTO_MOMENTS`, ``imagecorruptions`` 1.1.2's ``frost1``-``frost5``),
+since the blend ``a * x + b * texture`` changes an image by the texture's level and contrast (hand-set levels
+were 5-25 % weaker). All five build in about 0.5 s, once per process.
 """
 
 from __future__ import annotations

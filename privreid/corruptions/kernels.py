@@ -1,27 +1,15 @@
 """Linear filters of the ImageNet-C corruptions, for lengths given in (fractional) pixels.
 
-ImageNet-C builds its kernels with integer pixel sizes at 224x224.  Scaled
-to a ReID crop (see :mod:`privreid.corruptions.common`) the radii become
-fractional, so the kernels here are defined for any positive length: the
-disk by its pixel coverage, the motion streak by bilinear splatting.
+ImageNet-C's kernels have integer sizes at 224x224; scaled to a ReID crop (:mod:`privreid.corruptions.common`)
+radii become fractional, so the disk is defined by pixel coverage and the motion streak by bilinear splatting.
 
-How filters run.  kornia's ``filter2d`` / ``gaussian_blur2d`` /
-``box_blur`` go through a depthwise ``conv2d``, which torch runs on a slow
-path on CPU: measured here on 64 images of 128x64, a 15-tap separable
-Gaussian took 1.5 ms per image and a 3x3 box blur on one channel 0.5 ms.  So
-privreid applies a separable filter as two matrix products with banded
-``n x n`` matrices that hold the taps and the border rule, ``A_y @ x @
-A_x^T`` (0.09 ms per image for the same Gaussian: BLAS instead of a
-convolution loop).  A shared 2-D kernel is split into separable terms by
-its SVD (terms kept until the dropped singular values are below 1e-6 of the
-kernel's norm, i.e. exact to float precision), and per-image kernels (the
-motion streaks, one angle per image) are applied by FFT.  kornia still
-makes the Gaussian kernels.
+kornia's filters go through a depthwise ``conv2d``, slow on CPU (a 15-tap separable Gaussian: 1.5 ms per
+128x64 image), so a separable filter runs here as two banded matrix products ``A_y @ x @ A_x^T`` holding taps
+and border rule (0.09 ms). A shared 2-D kernel is split by its SVD (terms kept to 1e-6 of its norm, exact to
+float precision); per-image kernels (motion streaks) run by FFT. kornia still makes the Gaussian kernels.
 
-Borders use torch's padding names: ``"reflect"`` (mirror without repeating
-the edge: OpenCV's default ``BORDER_REFLECT_101``), ``"symmetric"`` (mirror
-repeating the edge: scipy's ``mode="reflect"``), ``"replicate"`` (scipy's
-``"nearest"``), ``"constant"`` (zeros) and ``"circular"``.
+Borders use torch's names: ``"reflect"`` (OpenCV's ``BORDER_REFLECT_101``), ``"symmetric"`` (scipy's
+``"reflect"``), ``"replicate"`` (scipy's ``"nearest"``), ``"constant"``, ``"circular"``.
 """
 
 from __future__ import annotations
@@ -61,12 +49,8 @@ def _source_index(src: torch.Tensor, n: int, border: str) -> tuple[torch.Tensor,
 
 
 def band_matrix(n: int, taps: torch.Tensor, border: str) -> torch.Tensor:
-    """``(n, n)`` matrix ``A`` with ``(A @ v)[i] = sum_j taps[j] * v[i + j - len(taps) // 2]``, borders folded in.
-
-    The taps may be of any length (even lengths put the extra tap after the
-    centre, as OpenCV's anchor does); ``taps`` may also be ``(B, k)`` for one
-    matrix per row, giving ``(B, n, n)``.
-    """
+    """``(n, n)`` matrix ``A`` with ``(A @ v)[i] = sum_j taps[j] * v[i + j - len(taps) // 2]``, borders folded in
+    (even lengths put the extra tap after the centre, as OpenCV); ``(B, k)`` taps give ``(B, n, n)``."""
     batched = taps.ndim == 2
     taps = taps if batched else taps[None]
     k = taps.shape[-1]
@@ -104,12 +88,8 @@ def gaussian_taps(sigma: float, truncate: float) -> torch.Tensor | None:
 
 def gaussian_blur(x: torch.Tensor, sigma: float | tuple[float, float], *, truncate: float = 4.0,
                   border: str = "replicate") -> torch.Tensor:
-    """scikit-image's ``filters.gaussian`` on ``(B, C, H, W)``: ``sigma`` (or ``(sigma_y, sigma_x)``) in pixels.
-
-    ``truncate`` and the ``"replicate"`` border (scikit-image's default
-    ``mode="nearest"``) follow scikit-image.  A sigma below 0.01 px leaves
-    that axis as it is.
-    """
+    """scikit-image's ``filters.gaussian`` on ``(B, C, H, W)`` (its ``truncate`` and ``mode="nearest"``);
+    ``sigma`` or ``(sigma_y, sigma_x)`` in pixels, below 0.01 px leaving that axis as it is."""
     sy, sx = (sigma, sigma) if isinstance(sigma, (int, float)) else sigma
     return separable_filter(x, gaussian_taps(sy, truncate), gaussian_taps(sx, truncate), border)
 
@@ -123,13 +103,8 @@ def box_blur(x: torch.Tensor, size: int, border: str = "reflect") -> torch.Tenso
 
 
 def smoothed_noise_gain(sigma_y: float, sigma_x: float, truncate: float) -> float:
-    """Standard deviation of unit white noise after :func:`gaussian_blur` (the kernel's L2 norm).
-
-    Smoothing white noise with a kernel ``k`` leaves it with standard
-    deviation ``||k||_2`` (away from the borders).  The ratio of two gains
-    carries a noise field's statistics from the reference image to a scaled
-    one: see ``spatter`` and ``elastic_transform``.
-    """
+    """Standard deviation of unit white noise after :func:`gaussian_blur`, the kernel's L2 norm (away from
+    borders); the ratio of two gains carries a noise field's statistics to a scaled image."""
     gain = 1.0
     for sigma in (sigma_y, sigma_x):
         taps = gaussian_taps(sigma, truncate)
@@ -144,12 +119,8 @@ SEPARABLE_TERMS_BUDGET = 800
 
 
 def kernel_filter(x: torch.Tensor, kernel: torch.Tensor, border: str) -> torch.Tensor:
-    """Correlate ``(B, C, H, W)`` images with one 2-D ``(K, K)`` kernel (K odd).
-
-    The kernel is split into separable terms by its SVD; when they are too
-    many for the image size (:data:`SEPARABLE_TERMS_BUDGET`) it is applied by
-    FFT instead (:func:`batch_kernel_filter`).
-    """
+    """Correlate ``(B, C, H, W)`` images with one ``(K, K)`` kernel (K odd): SVD-separable terms, or by FFT
+    (:func:`batch_kernel_filter`) when they exceed :data:`SEPARABLE_TERMS_BUDGET`."""
     u, s, vh = torch.linalg.svd(kernel.to(torch.float64))
     dropped = torch.sqrt(torch.flip(torch.cumsum(torch.flip(s ** 2, [0]), 0), [0]))  # norm of terms >= i
     rank = max(1, int((dropped > 1e-6 * dropped[0]).sum()))
@@ -165,12 +136,8 @@ def kernel_filter(x: torch.Tensor, kernel: torch.Tensor, border: str) -> torch.T
 
 
 def batch_kernel_filter(x: torch.Tensor, kernels: torch.Tensor, border: str) -> torch.Tensor:
-    """Correlate image ``b`` of ``(B, C, H, W)`` with its own kernel ``kernels[b]`` (``(B, K, K)``, K odd), by FFT.
-
-    ``kernels`` may also be ``(1, K, K)``, one kernel for every image.  The
-    images are padded by the kernel radius with ``border`` first, so the
-    FFT's wrap-around only reaches the padding that is cropped away.
-    """
+    """Correlate image ``b`` with its own ``kernels[b]`` (``(B, K, K)`` or one ``(1, K, K)``, K odd) by FFT, the
+    images first padded by the radius with ``border`` so the wrap-around stays in the cropped padding."""
     h, w = x.shape[-2:]
     r = kernels.shape[-1] // 2
     if border in ("reflect", "symmetric") and (r >= h or r >= w):
@@ -188,12 +155,9 @@ def batch_kernel_filter(x: torch.Tensor, kernels: torch.Tensor, border: str) -> 
 def disk_kernel(radius: float, alias_sigma: float) -> torch.Tensor:
     """ImageNet-C's defocus kernel: a normalised disk of ``radius`` px, then a small Gaussian (anti-aliasing).
 
-    ImageNet-C rasterises the disk as the pixels with ``x^2 + y^2 <= r^2``
-    (integer radii at 224x224); here each pixel's weight is the fraction of
-    its area inside the circle (8x8 sub-samples), which stays meaningful for
-    the fractional radii of scaled images.  The anti-aliasing Gaussian
-    (``alias_sigma`` px) uses a 3x3 support as ImageNet-C does for radii up
-    to 8 px (5x5 beyond).  Returns a float64 ``(K, K)`` kernel.
+    Deviation: ImageNet-C keeps the pixels with ``x^2 + y^2 <= r^2``; here each pixel weighs the fraction of its
+    area inside the circle (8x8 sub-samples), meaningful for fractional radii. The ``alias_sigma`` Gaussian has
+    ImageNet-C's support (3x3 up to 8 px, 5x5 beyond). Float64 ``(K, K)``.
     """
     reach = math.ceil(radius + 0.5)
     sub = (torch.arange(8, dtype=torch.float64) + 0.5) / 8 - 0.5
@@ -215,13 +179,9 @@ def disk_kernel(radius: float, alias_sigma: float) -> torch.Tensor:
 def streak_kernel(radius: float, sigma: float, angles_deg: torch.Tensor) -> torch.Tensor:
     """ImageNet-C's motion-blur kernel, one per angle: float64 ``(B, K, K)`` for ``B`` angles (degrees).
 
-    ImageNet-C (the ``imagecorruptions`` variant) sums ``2 * radius + 1``
-    copies of the image shifted by ``t = 0, 1, ..., 2 * radius`` pixels
-    along the direction, weighted by ``exp(-t^2 / (2 sigma^2))`` (normalised):
-    a one-sided streak.  Here the taps sit at the same unit steps up to
-    ``2 * radius`` (fractional radii allowed) and are splatted bilinearly into
-    the kernel instead of rounded to whole pixels.  Output pixel ``p`` is
-    ``sum_t w_t * x(p + t * (cos a, sin a))`` (x to the right, y down).
+    ImageNet-C (``imagecorruptions``) sums copies shifted by ``t = 0 .. 2 * radius`` px along the direction,
+    weighted by ``exp(-t^2 / (2 sigma^2))`` (normalised), a one-sided streak; here the taps are splatted
+    bilinearly instead of rounded. Output ``p = sum_t w_t * x(p + t * (cos a, sin a))`` (x right, y down).
     """
     device = angles_deg.device
     t = torch.arange(int(math.floor(2 * radius)) + 1, device=device, dtype=torch.float64)

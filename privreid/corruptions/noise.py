@@ -1,10 +1,6 @@
-"""ImageNet-C noise corruptions: gaussian, shot (Poisson), impulse (salt and pepper), speckle.
-
-Parameters are ImageNet-C's (Hendrycks & Dietterich, ICLR 2019), as in the
-``imagecorruptions`` package that CIL-ReID runs.  The noise is drawn per
-pixel and channel at the image's own resolution, so it is not affected by
-the pixel scale: a camera with fewer pixels is not less noisy per pixel.
-"""
+"""ImageNet-C noise corruptions: gaussian, shot (Poisson), impulse (salt and pepper), speckle (Hendrycks &
+Dietterich, ICLR 2019; ``imagecorruptions``). Drawn per pixel and channel at the image's own resolution, so the
+pixel scale does not apply (fewer pixels are not less noisy per pixel)."""
 
 from __future__ import annotations
 
@@ -30,12 +26,8 @@ def shot_noise(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 
 
 def impulse_noise(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """Salt and pepper as scikit-image's ``random_noise(mode="s&p")``.
-
-    A fraction ``amount`` of the values (each pixel channel on its own) is
-    replaced, half by 1 and half by 0: one uniform draw ``u`` per value,
-    ``u < amount / 2`` is salt and ``amount / 2 <= u < amount`` pepper.
-    """
+    """Salt and pepper as scikit-image's ``random_noise(mode="s&p")``: one uniform ``u`` per value, ``u < amount
+    / 2`` salt (1), ``amount / 2 <= u < amount`` pepper (0)."""
     amount = IMPULSE_NOISE_AMOUNT[severity - 1]
     u = ctx.uniform(x.shape, x)
     return torch.where(u < amount, (u < amount / 2).to(x.dtype), x)

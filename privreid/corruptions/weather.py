@@ -1,11 +1,6 @@
-"""Weather corruptions: ImageNet-C's snow, frost and fog, and CIL-ReID's rain.
-
-Snow, frost and fog follow ImageNet-C's tables (Hendrycks & Dietterich, ICLR
-2019; the ``imagecorruptions`` variant for any image size).  Rain is the one
-CIL-ReID (Chen et al., NeurIPS 2021 D&B) added: albumentations'
-``RandomRain`` (drizzle / heavy / torrential, box blur ``2 + severity``)
-followed by a brightness shift of ``-(0.05 + 0.05 * severity)``.  Lengths
-in pixels are scaled by the pixel scale (:mod:`privreid.corruptions.common`).
+"""Weather corruptions: ImageNet-C's snow, frost and fog (Hendrycks & Dietterich, ICLR 2019; ``imagecorruptions``)
+and CIL-ReID's rain (Chen et al., NeurIPS 2021 D&B: albumentations' ``RandomRain``, box blur ``2 + severity``,
+brightness ``-(0.05 + 0.05 * severity)``). Pixel lengths are scaled (:mod:`privreid.corruptions.common`).
 """
 
 from __future__ import annotations
@@ -39,14 +34,9 @@ RAIN_SLANT = 10          # px, albumentations' slant range [-10, 10]
 
 
 def snow(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """Flakes (thresholded, upsampled Gaussian noise) streaked by a falling motion blur, on a whitened image.
-
-    ImageNet-C draws per-pixel noise and zooms its centre by the flake size
-    (bilinear), so a flake is ``size`` pixels wide: here the noise is drawn
-    on a grid of ``size * pixel_scale`` pixel cells and resized bilinearly to
-    the image.  The snow layer and its 180-degree rotation are added to
-    ``w * x + (1 - w) * max(x, 1.5 * grey(x) + 0.5)``.
-    """
+    """Flakes (thresholded Gaussian noise on ``size * pixel_scale`` px cells, resized bilinearly: ImageNet-C's
+    zoom by the flake size) streaked by a falling motion blur; the layer and its 180-degree rotation are added to
+    ``w * x + (1 - w) * max(x, 1.5 * grey(x) + 0.5)``."""
     mean, std, size, threshold, radius, sigma, weight = SNOW[severity - 1]
     b, _, h, w = x.shape
     cell = ctx.px(size)
@@ -70,12 +60,8 @@ def _frost_bank(side: int) -> torch.Tensor:
 
 
 def frost(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """``a * x + b * crop(texture)``: a random texture (:mod:`~privreid.corruptions.frost_texture`) and crop per image.
-
-    As in ImageNet-C the texture is enlarged until it covers the image, then
-    by 1.1, before the crop; at pixel scale ``s`` the texture's own size is
-    ``TEXTURE_SIDE * s`` pixels.
-    """
+    """``a * x + b * crop(texture)``: a random texture (:mod:`~privreid.corruptions.frost_texture`) and crop per
+    image, the texture (``TEXTURE_SIDE * s`` px) enlarged to cover the image, then by 1.1, as ImageNet-C."""
     a, weight = FROST[severity - 1]
     b, _, h, w = x.shape
     scale = ctx.pixel_scale * max(1.0, h / (TEXTURE_SIDE * ctx.pixel_scale), w / (TEXTURE_SIDE * ctx.pixel_scale))
@@ -91,12 +77,9 @@ def frost(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 def plasma_fractal(count: int, size: int, decay: float, ctx: Context) -> torch.Tensor:
     """ImageNet-C's plasma fractal: ``count`` maps ``(count, size, size)`` in [0, 1], ``size`` a power of two.
 
-    Diamond-square on a torus (neighbours wrap around), starting from a
-    zero corner: at each level, with grid step ``k`` and amplitude ``a``
-    (100 at the first level, divided by ``decay`` after each), every square
-    centre and then every diamond centre becomes the mean of its four
-    neighbours plus ``a * U(-a, a)``; each map is then shifted and divided
-    to span [0, 1].  Batched in float64 on the generator's device.
+    Diamond-square on a torus from a zero corner: per level, every square then diamond centre becomes its four
+    neighbours' mean plus ``a * U(-a, a)`` (``a`` 100, divided by ``decay`` per level); each map is rescaled to
+    [0, 1]. Float64, on the generator's device.
     """
     if size < 1 or size & (size - 1):
         raise ValueError(f"plasma fractal size must be a power of two, got {size}")
@@ -121,17 +104,10 @@ def plasma_fractal(count: int, size: int, decay: float, ctx: Context) -> torch.T
 
 
 def fog(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
-    """``(x + c * plasma) * m / (m + c)`` with ``m`` the image's maximum and ImageNet-C's plasma fractal.
-
-    As in ``imagecorruptions``, the fractal (:func:`plasma_fractal`) is made
-    at the next power of two of the image's longer side and its top-left
-    corner is used.  At pixel scale ``s`` it is made for the reference image
-    (``H / s`` by ``W / s``) and resized to the image (bilinear, with
-    anti-aliasing), so the fog's blobs keep their size relative to the scene.
-    (kornia's ``diamond_square`` mixes noise into the mean by a weight
-    rather than adding it; with it, fog was 5-12 % weaker than the package's
-    at severities 4-5.)
-    """
+    """``(x + c * plasma) * m / (m + c)``, ``m`` the image's maximum: the fractal (:func:`plasma_fractal`) at the
+    next power of two of the longer side, its top-left corner used (``imagecorruptions``); at pixel scale ``s``
+    made for the reference image and resized (antialiased), so blobs keep their size. Not kornia's
+    ``diamond_square`` (it mixes the noise in by a weight: fog 5-12 % weaker at severities 4-5)."""
     strength, decay = FOG[severity - 1]
     b, _, h, w = x.shape
     ref_h, ref_w = (max(1, math.ceil(n / ctx.pixel_scale - 1e-9)) for n in (h, w))
@@ -147,14 +123,9 @@ def fog(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
 def rain(x: torch.Tensor, severity: int, ctx: Context) -> torch.Tensor:
     """CIL-ReID's rain: 1-pixel drops of value 200/255, a box blur of the whole image, then darkening.
 
-    Drops are drawn by kornia's ``RandomRain`` (albumentations' model: one
-    slant per image, uniform in ``[-10, 10]`` px, every drop of the image
-    parallel).  Drop length, slant and blur size are scaled by the pixel
-    scale; the number of drops keeps albumentations' density per
-    reference-image pixel (``H * W / (pixels_per_drop * s^2)``).  kornia's
-    sampler reads torch's global generator, so it runs inside
-    ``torch.random.fork_rng`` seeded from this call's generator: the global
-    state is left as it was.
+    Drops by kornia's ``RandomRain`` (albumentations' model: one slant per image in ``[-10, 10]`` px); length,
+    slant and blur are scaled, the drop count keeps the density per reference pixel (``H * W / (pixels_per_drop
+    * s^2)``). Its sampler reads torch's global generator, so it runs in ``fork_rng`` seeded from this call's.
     """
     import kornia
 

@@ -1,30 +1,12 @@
 """Turn ``--data`` arguments into named datasets and a federation.
 
-Each ``--data`` value is one of:
-
-* ``synth`` (or nothing at all): the embedded synthetic federation, generated
-  once and cached (:func:`privreid.data.synthetic.ensure_synthetic`);
-* ``synth-vi`` / ``synth-vi-video``: the embedded synthetic visible-infrared
-  federation, as images or as tracklets, generated once and cached
-  (:func:`privreid.data.synthetic_vi.ensure_synthetic_vi`);
-* a directory written by ``privreid data synth`` (with or without ``--vi`` /
-  ``--video``; it holds ``manifest.json``): each of its domains (entities) is
-  one dataset;
-* a dataset root in a registered layout (:func:`privreid.data.formats.available_formats`:
-  Market-1501, DukeMTMC-reID, CUHK03-NP, MSMT17, the small DG benchmarks,
-  SYSU-MM01, RegDB, LLCM, HITSZ-VCM, BUPTCampus, or a user's own format):
-  one dataset named after the directory;
-* a directory whose sub-directories are dataset roots: one dataset each.
-
-Each root is read in its own layout: ``DIR:FORMAT`` names it (a registered
-format spelling, ``privreid data formats``: ``DIR:cuhk03np-labeled``,
-``DIR:prid-fedpav``), otherwise ``--format`` applies (``auto``, the
-default, detects each root's layout on its own), so one federation mixes
-layouts (FedPav's nine clients: :func:`parse_data_spec`).
-
-When an embedded synthetic federation is used and no domains are named, the
-last domain is held out as the unseen (leave-one-domain-out) test domain,
-which is the demo's setting.
+Each ``--data`` value is ``synth`` (or nothing; the cached synthetic federation,
+:func:`privreid.data.synthetic.ensure_synthetic`), ``synth-vi`` / ``synth-vi-video``
+(:func:`privreid.data.synthetic_vi.ensure_synthetic_vi`), a ``privreid data synth`` directory (one dataset per
+domain or entity), a dataset root in a registered layout (:func:`privreid.data.formats.available_formats`; named
+after the directory), or a directory of dataset roots. ``DIR:FORMAT`` names a root's layout, else ``--format``
+(``auto`` detects each root), so one federation mixes layouts (FedPav's nine clients: :func:`parse_data_spec`).
+The embedded synthetic federation holds out its last domain as the unseen one when no domains are named.
 """
 
 from __future__ import annotations
@@ -78,14 +60,9 @@ def _is_format(name: str) -> bool:
 
 
 def parse_data_spec(spec: str) -> DataSpec:
-    """``DIR:FORMAT`` -> ``DataSpec(DIR, FORMAT)``; anything else is a root without a format.
-
-    The text after the last ``:`` is a format when it is ``auto`` or a
-    registered spelling (:func:`privreid.data.formats.format_choices`);
-    otherwise ``spec`` is a path that contains ``:``, which must then exist,
-    or :class:`ConfigError` says, in one line, that the suffix is no format.
-    The embedded synthetic datasets take no format.
-    """
+    """``DIR:FORMAT`` -> ``DataSpec(DIR, FORMAT)`` when the suffix is ``auto`` or a registered spelling
+    (:func:`privreid.data.formats.format_choices`); otherwise a path containing ``:``, which must exist (else a
+    one-line ConfigError). The embedded synthetic datasets take no format."""
     root, colon, suffix = spec.rpartition(":")
     if not colon:
         return DataSpec(spec)
@@ -187,13 +164,9 @@ def build_federation(roots: list[str] | None, *, fmt: str = "auto", protocol: st
                      train_domains: list[str] | None = None, test_domains: list[str] | None = None,
                      num_clients: int | None = None, seed: int = 0, synth_seed: int = 0,
                      verify: bool = False, audit_holdout: float = 0.0) -> Federation:
-    """Datasets -> federation; the synthetic default holds out its last domain.
-
-    ``verify=True`` checks every image header first (:func:`verify_images`),
-    so a corrupt file is reported before any output is written.
-    ``audit_holdout`` keeps that fraction of each client's training images
-    out of training (:func:`apply_audit_holdout`).
-    """
+    """Datasets -> federation; the synthetic default holds out its last domain. ``verify`` checks every image
+    header first (:func:`verify_images`); ``audit_holdout`` keeps that fraction of each client's training
+    images out (:func:`apply_audit_holdout`)."""
     datasets = resolve_datasets(roots, fmt, synth_seed)
     if verify:
         verify_datasets(datasets)

@@ -1,14 +1,9 @@
 """``--audit-holdout F``: keep a seeded fraction of each client's training images out of training.
 
-The held-out images are the image-level non-members of a membership audit
-(:mod:`privreid.auditing`): the same identities and cameras as the members,
-never trained on.  Per client and per identity with ``n`` training images,
-``round(F n)`` images are held out, at most ``n - 1`` so that every identity
-keeps a training image (the client's labels stay ``0..n_classes-1`` and
-identity-level membership is unchanged).  The draw is seeded by
-``(seed, client name)`` only, so it does not depend on the other clients.
-:class:`~privreid.data.types.Federation.holdout` records which images, with
-their client labels; the engine saves it in the checkpoint.
+They are a membership audit's image-level non-members (:mod:`privreid.auditing`): same identities and cameras,
+never trained on. Per client and identity with ``n`` images, ``round(F n)`` are held out, at most ``n - 1`` (labels
+and identity membership unchanged), drawn from ``(seed, client name)`` only.
+:class:`~privreid.data.types.Federation.holdout` records them with client labels; the checkpoint keeps it.
 """
 
 from __future__ import annotations

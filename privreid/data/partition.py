@@ -1,46 +1,21 @@
 """Partition protocols: how the training data of one or more domains is split into federated clients.
 
-``by-dataset``
-    One client per training domain, holding that domain's whole train split
-    (the FedReID benchmark setting: each dataset is one institution).
-``by-camera``
-    One client per (domain, camera) of the training split, named
-    ``"<domain>/c<camid>"`` (0-based camid): each camera is a site that keeps
-    its footage.
-``by-identity``
-    Each training domain's identities are shuffled (deterministically for
-    ``seed``) and split into ``num_clients`` disjoint, near-equal groups, *per
-    domain*: with several training domains there are ``num_clients`` clients
-    per domain, named ``"<domain>/g<i>"``.  All images of one identity go to
-    one client.
+``by-dataset``: one client per training domain (the FedReID benchmark: each dataset one institution).
+``by-camera``: one client per (domain, camera), ``"<domain>/c<camid>"`` (0-based). ``by-identity``: each
+domain's identities shuffled (seeded) into ``num_clients`` disjoint near-equal groups per domain,
+``"<domain>/g<i>"``; all images of an identity in one client.
 
-The privacy protocols of L2RW+ (Jiang et al., paper 003, Sec. III-B and IV-B):
+L2RW+'s privacy protocols (Jiang et al., paper 003, Sec. III-B, IV-B): ``ci`` (camera independence) as
+``by-camera``, with no modality information per client; ``ei`` (entity independence) as ``by-dataset``, at
+least one entity held out in ``test_domains``; ``es`` (entity sharing) pools the training entities into one
+client ``"es"`` for centralised ERM (Eq. 1), identities keyed by (entity, pid), ``source_pids`` None, domain the
+entity names joined by ``+``, at least one entity held out.
 
-``ci`` (camera independence)
-    As ``by-camera``: each camera of each training domain is one client
-    (``"<domain>/c<camid>"``), whatever it records; a client gets no
-    modality information (its camera may be visible, infrared or both).
-``ei`` (entity independence)
-    As ``by-dataset``: each training dataset (entity) is one client; at least
-    one entity must be held out in ``test_domains`` (the unseen entity).
-``es`` (entity sharing)
-    The training entities are pooled into one client, named ``"es"``, for
-    centralised training (ERM, Eq. 1); identities of different entities
-    stay distinct (keyed by (entity, pid)); ``source_pids`` is None.  At least
-    one entity must be held out in ``test_domains``.  Its ``domain`` is the
-    entity names joined by ``+``.
-
-Every client's pids are relabelled ``0..n-1`` within the client (its
-classifier head is local); ``ClientData.source_pids[i]`` records the domain's
-train pid of client label ``i``.  Test sets carry their dataset's
-``modality``, ``vi_protocol`` and ``tracklets`` (visible-infrared and video
-data); clients carry ``tracklets``.  Clients of a video domain get empty
-``query`` / ``gallery`` lists (their seen test set, with its tracklets, is
-in ``Federation.seen``), because a plain image evaluation cannot read
-tracklets.  Leave-one-domain-out is expressed for any protocol
-with ``test_domains``: those domains are never trained on and become
-``Federation.unseen`` test sets.  ``Federation.seen`` holds one test set per
-training domain; the domain's clients carry the very same query/gallery lists.
+Every client's pids are relabelled ``0..n-1`` (its head is local); ``ClientData.source_pids[i]`` is the domain's
+train pid of label ``i``. Test sets carry ``modality``, ``vi_protocol`` and ``tracklets``; clients
+``tracklets``. Clients of a video domain get empty ``query`` / ``gallery`` (their test set is in
+``Federation.seen``: a plain image evaluation cannot read tracklets). ``test_domains`` are never trained on and
+become ``Federation.unseen``; ``Federation.seen`` has one test set per training domain, shared by its clients.
 """
 
 from __future__ import annotations
@@ -69,14 +44,9 @@ def make_federation(
     num_clients: int | None = None,
     seed: int = 0,
 ) -> Federation:
-    """Split ``datasets`` (domain name -> dataset) into clients following ``protocol``.
-
-    ``train_domains`` defaults to every domain not in ``test_domains`` (which
-    defaults to none), in the order of ``datasets``.  ``num_clients`` is
-    required by, and only accepted for, ``by-identity``.  Raises
-    :class:`ConfigError` for invalid arguments and :class:`DataError` when a
-    client would hold fewer than two identities.
-    """
+    """Split ``datasets`` (domain -> dataset) into clients following ``protocol``. ``train_domains``: every
+    domain not in ``test_domains``, in order; ``num_clients``: for ``by-identity`` only. ConfigError for invalid
+    arguments, DataError for a client with fewer than two identities."""
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown partition protocol {protocol!r}; choose one of: {', '.join(PROTOCOLS)}")
     if not datasets:

@@ -15,17 +15,11 @@ from privreid.data.types import Sample
 class PKSampler(Sampler[int]):
     """Yield dataset indices in batches of ``p`` identities x ``k`` images each.
 
-    Follows torchreid's ``RandomIdentitySampler``: every epoch, each identity's
-    images are shuffled (an identity with fewer than ``k`` images is drawn
-    ``k`` times with replacement) and cut into chunks of ``k``, dropping the
-    incomplete last chunk; batches then take one chunk from each of ``p``
-    identities drawn at random among those with chunks left, until fewer than
-    ``p`` such identities remain.  Use it with
+    As torchreid's ``RandomIdentitySampler``: per epoch each identity's images are shuffled (fewer than ``k``:
+    drawn ``k`` with replacement) and cut into chunks of ``k`` (incomplete last dropped); batches take one chunk
+    from each of ``p`` random identities with chunks left. Deviation: the order is a pure function of ``seed``
+    and :meth:`set_epoch` (torchreid uses the global RNG), and ``len()`` is exact. Use
     ``DataLoader(batch_size=sampler.batch_size, sampler=sampler)``.
-
-    Unlike torchreid (global RNG), the order is a pure function of ``seed`` and
-    the epoch set with :meth:`set_epoch` (0 until called), and ``len()`` is the
-    exact number of indices that epoch yields.
     """
 
     def __init__(self, samples: Sequence[Sample], p: int, k: int, seed: int = 0) -> None:

@@ -1,30 +1,19 @@
 """Procedural multi-domain person re-identification data (calibration: see below).
 
-Each identity has a persistent appearance (clothing colours *and* patterns,
-a fine print on each garment, hair, skin, accessory and its side, body
-proportions) drawn as a pedestrian with pose, viewpoint, scale / translation
-jitter and occluders.  The fine prints (stripes, checks, dots or a sum of
-plane waves, at a seeded period of 4-11% of the person's height, angle,
-phase, edge sharpness and contrast; :class:`.synthetic_render.Texture`) give
-identities the fine detail real clothing has, so a model that uses them is
-about as fragile under small adversarial perturbations as a real ReID model
-(on Market-1501 a PGD at 5/255 takes mAP from about 77% to below 1%).
-Each camera has its own style (illumination, colour cast, contrast, blur,
-noise, background); cameras are grouped into domains whose style
-distributions differ strongly (bright/warm, dark/blue, hazy/grey/noisy,
-saturated, ...).  Identity sets are disjoint across domains.  Output is real
-JPEG files in the Market-1501 layout, so the real-data loader reads it.
+Each identity has a persistent appearance (clothing colours and patterns, a fine print on each garment, hair,
+skin, accessory and its side, body proportions), drawn with pose, viewpoint, scale / translation jitter and
+occluders. The fine prints (stripes, checks, dots or plane waves at a seeded period of 4-11% of the height;
+:class:`.synthetic_render.Texture`) give identities real clothing's fine detail, so a model using them is about
+as fragile under small adversarial perturbations as a real ReID model (Market-1501: PGD at 5/255 takes mAP from
+about 77% to below 1%). Each camera has its own style (illumination, colour cast, contrast, blur, noise,
+background); domains group cameras with strongly different style distributions, and disjoint identities.
+Output is JPEG files in the Market-1501 layout.
 
-Calibration, render version 2 (issue 15; the 2-core CPU machine, one thread,
-``OMP_NUM_THREADS=1``; R1 / mAP on each domain's query/gallery, torchreid
-protocol).  The models are ``make demo``'s: ``privreid train --config
-configs/demo-cpu.yaml --method M`` (ResNet-18 from scratch, 64x32 input, SGD
-lr 0.05, batch 32, 5 epochs / rounds, 3 training domains synthA-C, synthD
-held out; the default federation from the cache), about 220-245 s each.  The
-attack is ``privreid attack --models ckpt.pt ... --method pgd --eps 8/255
---alpha 1/255 --steps 10 --domains synthA,synthB,synthC`` (10-step PGD,
-L-inf, feature-space loss, on every query of the seen test sets; 47 s for
-both models)::
+Calibration, render version 2 (2-core CPU machine, ``OMP_NUM_THREADS=1``; R1 / mAP per domain, torchreid
+protocol). The models are ``make demo``'s: ``privreid train --config configs/demo-cpu.yaml --method M``
+(ResNet-18 from scratch, 64x32, SGD lr 0.05, batch 32, 5 rounds, synthA-C seen, synthD held out), 220-245 s
+each. Attack: ``privreid attack --models ckpt.pt ... --method pgd --eps 8/255 --alpha 1/255 --steps 10
+--domains synthA,synthB,synthC`` (47 s for both models)::
 
     render  method       seen R1 A / B / C    unseen R1 D   seen mAP clean -> PGD (drop)
     1       centralized  92.8 / 84.3 / 85.1   34.8          73.9 -> 27.3 (63%; A 20%, B 87%, C 89%)
@@ -32,39 +21,16 @@ both models)::
     2       fedpav       33.3 / 62.9 / 63.5   34.8          44.6 -> 20.0 (55%; A 13%, B 66%, C 73%)
     2       untrained    mean 1.9             0.0           -
 
-(render 1: the generator before the prints, same commands; seen mAP: the
-mean over synthA-C; drop = (clean - attacked) / clean.)  With the prints the
-centralised model loses 76% of its seen mAP under the 10-step PGD at 8/255
-(target: at least 70%), against 63% before; the bright domain synthA
-(saturated highlights, no blur) stays the most robust.  Trained seen-domain
-R1 stays in the 50-90% of docs/architecture.md on average (centralised
-71.5%, FedPav 53.2%; FedPav's synthA is below it at 33.3%), unseen R1 in
-20-70% (21.7%, 34.8%) and untrained below 10%.
+(render 1: without the prints; seen mAP: mean over synthA-C; drop = (clean - attacked) / clean.) The target was
+a PGD drop of at least 70%; the bright synthA stays the most robust. Seen R1 stays in docs/architecture.md's
+50-90% on average (centralised 71.5%, FedPav 53.2%), unseen R1 in 20-70%, untrained below 10%.
+``domain_shift`` 0.7 (the default) was chosen on render 1: 0.5 made the unseen domain easy (R1 65%), 1.0 the
+seen ones hard (23-61%). The default federation (4 domains x 120 train + 50 test identities, 5 cameras) is
+7,458 images, about 360 images/s.
 
-Earlier calibration (render version 1, ``privreid train --data DIR
---test-domains synthD --method M --rounds N --height 64 --width 32
---lr-backbone 0.05 --lr-head 0.05`` on data from
-``generate_synthetic(DIR, SynthConfig(domain_shift=S))``; the 0.7 rows are
-``make demo``)::
-
-    domain_shift  method       epochs  seen R1 A / B / C     unseen R1 D
-    1.0           centralized  4       60.9 / 22.9 / 48.6    8.7
-    0.5           centralized  4       94.2 / 90.0 / 91.9    65.2
-    0.75          centralized  5       91.3 / 65.7 / 82.4    34.8
-    0.75          fedpav       5       50.7 / 57.1 / 79.7    17.4
-    0.7 (default) centralized  5       95.7 / 88.6 / 91.9    30.4
-    0.7 (default) fedpav       5       65.2 / 55.7 / 81.1    40.6
-    0.7 (default) untrained    -       mean 4.2              1.4
-
-The default federation holds 7,458 images (4 domains x 120 train + 50 test
-identities, 5 cameras) and renders at about 360 images/s (550 before the
-prints).
-
-The generator is split in four modules: :mod:`.synthetic_config` (the
-configuration, versions and seeded streams), :mod:`.synthetic_render` (who
-is drawn, and how), :mod:`.synthetic_cameras` (each camera's style) and
-:mod:`.synthetic_cache` (files, manifests, the cache); this module plans and
-writes the federation and re-exports their public names.
+Modules: :mod:`.synthetic_config` (configuration, versions, seeded streams), :mod:`.synthetic_render` (who is
+drawn, and how), :mod:`.synthetic_cameras` (camera styles), :mod:`.synthetic_cache` (files, manifests, cache);
+this one plans and writes the federation and re-exports their public names.
 """
 
 from __future__ import annotations
@@ -234,13 +200,8 @@ def generate_synthetic(
     progress: bool = False,
     overwrite: bool = False,
 ) -> Path:
-    """Render the synthetic federation into ``out_dir`` (Market-1501 layout per domain).
-
-    Writes ``out_dir/<domain>/{bounding_box_train,query,bounding_box_test}/*.jpg`` and
-    ``out_dir/manifest.json``.  Deterministic for a config; atomic (see
-    :func:`write_atomically`).  Raises :class:`~privreid.errors.DataError` if
-    ``out_dir`` exists and is not empty, unless ``overwrite`` is true.
-    """
+    """Render the synthetic federation into ``out_dir``: ``<domain>/{bounding_box_train,query,bounding_box_test}``
+    and ``manifest.json``; deterministic and atomic. DataError if ``out_dir`` is not empty, unless ``overwrite``."""
     config = config or SynthConfig()
     config.validate()
     return write_atomically(out_dir, lambda tmp: _write_federation(tmp, config, progress), overwrite=overwrite)
@@ -281,11 +242,8 @@ def ensure_synthetic(
     *,
     progress: bool = False,
 ) -> Path:
-    """Return a cached copy of the synthetic federation for ``config``, generating it once.
-
-    The directory is ``cache_root / ("synth-" + config_hash(config))``; the cache root
-    defaults to ``$PRIVREID_CACHE`` or ``~/.cache/privreid``.
-    """
+    """A cached copy of the synthetic federation for ``config`` (``cache_root/synth-<config_hash>``; the root
+    defaults to ``$PRIVREID_CACHE`` or ``~/.cache/privreid``), generated once."""
     config = config or SynthConfig()
     config.validate()
     return ensure_cached(
@@ -313,14 +271,10 @@ class SynthExtraConfig:
 def generate_synthetic_extra(out_dir: str | os.PathLike, config: SynthExtraConfig, *, overwrite: bool = False) -> Path:
     """Render ``per_cam`` new images of every training identity in each of its cameras, never in the train split.
 
-    They are the image-level non-members of a membership audit
-    (:mod:`privreid.auditing`): same identities, same cameras, same renderer as
-    the training images, new poses and noise (seed keys ``(domain, pid, cam,
-    images_per_id_per_cam + j)``, which the federation itself never draws for
-    a training identity), so members and non-members are exchangeable for a
-    model that never trained on them.  Writes
-    ``out_dir/<domain>/audit_extra/<pid>_c<cam>s2_<j>_01.jpg`` (original pids,
-    as in the train split's file names) and ``manifest.json``.
+    The image-level non-members of a membership audit (:mod:`privreid.auditing`): same identities, cameras and
+    renderer, new poses and noise (seed keys ``(domain, pid, cam, images_per_id_per_cam + j)``, never drawn for
+    training), so members and non-members are exchangeable. Writes
+    ``out_dir/<domain>/audit_extra/<pid>_c<cam>s2_<j>_01.jpg`` and ``manifest.json``.
     """
     config.synth.validate()
     if config.per_cam < 1:

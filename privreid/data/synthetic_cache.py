@@ -40,13 +40,8 @@ DATASET_MARKER = ".privreid-dataset"
 
 
 def is_generated_dataset(path: Path) -> bool:
-    """Whether ``path`` is a dataset privreid generated, and so may be replaced by ``overwrite``.
-
-    Datasets hold :data:`DATASET_MARKER`.  Older ones (written before the
-    marker) are recognised by their exact layout: a ``manifest.json`` of a
-    ``privreid-synthetic*`` format, and nothing beside it but the domain
-    folders it lists (:func:`write_manifest`'s ``domains``).
-    """
+    """Whether ``path`` is a dataset privreid generated (:data:`DATASET_MARKER`, or for older ones exactly a
+    ``privreid-synthetic*`` ``manifest.json`` and the domain folders it lists), so ``overwrite`` may replace it."""
     if (path / DATASET_MARKER).is_file() and not (path / DATASET_MARKER).is_symlink():
         return True
     manifest = read_manifest(path)
@@ -134,12 +129,8 @@ def write_manifest(root: Path, fmt: str, config, *, format_version: int = FORMAT
 
 
 def write_atomically(out_dir: str | os.PathLike, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
-    """Run ``fill(tmp)`` on a fresh temporary sibling directory of ``out_dir``, then rename it to ``out_dir``.
-
-    Nothing is left behind if ``fill`` raises.  Raises
-    :class:`~privreid.errors.DataError` if ``out_dir`` is a file, or a
-    non-empty directory and ``overwrite`` is false.  Returns the absolute path.
-    """
+    """``fill(tmp)`` on a fresh temporary sibling of ``out_dir``, then renamed to it (nothing left if ``fill``
+    raises); the absolute path. DataError if ``out_dir`` is a file, or non-empty without ``overwrite``."""
     out = Path(out_dir).expanduser().absolute()
     if out.is_symlink():
         raise DataError(f"{out} is a symbolic link; give the directory itself (a link is never replaced)")
@@ -204,12 +195,8 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
 def ensure_cached(prefix: str, config, generate: Callable[[Path, bool], Path],
                   cache_root: str | os.PathLike | None = None, *, format_version: int = FORMAT_VERSION,
                   render_version: int = RENDER_VERSION) -> Path:
-    """The cache directory ``cache_root / f"{prefix}-{config_hash(...)}"``, filled by ``generate`` once.
-
-    ``generate(path, overwrite)`` writes the dataset (a broken cached copy is
-    overwritten).  A copy is valid when its manifest holds the same config and
-    versions; a concurrent process that wins the race is accepted.
-    """
+    """``cache_root / f"{prefix}-{config_hash(...)}"``, filled once by ``generate(path, overwrite)`` (a broken
+    copy overwritten); valid when its manifest has the same config and versions; a concurrent winner is kept."""
     root = Path(cache_root).expanduser() if cache_root is not None else environment.cache_root()
     path = root / f"{prefix}-{config_hash(config, format_version, render_version)}"
     expected = json.loads(json.dumps(asdict(config)))  # as the manifest stores it (tuples become lists)

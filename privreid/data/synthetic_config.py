@@ -36,14 +36,9 @@ _TAG_SPLIT = 7
 
 @dataclass(frozen=True)
 class RenderedImages:
-    """What every config of rendered pedestrian images states: the generator seed and the image size.
-
-    Shared by the generators' configs (:class:`GeneratorConfig`) and by the
-    configs that have a generator render for them (the DG stand-ins',
-    :class:`~privreid.data.synthetic_dg.SynthDGConfig`).  A subclass may
-    re-declare the size's default (the VI set renders 64x32); dataclass
-    inheritance keeps the field's place.
-    """
+    """What every config of rendered pedestrian images states: the seed and the image size (shared by
+    :class:`GeneratorConfig` and :class:`~privreid.data.synthetic_dg.SynthDGConfig`; a subclass may re-declare
+    the size's default, keeping the field's place)."""
 
     seed: int = 0
     height: int = 128
@@ -52,17 +47,10 @@ class RenderedImages:
 
 @dataclass(frozen=True)
 class GeneratorConfig(RenderedImages):
-    """What the config dataclasses of the pedestrian generators share (:class:`SynthConfig`, the VI set's).
-
-    The rendering fields every such generator has and that default alike
-    (the seed and image size of :class:`RenderedImages`, the camera model's
-    ``domain_shift``, ``camera_jitter``, ``occlusion_prob``, ``jpeg_quality``),
-    the checks of those, a failed check as one
-    :class:`~privreid.errors.ConfigError` line that names the config class, and
-    the dict round trip.  Dataclass inheritance puts these fields before a
-    subclass's own; :func:`config_hash` sorts the keys, so a config's cache key
-    does not depend on where a field is declared.
-    """
+    """What the pedestrian generators' configs share (:class:`SynthConfig`, the VI set's): the fields of
+    :class:`RenderedImages`, ``domain_shift``, ``camera_jitter``, ``occlusion_prob``, ``jpeg_quality``, their
+    checks (one ConfigError line naming the class) and the dict round trip. :func:`config_hash` sorts keys, so
+    the cache key does not depend on where a field is declared."""
 
     #: 0 = all domains (VI: entities) share the neutral camera style, 1 = the calibrated shift
     domain_shift: float = 0.7
@@ -154,12 +142,8 @@ def domain_names(config: SynthConfig | None = None) -> list[str]:
 
 
 def config_hash(config, format_version: int = FORMAT_VERSION, render_version: int = RENDER_VERSION) -> str:
-    """Short stable hash of a generator config (a dataclass) plus the format/render versions.
-
-    The pedestrian renderer's :data:`RENDER_VERSION` is always part of it, also for a
-    generator with its own ``render_version`` (the VI set), so that no generator that
-    draws pedestrians serves images of an older renderer from its cache.
-    """
+    """Short stable hash of a generator config plus the format/render versions; always includes
+    :data:`RENDER_VERSION` (also with the VI set's own ``render_version``), so no cache serves an older renderer."""
     payload = json.dumps(
         {"config": asdict(config), "format": format_version, "render": render_version,
          "person_render": RENDER_VERSION},

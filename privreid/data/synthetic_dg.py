@@ -1,11 +1,8 @@
 """Synthetic stand-ins for the small unseen-domain benchmarks (``--data synth-dg``).
 
-Six small domains rendered by the synthetic generator
-(:mod:`privreid.data.synthetic`) with a seed the embedded federation never
-uses, so their scene and camera styles are unseen, each written in the real
-layout of the benchmark it stands in for and read by the real loader
-(:mod:`privreid.data.formats.dg`), so smoke-scale reproductions run the same
-loading, split and ranking code as paper-scale ones:
+Six small domains rendered by :mod:`privreid.data.synthetic` with a seed the embedded federation never uses
+(unseen styles), each in the real layout of its benchmark and read by the real loader
+(:mod:`privreid.data.formats.dg`), so smoke-scale runs share the paper-scale loading, split and ranking code:
 
 ``synth-viper``  (``viper`` layout)  2 cameras, one image per person per camera;
 ``synth-grid``   (``grid`` layout)   probe / gallery cameras plus pid-0 distractors;
@@ -16,13 +13,8 @@ loading, split and ranking code as paper-scale ones:
 ``synth-caviar`` (``caviar`` layout) 2 cameras, several images per person per camera (images 001-010 the
                                       first camera, 011-020 the second, as CAVIAR4REID numbers them).
 
-The domains are rendered in this order, each from its own per-domain seed,
-so adding a stand-in leaves the images of the earlier ones unchanged.
-
-Each stand-in is tested under the DG-ReID protocol (half of the people,
-single-shot, distractors) like the benchmark; GRID and CAVIAR also under
-FedPav's cross-camera protocol (paper 004, Table 5).  The embedded federation
-(``--data synth``) is untouched: these domains come from their own cache entry.
+Rendered in this order, each from its own seed, so a new stand-in leaves the others unchanged. Each is tested
+under the DG-ReID protocol, GRID and CAVIAR also under FedPav's cross-camera protocol (paper 004, Table 5).
 """
 
 from __future__ import annotations

@@ -1,56 +1,34 @@
 """Procedural visible-infrared (VI) person re-identification data, as images or as video tracklets.
 
-This extends :mod:`privreid.data.synthetic` (same pedestrians, poses, camera
-styles and renderer) with the conditions of L2RW+ (Jiang et al., paper 003,
-Sec. II-B and III-B):
+Extends :mod:`privreid.data.synthetic` (same pedestrians, poses, camera styles, renderer) with the conditions
+of L2RW+ (Jiang et al., paper 003, Sec. II-B and III-B):
 
-* **Infrared cameras.**  Thermal rendering (:func:`render_thermal`) draws the
-  same body, clothing shapes, patterns and accessories as the visible
-  renderer, but every part gets a fixed *temperature* instead of its colour:
-  warm skin, cooler clothing (a coat is cooler still), cool bags, on a cool
-  background (the camera's scene, compressed to dark greys).  Clothing colour
-  (hue and saturation) is therefore lost; shape and texture (a pattern is a
-  constant emissivity difference) are kept.  ``ir_reflectance`` (default 0.5)
-  adds part of each garment's visible brightness, as the near-infrared
-  cameras of SYSU-MM01 and LLCM see it; 0 renders a pure thermal image (see
-  the calibration below for why the default is not 0).  The result is one channel replicated to three, and
-  it is saved as a single-channel JPEG (which a reader converts to RGB by
-  replicating the channel, exactly).
-* **Modality incomplete.**  Each camera of an entity is visible-only,
-  infrared-only or both (a day/night camera; each of its shots is one
-  modality, drawn at random): ``camera_modalities`` is a pattern of ``v`` /
-  ``i`` / ``b`` letters, rotated by the entity index so that entities differ.
-* **Identity missing.**  Each identity is seen by a random subset of at
-  least ``min_cams_per_id`` cameras (redrawn until the identity has at least
-  one visible and one infrared shot, so that every test identity has an
-  infrared query and a visible gallery).
-* **Entities.**  ``num_entities`` datasets with disjoint identities and the
-  calibrated camera-style shift of :mod:`privreid.data.synthetic` between
-  them (entity ``e`` uses domain ``e``'s style presets), for the EI and ES
-  protocols.
-* **Video** (``video=True``).  A tracklet is ``frames_per_tracklet``
-  consecutive frames of *one walk cycle*: the same person, camera, viewpoint,
-  background and occluder, the walk phase advancing by ``2*pi/T`` per frame
-  and the person drifting slightly across the frame.
+* **Infrared cameras** (:func:`render_thermal`): the same shapes, patterns and accessories, each part at a
+  fixed temperature instead of its colour (warm skin, cooler clothing, cool bags and background), so hue and
+  saturation are lost and shape and texture kept. ``ir_reflectance`` (default 0.5) adds part of each garment's
+  visible brightness, as SYSU-MM01's and LLCM's near-infrared cameras see it (0: pure thermal; see the
+  calibration). Saved as single-channel JPEG (a reader replicates the channel, exactly).
+* **Modality incomplete**: each camera is visible-only, infrared-only or both (each shot one modality, drawn):
+  ``camera_modalities`` is a ``v`` / ``i`` / ``b`` pattern rotated by the entity index.
+* **Identity missing**: each identity is seen by a random subset of at least ``min_cams_per_id`` cameras,
+  redrawn until it has a visible and an infrared shot (every test identity has an IR query and a visible gallery).
+* **Entities**: ``num_entities`` datasets with disjoint identities; entity ``e`` uses domain ``e``'s camera
+  styles (the calibrated shift of :mod:`privreid.data.synthetic`), for the EI and ES protocols.
+* **Video** (``video=True``): a tracklet is ``frames_per_tracklet`` frames of one walk cycle (same person,
+  camera, viewpoint, background, occluder; phase + ``2*pi/T`` per frame, a slight drift).
 
-Layout written (``vi-folders``, read by :func:`privreid.data.formats.vi.vi_folders.load_vi_folders`)::
+Layout (``vi-folders``, :func:`privreid.data.formats.vi.vi_folders.load_vi_folders`)::
 
     out/manifest.json                       format "privreid-synthetic-vi", entities, camera kinds
     out/<entity>/{train,test}/{visible,infrared}/c<cam>/<pid>/<pid>_c<cam>_<k>.jpg        (images)
     out/<entity>/{train,test}/{visible,infrared}/c<cam>/<pid>/t<k>/<pid>_c<cam>_t<k>_f<t>.jpg  (video)
 
-The test split's infrared shots are the query, its visible shots the gallery.
-Entities are named ``viA, viB, ...`` (images) or ``vidA, vidB, ...`` (video).
+The test split's infrared shots are the query, its visible shots the gallery; entities are ``viA, viB, ...``
+(``vidA ...`` for video). The default (3 entities x (60 train + 30 test) identities, 4 cameras, 2 shots, 64x32)
+is 1,684 images in 1.7 s on one core (video, 6 frames: 10,104 frames, 5.9 s).
 
-Size and speed: the default (3 entities x (60 train + 30 test) identities,
-4 cameras, 2 shots per identity and camera, 64x32) is 1,684 images, rendered
-in 1.7 s on one core of the 2-core CPU machine; ``video=True`` (tracklets of
-6 frames) is 10,104 frames, 5.9 s (``generate_synthetic_vi(DIR,
-SynthVIConfig())``, with ``video=True``).
-
-Calibration (one measurement, 2-core CPU machine; ES protocol = centralised
-ERM on viA + viB, viC unseen; ResNet-18 from scratch, 64x32, SGD lr 0.05,
-30 epochs; R1 / mAP in %; infrared query -> visible gallery unless noted)::
+Calibration (2-core CPU machine; ES protocol: centralised ERM on viA + viB, viC unseen; ResNet-18 from
+scratch, 64x32, SGD lr 0.05, 30 epochs; R1 / mAP in %; IR query -> visible gallery unless noted)::
 
     ir_reflectance   model        viA IR->vis   viA vis->vis   viA IR->IR   viC (unseen) IR->vis
     0 (thermal)      untrained    2.1 / 6.7 (seen mean)                      4.2 / 8.2
@@ -58,17 +36,11 @@ ERM on viA + viB, viC unseen; ResNet-18 from scratch, 64x32, SGD lr 0.05,
     0.5 (default)    untrained    2.8 / 7.7 (seen mean)                      5.6 / 8.3
     0.5 (default)    30 epochs    11.7 / 20.1   72.9 / 73.1    47.8 / 48.5   13.9 / 14.9
 
-With pure thermal images a model trained with identity loss alone stays at
-chance across modalities (it learns each modality, not the link), so the
-default keeps half of the garments' brightness: cross-modality retrieval is
-then learnable but far below same-modality retrieval, the regime of the
-real benchmarks.  Commands: ``privreid train --data synth-vi --protocol es
---method centralized --rounds 30 --eval-every 10 --height 64 --width 32
---lr-backbone 0.05 --lr-head 0.05 --out RUN``, then ``privreid compare
-RUN/ckpt.pt`` and :func:`privreid.evaluation.model_eval.evaluate_model` (``mode=``)
-in each mode (same-modality rows: query and gallery the same visible, or
-infrared, test images).  The 0 rows used this generator with
-``ir_reflectance=0``.
+With pure thermal images identity loss alone stays at chance across modalities (it learns each modality, not
+the link); at 0.5 cross-modality retrieval is learnable but far below same-modality, the real benchmarks'
+regime. Commands: ``privreid train --data synth-vi --protocol es --method centralized --rounds 30
+--eval-every 10 --height 64 --width 32 --lr-backbone 0.05 --lr-head 0.05 --out RUN``, then ``privreid compare
+RUN/ckpt.pt`` and :func:`privreid.evaluation.model_eval.evaluate_model` (``mode=``) in each mode.
 """
 
 from __future__ import annotations
@@ -128,11 +100,8 @@ _T_CLUTTER = 0.22
 
 @dataclass(frozen=True)
 class SynthVIConfig(GeneratorConfig):
-    """Everything that determines a synthetic VI federation (and its cache key).
-
-    Its images are rendered at 64x32 by default, not the RGB generator's 128x64:
-    the size is re-declared at the end of the fields.
-    """
+    """Everything that determines a synthetic VI federation (and its cache key); rendered at 64x32 by default
+    (the size is re-declared at the end of the fields)."""
 
     num_entities: int = 3
     #: training identities per entity (pids ``1..ids_per_entity``)
@@ -196,16 +165,10 @@ def camera_modalities(config: SynthVIConfig, entity: int) -> list[str]:
 
 
 def thermal_appearance(a: Appearance, reflectance: float = 0.0) -> Appearance:
-    """``a`` with every colour replaced by its part's apparent temperature (a grey level).
-
-    Shapes, patterns, garment types and accessories are untouched, so the
-    infrared image keeps them.  Hue and saturation are always lost.  With
-    ``reflectance = 0`` (a pure thermal camera, like RegDB's) every
-    colour-dependent cue is gone; ``reflectance = r > 0`` adds
-    ``r * (luminance - 0.5)`` of each garment, accessory and hat colour, the
-    part of a garment's visible brightness that a near-infrared camera
-    (SYSU-MM01, LLCM) still sees.  Skin and hair keep their temperatures.
-    """
+    """``a`` with every colour replaced by its part's apparent temperature (a grey level); shapes, patterns and
+    accessories untouched. ``reflectance = r > 0`` adds ``r * (luminance - 0.5)`` of each garment, accessory and
+    hat colour (what a near-infrared camera, SYSU-MM01, LLCM, still sees); 0 is a pure thermal camera (RegDB).
+    Skin and hair keep their temperatures."""
 
     def grey(v: float, colour: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
         if colour is not None:
@@ -226,11 +189,8 @@ def thermal_appearance(a: Appearance, reflectance: float = 0.0) -> Appearance:
 def thermal_camera(style: CameraStyle) -> CameraStyle:
     """The infrared counterpart of a visible camera: same place, optics and sensor noise, no colour.
 
-    The background is the visible scene's luminance compressed to cool greys;
-    the illumination map keeps only its spatial non-uniformity (a thermal
-    image does not depend on the light); haze is mostly seen through.  The
-    returned style's ``noise`` is applied by :func:`render_thermal` on the
-    single channel.
+    The background is the scene's luminance compressed to cool greys; the illumination keeps only its spatial
+    non-uniformity; haze is mostly seen through. :func:`render_thermal` applies ``noise`` on the one channel.
     """
     lum = style.scene @ _LUMA
     scene = np.repeat((_T_SCENE[0] + _T_SCENE[1] * lum)[..., None], 3, axis=2).astype(np.float32)
@@ -256,11 +216,8 @@ def render_thermal(appearance: Appearance, pose: Pose, camera: CameraStyle, heig
 
 
 def walk_cycle(pose: Pose, frames: int, drift: float = 0.08) -> list[Pose]:
-    """``frames`` poses of one walk cycle from ``pose``: phase + 2*pi*t/frames, a slow horizontal drift.
-
-    The walking direction follows the viewpoint (side views drift along their
-    facing; front/back views barely move sideways).
-    """
+    """``frames`` poses of one walk cycle from ``pose``: phase + 2*pi*t/frames, a slow horizontal drift along
+    the viewpoint's facing (front/back views barely move sideways)."""
     direction = {"right": 1.0, "left": -1.0}.get(pose.view, 0.2)
     out = []
     for t in range(frames):
@@ -384,12 +341,8 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
 
 def generate_synthetic_vi(out_dir: str | os.PathLike, config: SynthVIConfig | None = None, *,
                           progress: bool = False, overwrite: bool = False) -> Path:
-    """Render the synthetic VI federation into ``out_dir`` (``vi-folders`` layout per entity, see above).
-
-    Deterministic for a config (same files, byte for byte) and atomic.  Raises
-    :class:`~privreid.errors.DataError` if ``out_dir`` exists and is not
-    empty, unless ``overwrite`` is true.
-    """
+    """Render the synthetic VI federation into ``out_dir`` (``vi-folders`` per entity); deterministic (byte for
+    byte) and atomic. DataError if ``out_dir`` is not empty, unless ``overwrite``."""
     config = config or SynthVIConfig()
     config.validate()
     return write_atomically(out_dir, lambda tmp: _write_federation(tmp, config, progress), overwrite=overwrite)
@@ -397,11 +350,8 @@ def generate_synthetic_vi(out_dir: str | os.PathLike, config: SynthVIConfig | No
 
 def ensure_synthetic_vi(cache_root: str | os.PathLike | None = None, config: SynthVIConfig | None = None, *,
                         progress: bool = False) -> Path:
-    """A cached copy of the synthetic VI federation for ``config`` (``cache_root/synthvi-<hash>``), generated once.
-
-    The cache root defaults to ``$PRIVREID_CACHE`` or ``~/.cache/privreid``, as
-    :func:`privreid.data.synthetic.ensure_synthetic`.
-    """
+    """A cached copy of the synthetic VI federation for ``config`` (``cache_root/synthvi-<hash>``, the cache
+    root as :func:`privreid.data.synthetic.ensure_synthetic`'s), generated once."""
     config = config or SynthVIConfig()
     config.validate()
     return ensure_cached(

@@ -26,19 +26,11 @@ from privreid.errors import ConfigError, DataError
 class DecodedImages:
     """Decoded, resized images kept for the life of the process, least recently used dropped beyond ``max_bytes``.
 
-    :meth:`get` returns a :class:`~privreid.data.transforms.TensorPipeline`'s
-    ``uint8`` ``(3, H, W)`` decoding of a file (its ``Resize`` of the RGB
-    image), decoding and resizing it only the first time.  Entries are keyed by
-    path, modification time and size (a rewritten file is decoded again) and
-    by the resize; evaluation decodes each test image once per run instead of
-    once per evaluation, and training each client image once instead of once
-    per epoch.  Memory is bounded: ``3 H W`` bytes per image (24 KiB at
-    128x64, 96 KiB at 256x128; a Market-1501 test set, 23,100 images, is 0.55
-    GiB at 128x64), at most ``max_bytes`` in all (1 GiB by default, the
-    environment variable ``PRIVREID_DECODED_MB`` sets it in MiB, 0 turns the
-    cache off); beyond it the least recently used images are dropped and
-    decoded again when next read.  Worker processes of a ``DataLoader`` each
-    hold their own.  Callers never write to the returned tensors.
+    :meth:`get` returns a :class:`~privreid.data.transforms.TensorPipeline`'s ``uint8`` ``(3, H, W)`` decoding
+    of a file, decoding and resizing it only the first time (keyed by path, mtime, size and resize), so a test
+    image is decoded once per run and a training image once instead of per epoch. ``3 H W`` bytes per image
+    (Market-1501's test set at 128x64: 0.55 GiB); at most ``max_bytes`` (1 GiB; ``PRIVREID_DECODED_MB`` in MiB,
+    0 turns it off). Each DataLoader worker holds its own; callers never write to the tensors.
     """
 
     def __init__(self, max_bytes: int | None = None) -> None:
@@ -101,21 +93,12 @@ class _Transformed(Dataset):
 class ImageDataset(_Transformed):
     """Index ``i`` -> ``(transform(image), pid, camid)`` for ``samples[i]``.
 
-    Images are read with PIL and converted to RGB, as torchreid's ``read_image``
-    does.  An unreadable or corrupt file raises :class:`~privreid.errors.DataError`
-    naming the path.  A :func:`~privreid.data.build_transforms` pipeline runs on
-    the images :data:`DECODED` keeps, a whole ``DataLoader`` batch at once
-    (``__getitems__``), with the per-image pipeline's random stream and bits;
-    any other ``transform`` runs image by image on the PIL image.
-
-    With ``augment_later``, items of a :func:`~privreid.data.build_transforms`
-    pipeline are its decoded ``uint8`` images, and whoever takes the batches
-    runs :meth:`augmentation` on them, on whatever device they are on (the
-    training client: :func:`privreid.precision.to_device`): the random
-    parameters are then drawn where the batch is consumed, from the same
-    global RNG in the same order as the loader would, so the result is the
-    loader path's bit for bit on the CPU, and loader worker processes
-    (``--workers``) only decode and never touch the augmentation's stream.
+    Images are read with PIL as RGB (torchreid's ``read_image``); an unreadable file raises DataError naming
+    it. A :func:`~privreid.data.build_transforms` pipeline runs on :data:`DECODED` images a whole batch at once
+    (``__getitems__``) with the per-image pipeline's random stream and bits; other transforms run per PIL image.
+    ``augment_later``: items are the decoded ``uint8`` images and the consumer runs :meth:`augmentation` on its
+    device, drawing from the same global RNG in the same order (bit for bit the loader path on the CPU), so
+    loader workers (``--workers``) only decode.
     """
 
     def __init__(self, samples: Sequence[Sample], transform: Callable[[Image.Image], torch.Tensor], *,
@@ -160,14 +143,9 @@ SEQUENCE_SAMPLING = ("evenly", "random")
 
 
 def frame_indices(num_frames: int, seq_len: int, sampling: str = "evenly") -> list[int]:
-    """``seq_len`` frame indices of a ``num_frames``-frame tracklet, in temporal order.
-
-    The tracklet is cut into ``seq_len`` equal chunks (restricted random
-    sampling, as the video ReID baselines HITSZ-VCM and BUPTCampus use):
-    ``"evenly"`` takes the first frame of each chunk (test), ``"random"`` a
-    random frame of each chunk (training; torch's global RNG).  A tracklet
-    shorter than ``seq_len`` repeats frames.
-    """
+    """``seq_len`` frame indices of a ``num_frames``-frame tracklet, in order: restricted random sampling (the
+    HITSZ-VCM and BUPTCampus baselines) over ``seq_len`` equal chunks, ``"evenly"`` each chunk's first frame
+    (test), ``"random"`` a random one (training; torch's global RNG). Short tracklets repeat frames."""
     if num_frames < 1 or seq_len < 1:
         raise ConfigError(f"need num_frames >= 1 and seq_len >= 1, got {num_frames} and {seq_len}")
     if sampling not in SEQUENCE_SAMPLING:
@@ -179,14 +157,11 @@ def frame_indices(num_frames: int, seq_len: int, sampling: str = "evenly") -> li
 
 
 class SequenceDataset(_Transformed):
-    """Index ``i`` -> ``(clip, pid, camid)`` for tracklet ``samples[i]``: ``clip`` is ``(seq_len, 3, H, W)``.
+    """Index ``i`` -> ``(clip, pid, camid)`` for tracklet ``samples[i]``, ``clip`` ``(seq_len, 3, H, W)``.
 
-    ``samples`` are ``(key, pid, camid)`` and ``tracklets[key]`` lists the
-    tracklet's frame paths (:class:`~privreid.data.types.ReIDDataset.tracklets`).
-    ``seq_len`` frames are chosen by :func:`frame_indices`; ``transform`` is
-    applied to each frame independently (a :func:`~privreid.data.build_transforms`
-    pipeline to the clip's :data:`DECODED` frames at once, as for images).  A default-collated batch is
-    ``(B, seq_len, 3, H, W)``, the input of V-DPPT (L2RW+ Eq. 9).
+    ``tracklets[key]`` lists a tracklet's frames; :func:`frame_indices` picks them and ``transform`` applies per
+    frame (a pipeline on the clip's decoded frames at once). A batch is ``(B, seq_len, 3, H, W)``, V-DPPT's
+    input (L2RW+ Eq. 9).
     """
 
     def __init__(self, samples: Sequence[Sample], tracklets: Mapping[str, Sequence[str]],

@@ -1,31 +1,16 @@
-"""The trigger of a retrieval backdoor (issue 30): a fixed, seeded pattern stamped on decoded images.
+"""The trigger of a retrieval backdoor: a fixed, seeded pattern stamped on decoded images.
 
-A :class:`Trigger` (``kind`` ``patch``) is a ``size`` x ``size`` pattern of black and white
-pixels (each channel drawn from ``seed``, so a run and its evaluation stamp
-the very same patch) at ``position`` of the model's input image
-(``height`` x ``width``).  A blended trigger (``kind`` ``blend``; Chen et al.
-2017, "Targeted Backdoor Attacks on Deep Learning Systems Using Data
-Poisoning", Sec. 3.2.2, Eq. 2: ``x' = (1 - alpha) x + alpha k``) mixes the
-whole image with a seeded key pattern ``k`` of uniform random pixels in
-``[0, 255]`` (the paper's random-noise key), rounded to ``uint8``; it has no
-size or position, and one ``alpha`` serves training and evaluation (the
-paper may test with a larger ``alpha`` than it trains with).  It is stamped on the image as the data pipeline
-decodes it (its ``Resize`` to the input size, :meth:`TensorPipeline.decode
-<privreid.data.transforms.TensorPipeline.decode>`), so the trigger has the
-same pixels in training and at evaluation whatever the stored image size;
-the augmentations that follow (flip, crop, erasing) move or hide it as they
-would a real badge.
-
-:func:`stamped_samples` writes the stamped images as lossless PNG files at
-the input size (decoding them again is the identity) into a directory of
-the process, and returns the samples with their paths replaced.  Every
-loader of privreid then reads them as any other image: a malicious client's
-training data (:mod:`privreid.malicious_clients.backdoor`) and triggered queries (``privreid eval``)
-need no branch in the engine, in the client update or in the data pipeline.
-
-A distributed backdoor (DBA, :mod:`privreid.malicious_clients.dba`) splits the patch into ``parts``
-horizontal strips (:meth:`Trigger.part`); a malicious client stamps only its
-own strip, the evaluation the whole patch.
+A :class:`Trigger` of ``kind`` ``patch`` is a ``size`` x ``size`` pattern of black and white pixels (drawn from
+``seed``) at ``position`` of the ``height`` x ``width`` input. A blended trigger (``kind`` ``blend``; Chen et al.
+2017, Sec. 3.2.2, Eq. 2: ``x' = (1 - alpha) x + alpha k``) mixes the whole image with a seeded key ``k`` of
+uniform random pixels in ``[0, 255]``, rounded to ``uint8``; one ``alpha`` serves training and evaluation (the
+paper may test with a larger one). Either is stamped as the pipeline decodes the image
+(:meth:`TensorPipeline.decode <privreid.data.transforms.TensorPipeline.decode>`), so it has the same pixels in
+training and evaluation; later augmentations move or hide it as they would a badge. :func:`stamped_samples`
+writes stamped images as lossless PNGs at the input size and returns the samples with those paths, so a
+malicious client's data (:mod:`privreid.malicious_clients.backdoor`) and triggered queries (``privreid eval``)
+need no branch in the engine, client update or pipeline. DBA (:mod:`privreid.malicious_clients.dba`) splits the
+patch into ``parts`` horizontal strips (:meth:`Trigger.part`), one per malicious client.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """The privreid ClientApp: one site's part of every round, by the engine's own client code.
 
-Flower runs this in the site's SuperNode (flwr 1.41 Message API).  Each
-handler rebuilds the run's engine for the site's one client
-(:class:`SiteEngine`) and calls the same functions the in-process engine
-calls, so a method's parameter policy, client update and evaluation are
-shared, never re-implemented:
-
-* ``query``: describe the site (name, domain, sample and identity counts,
-  the dataset's identity numbers); see :mod:`.messages` for what leaves;
-* ``train``: :meth:`FederatedEngine.train_client` on what the server
-  transmitted (the strategy's ``configure``, computed on the server; the
-  client-side start, FedReID's half-average and Eq. 15 noise, runs here);
-  the reply holds the upload (shared keys only) and scalar metrics (plus,
-  under DP-SGD, the accountant's mechanism parameters the coordinator's
-  privacy ledger reads);
-* ``evaluate``: :meth:`FederatedEngine._eval_global` of the aggregated
-  global model and :meth:`FederatedEngine._eval_local` of the client's
-  current personalised model (from the aggregate and the site's latest
-  local state, as in-process) on the site's seen-domain split (metrics only).
-
-Before any message, the site loads its own plugins (:func:`load_site_plugins`).
-The client's local state and memory are restored from and saved to
-:class:`~.site.SiteState` (the site's state directory, not Flower's
-``context.state``, which can lag one message behind: see :mod:`.site`).
+Flower runs this in the site's SuperNode (flwr 1.41 Message API). Each handler rebuilds the run's engine for the
+site's one client (:class:`SiteEngine`) and calls the in-process engine's functions, never re-implementing them:
+``query`` describes the site (what leaves: :mod:`.messages`); ``train`` runs
+:meth:`FederatedEngine.train_client` on what the server's ``configure`` sent (the client-side start, FedReID's
+half-average and Eq. 15 noise run here) and replies with the upload, scalar metrics and, under DP-SGD, the
+accountant's parameters; ``evaluate`` runs :meth:`FederatedEngine._eval_global` and
+:meth:`FederatedEngine._eval_local` on the site's seen split (metrics only). The site loads its own plugins
+first (:func:`load_site_plugins`); local state and memory live in :class:`~.site.SiteState`, not Flower's
+``context.state``, which can lag one message behind (:mod:`.site`).
 """
 
 from __future__ import annotations
@@ -91,12 +77,9 @@ def describe(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One round of local training on the site's data; the upload and scalar metrics.
-
-    Under secure aggregation (the SecAgg+ collect stage), the reply is the
-    ``FitRes`` that Flower's mod masks (:func:`~privreid.defenses.secure_aggregation.flower.secure_fit_reply`;
-    the privacy ledger's reports travel as its scalar metrics).
-    """
+    """One round of local training on the site's data; the upload and scalar metrics. Under SecAgg+ the reply is
+    the ``FitRes`` Flower's mod masks (:func:`~privreid.defenses.secure_aggregation.flower.secure_fit_reply`;
+    the ledger's reports as its scalar metrics)."""
     secure = is_secure(msg)
     if secure:
         fields, received = fit_message_content(msg.content)

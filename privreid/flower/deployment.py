@@ -1,31 +1,18 @@
 """Starting, driving and stopping a Flower deployment (flwr 1.41) for privreid.
 
-flwr 1.41's components, as privreid uses them:
+* **SuperLink** (``flower-superlink``): the coordinator; Fleet, Control and Runtime APIs on ``--host/--port``
+  (127.0.0.1:8000). It runs each ServerApp via ``flower-superexec`` (``flwr-serverapp``, on ``PATH``), with
+  ``--disable-runtime-dependency-installation`` (no internet; privreid is installed).
+* **SuperNode** (``flower-supernode --superlink HOST:PORT``): one per site, its Runtime API on ``--port``
+  (9094; distinct per SuperNode on one machine); it polls every 3 s and starts one ``flwr-clientapp`` per
+  message. ``--node-config`` carries the site's dataset (:mod:`.site`).
+* **Runs**: ``flwr run APP_DIR CONNECTION``, APP_DIR a Flower App (``pyproject.toml`` naming privreid's apps,
+  the settings in ``[tool.flwr.app.config]``), CONNECTION in ``$FLWR_HOME/config.toml``: :func:`write_app`,
+  :func:`write_connection`.
 
-* **SuperLink** (``flower-superlink``): the coordinator.  Its Fleet, Control
-  and Runtime APIs are all HTTP on ``--host/--port`` (default
-  127.0.0.1:8000).  It runs each submitted ServerApp in a subprocess
-  (``flwr-serverapp`` via ``flower-superexec``, found on ``PATH``).
-  ``--disable-runtime-dependency-installation``: apps are not ``uv sync``-ed
-  (there is no internet; privreid is already installed).
-* **SuperNode** (``flower-supernode --superlink HOST:PORT``): one per site;
-  its own Runtime API on ``--port`` (default 9094; distinct per SuperNode
-  on one machine).  It polls the SuperLink every 3 s (hard-coded) and starts
-  one ``flwr-clientapp`` process per message.  ``--node-config`` carries the
-  site's dataset (:mod:`.site`).
-* **Runs** are submitted with ``flwr run APP_DIR CONNECTION``: APP_DIR is a
-  Flower App (a ``pyproject.toml`` naming privreid's ServerApp and ClientApp
-  and carrying the run settings as ``[tool.flwr.app.config]``), CONNECTION
-  a SuperLink connection in ``$FLWR_HOME/config.toml``.  privreid writes both
-  into a temporary directory (:func:`write_app`, :func:`write_connection`).
-
-TLS.  Without ``insecure`` the SuperLink needs ``--ssl-certfile``,
-``--ssl-keyfile`` and ``--ssl-ca-certfile`` (one certificate for all its
-APIs); SuperNodes and ``flwr run`` verify it with the CA certificate
-(``--root-certificates`` / ``root-certificates`` in the connection).
-
-Processes are started in their own session and stopped by process-group id
-(:func:`stop`), which also ends the SuperExec and app processes they started.
+TLS: without ``insecure`` the SuperLink needs ``--ssl-certfile``, ``--ssl-keyfile``, ``--ssl-ca-certfile``;
+SuperNodes and ``flwr run`` verify with the CA (``--root-certificates``). Processes start in their own session
+and are stopped by process group (:func:`stop`), ending the processes they started.
 """
 
 from __future__ import annotations
@@ -134,12 +121,8 @@ def superlink_command(*, host: str = "127.0.0.1", port: int = 8000, tls: TLS | N
 
 
 def node_config_arg(values: dict[str, Any]) -> str:
-    """``--node-config`` text: space-separated ``key=value`` with TOML values.
-
-    Strings become TOML literal strings (``'...'``: no escapes, so Windows
-    paths survive); Flower's parser takes a quoted value up to the next quote
-    of the same kind, so a string holding both quote kinds is refused.
-    """
+    """``--node-config`` text: space-separated ``key=value`` with TOML values; strings as TOML literal strings
+    (no escapes: Windows paths survive); a string holding both quote kinds is refused (Flower's parser)."""
     parts = []
     for key, value in values.items():
         if value is None:
@@ -319,12 +302,8 @@ def run_on_superlink(settings: ServerSettings, address: str, *, root_certificate
 # ----------------------------------------------------------------------------- loopback deployments
 @dataclass
 class LocalDeployment:
-    """A SuperLink and one SuperNode per site on 127.0.0.1 (insecure), for tests and benchmarks.
-
-    ``sites`` maps a SuperNode key (any label) to its ``--node-config``
-    values (:mod:`.site`).  Every process is started on a free port in its
-    own process group and ended by :meth:`close` (also on ``with`` exit).
-    """
+    """A SuperLink and one SuperNode per site on 127.0.0.1 (insecure), for tests and benchmarks. ``sites``: key
+    -> ``--node-config`` values (:mod:`.site`); free ports, own process groups, ended by :meth:`close`."""
 
     sites: dict[str, dict[str, Any]]
     workdir: Path

@@ -1,24 +1,12 @@
 """A Flower ``Grid`` inside one process, for tests and the overhead benchmark.
 
-Flower's own simulation engine needs Ray, which privreid does not install.
-:class:`LoopbackGrid` implements the ``flwr.serverapp.Grid`` interface the
-ServerApp talks to, and delivers every message to a real ``ClientApp``
-object with one ``Context`` per simulated SuperNode.  Messages, replies and
-contexts go through Flower's own serialisation both ways, as they do between
-processes (messages as flwr 1.41's trees of inflatable objects, contexts as
-protobuf), so anything that would not survive the wire fails here too; the
-serialised sizes are counted.  What it leaves out is the deployment runtime
-itself: HTTP, the SuperNode's 3 s polling, and one ``flwr-clientapp``
-process per message (the benchmark measures those on a real deployment).
-
-``received`` keeps every reply the server pulled (the server's whole view:
-the privacy tests inspect it).  ``drop(node_id, message) -> bool`` simulates a
-SuperNode killed before it replies: the message, and every later one to that
-node, is answered with the ``NODE_UNAVAILABLE`` error the SuperLink returns
-once a node's heartbeat has lapsed.  ``lose_context(node_id, message) -> bool``
-simulates a ``flwr-clientapp`` whose last request (flwr 1.41's
-``PushTaskOutput``, which carries the updated ``Context``) failed after its
-reply had left: the reply arrives, the node keeps its previous context.
+Flower's simulation engine needs Ray; :class:`LoopbackGrid` implements ``flwr.serverapp.Grid`` and delivers
+every message to a real ``ClientApp`` with one ``Context`` per simulated SuperNode, through Flower's own
+serialisation both ways (so what would not survive the wire fails here; sizes are counted). Left out: HTTP, the
+SuperNode's 3 s polling, one ``flwr-clientapp`` process per message. ``received`` keeps every reply the server
+pulled (its whole view, for the privacy tests). ``drop(node_id, message) -> bool`` simulates a SuperNode killed
+before replying (that and later messages get ``NODE_UNAVAILABLE``); ``lose_context(node_id, message) -> bool``
+a ClientApp whose ``Context`` push failed after its reply (the node keeps its previous context).
 """
 
 from __future__ import annotations
@@ -38,11 +26,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 
 def _wire(message: Message) -> tuple[Message, int]:
-    """``message`` after the deployment runtime's serialisation round trip, and its size in bytes.
-
-    flwr 1.41 ships a message as a tree of inflatable objects (each
-    ``deflate()``-d to bytes, arrays chunked); this rebuilds it from those bytes.
-    """
+    """``message`` after the runtime's serialisation round trip (flwr 1.41's tree of inflatable objects, each
+    ``deflate()``-d), and its size in bytes."""
     with no_object_id_recompute():
         objects = get_all_nested_objects(message)
         contents = {object_id: obj.deflate() for object_id, obj in objects.items()}

@@ -6,53 +6,38 @@ Message contents are Flower ``RecordDict`` objects (flwr 1.41 Message API):
 server -> site            records
 ========================  =====================================================
 query (describe)          ``run`` ConfigRecord: the run configuration (JSON), the run key
-train                     ``run`` (+ ``round``); ``global``: the state the
-                          server transmits to this site (the strategy's
-                          ``configure``: model keys, plus e.g. DPPT's global
-                          centres of the site's identities)
+train                     ``run`` (+ ``round``); ``global``: what the strategy's
+                          ``configure`` transmits to this site (model keys, plus
+                          e.g. DPPT's global centres of its identities)
 evaluate                  ``run`` (+ ``round``); ``global``: the aggregated global state
 ========================  =====================================================
 
 ========================  =====================================================
 site -> server            records
 ========================  =====================================================
-query (describe)          ``site`` ConfigRecord (name, domain: strings; the
-                          dataset's identity numbers of the client's labels,
-                          which methods keying server state by identity need);
+query (describe)          ``site`` ConfigRecord (name, domain, the dataset's
+                          identity numbers of the client's labels);
                           ``site-size`` MetricRecord (num_samples, num_classes)
-train                     ``upload`` ArrayRecord: the shared keys of the trained
-                          model; ``train`` MetricRecord: the client update's
-                          scalar metrics; ``site-size``; ``privacy-ledger``:
-                          the memory entries the privacy ledger reads (DP-SGD's
-                          accountant: noise multiplier, sample rate and step
-                          counts; mechanism parameters, no data), so the
-                          coordinator logs epsilon and enforces ``--target-epsilon``
-                          as in-process
+train                     ``upload`` ArrayRecord (the trained shared keys);
+                          ``train`` MetricRecord (scalar metrics); ``site-size``;
+                          ``privacy-ledger``: the DP accountant's mechanism
+                          parameters (no data), so the coordinator logs epsilon
+                          and enforces ``--target-epsilon`` as in-process
 evaluate                  one ``global/<split>/<testset>`` MetricRecord per test
-                          set, and one ``local/<split>/<testset>`` per test set
-                          of the client's personalised model
+                          set, one ``local/<split>/<testset>`` per test set of
+                          the personalised model
 ========================  =====================================================
 
-:func:`check_reply` is the server's privacy gate: every reply is checked before
-it is used, and a reply that carries anything else (a local-only key, a
-tensor of a shape the shared model does not have, a non-scalar metric, any
-other record) is refused.  This is the issue's privacy invariant enforced at
-run time; ``tests/test_flower.py`` asserts it on every message independently.
-The one allowance: tensors a method's client update adds to its upload
-outside the model (``ClientContext.upload_extra``: DPPT's per-identity class
-centres, L2RW+ Eq. 5) pass when they are vectors or scalars, never
+:func:`check_reply` is the server's privacy gate: a reply carrying anything else (a local-only key, a tensor of a
+shape the shared model lacks, a non-scalar metric, another record) is refused; ``tests/test_flower.py`` asserts
+it on every message. One allowance: tensors a client update adds outside the model
+(``ClientContext.upload_extra``: DPPT's class centres, L2RW+ Eq. 5) pass as vectors or scalars, never
 per-sample matrices.
 
-Tensors travel as Flower ``Array`` objects (NumPy ``.npy`` bytes, never
-pickles), so float32/float64/int64 values round-trip bit-exactly; dtypes
-NumPy lacks (bfloat16) are refused with a clear error.  The conversions
-(:func:`tensor_to_array`, :func:`array_to_tensor`) produce and read the very
-bytes and fields of Flower's own ``Array(ndarray)`` and ``Array.numpy()``, but
-copy a tensor's data once each way instead of two or three times: every
-client of a parallel run converts a model state four times (the server's
-message, the worker's copy of it, the worker's upload, the server's copy of
-that), and a ResNet-18's 45 MiB took 35-45 ms a conversion through
-``np.save``/``np.load`` on this 2-core machine.
+Tensors travel as Flower ``Array`` objects (``.npy`` bytes, never pickles), so values round-trip bit-exactly;
+dtypes NumPy lacks (bfloat16) are refused. :func:`tensor_to_array` and :func:`array_to_tensor` produce and read
+exactly Flower's ``Array(ndarray)`` / ``Array.numpy()`` bytes with one copy each way instead of two or three (a
+parallel run converts each state four times; a ResNet-18's 45 MiB took 35-45 ms per ``np.save``/``np.load``).
 """
 
 from __future__ import annotations
@@ -88,15 +73,9 @@ class FlowerRunError(PrivreidError):
 
 # ----------------------------------------------------------------------------- tensors
 def tensor_to_array(tensor: torch.Tensor) -> Array:
-    """``Array(tensor)``: the same fields and ``.npy`` bytes, with one copy of the data (a CPU copy of a device
-    tensor first).
-
-    Flower's ``Array(ndarray)`` ``np.save``'s into a growing ``BytesIO`` and
-    then takes its value; here the header is NumPy's own (format 1.0, the
-    one ``np.save`` writes for every tensor's shape) and the data is joined
-    to it in one copy: C order, or Fortran order for a Fortran-contiguous
-    array, as ``np.save`` writes them.
-    """
+    """``Array(tensor)``: Flower's fields and ``.npy`` bytes (NumPy's format-1.0 header), with one copy of the
+    data (C order, or Fortran order for a Fortran-contiguous array, as ``np.save``; a device tensor is first
+    copied to the CPU)."""
     array = tensor.detach().cpu().numpy()
     fields = np.lib.format.header_data_from_array_1_0(array)
     header = io.BytesIO()
@@ -107,15 +86,9 @@ def tensor_to_array(tensor: torch.Tensor) -> Array:
 
 
 def array_to_tensor(array: Array) -> torch.Tensor:
-    """``torch.from_numpy(array.numpy().copy())`` with one copy: a writable, C-contiguous tensor of the dtype and
-    shape the ``.npy`` header gives.
-
-    The header is parsed by NumPy's reader (no pickles: an object dtype is
-    refused with ``ValueError``, as ``np.load(allow_pickle=False)`` refuses
-    it) and the data is viewed in place in the message's bytes, then copied
-    once.  A header of format 3.0, which ``np.save`` writes only for
-    structured dtypes with non-Latin-1 field names, is read by ``np.load``.
-    """
+    """``torch.from_numpy(array.numpy().copy())`` with one copy: a writable, C-contiguous tensor of the header's
+    dtype and shape. NumPy's reader parses the header (an object dtype is refused with ``ValueError``, as
+    ``np.load(allow_pickle=False)``); a format-3.0 header (structured dtypes only) goes through ``np.load``."""
     if array.stype != SType.NUMPY:
         raise TypeError(f"Unsupported serialization type for numpy conversion: '{array.stype}'")
     buffer = io.BytesIO(array.data)
@@ -134,13 +107,9 @@ Converted = dict[str, tuple[torch.Tensor, int, Array]]
 
 
 def state_to_record(state: StateDict, converted: Converted | None = None) -> ArrayRecord:
-    """A state dict as an ArrayRecord (:func:`tensor_to_array`; key order kept).
-
-    ``converted`` keeps the Arrays made across calls: a key whose tensor is
-    the same object, unchanged since (its autograd version counter), reuses
-    its Array, so a server that sends one global state to every client of a
-    round converts it once (the Arrays are only read, by every message).
-    """
+    """A state dict as an ArrayRecord (:func:`tensor_to_array`; key order kept). ``converted`` reuses the Array
+    of a tensor that is the same object at the same autograd version, so one global state sent to every client
+    of a round is converted once."""
     record = ArrayRecord()
     for key, tensor in state.items():
         if tensor.dtype == torch.bfloat16:
@@ -218,14 +187,9 @@ def parse_run_record(content: RecordDict) -> tuple[RunConfig, str, ConfigRecord]
 # ----------------------------------------------------------------------------- the privacy gate
 def check_reply(reply: Message, *, kind: str, shared_shapes: dict[str, tuple[int, ...]],
                 model_keys: set[str], ledger: tuple[str, ...] = ()) -> None:
-    """Refuse a reply that holds anything but shared-key parameters, scalar metrics and the site's names.
-
-    ``kind`` is the message type (``query``, ``train``, ``evaluate``);
-    ``shared_shapes`` maps every shared key to its shape; ``model_keys`` are
-    all the model's keys (shared and local); ``ledger`` the memory keys a
-    train reply may add under ``privacy-ledger`` (:func:`ledger_keys`).
-    Raises :class:`FlowerRunError` naming the offending record.
-    """
+    """Refuse (:class:`FlowerRunError`, naming the record) a ``kind`` reply (``query``, ``train``,
+    ``evaluate``) holding anything but parameters of ``shared_shapes``, scalar metrics and the site's names;
+    ``model_keys``: all the model's keys; ``ledger``: the memory keys a train reply may add (:func:`ledger_keys`)."""
     content = reply.content
     src = reply.metadata.src_node_id
     for name, record in content.array_records.items():

@@ -1,48 +1,27 @@
 """The privreid ServerApp: the engine's rounds, with the clients' part done by Flower sites.
 
-:class:`FlowerServerEngine` is the in-process :class:`FederatedEngine` with
-one piece swapped: :meth:`collect_uploads` sends the round to the selected
-SuperNodes through Flower's ``Grid`` instead of training them one after
-another.  Selection, what each client receives (the strategy's ``configure``),
-aggregation (the method's strategy and upload-side defenses), communication
-counting, checkpoints (``ckpt.pt``), ``metrics.jsonl``, ``summary.json`` and
-``--resume`` are the engine's own code.  Choices where a real federation
-differs from one process:
+:class:`FlowerServerEngine` is the in-process :class:`FederatedEngine` with :meth:`collect_uploads` swapped: the
+round goes to the selected SuperNodes through Flower's ``Grid``. Selection, ``configure``, aggregation,
+communication counting, ``ckpt.pt``, ``metrics.jsonl``, ``summary.json`` and ``--resume`` are the engine's code.
+Where a real federation differs from one process:
 
-* **Sites.** Each SuperNode is one client; the client list is the sites
-  that answered the ``query`` message, sorted by name (the in-process order
-  for the synthetic federation and for ``--data`` given in name order).  A
-  site's name, domain and sizes are all the server knows about it
-  (:class:`RemoteClient`).
-* **Download.** The server transmits to each site exactly what the
-  strategy's ``configure`` returns for its client (from the global state and
-  the client's per-client server state, e.g. FedPav-CC's cluster model, or
-  DPPT's global centres of the client's identities beside the model).  What
-  a client does with it before training (the method's client start, and
-  ``--beta-mode download`` noise, paper 002 Eq. 15) runs on the site, in the
-  client's seeded random stream, as in-process.
-* **Evaluation.** Seen domains: on evaluated rounds every site evaluates the
-  global model and its current personalised model on its own test split
-  (``evaluate`` message; metrics only).  Unseen domains: the coordinator
-  evaluates the global model on the run configuration's held-out domains if
-  it has their data (``server_eval``).  The records come in the in-process
-  order: global seen, global unseen, then local per client.
-* **Faults.** A selected site that does not reply (killed, or past
-  ``round_timeout``), or replies with an error, is dropped from the round.
-  The round is aggregated if at least ``min_clients`` uploads arrived (0:
-  every selected site), else the run stops with :class:`FlowerRunError`; the
-  checkpoint of the last completed round stays valid either way and
-  ``--resume`` continues from it.
-* **Privacy.** Every reply passes :func:`~.messages.check_reply`.  Client-level
-  DP and upload-side beta noise are strategy wrappers and run here as
-  in-process; DP-SGD runs on the sites, which report the accountant's
-  mechanism parameters (``Upload.reports``; under ``--secure-aggregation``
-  as scalar ``FitRes`` metrics, :mod:`privreid.defenses.secure_aggregation.flower`) so the
-  privacy ledger logs epsilon and stops at ``--target-epsilon`` here as
-  in-process.
+* **Sites.** Each SuperNode is one client; the clients are the sites that answered ``query``, sorted by name (the
+  in-process order for the synthetic federation and name-ordered ``--data``). A site's name, domain and sizes
+  are all the server knows (:class:`RemoteClient`).
+* **Download.** Each site gets exactly what ``configure`` returns for its client; the method's client start and
+  ``--beta-mode download`` noise (paper 002 Eq. 15) run on the site in the client's seeded stream.
+* **Evaluation.** Seen domains: each site evaluates the global and its personalised model on its test split
+  (``evaluate``; metrics only). Unseen: the coordinator, if it has their data (``server_eval``). Records come in
+  the in-process order.
+* **Faults.** A site that does not reply (killed, past ``round_timeout``) or errs is dropped from the round; the
+  round aggregates if ``min_clients`` uploads arrived (0: all), else :class:`FlowerRunError`. The last
+  checkpoint stays valid for ``--resume``.
+* **Privacy.** Every reply passes :func:`~.messages.check_reply`. Client-level DP and upload-side beta noise run
+  here as strategy wrappers; DP-SGD runs on the sites, which report the accountant's parameters
+  (``Upload.reports``; under ``--secure-aggregation`` as ``FitRes`` metrics,
+  :mod:`privreid.defenses.secure_aggregation.flower`), so the ledger enforces ``--target-epsilon`` here.
 
-Methods that cannot run on Flower are refused by :func:`check_flower_support`
-with the reason.
+Methods that cannot run on Flower are refused by :func:`check_flower_support` with the reason.
 """
 
 from __future__ import annotations
@@ -226,13 +205,9 @@ class SiteLink:
 
     # -- the three exchanges ---------------------------------------------------
     def discover(self, names: list[str] | None) -> list[RemoteClient]:
-        """Wait for the SuperNodes and ask each to describe its site; the clients sorted by name.
-
-        ``names`` (on ``--resume``) are the run's sites: wait for all of them
-        (up to ``wait_timeout``); a missing one is reported and treated as a
-        failed site in every round that selects it.  Otherwise wait for
-        ``sites`` SuperNodes.
-        """
+        """Wait for the SuperNodes and ask each to describe its site; the clients sorted by name. ``names`` (on
+        ``--resume``): wait for those (up to ``wait_timeout``), a missing one failing every round that selects
+        it; otherwise wait for ``sites`` SuperNodes."""
         want = len(names) if names else self.settings.sites
         deadline = time.monotonic() + self.settings.wait_timeout
         described: dict[str, RemoteClient] = {}

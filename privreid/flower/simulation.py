@@ -1,53 +1,27 @@
 """Parallel clients: the in-process engine whose local training runs on Flower's simulation engine (Ray).
 
-``privreid train --parallel-clients K`` runs :class:`ParallelEngine`: the
-:class:`~privreid.federated.engine.FederatedEngine` with one piece swapped,
-:meth:`ParallelEngine.collect_uploads`, which sends the round's selected
-clients to Flower's simulation engine (``flwr.simulation.run_simulation``,
-Ray backend) and keeps up to ``K`` of them training at the same time.
-Everything else is the engine's own code, run in this process: selection,
-what each client receives (the strategy's ``configure``), aggregation with
-the method's strategy and defenses, the privacy ledger, evaluation,
-``ckpt.pt`` (the same format) and ``--resume``.
+``privreid train --parallel-clients K`` runs :class:`ParallelEngine`, the
+:class:`~privreid.federated.engine.FederatedEngine` with :meth:`ParallelEngine.collect_uploads` swapped: the
+round's clients go to ``flwr.simulation.run_simulation`` (Ray), up to ``K`` training at once. Everything else
+(selection, ``configure``, aggregation, defenses, privacy ledger, evaluation, ``ckpt.pt``, ``--resume``) is the
+engine's own code in this process.
 
-Workers.  Each Ray actor runs :data:`client_app`, which builds the run's
-engine once per process (:func:`worker_engine`: the same configuration,
-data and seeds) and calls :meth:`FederatedEngine.train_client` for the
-client a message names, on what the server transmitted.  Each client gets
-``threads`` CPU threads (Ray's ``num_cpus``, and ``torch.set_num_threads``
-in the worker) and, on CUDA, ``1 / K`` of the device (``num_gpus``).  Ray
-admits ``K`` clients at a time: a local Ray is started with ``K * threads``
-CPUs; on a cluster (``RAY_ADDRESS`` set, see docs/parallel-clients.md) the
-cluster's resources decide, and ``K`` bounds the messages in flight.
+Workers: each Ray actor runs :data:`client_app`, builds the run's engine once (:func:`worker_engine`) and calls
+:meth:`FederatedEngine.train_client`. Each client gets ``threads`` CPU threads and, on CUDA, ``1 / K`` of the
+device. A local Ray is started with ``K * threads`` CPUs; on a cluster (``RAY_ADDRESS``,
+docs/parallel-clients.md) its resources decide and ``K`` bounds the messages in flight.
 
-Privacy boundary.  A train reply carries the upload (``upload``, ``train``
-and, under DP-SGD, ``privacy-ledger``: what a Flower site sends) and the
-client's own state (``client-state``: its local keys, and the name of its
-memory file), which the in-process engine also keeps for it.  The client's
-state goes straight to the client's store (``client_states``; the memory
-file, which the worker read and wrote itself in the run's
-``client_memory/`` folder, is adopted by
-:class:`~privreid.federated.memory_store.ClientMemories`, so a memory never
-crosses the wire nor goes through the server's RAM); the rest passes the
-Flower runtime's privacy gate (:func:`~.messages.check_reply`) before it
-becomes the :class:`~privreid.federated.strategy.Upload` that the strategy
-and the observers see.  The workers must therefore see the run directory at
-the same path (one machine, or a shared filesystem on a cluster).
+Privacy boundary: a train reply carries the upload (what a Flower site sends) and the client's own state (local
+keys, its memory file's name). The state goes straight to the client's store (the worker wrote the memory file
+in ``client_memory/``; :class:`~privreid.federated.memory_store.ClientMemories` adopts it, so a memory never
+crosses the wire); the rest passes :func:`~.messages.check_reply` before becoming the
+:class:`~privreid.federated.strategy.Upload`. Workers must see the run directory at the same path.
 
-Determinism.  Every client seeds its own stream from ``(seed, round,
-client)`` and the uploads are folded in selection order (a reply that
-arrives early waits for the ones before it), so with the same thread count
-per client the run equals the sequential engine's bit for bit
-(``tests/test_parallel_clients.py``).
-
-Scheduling.  On the local Ray it starts (``K`` slots) the server keeps
-``2K`` messages out: ``K`` training and ``K`` waiting in the simulation's
-queue, so a worker starts its next client as soon as it replies, without
-waiting for the server to fold the reply and for the simulation's 0.1 s poll
-of new messages.  On a cluster, or a Ray this process did not start, whose
-slots may outnumber ``K``, it keeps ``K`` out.  Memory: the server holds at
-most ``2K`` messages, replies and client states at a time, whatever the
-number of clients.
+Determinism: every client seeds from ``(seed, round, client)`` and uploads are folded in selection order, so
+with the same threads per client the run equals the sequential engine's bit for bit
+(``tests/test_parallel_clients.py``). Scheduling: on a Ray it started, the server keeps ``2K`` messages out
+(``K`` waiting, so a worker need not wait for the fold and the simulation's 0.1 s poll); otherwise ``K``.
+The server holds at most ``2K`` messages, replies and client states.
 """
 
 from __future__ import annotations
@@ -139,15 +113,9 @@ def _array_from_fields(fields: tuple[str, tuple[int, ...], str, np.ndarray]) -> 
 
 @functools.cache
 def send_arrays_out_of_band() -> None:
-    """Have this process's Ray serialise Flower ``Array`` objects with :func:`_array_fields`.
-
-    Ray pickles ``bytes`` in band (copied into the pickle, then into its
-    object store) but moves NumPy buffers out of band, straight into the
-    store: a ResNet-18's 45 MiB went to a Ray actor and back in 30-100 ms
-    instead of 120-215 (this 2-core machine).  The bytes, and so the message,
-    are the same.  Both ends register it: the server for its train messages,
-    each worker for its replies.
-    """
+    """Have this process's Ray move Flower ``Array`` bytes out of band (:func:`_array_fields`), as it moves
+    NumPy buffers: a ResNet-18's 45 MiB went to an actor and back in 30-100 ms instead of 120-215. The message is
+    the same; the server and every worker register it."""
     import ray
 
     ray.util.register_serializer(Array, serializer=_array_fields, deserializer=_array_from_fields)
@@ -223,11 +191,8 @@ class ParallelEngine(FederatedEngine):
         self.memory_files_due: list[str] = []
 
     def backend_config(self) -> dict[str, Any]:
-        """Flower's Ray backend settings: each client's share of the devices; a local Ray sized for ``K`` clients.
-
-        On CUDA the ``K`` clients share this machine's GPUs: ``min(1, GPUs / K)``
-        each (Ray gives every worker its own ``CUDA_VISIBLE_DEVICES``).
-        """
+        """Flower's Ray backend settings: a local Ray sized for ``K`` clients; on CUDA ``min(1, GPUs / K)``
+        of the GPUs per client (Ray sets each worker's ``CUDA_VISIBLE_DEVICES``)."""
         devices = torch.cuda.device_count() if self.device.type == "cuda" else 0
         gpus = min(1.0, devices / self.parallel_clients)
         init: dict[str, Any] = {"logging_level": "error", "log_to_driver": False}
@@ -317,15 +282,9 @@ class ParallelEngine(FederatedEngine):
                       dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
 
     def await_memory_files(self) -> None:
-        """Block until every memory file adopted this round is on disk.
-
-        A worker writes the file after its reply (while the server folds the
-        upload, as the sequential engine writes it while the next client
-        trains), to a temporary sibling renamed when complete: a file that
-        exists is whole.  :class:`FlowerRunError` if one is still missing after
-        :data:`MEMORY_FILE_TIMEOUT_S` (its worker failed or stopped; a worker
-        that goes on reports its failed write with its next client).
-        """
+        """Block until every memory file adopted this round is on disk (a worker writes it after its reply, to a
+        temporary sibling renamed when whole). :class:`FlowerRunError` if one is missing after
+        :data:`MEMORY_FILE_TIMEOUT_S` (its worker failed or stopped)."""
         deadline = time.monotonic() + MEMORY_FILE_TIMEOUT_S
         while self.memory_files_due:
             if (self.client_memory.directory / self.memory_files_due[-1]).exists():

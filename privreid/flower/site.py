@@ -1,34 +1,17 @@
 """One Flower site: its local dataset and its local state across rounds and runs.
 
-A SuperNode is one site and one federated client.  It is started with
-``privreid flower supernode --data DIR``, which puts these keys in Flower's
-``--node-config`` (they never leave the machine):
+A SuperNode is one site and one client, started with ``privreid flower supernode --data DIR``, which puts these
+keys in ``--node-config`` (they never leave the machine): ``data`` (a root ``train --data`` accepts, holding one
+dataset), ``format`` (default ``auto``), ``name`` (default the dataset's, the in-process name under
+``by-dataset``, so seeds and results agree), ``state-dir``.
 
-* ``data``: the site's dataset root (any layout ``privreid train --data``
-  accepts that holds exactly one dataset);
-* ``format``: its layout (default ``auto``);
-* ``name``: the client's name (default: the dataset's name, which is what
-  the in-process engine calls the same client under ``--protocol
-  by-dataset``, so seeds and results agree);
-* ``state-dir``: where the site keeps its local state between runs.
-
-Local state (the client's local keys: classifier, local norm layers, ...; and
-its memory: MOON's previous model, FedReID's embedding copy, the DP-SGD
-accountant, ...) lives in ``state-dir``, one file per run, so that later
-messages of the run, a resumed run (a new Flower run) and a restarted
-SuperNode all continue from it.  It is not kept in Flower's
-``context.state``: flwr 1.41 stores a ClientApp's updated ``Context`` from
-its last request (``PushTaskOutput``, tried once as the process exits),
-which is sent after the reply, so the site's next message may start from
-the previous ``Context`` (on a loaded machine the SuperNode had not stored
-round 2's training when the evaluate message started, and the site scored
-its round-1 personalised model).  The file holds *versions* keyed by the
-number of rounds completed when they were written: training round ``r``
-(0-based) starts from the newest version ``<= r``, and the evaluation after
-round ``r + 1`` scores the newest version ``<= r + 1``.  A site that trained
-round ``r`` before the server crashed, and is asked to train round ``r``
-again after ``--resume``, so starts from the same state as the first time,
-and the resumed run equals the uninterrupted one.
+Local state (local keys and memory: MOON's previous model, the DP-SGD accountant ...) lives in ``state-dir``,
+one file per run, so later messages, a resumed run and a restarted SuperNode continue from it. Not in Flower's
+``context.state``: flwr 1.41 stores the updated ``Context`` with the ClientApp's last request, after the
+reply, so the next message may start from the previous one (on a loaded machine a site scored its round-1
+model after round 2). The file holds *versions* keyed by rounds completed: training round ``r`` (0-based)
+starts from the newest ``<= r``, the evaluation after round ``r + 1`` scores the newest ``<= r + 1``; so a round
+retrained after ``--resume`` starts from the same state, and the resumed run equals the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -37,8 +20,6 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from privreid.checkpoint import INTEGRITY_KEY, integrity_hash, save_checkpoint
 from privreid.data.catalog import resolve_datasets

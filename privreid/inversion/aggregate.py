@@ -2,30 +2,20 @@
 
 ``privreid invert --threat aggregate --clients 1,2,4,8`` (one row per m):
 
-* the observation is the sum of the shared-key gradients of ``m`` one-image
-  client steps: the victim's step on the subject (as in ``shared-feature``)
-  and ``m - 1`` steps of other clients of the checkpoint, each on one of its
-  own training images with its own model and head (clients taken in turn; a
-  client contributes several images when ``m - 1`` exceeds their number);
-* each step is defended as trained, on its client's side, before the sum:
-  beta noise and DP-SGD noise on every step; under ``--client-dp`` the
-  distributed-DP share ``N(0, (Z S)^2 / m)`` of each clipped step
-  (:mod:`privreid.defenses.secure_aggregation.mechanism`), so the sum carries DP-FedAvg's
-  total noise ``Z S`` (with ``m = 1``, central client DP's noise on the one
-  update, which a server that sees the upload would not have);
-* the attack is the strongest single-upload one privreid has for the shared
-  keys: the bottleneck's feature leak (``h = sum_i b_i W_i / sum_i b_i^2``,
-  :func:`.observation.leak_bottleneck_feature`), then feature inversion.
-  On a sum it returns a mixture of the ``m`` pooled features weighted by
-  their bias gradients, which is what secure aggregation buys.
+* the observation is the sum of the shared-key gradients of ``m`` one-image steps: the victim's on the subject
+  and ``m - 1`` of other clients of the checkpoint, each on its own training image with its own model and head
+  (clients in turn, several images each when needed);
+* each step is defended as trained before the sum: beta and DP-SGD noise per step; under ``--client-dp`` the
+  distributed share ``N(0, (Z S)^2 / m)`` of each clipped step
+  (:mod:`privreid.defenses.secure_aggregation.mechanism`), so the sum carries DP-FedAvg's noise ``Z S`` (with
+  ``m = 1``, noise a server seeing the upload would not have);
+* the attack: the bottleneck's feature leak (:func:`.observation.leak_bottleneck_feature`) then feature
+  inversion, which on a sum returns a mixture of the ``m`` pooled features weighted by their bias gradients:
+  what secure aggregation buys.
 
-Metrics are against the victim's subject (PSNR, SSIM, feature cosine; label
-recovery is not available: the head is not observed).  The reference row is
-the single-upload threat ``shared-feature`` with the defenses as trained (the
-server of a plain run, which sees the clipped update before any noise under
-central client DP).  Without defenses ``m = 1`` reproduces that row exactly.
-Quantisation is not simulated: its error (about ``2c/Q`` per value) is far
-below the gradients' noise.
+Metrics are against the victim's subject (PSNR, SSIM, feature cosine; no label: the head is not observed).
+Reference row: ``shared-feature`` with the defenses as trained; without defenses ``m = 1`` reproduces it.
+Quantisation is not simulated (error about ``2c/Q`` per value, far below the noise).
 """
 
 from __future__ import annotations
@@ -114,16 +104,11 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                      client: str | None = None, index: int | None = None, n: int = 1, defended: bool = True,
                      seed: int = 0, device: str = "cpu", progress: bool = True,
                      skip_refused: bool = False) -> CampaignResult:
-    """Per checkpoint, the reference (single upload) and one row per ``m``; metrics.json + grid.png per row.
+    """Per checkpoint, the single-upload reference and one row per ``m``; metrics.json + grid.png per row.
 
-    The subjects are training images of one client of the first checkpoint;
-    every checkpoint is attacked on them through the client that trained on
-    each (as :func:`.campaign.invert_checkpoints`).  ``clients=None``: each
-    checkpoint's own clients per round (:func:`clients_per_round`; 1 for a
-    centralised run, whose one "upload" is then its own).  Everything is
-    checked before any attack; ``skip_refused`` (the report suite) leaves out
-    a checkpoint this threat cannot attack (no shared bottleneck, too few
-    clients) and names it with the reason in the result instead of failing.
+    Subjects as :func:`.campaign.invert_checkpoints`. ``clients=None``: each checkpoint's clients per round
+    (:func:`clients_per_round`; 1 for a centralised run). All is checked before any attack; ``skip_refused``
+    (the report suite) names a checkpoint it cannot attack, with the reason, instead of failing.
     """
     from privreid.log import progress_bar
 

@@ -1,16 +1,10 @@
 """One gradient-inversion attack on one subject (or one batch of subjects), end to end: observe, infer the
 labels, reconstruct.
 
-:func:`reconstruct_batch` runs the client's step under a threat model
-(:mod:`.threat_models`) with the defenses in force (:mod:`.defenses`), and
-lets the threat model reconstruct from random starts (inferring the labels
-where the head is observed, :mod:`.labels`, with the registered attack of
-:mod:`.optimise`).  The first start is kept as the random-image baseline
-every metric is compared with.  A batch's reconstructions come back in no
-particular order; each is matched to a subject by the assignment with the
-least total MSE (the Hungarian algorithm, :func:`match_reconstructions`),
-and the recovered labels to the subjects' labels as a multiset
-(:func:`.labels.assign_labels`).  :func:`reconstruct` is the one-image case.
+:func:`reconstruct_batch` runs the client's step under a threat model with the defenses in force and lets the
+threat model reconstruct from random starts; the first start is the random-image baseline. A batch's
+reconstructions are matched to subjects by least total MSE (Hungarian, :func:`match_reconstructions`), the
+recovered labels as a multiset (:func:`.labels.assign_labels`). :func:`reconstruct` is the one-image case.
 """
 
 from __future__ import annotations
@@ -32,11 +26,8 @@ from privreid.inversion.threat_models import get_threat, observe
 
 @dataclass
 class Reconstruction:
-    """A subject, its reconstruction and the random start, each ``(3, H, W)`` in ``[0, 1]`` on the CPU.
-
-    ``inferred_label`` / ``label_rule`` are ``None`` when the head is not
-    observed (shared threat models).
-    """
+    """A subject, its reconstruction and the random start, each ``(3, H, W)`` in ``[0, 1]`` on the CPU;
+    ``inferred_label`` / ``label_rule`` ``None`` when the head is not observed."""
 
     subject: torch.Tensor
     reconstruction: torch.Tensor
@@ -60,14 +51,9 @@ def match_reconstructions(subjects: torch.Tensor, images: torch.Tensor) -> list[
 def reconstruct_batch(model: nn.Module, subjects: torch.Tensor, labels: Sequence[int], *, threat: str,
                       shared: set[str], settings: InversionSettings, label_smoothing: float = 0.0,
                       defense: Defense = NO_DEFENSE, seed: int = 0, progress: bool = False) -> list[Reconstruction]:
-    """Attack the client's step on the batch ``subjects`` (``(B, 3, H, W)`` in ``[0, 1]``) with client labels
-    ``labels`` (``settings.local_steps`` local steps); one :class:`Reconstruction` per subject, in order.
-
-    ``model`` is the client's model (head included, eval mode) as the attacker
-    knows it; ``shared`` names its shared parameters; ``label_smoothing`` is the
-    run's identity loss setting (the client's loss and the attacker's).
-    ``seed`` fixes the defense noise, the random starts and DLG's soft labels.
-    """
+    """Attack the client's step on ``subjects`` (``(B, 3, H, W)`` in ``[0, 1]``) with client labels ``labels``;
+    one :class:`Reconstruction` per subject, in order. ``model``: the client's (head included, eval mode);
+    ``shared``: its shared parameters; ``seed`` fixes defense noise, starts and DLG's soft labels."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     loss_fn = identity_loss(label_smoothing)

@@ -1,14 +1,9 @@
 """An inversion campaign: several checkpoints attacked on the same subjects (``privreid invert``'s engine).
 
-Subjects are training images of one client of the first checkpoint (``--index``,
-``--n``) or an image file (``--image``).  Every checkpoint is attacked on the
-same subjects, each through the client that trained on the subject, with that
-client's label and classifier head; random starts are shared across
-checkpoints, so the random-image baselines match row by row.
-
-Models from elsewhere (:func:`invert_files`) are attacked under the ``full``
-threat model only (the shared threats need a federated client's upload), on
-an image file or images of ``--data``.
+Subjects are training images of one client of the first checkpoint (``--index``, ``--n``) or an image file
+(``--image``), each attacked through the client that trained on it (its label and head); random starts are
+shared, so the random-image baselines match row by row. Models from elsewhere (:func:`invert_files`) are
+attacked under ``full`` only, on an image file or images of ``--data``.
 """
 
 from __future__ import annotations
@@ -119,11 +114,8 @@ def training_subjects(train: list, height: int, width: int, index: int | None, n
 
 
 def client_of(target: Target, subject: Subject, client: str, label: int | None) -> tuple[str, int]:
-    """The client of ``target`` that trained on ``subject``, and the subject's label there.
-
-    An image file (no dataset path) is attacked through ``client`` (or the
-    checkpoint's only client) with ``label``.
-    """
+    """The client of ``target`` that trained on ``subject`` and its label there; an image file goes through
+    ``client`` (or the only client) with ``label``."""
     if subject.index is None:
         name = client if client in target.clients else (next(iter(target.clients)) if len(target.clients) == 1
                                                         else None)
@@ -289,13 +281,8 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
                  data: list[str] | None = None, index: int | None = None, n: int = 1, seed: int = 0,
                  device: str = "cpu", progress: bool = True) -> CampaignResult:
     """The ``full`` threat on models from elsewhere (:class:`privreid.models.evaluated.EvaluatedModel`), each
-    with its own classifier, on the same subjects (:func:`file_subjects`).
-
-    The file records no training labels, so a subject's label is ``label``
-    (``--image``) or else the identity the model itself predicts for it, as
-    the client would if its label were that identity; ``metrics.json`` says
-    which (``label_source``).  No defense applies: the file records none.
-    """
+    with its own classifier, on the same subjects (:func:`file_subjects`). A subject's label is ``label``
+    (``--image``) or the identity the model predicts (``metrics.json``: ``label_source``); no defense applies."""
     from privreid.log import progress_bar
 
     from privreid.device import resolve_device

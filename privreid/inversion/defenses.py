@@ -1,37 +1,22 @@
 """The training-time defenses, applied to what the attacker observes.
 
-* **White noise** (FedReID, Wu & Gong, paper 002, Eq. 14 / 15), with the
-  semantics of :func:`privreid.defenses.beta_noise.mechanism.add_white_noise`: every
-  floating tensor gets ``beta * N(0, 1)``.
-  - *upload* (Eq. 14): added to the observed gradient.  Eq. 14 puts the noise
-    on the aggregate (privreid's training adds it at the server), where it
-    hides clients from whoever sees the aggregate but not from a server that
-    reads each upload; the paper's stated aim is protection from inversion,
-    so privreid evaluates the client-side reading, noise on each upload.
-    Units: Eq. 14 adds ``beta`` to parameters; a one-step update at learning
-    rate ``eta`` would reveal the gradient with noise ``beta / eta`` (and
-    Adam's first step roughly its sign only).  privreid adds ``beta`` to the
-    gradient as it stands, less noise than a real upload carries for
-    ``eta < 1``: the evaluation favours the attacker and never overstates
-    the defense.
-  - *download* (Eq. 15): the client trains from the received model plus
-    noise, so the victim's model differs from the one the attacker knows
-    (:func:`noisy_download`).  Noise goes on parameters only: in training the
-    client re-estimates BatchNorm statistics in train mode, whereas the
-    one-image step here runs in eval mode, where a noisy running variance can
-    turn negative.
-* **DP clipping and Gaussian noise**: the observed gradient, as one vector
-  over all its tensors, is scaled to L2 norm at most ``clip_norm``, then
-  ``N(0, (noise_multiplier * clip_norm)^2)`` is added to every coordinate.
-  - Record-level DP-SGD (Abadi et al. 2016, Alg. 1) clips every example's
-    gradient and the client adds the noise to the batch sum before anything
-    leaves it; relative to one example's clipped gradient the noise has std
-    ``noise_multiplier * clip_norm`` whatever the batch size.
-  - Client-level DP-FedAvg (McMahan et al. 2018) clips the client's update,
-    but the *server* adds the noise to the aggregate: the server sees the
-    clipped update without noise (``noise_multiplier = 0`` here).  The bound
-    ``clip`` applies to the update; here it bounds the gradient, which only
-    changes the observation's scale (irrelevant to cosine matching).
+* **White noise** (FedReID, Wu & Gong, paper 002, Eq. 14 / 15), as
+  :func:`privreid.defenses.beta_noise.mechanism.add_white_noise`: ``beta * N(0, 1)`` on every floating tensor.
+  - *upload* (Eq. 14): on the observed gradient. Deviation: Eq. 14 noises the aggregate (privreid's training
+    adds it at the server), which hides nothing from a server reading each upload; the paper's aim is
+    protection from inversion, so privreid evaluates noise on each upload. Units: Eq. 14 adds ``beta`` to
+    parameters (a one-step update at lr ``eta`` reveals the gradient with noise ``beta / eta``); privreid adds
+    ``beta`` to the gradient, less noise for ``eta < 1``: it favours the attacker, never the defense.
+  - *download* (Eq. 15): the client trains from the received model plus noise (:func:`noisy_download`), on
+    parameters only (the one-image eval-mode step could get a negative running variance).
+* **DP clipping and Gaussian noise**: the observed gradient, as one vector, scaled to L2 norm at most
+  ``clip_norm``, then ``N(0, (noise_multiplier * clip_norm)^2)`` per coordinate.
+  - Record-level DP-SGD (Abadi et al. 2016, Alg. 1) clips each example and noises the batch sum on the
+    client: relative to one example's clipped gradient the std is ``noise_multiplier * clip_norm`` whatever
+    the batch size.
+  - Client-level DP-FedAvg (McMahan et al. 2018): the *server* noises the aggregate, so it sees the clipped
+    update without noise (``noise_multiplier = 0``); the bound here clips the gradient rather than the
+    update, which only changes the scale (irrelevant to cosine matching).
 """
 
 from __future__ import annotations
@@ -75,15 +60,9 @@ def _white_noise(tensors: Gradients, beta: float, generator: torch.Generator | N
 
 def defend_gradient(grads: Gradients, *, beta: float = 0.0, clip_norm: float | None = None,
                     noise_multiplier: float = 0.0, generator: torch.Generator | None = None) -> Gradients:
-    """What leaves the client: clip, then DP Gaussian noise, then white noise (new tensors).
-
-    Args:
-        grads: parameter name -> gradient.
-        beta: std of the white noise on every tensor (Eq. 14, gradient units).
-        clip_norm: L2 bound of the whole gradient (``None``: no clipping).
-        noise_multiplier: DP noise std in units of ``clip_norm``; needs ``clip_norm``.
-        generator: seeds all noise (reproducible observations).
-    """
+    """What leaves the client: ``grads`` clipped to ``clip_norm`` (``None``: no clipping), plus DP noise of std
+    ``noise_multiplier * clip_norm``, plus white noise of std ``beta`` (Eq. 14, gradient units); new tensors,
+    every draw from ``generator``."""
     if beta < 0 or noise_multiplier < 0:
         raise ConfigError(f"beta and noise_multiplier must be >= 0 (got {beta}, {noise_multiplier})")
     if clip_norm is not None and clip_norm <= 0:
@@ -120,18 +99,12 @@ def noisy_download(model: torch.nn.Module, shared: set[str], beta: float,
 
 
 def defense_as_trained(config, aggregated: int | None = None) -> Defense:
-    """What the attacker's observation carries under the defenses of a run's :class:`privreid.config.RunConfig`.
-
-    Each enabled defense states its own assumption
-    (:meth:`privreid.defenses.registry.Defense.threat_assumption`):
-    DP-SGD its per-sample bound C (``--max-grad-norm``, default 1.0) and
-    ``--noise-multiplier`` (with the noise derived from
-    ``--target-epsilon`` the per-client value lives in the checkpoint's client
-    memory, not the config; the attack then sees the clipped gradient without
-    noise, an upper bound on leakage); client-level DP its clip and the noise
-    of the view (none for the server of a plain run, see the module
-    docstring; each client's distributed share when the attacker sees the sum
-    of ``aggregated`` uploads); beta noise its upload and download scales.
+    """What the attacker's observation carries under the defenses of a run's :class:`privreid.config.RunConfig`,
+    each stating its assumption (:meth:`privreid.defenses.registry.Defense.threat_assumption`): DP-SGD its
+    bound C and ``--noise-multiplier`` (with ``--target-epsilon`` the noise lives in the client memory, so the
+    attack sees the clipped gradient without noise, an upper bound on leakage); client-level DP its clip and the
+    view's noise (each client's distributed share when the attacker sees ``aggregated`` uploads); beta noise
+    its scales.
     """
     from privreid.defenses.registry import enabled_defenses
 

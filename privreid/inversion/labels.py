@@ -1,60 +1,33 @@
 """Label inference from the gradient of a classifier's last linear layer (one image, cross-entropy).
 
-For one image with logits ``o = W a + b`` and the cross-entropy loss against
-the target distribution ``q``, the gradients of the last layer are
+For one image with logits ``o = W a + b``, ``p = softmax(o)`` and target distribution ``q``:
 
     dL/db_c = p_c - q_c,        dL/dW_c = (p_c - q_c) a,
 
-with ``p = softmax(o)``.  Only the true class ``t`` has ``q_t`` large, so
-``g_c = p_c - q_c`` is most negative at ``t``:
+so ``g_c = p_c - q_c`` is most negative at the true class ``t``:
 
-* **bias-gradient sign rule**: ``t = argmin_c dL/db_c``.  Needs a bias, nothing
-  else.
-* **iDLG rule** (Zhao, Mopuri & Bilen, "iDLG: Improved Deep Leakage from
-  Gradients", 2020, Sec. 3.1): ``t = argmin_c sum_j dL/dW_cj``, since
-  ``sum_j dL/dW_cj = g_c * sum_j a_j``.  It assumes non-negative inputs ``a``
-  (ReLU features), i.e. ``sum_j a_j > 0``.  privreid's identity head reads the
-  BatchNorm-ed embedding (linear neck or BNNeck), whose sum can be negative,
-  which flips the rule (``feature_sign``).
-* **sign by gradient matching** (:func:`matched_sign_label`, privreid's
-  extension of iDLG for heads without a bias): both signs are tried.  The
-  gradient is rank one, ``dL/dW = g a^T``; with ``v`` its top right singular
-  vector, sign ``s`` means ``a = lam v_s`` (``v_s = +-v`` with
-  ``sign(sum v_s) = s``, ``lam > 0``), so ``g = dL/dW v_s / lam`` and the label
-  is ``argmin_c (dL/dW v_s)_c``, iDLG's rule under that sign.  The head's
-  weights ``W`` (known to an attacker who sees the head's gradient) predict
-  the same quantity, ``lam (softmax(lam W v_s) - q)``; the sign whose best
-  ``lam`` (a log-spaced search) matches the observed ``dL/dW v_s`` more
-  closely wins.  For the true sign the match is exact without noise; for
-  the other it cannot be, because ``softmax - q`` has at most one negative
-  entry while the flipped gradient has ``K - 1``.
+* **bias-gradient sign rule**: ``t = argmin_c dL/db_c``.
+* **iDLG rule** (Zhao, Mopuri & Bilen, "iDLG", 2020, Sec. 3.1): ``t = argmin_c sum_j dL/dW_cj``, since
+  ``sum_j dL/dW_cj = g_c * sum_j a_j``; it assumes ``sum_j a_j > 0`` (ReLU features). privreid's head reads a
+  BatchNorm-ed embedding whose sum can be negative, which flips the rule (``feature_sign``).
+* **sign by gradient matching** (:func:`matched_sign_label`, privreid's extension for bias-free heads): with
+  ``v`` the top right singular vector of the rank-one ``dL/dW = g a^T``, sign ``s`` means ``a = lam v_s``
+  (``lam > 0``), so the label is ``argmin_c (dL/dW v_s)_c``. The head's ``W`` predicts that quantity as
+  ``lam (softmax(lam W v_s) - q)``; the sign whose best ``lam`` (log-spaced search) matches better wins. The
+  true sign matches exactly without noise; the other cannot (``softmax - q`` has one negative entry, the
+  flipped gradient ``K - 1``).
 
-With label smoothing ``epsilon`` over ``K`` classes (``q_t = 1 - epsilon +
-epsilon / K``, ``q_c = epsilon / K``) both rules stay correct while the model's
-probability of the true class is below ``1 - epsilon``: then ``g_t < -epsilon /
-K <= g_c`` for every other ``c``.  A model that already fits the image more
-confidently than that can fool both rules; privreid reports whether the
-inferred label was right instead of assuming it.
+With label smoothing ``epsilon`` over ``K`` classes both rules hold while the true class's probability is below
+``1 - epsilon`` (then ``g_t < -epsilon / K <= g_c``); a more confident model can fool them, so privreid reports
+whether the inferred label was right.
 
-**Batches** (``B`` images, the mean loss): the rules above see one image.
-For a batch, ``dL/db_c = (1/B) sum_i (p_ic - q_ic)``, so
-
-    -B dL/db_c = n_c - sum_i p_ic,
-
-with ``n_c`` the number of images of class ``c`` (no smoothing): a count
-minus the probability mass the model puts on ``c``.  The count rule of
-Wainakh et al. ("User-Level Label Leakage from Gradients in Federated
-Learning", PETS 2022, LLG) and Geng et al. (2021) reads the counts off such
-scores greedily: take the class with the largest score, lower it by one
-image's impact, repeat ``B`` times (:func:`count_labels`).  With a bias the
-impact of one image is exactly 1 (:func:`bias_count_labels`).  Without one
-(privreid's head) the score of class ``c`` is the norm of the weight
-gradient's row, ``||(1/B) sum_i (p_ic - q_ic) a_i||``: about ``||a_i|| / B``
-per image of class ``c``, and small (``p_ic ||a_i|| / B``) for a class that
-is absent while the model is unsure; the impact of one image is estimated
-as the median of the ``B`` largest rows (:func:`norm_count_labels`).  Both
-assume the model is not yet confident on the batch (early in training, as
-for every rule here); privreid reports the recovered labels' accuracy.
+**Batches** (``B`` images, mean loss): ``-B dL/db_c = n_c - sum_i p_ic``, a count minus the model's probability
+mass on ``c`` (no smoothing). The count rule of Wainakh et al. ("User-Level Label Leakage from Gradients in
+Federated Learning", PETS 2022, LLG) and Geng et al. (2021) reads counts greedily: take the largest score, lower
+it by one image's impact, ``B`` times (:func:`count_labels`). With a bias the impact is 1
+(:func:`bias_count_labels`); without one the score is the weight gradient row's norm (about ``||a_i|| / B`` per
+image of ``c``, ``p_ic ||a_i|| / B`` for an absent class) and the impact the median of the ``B`` largest rows
+(:func:`norm_count_labels`). Both assume a model not yet confident on the batch; privreid reports the accuracy.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The client's training step and what its gradient leaks, whatever the server observes of it.
 
-The client's step: its model in **eval mode** (BatchNorm with running
-statistics, dropout off, as in Geiping et al.'s evaluation; a BatchNorm1d neck
-cannot train on a single image anyway), one image ``x`` with its client label
-``y`` (or a batch of ``B`` images with their labels, ``privreid invert
---batch``: the mean loss), the run's identity loss (cross-entropy with the
-recorded label smoothing), and the gradient of every trainable parameter the
-loss reaches (:func:`client_gradient`).  With ``local_steps`` T > 1 the client
-takes T SGD steps at ``local_lr`` on its batch before it uploads, as a FedPav
-or FedReID client does in a local epoch; the server then observes the
-averaged update ``(theta_0 - theta_T) / (local_lr T)`` (:func:`local_update`),
-which is the gradient itself for T = 1.
-
-What the server sees of it is an :class:`Observation` (the threat models of
-:mod:`.threat_models` make one); what leaks from one: the label
-(:func:`infer_labels`), the shared bottleneck's upstream gradient
-(:func:`shared_surrogate_loss`) and its input (:func:`leak_bottleneck_feature`).
+The step: the client's model in **eval mode** (running BatchNorm statistics, no dropout, as Geiping et al.'s
+evaluation; a BatchNorm1d neck cannot train on one image), one image with its client label or a batch (``--batch``,
+mean loss), the run's identity loss with its label smoothing, and the gradient of every trainable parameter it
+reaches (:func:`client_gradient`). With ``local_steps`` T > 1 the client takes T SGD steps at ``local_lr``, as a
+FedPav or FedReID local epoch, and the server observes ``(theta_0 - theta_T) / (local_lr T)``
+(:func:`local_update`). What leaks from an :class:`Observation`: the label (:func:`infer_labels`), the
+bottleneck's upstream gradient (:func:`shared_surrogate_loss`) and its input (:func:`leak_bottleneck_feature`).
 """
 
 from __future__ import annotations
@@ -72,12 +63,8 @@ class _Evaluate(nn.Module):
 
 def local_update(model: nn.Module, names: list[str], loss, steps: int, lr: float, *,
                  create_graph: bool = False) -> list[torch.Tensor]:
-    """``(theta_0 - theta_T) / (lr T)`` for the parameters ``names`` after ``T = steps`` SGD steps on ``loss()``
-    (a function evaluated with the current parameters), in ``names`` order: the one-step gradient for T = 1.
-
-    ``create_graph``: the update stays differentiable in whatever ``loss``
-    depends on (the attacker's dummy batch: simulating the local steps).
-    """
+    """``(theta_0 - theta_T) / (lr T)`` for the parameters ``names`` after ``T = steps`` SGD steps on ``loss()``,
+    in ``names`` order (the gradient for T = 1); ``create_graph`` keeps it differentiable in the dummy batch."""
     from torch.func import functional_call
 
     params = dict(model.named_parameters())
@@ -99,13 +86,9 @@ def parameter_gradients(loss: torch.Tensor, model: nn.Module, names: list[str], 
 
 def client_gradient(model: nn.Module, image: torch.Tensor, label, loss_fn: nn.Module, *, local_steps: int = 1,
                     local_lr: float = 0.01) -> Gradients:
-    """The gradient of the client's step (eval mode) on one image ``(3, H, W)`` with its label, or on a batch
-    ``(B, 3, H, W)`` with its labels, for every trainable parameter it reaches; with ``local_steps`` > 1 the
-    averaged update of that many SGD steps at ``local_lr`` (:func:`local_update`).
-
-    Parameters the loss does not reach (SKA's idle generalised norm copies)
-    get no entry.
-    """
+    """The gradient of the client's step (eval mode) on one image ``(3, H, W)`` or a batch with its labels, for
+    every trainable parameter it reaches (SKA's idle norm copies get no entry); with ``local_steps`` > 1 the
+    averaged update (:func:`local_update`)."""
     model.eval()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(_client_loss(model, image, label, loss_fn), [p for _, p in named],
@@ -129,12 +112,9 @@ class Observation:
 
 
 def leak_bottleneck_feature(grads: Gradients, layer: str = BOTTLENECK) -> torch.Tensor:
-    """The input of ``layer`` (a Linear with bias) from its gradients: ``h = sum_i b_i W_i / sum_i b_i^2``.
-
-    ``W_i`` is row ``i`` of the weight gradient and ``b_i`` the bias gradient.
-    For one image ``W_i = b_i h``, so this is exactly ``h``; with noise it is
-    the least-squares estimate.
-    """
+    """The input of ``layer`` (a Linear with bias) from its gradients: ``h = sum_i b_i W_i / sum_i b_i^2`` (``W_i``
+    the weight gradient's row, ``b_i`` the bias gradient): exact for one image (``W_i = b_i h``), least squares
+    under noise."""
     try:
         weight, bias = grads[f"{layer}.weight"], grads[f"{layer}.bias"]
     except KeyError as exc:
@@ -167,13 +147,9 @@ def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
 
 
 def infer_labels(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[list[int], str]:
-    """The labels of the observed batch (:attr:`Observation.batch` of them, sorted): ``(labels, rule)``.
-
-    One image: :func:`infer_label`.  A batch: the count rules of
-    :mod:`.labels`, from the bias gradient where the head's last layer has a
-    bias (:func:`.labels.bias_count_labels`), else from the weight gradient's
-    row norms (:func:`.labels.norm_count_labels`).
-    """
+    """The observed batch's labels, sorted: ``(labels, rule)``. One image: :func:`infer_label`; a batch: the count
+    rules of :mod:`.labels` on the bias gradient (:func:`.labels.bias_count_labels`) or, without a bias, on the
+    weight gradient's row norms (:func:`.labels.norm_count_labels`)."""
     if observation.batch == 1:
         label, rule = infer_label(model, observation, label_smoothing)
         return [label], rule
@@ -187,14 +163,9 @@ def infer_labels(model: nn.Module, observation: Observation, label_smoothing: fl
 
 
 def infer_label(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[int, str]:
-    """The client's label from a full observation: ``(label, rule)``.
-
-    The bias-gradient sign rule when the head's last layer has a bias (FedReID's
-    mapping network); otherwise iDLG's rule with the sign of the head input's
-    sum chosen by gradient matching (:func:`.labels.matched_sign_label`, with
-    the run's ``label_smoothing``), which needs no assumption on that sign: a
-    BNNeck's or a linear neck's BatchNorm-ed embedding can sum to either.
-    """
+    """The client's label from a full observation: ``(label, rule)``: the bias-gradient sign rule when the head's
+    last layer has a bias (FedReID's mapping network), else iDLG's rule with the sign chosen by gradient matching
+    (:func:`.labels.matched_sign_label`), since a BatchNorm-ed embedding can sum to either sign."""
     if observation.threat != "full":
         raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
     prefix, layer = head_last_linear(model)

@@ -1,65 +1,30 @@
 """Reconstruction by optimisation: gradient matching and feature inversion.
 
-The dummy batch is optimised in the model's normalised input space
-(``space="normalised"``, the default) or in ``[0, 1]`` pixels (``"pixels"``),
-boxed to valid pixels after every step (Geiping et al.'s box constraint),
-and handed to the model normalised with the ImageNet statistics.  The model
-is in eval mode throughout.
+The dummy batch is optimised in the model's normalised input space (``space="normalised"``) or in ``[0, 1]``
+pixels (``"pixels"``), boxed to valid pixels after every step (Geiping et al.'s box constraint), the model in
+eval mode. The optimiser (:func:`optimise_image`, :class:`~.settings.InversionSettings`): Adam or SGD on the
+objective's gradient or its sign (``signed``; Geiping et al. 2020, Sec. 4); the ``step`` schedule (lr / 10 at
+3/8, 5/8, 7/8 of the iterations, :data:`~.settings.STEP_MILESTONES`); ``select="best"`` returns the iterate with
+the lowest objective, ``"last"`` the final one (L2RW+'s setting); ``restarts``: random starts (``N(0, 1)``
+normalised or ``U[0, 1]`` pixels) compared by final objective (Geiping et al.'s "trials").
 
-The optimiser (:func:`optimise_image`, the settings of
-:class:`~.settings.InversionSettings`):
+Attacks (:data:`~.settings.INVERSION_ATTACKS`; a new one: :func:`~.settings.register_inversion_attack`):
 
-* Adam (or plain SGD) on the gradient of the objective or on its sign
-  (``signed``; Geiping et al. 2020, Sec. 4: "we use signed gradients", the
-  iterate then moves by the optimiser's step whatever the gradient's scale);
-* the ``step`` schedule: the learning rate is divided by 10 at 3/8, 5/8 and
-  7/8 of the iterations (:data:`~.settings.STEP_MILESTONES`), as in their
-  experiments;
-* ``select="best"``: every iterate's objective is evaluated (the last one
-  after the loop), and the iterate with the lowest is returned; ``"last"``
-  returns the final iterate (L2RW+'s setting);
-* ``restarts``: several random starts (``N(0, 1)`` in normalised space, or
-  ``U[0, 1]`` pixels), the final images' objectives compared (Geiping et al.'s
-  "trials").
+* ``"dlg"`` (Zhu, Liu & Han, "Deep Leakage from Gradients", NeurIPS 2019, Eq. 4):
+  ``min_{x', y'} ||grad(x', y') - grad||^2`` jointly with soft labels ``softmax(y')`` (Adam, not L-BFGS).
+* ``"idlg"`` (Zhao et al. 2020): the same, labels inferred first (:mod:`.labels`; batches by count rules).
+* ``"ig"`` (Geiping, Bauermeister, Droege & Moeller, "Inverting Gradients", NeurIPS 2020, Eq. 4):
+  ``1 - <grad(x', y), grad> / (||grad(x', y)|| ||grad||) + alpha TV(x')`` over all observed layers, labels as
+  iDLG, ``alpha`` 0.2 on the normalised image.
 
-Attacks (:data:`~.settings.INVERSION_ATTACKS`, a registry of
-:class:`~.settings.InversionAttack` objects; a new one is a subclass and one
-:func:`~.settings.register_inversion_attack`; the built-ins, registered here):
-
-* ``"dlg"`` (Zhu, Liu & Han, "Deep Leakage from Gradients", NeurIPS 2019,
-  Eq. 4): ``min_{x', y'} ||grad(x', y') - grad||^2`` jointly over the images and
-  soft labels ``softmax(y')`` (the paper uses L-BFGS; Adam here).
-* ``"idlg"`` (Zhao et al. 2020): the same L2 matching with the labels inferred
-  analytically first (:mod:`.labels`; batches by the count rules), then fixed.
-* ``"ig"`` (Geiping, Bauermeister, Droege & Moeller, "Inverting Gradients --
-  How easy is it to break privacy in federated learning?", NeurIPS 2020,
-  Eq. 4): ``1 - <grad(x', y), grad> / (||grad(x', y)|| ||grad||) + alpha TV(x')``
-  over all observed layers, labels inferred as in iDLG; ``alpha`` 0.2 on the
-  normalised image.
-
-``match`` and ``tv`` override an attack's default distance and total-variation
-weight (:attr:`InversionAttack.distance`, :attr:`InversionAttack.tv`).  TV is
-computed on the optimised variable (normalised image or pixels):
-anisotropic, kornia's ``reduction="mean"`` (mean absolute vertical plus
-horizontal difference per channel, averaged), or isotropic (mean of
-``sqrt(dx^2 + dy^2)``).  ``bn`` adds the BatchNorm-statistics prior of Yin
-et al. ("See through Gradients", CVPR 2021, Eq. 9): ``sum_l ||mu_l(x') -
-mu_l||_2 + ||sigma^2_l(x') - sigma^2_l||_2`` over the BatchNorm2d layers'
-batch statistics against their running ones.  The observed gradient's norm
-(the cosine distance's denominator) is computed once per reconstruction
-(:class:`GradientMatch`).
-
-A multi-step local update (``local_steps`` > 1) is observed as the averaged
-update ``(theta_0 - theta_T) / (local_lr T)``
-(:func:`.observation.local_update`) and attacked either as one gradient
-(``update="gradient"``: the dummy batch's one-step gradient is matched to it)
-or by simulating the client's ``T`` steps with the dummy batch and matching
-the resulting averaged update (``"simulate"``; Geiping et al., Sec. 6,
-differentiating through the local steps).
-
-Feature inversion (the ``shared-feature`` threat model): ``min_x' d(h(x'), h) +
-alpha TV(x')`` with ``h`` the leaked pooled trunk feature and ``d`` the squared
-L2 distance or one minus the cosine.
+``match`` and ``tv`` override an attack's distance and TV weight. TV (on the optimised variable):
+:func:`total_variation`. ``bn`` adds Yin et al.'s BatchNorm-statistics prior ("See through Gradients", CVPR
+2021, Eq. 9): ``sum_l ||mu_l(x') - mu_l||_2 + ||sigma^2_l(x') - sigma^2_l||_2`` against the running statistics.
+The observed gradient's norm is computed once (:class:`GradientMatch`). A multi-step update (``local_steps`` >
+1) is observed as ``(theta_0 - theta_T) / (local_lr T)`` (:func:`.observation.local_update`) and matched by the
+dummy batch's one-step gradient (``update="gradient"``) or by simulating the ``T`` steps (``"simulate"``;
+Geiping et al., Sec. 6). Feature inversion (``shared-feature``): ``min_x' d(h(x'), h) + alpha TV(x')``, ``h``
+the leaked pooled trunk feature, ``d`` squared L2 or one minus the cosine.
 """
 
 from __future__ import annotations
@@ -168,13 +133,9 @@ def feature_distance(feature: torch.Tensor, target: torch.Tensor, match: str) ->
 
 
 def total_variation(images: torch.Tensor, form: str = "anisotropic") -> torch.Tensor:
-    """Total variation of ``(B, C, H, W)`` images, averaged over batch and channels.
-
-    ``anisotropic``: mean absolute vertical plus mean absolute horizontal
-    neighbour difference per channel (kornia, ``reduction="mean"``);
-    ``isotropic``: the mean of ``sqrt(dx^2 + dy^2)`` over the pixels that have
-    both neighbours (Rudin, Osher & Fatemi's TV, as Geiping et al.'s Eq. 4 writes it).
-    """
+    """Total variation of ``(B, C, H, W)`` images, averaged over batch and channels: ``anisotropic``, the mean
+    absolute vertical plus horizontal neighbour difference (kornia, ``reduction="mean"``); ``isotropic``, the
+    mean of ``sqrt(dx^2 + dy^2)`` (Rudin, Osher & Fatemi, as Geiping et al.'s Eq. 4)."""
     if form == "isotropic":
         dx = images[..., :-1, 1:] - images[..., :-1, :-1]
         dy = images[..., 1:, :-1] - images[..., :-1, :-1]

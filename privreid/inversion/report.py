@@ -1,28 +1,15 @@
 """Scoring and reporting reconstructions: metrics, metrics.json, the PNG grid, the summary table.
 
-Metrics per subject (``METRICS``), for the reconstruction and for the random
-start (the baseline):
+Metrics per subject (``METRICS``), for the reconstruction and the random start (the baseline): ``mse``,
+``psnr`` (dB) and ``ssim`` of the ``[0, 1]`` images (scikit-image, ``data_range=1``; SSIM with Wang et al.'s
+Gaussian window, sigma 1.5, population covariances, :data:`SSIM_SETTINGS`, as the inversion literature
+reports it); ``feature_cosine`` of the attacked model's features (L2RW+, paper 003, Fig. 8); whether the
+inferred label is right (``None`` when the head is not observed). Summaries: mean and population std.
 
-* ``mse``, ``psnr`` (dB) and ``ssim`` of the ``[0, 1]`` images, from
-  scikit-image (``data_range=1``, colour channels last).  SSIM uses Wang et
-  al.'s (2004) Gaussian window, sigma 1.5, with population covariances
-  (:data:`SSIM_SETTINGS`), as the inversion literature reports it, not
-  scikit-image's default 7x7 uniform window; ``metrics.json`` records it;
-* ``feature_cosine``: cosine similarity of the attacked model's retrieval
-  features of subject and reconstruction, as in L2RW+ (paper 003, Fig. 8);
-
-plus whether the inferred label is correct (``None`` when the head is not
-observed).  Summaries are mean and population standard deviation over subjects.
-
-The grid follows L2RW+'s Fig. 8: subject, reconstruction, the reconstruction
-after kornia's bilateral filter, and the absolute Laplacian (kornia, 3x3) of
-the filtered view, scaled to its maximum.  The paper gives no filter
-parameters; privreid uses a strong colour sigma of 0.5 (L1 over RGB in [0, 1];
-reconstructions are much noisier than photographs, and at OpenCV's customary
-75/255 the filter leaves their pixel noise in place) and a spatial sigma of
-one pixel per 32 pixels of width (at least 1), with a kernel of
-``2 * ceil(2 * sigma) + 1``, so the filter covers the same part of the person
-at every resolution.
+The grid follows L2RW+'s Fig. 8: subject, reconstruction, its kornia bilateral filter, and that view's
+absolute 3x3 Laplacian scaled to its maximum. The paper gives no filter parameters: colour sigma 0.5 (L1 over
+RGB; at OpenCV's 75/255 reconstructions keep their pixel noise), spatial sigma one pixel per 32 of width (at
+least 1), kernel ``2 * ceil(2 * sigma) + 1``, covering the same part of the person at every resolution.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The settings of one gradient-inversion attack: the attack, its objective and prior, its optimiser, and the
 client step it attacks.
 
-Plain data without torch, so that ``privreid invert --help`` reads the
-options' defaults from this dataclass without importing the attacks: the
-registry of attacks (:data:`INVERSION_ATTACKS`) is here, the built-in attacks
-in :mod:`.optimise`, which registers them when settings are first checked.
-
-The defaults are privreid's strong recipe, Geiping et al.'s ("Inverting
-Gradients", NeurIPS 2020, Sec. 4 and Eq. 4) as their reference
-implementation configures it: cosine matching plus total variation of the
-normalised image (weight 0.2), Adam at lr 0.1 on the **sign** of the
-gradient (their "signed gradients", the sign of Eq. 4's gradient as in
-adversarial attacks), the learning rate divided by 10 at 3/8, 5/8 and 7/8
-of the budget, a start drawn from N(0, 1) in the model's normalised input
-space, the image boxed to valid pixels, and the iterate with the lowest
-objective returned (best of ``restarts`` starts).  :data:`PRESETS` holds
-the papers' own settings (L2RW+'s Fig. 8: iDLG, plain Adam at lr 0.01 on
-``[0, 1]`` pixels from uniform noise, the last iterate).
+Plain data without torch, so ``privreid invert --help`` reads its defaults without importing the attacks (the
+registry :data:`INVERSION_ATTACKS` is here; :mod:`.optimise` registers the built-ins when settings are checked).
+The defaults are privreid's strong recipe, Geiping et al.'s ("Inverting Gradients", NeurIPS 2020, Sec. 4, Eq.
+4) as their reference implementation configures it: cosine matching plus TV of the normalised image (0.2),
+Adam at lr 0.1 on the gradient's **sign**, lr / 10 at 3/8, 5/8 and 7/8 of the budget, an N(0, 1) start in
+normalised space, boxed pixels, the lowest-objective iterate of ``restarts`` starts. :data:`PRESETS` holds
+the papers' settings (L2RW+'s Fig. 8: iDLG, Adam at lr 0.01 on ``[0, 1]`` pixels from uniform noise, last
+iterate).
 """
 
 from __future__ import annotations
@@ -101,16 +93,10 @@ def attacks_help() -> str:
 
 @dataclass(frozen=True)
 class InversionSettings:
-    """Attack, objective, prior, optimiser and the attacked client step; ``match`` / ``tv`` ``None`` = the attack's
-    default (module docstring for the recipe).
-
-    ``batch``: images in the client's step (``privreid invert --batch``).
-    ``local_steps`` / ``local_lr``: the client takes that many SGD steps on
-    its batch before uploading; the upload is then the averaged update
-    ``(theta_0 - theta_T) / (local_lr * local_steps)`` (one step: its
-    gradient), which ``update`` attacks as one gradient or by simulating the
-    steps (Geiping et al., Sec. 6).
-    """
+    """Attack, objective, prior, optimiser and the attacked client step; ``match`` / ``tv`` ``None``: the attack's
+    default. ``batch``: images in the step; ``local_steps`` / ``local_lr``: SGD steps before the upload
+    (``(theta_0 - theta_T) / (local_lr * local_steps)``), attacked as one gradient or by simulating them
+    (``update``; Geiping et al., Sec. 6)."""
 
     attack: str = "ig"
     match: str | None = None

@@ -1,45 +1,26 @@
-"""What the server observes of a client's training step.
+"""What the server observes of a client's training step (the step and its leaks: :mod:`.observation`).
 
-The client's step itself and what leaks from it are in :mod:`.observation`.
-Batches and multi-step local updates are attacked under the ``full`` threat
-model (:attr:`ThreatModel.client_steps`); the shared threat models' exact
-surrogates hold for one image and one step.
+Batches and multi-step local updates are attacked under ``full`` only (:attr:`ThreatModel.client_steps`); the
+shared threat models' exact surrogates hold for one image and one step. Threat models (``THREATS``; a new one
+is a subclass and :func:`register_threat`):
 
-Threat models (``THREATS``, a registry of :class:`ThreatModel` objects; a new
-one is a subclass and one :func:`register_threat`):
+* ``"full"``: the whole gradient, head included (DLG / iDLG, L2RW+'s Fig. 8, paper 003).
+* ``"shared"``: only the method's shared keys (the checkpoint's ``global_state``), the realistic federated case.
+  Not knowing the head, the attacker cannot evaluate the loss, but the shared bottleneck ``neck.fc`` hands it
+  the upstream gradient: ``dL/d neck.fc.bias = dL/dz`` with ``z = neck.fc(pool(trunk(x)))``, so the surrogate
+  ``<z(x'), dL/dz>`` has the client's trunk and ``neck.fc`` gradients at ``x' = x``
+  (:func:`shared_surrogate_loss`); ``neck.bn`` is after the leak and not matched. Exact only when ``z`` is
+  the trunk's only path to the loss: FedARKS' part branch is refused.
+* ``"shared-feature"``: the same observation through the bottleneck's exact feature leak: for one image
+  ``dL/dW_i = (dL/dz_i) h`` and ``dL/db_i = dL/dz_i``, so each row with ``dL/db_i != 0`` gives ``h = dL/dW_i /
+  dL/db_i`` (docs/architecture.md, "Gradient inversion"); :func:`leak_bottleneck_feature` takes the
+  least-squares combination of all rows, then feature inversion recovers the image. The BNNeck (no linear
+  layer, frozen bias) leaks only ``dL/df * xhat``: both shared threats refuse it.
+* ``"aggregate"``: secure aggregation's server view, the sum of ``--clients m`` clients' shared one-image
+  updates, attacked like ``shared-feature`` (:class:`AggregateThreat`, campaign :mod:`.aggregate`).
 
-* ``"full"``: the whole gradient, classifier head included, is observed: the
-  setting of DLG / iDLG and of L2RW+'s Fig. 8 (paper 003).
-* ``"shared"``: only the shared keys of the method's parameter policy (the
-  checkpoint's ``global_state``; the head and other local layers stay on the
-  client), the realistic federated ReID case.  The attacker does not know the
-  head, so it cannot evaluate the client's loss; but the shared bottleneck
-  ``neck.fc`` (``Linear(C, d)`` with bias, followed by ``BatchNorm1d``) hands
-  it the upstream gradient exactly: ``dL/d neck.fc.bias = dL/dz`` with
-  ``z = neck.fc(pool(trunk(x)))``.  The trunk's gradient is ``J_z(x)^T dL/dz``,
-  so the surrogate ``<z(x'), dL/dz>`` has the client's trunk and ``neck.fc``
-  gradients at ``x' = x`` (:func:`shared_surrogate_loss`).  ``neck.bn`` sits
-  after the leak point and is not matched.  Exact only when ``z`` is the
-  trunk's only path to the loss: models with FedARKS' part branch are refused.
-* ``"shared-feature"``: the same observation, attacked through the exact
-  feature leak of the bottleneck: for one image ``dL/dW_i = (dL/dz_i) h`` and
-  ``dL/db_i = dL/dz_i``, so every row ``i`` with ``dL/db_i != 0`` gives the
-  pooled trunk feature ``h = dL/dW_i / dL/db_i`` (docs/architecture.md, "Gradient
-  inversion").  :func:`leak_bottleneck_feature` takes the least-squares
-  combination of all rows, exact without noise and the best linear estimate
-  under it; the image is then recovered by feature inversion.
-
-  The BNNeck (``neck="bnneck"``) has no linear layer and its BN bias is frozen:
-  it leaks ``dL/df * xhat`` only, and the two shared threat models refuse it.
-* ``"aggregate"``: what a server under secure aggregation sees, the sum of
-  ``--clients m`` clients' shared one-image updates, attacked like
-  ``shared-feature`` (:class:`AggregateThreat`; the campaign that builds the
-  sums is :mod:`.aggregate`).
-
-The attacker is assumed to know every non-head parameter of the client's model,
-local normalisation layers (SKA, FedBN) included: the strongest server, an
-upper bound on leakage.  Defenses (:mod:`.defenses`) act on the client's side
-before the observation.
+The attacker knows every non-head parameter, local normalisation layers included (the strongest server, an
+upper bound on leakage). Defenses (:mod:`.defenses`) act on the client's side before the observation.
 """
 
 from __future__ import annotations
@@ -58,13 +39,10 @@ from privreid.inversion.optimise import invert_feature, invert_shared_gradients
 class ThreatModel:
     """What the server observes of a client's step and how an attacker reconstructs the image from it.
 
-    ``name`` is the ``--threat`` value and ``summary`` its one-line help.
-    Subclasses say which gradients are observed (:meth:`visible`), refuse the
-    models they cannot be applied to (:meth:`check`) and how the
-    reconstruction runs (:meth:`reconstruct`).  ``needs_shared``: the threat
-    observes the shared upload only, so a method that shares nothing cannot be attacked.
-    ``single_upload``: the observation is one client's upload (False: a sum of several, attacked by
-    :func:`.aggregate.invert_aggregate`'s campaign).
+    ``name``: the ``--threat`` value; ``summary``: its help. Subclasses give the observed gradients
+    (:meth:`visible`), refuse models (:meth:`check`) and run the reconstruction (:meth:`reconstruct`).
+    ``needs_shared``: observes the shared upload only; ``single_upload`` False: a sum of uploads
+    (:func:`.aggregate.invert_aggregate`).
     """
 
     name: str = ""
@@ -147,14 +125,9 @@ class SharedFeature(ThreatModel):
 
 
 class AggregateThreat(SharedFeature):
-    """The sum of ``m`` clients' shared one-image updates (secure aggregation's server), attacked as ``shared-feature``.
-
-    One observation is a sum of ``shared-feature`` observations
-    (:func:`.aggregate.aggregate_observation`); its bottleneck leak is then a
-    mixture of the ``m`` pooled features.  The campaign
-    (:func:`.aggregate.invert_aggregate`) attacks one row per ``m`` next to
-    the single-upload reference.
-    """
+    """The sum of ``m`` clients' shared one-image updates (secure aggregation's server), attacked as
+    ``shared-feature``: a sum of their observations (:func:`.aggregate.aggregate_observation`), whose bottleneck
+    leak mixes the ``m`` pooled features."""
 
     name = "aggregate"
     single_upload = False
@@ -199,13 +172,9 @@ def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
 def observe(model: nn.Module, image: torch.Tensor, label, *, threat: str, shared: set[str],
             loss_fn: nn.Module, defense: Defense = NO_DEFENSE, generator: torch.Generator | None = None,
             local_steps: int = 1, local_lr: float = 0.01) -> Observation:
-    """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]`` with its label, or a batch ``(B, 3, H, W)``
-    with its labels; ``local_steps`` SGD steps at ``local_lr``) as the attacker observes it.
-
-    Defenses: the victim computes its step on the noisy download (Eq. 15), the
-    whole gradient is clipped and noised (DP, Eq. 14), then the threat model's
-    part of it is observed.  ``shared`` names the shared parameters.
-    """
+    """The client's step on ``image`` (``(3, H, W)`` in ``[0, 1]`` with its label, or a batch with its labels;
+    ``local_steps`` SGD steps at ``local_lr``) as the attacker observes it: computed on the noisy download
+    (Eq. 15), clipped and noised (DP, Eq. 14), then the threat model's ``shared`` part observed."""
     check_model(model, threat, shared)
     batch = 1 if image.ndim == 3 else len(image)
     if (batch > 1 or local_steps > 1) and not get_threat(threat).client_steps:

@@ -1,21 +1,16 @@
 """The adapter contract: what privreid needs from any ReID model, whoever trained it.
 
-A :class:`ReIDAdapter` holds a module plus how to get its retrieval features
-(the module's output, a callable, or a named layer read with a forward hook),
-the input size and normalisation it was trained with, and optionally its
-identity classifier.  Every model file loader (:mod:`privreid.models.external`)
-returns one, and so can user code in three lines::
+A :class:`ReIDAdapter` holds a module, how to get its retrieval features, its input size and normalisation,
+and optionally its classifier. Every loader of :mod:`privreid.models.external` returns one, and so can user
+code::
 
     net = torchvision.models.resnet50(weights="DEFAULT")
     adapter = ReIDAdapter(net, features="avgpool", height=256, width=128)
     privreid.evaluate(adapter, "synth")
 
-Images reach an adapter in ``[0, 1]`` (``(B, 3, height, width)``, RGB);
-:meth:`ReIDAdapter.features` applies the model's own mean / std.  privreid's
-evaluation pipeline feeds ImageNet-normalised images
-(:func:`privreid.data.build_transforms`); :meth:`ReIDAdapter.as_module`
-undoes that normalisation first, so any adapter runs wherever a privreid
-``ReIDModel`` runs.
+:meth:`ReIDAdapter.features` takes ``[0, 1]`` RGB and applies the model's mean / std;
+:meth:`ReIDAdapter.as_module` takes privreid's ImageNet-normalised input and undoes that first, so any adapter
+runs wherever a ``ReIDModel`` runs.
 """
 
 from __future__ import annotations
@@ -42,11 +37,8 @@ def _keys(keys: list[str], shown: int = 4) -> str:
 
 @dataclass
 class LoadReport:
-    """What was loaded (``kind``, ``path``), mapped (``mapped``: key count, ``mapping``: how) and ignored (key: why).
-
-    ``settings`` says where the input size, mean / std and retrieval feature
-    came from (the file, or a default of a named convention).
-    """
+    """What was loaded (``kind``, ``path``), mapped (``mapped``, ``mapping``) and ignored (key: why);
+    ``settings``: where the input size, mean / std and feature came from."""
 
     kind: str
     path: str
@@ -78,20 +70,11 @@ def _channels(values: Sequence[float]) -> torch.Tensor:
 class ReIDAdapter:
     """A ReID model for privreid: ``model`` plus how to read its retrieval features.
 
-    Args:
-        model: the network (put in eval mode by the evaluations).
-        features: how a normalised batch becomes features: ``None`` (the
-            module's output), a callable ``normalised_images -> (B, D)``, or
-            the name of a submodule of ``model`` (``dict(model.named_modules())``)
-            whose output, flattened, is the feature (read with a forward hook
-            while ``model`` runs).
-        height, width: the input size the model expects.
-        mean, std: per-channel normalisation of ``[0, 1]`` pixels the model was trained with.
-        classifier: identity classifier reading the feature, or ``None``.
-        interpolation: the test resize, ``bilinear`` (torchreid's, privreid's) or ``bicubic`` (fast-reid's).
-        differentiable: whether gradients flow from the features to the images
-            (``False`` for an ONNX model run by onnxruntime).
-        report: what a loader read from a file (:class:`LoadReport`), else ``None``.
+    ``features``: ``None`` (the output), a callable ``normalised_images -> (B, D)``, or a submodule's name whose
+    flattened output is read by a forward hook. ``height`` / ``width``: the input size; ``mean`` / ``std``: the
+    ``[0, 1]`` pixels' normalisation; ``classifier``: reads the feature, or ``None``; ``interpolation``:
+    ``bilinear`` (torchreid's, privreid's) or ``bicubic`` (fast-reid's); ``differentiable``: False for
+    onnxruntime; ``report``: a loader's :class:`LoadReport`.
     """
 
     model: nn.Module

@@ -1,50 +1,26 @@
 """Attentive normalisation (AN) for SKA (Wu & Gong, paper 000, Eq. 2).
 
-SKA (Sec. 3.2) combines a BatchNorm's affine transform with an SE-style
-channel attention (Eq. 1) and, following Li, Sun & Wu ("Attentive
-Normalization", ECCV 2020, ref. [17] of the paper), generalises it to a
-mixture of ``M`` channel-wise affine transforms with instance-specific
-weights:
+SKA (Sec. 3.2) combines a BatchNorm's affine with an SE-style channel attention (Eq. 1) and, after Li, Sun &
+Wu ("Attentive Normalization", ECCV 2020, ref. [17]), a mixture of ``M`` affine transforms:
 
     x_hat = (x - mu(x)) / sigma(x)                       (batch standardisation)
     lambda = act(FC(GAP(x) / sqrt(Var(x) + 1e-3)))  in R^{B x M}     (channel-attention unit)
     AN(x)  = sum_{i=1..M} lambda_i * (gamma_i * x_hat + beta_i)      (Eq. 2)
 
-The attention unit reads the pooled feature divided by each instance's
-per-channel standard deviation over the spatial positions (``Var`` unbiased,
-plus 1e-3), as the authors' code does (SunTongtongtong/FedReid
-``lib/AttNorm_AN.py:109-116``, ``AttentionWeights.forward``); a 1x1 map, whose
-unbiased variance is undefined, uses the biased one (0).
+The attention reads the pooled feature over each instance's per-channel spatial std (unbiased, + 1e-3), as the
+authors' code (SunTongtongtong/FedReid ``lib/AttNorm_AN.py:109-116``); a 1x1 map uses the biased one (0).
+The module *is* an ``nn.BatchNorm2d(affine=False)`` (batch statistics in training, running ones in eval), so
+BatchNorm-aware tools (:func:`privreid.models.replace_norm_layers`, FedBN) treat it as a norm layer. SKA puts
+AN in place of each residual block's second BN (Sec. 4.2): :func:`apply_attentive_norm`. State:
+``mix_weight`` / ``mix_bias`` ``(M, C)`` (gammas, betas), ``attention.weight`` ``(M, C)`` / ``.bias`` ``(M,)``,
+and BatchNorm's running statistics.
 
-``mu``/``sigma`` are BatchNorm's per-channel batch statistics in training
-and its running statistics in evaluation (the module *is* an
-``nn.BatchNorm2d`` with ``affine=False``, so every BatchNorm-aware tool, e.g.
-:func:`privreid.models.replace_norm_layers` and FedBN's key rule, treats it
-as a normalisation layer).  SKA uses AN in place of the **second** BN of each
-residual block (Sec. 4.2); :func:`apply_attentive_norm` does that.
-
-Parameters and buffers (state-dict keys under the layer's name):
-
-* ``mix_weight`` ``(M, C)``: the gammas, ``mix_bias`` ``(M, C)``: the betas;
-* ``attention.weight`` ``(M, C)``, ``attention.bias`` ``(M,)``: the FC of the
-  attention unit;
-* ``running_mean``, ``running_var``, ``num_batches_tracked``: BatchNorm's.
-
-Choices where the SKA paper is silent (documented, not from the paper):
-
-* ``act``: ``"hsigmoid"`` (default; a gate per component, as in Li et al.'s
-  AN), ``"sigmoid"``, or ``"softmax"`` (the weights then sum to 1 per
-  instance).  Eq. 2 itself puts no constraint on the lambdas.
-* ``M``: :data:`DEFAULT_COMPONENTS` per ResNet stage (10, 10, 20, 20), the
-  ResNet setting of Li et al.; SKA does not state its ``M``.
-* Initialisation: ``gamma_i ~ N(1, 0.1^2)``, ``beta_i ~ N(0, 0.1^2)``, both
-  divided by ``M * act(0)`` so that at initialisation (attention FC weight
-  zero, bias zero) the layer equals a BatchNorm with ``gamma ~ 1, beta ~ 0``
-  instead of scaling activations by ``M * act(0)``; :meth:`AttentiveNorm2d.
-  from_batchnorm` starts every component from a trained BN's affine (scaled
-  the same way) and copies its running statistics, so ImageNet BN weights
-  carry over (the paper used ImageNet-pretrained AN weights, which are not
-  available here).
+Choices where SKA is silent: ``act`` ``"hsigmoid"`` (default, Li et al.'s gate), ``"sigmoid"`` or
+``"softmax"``; ``M`` :data:`DEFAULT_COMPONENTS` (10, 10, 20, 20 per stage, Li et al.'s ResNet setting);
+``gamma_i ~ N(1, 0.1^2)``, ``beta_i ~ N(0, 0.1^2)``, divided by ``M * act(0)`` so a fresh layer is a BatchNorm
+with ``gamma ~ 1, beta ~ 0``. :meth:`AttentiveNorm2d.from_batchnorm` starts every component from a trained BN
+(scaled the same way, running statistics copied), so ImageNet BN weights carry over (the paper's
+ImageNet-pretrained AN weights are not available).
 """
 
 from __future__ import annotations
@@ -73,14 +49,8 @@ def _activate(logits: torch.Tensor, act: str) -> torch.Tensor:
 
 
 class AttentiveNorm2d(nn.BatchNorm2d):
-    """Attentive normalisation, SKA Eq. 2: ``sum_i lambda_i(x) (gamma_i x_hat + beta_i)``.
-
-    Args:
-        num_features: channels ``C``.
-        num_components: mixture size ``M``.
-        act: attention activation, one of :data:`ACTIVATIONS`.
-        eps, momentum: as in ``nn.BatchNorm2d``.
-    """
+    """Attentive normalisation, SKA Eq. 2: ``sum_i lambda_i(x) (gamma_i x_hat + beta_i)``; ``num_features``
+    ``C``, ``num_components`` ``M``, ``act`` in :data:`ACTIVATIONS`, ``eps`` / ``momentum`` as BatchNorm2d."""
 
     def __init__(self, num_features: int, num_components: int = 10, act: str = "hsigmoid",
                  eps: float = 1e-5, momentum: float = 0.1) -> None:
@@ -165,12 +135,8 @@ def second_norm_names(trunk: nn.Module) -> list[str]:
 
 def apply_attentive_norm(trunk: nn.Module, components: int | tuple[int, ...] | list[int] = DEFAULT_COMPONENTS,
                          act: str = "hsigmoid") -> list[str]:
-    """Replace each residual block's second BatchNorm (``layerS.B.bn2``) by :class:`AttentiveNorm2d`, in place.
-
-    ``components``: ``M`` for every stage, or one ``M`` per stage
-    (``layer1..layer4``).  Each AN layer starts from the BN it replaces
-    (:meth:`AttentiveNorm2d.from_batchnorm`).  Returns the replaced names.
-    """
+    """Replace each residual block's second BatchNorm (``layerS.B.bn2``) by :class:`AttentiveNorm2d` started from
+    it, in place; ``components``: one ``M`` or one per stage. Returns the replaced names."""
     per_stage = [int(components)] * 4 if isinstance(components, int) else [int(c) for c in components]
     if len(per_stage) != 4:
         raise ValueError(f"give one M or four (one per stage), got {components!r}")

@@ -1,9 +1,5 @@
 """Building a ReID model: the base model, its model transforms and its initial weights, in that order.
-
-:func:`build_model` is the one builder; :func:`build_from_config` rebuilds a
-model from a stored ``model_config`` (``ReIDModel.model_config()``, kept in
-every checkpoint and exported file).
-"""
+:func:`build_from_config` rebuilds one from a stored ``model_config``."""
 
 from __future__ import annotations
 
@@ -41,27 +37,13 @@ def build_model(
 ) -> ReIDModel:
     """The base :class:`ReIDModel` with ``transforms``, optionally initialised from weights.
 
-    Steps, in this order (it fixes the order in which parameters draw from
-    the RNG):
-
-    1. the base model without a classifier (trunk, neck; arguments as in
-       :class:`ReIDModel`);
-    2. the structural transforms (``mlp_head``, ``part_branch``);
-    3. the classifier for ``num_classes`` (none when 0);
-    4. the weights: ``pretrained="imagenet"`` loads torchvision's
-       IMAGENET1K_V1 weights into the trunk (needs internet or torch hub's
-       cache); ``weights`` is the path of a local state dict (trunk-style or
-       full-model style, :func:`privreid.models.weights.load_weights_file`),
-       the offline alternative;
-    5. the normalisation transforms (``group_norm``, ``attentive_norm``,
-       ``dual_norm``): AN layers start from the loaded BN layers, GroupNorm
-       layers start fresh while the convolutions keep the loaded weights.
-
-    ``transforms``: transforms, names or ``to_config()`` dicts
-    (:mod:`privreid.models.transforms`), applied in the registry's order.
-    Raises ConfigError, before building anything, for unknown arch / neck /
-    pretrained values or transforms, both ``pretrained`` and ``weights``, and
-    clashing transforms; and for weights that cannot be obtained or do not fit.
+    In this order (it fixes the RNG draws): the base model without classifier; the structural transforms
+    (``mlp_head``, ``part_branch``); the classifier (``num_classes``; none when 0); the weights
+    (``pretrained="imagenet"``: torchvision's IMAGENET1K_V1 into the trunk; ``weights``: a local state dict,
+    :func:`privreid.models.weights.load_weights_file`); the normalisation transforms (AN starts from the loaded
+    BN, GroupNorm fresh). ``transforms``: objects, names or ``to_config()`` dicts. ConfigError, before building,
+    for unknown arch / neck / pretrained / transforms, both ``pretrained`` and ``weights``, clashing transforms;
+    and for weights that cannot be obtained or do not fit.
     """
     if pretrained is not None and pretrained not in PRETRAINED:
         raise ConfigError(f"unknown pretrained weights {pretrained!r}; choose one of {', '.join(PRETRAINED)}")
@@ -89,11 +71,8 @@ def _apply(model: ReIDModel, transforms: list[ModelTransform]) -> None:
 
 def build_from_config(model_config: Mapping[str, Any], *, pretrained: str | None = None,
                       weights: str | PathLike[str] | None = None) -> ReIDModel:
-    """The model ``model_config`` describes (:meth:`ReIDModel.model_config`), through :func:`build_model`.
-
-    ConfigError for any other key (the flags ``head``, ``norm``, ... of privreid's development versions
-    included: their files are not read).
-    """
+    """The model ``model_config`` describes (:meth:`ReIDModel.model_config`), through :func:`build_model`;
+    ConfigError for any other key."""
     rest = dict(model_config)
     unknown = sorted(set(rest) - set(CONFIG_KEYS))
     if unknown:

@@ -1,21 +1,11 @@
 """The models an evaluation command ranks with: privreid checkpoints and model files from elsewhere, side by side.
 
-``eval``, ``attack``, ``audit``, ``invert`` and ``compare`` take a list of
-paths.  Each is a privreid checkpoint (its run records the data, the input size
-and every client's model) or any file :func:`privreid.models.external.load_any_model`
-reads (torchreid, fast-reid, torchvision, TorchScript, ONNX, privreid's own
-exports), which records at most its input size and normalisation.  An
-:class:`EvaluatedModel` holds either, with what each command asks of it:
-
-* :meth:`EvaluatedModel.network` -- the module privreid's pipelines run
-  (ImageNet-normalised images in, retrieval features out; a ``classifier``
-  attribute when there is one);
-* :meth:`EvaluatedModel.require` -- a one-line refusal when a command needs
-  what the file lacks: a privreid checkpoint (training data, clients, the
-  federated update), gradients (ONNX runs in onnxruntime) or a classifier;
-* :func:`data_source` -- the data the commands default to: ``--data`` when
-  given, else the first privreid checkpoint's run; a file from elsewhere
-  records no data, so a list of only such files needs ``--data``.
+Each path of ``eval``, ``attack``, ``audit``, ``invert`` and ``compare`` is a privreid checkpoint (data, input
+size, every client's model) or a file :func:`privreid.models.external.load_any_model` reads (at most its input
+size and normalisation). An :class:`EvaluatedModel` holds either: :meth:`EvaluatedModel.network` (normalised
+images in, features out, ``classifier`` when there is one); :meth:`EvaluatedModel.require` (a one-line refusal
+when a command needs a checkpoint, gradients or a classifier the file lacks); :func:`data_source` (``--data``,
+else the first checkpoint's; files from elsewhere alone need ``--data``).
 """
 
 from __future__ import annotations
@@ -94,11 +84,8 @@ class EvaluatedModel:
                               f"({instead})")
 
     def network(self, client: str | None = None, *, device: Any = "cpu") -> nn.Module:
-        """The module privreid's pipelines run: ImageNet-normalised ``(B, 3, H, W)`` -> features, in eval mode.
-
-        ``client`` picks a personalised model of a privreid checkpoint; a file
-        from elsewhere has none, and naming one is refused.
-        """
+        """The module privreid's pipelines run (normalised ``(B, 3, H, W)`` -> features, eval mode); ``client``
+        picks a checkpoint's personalised model (refused for a file from elsewhere)."""
         if self.checkpoint is not None:
             return self.checkpoint.load_model(client, device=device).eval()
         if client is not None:
@@ -127,12 +114,8 @@ def load_evaluated_models(paths: list[Any], **file_options: Any) -> list[Evaluat
     """Each path read once (:func:`~privreid.models.external.files.read_torch_file`) and told by its kind
     (:func:`~privreid.models.external.model_file_kind`): a privreid checkpoint as a :class:`Checkpoint`, any
     other model file as an adapter; an adapter or ``nn.Module`` (:func:`~privreid.models.external.as_adapter`)
-    is taken as it is, named by its class and position (``ResNet #2``).
-
-    ``file_options`` (``arch``, ``height``, ``width``, ``mean``, ``std``,
-    ``last_stride``; ``None`` values are dropped) apply to files from
-    elsewhere only; given with nothing but privreid checkpoints they are
-    refused, since a checkpoint records its model and input size.
+    is taken as it is, named by its class and position (``ResNet #2``). ``file_options`` (``None`` dropped)
+    apply to files from elsewhere only; with only checkpoints they are refused.
     """
     options = {k: v for k, v in file_options.items() if v is not None}
     models = []

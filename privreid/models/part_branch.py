@@ -1,11 +1,6 @@
-"""FedARKS' body-part branch (Xu et al., paper 001, Sec. 3.2, Eq. 1).
-
-Three horizontal bands of the ``layer4`` feature map (:data:`PART_BANDS`),
-each average-pooled, concatenated and embedded by ``fc`` + ``bn`` into the
-retrieval feature's size; :func:`fuse` combines it with the global feature,
-``theta = v * global + (1 - v) * part`` (Eq. 1).  The model transform
-``part_branch`` (:mod:`privreid.models.transforms`) installs it as
-``ReIDModel.part``.
+"""FedARKS' body-part branch (Xu et al., paper 001, Sec. 3.2, Eq. 1): three horizontal bands of the ``layer4``
+map (:data:`PART_BANDS`), each average-pooled, concatenated and embedded by ``fc`` + ``bn``; :func:`fuse` gives
+``theta = v * global + (1 - v) * part`` (Eq. 1). The ``part_branch`` transform installs it as ``ReIDModel.part``.
 """
 
 from __future__ import annotations
@@ -24,12 +19,8 @@ PART_BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.25), (0.25, 0.55), (0.55,
 
 
 def band_rows(height: int, bands=PART_BANDS) -> list[tuple[int, int]]:
-    """Row ranges ``[start, end)`` of ``bands`` on a map of ``height`` rows.
-
-    Boundaries are rounded half up; every band keeps at least one row, so on
-    very short maps (2 rows for 32-pixel test images) neighbouring bands share
-    a row.
-    """
+    """Row ranges ``[start, end)`` of ``bands`` on a map of ``height`` rows, rounded half up; every band keeps a
+    row, so on very short maps (2 rows at 32-pixel images) neighbours share one."""
     rows = []
     for lo, hi in bands:
         start = min(int(math.floor(lo * height + 0.5)), height - 1)
@@ -39,12 +30,9 @@ def band_rows(height: int, bands=PART_BANDS) -> list[tuple[int, int]]:
 
 
 class PartBranch(nn.Module):
-    """FedARKS' body-part branch: band pooling -> ``fc: Linear(n_bands * C, dim)`` -> ``bn``.
-
-    A single linear layer over the concatenated band features equals the sum of
-    one embedding per part, i.e. the "combined body part feature" of Eq. 1.
-    ``fusion_weight`` is ``v`` of Eq. 1 (weight of the global feature).
-    """
+    """FedARKS' body-part branch: band pooling -> ``fc: Linear(n_bands * C, dim)`` -> ``bn``; one linear layer
+    over the concatenated bands is the sum of one embedding per part, Eq. 1's "combined body part feature";
+    ``fusion_weight`` is Eq. 1's ``v`` (the global feature's weight)."""
 
     def __init__(self, in_dim: int, dim: int, fusion_weight: float = 0.5) -> None:
         super().__init__()

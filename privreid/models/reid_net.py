@@ -1,35 +1,16 @@
 """The base ReID model: ResNet trunk -> neck -> (optional) linear identity classifier.
 
-Necks:
+Necks: ``"linear"`` (default): ``Linear(C, feat_dim)`` + ``BatchNorm1d``, the IDE-style bottleneck FedReID /
+FedPav share; ``"bnneck"``: ``BatchNorm1d(C)`` with its bias frozen at zero, Luo et al.'s BNNeck ("Bag of Tricks
+...", CVPRW 2019; the triplet loss sees the feature before the BN, the classifier after); ``"none"``: the pooled
+trunk feature, as Wu & Gong's code retrieves with FedReID and SKA (FedReid ``lib/model.py``,
+``embedding_net_test``), their mapping network then the classifier (``mlp_head``).
 
-* ``"linear"`` (default): ``Linear(C, feat_dim)`` then ``BatchNorm1d(feat_dim)``,
-  the IDE-style embedding bottleneck that FedReID / FedPav share between
-  clients while each client keeps its own classifier.
-* ``"bnneck"``: a ``BatchNorm1d(C)`` whose bias is frozen at zero, the BNNeck of
-  Luo et al., "Bag of Tricks and a Strong Baseline for Deep Person
-  Re-identification" (CVPRW 2019).  The triplet loss sees the feature before the
-  BN, the classifier the feature after it; the feature dimension is ``C``.
-* ``"none"``: no neck; the retrieval feature is the pooled trunk feature itself
-  (``C``-d, no BatchNorm), as Wu & Gong's code retrieves with FedReID and SKA
-  (SunTongtongtong/FedReid ``lib/model.py``, ``embedding_net_test``: the
-  2048-d average-pooled ResNet-50 feature); their mapping network is then the
-  classifier (model transform ``mlp_head``).
-
-``forward`` always returns the retrieval feature (the neck output, after its BN if it has one)
-so the model can be handed as is to feature extractors and attack libraries;
-training code calls :meth:`ReIDModel.forward_train`.
-
-Dropout (``dropout=p``): ``nn.Dropout(p)`` on the feature before the identity
-classifier (:meth:`ReIDModel.classify`), active in training mode only; the
-retrieval feature never passes through it.  FedPav's reference code
-(cap-ntu/FedReID) drops 0.5 after the 512-d bottleneck's BatchNorm.
-
-Method-specific architecture (FedReID's mapping head, FedARKS' part branch,
-SKA's attentive and dual norms, DP-SGD's GroupNorm) is added by model
-transforms (:mod:`privreid.models.transforms`); :func:`privreid.models.build_model`
-composes the base model, the transforms and the initial weights.  The model
-keeps the transforms applied to it (:attr:`ReIDModel.transforms`) and records
-them in :meth:`ReIDModel.model_config`.
+``forward`` returns the retrieval feature, so the model goes as is to feature extractors and attack libraries;
+training calls :meth:`ReIDModel.forward_train`. ``dropout=p``: ``nn.Dropout(p)`` before the classifier only
+(FedPav's cap-ntu/FedReID: 0.5 after the bottleneck's BN). Method-specific architecture is added by model
+transforms (:mod:`privreid.models.transforms`), which the model keeps and records in
+:meth:`ReIDModel.model_config`; :func:`privreid.models.build_model` composes it all.
 """
 
 from __future__ import annotations
@@ -100,26 +81,11 @@ def linear_head(feat_dim: int, num_classes: int) -> nn.Module:
 class ReIDModel(nn.Module):
     """Backbone + neck + per-client identity classifier.
 
-    Args:
-        arch: trunk architecture (``resnet18``, ``resnet34``, ``resnet50``).
-        num_classes: classifier size; 0 builds no classifier (evaluation only).
-        neck: ``"linear"``, ``"bnneck"`` or ``"none"``.
-        feat_dim: output size of the linear neck.  With ``"bnneck"`` and
-            ``"none"`` it is not used: the feature dimension is the trunk's ``out_dim``.
-        last_stride: stride of ``layer4`` (1 = Luo et al.'s ReID trick).
-        norm_layer: norm factory for the trunk (default BatchNorm2d).  It is
-            not part of :meth:`model_config`.
-        dropout: dropout probability on the feature the classifier reads
-            (:meth:`classify`); 0 = none.  No parameters, no state keys.
-
-    Attributes:
-        backbone, neck, classifier (``None`` when ``num_classes == 0``);
-        arch, neck_kind, feat_dim (the actual retrieval feature size), last_stride;
-        head_factory: builds the classifier (:func:`linear_head`; the
-        ``mlp_head`` transform replaces it);
-        part: FedARKS' part branch or ``None`` (the ``part_branch`` transform);
-        with it the retrieval / training feature is the fused theta of Eq. 1;
-        transforms: the model transforms applied, in order.
+    ``arch``: ``resnet18`` / ``34`` / ``50``; ``num_classes`` 0 builds no classifier; ``feat_dim``: the linear
+    neck's size (other necks: the trunk's ``out_dim``); ``last_stride`` 1 is Luo et al.'s trick; ``norm_layer``:
+    the trunk's norm factory (not in :meth:`model_config`); ``dropout``: on the classifier's input.
+    Attributes beyond these: ``head_factory`` (:func:`linear_head`, or ``mlp_head``'s), ``part`` (FedARKS' part
+    branch, whose fused theta of Eq. 1 is then the feature) and ``transforms`` (applied, in order).
     """
 
     def __init__(
@@ -183,11 +149,8 @@ class ReIDModel(nn.Module):
         self.classifier = None if num_classes == 0 else self.new_head(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Retrieval feature ``(B, feat_dim)``: the neck output (after its BN; the pooled feature with ``"none"``).
-
-        With a part branch: the fused theta of FedARKS Eq. 1 (the neck output
-        when ``part.fusion_weight == 1``).
-        """
+        """Retrieval feature ``(B, feat_dim)``: the neck output (the pooled feature with ``"none"``); with a part
+        branch, the fused theta of FedARKS Eq. 1."""
         if self.part is None:
             return self.neck(self.backbone(x))
         return self._fused(x)[1]
@@ -211,17 +174,9 @@ class ReIDModel(nn.Module):
         return self.classifier(feat if self.dropout is None else self.dropout(feat))
 
     def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(pre_neck_feat, feat, logits)``.
-
-        ``pre_neck_feat`` is the pooled trunk feature ``(B, out_dim)`` (for the
-        triplet loss), ``feat`` the neck output ``(B, feat_dim)``, ``logits``
-        the classifier output ``(B, num_classes)`` (:meth:`classify`: after
-        dropout, when configured).
-
-        With a part branch (FedARKS Eq. 2) the metric feature is the fused
-        theta: the method returns ``(theta, theta, classifier(theta))``, so the
-        triplet loss and the classifier both see theta.
-        """
+        """``(pre_neck_feat, feat, logits)``: the pooled trunk feature (triplet loss), the neck output and the
+        classifier output (:meth:`classify`). With a part branch (FedARKS Eq. 2): ``(theta, theta,
+        classifier(theta))``."""
         if self.classifier is None:
             raise ConfigError(
                 "forward_train needs a classifier but this model has num_classes=0; "
@@ -235,12 +190,8 @@ class ReIDModel(nn.Module):
         return pre, feat, self.classify(feat)
 
     def model_config(self) -> dict[str, Any]:
-        """What :func:`privreid.models.build_from_config` rebuilds this architecture from.
-
-        The base model's arguments (``dropout`` only when set) and
-        ``transforms``: one ``{"name": ..., **parameters}`` per applied model
-        transform, in the order applied.
-        """
+        """What :func:`privreid.models.build_from_config` rebuilds this from: the base arguments (``dropout``
+        only when set) and ``transforms``, one ``{"name": ..., **parameters}`` each, in order."""
         return {
             "arch": self.arch,
             "num_classes": self.num_classes,

@@ -1,30 +1,14 @@
 """ResNet-18/34/50 trunks for person re-identification.
 
-Why not ``torchvision.models.resnet``?  Its residual blocks add the shortcut in
-place (``out += identity``) and use ``ReLU(inplace=True)``.  When full backward
-hooks are registered on a block (``register_full_backward_hook``, which Opacus'
-per-sample-gradient hooks rely on), the block's output passes through a
-``BackwardHookFunction`` that returns a view; modifying that view in place makes
-autograd raise "Output 0 of BackwardHookFunction is a view and is being modified
-inplace" on torch 2.14.  The blocks here therefore compute the residual sum out
-of place (``out = out + identity``) and every ReLU has ``inplace=False``.
+Not ``torchvision.models.resnet``: its blocks add the shortcut in place and use ``ReLU(inplace=True)``, and
+under full backward hooks (Opacus' per-sample gradients) the block's output is a view whose in-place change
+makes torch 2.14 raise "Output 0 of BackwardHookFunction is a view and is being modified inplace". The blocks
+here add out of place and no ReLU is in place. Parameter names are torchvision's without ``fc.*``, so ImageNet
+state dicts load strictly.
 
-The parameter and buffer names are exactly torchvision's (``conv1``, ``bn1``,
-``layer1.0.conv1``, ..., ``layer1.0.downsample.0``/``.1``) without ``fc.*``, so
-torchvision's ImageNet state dicts load with strict key matching.
-
-Two ReID-specific choices:
-
-* ``last_stride=1`` removes the down-sampling of ``layer4`` (Luo et al., "Bag of
-  Tricks and a Strong Baseline for Deep Person Re-identification", CVPRW 2019),
-  doubling the height and width of the final feature map at no parameter cost.
-* ``norm_layer`` is a factory ``Callable[[int], nn.Module]`` used for every
-  normalisation layer, and :func:`replace_norm_layers` swaps norms of an already
-  built module (e.g. GroupNorm everywhere for DP-SGD, or attentive
-  normalisation on each block's ``bn2`` only).
-
-The trunk's ``forward`` returns the globally average-pooled feature ``(B, C)``;
-:meth:`ResNet.feature_map` returns the un-pooled ``layer4`` map.
+``last_stride=1`` removes ``layer4``'s down-sampling (Luo et al., "Bag of Tricks ...", CVPRW 2019);
+``norm_layer`` makes every normalisation layer and :func:`replace_norm_layers` swaps them in a built module.
+``forward`` returns the average-pooled ``(B, C)`` feature, :meth:`ResNet.feature_map` the ``layer4`` map.
 """
 
 from __future__ import annotations
@@ -110,19 +94,8 @@ ARCHS: dict[str, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, int, int,
 
 
 class ResNet(nn.Module):
-    """A ResNet trunk without the classification layer.
-
-    Args:
-        arch: one of :data:`ARCHS` (``resnet18``, ``resnet34``, ``resnet50``).
-        last_stride: stride of ``layer4``; 2 is the ImageNet ResNet, 1 is the
-            ReID variant of Luo et al. (2019).
-        norm_layer: factory for every normalisation layer (default
-            ``nn.BatchNorm2d``).
-
-    Attributes:
-        arch, last_stride: as given.
-        out_dim: channels of the pooled feature (512 for 18/34, 2048 for 50).
-    """
+    """A ResNet trunk without the classification layer: ``arch`` in :data:`ARCHS`; ``last_stride`` 2 (ImageNet)
+    or 1 (Luo et al.); ``norm_layer`` (default ``nn.BatchNorm2d``); ``out_dim`` 512 (18/34) or 2048 (50)."""
 
     def __init__(self, arch: str = "resnet18", last_stride: int = 2, norm_layer: NormFactory | None = None) -> None:
         super().__init__()
@@ -207,22 +180,10 @@ def replace_norm_layers(
     factory: NormFactory,
     predicate: Callable[[str, nn.Module], bool] | None = None,
 ) -> list[str]:
-    """Replace normalisation layers inside ``module`` in place.
-
-    Every descendant that is a BatchNorm / InstanceNorm / GroupNorm layer (see
-    :data:`NORM_TYPES`) and for which ``predicate(qualified_name, layer)`` is
-    true (all of them when ``predicate`` is None) is replaced by
-    ``factory(num_channels)``.  The new layer is freshly initialised by the
-    factory, moved to the old layer's device and floating dtype, and given its
-    train/eval mode.  ``module`` itself is never replaced.
-
-    Examples::
-
-        replace_norm_layers(trunk, lambda c: nn.GroupNorm(32, c))      # DP-SGD
-        replace_norm_layers(trunk, AttentiveNorm, lambda n, m: n.endswith(".bn2"))
-
-    Returns:
-        The qualified names of the replaced layers, in module order.
+    """Replace, in place, every norm layer (:data:`NORM_TYPES`) inside ``module`` for which
+    ``predicate(qualified_name, layer)`` holds (all when ``None``) by ``factory(num_channels)``, fresh, on the
+    old layer's device, dtype and mode; the replaced names, in module order. E.g.
+    ``replace_norm_layers(trunk, AttentiveNorm, lambda n, m: n.endswith(".bn2"))``.
     """
     targets = [
         name

@@ -1,9 +1,7 @@
 """Model transforms: the method-specific parts of a ReID model.
 
-The base :class:`~privreid.models.reid_net.ReIDModel` is a trunk, a neck and a
-linear identity classifier.  What a method (or a defense) adds to it is a
-named *model transform*, declared by the method (``Method.model_transforms``)
-or added by the defense's ``wrap`` (DP-SGD's ``group_norm``):
+The base :class:`~privreid.models.reid_net.ReIDModel` is a trunk, a neck and a linear identity classifier.
+A method (``Method.model_transforms``) or a defense's ``wrap`` adds named *model transforms*:
 
 ==================  ==========================================================
 ``mlp_head``        FedReID's mapping network as the classifier (paper 002, Eq. 7)
@@ -14,21 +12,12 @@ or added by the defense's ``wrap`` (DP-SGD's ``group_norm``):
 ``neck_bias``       the BNNeck's bias trains (L2RW+'s DPPT, as its reference code)
 ==================  ==========================================================
 
-:func:`privreid.models.build_model` applies them in one fixed order, whatever
-order they are given in: the structural ones (:attr:`ModelTransform.
-after_weights` false) on the fresh base model, before its classifier and
-before any weights are loaded; the normalisation ones after the weights are
-loaded (ImageNet BatchNorm weights seed the attentive-norm mixture), in the
-order of :data:`TRANSFORMS` (``group_norm``, ``attentive_norm``,
-``dual_norm``: the dual copies copy the final norm layers).  This is also
-the order in which the parameters are created, so a seed gives the same
-initial weights.
-
-Each transform is a frozen dataclass (its fields are its parameters);
-``to_config()`` is its entry in ``ReIDModel.model_config()["transforms"]``
-and :func:`make_transform` turns such an entry back into the transform.  A
-new transform is one :class:`ModelTransform` subclass and
-:func:`register_transform` (docs/extending.md).
+:func:`privreid.models.build_model` applies them in one fixed order: the structural ones
+(:attr:`ModelTransform.after_weights` false) on the fresh base model before its classifier and any weights; the
+normalisation ones after the weights (ImageNet BatchNorm weights seed the attentive-norm mixture), in the order
+of :data:`TRANSFORMS` (the dual copies copy the final norm layers). Parameters are created in that order, so a
+seed gives the same initial weights. Each transform is a frozen dataclass; ``to_config()`` is its entry in
+``model_config()["transforms"]``, :func:`make_transform` the inverse, :func:`register_transform` adds one.
 """
 
 from __future__ import annotations
@@ -91,11 +80,9 @@ class ModelTransform:
 def mlp_head(feat_dim: int, num_classes: int, hidden: int = 512, negative_slope: float = 0.0) -> nn.Module:
     """FedReID's mapping network (Wu & Gong, paper 002, Eq. 7): ``FC -> BN -> ReLU -> Dropout(0.5) -> FC``.
 
-    ``negative_slope > 0`` makes the activation ``LeakyReLU(negative_slope)``,
-    as the authors' code builds it (SunTongtongtong/FedReid ``lib/model.py``,
-    ``MLP``: ``LeakyReLU(0.1)``; Eq. 7 writes ReLU).  Initialisation as that
-    code's (the papers are silent): the first FC Kaiming-normal (fan-out),
-    the BN weight N(1, 0.02^2), the last FC N(0, 0.001^2), biases zero.
+    ``negative_slope > 0``: ``LeakyReLU`` as the authors' code (SunTongtongtong/FedReid ``lib/model.py``,
+    ``MLP``: 0.1; Eq. 7 writes ReLU). Initialisation as that code's (the papers are silent): first FC
+    Kaiming-normal (fan-out), BN weight N(1, 0.02^2), last FC N(0, 0.001^2), biases zero.
     """
     act = nn.LeakyReLU(negative_slope) if negative_slope > 0 else nn.ReLU(inplace=False)
     head = nn.Sequential(nn.Linear(feat_dim, hidden), nn.BatchNorm1d(hidden), act, nn.Dropout(0.5),
@@ -111,12 +98,8 @@ def mlp_head(feat_dim: int, num_classes: int, hidden: int = 512, negative_slope:
 
 @dataclass(frozen=True)
 class MLPHeadTransform(ModelTransform):
-    """``mlp_head``: the identity classifier is FedReID's 2-FC mapping network (:func:`mlp_head`, paper 002 Eq. 7).
-
-    Args:
-        negative_slope: of the activation; 0 (default) is Eq. 7's ReLU, 0.1
-            the reference code's LeakyReLU (:func:`mlp_head`).
-    """
+    """``mlp_head``: the identity classifier is FedReID's mapping network (:func:`mlp_head`, paper 002 Eq. 7);
+    ``negative_slope`` 0 is Eq. 7's ReLU, 0.1 the reference code's LeakyReLU."""
 
     name: ClassVar[str] = "mlp_head"
 
@@ -140,11 +123,8 @@ class MLPHeadTransform(ModelTransform):
 
 @dataclass(frozen=True)
 class PartBranchTransform(ModelTransform):
-    """``part_branch``: FedARKS' body-part branch (paper 001, Eq. 1) as ``model.part`` (state keys ``part.*``).
-
-    The retrieval and training feature becomes the fused ``theta = v * global
-    + (1 - v) * part`` (:class:`~privreid.models.part_branch.PartBranch`).
-    """
+    """``part_branch``: FedARKS' body-part branch (paper 001, Eq. 1) as ``model.part``; the feature becomes the
+    fused ``theta = v * global + (1 - v) * part`` (:class:`~privreid.models.part_branch.PartBranch`)."""
 
     name: ClassVar[str] = "part_branch"
 
@@ -154,19 +134,12 @@ class PartBranchTransform(ModelTransform):
 
 
 def use_group_norm(module: nn.Module) -> list[str]:
-    """Replace every BatchNorm layer inside ``module`` by a fresh GroupNorm, in place; the replaced names.
+    """Replace every BatchNorm inside ``module`` by a fresh GroupNorm, in place; the replaced names.
 
-    * 2-d layers (feature maps): ``GroupNorm(gcd(32, C), C)``, Wu & He's
-      G = 32 (every ResNet width here is a multiple of 32).
-    * 1-d layers (``(N, C)`` embeddings: the linear neck's and the part
-      branch's ``bn``, the mapping head's BN): ``GroupNorm(1, C)``, i.e. a
-      LayerNorm over the feature.  Choice: Opacus' ``min(32, C)`` groups would
-      give a 32-d embedding one channel per group, which GroupNorm normalises
-      by itself: the output would be the bias, whatever the input.
-    * A frozen bias (BNNeck's) stays frozen at zero.
-
-    GroupNorm normalises each sample with its own statistics, so it has no
-    running statistics and no batch coupling.
+    2-d layers: ``GroupNorm(gcd(32, C), C)`` (Wu & He's G = 32). 1-d layers (the necks', part branch's and
+    mapping head's ``(N, C)`` BN): ``GroupNorm(1, C)``, a LayerNorm; not Opacus' ``min(32, C)`` groups, which
+    would give a 32-d embedding one channel per group and output the bias whatever the input. A frozen bias
+    (BNNeck's) stays frozen at zero.
     """
     frozen = {name for name, m in module.named_modules()
               if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.bias is not None and not m.bias.requires_grad}
@@ -183,12 +156,8 @@ def use_group_norm(module: nn.Module) -> list[str]:
 class GroupNormTransform(ModelTransform):
     """``group_norm``: every BatchNorm of the model, and of classifiers built later, becomes GroupNorm.
 
-    For DP-SGD (Abadi et al. 2016; Opacus rejects BatchNorm): a sample's
-    output no longer depends on the other samples of its batch, so
-    per-sample gradients exist.  Fresh layers (:func:`use_group_norm`),
-    applied after the weights are loaded: BatchNorm-trained weights keep their
-    convolutions.  Refused with ``attentive_norm``, whose mixture sits on
-    batch statistics.
+    For DP-SGD (Abadi et al. 2016; Opacus rejects BatchNorm): no batch coupling, so per-sample gradients exist.
+    Applied after the weights (:func:`use_group_norm`); refused with ``attentive_norm`` (batch statistics).
     """
 
     name: ClassVar[str] = "group_norm"
@@ -212,13 +181,9 @@ class GroupNormTransform(ModelTransform):
 class AttentiveNormTransform(ModelTransform):
     """``attentive_norm``: SKA's attentive normalisation (paper 000, Sec. 3.2, Eq. 2) on each block's ``bn2``.
 
-    Args:
-        components: the mixture size M, one int or one per stage
-            (``layer1..layer4``; default :data:`~privreid.models.attentive_norm.DEFAULT_COMPONENTS`).
-        act: the attention activation, one of :data:`~privreid.models.attentive_norm.ACTIVATIONS`.
-
-    Applied after the weights are loaded: each AN layer starts from the BN it
-    replaces (:func:`~privreid.models.attentive_norm.apply_attentive_norm`).
+    ``components``: the mixture size M, one int or one per stage (default
+    :data:`~privreid.models.attentive_norm.DEFAULT_COMPONENTS`); ``act``: one of
+    :data:`~privreid.models.attentive_norm.ACTIVATIONS`. Each AN layer starts from the BN it replaces.
     """
 
     name: ClassVar[str] = "attentive_norm"
@@ -248,14 +213,9 @@ class AttentiveNormTransform(ModelTransform):
 
 @dataclass(frozen=True)
 class DualNormTransform(ModelTransform):
-    """``dual_norm``: SKA's local generalised norm layers (paper 000, Sec. 3.3) as ``model.general_norms``.
-
-    A copy of every norm layer of the trunk and neck, in an ``nn.ModuleDict``
-    keyed by the layer's name with ``.`` -> ``__``, unused by ``forward`` and
-    carried in the state dict so that it can be uploaded
-    (:mod:`privreid.federated.methods.ska`).  Applied last, so it copies the
-    final norm layers (attentive ones included).
-    """
+    """``dual_norm``: SKA's local generalised norm layers (paper 000, Sec. 3.3) as ``model.general_norms``: a
+    copy of every trunk and neck norm layer (key: the name with ``.`` -> ``__``), unused by ``forward``, carried
+    in the state dict to be uploaded (:mod:`privreid.federated.methods.ska`). Applied last."""
 
     name: ClassVar[str] = "dual_norm"
     after_weights: ClassVar[bool] = True
@@ -271,13 +231,8 @@ class DualNormTransform(ModelTransform):
 
 @dataclass(frozen=True)
 class NeckBiasTransform(ModelTransform):
-    """``neck_bias``: the BNNeck's bias trains instead of staying frozen at zero.
-
-    DPPT's reference code (Joey623/L2RW ``CI/model.py:39-40``) uses a plain
-    ``BatchNorm1d`` bottleneck whose bias is a trainable parameter (zero at
-    initialisation), where Luo et al.'s BNNeck freezes it.  Only for the
-    ``bnneck`` neck (the linear neck's bias trains already).
-    """
+    """``neck_bias``: the BNNeck's bias trains instead of staying frozen at zero, as DPPT's reference code
+    (Joey623/L2RW ``CI/model.py:39-40``: a plain ``BatchNorm1d``) where Luo et al. freeze it. ``bnneck`` only."""
 
     name: ClassVar[str] = "neck_bias"
 

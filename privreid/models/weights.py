@@ -1,11 +1,8 @@
 """Initialising models from torchvision's ImageNet weights or local state dicts.
 
-Online, :func:`load_imagenet_weights` fetches torchvision's IMAGENET1K_V1
-weights (through torch hub, so a cached copy is used when present).  These
-machines have no internet, so every failure to obtain the weights becomes a
-one-line :class:`~privreid.errors.ConfigError` that points at the offline path:
-:func:`load_weights_file` (``--weights FILE``), which reads a state dict saved
-with ``torch.save`` using ``torch.load(..., weights_only=True)``.
+:func:`load_imagenet_weights` fetches torchvision's IMAGENET1K_V1 (torch hub; a cached copy is used). These
+machines have no internet, so a failure is a one-line ConfigError pointing at :func:`load_weights_file`
+(``--weights FILE``, read with ``torch.load(..., weights_only=True)``).
 """
 
 from __future__ import annotations
@@ -50,12 +47,8 @@ def _required(key: str) -> bool:
 
 
 def load_imagenet_weights(trunk: ResNet) -> list[str]:
-    """Load torchvision's IMAGENET1K_V1 weights into ``trunk`` (strict, ``fc.*`` dropped).
-
-    Returns the loaded trunk keys.  Raises ConfigError when the weights cannot
-    be downloaded (suggesting ``--weights FILE``) or do not fit the trunk (for
-    example because its norm layers are not BatchNorm).
-    """
+    """Load torchvision's IMAGENET1K_V1 weights into ``trunk`` (strict, ``fc.*`` dropped); the loaded keys.
+    ConfigError when they cannot be downloaded or do not fit (norm layers other than BatchNorm)."""
     import torchvision.models
 
     enum = getattr(torchvision.models, IMAGENET_WEIGHTS[trunk.arch]).IMAGENET1K_V1
@@ -110,28 +103,14 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_weights_file(model: nn.Module, path: str | PathLike[str]) -> list[str]:
-    """Load a local state dict into a :class:`~privreid.models.ReIDModel`.
+    """Load a local state dict into a :class:`~privreid.models.ReIDModel`; the loaded keys.
 
-    Two layouts are accepted:
-
-    * trunk-style (torchvision / torchreid): keys like ``conv1.weight``; they go
-      into ``model.backbone`` and ``fc.*`` / ``classifier.*`` are ignored;
-    * full-model style: keys ``backbone.*``, ``neck.*``, ``classifier.*``.
-      ``classifier.*`` is skipped when the model has no classifier or a
-      different number of classes (heads are per client); the neck is loaded
-      when the file has one, else it keeps its initialisation.
-
-    The whole trunk must be present.  A file wrapping its weights under
-    ``state_dict`` or ``model``, or with DataParallel's ``module.`` prefix, is
-    unwrapped.
-
-    Returns:
-        The model state keys that were loaded.
-
-    Raises:
-        ConfigError naming the file when it is missing, unreadable, holds no
-        state dict, matches no model key, has keys the model lacks, has
-        tensors of the wrong shape, or lacks part of the trunk or neck.
+    Trunk-style keys (torchvision / torchreid: ``conv1.weight``) go into ``model.backbone`` (``fc.*`` /
+    ``classifier.*`` ignored); full-model keys (``backbone.*``, ``neck.*``, ``classifier.*``) load as named,
+    ``classifier.*`` skipped without a matching classifier, the neck kept when absent. The whole trunk must be
+    present; ``state_dict`` / ``model`` wrappers and ``module.`` prefixes are unwrapped. ConfigError naming the
+    file when it is missing, unreadable, no state dict, unmatched, extra keys, wrong shapes, or part of the
+    trunk or neck is missing.
     """
     from privreid.models.reid_net import is_classifier_key  # reid_net imports this module
 

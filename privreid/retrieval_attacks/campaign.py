@@ -1,11 +1,6 @@
 """An adversarial-retrieval campaign: every (test set, model, attack), the one loop behind ``privreid attack``
-and the attack section of ``privreid compare --suite`` (:mod:`privreid.reporting.suite`).
-
-:func:`attack_models` runs :func:`privreid.retrieval_attacks.retrieval.evaluate_under_attack`
-over the jobs in test set, model, attack order and returns flat records (and
-example images); :func:`attack_checkpoints` first loads the checkpoints and
-their test sets; :func:`write_attack_report` writes ``report.md``,
-``results.json``, ``results.csv`` and the example PNGs.
+and the attack section of ``privreid compare --suite``: :func:`attack_models` (flat records and examples),
+:func:`attack_checkpoints` (loads the checkpoints and test sets first), :func:`write_attack_report`.
 """
 
 from __future__ import annotations
@@ -29,14 +24,11 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
                   max_queries: int | None = None, batch_size: int = 32, examples: int = 0, seed: int = 0,
                   progress: bool = False, bar: bool = False,
                   record_labels: tuple[str, str] = ("testset", "model")) -> tuple[list[dict[str, Any]], dict]:
-    """Attack every ``(label, model, height, width)`` (or ``(label, model, height, width, interpolation)``: the
-    test resize, bilinear when not given) on every test set with every method.
+    """Attack every ``(label, model, height, width[, interpolation])`` on every test set with every method.
 
-    Returns the records (:meth:`~privreid.retrieval_attacks.retrieval.AttackEvaluation.record`,
-    labelled with ``record_labels`` in that column order) and, per model
-    label, ``(clean examples, {method: adversarial examples})`` from the
-    first test set when ``examples > 0``.  ``bar`` shows one progress bar
-    over the jobs; ``progress`` one per attack.
+    Returns the records (:meth:`~privreid.retrieval_attacks.retrieval.AttackEvaluation.record`, labelled with
+    ``record_labels``) and, per model label, ``(clean examples, {method: adversarial examples})`` from the first
+    test set when ``examples > 0``. ``bar``: one bar over the jobs; ``progress``: one per attack.
     """
     from privreid.log import progress_bar
 

@@ -1,64 +1,35 @@
 """Feature-space adversarial attacks on ReID retrieval models, built on torchattacks.
 
-torchattacks (3.3.0, see pyproject.toml) hard-codes cross-entropy on class logits in every attack
-(the maintainer declined a pluggable loss), but a ReID model at test time has
-no classifier: it maps an image to a retrieval feature.  Each class here
-subclasses the torchattacks attack of the same name, keeps its constructor
-(hyper-parameters, defaults, TI-FGSM's kernel) and its machinery
-(``set_normalization_used``, eval mode during the attack, ``get_logits``
-applying the normalisation), and overrides ``forward`` with one shared L_inf
-loop that ascends a feature-space objective instead of cross-entropy.
+torchattacks (3.3.0) hard-codes cross-entropy on class logits, but a ReID model at test time has no classifier.
+Each class here subclasses the torchattacks attack of the same name, keeps its constructor and machinery
+(``set_normalization_used``, eval mode, ``get_logits``), and overrides ``forward`` with one shared L_inf loop
+that ascends a feature-space objective.
 
-The objective (untargeted, label-free)
---------------------------------------
-With ``f`` the model's retrieval feature and ``x`` the clean image, each
-attack maximises, per image,
+Objective (untargeted, label-free), per image, with ``f`` the raw retrieval feature and ``x`` the clean image:
 
     J(x') = -|| f(x') + f(x) ||_2^2,
 
-i.e. it moves the adversarial feature towards the *opposite* of the clean
-feature, ``-f(x)``.  This is the Opposite-Direction Feature Attack of
-Zheng et al., "Open Set Adversarial Examples" (ODFA, 2018), on the raw
-(un-normalised) feature the evaluator ranks with.  Choice and reason: the
-obvious alternatives, maximising ``||f(x') - f(x)||^2`` or the cosine
-distance, are *stationary at x' = x* (their gradient is
-``2 J^T (f(x') - f(x)) = 0`` there), so FGSM, BIM and MI-FGSM, which start at
-the clean image, would not move at all.  ``J`` has gradient ``-4 J^T f(x)``
-at ``x' = x``.  For features of fixed norm, ``||f' + f||^2 + ||f' - f||^2`` is
-constant, so maximising ``J`` is maximising the distance to the clean
-feature; unlike ``-<f', f>`` it is bounded (its maximum, 0, is reached at
-``f' = -f``).
+the Opposite-Direction Feature Attack (ODFA) of Zheng et al., "Open Set Adversarial Examples" (2018). Reason:
+``||f(x') - f(x)||^2`` and the cosine distance are stationary at ``x' = x``, so FGSM, BIM and MI-FGSM (which
+start there) would not move; ``J``'s gradient there is ``-4 J^T f(x)``. For fixed-norm features, maximising
+``J`` maximises the distance to the clean feature, and it is bounded (0 at ``f' = -f``).
 
-Measured limitation (a ResNet-18 trained for 25 identity-CE steps on 6
-synthetic identities at 32x16, the model of tests/test_retrieval_attacks.py;
-eps 8/255, 10 steps, Euclidean ranking): within the budget, most of the
-first steps' gain comes from *shrinking* the feature along ``f``.  That
-breaks *queries* (BIM: mAP 0.78 -> 0.37) but, on *gallery* images, made
-Euclidean ranking slightly better (mAP 0.78 -> 0.85); attacking both still
-lowered it (-> 0.62).  Maximising ``||f(x') - f(x)||^2`` from a random start
-did the reverse (query 0.79, gallery 0.63), and the angular loss from a
-random start sat in between (0.50 / 0.69).  So prefer ``target="query"`` or
-``"both"`` with this objective.
+Measured limitation (ResNet-18, 25 identity-CE steps, 6 synthetic identities at 32x16, the model of
+tests/test_retrieval_attacks.py; eps 8/255, 10 steps, Euclidean): most of the gain comes from *shrinking* the
+feature along ``f``. That breaks queries (BIM: mAP 0.78 -> 0.37) but made gallery ranking slightly better
+(0.78 -> 0.85); both: 0.62. ``||f(x') - f(x)||^2`` from a random start did the reverse (query 0.79, gallery
+0.63), the angular loss sat in between (0.50 / 0.69). So prefer ``target="query"`` or ``"both"``.
 
-The update of every attack is the L_inf one of torchattacks:
-``x' <- clip_[0,1](x + clip_[-eps,eps](x' + alpha * sign(d) - x))``, where
-``d`` is the gradient of ``sum_i J(x'_i)`` (per-image gradients are
-independent of the batch), optionally smoothed (TI) and accumulated with
-momentum (MI, TI).  Images are in ``[0, 1]`` pixel space, so ``eps`` and
-``alpha`` are pixel fractions (8/255 ...); the model's ImageNet normalisation
-is applied inside the attack via torchattacks' ``set_normalization_used``.
+Update (torchattacks' L_inf): ``x' <- clip_[0,1](x + clip_[-eps,eps](x' + alpha * sign(d) - x))``, ``d`` the
+gradient of ``sum_i J(x'_i)``, optionally smoothed (TI) and with momentum (MI, TI). Pixels are in ``[0, 1]``;
+the ImageNet normalisation is applied inside the attack.
 
-Defaults (:func:`build_attack`): ``eps = 8/255``, ``steps = 10`` and
-``alpha = 2.5 * eps / steps`` for every iterative attack (:func:`default_alpha`:
-torchattacks' 2/255 for 8/255 and 10 steps, scaled with the budget and the
-steps, so the steps can cross the eps-ball from PGD's random start; the former
-fixed 1/255 left 5-step PGD weaker than FGSM).  A step so small that
-``steps * alpha < eps`` cannot reach the budget and is warned about in one
-line (:func:`warn_unreachable`).  PGD starts at a uniform
-random point of the eps-ball (Madry et al.), MI-FGSM uses ``decay = 1.0``
-(Dong et al. 2018); TI-FGSM keeps all of torchattacks' defaults (Gaussian
-kernel of length 15 with ``nsig = 3``, momentum ``decay = 0``, input
-diversity with ``resize_rate = 0.9`` and probability 0.5, no random start).
+Defaults (:func:`build_attack`): ``eps = 8/255``, ``steps = 10``, ``alpha = 2.5 * eps / steps``
+(:func:`default_alpha`: torchattacks' 2/255 at 8/255 and 10 steps, scaled so the steps can cross the eps-ball
+from PGD's random start); ``steps * alpha < eps`` is warned about (:func:`warn_unreachable`). PGD starts
+uniformly in the eps-ball (Madry et al.); MI-FGSM ``decay = 1.0`` (Dong et al. 2018); TI-FGSM keeps
+torchattacks' defaults (Gaussian kernel 15, ``nsig = 3``, ``decay = 0``, input diversity ``resize_rate = 0.9``
+with probability 0.5, no random start).
 """
 
 from __future__ import annotations
@@ -83,21 +54,16 @@ __all__ = ["RETRIEVAL_ATTACKS", "FeatureAttack", "FeatureBIM", "FeatureFGSM", "F
 
 
 def feature_objective(adv_features: torch.Tensor, clean_features: torch.Tensor) -> torch.Tensor:
-    """Per-image objective ``J = -||f(x') + f(x)||^2`` (ODFA; see the module docstring), shape ``(B,)``.
-
-    It is maximised by the attacks; it is ``-4 ||f(x)||^2`` at the clean image
-    and 0 when the adversarial feature is exactly ``-f(x)``.
-    """
+    """Per-image ODFA objective ``J = -||f(x') + f(x)||^2`` (module docstring), shape ``(B,)``: ``-4 ||f(x)||^2``
+    at the clean image, 0 at ``-f(x)``."""
     return -(adv_features + clean_features).pow(2).sum(dim=1)
 
 
 def _momentum_direction(grad: torch.Tensor, previous: torch.Tensor, decay: float) -> torch.Tensor:
     """MI-FGSM's accumulated gradient ``g_{t+1} = decay * g_t + grad / mean|grad|`` (Dong et al. 2018, Eq. 6).
 
-    The L1 normalisation is per image, as in torchattacks (a mean instead of
-    the paper's sum: the sign is all that is used, so the scale is immaterial
-    up to the balance with the momentum term, which torchattacks also keeps).
-    An all-zero gradient stays zero instead of becoming NaN (torchattacks divides by 0).
+    Per-image L1 normalisation as in torchattacks (a mean instead of the paper's sum: only the sign is used).
+    An all-zero gradient stays zero instead of NaN (torchattacks divides by 0).
     """
     scale = grad.abs().mean(dim=(1, 2, 3), keepdim=True).clamp_min(torch.finfo(grad.dtype).tiny)
     return grad / scale + decay * previous
@@ -106,19 +72,11 @@ def _momentum_direction(grad: torch.Tensor, previous: torch.Tensor, decay: float
 class FeatureAttack(Attack):
     """The shared L_inf feature-space loop (mixed in before a torchattacks attack class).
 
-    Subclasses provide ``eps``, ``alpha``, ``steps`` (from the torchattacks
-    constructor) and may override :meth:`_model_view` (what the model sees
-    of the current iterate) and :meth:`_direction` (how the gradient becomes
-    the step direction).  After each call, :attr:`loss_history` holds the
-    batch mean of :func:`feature_objective` at every iterate where a gradient
-    was taken (the first entry is at the starting point).
-
-    Two entry points:
-
-    * ``attack(images_normalised)``: torchattacks' own contract when
-      ``set_normalization_used`` was called (inputs and outputs normalised);
-    * :meth:`perturb` ``(images_01)``: pixels in, pixels out, with no
-      normalise/un-normalise round trip (so ``eps = 0`` is bit-exact).
+    Subclasses provide ``eps``, ``alpha``, ``steps`` and may override :meth:`_model_view` (what the model sees
+    of the iterate) and :meth:`_direction` (gradient -> step direction). :attr:`loss_history` holds the batch
+    mean of :func:`feature_objective` at every iterate a gradient was taken at (first: the start).
+    Entry points: ``attack(images_normalised)`` (torchattacks' contract) and :meth:`perturb` ``(images_01)``
+    (pixels in and out, no normalisation round trip, so ``eps = 0`` is bit-exact).
     """
 
     random_start = False
@@ -136,14 +94,9 @@ class FeatureAttack(Attack):
     def perturb(self, images: torch.Tensor, clean_features: torch.Tensor | None = None) -> torch.Tensor:
         """Adversarial versions of ``images`` (``(B, 3, H, W)`` in ``[0, 1]``), also in ``[0, 1]``.
 
-        Like torchattacks' ``__call__`` (model in eval mode during the attack,
-        its mode restored afterwards), but the inputs are already pixels: the
-        normalisation set by ``set_normalization_used`` is applied only in
-        front of the model.  ``clean_features``: the model's features of
-        ``images`` when the caller already has them (the clean evaluation of
-        :func:`privreid.retrieval_attacks.retrieval.evaluate_under_attack`), which saves
-        the attack's own clean forward pass (half of FGSM's work); they must be
-        exactly ``model(normalise(images))`` in eval mode.
+        Like torchattacks' ``__call__``, but the normalisation is applied only in front of the model.
+        ``clean_features``: the model's eval-mode features of ``images`` when the caller has them (saves the
+        clean forward pass, half of FGSM's work).
         """
         given_training = self.model.training
         self._change_model_mode(given_training)
@@ -209,11 +162,8 @@ class FeatureFGSM(FeatureAttack, torchattacks.FGSM):
 
 
 class FeatureBIM(FeatureAttack, torchattacks.BIM):
-    """BIM / I-FGSM (Kurakin et al. 2017): ``steps`` steps of ``alpha`` from the clean image, projected.
-
-    torchattacks' BIM projects with explicit ``max``/``min`` masks; the shared
-    clip used here is the same projection onto the eps-ball and ``[0, 1]``.
-    """
+    """BIM / I-FGSM (Kurakin et al. 2017): ``steps`` steps of ``alpha`` from the clean image, projected (the
+    shared clip is torchattacks' max/min projection)."""
 
     name = "bim"
     label = "BIM"
@@ -237,12 +187,8 @@ class FeatureMIFGSM(FeatureAttack, torchattacks.MIFGSM):
 
 
 class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
-    """TI-FGSM (Dong et al. 2019): gradients smoothed by torchattacks' kernel, with input diversity.
-
-    The gradient is convolved depth-wise with torchattacks' ``stacked_kernel``
-    (``kernel_generation()``), then accumulated as in MI-FGSM with ``decay``
-    (torchattacks' default 0: no momentum), exactly as torchattacks' TIFGSM.
-    """
+    """TI-FGSM (Dong et al. 2019): the gradient convolved depth-wise with torchattacks' ``stacked_kernel``, then
+    accumulated as in MI-FGSM with ``decay`` (default 0), with input diversity: torchattacks' TIFGSM."""
 
     name = "tifgsm"
     label = "TIFGSM"
@@ -258,15 +204,10 @@ class FeatureTIFGSM(FeatureAttack, torchattacks.TIFGSM):
     def input_diversity(self, x: torch.Tensor) -> torch.Tensor:
         """DI-FGSM's random resize-and-pad (Xie et al. 2019), keeping the image's aspect ratio.
 
-        torchattacks resizes every image to a *square* of its width: a 256x128
-        pedestrian crop becomes a squashed 128x128 image, which the ReID model
-        never saw, and for which TI's gradients are not those of the real
-        input.  Here, with probability ``diversity_prob``, the height is drawn
-        as torchattacks draws its side (uniformly in ``[int(H * r), H)`` for
-        ``resize_rate r < 1``, in ``[H, int(H * r))`` for ``r > 1``), the width
-        follows at the same aspect ratio, and the resized image is zero-padded
-        at a random offset onto a canvas of ``max(1, r)`` times the input size
-        (the input size when ``r < 1``, as in torchattacks).
+        Deviation: torchattacks resizes to a square of the width (a 256x128 crop becomes a squashed 128x128).
+        Here, with probability ``diversity_prob``, the height is drawn as torchattacks draws its side
+        (``[int(H r), H)`` for ``r < 1``, ``[H, int(H r))`` for ``r > 1``), the width follows at the same aspect,
+        and the image is zero-padded at a random offset onto a canvas of ``max(1, r)`` times the input size.
         """
         if torch.rand(1).item() >= self.diversity_prob:
             return x
@@ -337,14 +278,9 @@ def build_attack(
 ) -> FeatureAttack:
     """A feature-space attack on ``model`` that takes ``[0, 1]`` pixels and normalises with ``mean``/``std``.
 
-    ``alpha`` (default :func:`default_alpha`) and ``steps`` are ignored by FGSM (one step of ``eps``); a step
-    that cannot reach ``eps`` is warned about (:func:`warn_unreachable`).  The
-    other hyper-parameters keep their defaults (see the module docstring);
-    change them on the returned object (e.g. ``attack.decay = 0.5``).
-
-    Raises:
-        ConfigError: unknown ``method``, ``eps`` outside ``[0, 1]``,
-            ``alpha <= 0`` or ``steps < 1``.
+    ``alpha`` (default :func:`default_alpha`) and ``steps`` are ignored by FGSM (one step of ``eps``); other
+    hyper-parameters keep the module docstring's defaults (change them on the returned object). ConfigError:
+    unknown ``method``, ``eps`` outside ``[0, 1]``, ``alpha <= 0`` or ``steps < 1``.
     """
     cls = RETRIEVAL_ATTACKS.get(method)
     check_budget(eps, alpha, steps)

@@ -1,27 +1,15 @@
 """ReID retrieval under adversarial attack: clean vs attacked R1 / mAP / mINP, tables and pictures.
 
-Protocol (L2RW+, paper 003, Sec. IV-F and Table IX; the ReID attacks of
-docs/architecture.md): the query images, the gallery images or both are replaced by
-their adversarial versions (:mod:`privreid.retrieval_attacks.feature_attacks`, an
-untargeted feature-space attack that needs no labels), features are
-re-extracted, and clean and attacked features are ranked by the test set's
-own protocol (:func:`privreid.evaluation.model_eval.rank_testset`; a
-visible-infrared test set infrared to visible, with its gallery trials,
-co-located cameras and identity CMC), so the clean row equals
-``privreid eval``.  Video test sets are refused.  The *relative drop*
-``(clean - attacked) / clean`` is what Table IX prints in its "↓" rows.
+Protocol (L2RW+, paper 003, Sec. IV-F, Table IX): the queries, the gallery or both are replaced by their
+adversarial versions (:mod:`privreid.retrieval_attacks.feature_attacks`), features re-extracted, and ranked by
+the test set's own protocol (:func:`privreid.evaluation.model_eval.rank_testset`), so the clean row equals
+``privreid eval``. Video test sets are refused. The relative drop ``(clean - attacked) / clean`` is Table IX's
+"↓" row.
 
-Images are loaded with the test transform (:func:`privreid.data.build_transforms`)
-with an identity normalisation (mean 0, std 1), so the attack works on
-``[0, 1]`` pixels; the model's ImageNet normalisation is applied in front of
-the model by the attack object (torchattacks' ``normalize``), for the clean
-features too, so clean and attacked features come from the same code path
-(an attack with ``eps = 0`` reproduces the clean metrics bit for bit).
-
-Randomness (PGD's random start, TI-FGSM's input diversity, and the seed
-each DataLoader iteration draws) comes from torch's generator seeded with
-``seed`` inside :func:`torch.random.fork_rng`: results are reproducible and
-the caller's RNG state is untouched.
+Images are loaded in ``[0, 1]`` (identity normalisation); the attack object applies the model's normalisation
+for clean and attacked features alike, so ``eps = 0`` reproduces the clean metrics bit for bit. Randomness
+(PGD's start, TI's input diversity, the loaders) comes from torch's generator seeded with ``seed`` inside
+:func:`torch.random.fork_rng`, leaving the caller's RNG untouched.
 """
 
 from __future__ import annotations
@@ -85,14 +73,9 @@ def pixel_transforms(height: int, width: int, interpolation: str = "bilinear"):
 class AttackEvaluation:
     """Clean vs attacked retrieval of one model on one test set under one attack.
 
-    ``alpha`` and ``steps`` are those the attack used (FGSM: ``eps`` and 1).
-    ``clean``, ``attacked`` and ``drop`` map ``rank1`` / ``mAP`` / ``mINP`` to
-    fractions; ``max_perturbation`` is the largest ``|x' - x|`` over all
-    attacked pixels (at most ``eps``); ``feature_shift`` is the mean over
-    attacked images of ``||f(x') - f(x)|| / ||f(x)||``; ``attack_seconds``
-    is the wall time of attacking and re-extracting features.
-    ``example_clean`` / ``example_adversarial`` hold the first attacked images
-    (``(k, 3, H, W)`` in ``[0, 1]``, on the CPU) when examples were asked for.
+    ``clean``, ``attacked``, ``drop``: ``rank1`` / ``mAP`` / ``mINP`` fractions; ``max_perturbation``: the
+    largest ``|x' - x|`` (at most ``eps``); ``feature_shift``: mean ``||f(x') - f(x)|| / ||f(x)||``;
+    ``example_*``: the first attacked images (``(k, 3, H, W)``, CPU) when asked for.
     """
 
     method: str
@@ -147,23 +130,11 @@ def evaluate_under_attack(
 ) -> AttackEvaluation:
     """Clean and attacked R1 / mAP / mINP of ``model`` (already on ``device``) on ``testset``.
 
-    Args:
-        method: one of :data:`~privreid.retrieval_attacks.feature_attacks.RETRIEVAL_ATTACKS`.
-        eps, alpha, steps: attack budget in ``[0, 1]`` pixel units (see
-            :func:`~privreid.retrieval_attacks.feature_attacks.build_attack`).
-        target: ``"query"``, ``"gallery"`` or ``"both"``: which images are
-            replaced by adversarial ones.
-        max_queries: use only this many queries, evenly spaced over the query
-            list (deterministic), for clean and attacked metrics alike.
-        examples: keep this many (clean, adversarial) image pairs from the
-            first attacked set, for :func:`plot_attack_examples`.
-        seed: seeds the attack's randomness (PGD start, TI input diversity).
-        interpolation: the test resize (``bilinear``, or fast-reid's ``bicubic``).
-
-    Raises:
-        ConfigError: bad method / budget / target / ``max_queries`` /
-            ``batch_size`` / ``examples``, or a video test set.
-        DataError: an empty query or gallery list, or an unreadable image.
+    ``eps``, ``alpha``, ``steps``: the budget in ``[0, 1]`` pixel units
+    (:func:`~privreid.retrieval_attacks.feature_attacks.build_attack`); ``target``: ``query``, ``gallery`` or
+    ``both``; ``max_queries``: that many evenly spaced queries, clean and attacked alike; ``examples``: image
+    pairs kept for :func:`plot_attack_examples`; ``seed``: the attack's randomness. ConfigError for bad
+    options or a video test set; DataError for an empty split or an unreadable image.
     """
     if target not in TARGETS:
         raise ConfigError(f"unknown attack target {target!r}; choose from {', '.join(TARGETS)}")
@@ -244,12 +215,8 @@ def _normalised(attack: FeatureAttack, loader: DataLoader, device) -> Iterator:
 
 def _attacked(attack: FeatureAttack, loader: DataLoader, device, stats: _AttackStats,
               keep_examples: bool, clean_features: torch.Tensor) -> Iterator:
-    """``(normalise(x'), pids, camids)`` batches of adversarial images, attacked as they are pulled.
-
-    ``clean_features`` are the clean evaluation's features of the same images in the same order (the
-    same loader and batches, the model in eval mode): the attack reuses them instead of running its
-    own clean forward pass (bit-identical: the same model on the same batch).
-    """
+    """``(normalise(x'), pids, camids)`` batches of adversarial images, attacked as they are pulled; the attack
+    reuses ``clean_features`` (same loader, same batches, bit-identical) instead of its own clean pass."""
     offset = 0
     for images, pids, camids in loader:
         images = images.to(device)
@@ -290,12 +257,8 @@ def _seeded(seed: int, device) -> Iterator[None]:
 
 
 def format_table_ix(records: list[dict[str, Any]]) -> str:
-    """Markdown tables in the layout of L2RW+'s Table IX, one per test set.
-
-    Rows: ``Clean``, then each attack followed by its "↓" row (relative drop
-    in %); columns: for each model, R1 / mAP / mINP (in %).  ``records`` are
-    :meth:`AttackEvaluation.record` rows with ``model`` and ``testset`` labels.
-    """
+    """Markdown tables in the layout of L2RW+'s Table IX, one per test set: ``Clean``, then each attack and its
+    "↓" row (relative drop, %); per model R1 / mAP / mINP (%). ``records``: :meth:`AttackEvaluation.record`s."""
     sections = []
     for testset in dict.fromkeys(r["testset"] for r in records):
         rows = [r for r in records if r["testset"] == testset]
@@ -335,16 +298,9 @@ def format_table_ix(records: list[dict[str, Any]]) -> str:
 
 def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tensor], eps: float,
                          path: str | Path, title: str | None = None) -> Path:
-    """A PNG grid: one row per example; clean image, then per attack the adversarial image and its perturbation.
-
-    The perturbation ``x' - x`` is amplified to the full display range:
-    ``0.5 + (x' - x) / (2 eps)``, so mid-grey is "unchanged" and black / white
-    are ``-eps`` / ``+eps``.
-
-    Args:
-        clean: ``(k, 3, H, W)`` images in ``[0, 1]``.
-        adversarial: attack name -> its ``(k, 3, H, W)`` adversarial versions
-            of the same images.
+    """A PNG grid: one row per example; the clean image, then per attack the adversarial image and its
+    perturbation shown as ``0.5 + (x' - x) / (2 eps)`` (mid-grey: unchanged). ``clean``: ``(k, 3, H, W)`` in
+    ``[0, 1]``; ``adversarial``: attack name -> its versions of the same images.
     """
     import matplotlib
 

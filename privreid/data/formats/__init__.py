@@ -1,25 +1,12 @@
 """The dataset formats: one registry of :class:`DatasetFormat` records, one module per layout.
 
-Like fast-reid's ``DATASET_REGISTRY`` and torchreid's
-``register_image_dataset``, every layout privreid reads is one
-:class:`DatasetFormat` (name, one-line layout, ``detect``, ``load``) in one
-table, :func:`available_formats`.  ``--format auto`` iterates that table
-(:func:`detect_format`), and ``--help``, error messages and the
-docs tables are generated from it (:func:`format_table`).  A user adds a
-layout from Python with :func:`register_format` (``docs/datasets.md``, "Use your
-own dataset"; ``docs/extending.md``).
-
-The built-in formats (the one table is :func:`_builtin_formats`):
-
-* the large RGB benchmarks, one module each: :mod:`.market1501`,
-  :mod:`.dukemtmcreid`, :mod:`.cuhk03np`, :mod:`.msmt17`; parsed as torchreid
-  (``torchreid.data.datasets.image``) parses the same release: junk (pid -1)
-  dropped, distractors (pid 0) kept, cameras 0-based, ``train`` pids
-  relabelled ``0..N-1`` in sorted order of the original pid, ``query`` /
-  ``gallery`` keeping the original pids;
-* the small DG benchmarks, one module each in :mod:`privreid.data.formats.dg`;
-* the visible-infrared benchmarks (images and video) of
-  :mod:`privreid.data.formats.vi`.
+Like fast-reid's ``DATASET_REGISTRY``, every layout is one :class:`DatasetFormat` (name, layout, ``detect``,
+``load``) in :func:`available_formats`; ``--format auto`` (:func:`detect_format`), ``--help``, errors and docs
+tables (:func:`format_table`) read it; :func:`register_format` adds one (docs/datasets.md, docs/extending.md).
+Built in (:func:`_builtin_formats`): the large RGB benchmarks (:mod:`.market1501`, :mod:`.dukemtmcreid`,
+:mod:`.cuhk03np`, :mod:`.msmt17`), parsed as torchreid parses them (junk dropped, distractors kept, cameras
+0-based, ``train`` pids relabelled in sorted order, query / gallery pids kept); the small DG benchmarks
+(:mod:`privreid.data.formats.dg`); the visible-infrared ones (:mod:`privreid.data.formats.vi`).
 """
 
 from __future__ import annotations
@@ -105,11 +92,8 @@ FORMATS: Registry[DatasetFormat] = Registry("dataset format", builtins=_builtin_
 
 
 def register_format(fmt: DatasetFormat, *, replace: bool = False) -> DatasetFormat:
-    """Add ``fmt`` to the registry (``--format <name>`` and ``auto`` detection then know it); returns it.
-
-    :class:`ConfigError` when the name is taken (``replace=True`` overrides),
-    is ``auto``, or is not lower-case letters, digits, ``_`` and ``-``.
-    """
+    """Add ``fmt`` to the registry; returns it. ConfigError when the name is taken (``replace=True``
+    overrides), is ``auto``, or is not lower-case letters, digits, ``_`` and ``-``."""
     return FORMATS.register(fmt, replace=replace)
 
 
@@ -143,16 +127,11 @@ def get_format(name: str) -> tuple[DatasetFormat, str | None]:
 
 
 def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | None = None) -> ReIDDataset:
-    """Load the dataset at ``root`` in format ``name`` (a registered format, ``<name>-<variant>``, or ``"auto"``).
+    """Load the dataset at ``root`` in format ``name`` (registered, ``<name>-<variant>``, or ``"auto"``).
 
-    ``variant`` selects e.g. the CUHK03-NP images (``"detected"``, the default,
-    or ``"labeled"``) and is refused for formats without variants.
-    ``ReIDDataset.name`` is the format name (``"cuhk03np-detected"`` /
-    ``"cuhk03np-labeled"`` for CUHK03-NP) and ``ReIDDataset.root`` the folder
-    the splits were read from.
-
-    Raises :class:`ConfigError` for an unknown ``name`` or ``variant`` and
-    :class:`DataError` for a missing, empty or malformed dataset.
+    ``variant`` selects e.g. CUHK03-NP's ``detected`` (default) or ``labeled`` images; ``ReIDDataset.name`` is
+    the format name (with the variant), ``.root`` the folder read. ConfigError for an unknown name or variant,
+    DataError for a missing, empty or malformed dataset.
     """
     if name == "auto":
         fmt = get_format(detect_format(root))[0]
@@ -171,11 +150,8 @@ def load_dataset(root: str | os.PathLike, name: str = "auto", *, variant: str | 
 
 
 def check_format_matches(root: str | os.PathLike, fmt: DatasetFormat) -> None:
-    """Refuse, in one line, a format that ``root`` does not follow when another format recognises it.
-
-    A format without a detector (a user's, ``sysu-mm01-indoor``) is not
-    checked, nor a root no format recognises: its loader says what is missing.
-    """
+    """Refuse, in one line, a format ``root`` does not follow when another recognises it (formats without a
+    detector, and roots none recognises, are left to the loader)."""
     if fmt.detect is None and fmt.loose_detect is None:
         return
     path = Path(root).expanduser().absolute()
@@ -193,15 +169,9 @@ def check_format_matches(root: str | os.PathLike, fmt: DatasetFormat) -> None:
 
 
 def detect_format(root: str | os.PathLike) -> str:
-    """The name of the registered format whose layout ``root`` follows.
-
-    Formats are tried in increasing :attr:`DatasetFormat.priority` (the VI
-    marker files, the large benchmarks' release folders, the small DG
-    benchmarks, user formats, then the bare Market-1501 folders, DukeMTMC-reID
-    when the file names follow its ``<pid>_c<cam>_f<frame>.jpg`` convention).
-    Two formats recognising ``root`` at the same priority are refused: a folder
-    holding the releases of several datasets is not one dataset.
-    """
+    """The registered format whose layout ``root`` follows, trying increasing :attr:`DatasetFormat.priority`
+    (VI markers, release folders, small DG benchmarks, user formats, bare Market-1501 / DukeMTMC-reID folders).
+    Two at the same priority are refused: a folder of several releases is not one dataset."""
     root = check_root(root)
     candidates = [(fmt.priority, fmt.name, fmt.detect) for fmt in FORMATS.values() if fmt.detect]
     candidates += [(DETECT_LAST, fmt.name, fmt.loose_detect) for fmt in FORMATS.values() if fmt.loose_detect]

@@ -65,17 +65,11 @@ _DUKE_NAME = re.compile(r"-?\d+_c\d_f\d+\.jpg")
 class DatasetFormat:
     """One dataset layout: its name (the ``--format`` value), its layout (one line), how to recognise it, how to load it.
 
-    ``detect(root)`` gets an existing, non-empty directory and says whether it
-    follows the layout; it must not raise on a foreign layout.  ``load(root,
-    variant)`` returns a :class:`~privreid.data.types.ReIDDataset` (train pids
-    relabelled ``0..N-1``; :func:`make_dataset` does that) or raises
-    :class:`~privreid.errors.DataError` / :class:`~privreid.errors.ConfigError`.
-    ``variant`` is ``None`` unless the format declares ``variant_pattern`` (a
-    regex): ``--format <name>-<variant>`` then selects it (``cuhk03np-labeled``,
-    ``regdb-3``), and ``load`` validates it.  ``priority`` orders detection (see
-    :data:`DETECT_RELEASE`); ``loose_detect``, when given, is weaker evidence
-    tried at :data:`DETECT_LAST`, after every format's ``detect``.  ``family``
-    groups the formats in ``--help`` and the docs (``rgb``, ``dg``, ``vi``,
+    ``detect(root)`` (an existing non-empty directory) must not raise on a foreign layout. ``load(root,
+    variant)`` returns a :class:`~privreid.data.types.ReIDDataset` (train pids relabelled: :func:`make_dataset`)
+    or raises DataError / ConfigError; ``variant`` is ``None`` unless ``variant_pattern`` (a regex) allows
+    ``--format <name>-<variant>``. ``priority`` orders detection (:data:`DETECT_RELEASE`); ``loose_detect`` is
+    weaker evidence tried at :data:`DETECT_LAST`; ``family`` groups formats (``rgb``, ``dg``, ``vi``,
     ``video``, ``user``).
     """
 
@@ -126,13 +120,9 @@ def read_image(path: str | os.PathLike) -> Image.Image:
 
 def verify_images(dataset: ReIDDataset, *, full_decode: bool = False,
                   splits: tuple[str, ...] = ("train", "query", "gallery")) -> None:
-    """Check every image of ``splits`` of ``dataset``; :class:`DataError` names the first bad file and the count.
-
-    By default each file is checked with PIL's ``Image.verify()`` (headers,
-    PNG chunks and checksums) and a JPEG must end its last scan with an
-    end-of-image marker, which catches empty, corrupt and cut-short files
-    without decoding pixels.  ``full_decode=True`` decodes every image instead.
-    """
+    """Check every image of ``splits``; DataError names the first bad file and the count. PIL's
+    ``Image.verify()`` plus a JPEG end-of-image marker (empty, corrupt, cut-short files, no decoding), or a full
+    decode with ``full_decode``."""
     paths = [path for split in splits for path, _, _ in getattr(dataset, split)]
     bad = [(path, problem) for path in paths if (problem := image_problem(path, full_decode=full_decode))]
     if bad:
@@ -160,11 +150,8 @@ def image_problem(path: str | os.PathLike, *, full_decode: bool = False) -> str 
 
 
 def check_ids(path: Path, pid: int, cam: int) -> None:
-    """Reject what torchreid's range asserts would: pids below -1 and camera 0 (cameras are 1-based).
-
-    Upper bounds (Market-1501's 6 cameras, DukeMTMC-reID's 8...) are not
-    enforced, so that generated data in these layouts may use more cameras.
-    """
+    """Reject what torchreid's range asserts would: pids below -1 and camera 0 (1-based); no upper bounds, so
+    generated data may use more cameras."""
     if pid < -1:
         raise DataError(f"file {path}: pid {pid} is invalid (identities are >= 0, -1 marks junk)")
     if cam < 1:

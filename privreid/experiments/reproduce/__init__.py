@@ -1,21 +1,13 @@
 """``privreid reproduce``: run every cell of a paper's table and write it beside the published numbers.
 
-:data:`~privreid.experiments.reproduce.tables.TABLES` lists the tables; ``published.yaml``
-(in this package) holds the papers' numbers, each with its table and row.
-:func:`run_table` trains every run of a table into ``OUT/runs/<run>/`` (a
-run with a ``summary.json`` is skipped, one with only a checkpoint resumed,
-as ``privreid sweep`` does), evaluates every cell (cached next to the run,
-with the DG splits it used), then writes ``OUT/table.md`` and
-``OUT/table.csv`` in the paper's layout: privreid's number, the published
-one and their difference (and ``OUT/figure.png`` where the paper has a figure).  Comparators privreid does not implement stay in
-the table as "not implemented" rows with their published numbers.
-
-``scale="smoke"`` trains on the embedded synthetic data with tiny budgets and
-tests on the synthetic stand-ins (:mod:`privreid.data.synthetic_dg`): it
-exercises the code path, its numbers are not comparable with the papers'.
-``scale="paper"`` uses the paper presets (``configs/*-paper.yaml``) and the
-real datasets under ``data_root`` (one folder per ``--format`` name), and
-refuses before any work when one is missing.
+:data:`TABLES` lists the tables; ``published.yaml`` holds the papers' numbers. :func:`run_table` trains every
+run into ``OUT/runs/<run>/`` (finished runs skipped, checkpointed ones resumed, as ``sweep``), evaluates every
+cell (cached beside the run), and writes ``OUT/table.md`` / ``table.csv`` (and ``figure.png``) in the paper's
+layout: privreid's number, the published one, their difference; comparators privreid lacks stay as "not
+implemented" rows. ``scale="smoke"``: synthetic data, tiny budgets, the stand-ins of
+:mod:`privreid.data.synthetic_dg`: the code path, not comparable numbers. ``scale="paper"``: the paper presets
+and the real datasets under ``data_root`` (one folder per ``--format`` name), refused up front when one is
+missing.
 """
 
 from __future__ import annotations
@@ -58,11 +50,9 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
     """Run table ``key`` at ``scale`` into ``out``, once per seed of ``seeds`` (``None``: the runs' own seed);
     returns the rows written to ``table.csv``.
 
-    Every run is trained by :func:`~privreid.experiments.executor.execute` (``executor``: local by default)
-    into ``OUT/runs/<run>/`` (``<run>-seed<k>`` for a seed k other than 0); then every cell is measured on each
-    seed's run and reported as its mean over the seeds with their std, n and a 95% interval (n >= 3).  A run
-    that failed leaves its cells empty for its seed, counted in the rows' ``failed``.  ``progress``: the
-    executor's one view over all runs.
+    Runs are trained by :func:`~privreid.experiments.executor.execute` into ``OUT/runs/<run>/``
+    (``<run>-seed<k>`` for k != 0); each cell is the mean over the seeds with std, n and a 95% interval (n >= 3);
+    a failed run leaves its cells empty, counted in ``failed``. ``progress``: the executor's view.
     """
     spec = check_table(key, scale, data_root)
     out = Path(out)
@@ -206,12 +196,8 @@ def _cell(row: Row, column: Column, scale: str, run_dir: Path, data_root, device
 
 def _cached_dg_evaluation(run_dir: Path, summary: dict, dataset: str, fmt: str, scale: str, data_root, device: str,
                           name: str) -> dict:
-    """The run's evaluation on the DG benchmark ``dataset`` (``eval-<name>.json``, computed once per run).
-
-    A cache that ranks otherwise than the run evaluates (``summary.json``'s
-    ``evaluation`` block: ``train.eval_flip``, ``eval_metric``, ``eval_ap``) is
-    computed again.
-    """
+    """The run's evaluation on DG benchmark ``dataset`` (``eval-<name>.json``, once per run; recomputed when it
+    ranks otherwise than ``summary.json``'s ``evaluation`` block)."""
     cache = run_dir / f"eval-{name}.json"
     if not cache.is_file() or json.loads(cache.read_text()).get("evaluation") != summary.get("evaluation"):
         write_text_atomic(cache, json.dumps(_evaluate_dg(run_dir, dataset, fmt, scale, data_root, device, name)))
@@ -239,12 +225,9 @@ def _cell_ranking(column: Column) -> str:
 
 
 def plan_table(key: str, *, scale: str, data_root=None, device: str = "auto") -> dict[str, Any]:
-    """``reproduce --dry-run``: table ``key``'s runs at ``scale``, each with its :func:`~privreid.run_plan.run_plan`.
-
-    Nothing is trained or written.  At paper scale without ``data_root`` the
-    runs are planned with ``DATA_ROOT`` in their paths and no dataset is
-    checked; with it, every dataset is checked first (as a real run does).
-    """
+    """``reproduce --dry-run``: table ``key``'s runs at ``scale`` with their :func:`~privreid.run_plan.run_plan`s,
+    nothing trained or written; at paper scale without ``data_root`` paths hold ``DATA_ROOT`` and nothing is
+    checked, with it every dataset is."""
     from privreid.composition import method_of
     from privreid.run_plan import run_plan
 

@@ -1,29 +1,17 @@
 """L2RW+ Fig. 8 (paper 003, "Discussion on privacy"): iDLG on one visible and one infrared subject, per model.
 
-The paper inverts the gradient of one subject image with iDLG [59] (Adam, lr
-0.01, 200 iterations), shows the reconstruction beside its bilateral- and
-Laplacian-filtered views, and compares the cosine similarity of the
-encoder's features of subject and reconstruction between centralised
-training (DNS) and its decentralised I-DPPT.  privreid attacks each run's
-checkpoint with :mod:`privreid.inversion` under the ``full`` threat
-model (the one-image gradient, head included: the client's step on the
-subject), with the defenses the run trained with (none here).
-
-The subjects are fixed by the data, never by the run: the first training
-image (in path order) of each modality among the run's clients
-(:func:`subject_path`).  Two runs trained on the same images therefore
-invert the same two images; each is attacked through the client that
-trained on it, with that client's label.  Each inversion is cached next to
-its run (``inversion-<modality>.json``: the scores, as ``metrics.json`` of
-``privreid invert``; ``inversion-<modality>.pt``: the images, for the figure).
+The paper inverts one subject's gradient with iDLG [59] (Adam, lr 0.01, 200 iterations), shows the
+bilateral- and Laplacian-filtered views, and compares the feature cosine of subject and reconstruction between
+DNS and I-DPPT. privreid attacks each checkpoint with :mod:`privreid.inversion` under ``full``, with the run's
+defenses (none here). Subjects are fixed by the data: the first training image (path order) of each modality
+among the run's clients (:func:`subject_path`), each attacked through its client with its label. Cached beside
+the run (``inversion-<modality>.json`` scores, ``.pt`` images).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
 
 from privreid.inversion.settings import PRESETS, InversionSettings
 from privreid.data.types import MODALITIES
@@ -63,13 +51,8 @@ def _modalities(config) -> dict[str, str]:
 
 
 def _client_model(target, client: str, device):
-    """The client's model as it trained (head included) and its shared parameter names.
-
-    :meth:`privreid.checkpoint.Checkpoint.load_model` rebuilds it, a shared classifier
-    (DPPT's global-label head, stored server-side) included;
-    ``privreid.inversion.campaign.attacked_model`` would refuse a
-    client whose head is not in its own state.
-    """
+    """The client's model as it trained (head included, a shared classifier like DPPT's too, via
+    :meth:`privreid.checkpoint.Checkpoint.load_model`) and its shared parameter names."""
     from privreid.inversion.threat_models import check_model
 
     net = target.ckpt.load_model(client, device=device)

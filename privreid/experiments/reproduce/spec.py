@@ -1,16 +1,11 @@
 """What a reproducible table or figure is: its runs, its cells and its budgets (one module per paper uses these).
 
-A :class:`TableSpec` with ``rows`` is runnable: each :class:`Row` is either a
-training run of privreid (``train`` holds its :class:`RunSpec` at each
-scale) or a comparator privreid does not implement (``train`` is ``None``:
-the row is shown as "not implemented" with its published numbers).
-``columns`` map a column of the paper to the test set that fills it at each
-scale.  Rows may share one run (``Row.run``: FedPav Table 3's global and
-local models), read another model of it (``Row.scope``) or measure something
-else on the column's run (``Row.measure``: L2RW+ Table IX's attacks and
-corruptions, Fig. 8's gradient inversions).  ``TableSpec.deviations`` are written under the table.  A spec
-without rows is listed by ``privreid reproduce --list`` but its runner is not
-written yet (``status`` says so).
+A :class:`TableSpec` with ``rows`` is runnable: each :class:`Row` is a privreid training run (``train``: its
+:class:`RunSpec` per scale) or a comparator privreid lacks (``train`` ``None``: "not implemented"). ``columns``
+map a paper column to its test set per scale. Rows may share a run (``Row.run``), read another model of it
+(``Row.scope``) or measure something else (``Row.measure``: attacks, corruptions, inversions);
+``TableSpec.deviations`` are written under the table. A spec without rows is listed but not runnable
+(``status``).
 """
 
 from __future__ import annotations
@@ -113,26 +108,12 @@ def preset_config(path: Path) -> RunConfig:
 class Column:
     """A column of the paper: ``name`` as printed, and what fills it at each scale.
 
-    ``source`` is one of
-
-    * ``("dg", format)``: the DG-ReID protocol on a small benchmark (or, with
-      a ``*-crosscam`` format, FedPav's cross-camera protocol), evaluating
-      the run's global model from its checkpoint;
-    * ``("seen", metric)``: the run's own seen-domain test sets, the global
-      model's mean, from its ``summary.json``;
-    * ``("local", metric)``: the personalised model of the client(s) on the
-      seen test set that ``smoke`` / ``paper`` name, from ``summary.json``;
-    * ``("global", metric)``: the global model on the (seen or held-out
-      unseen) test set that ``smoke`` / ``paper`` name, as the run reports it
-      (its ``best`` block: the last evaluation, or FedPav's mean of the best
-      ``--report-best`` ones);
-    * ``("mean", metric)``: the mean of the columns named in ``of`` (FedARKS'
-      SAvg).
-
-    A row's ``scope`` replaces ``local`` / ``global`` for that row.
-    ``smoke`` / ``paper`` name the dataset (a ``--data-root`` folder at paper
-    scale, a synthetic stand-in or domain at smoke scale); ``None``: no such
-    data at that scale, the cell stays empty.
+    ``source``: ``("dg", format)``: the DG-ReID protocol (``*-crosscam``: FedPav's cross-camera one) on the
+    global model; ``("seen", metric)``: the global model's mean over the run's seen test sets (``summary.json``);
+    ``("local", metric)``: the personalised model(s) on the named seen test set; ``("global", metric)``: the
+    global model on the named test set as the run reports it (its ``best`` block); ``("mean", metric)``: the
+    mean of the columns in ``of`` (FedARKS' SAvg). A row's ``scope`` replaces ``local`` / ``global``.
+    ``smoke`` / ``paper`` name the dataset per scale (``None``: the cell stays empty).
     """
 
     name: str

@@ -1,12 +1,9 @@
 """Loading ReID models privreid did not train: one function, :func:`load_any_model`, for every file kind.
 
-Each kind (:data:`MODEL_FILES`, one module per kind) detects its files and
-loads them into a :class:`~privreid.models.adapter.ReIDAdapter`, with a
-:class:`~privreid.models.adapter.LoadReport` saying what was loaded,
-mapped and ignored.  A file is read once (:func:`~.files.read_torch_file`,
-``torch.load(weights_only=True)``; a refusal names the unsafe global) and its
-kind told from what it holds (:func:`model_file_kind`); TorchScript archives are
-scanned before ``torch.jit.load`` (:mod:`.torchscript_files`).
+Each kind (:data:`MODEL_FILES`, one module each) detects its files and loads them into a
+:class:`~privreid.models.adapter.ReIDAdapter` with a :class:`~privreid.models.adapter.LoadReport`. A file is
+read once (:func:`~.files.read_torch_file`) and its kind told from what it holds (:func:`model_file_kind`);
+TorchScript archives are scanned before ``torch.jit.load`` (:mod:`.torchscript_files`).
 """
 
 from __future__ import annotations
@@ -50,19 +47,13 @@ def load_any_model(path: str | os.PathLike, *, arch: str | None = None, height: 
                    interpolation: str | None = None) -> ReIDAdapter:
     """Load the model in ``path``, whatever its kind, as a :class:`ReIDAdapter` on the CPU in eval mode.
 
-    ``arch`` names a torchreid file's architecture (any name of
-    ``torchreid.models`` with ``privreid[torchreid]`` installed; without it,
-    ``resnet18/34/50``) and is checked against the architecture read from a
-    ResNet file's keys; ``height``, ``width``, ``mean``, ``std`` and
-    ``interpolation`` (the test resize, ``bilinear`` or ``bicubic``) are used
-    where the file does not record them (defaults: 256x128, ImageNet mean /
-    std, the source project's resize: fast-reid's bicubic, else bilinear); ``last_stride`` overrides the convention's default (torchreid and
-    torchvision 2, fast-reid 1) where the file does not record it; ``client``
-    picks a personalised model of a privreid checkpoint.  ``adapter.report``
-    says what was loaded, mapped, ignored and which settings were used.
-
-    Raises:
-        CheckpointError: a missing, unsafe or unrecognised file, or weights that do not map (one line).
+    ``arch``: a torchreid file's architecture (any ``torchreid.models`` name with ``privreid[torchreid]``, else
+    ``resnet18/34/50``), checked against a ResNet file's keys. ``height``, ``width``, ``mean``, ``std``,
+    ``interpolation`` apply where the file records none (defaults: 256x128, ImageNet, the source project's
+    resize: fast-reid's bicubic, else bilinear); ``last_stride`` likewise (defaults: torchreid and torchvision
+    2, fast-reid 1); ``client``: a checkpoint's personalised model. ``adapter.report`` says what was loaded,
+    mapped, ignored and set. CheckpointError (one line): a missing, unsafe or unrecognised file, or weights
+    that do not map.
     """
     path = Path(path)
     if not path.is_file():

@@ -1,22 +1,12 @@
 """fast-reid checkpoints (JDAI-CV/fast-reid, ``Baseline`` with a ResNet backbone and its ``EmbeddingHead``).
 
-fast-reid's checkpointer saves ``{"model": state_dict, "optimizer", "scheduler", "iteration"}``.
-Key names (``fastreid/modeling``): the trunk under ``backbone.`` (torchvision's
-names); the head's ``heads.bottleneck``, a ``Sequential`` of an optional 1x1
-embedding conv (``EMBEDDING_DIM > 0``) and the BNNeck's BatchNorm
-(``WITH_BNNECK``); the classifier ``heads.weight`` (``num_classes x feat_dim``,
-no bias).  In eval mode ``EmbeddingHead.forward`` returns the bottleneck output
-(the feature after the BNNeck, whatever ``NECK_FEAT``), so that is the
-retrieval feature here.  Two details of fast-reid's ResNet are kept: its
-max-pool is ``MaxPool2d(3, stride=2, ceil_mode=True)`` without padding, and
-its default last stride is 1 (``MODEL.BACKBONE.LAST_STRIDE``).  The pooling is
-assumed to be ``GlobalAvgPool`` (the default; a pooling with weights, such as
-GeM's ``heads.pool_layer.p``, is refused), the classifier ``CLS_LAYER: Linear``
-(plain logits; a cosine head such as ArcSoftmax normalises both sides).
-``pixel_mean`` / ``pixel_std`` (0-255 scale) are read when the file has them
-(older fast-reid kept them in the state dict); otherwise fast-reid's default
-is ImageNet's mean / std.  IBN, non-local blocks and other backbones are
-refused with the keys that do not map.
+The checkpointer saves ``{"model": state_dict, "optimizer", "scheduler", "iteration"}``. Keys
+(``fastreid/modeling``): the trunk under ``backbone.``; ``heads.bottleneck``, an optional 1x1 embedding conv
+and the BNNeck's BatchNorm; the classifier ``heads.weight`` (no bias). In eval mode the head returns the
+bottleneck output, the retrieval feature here. Kept: fast-reid's max-pool (``MaxPool2d(3, 2, ceil_mode=True)``,
+no padding) and last stride 1. Assumed: ``GlobalAvgPool`` (a weighted pooling like GeM is refused) and a
+``Linear`` classifier (cosine heads normalise both sides). ``pixel_mean`` / ``pixel_std`` (0-255) are read when
+present, else ImageNet's. IBN, non-local blocks and other backbones are refused with the unmapped keys.
 """
 
 from __future__ import annotations

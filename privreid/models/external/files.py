@@ -1,10 +1,8 @@
 """Reading an untrusted model file once, without executing it, and what a kind of model file is.
 
 Every torch file is read by :func:`privreid.checkpoint.read_torch_file`
-(:func:`privreid.pickle_scan.safe_torch_load`: ``torch.load(weights_only=True)``
-after a scan of the pickle), which rebuilds tensors, containers and the numpy
-scalars of other projects' metadata only; a refusal names the offending global
-and says that nothing was executed.
+(:func:`privreid.pickle_scan.safe_torch_load`), which rebuilds tensors, containers and metadata's numpy scalars
+only; a refusal names the global and says nothing was executed.
 """
 
 from __future__ import annotations
@@ -24,12 +22,9 @@ from privreid.errors import NotACheckpointError
 
 @dataclass(frozen=True)
 class ModelFile:
-    """A kind of model file: ``detect(path, obj) -> bool`` and ``load(path, obj, options) -> ReIDAdapter``.
-
-    ``obj`` is what :func:`read_torch_file` read (:func:`was_read` is false for a
-    file that is no torch pickle, such as ONNX); ``options`` are
-    :func:`~privreid.models.external.load_any_model`'s keyword arguments.
-    """
+    """A kind of model file: ``detect(path, obj) -> bool`` and ``load(path, obj, options) -> ReIDAdapter``;
+    ``obj`` is what :func:`read_torch_file` read (:func:`was_read` false for ONNX ...), ``options``
+    :func:`~privreid.models.external.load_any_model`'s keywords."""
 
     name: str
     description: str

@@ -1,14 +1,9 @@
 """ONNX files, run by onnxruntime (``privreid[onnx]``): features only, no gradients (``differentiable=False``).
 
-The graph's first input takes the normalised images, its first output is the
-retrieval feature.  privreid's ONNX export records the input size and mean /
-std in ``metadata_props`` (``input_height``, ``input_width``, ``mean``,
-``std``); other files take them from the arguments (torchreid's 256x128
-ImageNet convention by default).  A graph whose first input declares a fixed
-height and width takes that size: a size given otherwise (an argument, or
-metadata that disagrees) is refused in one line when the file is loaded,
-before any data is read, and a batch of another size in one line when it is
-run.  onnxruntime executes only ONNX operators.
+The first input takes the normalised images, the first output is the feature. privreid's export records size
+and mean / std in ``metadata_props``; other files take the arguments (torchreid's 256x128 ImageNet convention by
+default). A fixed input height and width is the size: another one given is refused in one line at load, and a
+batch of another size at run time.
 """
 
 from __future__ import annotations

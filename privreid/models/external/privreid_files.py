@@ -1,10 +1,6 @@
-"""privreid's own files: a training checkpoint (``privreid-ckpt-v1``) and ``export --format state-dict``.
-
-Both rebuild a :class:`~privreid.models.ReIDModel` strictly; its ``forward`` is
-the retrieval feature and its classifier (if any) reads that feature.  The
-export records its input size and mean / std; a checkpoint records the run's
-input size (ImageNet mean / std, privreid's only normalisation).
-"""
+"""privreid's own files: a training checkpoint (``privreid-ckpt-v1``) and ``export --format state-dict``, both
+rebuilt strictly as a :class:`~privreid.models.ReIDModel`; the export records its input size and mean / std, a
+checkpoint the run's input size (ImageNet mean / std)."""
 
 from __future__ import annotations
 

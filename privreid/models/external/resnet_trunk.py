@@ -1,11 +1,6 @@
-"""A ResNet trunk from foreign weights named like torchvision's (``conv1``, ``bn1``, ``layer1.0.conv1`` ...).
-
-torchreid's ``ResNet``, fast-reid's ``backbone`` and torchvision's ResNet all
-name the trunk alike, so one mapping serves them: the architecture is read
-from the keys (block type and blocks per stage, :data:`privreid.models.ARCHS`),
-checked against ``--arch`` when given, and the weights are loaded strictly into
-privreid's :class:`~privreid.models.ResNet`.
-"""
+"""A ResNet trunk from foreign weights named like torchvision's (torchreid's ``ResNet``, fast-reid's
+``backbone``): the architecture read from the keys (:data:`privreid.models.ARCHS`), checked against ``--arch``,
+the weights loaded strictly into privreid's :class:`~privreid.models.ResNet`."""
 
 from __future__ import annotations
 

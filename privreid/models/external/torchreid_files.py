@@ -1,25 +1,13 @@
 """torchreid checkpoints (``model.pth.tar-N``) and privreid's ``export --format torchreid``.
 
-torchreid (KaiyangZhou/deep-person-reid, ``torchreid/models/resnet.py``)
-saves ``{"state_dict", "epoch", "rank1", "optimizer", ...}`` (keys prefixed
-``module.`` under DataParallel).  Its ``ResNet`` is the trunk (torchvision's
-names), an optional ``fc`` block ``Linear -> BatchNorm1d -> ReLU`` (``fc.0``,
-``fc.1``; ``fc_dims``) and ``classifier = Linear(feature_dim, num_classes)``.
-In eval mode it returns ``v``, the pooled trunk feature after ``fc``: that is
-the retrieval feature here, and the classifier reads it as in training.
-torchreid does not record the architecture, nor the input size.
-
-With torchreid installed (``privreid[torchreid]``), every architecture of
-``torchreid.reid.models`` is built by torchreid itself
-(:mod:`.torchreid_models`): the name from ``--arch``, else a ResNet's from
-its keys, else read from the weights' names and shapes
-(:func:`~.torchreid_models.infer_torchreid_name`).  Without it, torchreid's ResNet-18/34/50 are mapped onto privreid's
-ResNet (the architecture read from the keys, ``--arch`` checked against it;
-the last stride, which no weight shows, torchreid's default of 2 unless
-``last_stride`` is given), and any other architecture is refused in one line
-naming the extra.  privreid's torchreid export records ``arch``,
-``last_stride`` (``"torchreid"``) and the input size and mean / std
-(``"input"``).
+torchreid (KaiyangZhou/deep-person-reid, ``torchreid/models/resnet.py``) saves ``{"state_dict", "epoch",
+"rank1", "optimizer", ...}`` (``module.`` under DataParallel). Its ``ResNet``: the trunk, an optional ``fc``
+block ``Linear -> BatchNorm1d -> ReLU`` and ``classifier = Linear(feature_dim, num_classes)``; in eval mode it
+returns the pooled feature after ``fc``, the retrieval feature here. It records neither architecture nor input
+size. With ``privreid[torchreid]`` every architecture is built by torchreid (:mod:`.torchreid_models`; the name
+from ``--arch``, a ResNet's keys, or :func:`~.torchreid_models.infer_torchreid_name`). Without it, ResNet-18/34/50
+map onto privreid's ResNet (last stride 2 unless ``last_stride``), anything else is refused in one line naming
+the extra. privreid's export records ``torchreid`` (arch, last stride) and ``input``.
 """
 
 from __future__ import annotations

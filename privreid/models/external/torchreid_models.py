@@ -1,21 +1,11 @@
 """torchreid's own architectures, built by torchreid (``privreid[torchreid]``) for its checkpoints.
 
-A torchreid checkpoint holds a state dict and no architecture name.  With
-torchreid installed, privreid builds the model with torchreid itself
-(``torchreid.reid.models``: OSNet, OSNet-AIN, MLFN, HACNN, PCB, DenseNet,
-ResNet-mid, ResNets ...), loads the weights strictly and reads the feature
-torchreid's engine reads: the module's output in eval mode.  The name comes
-from ``--arch`` (:data:`TORCHREID_ARCHS`); without it, a ResNet's is read
-from its keys, and any other is the torchreid model whose weights have the
-file's names and shapes (:func:`infer_torchreid_name`; every model of
-torchreid 0.2.5 has its own, tests/test_foreign_files.py checks it).
-
-torchreid's ResNets are built from its ``ResNet`` class with the file's
-``fc`` dims (``fc.*`` Linear widths) and a last stride (no weight records it):
-the file's record (privreid's export), else ``last_stride``, else the
-factory's default (2; ``resnet50_fc512``: 1).  ``build_model('resnet18')``
-alone would not do: it has no ``fc`` block and last stride 2, so privreid's
-export (``fc_dims=[512]``, last stride 1) would not load into it.
+The model is built by ``torchreid.reid.models`` (OSNet, MLFN, HACNN, PCB, DenseNet, ResNets ...), loaded
+strictly, its eval-mode output the feature. The name: ``--arch`` (:data:`TORCHREID_ARCHS`), a ResNet's keys, or
+the model whose weights have the file's names and shapes (:func:`infer_torchreid_name`; unique for torchreid
+0.2.5, tests/test_foreign_files.py). ResNets are built from ``ResNet`` with the file's ``fc`` dims and a last
+stride (the file's record, ``last_stride``, else the factory's: 2; ``resnet50_fc512``: 1), since
+``build_model('resnet18')`` has no ``fc`` block and would not take privreid's export.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """TorchScript files (``torch.jit.save``): the module's output is the retrieval feature.
 
-What loading one trusts: a TorchScript archive holds code (``code/``, in
-TorchScript, a subset of Python) and pickles (``data.pkl``, ``constants.pkl``)
-that ``torch.jit.load`` reads with torch's own unpickler.  That code runs only
-TorchScript operators: it cannot import modules, open files through Python or
-call arbitrary Python, but the graph is the author's (it may compute anything
-torch operators compute, and a custom operator library would have to be
-loaded by the caller, which privreid never does).  Before ``torch.jit.load``,
-every embedded pickle is scanned (:func:`privreid.pickle_scan.archive_globals`)
-and a file whose pickles name a global other than torch's and TorchScript's
-own classes (``__torch__.*``) is refused.  Input size and mean / std come from
-the arguments (torchreid's 256x128 ImageNet convention by default); a
-classifier cannot be told apart in a scripted graph, so there is none.
+Trust: an archive holds TorchScript code, which cannot import, open files or call Python (but the graph may
+compute anything torch operators do; privreid never loads custom operator libraries), and pickles that
+``torch.jit.load`` unpickles. Every embedded pickle is scanned first
+(:func:`privreid.pickle_scan.archive_globals`): a global other than torch's and ``__torch__.*`` is refused.
+Input size and mean / std come from the arguments (torchreid's 256x128 ImageNet default); no classifier.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Loaders for the small unseen-domain benchmarks of domain-generalisable ReID (papers 002, 000, 004, 001).
 
-Each dataset is one self-contained module of this package that defines
-``RELEASE`` (a :class:`~.common.ReleaseTree`: the expected tree, one line, and where
-the release may lie inside a root) and ``read_pool(base)`` (a :class:`~.common.DGPool`
-read from ``base = RELEASE.find(root)``); :data:`DG_FORMATS` registers them.
-The layouts follow torchreid (``torchreid.data.datasets.image``) where
-torchreid has the dataset (VIPeR, GRID, PRID, i-LIDS, CUHK01, CUHK02,
-CUHK-SYSU crops, iLIDS-VID) and the original release otherwise (3DPeS,
-CAVIAR4REID); docs/datasets.md draws each tree.
-
-A ``DGPool`` is the whole dataset before any split: the images of every
-identity in two *views* (the query camera and the gallery camera of the
-benchmarks' protocols) plus gallery-only distractors.  Train / test splits are
-drawn from it by :mod:`privreid.data.formats.dg.splits` (the DG-ReID protocol
-of Song et al., CVPR 2019, FedPav's cross-camera protocol and FedPav's
-nine-client split); :func:`load_dg_dataset` returns split 0 of seed 0 as a
-plain :class:`~privreid.data.types.ReIDDataset`, which is what training on
-one of these datasets uses (torchreid's ``split_id=0``).  Any of them trains
-a client: ``--data DIR`` (or ``DIR:<format>``) gives the ``dg`` split's train
-identities (CUHK02: P1-P4, every image, as FedARKS trains on it), and
-``DIR:<format>-fedpav`` FedPav's client split of the five small datasets of
-its federation (PRID, CUHK01, VIPeR, 3DPeS, i-LIDS; paper 004, Table 1).
+Each dataset is one module defining ``RELEASE`` (a :class:`~.common.ReleaseTree`) and ``read_pool(base)`` (a
+:class:`~.common.DGPool`); :data:`DG_FORMATS` registers them. Layouts follow torchreid where it has the dataset,
+the original release otherwise (3DPeS, CAVIAR4REID); docs/datasets.md draws each tree. A ``DGPool`` is the
+whole dataset before any split: every identity's images in two views (query and gallery camera) plus
+gallery-only distractors; :mod:`privreid.data.formats.dg.splits` draws the splits. :func:`load_dg_dataset`
+returns split 0 of seed 0 (torchreid's ``split_id=0``), what training uses: ``--data DIR`` the ``dg`` split's
+train identities (CUHK02: P1-P4, as FedARKS), ``DIR:<format>-fedpav`` FedPav's client split (PRID, CUHK01,
+VIPeR, 3DPeS, i-LIDS; paper 004, Table 1).
 """
 
 from __future__ import annotations

@@ -15,13 +15,9 @@ from privreid.errors import DataError
 
 @dataclass(frozen=True)
 class ReleaseTree:
-    """Where a dataset's release lies inside a root.
-
-    ``layout`` is the expected tree, one line (for error messages and
-    ``--help``); ``levels`` are the sub-folders of the root that may hold the
-    release, most nested first (``""`` is the root itself); ``holding`` are
-    folders the release folder must contain.
-    """
+    """Where a dataset's release lies inside a root: ``layout``, the expected tree in one line (errors,
+    ``--help``); ``levels``, the root's sub-folders that may hold it, most nested first (``""``: the root);
+    ``holding``, folders the release folder must contain."""
 
     layout: str
     levels: tuple[str, ...]
@@ -40,17 +36,12 @@ class ReleaseTree:
 class DGPool:
     """A small benchmark before splitting.
 
-    ``views[pid] = (view_a, view_b)``: the identity's images in the query view
-    and in the gallery view (``view_b`` is ``view_a`` itself for i-LIDS, which
-    has no camera labels: query and gallery are then two distinct images).  An
-    identity with one empty view is never a query (it trains, or, in FedPav's
-    split, may be a gallery-only test person).  ``distractors`` are
-    gallery-only images of identities outside ``views`` (GRID's 775, PRID's
-    cam_b-only 549).  ``shared_view`` marks the i-LIDS / CUHK-SYSU case.
-    ``fixed_test`` lists the test identities of a dataset with one released
-    split (CUHK02: the P5 camera pair) instead of random splits.  ``frames``
-    are an identity's sequence frames in each view where the release has them
-    besides ``views`` (PRID's ``multi_shot/``): FedPav's split trains on them.
+    ``views[pid] = (view_a, view_b)``: the identity's query-view and gallery-view images (``view_b`` is
+    ``view_a`` for i-LIDS, which has no camera labels: query and gallery are two distinct images; ``shared_view``
+    marks that case and CUHK-SYSU's). An identity with an empty view is never a query. ``distractors``:
+    gallery-only images of other identities (GRID's 775, PRID's 549). ``fixed_test``: the test identities of a
+    dataset with one released split (CUHK02's P5). ``frames``: an identity's sequence frames per view where the
+    release has them (PRID's ``multi_shot/``), which FedPav's split trains on.
     """
 
     name: str

@@ -1,22 +1,12 @@
 """CUHK-SYSU (Xiao et al., CVPR 2017), as cropped person images.
 
-torchreid's layout: ``cuhksysu/cropped_images/p<pid>_s<scene>_<n>.jpg``, one
-crop per annotated person box of scene image ``s<scene>.jpg`` (torchreid
-reads it for training only).  Both test protocols start from the release's
-``annotation/test/train_test/TestG100.mat``: 2,900 queries (a person
-``p<pid>`` in a scene), each with its own gallery of 100 scene images.
-
-* FedReID's test (paper 002, Sec. IV-A and Table I), :func:`read_fixed_set`:
-  the 2,900 query crops against one fixed gallery, the crops of each
-  query's person in its gallery scenes, "removing distractors in the
-  variable gallery sets" (2,900 identities, 8,347 images in all).
-* TestG100, :func:`read_g100`: with crops, a query's gallery is every crop
-  of its 100 scenes, and a gallery crop matches when it shows the query's
-  person.
-
-Train is every crop of the people who are never a query.  CUHK-SYSU has no
-camera labels: every crop has camid 0, and a query never meets its own crop
-(its scene is not in its gallery).
+torchreid's layout: ``cuhksysu/cropped_images/p<pid>_s<scene>_<n>.jpg``, one crop per annotated box of scene
+``s<scene>.jpg`` (torchreid trains on it only). Both test protocols start from the release's
+``annotation/test/train_test/TestG100.mat``: 2,900 queries, each with a gallery of 100 scenes. FedReID's test
+(paper 002, Sec. IV-A, Table I; :func:`read_fixed_set`): the query crops against one fixed gallery of the query
+persons' crops in their gallery scenes, "removing distractors in the variable gallery sets" (2,900 identities,
+8,347 images). TestG100 (:func:`read_g100`): a query's gallery is every crop of its 100 scenes. Train: every crop
+of the people never queried. No camera labels: camid 0, and a query never meets its own crop.
 """
 
 from __future__ import annotations
@@ -78,11 +68,8 @@ def read_g100(base: Path) -> list[tuple[Sample, list[Sample]]]:
 
 
 def read_fixed_set(base: Path) -> tuple[list[Sample], list[Sample]]:
-    """FedReID's ``(query, gallery)`` (see the module docstring): query crops with camid 0, gallery crops with camid 1.
-
-    The gallery holds, once each, the crops of a query's own person in that
-    query's TestG100 gallery scenes, so no query crop is in it.
-    """
+    """FedReID's ``(query, gallery)`` (module docstring): query crops with camid 0, gallery crops with camid 1,
+    each once: a query's own person in its TestG100 gallery scenes (so no query crop)."""
     pairs = read_g100(base)
     gallery = dict.fromkeys(g for query, crops in pairs for g in crops if g[1] == query[1])
     return [(path, pid, 0) for (path, pid, _), _ in pairs], [(path, pid, 1) for path, pid, _ in gallery]

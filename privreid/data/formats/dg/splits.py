@@ -1,55 +1,30 @@
 """Train / test splits of the small benchmarks: the DG-ReID protocol, FedPav's client split, the cross-camera protocol.
 
-``dg`` -- the small-set protocol of Song et al. (CVPR 2019, Sec. 4.1), used by
-FedReID (paper 002, Sec. 4) and SKA (paper 000, Sec. 4.1): each of 10 random
-splits tests on half of the identities seen in both views (rounded up: PRID
-100 of its 200 paired people, GRID 125 of 250, VIPeR 316 of 632, i-LIDS 60
-of 119), single-shot (one query image from view A and one gallery image from
-view B per test identity; two distinct images for i-LIDS), the gallery
-completed with the dataset's distractors (PRID 549 camera-B-only people ->
-649 gallery images, GRID 775 -> 900).  CAVIAR4REID tests on half of all its
-72 people, drawn among the 50 seen by both cameras (36, not 25): FedReID's
-Table I lists 36 test identities and 72 test images, and its Table II
-compares with DSTML and UMDL, whose protocol draws 36 identities seen by two
-cameras (as FedPav, paper 004 Sec. 5.4, states it).  The other identities
-(and those seen in one view) are the split's train set.  Results are the
-mean and std over the splits (:mod:`privreid.evaluation.dg_protocol`).
+``dg``: Song et al.'s small-set protocol (CVPR 2019, Sec. 4.1), used by FedReID (paper 002, Sec. 4) and SKA
+(paper 000, Sec. 4.1): each of 10 random splits tests on half of the identities seen in both views (rounded up:
+PRID 100 of 200 paired, GRID 125 of 250, VIPeR 316 of 632, i-LIDS 60 of 119), single-shot (one view-A query,
+one view-B gallery image per identity; two distinct images for i-LIDS), the gallery completed with distractors
+(PRID 549 -> 649 gallery images, GRID 775 -> 900). CAVIAR4REID tests on 36 of the 50 people both cameras see
+(FedReID's Table I: 36 identities, 72 images; DSTML / UMDL's protocol, as FedPav Sec. 5.4 states). The rest
+trains. Results: mean and std over the splits (:mod:`privreid.evaluation.dg_protocol`).
 
-``fedpav`` -- FedPav's nine-client split (paper 004, Table 1), as its
-authors' code prepares it (cap-ntu/FedReID ``data_preprocess``, which reads
-the ``meta.json`` / ``split.json`` of Xiao et al.'s DGD conversion scripts,
-Cysu/dgd_person_reid ``data/format_*.py``): the test identities are a random
-half of the identities (rounded up: VIPeR 316, CUHK01 486, i-LIDS 60), 100
-for 3DPeS and 100 of PRID's 200 paired people; every other identity trains,
-with all its images (FedPav trains on ``train_all`` = DGD's ``trainval``:
-PRID 285 people, its 185 camera-A-only ones included; where the PRID
-release's ``multi_shot`` sequences are present, a train person's images are
-up to 10 frames drawn from each camera's sequence, as DGD draws them).  The query is every
-view-A image of the test identities and the gallery every view-B image (DGD's
-"first half views are probe") plus the distractors (PRID: 649 gallery images);
-a test identity seen in one view only is gallery-only (DGD puts 3DPeS' one-
-camera people in ``cam_1``); an i-LIDS identity's images are shuffled and
-halved, the first ``n // 2`` as query.  The release's ``split.json`` files
-are not published, so privreid draws its own (seeded) split.
+``fedpav``: FedPav's nine-client split (paper 004, Table 1) as its code prepares it (cap-ntu/FedReID
+``data_preprocess`` on Xiao et al.'s DGD conversion, Cysu/dgd_person_reid): a random half of the identities
+test (rounded up: VIPeR 316, CUHK01 486, i-LIDS 60), 100 for 3DPeS and 100 of PRID's 200 paired; every other
+identity trains with all its images (``train_all`` = DGD's ``trainval``: PRID 285 people; with PRID's
+``multi_shot`` sequences, up to 10 frames per camera, as DGD). Query: every view-A image of the test
+identities; gallery: every view-B image plus distractors (PRID: 649); one-view test identities are
+gallery-only; i-LIDS' images are shuffled, the first ``n // 2`` the query. DGD's ``split.json`` files are not
+published: privreid draws its own seeded split.
 
-``crosscam`` -- every image of view A as query and every image of view B as
-the gallery, no distractors.  FedPav's Table 5 (paper 004, Sec. 5.4) draws
-CAVIAR4REID's 36 identities seen by both cameras (as [32, 38]) and all of
-GRID's 250 (the paper does not mention GRID's distractors); privreid draws
-10 such sets and averages, where the paper reports one draw.  It is also the
-default protocol of CUHK01 and CUHK02 (:func:`default_protocol`), as
-torchreid's loaders test them (CUHK01: half of the 971 people, rounded up,
-each with its two view-A images as queries and its two view-B images in the
-gallery, the sizes of FedPav's Table 1 too: 486 identities, 972 query and
-972 gallery images; CUHK02: the P5 pair, every ``cam1`` image against every
-``cam2`` image).
+``crosscam``: all view-A images query, all view-B images gallery, no distractors. FedPav's Table 5 (Sec. 5.4)
+draws CAVIAR4REID's 36 two-camera identities and all of GRID's 250; privreid averages 10 draws where the paper
+reports one. The default of CUHK01 and CUHK02 (:func:`default_protocol`), as torchreid tests them (CUHK01: 486
+identities, 972 query and 972 gallery images, FedPav's Table 1 sizes; CUHK02: P5, ``cam1`` against ``cam2``).
 
-Datasets with one released split (:attr:`DGPool.fixed_test`: CUHK02's P5,
-CUHK-SYSU's query identities) test on it in every split.  Query images get
-camid 0 and gallery images camid 1 (the views are different cameras), so
-the Market-1501 same-camera rule never removes a true match.  A split is
-reproducible from ``(seed, index)`` and written to JSON by
-:func:`write_splits` for reuse (:func:`read_splits`).
+Datasets with one released split (:attr:`DGPool.fixed_test`: CUHK02's P5, CUHK-SYSU's queries) use it in every
+split. Query images get camid 0, gallery camid 1, so the same-camera rule never removes a true match. A split is
+reproducible from ``(seed, index)`` and saved by :func:`write_splits` (:func:`read_splits`).
 """
 
 from __future__ import annotations
