@@ -120,7 +120,7 @@ def test_dp_sgd_refuses_compile(tiny_synth, tmp_path):
 def test_parallel_clients_refuse_compile(tiny_synth, tmp_path):
     from privreid.training import train_run
 
-    with pytest.raises(ConfigError, match="--compile with --parallel-clients"):
+    with pytest.raises(ConfigError, match="--compile with parallel_clients is not supported"):
         train_run(tiny_config(tiny_synth, compile=True), tmp_path / "run", parallel_clients=2, progress=False)
     assert not (tmp_path / "run").exists()
 
@@ -135,11 +135,15 @@ def test_compile_needs_a_cxx_compiler_on_the_cpu(monkeypatch):
 
 
 def test_compile_refuses_torchscript_and_parameterless_models():
+    from privreid.models.compilation import compile_if
+
     scripted = torch.jit.script(torch.nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="TorchScript"):
-        compile_module(scripted)
+        compile_if(scripted, True, "cpu")
     with pytest.raises(ConfigError, match="has none"):
-        compile_module(torch.nn.ReLU())
+        compile_if(torch.nn.ReLU(), True, "cpu")
+    relu = torch.nn.ReLU()
+    assert compile_if(relu, False, "cpu") is relu and relu._compiled_call_impl is None
 
 
 def test_compile_is_off_by_default_and_listed_in_help():

@@ -52,15 +52,11 @@ def check_compile(device: torch.device | str) -> None:
 def compile_module(module: torch.nn.Module, *, dynamic: bool | None = None) -> torch.nn.Module:
     """``module``, compiled in place (its ``__call__``; once: a compiled module is returned as it is).
 
-    Refuses a TorchScript module (no Python forward for dynamo to trace) and a module that wraps no torch
-    parameters in a graph (an ONNX runtime session), naming the model kind."""
+    Refuses a TorchScript module (no Python forward for dynamo to trace)."""
     if getattr(module, "_compiled_call_impl", None) is not None:
         return module
     if any(isinstance(m, torch.jit.ScriptModule) for m in module.modules()):
         raise ConfigError("--compile cannot compile a TorchScript model (torch.compile traces Python forwards); "
-                          "run it without --compile")
-    if not any(True for _ in module.parameters()):
-        raise ConfigError("--compile needs a torch model with parameters; this one (an ONNX model?) has none: "
                           "run it without --compile")
     module.compile(dynamic=dynamic)
     return module
@@ -72,13 +68,17 @@ def compile_if(module: torch.nn.Module, enabled: bool, device: torch.device | st
     if not enabled:
         return module
     check_compile(device)
+    if not any(True for _ in module.parameters()):  # no torch graph to compile: an ONNX runtime session
+        raise ConfigError("--compile needs a torch model with parameters; this one (an ONNX model?) has none: "
+                          "run it without --compile")
     return compile_module(module)
 
 
 def compile_trunk(model: torch.nn.Module) -> None:
     """Compile a :class:`~privreid.models.reid_net.ReIDModel`'s trunk in place: its backbone and its neck."""
     compile_module(model.backbone)
-    compile_module(model.neck)
+    if any(True for _ in model.neck.parameters()):  # not --neck none (an identity)
+        compile_module(model.neck)
 
 
 def compile_loss(loss: torch.nn.Module) -> torch.nn.Module:
