@@ -218,7 +218,8 @@ class TensorPipeline:
         for n, (kind, step, _) in enumerate(self.steps):
             draws = [plan[n] for plan in plans]
             if kind == "flip":
-                flipped = torch.tensor(draws, dtype=torch.bool, device=x.device).view(-1, 1, 1, 1)
+                # built on the host, copied without blocking: on CUDA the host does not wait for the device
+                flipped = torch.tensor(draws, dtype=torch.bool).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
                 x = torch.where(flipped, x.flip(-1), x)
             elif kind == "pad":
                 x = torch.nn.functional.pad(x, (step.padding,) * 4, value=0)
@@ -237,7 +238,7 @@ class TensorPipeline:
                 for b, params in enumerate(draws):
                     if params is not None:
                         i, j, h, w, v = params
-                        x[b, :, i:i + h, j:j + w] = v.to(x.device)
+                        x[b, :, i:i + h, j:j + w] = v.to(x.device, non_blocking=True)
         return x
 
     @staticmethod
