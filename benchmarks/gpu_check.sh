@@ -8,7 +8,7 @@
 #     batch 64 and 128 with the learning rate scaled linearly with the batch (0.05 x B / 32: Goyal et al. 2017's rule;
 #     the rows state it), so a user sees what a larger batch buys before choosing it; and with --compile (privreid's
 #     train.compile, the raw loop's forward and loss compiled alike) at batch 32 and 64, each row with the seconds
-#     privreid / raw spent compiling (outside the timing);
+#     privreid / raw spent compiling (outside the timing; the CPU smoke compiles with aot_eager, no code generation);
 #   - (issue 42, benchmarks/host_overhead.py) the host overhead per step of privreid's local update against a raw
 #     loop on a model without arithmetic, evaluation features/s (ResNet-50 256x128, flip) and Inverting Gradients
 #     iterations/s (ResNet-18 256x128), each privreid / a plain torch loop;
@@ -32,11 +32,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if (( SMOKE )); then
   DEVICE=cpu ARCH=resnet18 H=64 W=32 BATCH=8 STEPS=2 BENCH="--steps 1 --repeats 1" INV_ITERS=2 ROUNDS=1 WORKERS=0
   PRECISIONS=fp32,bf16 SWITCH_PRECISIONS=fp32 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
-  BATCHES="16" COMPILE_BATCHES="8" COMPILE_PRECISIONS=fp32 HOST="--size 64x32 --inv-size 32x16 --batch 8 --steps 2 --repeats 1 --eval-images 16 --eval-batch 8 --inv-iterations 2"
+  BATCHES="16" COMPILE_BATCHES="8" COMPILE_PRECISIONS=fp32 COMPILE_BACKEND=aot_eager HOST="--size 64x32 --inv-size 32x16 --batch 8 --steps 2 --repeats 1 --eval-images 16 --eval-batch 8 --inv-iterations 2"
 else
   DEVICE=cuda ARCH=resnet50 H=256 W=128 BATCH=32 STEPS=20 BENCH="--steps 10 --repeats 3 --workers 4" INV_ITERS=20 WORKERS=2
   ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 SWITCH_PRECISIONS=fp32,bf16 EXTRA=${EXTRA:-}
-  BATCHES="64 128" COMPILE_BATCHES=${COMPILE_BATCHES-32 64} COMPILE_PRECISIONS=${COMPILE_PRECISIONS:-fp32,bf16} HOST="--eval-arch resnet50 --inv-size 256x128 --steps 20 --repeats 3 --eval-images 512 --eval-batch 128 --inv-iterations 10"
+  BATCHES="64 128" COMPILE_BATCHES=${COMPILE_BATCHES-32 64} COMPILE_PRECISIONS=${COMPILE_PRECISIONS:-fp32,bf16} COMPILE_BACKEND=inductor HOST="--eval-arch resnet50 --inv-size 256x128 --steps 20 --repeats 3 --eval-images 512 --eval-batch 128 --inv-iterations 10"
 fi
 mkdir -p "$OUT_DIR"
 ROWS="$OUT_DIR/rows.tsv"
@@ -110,7 +110,7 @@ done
 for b in $COMPILE_BATCHES; do
   lr=$("$PY" -c "print(f'{0.05 * $b / $BATCH:g}')")
   precision_run "precision-compile-batch$b" ", --compile, lr $lr (0.05 x B/$BATCH)" --precisions "$COMPILE_PRECISIONS" \
-    --batch "$b" --lr "$lr" --compile
+    --batch "$b" --lr "$lr" --compile --compile-backend "$COMPILE_BACKEND"
 done
 
 # 1b. host overhead per step, evaluation features/s, inversion iterations/s: privreid / plain torch loops

@@ -22,7 +22,10 @@ unless ``--no-channels-last`` / ``--no-cudnn-benchmark`` (privreid's
 privreid with ``train.compile`` (its trunk and identity loss compiled,
 :mod:`privreid.models.compilation`), the raw loop with its forward and loss
 compiled as one function, as a user would write it; each row then gives the
-seconds each spent compiling (in the warm-up block, outside the timing).
+seconds each spent compiling (in the warm-up block, outside the timing);
+``--compile-backend aot_eager`` (``gpu_check.sh --cpu-smoke``) traces and
+differentiates the graphs without inductor's code generation, which takes
+minutes on a CPU: the plumbing, not the speed.
 
 The two are interleaved (one block of each, repeated) after a warm-up block,
 and the median time per step is reported with the ratio privreid / raw
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import platform
@@ -199,6 +203,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false",
                     help="CUDA: without cuDNN's autotuner (train.cudnn_benchmark=false)")
     ap.add_argument("--compile", action="store_true", help="both approaches compiled (train.compile for privreid)")
+    ap.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (aot_eager: the smoke)")
     ap.add_argument("--precisions", default=None, help=f"comma list of {', '.join(PRECISIONS)} (default: per device)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
@@ -210,6 +215,8 @@ def main(argv=None) -> int:
         args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
         if unknown := [p for p in args.precisions if p not in PRECISIONS]:
             ap.error(f"unknown precisions {unknown}; choose from {', '.join(PRECISIONS)}")
+    if args.compile_backend != "inductor":  # every torch.compile of the run, privreid's Module.compile included
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     result = measure(args)
     print(f"{result['device']}: {args.arch} {result['size']}, batch {args.batch}, median of {args.repeats} blocks "
           f"of {args.steps} steps, {result['threads']} torch thread(s)")
