@@ -7,6 +7,7 @@ images with the random stream and the output of the per-image PIL pipeline.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -198,9 +199,10 @@ class TensorPipeline:
         #: ``(kind, step, (height, width) of its input)``
         self.steps = steps
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple:
-        """What :meth:`decode`'s output depends on besides the image (a cache key)."""
+        """What :meth:`decode`'s output depends on besides the image (a cache key; computed once: the loader
+        asks for it for every image of every batch)."""
         r = self.resize
         return tuple(r.size), str(r.interpolation), r.max_size, r.antialias
 
