@@ -7,7 +7,9 @@ checkpoint is an eager one, key for key, and a deep copy of a compiled module is
 * ``privreid train``: the trunk of the resident model (``model.backbone`` and ``model.neck``) and the identity
   loss of the client update (:class:`privreid.federated.client.SupervisedUpdate`); the classifier, replaced for
   every client (a fresh head of the client's identity count), stays eager, as would any other module whose
-  replacement would recompile the graph.  The run's evaluations go through the same compiled trunk.
+  replacement would recompile the graph.  The run's evaluations go through the same compiled trunk.  A model
+  with a part branch (FedARKS) reaches its backbone through ``feature_map``, which stays eager: there only the
+  neck and the loss are compiled.
 * ``privreid eval`` and ``privreid attack``: the evaluated network's forward (the attacks differentiate through
   it).
 
@@ -16,10 +18,11 @@ smaller last batch; :mod:`torch._dynamo` recompiles with dynamic shapes after th
 are the eager model's up to floating-point reassociation in the fused kernels (features agree to about 1e-5;
 reference numbers are eager).  :class:`CompileClock` measures the seconds spent compiling.
 
-Refused in one line (:func:`check_compile`) where it cannot apply: with DP-SGD (Opacus's per-sample gradient
-hooks, :meth:`privreid.config.RunConfig.validate`), on a CPU without a C++ compiler or a GPU without Triton (the
-inductor backend generates and compiles kernels), and for a model that is no torch module graph (ONNX,
-TorchScript).
+Refused in one line where it cannot apply: with DP-SGD (Opacus's per-sample gradient hooks,
+:meth:`privreid.config.RunConfig.validate`), with ``--parallel-clients``
+(:func:`privreid.training.check_compile_run`), on a CPU without a C++ compiler or a GPU without Triton (the
+inductor backend generates and compiles kernels: :func:`check_compile`), and for a model that is no torch
+module graph (TorchScript, ONNX: :func:`compile_if`).
 """
 
 from __future__ import annotations
