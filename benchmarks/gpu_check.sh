@@ -6,7 +6,9 @@
 #     (benchmarks/precision.py; cudnn.benchmark and channels-last batches on CUDA), and the peak GPU memory; then
 #     at fp32 and bf16 with channels-last batches off, and with cudnn.benchmark off (what each switch buys); and at
 #     batch 64 and 128 with the learning rate scaled linearly with the batch (0.05 x B / 32: Goyal et al. 2017's rule;
-#     the rows state it), so a user sees what a larger batch buys before choosing it;
+#     the rows state it), so a user sees what a larger batch buys before choosing it; and with --compile (privreid's
+#     train.compile, the raw loop's forward and loss compiled alike) at batch 32 and 64, each row with the seconds
+#     privreid / raw spent compiling (outside the timing; the CPU smoke compiles with aot_eager, no code generation);
 #   - (issue 42, benchmarks/host_overhead.py) the host overhead per step of privreid's local update against a raw
 #     loop on a model without arithmetic, evaluation features/s (ResNet-50 256x128, flip) and Inverting Gradients
 #     iterations/s (ResNet-18 256x128), each privreid / a plain torch loop;
@@ -18,7 +20,9 @@
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]    (on the GPU machine, < 8 min on one H100; OUT_DIR defaults to $OUT)
 #   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]    (everything tiny on the CPU: tests/test_gpu_check.py)
-# Knobs: PYTHON (python3), ROUNDS (preset rounds, 3), PRESETS=0 skips the presets, EXTRA (more preset options).
+# Knobs: PYTHON (python3), ROUNDS (preset rounds, 3), PRESETS=0 skips the presets, EXTRA (more preset options),
+# COMPILE_PRECISIONS (the --compile rows' precisions, fp32,bf16: each compile of ResNet-50 takes about a minute;
+# fp32,bf16,fp16 adds two), COMPILE_BATCHES (32 64; empty: no --compile rows).
 set -euo pipefail
 SMOKE=0
 if [[ "${1:-}" == "--cpu-smoke" ]]; then SMOKE=1; shift; fi
@@ -28,11 +32,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if (( SMOKE )); then
   DEVICE=cpu ARCH=resnet18 H=64 W=32 BATCH=8 STEPS=2 BENCH="--steps 1 --repeats 1" INV_ITERS=2 ROUNDS=1 WORKERS=0
   PRECISIONS=fp32,bf16 SWITCH_PRECISIONS=fp32 EXTRA="--arch resnet18 --height 64 --width 32 --max-steps 1 ${EXTRA:-}"
-  BATCHES="16" HOST="--size 64x32 --inv-size 32x16 --batch 8 --steps 2 --repeats 1 --eval-images 16 --eval-batch 8 --inv-iterations 2"
+  BATCHES="16" COMPILE_BATCHES="8" COMPILE_PRECISIONS=fp32 COMPILE_BACKEND=aot_eager HOST="--size 64x32 --inv-size 32x16 --batch 8 --steps 2 --repeats 1 --eval-images 16 --eval-batch 8 --inv-iterations 2"
 else
   DEVICE=cuda ARCH=resnet50 H=256 W=128 BATCH=32 STEPS=20 BENCH="--steps 10 --repeats 3 --workers 4" INV_ITERS=20 WORKERS=2
   ROUNDS=${ROUNDS:-3} PRECISIONS=fp32,bf16,fp16 SWITCH_PRECISIONS=fp32,bf16 EXTRA=${EXTRA:-}
-  BATCHES="64 128" HOST="--eval-arch resnet50 --inv-size 256x128 --steps 20 --repeats 3 --eval-images 512 --eval-batch 128 --inv-iterations 10"
+  BATCHES="64 128" COMPILE_BATCHES=${COMPILE_BATCHES-32 64} COMPILE_PRECISIONS=${COMPILE_PRECISIONS:-fp32,bf16} COMPILE_BACKEND=inductor HOST="--eval-arch resnet50 --inv-size 256x128 --steps 20 --repeats 3 --eval-images 512 --eval-batch 128 --inv-iterations 10"
 fi
 mkdir -p "$OUT_DIR"
 ROWS="$OUT_DIR/rows.tsv"
@@ -80,7 +84,9 @@ for p, row in r["precisions"].items():
     gain = row["privreid"]["vs_fp32"]
     print(f"{r['arch']} {r['size']} batch {r['batch']}, {p}{label}: img/s privreid / raw\t"
           f"{row['privreid']['images_per_s']:.1f} / {row['raw']['images_per_s']:.1f} = {row['privreid_vs_raw']:.3f}"
-          + (f"; {gain:.2f}x fp32" if p != "fp32" and gain else ""))
+          + (f"; {gain:.2f}x fp32" if p != "fp32" and gain else "")
+          + (f"; compiling {row['compile_seconds']['privreid']:.0f} / {row['compile_seconds']['raw']:.0f} s"
+             if row.get("compile_seconds") else ""))
 peaks = {p: row.get("peak_memory_mib") for p, row in r["precisions"].items()}
 if not label:
     print("peak GPU memory (MiB, max allocated)\t" + (", ".join(f"{p} {m:.0f}" for p, m in peaks.items())
@@ -99,6 +105,12 @@ precision_run precision-no-cudnn-benchmark ", cudnn.benchmark off" --precisions 
 for b in $BATCHES; do
   lr=$("$PY" -c "print(f'{0.05 * $b / $BATCH:g}')")
   precision_run "precision-batch$b" ", lr $lr (0.05 x B/$BATCH)" --precisions "$SWITCH_PRECISIONS" --batch "$b" --lr "$lr"
+done
+# --compile, at batch 32 and 64 (the learning rate scaled as above)
+for b in $COMPILE_BATCHES; do
+  lr=$("$PY" -c "print(f'{0.05 * $b / $BATCH:g}')")
+  precision_run "precision-compile-batch$b" ", --compile, lr $lr (0.05 x B/$BATCH)" --precisions "$COMPILE_PRECISIONS" \
+    --batch "$b" --lr "$lr" --compile --compile-backend "$COMPILE_BACKEND"
 done
 
 # 1b. host overhead per step, evaluation features/s, inversion iterations/s: privreid / plain torch loops

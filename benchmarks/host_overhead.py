@@ -84,14 +84,20 @@ class TinyTrunk(nn.Module):
 
 
 def timed(block, device: torch.device) -> float:
-    """Seconds per unit of work of one call of ``block`` (it returns its count of units)."""
+    """Seconds per unit of work of one call of ``block`` (it returns its count of units).
+
+    On the CPU the seconds are the process's CPU time: the loops run in this one thread (``OMP_NUM_THREADS=1``),
+    and CPU time does not count the moments another process holds the core, which wall time on a shared machine
+    does (it moved the train ratio between 0.84 and 1.23 from run to run).  On CUDA, wall time: the device's work
+    is finished inside the timing."""
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    start = time.perf_counter()
+    start = clock()
     units = block()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / units
+    return (clock() - start) / units
 
 
 def side_by_side(blocks: dict, device: torch.device, repeats: int) -> dict[str, float]:

@@ -18,7 +18,14 @@ identity cross-entropy, SGD, at each ``--precisions`` value (issue 29 §3):
 On CUDA both take channels-last batches and run under cuDNN's autotuner
 unless ``--no-channels-last`` / ``--no-cudnn-benchmark`` (privreid's
 ``train.channels_last`` / ``train.cudnn_benchmark``) turn one off:
-``benchmarks/gpu_check.sh`` measures each with and without.
+``benchmarks/gpu_check.sh`` measures each with and without.  ``--compile``:
+privreid with ``train.compile`` (its trunk and identity loss compiled,
+:mod:`privreid.models.compilation`), the raw loop with its forward and loss
+compiled as one function, as a user would write it; each row then gives the
+seconds each spent compiling (in the warm-up block, outside the timing);
+``--compile-backend aot_eager`` (``gpu_check.sh --cpu-smoke``) traces and
+differentiates the graphs without inductor's code generation, which takes
+minutes on a CPU: the plumbing, not the speed.
 
 The two are interleaved (one block of each, repeated) after a warm-up block,
 and the median time per step is reported with the ratio privreid / raw
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import platform
@@ -57,6 +65,7 @@ from privreid.data.torch_dataset import DECODED  # noqa: E402
 from privreid.data.transforms import TensorPipeline, tensor_pipeline  # noqa: E402
 from privreid.federated import fast_optim  # noqa: E402
 from privreid.federated.client import ClientContext, SupervisedUpdate  # noqa: E402
+from privreid.models.compilation import CompileClock  # noqa: E402
 from privreid.losses import identity_loss  # noqa: E402
 from privreid.models import build_model  # noqa: E402
 from privreid.precision import autocast, cpu_bf16_native, cuda_speedups, grad_scaler, to_device  # noqa: E402
@@ -81,7 +90,7 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
                        train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=args.lr,
                                          lr_head=args.lr, device=str(device), seed=0, precision=precision,
                                          num_workers=args.workers, channels_last=args.channels_last,
-                                         cudnn_benchmark=args.cudnn_benchmark))
+                                         cudnn_benchmark=args.cudnn_benchmark, compile=args.compile))
     update = SupervisedUpdate(config)
     privreid_model = copy.deepcopy(base).to(device)
     rounds = iter(range(10**6))
@@ -100,12 +109,18 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
     criterion = identity_loss(t.label_smoothing)
     generator = torch.Generator(device=images.device).manual_seed(0)
 
+    def loss_of(batch: torch.Tensor, batch_labels: torch.Tensor) -> torch.Tensor:
+        return criterion(model.forward_train(batch)[2], batch_labels)
+
+    if args.compile:
+        loss_of = torch.compile(loss_of)
+
     def raw_block() -> int:
         for _ in range(args.steps):
             idx = torch.randint(len(images), (args.batch,), generator=generator, device=images.device)
             batch = to_device(images[idx], device, augment, channels_last=args.channels_last)
             with autocast(precision, device):
-                loss = criterion(model.forward_train(batch)[2], labels[idx])
+                loss = loss_of(batch, labels[idx])
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -143,8 +158,11 @@ def measure(args) -> dict:
             approaches = blocks(precision, client, base, images, labels, pipeline, device, args)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            for block in approaches.values():  # warm-up: allocator, cuDNN's algorithm search
-                block()
+            compile_seconds = {}
+            for name, block in approaches.items():  # warm-up: allocator, cuDNN's algorithm search, compiling
+                with CompileClock() as clock:
+                    block()
+                compile_seconds[name] = clock.seconds
             per_step: dict[str, list[float]] = {name: [] for name in approaches}
             for _ in range(args.repeats):
                 for name, block in approaches.items():
@@ -152,6 +170,7 @@ def measure(args) -> dict:
             median = {name: statistics.median(ts) for name, ts in per_step.items()}
             rows[precision] = {name: {"s_per_step": m, "images_per_s": args.batch / m} for name, m in median.items()}
             rows[precision]["privreid_vs_raw"] = median["raw"] / median["privreid"]
+            rows[precision]["compile_seconds"] = compile_seconds if args.compile else None
             rows[precision]["peak_memory_mib"] = (torch.cuda.max_memory_allocated(device) / 2**20
                                                   if device.type == "cuda" else None)
     for precision, row in rows.items():
@@ -159,7 +178,8 @@ def measure(args) -> dict:
             row[name]["vs_fp32"] = (row[name]["images_per_s"] / rows["fp32"][name]["images_per_s"]
                                     if "fp32" in rows else None)
     return {"device": device_name(device), "size": f"{args.height}x{args.width}", "arch": args.arch,
-            "batch": args.batch, "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark, "threads": torch.get_num_threads(), "skipped": skipped, "precisions": rows}
+            "batch": args.batch, "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark,
+            "compile": args.compile, "threads": torch.get_num_threads(), "skipped": skipped, "precisions": rows}
 
 
 def device_name(device: torch.device) -> str:
@@ -182,6 +202,8 @@ def main(argv=None) -> int:
                     help="CUDA: NCHW batches (train.channels_last=false)")
     ap.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false",
                     help="CUDA: without cuDNN's autotuner (train.cudnn_benchmark=false)")
+    ap.add_argument("--compile", action="store_true", help="both approaches compiled (train.compile for privreid)")
+    ap.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (aot_eager: the smoke)")
     ap.add_argument("--precisions", default=None, help=f"comma list of {', '.join(PRECISIONS)} (default: per device)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
@@ -193,6 +215,8 @@ def main(argv=None) -> int:
         args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
         if unknown := [p for p in args.precisions if p not in PRECISIONS]:
             ap.error(f"unknown precisions {unknown}; choose from {', '.join(PRECISIONS)}")
+    if args.compile_backend != "inductor":  # every torch.compile of the run, privreid's Module.compile included
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     result = measure(args)
     print(f"{result['device']}: {args.arch} {result['size']}, batch {args.batch}, median of {args.repeats} blocks "
           f"of {args.steps} steps, {result['threads']} torch thread(s)")

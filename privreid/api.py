@@ -22,9 +22,11 @@ class EvaluationResult:
     testsets: dict[str, dict[str, float]]
     records: dict[str, dict[str, Any]] = field(repr=False)
     model: dict[str, Any] | None = None  #: the model file's load report (``LoadReport.to_dict``), if any
+    compile_seconds: float | None = None  #: with ``compile``: the seconds spent compiling
 
     def to_dict(self) -> dict[str, Any]:
-        return {"testsets": self.testsets, "records": self.records, "model": self.model}
+        return {"testsets": self.testsets, "records": self.records, "model": self.model,
+                "compile_seconds": self.compile_seconds}
 
 
 def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet]:
@@ -57,7 +59,7 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
              domains: str | list[str] | None = None, flip: bool = False, metric: str = "euclidean",
              ap: str = "torchreid", single_gallery_shot: bool = False, mode: str | None = None,
              seq_len: int | None = None, interpolation: str | None = None, precision: str = "fp32",
-             batch_size: int = 128, device: str = "cpu", progress: bool = False,
+             compile: bool = False, batch_size: int = 128, device: str = "cpu", progress: bool = False,
              **load_options: Any) -> EvaluationResult:
     """Score ``model`` on every test set of ``data`` with :func:`~privreid.evaluation.model_eval.evaluate_model`.
 
@@ -71,12 +73,13 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     ``devkit``), ``single_gallery_shot``, ``mode`` and ``seq_len``
     (visible-infrared and video data), ``interpolation`` (the test resize,
     ``bilinear`` or ``bicubic``; default: the file's project's, see the load
-    report) and ``precision``; the same values give the same numbers.  Quiet
-    unless ``progress``.
+    report), ``precision`` and ``compile`` (:mod:`privreid.models.compilation`; the result's
+    ``compile_seconds``); the same values give the same numbers.  Quiet unless ``progress``.
     """
     from privreid.evaluation.metric_registry import summary_keys
     from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model
     from privreid.models.external import as_adapter
+    from privreid.models.compilation import CompileClock, compile_if
     from privreid.precision import at_precision, check_precision
 
     given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
@@ -85,16 +88,18 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     kinds = dict(mode=mode, seq_len=seq_len, single_gallery_shot=single_gallery_shot)
     check_eval_options([], **kinds)
     check_precision(precision, device)
-    module = at_precision(adapter.as_module().to(device).eval(), precision, device)
+    module = at_precision(compile_if(adapter.as_module().to(device).eval(), compile, device), precision, device)
     testsets = _testsets(data, domains)
     check_eval_options(testsets, **kinds)
-    records = {ts.name: evaluate_model(module, ts, height=height, width=width, batch_size=batch_size,
-                                       device=device, progress=progress, flip=flip, metric=metric, ap=ap,
-                                       single_gallery_shot=single_gallery_shot, mode=mode or IR_TO_VISIBLE,
-                                       seq_len=seq_len, interpolation=interpolation or adapter.interpolation)
-               for ts in testsets}
+    with CompileClock() as clock:
+        records = {ts.name: evaluate_model(module, ts, height=height, width=width, batch_size=batch_size,
+                                           device=device, progress=progress, flip=flip, metric=metric, ap=ap,
+                                           single_gallery_shot=single_gallery_shot, mode=mode or IR_TO_VISIBLE,
+                                           seq_len=seq_len, interpolation=interpolation or adapter.interpolation)
+                   for ts in testsets}
     return EvaluationResult({name: {k: r[k] for k in summary_keys()} for name, r in records.items()}, records,
-                            adapter.report.to_dict() if adapter.report else None)
+                            adapter.report.to_dict() if adapter.report else None,
+                            clock.seconds if compile else None)
 
 
 def _network(model: Any, load_options: dict[str, Any], device: str,
@@ -128,6 +133,7 @@ class AttackResult:
     target: str
     rows: list[AttackRow]
     records: list[dict[str, Any]] = field(repr=False)  #: the flat rows ``privreid attack`` writes to results.csv
+    compile_seconds: float | None = None  #: with ``compile``: the seconds spent compiling
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,7 +143,7 @@ class AttackResult:
 def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", eps: float = 8 / 255,
            alpha: float | None = None, steps: int = 10, target: str = "query", max_queries: int | None = None,
            domains: str | list[str] | None = None, interpolation: str | None = None, precision: str = "fp32",
-           batch_size: int = 32, seed: int = 0, device: str = "cpu", progress: bool = False,
+           compile: bool = False, batch_size: int = 32, seed: int = 0, device: str = "cpu", progress: bool = False,
            **load_options: Any) -> AttackResult:
     """Adversarial queries against ``model`` on every test set of ``data`` (``privreid attack``'s campaign).
 
@@ -145,8 +151,8 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     list; ``eps`` the L_inf budget in ``[0, 1]`` pixels; ``alpha`` the step
     of the iterative attacks (default ``2.5 * eps / steps``: 2/255 at 8/255
     and 10 steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``,
-    ``load_options``, ``domains``, ``interpolation`` and ``precision`` as :func:`evaluate` (``privreid attack``'s
-    options).
+    ``load_options``, ``domains``, ``interpolation``, ``precision`` and ``compile`` as :func:`evaluate`
+    (``privreid attack``'s options).
     """
     from privreid.retrieval_attacks.campaign import attack_models
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
@@ -157,6 +163,7 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     alpha = default_alpha(eps, steps) if alpha is None else alpha
     if target not in TARGETS:
         raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    from privreid.models.compilation import CompileClock, compile_if
     from privreid.precision import at_precision, check_precision
 
     check_precision(precision, device)
@@ -164,16 +171,17 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     if not adapter.differentiable:
         raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
                           "privreid.evaluate and privreid.corrupt need no gradients)")
-    net = at_precision(net, precision, device)
-    records, _ = attack_models([("model", net, adapter.height, adapter.width, interpolation or adapter.interpolation)],
-                               _testsets(data, domains),
-                               methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
-                               device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
-                               progress=progress)
+    net = at_precision(compile_if(net, compile, device), precision, device)
+    with CompileClock() as clock:
+        records, _ = attack_models([("model", net, adapter.height, adapter.width,
+                                     interpolation or adapter.interpolation)], _testsets(data, domains),
+                                   methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
+                                   device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
+                                   progress=progress)
     keys = [key for key, _ in headline()]
     rows = [AttackRow(r["testset"], r["attack"], {k: r[f"clean_{k}"] for k in keys}, {k: r[k] for k in keys},
                       {k: r[f"drop_{k}"] for k in keys}) for r in records]
-    return AttackResult(eps, alpha, steps, target, rows, records)
+    return AttackResult(eps, alpha, steps, target, rows, records, clock.seconds if compile else None)
 
 
 @dataclass
@@ -463,7 +471,8 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
                         domains: str | None = None, client: str | None = None, flip: bool = False,
                         metric: str = "euclidean", ap: str = "torchreid", single_gallery_shot: bool = False,
                         mode: str | None = None, seq_len: int | None = None, device: str = "auto",
-                        precision: str = "fp32", json_out: Any = None, splits: Any = None, num_splits: int = 10,
+                        precision: str = "fp32", compile: bool = False, json_out: Any = None, splits: Any = None,
+                        num_splits: int = 10,
                         corruption: str | None = None, severity: int | str = "random", corrupt: str = "both",
                         repeats: int = 10, seed: int = 0, pixel_scale: float | str = 1, announce=None,
                         **file_options: Any) -> list[dict[str, Any]]:
@@ -471,6 +480,7 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     query/gallery split of each dataset of ``data`` (default: the checkpoint's), clean or under ``corruption``
     (CIL-ReID's protocol); the small DG benchmarks (``fmt``) under their own protocol, their splits written next
     to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
+    ``compile`` compiles the network (:mod:`privreid.models.compilation`).
     """
     from privreid.corruptions import resolve_corruptions
     from privreid.data.catalog import resolve_datasets, verify_datasets
@@ -483,11 +493,12 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     from privreid.evaluation.model_eval import check_eval_options
     from privreid.malicious_clients.backdoor import recorded_backdoor
     from privreid.models.evaluated import data_source
+    from privreid.models.compilation import compile_if
     from privreid.precision import at_precision, check_precision
 
     def load(dev) -> tuple[Any, Any, Any]:
         [loaded] = load_models([model], announce=announce, **file_options)
-        return loaded, data_source([loaded], data), loaded.network(client, device=dev)
+        return loaded, data_source([loaded], data), compile_if(loaded.network(client, device=dev), compile, dev)
 
     if is_dg_eval_format(fmt):  # each --data root ranked under its small-benchmark protocol
         if not data:
@@ -795,7 +806,7 @@ def attack_settings(*, method: str | list[str] = "all", eps: float = 8 / 255, al
 @python_errors()
 def attack_run(settings: dict[str, Any], out: Any = None, *, client: str | None = None, data: Any = None,
                domains: str | None = None, max_queries: int | None = None, batch_size: int = 32, examples: int = 4,
-               seed: int = 0, device: str = "auto", precision: str = "fp32", announce=None,
+               seed: int = 0, device: str = "auto", precision: str = "fp32", compile: bool = False, announce=None,
                **file_options: Any) -> str:
     """``privreid attack``: the models of ``settings["paths"]`` (:func:`attack_settings`) under every attack
     (:func:`privreid.retrieval_attacks.campaign.attack_checkpoints`); the report written into ``out`` when given.
@@ -807,7 +818,8 @@ def attack_run(settings: dict[str, Any], out: Any = None, *, client: str | None 
     loaded = load_models(settings["paths"], announce=announce, **file_options)
     records, pictures = attack_checkpoints(settings, client=client, data=data, domains=_csv(domains) or None,
                                            max_queries=max_queries, batch_size=batch_size, examples=examples,
-                                           seed=seed, device=device, models=loaded, precision=precision)
+                                           seed=seed, device=device, models=loaded, precision=precision,
+                                           compile=compile)
     report = attack_report(records, settings)
     if out is not None:
         write_attack_report(Path(out), report, records, pictures, settings)

@@ -30,7 +30,7 @@ BASELINE_TRAIN_FLAGS = (
     "--eval-flip --eval-metric --eval-ap --report-best --opt --beta --beta-mode --dp-sgd --client-dp --noise-multiplier --max-grad-norm "
     "--clip --target-epsilon --delta --secure-aggregation --secagg-shares --secagg-threshold --secagg-clip "
     "--secagg-quantization --secagg-max-weight --arch --neck --feat-dim --last-stride --pretrained --weights "
-    "--height --width --audit-holdout --seed --device --workers --precision --out --overwrite --no-overwrite --resume "
+    "--height --width --audit-holdout --seed --device --workers --precision --compile --out --overwrite --no-overwrite --resume "
     "--no-resume --quiet --no-quiet --logger --dry-run --json --parallel-clients --adversary --malicious-clients").split()
 
 

@@ -40,6 +40,11 @@ def test_cpu_smoke_prints_one_table_and_skips_missing_packages(tmp_path):
         assert all(float(x) > 0 for x in value.split(" = ")[0].split(" / "))
     (value,) = [v for k, v in rows.items() if k.endswith("batch 16, fp32, lr 0.1 (0.05 x B/8): img/s privreid / raw")]
     assert all(float(x) > 0 for x in value.split(" = ")[0].split(" / "))  # the larger batch, its rate scaled
+    (value,) = [v for k, v in rows.items() if k.endswith("batch 8, fp32, --compile, lr 0.05 (0.05 x B/8): img/s "
+                                                         "privreid / raw")]
+    measured, compiling = value.split("; compiling ")
+    assert all(float(x) > 0 for x in measured.split(" = ")[0].split(" / "))
+    assert all(float(x) >= 0 for x in compiling.removesuffix(" s").split(" / "))  # compiled, timed apart
     for name in ("host overhead ms/step, tiny model 64x32 batch 8", "evaluation resnet18 64x32 batch 8, flip: features/s",
                  "inversion ig resnet18 32x16: iterations/s"):
         (value,) = [v for k, v in rows.items() if k.startswith(name)]

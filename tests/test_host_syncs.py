@@ -101,6 +101,30 @@ def test_training_reads_nothing_per_step(tiny_synth):
     assert_constant(run)
 
 
+def test_triplet_training_reads_nothing_per_step(tiny_synth):
+    """The batch-hard triplet loss picks its valid anchors on the device (PK batches)."""
+    def run(steps):
+        config = tiny_config(tiny_synth, batch_size=4, max_steps_per_epoch=steps, triplet_weight=1.0,
+                             instances_per_id=2)
+        metrics = _train(config, SupervisedUpdate(config), steps)
+        assert metrics["steps"] == steps
+
+    assert_constant(run)
+
+
+def test_triplet_loss_is_the_mean_over_valid_anchors():
+    """Hand-made distances: anchors 0-3 valid, 4 without a positive (ignored); none valid: 0 with a gradient."""
+    from privreid.losses import batch_hard_triplet_loss
+
+    features = torch.tensor([[0.0], [1.0], [3.0], [7.0], [20.0]], requires_grad=True)
+    labels = torch.tensor([0, 0, 1, 1, 2])
+    # hardest positive / negative: 0: 1 / 3, 1: 1 / 2, 2: 4 / 2, 3: 4 / 6 -> relu(d_ap - d_an + 0.3)
+    want = (0.0 + 0.0 + 2.3 + 0.0) / 4
+    assert batch_hard_triplet_loss(features, labels).item() == pytest.approx(want)
+    alone = batch_hard_triplet_loss(features, torch.tensor([0, 1, 2, 3, 4]))
+    assert alone.item() == 0.0 and alone.requires_grad
+
+
 def test_adam_training_reads_nothing_per_step(tiny_synth):
     def run(steps):
         config = tiny_config(tiny_synth, batch_size=4, max_steps_per_epoch=steps, triplet_weight=0.0, optimizer="adam",

@@ -10,7 +10,7 @@ import typer
 
 from privreid.retrieval_attacks import retrieval_attack_names
 from privreid.errors import ConfigError
-from privreid.commands.options import PrecisionOption
+from privreid.commands.options import CompileOption, PrecisionOption
 from privreid.commands.common import (ArchOption, DeviceOption, HeightOption, InterpolationOption, MeanOption,
                                       StdOption, WidthOption, checkpoint_paths, run_dir_or_exit, run_or_exit)
 
@@ -54,6 +54,7 @@ def attack_command(
     seed: int = typer.Option(0, help="Seed of the attacks' randomness (PGD start, TI input diversity)."),
     device: DeviceOption = "auto",
     precision: PrecisionOption = "fp32",
+    compile_model: CompileOption = False,
     arch: ArchOption = None,
     height: HeightOption = None,
     width: WidthOption = None,
@@ -73,6 +74,7 @@ def attack_command(
     Example: privreid attack --models runs/central/ckpt.pt runs/fedpav/ckpt.pt --method all --eps 8/255 --out runs/attack
     """
     from privreid.api import attack_run, attack_settings
+    from privreid.models.compilation import CompileClock, compile_line
 
     def validate() -> dict[str, Any]:
         settings = attack_settings(method=method, eps=parse_fraction(eps, "--eps"), steps=steps, target=target,
@@ -84,9 +86,14 @@ def attack_command(
 
     settings = run_or_exit(validate)
     with run_dir_or_exit(out, "attack"):
-        typer.echo(run_or_exit(attack_run, settings, out, client=client, data=data, domains=domains,
-                               max_queries=max_queries, batch_size=batch_size, examples=examples, seed=seed,
-                               device=device, precision=precision, announce=typer.echo, arch=arch, height=height,
-                               width=width, mean=mean, std=std, interpolation=interpolation))
+        with CompileClock() as clock:
+            report = run_or_exit(attack_run, settings, out, client=client, data=data, domains=domains,
+                                 max_queries=max_queries, batch_size=batch_size, examples=examples, seed=seed,
+                                 device=device, precision=precision, compile=compile_model, announce=typer.echo,
+                                 arch=arch, height=height, width=width, mean=mean, std=std,
+                                 interpolation=interpolation)
+        typer.echo(report)
+        if compile_model:
+            typer.echo(compile_line(clock.seconds))
         if out is not None:
             typer.echo(f"wrote {out}")

@@ -10,7 +10,7 @@ import typer
 
 from privreid.commands.common import (DATA_HELP, ArchOption, DeviceOption, HeightOption, InterpolationOption,
                                       MeanOption, StdOption, WidthOption, run_or_exit)
-from privreid.commands.options import PrecisionOption
+from privreid.commands.options import CompileOption, PrecisionOption
 
 
 def eval_command(
@@ -41,6 +41,7 @@ def eval_command(
                                           "(6 for HITSZ-VCM and vi-folders, 10 for BUPTCampus)."),
     device: DeviceOption = "auto",
     precision: PrecisionOption = "fp32",
+    compile_model: CompileOption = False,
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON."),
     fmt: str = typer.Option("auto", "--format", help="Layout of the --data roots (auto-detected by default). "
                             "The small DG benchmarks (viper, grid, prid, ilids, 3dpes, caviar, cuhk01, cuhk02, "
@@ -82,16 +83,21 @@ def eval_command(
     """
     from privreid.api import evaluate_checkpoint
     from privreid.io import write_text_atomic
+    from privreid.models.compilation import CompileClock, compile_line
     from privreid.reporting.tables import eval_report
     from privreid.rundir import check_output_file
 
     run_or_exit(check_output_file, json_out, "--json")
-    rows = run_or_exit(evaluate_checkpoint, model, data, fmt=fmt, domains=domains, client=client, flip=flip,
-                       metric=metric, ap=ap, single_gallery_shot=single_gallery_shot, mode=mode, seq_len=seq_len,
-                       device=device, precision=precision, json_out=json_out, splits=splits, num_splits=num_splits,
-                       corruption=corruption, severity=severity, corrupt=corrupt, repeats=repeats, seed=seed,
-                       pixel_scale=pixel_scale, announce=typer.echo, arch=arch, height=height, width=width,
-                       mean=mean, std=std, interpolation=interpolation)
+    with CompileClock() as clock:
+        rows = run_or_exit(evaluate_checkpoint, model, data, fmt=fmt, domains=domains, client=client, flip=flip,
+                           metric=metric, ap=ap, single_gallery_shot=single_gallery_shot, mode=mode,
+                           seq_len=seq_len, device=device, precision=precision, compile=compile_model,
+                           json_out=json_out, splits=splits, num_splits=num_splits, corruption=corruption,
+                           severity=severity, corrupt=corrupt, repeats=repeats, seed=seed, pixel_scale=pixel_scale,
+                           announce=typer.echo, arch=arch, height=height, width=width, mean=mean, std=std,
+                           interpolation=interpolation)
+    if compile_model:
+        typer.echo(compile_line(clock.seconds))
     typer.echo(eval_report(rows, corruption=corruption, corrupt=corrupt, severity=severity, pixel_scale=pixel_scale,
                            repeats=repeats, seed=seed))
     if json_out:

@@ -186,11 +186,19 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "precision": _o("train.precision",
         "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
         "fp32 or bf16). Default fp32, as the papers.", panel=TRAINING, choices=PRECISIONS),
+    "compile": _o("train.compile", "--compile",
+        "torch.compile the model's trunk and the identity loss (the classifier stays eager); the compile time "
+        "is logged and in summary.json (compile_seconds). Not with --dp-sgd. Checkpoints are unchanged.",
+        panel=TRAINING),
 }
 
 #: ``--precision`` of the commands that run a model outside a training run (eval, attack): the help of train's
 PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, bf16 or fp16: autocast of the model's "
                                               "forward passes (the ranking stays fp32). Default fp32.")]
+
+#: ``--compile`` of the commands that run a model outside a training run (eval, attack)
+CompileOption = Annotated[bool, typer.Option("--compile", help="torch.compile the model's forward (the first "
+                                             "batches wait for the compile, whose time is printed).")]
 
 SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
             "--set train.method_options.mu=0.1; the value is parsed by the field's type.")

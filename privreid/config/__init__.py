@@ -196,6 +196,8 @@ class TrainConfig:
     #: during training (:func:`privreid.precision.to_device`, :func:`privreid.precision.cuda_speedups`)
     channels_last: bool = True
     cudnn_benchmark: bool = True
+    #: torch.compile of the model's trunk and the identity loss (:mod:`privreid.models.compilation`)
+    compile: bool = False
     method_options: dict[str, Any] = field(default_factory=dict)
     beta: float = 0.0
     beta_mode: str = "upload"
@@ -324,6 +326,8 @@ class RunConfig:
             (not (t.dp_sgd and t.precision == "fp16"), "--dp-sgd with --precision fp16 is not supported: Opacus 1.6 "
              "runs DP-SGD under autocast but not with a gradient scaler, whose scaled gradients its per-sample "
              "clipping would clip; use --precision bf16 or fp32"),
+            (not (t.dp_sgd and t.compile), "--dp-sgd with --compile is not supported: Opacus's per-sample "
+             "gradient hooks on the model's modules do not fire inside a compiled graph; drop --compile"),
         ]
         for ok, msg in checks:
             if not ok:

@@ -7,6 +7,7 @@ images with the random stream and the output of the per-image PIL pipeline.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -198,9 +199,10 @@ class TensorPipeline:
         #: ``(kind, step, (height, width) of its input)``
         self.steps = steps
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple:
-        """What :meth:`decode`'s output depends on besides the image (a cache key)."""
+        """What :meth:`decode`'s output depends on besides the image (a cache key; computed once: the loader
+        asks for it for every image of every batch)."""
         r = self.resize
         return tuple(r.size), str(r.interpolation), r.max_size, r.antialias
 
@@ -218,7 +220,8 @@ class TensorPipeline:
         for n, (kind, step, _) in enumerate(self.steps):
             draws = [plan[n] for plan in plans]
             if kind == "flip":
-                flipped = torch.tensor(draws, dtype=torch.bool, device=x.device).view(-1, 1, 1, 1)
+                # built on the host, copied without blocking: on CUDA the host does not wait for the device
+                flipped = torch.tensor(draws, dtype=torch.bool).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
                 x = torch.where(flipped, x.flip(-1), x)
             elif kind == "pad":
                 x = torch.nn.functional.pad(x, (step.padding,) * 4, value=0)
@@ -237,7 +240,7 @@ class TensorPipeline:
                 for b, params in enumerate(draws):
                     if params is not None:
                         i, j, h, w, v = params
-                        x[b, :, i:i + h, j:j + w] = v.to(x.device)
+                        x[b, :, i:i + h, j:j + w] = v.to(x.device, non_blocking=True)
         return x
 
     @staticmethod

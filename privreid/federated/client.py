@@ -5,7 +5,9 @@ single resident model already holding the global shared state plus this
 client's local state, trains it in place on the client's own images, and
 returns scalar metrics.  Clients are the only code that touches images.
 The forward pass and the loss run under ``--precision``'s autocast, the
-backward through its loss scaler (:mod:`privreid.precision`; fp32: neither).
+backward through its loss scaler (:mod:`privreid.precision`; fp32: neither);
+with ``--compile``, the model's trunk and the identity loss are compiled
+(:mod:`privreid.models.compilation`).
 
 :class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
 9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
@@ -49,6 +51,7 @@ from privreid.data import ImageDataset, PKSampler, build_transforms
 from privreid.data.types import ClientData
 from privreid.losses import batch_hard_triplet_loss, identity_loss
 from privreid.models import ReIDModel
+from privreid.models.compilation import compile_loss, compile_trunk
 from privreid.precision import autocast, grad_scaler, to_device
 from privreid.federated import fast_optim
 from privreid.federated.lr_schedule import get_schedule, lr_factor
@@ -130,6 +133,8 @@ class SupervisedUpdate:
     def __init__(self, config: RunConfig):
         self.config = config
         self.criterion = identity_loss(config.train.label_smoothing)
+        if config.train.compile:
+            compile_loss(self.criterion)
 
     def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
         """SGD (or Adam) over the learning-rate groups, in this order (subclasses index them).
@@ -189,6 +194,8 @@ class SupervisedUpdate:
 
         t = self.config.train
         model = ctx.model
+        if t.compile:  # in place, once: the trunk keeps its state_dict keys (the classifier changes per client)
+            compile_trunk(model)
         model.train()
         opt = self.optimizer(model, ctx.round)
         self.restore_optimizer(ctx, opt)

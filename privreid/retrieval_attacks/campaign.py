@@ -51,15 +51,18 @@ def attack_models(models: list[tuple[str, torch.nn.Module, int, int]], testsets:
 
 
 def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_queries, batch_size, examples, seed,
-                       device, models: list | None = None, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, tuple]]:
+                       device, models: list | None = None, precision: str = "fp32",
+                       compile: bool = False) -> tuple[list[dict[str, Any]], dict[str, tuple]]:
     """``privreid attack``'s campaign: the models of ``settings["paths"]`` (privreid checkpoints or files from
     elsewhere, :mod:`privreid.models.evaluated`; ``models`` if already loaded) on the test sets of ``data``
     or of the first checkpoint (``domains`` picks some), each at its own input size, its forward passes at
-    ``precision`` (:mod:`privreid.precision`); see :func:`attack_models`."""
+    ``precision`` (:mod:`privreid.precision`), compiled with ``compile`` (:mod:`privreid.models.compilation`); see
+    :func:`attack_models`."""
     from privreid.data.catalog import resolve_datasets
     from privreid.data.partition import as_test_set
     from privreid.device import resolve_device
     from privreid.models.evaluated import data_source, load_evaluated_models, model_labels
+    from privreid.models.compilation import compile_if
     from privreid.precision import at_precision, check_precision
 
     models = models or load_evaluated_models(settings["paths"])
@@ -76,7 +79,8 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     video = [d for d in wanted if datasets[d].tracklets is not None]
     if video:
         raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
-    nets = [(label, at_precision(m.network(client, device=dev), precision, dev), *m.input_size, m.interpolation)
+    nets = [(label, at_precision(compile_if(m.network(client, device=dev), compile, dev), precision, dev),
+             *m.input_size, m.interpolation)
             for label, m in zip(model_labels(models), models)]
     return attack_models(nets, [as_test_set(name, datasets[name]) for name in wanted],
                          methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],

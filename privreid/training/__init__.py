@@ -17,6 +17,7 @@ from privreid.errors import PrivreidError, python_errors
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.lr_schedule import lr_table
 from privreid.io import write_json_atomic
+from privreid.models.compilation import CompileClock, compile_line
 from privreid.rundir import prepare_out_dir
 from privreid.composition import build_run, method_of
 
@@ -48,7 +49,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     (:func:`privreid.provenance.open_run`): ``preset`` is what ``config.yaml``
     holds (``privreid train``'s options; default: the :class:`RunConfig`).
     ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
-    ``summary.json``'s ``files`` block names every file of the run.
+    ``summary.json``'s ``files`` block names every file of the run; with ``train.compile``, its
+    ``compile_seconds`` the time spent compiling (:mod:`privreid.models.compilation`).
     ``parallel_clients`` trains up to that many clients of a round at once on
     Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these
     keywords (``overwrite=True``), where ``privreid train``'s name its flags.
@@ -62,6 +64,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
+    if config.train.compile:
+        check_compile_run(config, parallel_clients)
     method = method_of(config)
     # the one load of the checkpoint; None: stopped before its first checkpoint, so it starts from round 0
     ckpt = resume_checkpoint(out, config) if resume else None
@@ -91,7 +95,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         if mirror is not None:
             engine.record_hooks.append(mirror)
         try:
-            summary = engine.run(resume=ckpt or False)
+            with CompileClock() as clock:
+                summary = engine.run(resume=ckpt or False)
         except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly (commands.common.run_or_exit)
             raise
         except OSError as exc:
@@ -99,6 +104,9 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         finally:
             if mirror is not None:
                 mirror.close()
+        if config.train.compile:
+            engine.log(compile_line(clock.seconds))
+            summary["compile_seconds"] = round(clock.seconds, 3)
         summary["files"] = {"checkpoint": str(out / "ckpt.pt"), "metrics": str(out / "metrics.jsonl"),
                             **provenance_files(out), **({"tensorboard": str(out / "tensorboard")}
                                                         if logger == "tensorboard" else {})}
@@ -154,6 +162,21 @@ def _kept_checkpoint(out: Path, kept: int | None) -> str:
         return "no checkpoint was written yet"
     return (f"the checkpoint of round {kept} ({out / 'ckpt.pt'}) is intact; continue with: "
             f"privreid train --out {shlex.quote(str(out))} --resume")
+
+
+def check_compile_run(config: RunConfig, parallel_clients: int | None) -> None:
+    """Refuse ``--compile`` where it cannot apply to a run (DP-SGD: :meth:`RunConfig.validate`): on a device
+    without the inductor backend's tools (:func:`~privreid.models.compilation.check_compile`), and with
+    ``--parallel-clients``, whose Ray workers would each compile their own model, their compile times out of
+    ``summary.json``."""
+    from privreid.device import resolve_device
+    from privreid.errors import ConfigError
+    from privreid.models.compilation import check_compile
+
+    if parallel_clients is not None:
+        raise ConfigError("--compile with --parallel-clients is not supported: every Ray worker would compile its "
+                          "own copy of the model, and their compile times would not reach summary.json")
+    check_compile(resolve_device(config.train.device))
 
 
 def check_run_flags(overwrite: bool, resume: bool) -> None:
