@@ -73,13 +73,14 @@ def circle_loss(features: torch.Tensor, labels: torch.Tensor, margin: float = 0.
     eye = torch.eye(len(labels), dtype=torch.bool, device=labels.device)
     pos_mask, neg_mask = same & ~eye, ~same
     valid = pos_mask.any(1) & neg_mask.any(1)
-    if not valid.any():
-        return features.sum() * 0.0
-    # only anchors with both kinds of pairs: a row of -inf would give NaN gradients in logsumexp
-    sim = (z[valid] @ z.T)
-    pos_mask, neg_mask = pos_mask[valid], neg_mask[valid]
+    # an anchor without both kinds of pairs would be a row of -inf (NaN gradients in logsumexp): its row keeps
+    # every entry and its loss is then dropped, chosen on the device (no synchronisation per step)
+    pos_mask, neg_mask = pos_mask | ~valid[:, None], neg_mask | ~valid[:, None]
+    sim = z @ z.T
     alpha_p = (1 + margin - sim.detach()).clamp_min(0)
     alpha_n = (sim.detach() + margin).clamp_min(0)
     logit_p = (-gamma * alpha_p * (sim - (1 - margin))).masked_fill(~pos_mask, float("-inf"))
     logit_n = (gamma * alpha_n * (sim - margin)).masked_fill(~neg_mask, float("-inf"))
-    return F.softplus(torch.logsumexp(logit_p, dim=1) + torch.logsumexp(logit_n, dim=1)).mean()
+    losses = F.softplus(torch.logsumexp(logit_p, dim=1) + torch.logsumexp(logit_n, dim=1))
+    some = torch.where(valid, losses, 0.0).sum() / valid.sum().clamp_min(1)
+    return torch.where(valid.all(), losses.mean(), torch.where(valid.any(), some, features.sum() * 0.0))

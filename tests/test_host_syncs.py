@@ -19,6 +19,7 @@ run can check the rest with ``torch.cuda.set_sync_debug_mode("error")``.
 from __future__ import annotations
 
 import collections
+import math
 import sys
 
 import pytest
@@ -123,6 +124,33 @@ def test_triplet_loss_is_the_mean_over_valid_anchors():
     assert batch_hard_triplet_loss(features, labels).item() == pytest.approx(want)
     alone = batch_hard_triplet_loss(features, torch.tensor([0, 1, 2, 3, 4]))
     assert alone.item() == 0.0 and alone.requires_grad
+
+
+def test_circle_loss_reads_nothing_and_drops_anchors_without_pairs():
+    """DPPT's circle loss picks its valid anchors on the device; an anchor without a positive adds nothing.
+
+    Two unit features per label at angle 0 / 90 degrees: s_p = 1 and s_n = 0 for labels 0 and 1, so with margin m
+    and gamma g every valid anchor has one p-term -g m^2 and two n-terms g m (0 - m): its loss is
+    softplus(-2 g m^2 + log 2); label 2's lone anchor has no positive and is dropped."""
+    from privreid.losses import circle_loss
+
+    features = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    labels = torch.tensor([0, 0, 1, 1, 2])
+    m, g = 0.45, 64.0
+    with SyncCounter() as counter:
+        loss = circle_loss(features[:4], labels[:4], margin=m, gamma=g)
+        loss.backward()
+        mixed = circle_loss(features, labels, margin=m, gamma=g)
+        none = circle_loss(features[:2], torch.tensor([0, 1]), margin=m, gamma=g)
+    assert counter.total == 0, counter.calls
+    want = torch.nn.functional.softplus(torch.tensor(-2 * g * m * m + math.log(2), dtype=torch.float64)).item()
+    assert loss.item() == pytest.approx(want, rel=1e-5) and torch.isfinite(features.grad).all()
+    # the lone anchor (label 2) is dropped, but it is a negative of the others: their n-terms grow
+    s_n = 1 / 2 ** 0.5
+    extra = g * (s_n + m) * (s_n - m)
+    one = torch.logsumexp(torch.tensor([g * m * (0 - m), g * m * (0 - m), extra], dtype=torch.float64), 0) - g * m * m
+    assert mixed.item() == pytest.approx(torch.nn.functional.softplus(one).item(), rel=1e-5)
+    assert none.item() == 0.0 and none.requires_grad
 
 
 def test_adam_training_reads_nothing_per_step(tiny_synth):

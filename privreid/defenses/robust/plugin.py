@@ -284,13 +284,15 @@ class FLTrust(UpdateRule):
 
         import torch
 
+        from privreid.pickle_scan import safe_torch_load
+
         path = self.option(config, "root")
         if not isinstance(path, str) or not path:
             raise ConfigError(f"defense {self.name!r} needs the server's root update g0: set "
                               f"train.defenses.{self.name}.root=PATH (a torch.save'd dict of the update on the shared "
                               "keys); privreid does not train g0 itself: its public set is unlabelled")
         try:
-            root = torch.load(path, map_location="cpu", weights_only=True)
+            root = safe_torch_load(path, map_location="cpu")
         except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
             raise ConfigError(f"defense {self.name!r}: cannot read the root update {path}: {exc}") from None
         if not isinstance(root, dict) or not all(isinstance(v, torch.Tensor) for v in root.values()):
