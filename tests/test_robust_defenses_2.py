@@ -193,6 +193,21 @@ def test_flame_needs_two_clients_per_round():
     assert "\n" not in str(info.value)
 
 
+def test_a_flame_run_records_its_verdicts_and_deviation(tiny_synth, tmp_path):
+    from privreid.training import train_run
+
+    train_run(tiny_config(tiny_synth, rounds=1, defenses={"flame": {}}), tmp_path / "run", progress=False,
+              echo=lambda s: None)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["privacy"]["server_defenses"] == {"flame": {"noise_lambda": 0.001}}
+    assert any(d.startswith("flame clusters the updates'") for d in summary["deviations"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (record,) = [r for r in records if r.get("scope") == "defense"]
+    # two clients: HDBSCAN's single cluster of 2 // 2 + 1 = 2 holds both
+    assert record["defense"] == "flame" and sorted(record["accepted"]) == ["synthA", "synthB"]
+    assert record["rejected"] == []
+
+
 def test_krum_and_multi_krum_records_name_the_uploads_whose_mean_is_the_output():
     # the hand case of test_robust_aggregation.py: Krum picks c1; Multi-Krum (keep 3) averages c0, c1, c2
     for keep, accepted in ((0, ["c1"]), (3, ["c0", "c1", "c2"])):
