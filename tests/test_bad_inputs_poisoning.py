@@ -33,6 +33,7 @@ CASES = [
     _case("weak-dp-with-secagg", "--secure-aggregation", "--set", "train.defenses.weak-dp.bound=1",
           says="--secure-aggregation hides"),
     _case("fltrust-without-root", "--set", "train.defenses.fltrust={{}}", says="needs the server's root update g0"),
+    _case("flame-negative-noise", "--set", "train.defenses.flame.noise_lambda=-0.1", says="noise_lambda must be >= 0"),
     _case("robust-on-cdw", "--method", "fedpav-cdw", "--set", "train.defenses.robust-median={{}}",
           says="replaces a plain mean of the uploads"),
     _case("unknown-option", "--set", "train.defenses.robust-median.f=1", says="has no option f"),

@@ -1,4 +1,4 @@
-"""Issue 43's server defenses (geometric median, centered clipping, FoolsGold, FLTrust), the detection records of
+"""Issue 43's server defenses (geometric median, centered clipping, FoolsGold, FLTrust, FLAME), the detection records of
 the rules that select clients, and norm-bound under secure aggregation as a verified bound."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from conftest import tiny_config
 from test_secagg import flower_cfg, secure_flower_run, synth3  # noqa: F401 (synth3: the Flower sites' fixture)
 from privreid.config import RunConfig, TrainConfig
 from privreid.defenses import apply_defenses
-from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate
+from privreid.defenses.client_dp.mechanism import trainable_parameter_names
+from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate, flame_rule
 from privreid.defenses.secure_aggregation.mechanism import SecureAggregate
 from privreid.errors import ConfigError
 from privreid.federated.registry import get_method
@@ -43,7 +44,7 @@ def _root(tmp_path, update: dict) -> str:
 
 
 @pytest.mark.parametrize("name, options", [("robust-geomed", {}), ("centered-clipping", {"tau": 0.1}),
-                                           ("fltrust", None)])
+                                           ("fltrust", None), ("flame", {"noise_lambda": 0})])
 def test_on_identical_uploads_each_new_rule_is_plain_averaging(name, options, tmp_path):
     torch.manual_seed(0)
     glob = {"conv.weight": torch.randn(4, 3, 3, 3), "bn.running_var": torch.rand(4) + 0.5,
@@ -139,11 +140,72 @@ def test_fltrust_without_a_root_update_is_refused_in_one_line(tmp_path):
     ("centered-clipping", {"tau": -1}, "tau must be > 0"),
     ("centered-clipping", {"iterations": 1.5}, "iterations must be an integer"),
     ("foolsgold", {"kappa": 0}, "kappa must be > 0"),
+    ("flame", {"noise_lambda": -0.001}, "noise_lambda must be >= 0"),
+    ("flame", {"noise_lambda": "0.001"}, "noise_lambda must be a number"),
 ])
 def test_bad_options_are_one_line(name, options, says):
     with pytest.raises(ConfigError, match=says) as info:
         _strategy(name, options).aggregate({"w": torch.zeros(2, dtype=torch.float64)}, _pairs([0.0, 1.0, 2.0]))
     assert "\n" not in str(info.value)
+
+
+def test_hand_computed_flame():
+    # updates (1, 0), (-2, 0), (3, 0), (-5, 0), (24, 7) around G = (1, -1): c0, c2, c4 within cosine distance
+    # 1 - 24/25 = 0.04 of each other, c1 and c3 at 1.96 from them: HDBSCAN's cluster of >= 5 // 2 + 1 = 3 is
+    # {c0, c2, c4}, c1 and c3 are noise.  Norms 1, 2, 3, 5, 25 (every client's): S = 3; clipped (1, 0), (3, 0),
+    # (24, 7) * 3/25 = (2.88, 0.84); mean (6.88 / 3, 0.28); noise_lambda 0: no noise
+    glob = {"w": torch.tensor([1.0, -1.0], dtype=torch.float64)}
+    rows = [[1.0, 0.0], [-2.0, 0.0], [3.0, 0.0], [-5.0, 0.0], [24.0, 7.0]]
+    result = _strategy("flame", {"noise_lambda": 0}).aggregate(glob, _vectors([[1 + a, -1 + b] for a, b in rows]))
+    torch.testing.assert_close(result.global_state["w"], torch.tensor([1 + 6.88 / 3, -1 + 0.28], dtype=torch.float64))
+    assert result.records == [{"scope": "defense", "defense": "flame", "accepted": ["c0", "c2", "c4"],
+                               "rejected": ["c1", "c3"]}]
+
+
+def test_flame_noise_is_lambda_times_the_median_norm_on_the_trainable_parameters_only():
+    # identical updates, of norm 12 on "w" and (3, 4) on "bn.running_var": S = sqrt(144 + 25) = 13 (the norm covers
+    # every floating tensor), lambda 1/13: the aggregate is the update plus N(0, 1) on "w" only
+    update = torch.full((20000,), 12.0 / math.sqrt(20000), dtype=torch.float64)
+    stats = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    uploads = [Upload(f"c{i}", {"w": update.clone(), "bn.running_var": stats.clone()}, 1) for i in range(4)]
+    glob = {"w": torch.zeros(20000, dtype=torch.float64), "bn.running_var": torch.zeros(2, dtype=torch.float64)}
+    torch.manual_seed(0)
+    out = RobustAggregate(flame_rule(1 / 13, {"w"}), name="flame", updates=True).aggregate(glob, uploads).global_state
+    assert float((out["w"] - update).std()) == pytest.approx(1.0, rel=0.03)
+    assert torch.equal(out["bn.running_var"], stats)
+
+
+def test_flame_noises_the_methods_trainable_parameters(tiny_synth):
+    cfg = tiny_config(tiny_synth, defenses={"flame": {"noise_lambda": 1.0}})
+    model = get_method("fedpav").build_model(cfg, initial_weights=False)
+    trainable = trainable_parameter_names(get_method("fedpav"), cfg)
+    param = next(k for k in trainable if "classifier" not in k)
+    buffer = next(k for k, _ in model.named_buffers() if k.endswith("running_var"))
+    glob = {param: torch.zeros(50), buffer: torch.zeros(50)}
+    uploads = [Upload(f"c{i}", {param: torch.ones(50), buffer: torch.ones(50)}, 1) for i in range(3)]
+    out = apply_defenses(get_method("fedpav"), cfg).strategy(cfg).aggregate(glob, uploads).global_state
+    assert not torch.equal(out[param], torch.ones(50)) and torch.equal(out[buffer], torch.ones(50))
+
+
+def test_flame_needs_two_clients_per_round():
+    with pytest.raises(ConfigError, match="at least 2 clients per round") as info:
+        _strategy("flame", {}).aggregate({"w": torch.zeros(1, dtype=torch.float64)}, _vectors([[1.0]]))
+    assert "\n" not in str(info.value)
+
+
+def test_a_flame_run_records_its_verdicts_and_deviation(tiny_synth, tmp_path):
+    from privreid.training import train_run
+
+    train_run(tiny_config(tiny_synth, rounds=1, defenses={"flame": {}}), tmp_path / "run", progress=False,
+              echo=lambda s: None)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["privacy"]["server_defenses"] == {"flame": {"noise_lambda": 0.001}}
+    assert any(d.startswith("flame clusters the updates'") for d in summary["deviations"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (record,) = [r for r in records if r.get("scope") == "defense"]
+    # two clients: HDBSCAN's single cluster of 2 // 2 + 1 = 2 holds both
+    assert record["defense"] == "flame" and sorted(record["accepted"]) == ["synthA", "synthB"]
+    assert record["rejected"] == []
 
 
 def test_krum_and_multi_krum_records_name_the_uploads_whose_mean_is_the_output():
@@ -262,7 +324,7 @@ def test_when_every_input_fails_the_round_keeps_the_global_model(tiny_synth):
 def test_weak_dp_and_the_robust_rules_stay_refused_under_secure_aggregation(tiny_synth):
     from privreid.defenses.registry import get_defense
 
-    for name in ("weak-dp", "robust-geomed", "foolsgold"):
+    for name in ("weak-dp", "robust-geomed", "foolsgold", "flame"):
         cfg = tiny_config(tiny_synth, secure_aggregation=True, defenses={name: {}})
         with pytest.raises(ConfigError, match="--secure-aggregation hides"):
             get_defense(name).check(cfg, [], 3)

@@ -21,6 +21,9 @@ defense                     options (default)    what the server does with the r
 ``foolsgold``               ``kappa`` (1.0)      FoolsGold's logit weights from the updates' cosine similarities
 ``fltrust``                 ``root`` (none:      FLTrust's trust-weighted mean against the root update ``g0``
                             refused)             (a ``torch.save``'d dict of the update on the shared keys)
+``flame``                   ``noise_lambda``     FLAME: HDBSCAN's majority cluster of the updates (cosine
+                            (0.001)              distances), clipped to their median norm, averaged, plus
+                                                 ``N(0, (noise_lambda * median)^2)``; needs ``n >= 2``
 ``norm-bound``              ``bound`` (1.0),     each update clipped to L2 ``bound`` (trainable parameters;
                             ``buffers``          with ``buffers`` BatchNorm's running statistics too); under
                             (secure agg.)        ``--secure-aggregation`` a verified bound: an input over it is
@@ -30,7 +33,7 @@ defense                     options (default)    what the server does with the r
 ==========================  ===================  ==============================================================
 
 Which clients a rule accepted and rejected (Krum, Multi-Krum, Bulyan,
-FoolsGold, FLTrust, norm-bound under secure aggregation) or clipped
+FoolsGold, FLTrust, FLAME, norm-bound under secure aggregation) or clipped
 (norm-bound, weak-dp) is each round's ``scope: "defense"`` record.
 
 ``n`` is the number of clients a round aggregates: each rule checks it
@@ -120,6 +123,10 @@ class RobustRule(ServerDefense):
     def rule(self, config: RunConfig):
         raise NotImplementedError
 
+    def rule_for(self, method, config: RunConfig):
+        """The rule a run of ``method`` aggregates with: :meth:`rule`, unless the rule needs the method's model."""
+        return self.rule(config)
+
     def wrap(self, method, config):
         import dataclasses
 
@@ -129,7 +136,7 @@ class RobustRule(ServerDefense):
         require("flwr", f"defense {self.name!r} (Flower's aggregation functions)")
         make_strategy = method.make_strategy
         return dataclasses.replace(method, make_strategy=lambda c, model_config: replace_plain_mean(
-            make_strategy(c, model_config), self.rule(c), self.name, method.name,
+            make_strategy(c, model_config), self.rule_for(method, c), self.name, method.name,
             check=lambda n: self.check_settings(c, n), updates=self.updates))
 
     def supports(self, method) -> str:
@@ -305,6 +312,36 @@ class FLTrust(UpdateRule):
         return fltrust_rule(self.root_update(config))
 
 
+class Flame(RobustRule):
+    """FLAME (:func:`~privreid.defenses.robust.rules.flame_rule`); its noise covers the method's trainable
+    parameters, so its rule is made for the method (:meth:`rule_for`), not from the options alone."""
+
+    name = "flame"
+    updates = True
+    summary = ("FLAME (Nguyen et al. 2022): HDBSCAN's majority cluster of the updates, clipped to their median norm, "
+               "averaged, plus Gaussian noise")
+    options = {"noise_lambda": 0.001}
+
+    def deviation(self, config):
+        return ("flame clusters the updates' cosine distances (the paper: the local models'), clips and averages "
+                "every shared floating tensor (noise on the trainable parameters only); noise_lambda is given, not "
+                "derived from an (epsilon, delta)")
+
+    def check_settings(self, config, n) -> None:
+        if self.number(config, "noise_lambda") < 0:
+            raise ConfigError(f"defense {self.name!r}: noise_lambda must be >= 0 (got "
+                              f"{self.option(config, 'noise_lambda')})")
+        if n < 2:
+            raise ConfigError(f"defense {self.name!r} clusters the clients' updates: it needs at least 2 clients per "
+                              f"round (a round aggregates {n})")
+
+    def rule_for(self, method, config):
+        from privreid.defenses.client_dp.mechanism import trainable_parameter_names
+        from privreid.defenses.robust.rules import flame_rule
+
+        return flame_rule(self.option(config, "noise_lambda"), trainable_parameter_names(method, config))
+
+
 class NormBound(ServerDefense):
     """Norm bounding; under ``--secure-aggregation`` a verified bound on every input of the secure sum
     (:meth:`~privreid.defenses.secure_aggregation.mechanism.SecureAggregate.with_input_bound`: an input over
@@ -405,7 +442,7 @@ class WeakDP(NormBound):
 
 #: the defenses of this module, which read each upload at the server (tests/test_robust_aggregation.py checks them)
 SERVER_DEFENSES = (Krum(), Median(), TrimmedMean(), Bulyan(), GeometricMedian(), CenteredClipping(), FoolsGold(),
-                   FLTrust(), NormBound(), WeakDP())
+                   FLTrust(), Flame(), NormBound(), WeakDP())
 for _defense in SERVER_DEFENSES:
     register(_defense)
 

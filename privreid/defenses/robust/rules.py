@@ -8,14 +8,15 @@ Two mechanisms a server can run against its own poisoned clients:
   (``flwr.server.strategy.aggregate``) Krum / Multi-Krum (Blanchard et al.
   2017), the coordinate-wise median and trimmed mean (Yin et al. 2018) and
   Bulyan (El Mhamdi et al. 2018); written here, on the updates, the geometric
-  median (RFA), centered clipping, FoolsGold and FLTrust.  The rules run on
+  median (RFA), centered clipping, FoolsGold and FLTrust; FLAME on
+  scikit-learn's HDBSCAN.  The rules run on
   every floating tensor of the uploads (the model's parameters and
   BatchNorm's running statistics); integer buffers are the heaviest upload's,
   as in the plain mean (:class:`~privreid.federated.strategy.WeightedSum`).
   A robust rule needs every upload at once, so it keeps the round's uploads
   (:class:`~privreid.federated.strategy.KeepUploads`).  A rule that selects,
   drops or zero-weights clients (Krum, Multi-Krum, Bulyan, FoolsGold,
-  FLTrust) says which (:class:`Verdict`), and the round's ``records`` carry
+  FLTrust, FLAME) says which (:class:`Verdict`), and the round's ``records`` carry
   ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.
 * :class:`BoundedNorm` clips each client's update ``theta_k - theta`` on the
   trainable parameters to an L2 bound before the inner strategy sees it
@@ -137,9 +138,10 @@ def bulyan_rule(f: int) -> Rule:
         bulyan_selection(results, f))
 
 
-# The four rules below have no implementation in Flower (flwr.server.strategy.aggregate offers the mean, median,
-# trimmed mean, Krum and Bulyan; its strategies none of these), scikit-learn is not installed, so they are written
-# here in numpy, on the updates ``Delta_i = theta_i - theta`` flattened into the rows of one float64 matrix.
+# The rules below have no implementation in Flower (flwr.server.strategy.aggregate offers the mean, median,
+# trimmed mean, Krum and Bulyan; its strategies none of these) nor in scikit-learn (whose HDBSCAN FLAME uses), so
+# they are written here in numpy, on the updates ``Delta_i = theta_i - theta`` flattened into the rows of one
+# float64 matrix.
 
 def _flat(results: list[tuple[list[np.ndarray], int]]) -> np.ndarray:
     return np.stack([np.concatenate([a.ravel() for a in arrays]) if arrays else np.zeros(0) for arrays, _ in results])
@@ -260,6 +262,50 @@ def fltrust_rule(root: Mapping[str, torch.Tensor]) -> Rule:
         g0 = np.concatenate([root[k].detach().to("cpu", torch.float64).numpy().ravel() for k in results.keys])
         total, scores = fltrust_aggregate(_flat(results), g0)
         return Verdict(_unflat(total, results[0][0]), [i for i, s in enumerate(scores) if s > 0])
+
+    return rule
+
+
+def flame_admitted(updates: np.ndarray) -> np.ndarray:
+    """FLAME's model filtering (Nguyen et al., USENIX Security 2022, Algorithm 1, step 1): HDBSCAN
+    (scikit-learn's) on the pairwise cosine distances ``c_ij = 1 - cos(u_i, u_j)`` of the rows ``u_i``, with
+    ``min_cluster_size = n // 2 + 1`` (the paper's majority), ``min_samples = 1`` and a single cluster allowed
+    (the setting of the public implementations: with a majority size at most one cluster exists).  Returns the
+    sorted indices of the largest cluster; HDBSCAN's noise points are rejected (none admitted if all are noise)."""
+    from sklearn.cluster import HDBSCAN
+
+    n = len(updates)
+    distances = np.clip(1.0 - _cosine(updates, updates), 0.0, 2.0)
+    np.fill_diagonal(distances, 0.0)  # a zero update's cosine is 0 here, its distance to itself still 0
+    labels = HDBSCAN(min_cluster_size=n // 2 + 1, min_samples=1, metric="precomputed", allow_single_cluster=True,
+                     copy=True).fit(distances).labels_
+    clustered = labels[labels >= 0]
+    return np.flatnonzero(labels == np.bincount(clustered).argmax()) if clustered.size else np.zeros(0, dtype=int)
+
+
+def flame_rule(noise_lambda: float, parameters: Collection[str]) -> Rule:
+    """FLAME (Nguyen et al., USENIX Security 2022, Algorithm 1), on the updates ``u_i = W_i - G_{t-1}``:
+
+    1. model filtering: the admitted updates ``b_1..b_L`` (:func:`flame_admitted`);
+    2. adaptive clipping: ``e_i = ||u_i||`` for every client, ``S_t = median(e_1..e_n)``, each admitted update
+       scaled by ``min(1, S_t / e_i)``, and their unweighted mean ``sum_l u_{b_l} / L``;
+    3. adaptive noising: ``+ N(0, sigma^2)``, ``sigma = noise_lambda * S_t`` (their Sec. 5: 0.001 for image
+       tasks), on the keys in ``parameters`` (the trainable parameters, as weak DP).
+
+    Accepted: the admitted clients; no update when none is admitted.  Deviations: the cosine distances are the
+    updates' (the paper's are the local models', whose cosines all lie near 1 around the shared global model);
+    the updates cover every floating tensor (BatchNorm's running statistics too); ``noise_lambda`` is given,
+    not derived from an (epsilon, delta) as in their Sec. 4."""
+    def rule(results):
+        updates = _flat(results)
+        norms = np.linalg.norm(updates, axis=1)
+        bound = float(np.median(norms))
+        admitted = flame_admitted(updates)
+        scale = np.minimum(1.0, bound / np.where(norms[admitted] > 0, norms[admitted], 1.0))
+        total = (updates[admitted] * scale[:, None]).mean(axis=0) if admitted.size else np.zeros(updates.shape[1])
+        mean = {k: torch.from_numpy(a) for k, a in zip(results.keys, _unflat(total, results[0][0]))}
+        noisy = add_white_noise(mean, noise_lambda * bound, parameters)
+        return Verdict([noisy[k].numpy() for k in results.keys], admitted.tolist())
 
     return rule
 
