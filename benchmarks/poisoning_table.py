@@ -3,16 +3,24 @@
 FedPav on a synthetic federation (:data:`SYNTH`: 3 domains of 36 training
 and 20 test identities, written into ``--out`` unless ``--data`` is given)
 split by identity into 3 clients per domain (9 clients, all in every round),
-the last 2 malicious.  Rows are the attacks (none, label flip, scaled updates,
-backdoor, distributed backdoor, and the backdoor boosted as model replacement:
-``boost`` 4.5 = 9 clients / 2 malicious); columns the server's aggregation
-(plain FedPav, Krum, Multi-Krum, coordinate-wise median, trimmed mean, Bulyan,
-norm bounding) and secure aggregation, plus the centralised reference: a centralised model
-trained on the same poisoned data (the federation's clients after the
-attack's data poisoning, pooled; an attack on the upload, scaled updates,
-leaves the data clean).  A cell is the global model's clean mAP (mean over
-the seen test sets) and, for a backdoor row, its ASR (the whole trigger on
-every query of the target's test set; ``privreid.evaluation.backdoor``).
+the last 2 malicious.  Rows are the attacks (:data:`ATTACKS`: none, label
+flip, scaled updates, the backdoors: patch, boosted as model replacement
+(``boost`` 4.5 = 9 clients / 2 malicious), blended, constrain-and-scale,
+Neurotoxin, distributed; the adaptive attacks on the uploads: ALIE, IPM,
+Min-Max, Min-Sum, Fang); columns the server's aggregation (:data:`DEFENSES`:
+plain FedPav, Krum, Multi-Krum, median, trimmed mean, Bulyan, geometric
+median, centered clipping, FoolsGold, FLTrust, FLAME, norm bounding), secure
+aggregation alone and with norm bounding as a verified input bound, plus the
+centralised reference: a centralised model trained on the same poisoned data
+(the federation's clients after the attack's data poisoning, pooled; an
+attack on the upload leaves the data clean).  A cell is the global model's
+clean mAP (mean over the seen test sets) and, for a backdoor row, its ASR
+(the whole trigger on every query of the target's test set, also on the
+gallery without the attacker's own images of the target;
+``privreid.evaluation.backdoor``); with ``--eval-every k`` also the ASR of
+every k-th round from ``metrics.jsonl``, and for a defense that rejects
+clients its detection TPR / FPR over the rounds (``scope: "detection"``).
+FLTrust's root update ``g0`` is :func:`root_update`'s.
 
 Every cell starts from the same clean model (a warm start: centralised
 training on the clean data, ``--warm-rounds`` x ``--warm-steps`` steps; attacks
@@ -59,11 +67,12 @@ from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.statistics import describe
 from privreid.malicious_clients import adversary_plan
 from privreid.malicious_clients.backdoor import recorded_backdoor
+from privreid.malicious_clients.detection import detection_totals
 from privreid.checkpoint import load_model
 from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.synthetic import SynthConfig, generate_synthetic
-from privreid.evaluation.backdoor import evaluate_backdoor
+from privreid.evaluation.backdoor import CLEAN_GALLERY, evaluate_backdoor
 from privreid.evaluation.chance import chance_metrics
 from privreid.evaluation.model_eval import evaluation_split
 from privreid.federated.engine import FederatedEngine
@@ -77,27 +86,39 @@ SYNTH = SynthConfig(num_domains=3, ids_per_domain=36, test_ids_per_domain=20, ca
 #: row label -> ``train.adversary`` (without ``malicious``)
 ATTACKS = {"no attack": None, "label flip": {"name": "label-flip"}, "scaled": {"name": "scaled"},
            "backdoor": {"name": "backdoor", "fraction": 1.0}, "DBA": {"name": "dba", "fraction": 1.0},
-           "backdoor, boosted": {"name": "backdoor", "fraction": 1.0, "boost": 4.5}}
-#: column label -> ``train.defenses`` / secure aggregation
-DEFENSES = {"plain FedPav": {}, "Krum (f=2)": {"robust-krum": {"f": 2}},
-            "Multi-Krum (f=2, m=7)": {"robust-krum": {"f": 2, "keep": 7}}, "median": {"robust-median": {}},
-            "trimmed mean (0.25)": {"robust-trimmed-mean": {"fraction": 0.25}},
-            "Bulyan (f=1)": {"robust-bulyan": {"f": 1}}, "norm bounding": {"norm-bound": {"bound": 1.0}},
-            "secure aggregation": "secure-aggregation"}
+           "backdoor, boosted": {"name": "backdoor", "fraction": 1.0, "boost": 4.5},
+           "backdoor, blended": {"name": "backdoor", "fraction": 1.0, "trigger": "blend"},
+           "constrain-and-scale": {"name": "constrain-scale", "fraction": 1.0},
+           "Neurotoxin": {"name": "neurotoxin", "fraction": 1.0},
+           "ALIE": {"name": "alie"}, "IPM": {"name": "ipm"}, "Min-Max": {"name": "min-max"},
+           "Min-Sum": {"name": "min-sum"}, "Fang": {"name": "fang"}}
+#: column label -> the ``train`` fields it sets (server defenses, secure aggregation)
+DEFENSES = {"plain FedPav": {}, "Krum (f=2)": {"defenses": {"robust-krum": {"f": 2}}},
+            "Multi-Krum (f=2, m=7)": {"defenses": {"robust-krum": {"f": 2, "keep": 7}}},
+            "median": {"defenses": {"robust-median": {}}},
+            "trimmed mean (0.25)": {"defenses": {"robust-trimmed-mean": {"fraction": 0.25}}},
+            "Bulyan (f=1)": {"defenses": {"robust-bulyan": {"f": 1}}},
+            "geometric median": {"defenses": {"robust-geomed": {}}},
+            "centered clipping": {"defenses": {"centered-clipping": {}}},
+            "FoolsGold": {"defenses": {"foolsgold": {}}}, "FLTrust": {"defenses": {"fltrust": {}}},
+            "FLAME": {"defenses": {"flame": {}}},
+            "norm bounding": {"defenses": {"norm-bound": {"bound": 1.0}}},
+            "secure aggregation": {"secure_aggregation": True},
+            "secure aggregation + verified norm bound": {"secure_aggregation": True,
+                                                         "defenses": {"norm-bound": {"bound": 1.0}}}}
 CENTRAL = "centralised, same data"
 #: ``--smoke``: the rows and columns it runs (every kind of cell: clean, a data attack on two clients, a robust rule,
 #: secure aggregation, the centralised reference)
 SMOKE_ATTACKS, SMOKE_DEFENSES = ("no attack", "DBA"), ("plain FedPav", "Krum (f=2)", "secure aggregation")
 
 
-def run_config(args, attack: dict | None, defense, method: str = "fedpav") -> RunConfig:
-    """One cell's run: the table's data, model and budget with ``attack`` and ``defense``, from the warm start."""
+def run_config(args, attack: dict | None, defense: dict, method: str = "fedpav") -> RunConfig:
+    """One cell's run: the table's data, model and budget with ``attack`` and ``defense`` (the ``train`` fields a
+    column sets), from the warm start."""
     train = dict(method=method, rounds=args.rounds, batch_size=BATCH, max_steps_per_epoch=args.steps,
-                 lr_backbone=LR, device="cpu", seed=args.seed)
-    if defense == "secure-aggregation":
-        train["secure_aggregation"] = True
-    elif defense:
-        train["defenses"] = defense
+                 lr_backbone=LR, device="cpu", seed=args.seed, eval_every=args.eval_every, **defense)
+    if "fltrust" in defense.get("defenses", {}):  # the seed's root update (root_update)
+        train["defenses"] = {**defense["defenses"], "fltrust": {"root": args.fltrust_root}}
     if attack and method != "centralized":
         train["adversary"] = {**attack, "malicious": MALICIOUS}
     return RunConfig(data=DataConfig(roots=list(args.data), protocol="by-identity", num_clients=3, height=32,
@@ -110,12 +131,26 @@ def warm_start(args, out: Path) -> str:
     """The clean model every cell starts from: centralised on the clean data (``--warm-rounds`` epochs of at most
     ``--warm-steps`` steps), saved as a full-model state dict without classifier (heads are per client)."""
     config = run_config(args, None, {}, method="centralized")
-    config.train.rounds, config.train.max_steps_per_epoch = args.warm_rounds, args.warm_steps
+    config.train.rounds, config.train.max_steps_per_epoch, config.train.eval_every = args.warm_rounds, args.warm_steps, 0
     train(config, out / "warm")
     state = {k: v for k, v in load_model(out / "warm" / "ckpt.pt").state_dict().items()
              if not k.startswith("classifier")}
     torch.save(state, out / "warm.pt")
     return str(out / "warm.pt")
+
+
+def root_update(args, out: Path) -> str:
+    """FLTrust's root update ``g0`` (Cao et al. 2021: the server's own update on a small clean root data set):
+    ``--steps`` steps of centralised training on the clean pooled data from the warm start, minus the warm start,
+    on every floating entry the clients upload; the same ``g0`` every round (the defense's stated deviation)."""
+    config = run_config(args, None, {}, method="centralized")
+    config.train.rounds, config.train.eval_every = 1, 0
+    train(config, out / "root")
+    warm = torch.load(args.warm_start, weights_only=True)
+    trained = load_model(out / "root" / "ckpt.pt").state_dict()
+    torch.save({k: trained[k].double() - v.double() for k, v in warm.items() if torch.is_floating_point(v)},
+               out / "fltrust_root.pt")
+    return str(out / "fltrust_root.pt")
 
 
 def train(config: RunConfig, out: Path, federation=None) -> dict:
@@ -135,16 +170,26 @@ def poisoned_federation(config: RunConfig):
 
 def measure(summary: dict, out: Path, backdoor, config: RunConfig) -> dict:
     """A cell: clean mAP (mean over the seen test sets), the test sets on which the model's features were not
-    finite (if any), and, with ``backdoor``, the ASR on the target's test set."""
+    finite (if any); with ``backdoor``, the ASR on the target's test set (also on the gallery without the
+    attacker's own images of the target) and the ASR of every evaluated round (``metrics.jsonl``); with a
+    defense that rejects clients, its detection TPR / FPR over the run."""
     cell = {"mAP": summary["global_seen"]["mAP"]}
     broken = sorted(name for name, m in summary["global_seen_per_testset"].items() if m.get("non_finite_features"))
     if broken:  # scored at chance level (privreid.evaluation.model_eval)
         cell["non_finite"] = broken
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     if backdoor is not None:
         [testset] = [t for t in federation_for_config(config).seen if t.name == backdoor.target_domain]
         measured = evaluate_backdoor(load_model(out / "ckpt.pt"), testset, backdoor, height=config.data.height,
                                      width=config.data.width)
         cell["asr"] = measured["asr"]
+        if measured.get("asr" + CLEAN_GALLERY) is not None:
+            cell["asr" + CLEAN_GALLERY] = measured["asr" + CLEAN_GALLERY]
+        rounds = {rec["round"]: rec["asr"] for rec in metrics if rec.get("scope") == "backdoor" and "asr" in rec}
+        if rounds:
+            cell["asr_per_round"] = [rounds[r] for r in sorted(rounds)]
+    for name, totals in detection_totals(metrics).items():
+        cell["detection"] = {"defense": name, "tpr": totals["tpr"], "fpr": totals["fpr"]}
     return cell
 
 
@@ -200,10 +245,19 @@ def over_seeds(cells: list[dict]) -> dict:
         return cells[0]
     done = [c for c in cells if "failed" not in c]
     out = {"n": len(done), "failed": len(cells) - len(done)}
-    for metric in ("mAP", "asr"):
+    for metric in ("mAP", "asr", "asr" + CLEAN_GALLERY):
         stats = describe([c[metric] for c in done if metric in c], metric)
         if stats[f"{metric}_n"]:
             out |= {metric: stats.pop(f"{metric}_mean")} | stats
+    for rate in ("tpr", "fpr"):
+        values = [c["detection"][rate] for c in done if c.get("detection", {}).get(rate) is not None]
+        if values:
+            out.setdefault("detection", {"defense": next(c["detection"]["defense"] for c in done if "detection" in c)})
+            out["detection"] |= {rate: float(np.mean(values)), f"{rate}_std": float(np.std(values, ddof=1))
+                                 if len(values) > 1 else 0.0}
+    curves = [c["asr_per_round"] for c in done if "asr_per_round" in c]
+    if curves and len({len(curve) for curve in curves}) == 1:
+        out["asr_per_round"] = np.mean(curves, axis=0).tolist()
     if any("non_finite" in c for c in done):
         out["non_finite"] = sorted({name for c in done for name in c.get("non_finite", [])})
     return out | {"seeds": cells}
@@ -221,9 +275,13 @@ def chance_map(config: RunConfig) -> float:
 
 
 def markdown(cells: dict) -> str:
-    """Rows: attacks; columns: defenses and the centralised reference; a cell ``mAP / ASR`` in % (ASR '—' for the
-    attacks without a trigger), ``mAP†`` where the model's features were not finite on a test set (scored there
-    at chance level); over several seeds each number is ``mean ± std``, with the seeds that failed counted."""
+    """Rows: attacks; columns: defenses and the centralised reference.
+
+    The first table's cell is ``mAP / ASR`` in % (ASR '—' for the attacks without a trigger; in brackets the ASR
+    on the gallery without the attacker's own images of the target), ``mAP†`` where the model's features were not
+    finite on a test set (scored there at chance level); over several seeds each number is ``mean ± std``, with
+    the seeds that failed counted.  A second table gives the detection TPR / FPR of the defenses that reject
+    clients (over the run's rounds), a third a backdoor row's ASR per evaluated round (mean over seeds)."""
     def number(c: dict, metric: str, decimals: int) -> str:
         text = f"{100 * c[metric]:.{decimals}f}"
         return text + (f" ± {100 * c[f'{metric}_std']:.{decimals}f}" if f"{metric}_std" in c else "")
@@ -231,13 +289,30 @@ def markdown(cells: dict) -> str:
     def cell(c: dict) -> str:
         if "mAP" not in c:
             return "failed"
-        return (f"{number(c, 'mAP', 1)}{'†' * ('non_finite' in c)} / " + (number(c, "asr", 0) if "asr" in c else "—")
-                + (f" ({c['failed']} failed)" if c.get("failed") else ""))
+        asr = number(c, "asr", 0) if "asr" in c else "—"
+        if "asr" + CLEAN_GALLERY in c:
+            asr += f" [{number(c, 'asr' + CLEAN_GALLERY, 0)}]"
+        return f"{number(c, 'mAP', 1)}{'†' * ('non_finite' in c)} / {asr}" + (
+            f" ({c['failed']} failed)" if c.get("failed") else "")
 
-    columns = list(next(iter(cells.values())))
-    lines = ["| attack | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for attack, row in cells.items():
-        lines.append(f"| {attack} | " + " | ".join(cell(c) for c in row.values()) + " |")
+    def grid(title: str, show, keep) -> list[str]:
+        columns = [col for col in next(iter(cells.values())) if any(keep(row[col]) for row in cells.values())]
+        rows = [attack for attack, row in cells.items() if any(keep(row[col]) for col in columns)]
+        if not columns or not rows:
+            return []
+        return ["", title, "", "| attack | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|",
+                *(f"| {a} | " + " | ".join(show(cells[a][col]) if keep(cells[a][col]) else "" for col in columns)
+                  + " |" for a in rows)]
+
+    def detection(c: dict) -> str:
+        d = c["detection"]
+        return " / ".join("—" if d.get(rate) is None else f"{100 * d[rate]:.0f}" for rate in ("tpr", "fpr"))
+
+    lines = grid("clean mAP / ASR [ASR without the attacker's images of the target], %", cell, lambda c: True)[3:]
+    lines += grid("Detection: TPR / FPR over the rounds, % (defenses that reject clients)", detection,
+                  lambda c: "detection" in c)
+    lines += grid("ASR per evaluated round, %", lambda c: " ".join(f"{100 * a:.0f}" for a in c["asr_per_round"]),
+                  lambda c: "asr_per_round" in c)
     return "\n".join(lines)
 
 
@@ -249,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=4, help="local steps per round (max_steps_per_epoch)")
     ap.add_argument("--warm-rounds", type=int, default=6, help="epochs of the centralised warm start")
     ap.add_argument("--warm-steps", type=int, default=100, help="steps per epoch of the warm start")
+    ap.add_argument("--eval-every", type=int, default=0, help="evaluate every k-th round too (a backdoor row's ASR "
+                    "per round; default 0: after the last round only)")
     ap.add_argument("--jobs", type=int, default=1, help="cells trained at the same time, one process and one torch "
                     "thread each (default 1)")
     ap.add_argument("--rows", nargs="+", choices=list(ATTACKS), help="only these attacks (default: all)")
@@ -270,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.data is None:
         args.data = [str(generate_synthetic(args.out / "synth", SYNTH, overwrite=True))]
-    args.seed, args.warm_start = seeds[0], None  # the warm start itself starts from scratch
+    args.seed, args.warm_start, args.fltrust_root = seeds[0], None, None  # the warm start starts from scratch
     chance = f"Chance level (a uniformly random ranking): mAP {100 * chance_map(run_config(args, None, {})):.1f} %."
     if len(seeds) > 1:
         chance = f"Each cell: mean ± std over seeds {args.seeds}. {chance}"
@@ -283,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         args.seed, args.warm_start = seed, None
         work = args.out / "runs" / (f"seed{seed}" if len(seeds) > 1 else "")
         args.warm_start = warm_start(args, work)
+        args.fltrust_root = root_update(args, work) if "FLTrust" in columns else None
         for attack, column, cell in run_cells(args, work, [(a, c) for a in attacks for c in columns]):
             by_seed[attack][column].append(cell)
             print(f"{attack:10s} {column:24s} seed {seed} {cell} ({time.time() - started:.0f} s)", flush=True)

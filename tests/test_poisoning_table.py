@@ -34,10 +34,18 @@ def test_smoke_table_has_a_cell_per_attack_and_defense_with_asr_for_backdoors_on
             assert ("asr" in cell) == (attack == "DBA") and 0 <= cell.get("asr", 0) <= 1
     # secure aggregation hides the uploads but sums the same ones: the plain mean's model
     assert cells["DBA"]["secure aggregation"]["mAP"] == pytest.approx(cells["DBA"]["plain FedPav"]["mAP"], abs=1e-4)
+    # Krum keeps one upload of nine: it rejects the 7 honest clients but one, and both attackers or one of them
+    detection = cells["DBA"]["Krum (f=2)"]["detection"]
+    assert detection["defense"] == "robust-krum" and detection["fpr"] >= 6 / 7 and detection["tpr"] >= 0.5
+    assert all("detection" not in cell for cell in cells["no attack"].values())  # no adversary, no positives
+    assert cells["DBA"]["plain FedPav"]["asr_per_round"] == [cells["DBA"]["plain FedPav"]["asr"]]  # 1 round
     markdown = (tmp_path / "table.md").read_text().splitlines()
-    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and len(markdown) == 4 + len(cells)
+    assert markdown[0] == "| attack | " + " | ".join(columns) + " |" and markdown[4] == ""
     assert markdown[-1].startswith("Chance level (a uniformly random ranking): mAP ")
     assert markdown[2].startswith("| no attack | ") and " / —" in markdown[2] and " / —" not in markdown[3]
+    first = markdown.index("Detection: TPR / FPR over the rounds, % (defenses that reject clients)")
+    assert markdown[first + 2] == "| attack | Krum (f=2) |" and markdown[first + 4].startswith("| DBA | ")
+    assert "ASR per evaluated round, %" in markdown
     assert not (tmp_path / "runs").exists()
 
 
@@ -66,3 +74,20 @@ def test_cells_over_seeds_are_mean_pm_std_with_failed_seeds_counted(monkeypatch)
     assert table.markdown({"DBA": {"plain": cell, "median": table.over_seeds([{"failed": "e"}, {"failed": "e"}])},
                            "no attack": {"plain": plain, "median": {"mAP": 0.05}}}).splitlines()[2:] == [
         "| DBA | 20.0 ± 10.0 / 67 ± 58 (1 failed) | failed |", "| no attack | 60.0 ± 14.1 / — | 5.0 / — |"]
+
+
+def test_markdown_adds_detection_and_asr_per_round_tables_where_cells_have_them(monkeypatch):
+    """Only the columns and rows with a detection record / an ASR curve appear in those tables; the ASR on the
+    gallery without the attacker's images stands in brackets."""
+    table = benchmark(monkeypatch)
+    cells = {"ALIE": {"plain": {"mAP": 0.1}, "Krum": {"mAP": 0.1, "detection": {"defense": "robust-krum", "tpr": 1.0,
+                                                                                  "fpr": 0.25}}},
+             "backdoor": {"plain": {"mAP": 0.2, "asr": 0.5, "asr_clean_gallery": 0.25, "asr_per_round": [0.0, 0.5]},
+                          "Krum": {"mAP": 0.2, "asr": 0.0, "detection": {"defense": "robust-krum", "tpr": None,
+                                                                          "fpr": 0.0}}}}
+    assert table.markdown(cells).splitlines() == [
+        "| attack | plain | Krum |", "|---|---|---|", "| ALIE | 10.0 / — | 10.0 / — |",
+        "| backdoor | 20.0 / 50 [25] | 20.0 / 0 |", "",
+        "Detection: TPR / FPR over the rounds, % (defenses that reject clients)", "", "| attack | Krum |", "|---|---|",
+        "| ALIE | 100 / 25 |", "| backdoor | — / 0 |", "", "ASR per evaluated round, %", "", "| attack | plain |",
+        "|---|---|", "| backdoor | 0 50 |"]
