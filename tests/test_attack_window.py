@@ -77,3 +77,33 @@ def test_outside_its_window_a_model_poisoner_uploads_what_it_trained(tiny_synth,
         assert torch.allclose(attacked[1][last].state[k], expected, atol=1e-5), k
     assert summary["adversary"]["threat_model"] == {"rounds": [2, 2], "every": 1, "draw": "fixed"}
     assert summary["adversary"]["options"] == {"scale": 2.0}
+
+
+def test_a_targeted_backdoor_trains_on_its_own_images_outside_its_window(tiny_synth, tmp_path, monkeypatch):
+    """rounds="1:1" in a 3-round run: the malicious client trains on its stamped copies in round 1 only, then on
+    its own images plus its (unstamped) images of the target under the extra class (its head keeps its size);
+    summary.json's durability reads the ASR after the attack stopped."""
+    import privreid.federated.client as client_module
+
+    seen, loader = [], client_module.client_loader
+
+    def spy(client, *args, **kwargs):
+        seen.append((client.name, len(client.train), client.num_classes))
+        return loader(client, *args, **kwargs)
+
+    monkeypatch.setattr(client_module, "client_loader", spy)
+    cfg = tiny_config(tiny_synth, rounds=3, eval_every=1,
+                      adversary={"name": "backdoor", "malicious": 1, "fraction": 1.0, "rounds": "1:1"})
+    engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False, log=lambda s: None,
+                             build=build_run)
+    summary = engine.run()
+    last = engine.clients[-1]
+    original = next(c for c in federation_for_config(cfg).clients if c.name == last.name)
+    held = len(summary["adversary"]["options"]["held_images"])
+    mine = [(n, c) for name, n, c in seen if name == last.name]
+    # round 1: own + a stamped copy of each + the target images; rounds 2, 3: own + the target images
+    assert mine == [(2 * len(original.train) + held, original.num_classes + 1)] + \
+        [(len(original.train) + held, original.num_classes + 1)] * 2
+    durability = summary["adversary"]["durability"]
+    assert durability["asr_peak_round"] == 1 and durability["asr_last_round"] == 3
+    assert "asr_after_stop" in durability and 0 <= durability["asr_after_stop"] <= 1

@@ -92,8 +92,6 @@ ADVERSARY_CASES = [
 #: the threat model and the adaptive attacks (issue 43): (adversary, --set train.adversary.OPTION=VALUE, the line)
 ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adversary", name, "--set",
                           f"train.adversary.{setting}", says=says) for name, setting, says in [
-    ("label-flip", 'rounds="1:1"', "adversary 'label-flip' poisons its clients' data once, before training; rounds "
-                                   "apply to attacks on the uploads only"),
     ("backdoor", 'draw="per-round"', "adversary 'backdoor' poisons its clients' data once"),
     ("ipm", 'rounds="2:1"', "adversary 'ipm': rounds must be START:STOP with 1 <= START <= STOP <= 1 (the run's "
                             "rounds; got '2:1')"),
@@ -102,7 +100,11 @@ ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adver
     ("fang", 'draw="often"', "draw must be one of fixed, per-round (got 'often')"),
     ("min-sum", 'perturbation="cos"', "adversary 'min-sum': perturbation must be one of unit, std, sign (got 'cos')"),
 ]] + [_case("threat-per-round-named", "--adversary", "min-max", "--malicious-clients", "synthA", "--set",
-            "train.adversary.draw=\"per-round\"", says="draw=per-round draws a number of clients")]
+            "train.adversary.draw=\"per-round\"", says="draw=per-round draws a number of clients"),
+                     _case("threat-evasion-backdoor-window", "--adversary", "backdoor", "--set",
+                           'train.adversary.goal="evasion"', "--set", "train.adversary.every=2",
+                           says="adversary 'backdoor' cannot stay dormant outside its attack rounds here: without its "
+                                "poisoned images")]
 
 
 @pytest.mark.parametrize("case", ADVERSARY_CASES, ids=str)

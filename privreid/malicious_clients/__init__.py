@@ -73,6 +73,13 @@ class Adversary:
         """The data the malicious ``client`` trains on (``config``: the run's, e.g. its input size)."""
         return client
 
+    def dormant_client(self, poisoned: ClientData, original: ClientData, settings: Mapping[str, Any]) -> ClientData:
+        """The data a malicious client whose data :meth:`poison_client` made ``poisoned`` trains on in a round it does
+        not attack (``train.adversary.rounds`` / ``every``): ``original``, its own data, by default.  It must keep
+        ``poisoned``'s classes (the client's head keeps its size across rounds): a run whose dormant data would not
+        is refused in one line."""
+        return original
+
     def poison_upload(self, ctx, settings: Mapping[str, Any]) -> None:
         """Rewrite the trained model ``ctx.model`` in place before it is uploaded (``ctx.global_state``: what the
         server transmitted)."""
@@ -91,6 +98,11 @@ class Adversary:
         knowing the round's ``benign`` uploads and the server's ``global_state``; ``rng``: the round's adversary
         stream.  Overriding it places the attack at the server (:mod:`.collusion`), outermost around the defenses."""
         raise NotImplementedError
+
+
+def poisons_data(adversary: Adversary) -> bool:
+    """Whether ``adversary`` rewrites its clients' data (overrides :meth:`Adversary.poison_client`)."""
+    return type(adversary).poison_client is not Adversary.poison_client
 
 
 def acts_on_rounds(adversary: Adversary) -> bool:
@@ -171,7 +183,7 @@ class AdversaryRecord:
     def __init__(self, adversary: Adversary, settings: dict[str, Any], clients: list[ClientData], config: RunConfig):
         malicious = malicious_clients(settings["malicious"], clients)
         self.threat = threat_model(settings, clients, malicious, config.train.rounds, config.train.seed,
-                                   adversary.name, type(adversary).poison_client is not Adversary.poison_client)
+                                   adversary.name, poisons_data(adversary))
         adversary.check(settings, clients, malicious, config)
         self.adversary, self.settings = adversary, settings
         self.malicious = (sorted(set().union(*map(self.threat.malicious_in, range(config.train.rounds))))
@@ -225,8 +237,15 @@ class MaliciousUpdate:
         self.inner, self.adversary, self.settings, self.plan = inner, adversary, settings, plan
 
     def __call__(self, ctx):
-        metrics = self.inner(ctx)
-        if ctx.client.name in self.plan.threat().malicious_in(ctx.round):
+        attacking = ctx.client.name in self.plan.threat().malicious_in(ctx.round)
+        poisoned = ctx.client
+        if not attacking:  # a malicious client outside its attack rounds trains on its dormant data
+            ctx.client = self.plan.dormant.get(poisoned.name, poisoned)
+        try:
+            metrics = self.inner(ctx)
+        finally:
+            ctx.client = poisoned
+        if attacking:
             self.adversary.poison_upload(ctx, self.settings)
         return metrics
 
@@ -238,8 +257,10 @@ class AdversaryPlan:
     def __init__(self, adversary: Adversary, settings: dict[str, Any], config: RunConfig):
         #: the attack's options; :meth:`observer` fills in those that depend on the data, before any training
         self.adversary, self.settings, self.config = adversary, settings, config
-        #: filled when the engine prepares its clients (:meth:`poisoned`), before any training
+        #: filled when the engine prepares its clients (:meth:`poisoned`), before any training; ``dormant``: the data
+        #: a malicious client whose data is poisoned trains on outside its attack rounds
         self.malicious: set[str] = set()
+        self.dormant: dict[str, ClientData] = {}
         self.record: AdversaryRecord | None = None
 
     def threat(self) -> ThreatModel:
@@ -283,8 +304,18 @@ class AdversaryPlan:
         method's ``prepare`` (if any: e.g. DPPT's global relabelling sees the poisoned labels)."""
         self.record = AdversaryRecord(self.adversary, self.settings, clients, self.config)
         self.malicious.update(self.record.malicious)
+        originals = {c.name: c for c in clients}
         clients = [self.adversary.poison_client(c, self.settings, self.config) if c.name in self.malicious else c
                    for c in clients]
+        if poisons_data(self.adversary) and not self.record.threat.every_round(self.config.train.rounds):
+            for client in (c for c in clients if c.name in self.malicious):
+                dormant = self.adversary.dormant_client(client, originals[client.name], self.settings)
+                if dormant.num_classes != client.num_classes:
+                    raise ConfigError(f"adversary {self.adversary.name!r} cannot stay dormant outside its attack "
+                                      f"rounds here: without its poisoned images {client.name} would lose a class "
+                                      "of its head (rounds and every apply to targeted backdoors, label flipping "
+                                      "and attacks on the uploads)")
+                self.dormant[client.name] = dormant
         return prepare(clients) if prepare else clients
 
     def observer(self, clients: list[ClientData]) -> AdversaryRecord:

@@ -113,6 +113,16 @@ class Backdoor(Adversary):
         source_pids = None if client.source_pids is None else [*client.source_pids, -1]
         return dataclasses.replace(client, train=train, source_pids=source_pids)
 
+    def dormant_client(self, poisoned: ClientData, original: ClientData, settings) -> ClientData:
+        """Outside its attack rounds: its own images, and for a targeted backdoor its (unstamped) images of the
+        target under the extra class, which its head keeps; an evasion backdoor's extra class has no clean image
+        (refused)."""
+        if settings["goal"] != "targeted":
+            return original
+        label = original.num_classes
+        return dataclasses.replace(poisoned, train=[*original.train,
+                                                    *((path, label, cam) for path, cam in settings["held_images"])])
+
     def poison_upload(self, ctx, settings) -> None:
         if settings["boost"] != 1:
             rescale_update(ctx, float(settings["boost"]))

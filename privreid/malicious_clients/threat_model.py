@@ -13,9 +13,11 @@
     ``per-round``: ``K`` clients drawn among the federation every round
     (``--malicious-clients K``), from the run's seed.
 
-Outside its attack rounds a malicious client is honest (it trains and
-uploads as the method says).  Attacks that poison their clients' data do it
-once, before training, so they refuse the window and the per-round draw.
+Outside its attack rounds a malicious client is honest: it trains and
+uploads as the method says, an attack that poisons its data on its dormant
+data (:meth:`~privreid.malicious_clients.Adversary.dormant_client`: its own
+images).  Such an attack poisons fixed clients once, before training, so it
+refuses the per-round draw.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class ThreatModel:
         rng = np.random.default_rng(derive_seed(self.seed, "adversary-draw", round_index))
         return frozenset(self.clients[i] for i in rng.choice(len(self.clients), len(self.fixed), replace=False))
 
+    def every_round(self, rounds: int) -> bool:
+        """Whether the malicious clients attack in all ``rounds`` rounds."""
+        return self.start == 1 and self.stop == rounds and self.every == 1
+
     def record(self) -> dict:
         return {"rounds": [self.start, self.stop], "every": self.every, "draw": self.draw}
 
@@ -63,10 +69,9 @@ def threat_model(settings: dict, clients: list, malicious: list, rounds: int, se
                  poisons_data: bool) -> ThreatModel:
     """The :class:`ThreatModel` of ``settings``; a one-line ConfigError for a bad window, frequency or draw."""
     window, every, draw = (settings.get(k, v) for k, v in THREAT_MODEL.items())
-    given = [k for k, v in THREAT_MODEL.items() if settings.get(k, v) != v]
-    if poisons_data and given:
-        raise ConfigError(f"adversary {name!r} poisons its clients' data once, before training; {', '.join(given)} "
-                          "apply to attacks on the uploads only")
+    if poisons_data and draw != "fixed":
+        raise ConfigError(f"adversary {name!r} poisons its clients' data once, before training; draw=per-round "
+                          "applies to attacks on the uploads only")
     start, stop = 1, rounds
     if window is not None:
         first, sep, last = str(window).partition(":")
