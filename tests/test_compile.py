@@ -151,3 +151,36 @@ def test_compile_is_off_by_default_and_listed_in_help():
     for command, words in (("train", "identity loss"), ("eval", "forward"), ("attack", "forward")):
         shown = run_cli((command, "--help"), env={"COLUMNS": "200"})
         assert shown.exit_code == 0 and "--compile" in shown.stdout and words in shown.stdout, command
+
+
+@pytest.mark.slow
+def test_attack_compile_reports_its_compile_time_and_ranks_as_eager(tiny_synth, tmp_path):
+    """``privreid attack --compile``: the same FGSM numbers as eager (to 1e-3), and its compile line."""
+    out = tmp_path / "run"
+    assert run_cli(("train", "--data", str(tiny_synth), "--test-domains", "synthC", "--rounds", "1", *TINY_TRAIN,
+                    "--out", str(out))).exit_code == 0
+    numbers = {}
+    for flags in ((), ("--compile",)):
+        attacked = run_cli(("attack", "--model", str(out / "ckpt.pt"), "--method", "fgsm", "--eps", "8/255",
+                            "--max-queries", "8", "--examples", "0", "--device", "cpu", "--out",
+                            str(tmp_path / f"attack{len(flags)}"), *flags))
+        assert attacked.exit_code == 0, attacked.stderr
+        assert ("torch.compile (--compile):" in attacked.stdout) == bool(flags)
+        results = json.loads((tmp_path / f"attack{len(flags)}" / "results.json").read_text())
+        numbers[flags] = dict(_float_leaves(results))
+    eager, compiled = numbers[()], numbers[("--compile",)]
+    assert eager and list(eager) == list(compiled)
+    for path, value in eager.items():
+        assert compiled[path] == pytest.approx(value, abs=1e-3), path
+
+
+def _float_leaves(value, path=""):
+    """The float leaves of a JSON document, as ``(path, value)``."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _float_leaves(v, f"{path}/{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _float_leaves(v, f"{path}/{i}")
+    elif isinstance(value, float):
+        yield path, value
