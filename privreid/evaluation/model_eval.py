@@ -1,33 +1,25 @@
 """The one way privreid scores a model on a test set: the test set's own ranking protocol.
 
-Every evaluation path (training-time evaluation, ``privreid eval``, the
-clean and attacked rankings of ``privreid attack``, the clean and corrupted
-rankings of corrupted evaluation, ``privreid compare`` and its report
-suite) ranks through :func:`rank_testset`, and extracts features of a test
-set's samples with :func:`sample_features` or, for images it transforms
-itself (adversarial, corrupted), :func:`dataset_features`.  The test set
-decides the protocol, here and nowhere else (:func:`is_cross_modality`):
+Every evaluation path (training-time evaluation, ``privreid eval``, the clean and attacked rankings of ``privreid
+attack``, the clean and corrupted rankings of corrupted evaluation, ``privreid compare`` and its report suite) ranks
+through :func:`rank_testset`, and extracts features of a test set's samples with :func:`sample_features` or, for
+images it transforms itself (adversarial, corrupted), :func:`dataset_features`.  The test set decides the protocol,
+here and nowhere else (:func:`is_cross_modality`):
 
-* a test set with a modality map or tracklets (visible-infrared or video)
-  is ranked by :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`
-  under its ``vi_protocol`` (single-shot gallery trials, co-located cameras,
-  CMC over identities), its query restricted to one modality and its gallery
-  to the other (:func:`evaluation_split`, ``mode``); video tracklets are the
-  temporal mean of ``T = vi_protocol.seq_len`` frame features (Eq. 9 of
-  L2RW+);
-* any other test set by the Market-1501 rules
-  (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
-  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with
-  torchreid's AP or (``ap="devkit"``) the Market-1501 devkit's, averaged over
-  all queries as the FedPav reference code does (:data:`~privreid.evaluation.
-  metrics.AP_MODES`).
+* a test set with a modality map or tracklets (visible-infrared or video) is ranked by
+  :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality` under its ``vi_protocol`` (single-shot gallery
+  trials, co-located cameras, CMC over identities), its query restricted to one modality and its gallery to the other
+  (:func:`evaluation_split`, ``mode``); video tracklets are the temporal mean of ``T = vi_protocol.seq_len`` frame
+  features (Eq. 9 of L2RW+);
+* any other test set by the Market-1501 rules (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
+  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with torchreid's AP or (``ap="devkit"``) the
+  Market-1501 devkit's, averaged over all queries as the FedPav reference code does
+  (:data:`~privreid.evaluation.metrics.AP_MODES`).
 
-A model whose features are not all finite cannot rank: it is scored at
-chance level, the exact expectation under a uniformly random ranking
-(:mod:`privreid.evaluation.chance`), with a :class:`NonFiniteFeaturesWarning`,
-and the result carries ``"non_finite_features": True``.  Finite features so
-large that squared distances would overflow float32 are first multiplied by
-a power of two, which leaves every ranking unchanged.
+A model whose features are not all finite cannot rank: it is scored at chance level, the exact expectation under a
+uniformly random ranking (:mod:`privreid.evaluation.chance`), with a :class:`NonFiniteFeaturesWarning`, and the result
+carries ``"non_finite_features": True``.  Finite features so large that squared distances would overflow float32 are
+first multiplied by a power of two, which leaves every ranking unchanged.
 """
 
 from __future__ import annotations
@@ -74,18 +66,14 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
                  seed: int = 0, ap: str = "torchreid") -> dict:
     """Rank ``query`` against ``gallery`` features of ``testset`` under its protocol (module docstring).
 
-    ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as
-    :func:`extract_features` returns), e.g. of :func:`evaluation_split`'s
-    samples, possibly a subset or transformed.  ``seed`` draws the single-shot
-    gallery trials of a VI protocol.  ``ap`` (Market-style test sets only):
-    ``"torchreid"`` or ``"devkit"`` (:func:`~privreid.evaluation.metrics.evaluate`);
-    chance-level metrics are torchreid's expectation whatever ``ap``.
+    ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as :func:`extract_features` returns), e.g. of
+    :func:`evaluation_split`'s samples, possibly a subset or transformed.  ``seed`` draws the single-shot gallery
+    trials of a VI protocol.  ``ap`` (Market-style test sets only): ``"torchreid"`` or ``"devkit"``
+    (:func:`~privreid.evaluation.metrics.evaluate`); chance-level metrics are torchreid's expectation whatever ``ap``.
 
-    Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``,
-    ``rank20``, ``mAP``, ``mINP``, ``num_valid_queries``; with several
-    gallery trials also ``trials`` and ``std`` (per metric, over the trials);
-    and ``non_finite_features: True`` when the features were not finite
-    (chance-level metrics).
+    Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP``,
+    ``num_valid_queries``; with several gallery trials also ``trials`` and ``std`` (per metric, over the trials); and
+    ``non_finite_features: True`` when the features were not finite (chance-level metrics).
     """
     check_protocol(testset, single_gallery_shot, ap)
     cross = is_cross_modality(testset)
