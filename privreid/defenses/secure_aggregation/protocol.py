@@ -4,7 +4,8 @@ Every step is a call to Flower's own SecAgg+ primitives (flwr 1.41, ``flwr.commo
 order Flower's client mod (``secaggplus_mod``) and server workflow (``SecAggPlusWorkflow``) take them:
 
 0. *setup*: each client makes two elliptic-curve key pairs
-   (``flwr.supercore.primitives.asymmetric.generate_key_pairs``): ``pk1`` for the pairwise masks, ``pk2`` to encrypt the shares it sends;
+   (``flwr.supercore.primitives.asymmetric.generate_key_pairs``): ``pk1`` for the pairwise masks, ``pk2`` to
+   encrypt the shares it sends;
 1. *share keys*: each client draws a private-mask seed ``b`` (32 random bytes), splits ``b`` and its ``sk1`` into
    Shamir shares (``create_shares``) among its neighbours and sends each share encrypted under the ECDH key it shares
    with that neighbour (``generate_shared_key``, ``encrypt``); the server only routes ciphertexts;
