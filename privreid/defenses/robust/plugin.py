@@ -1,4 +1,4 @@
-"""The server's defenses against poisoned uploads, registered by name (mechanisms: :mod:`privreid.defenses.robust.rules`).
+"""The server's defenses against poisoned uploads, registered by name (:mod:`privreid.defenses.robust.rules`).
 
 Configured through ``TrainConfig.defenses``, e.g. ``--set train.defenses.robust-krum.f=1`` or
 ``--set 'train.defenses.robust-median={}'``:
