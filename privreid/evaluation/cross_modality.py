@@ -1,36 +1,24 @@
 """Cross-modality (visible-infrared) evaluation, for images and video tracklets (L2RW+, paper 003, Sec. IV-A).
 
-Modes.  ``ir-to-visible`` (the default, and the only mode the L2RW+ tables
-use: "infrared images serve as the query set, and visible images as the
-gallery") ranks a test set's ``query`` against its ``gallery``;
-``visible-to-ir`` swaps the two.  Either way the query is restricted to the
-query modality and the gallery to the other one, using the test set's
-``modality`` mapping (:func:`mode_split`), so a sample of the wrong modality
-can never be ranked.
+Modes.  ``ir-to-visible`` (the default, and the only mode the L2RW+ tables use: "infrared images serve as the query
+set, and visible images as the gallery") ranks a test set's ``query`` against its ``gallery``; ``visible-to-ir``
+swaps the two.  Either way the query is restricted to the query modality and the gallery to the other one by the test
+set's ``modality`` mapping (:func:`mode_split`), so a sample of the wrong modality can never be ranked.
 
-Ranking follows the test set's :class:`~privreid.data.types.VIProtocol`
-(:func:`evaluate_cross_modality`): the Market-1501 rules of
-:func:`privreid.evaluation.metrics.evaluate` (same-identity same-camera
-gallery items dropped, queries without a positive skipped), plus the
-benchmark's single-shot gallery trials, co-located cameras and CMC over
-identities.  Reported: rank-1/5/10/20, mAP and mINP (Ye et al.), each the
-mean over the gallery trials (their standard deviation under ``"std"``).
+Ranking follows the test set's :class:`~privreid.data.types.VIProtocol` (:func:`evaluate_cross_modality`): the
+Market-1501 rules of :func:`privreid.evaluation.metrics.evaluate`, plus the benchmark's single-shot gallery trials,
+co-located cameras and CMC over identities.  Reported: rank-1/5/10/20, mAP and mINP (Ye et al.), each the mean over
+the gallery trials (their standard deviation under ``"std"``).
 
-Video.  A tracklet's feature is the temporal mean of its frame features,
-``z = (1/T) sum_t z^t`` (Eq. 9, :class:`TemporalMean`), over ``T`` frames
-chosen evenly along the tracklet
-(:func:`privreid.data.torch_dataset.frame_indices`).  ``T`` is the test
-set's ``vi_protocol.seq_len`` unless given: the L2RW+ settings (Sec. IV-B),
-6 for HITSZ-VCM and 10 for BUPTCampus, set by their loaders.
+Video.  A tracklet's feature is the temporal mean of its frame features, ``z = (1/T) sum_t z^t`` (Eq. 9,
+:class:`TemporalMean`), over ``T`` frames chosen evenly along the tracklet
+(:func:`privreid.data.torch_dataset.frame_indices`).  ``T`` is the test set's ``vi_protocol.seq_len`` unless given:
+the L2RW+ settings (Sec. IV-B), 6 for HITSZ-VCM and 10 for BUPTCampus, set by their loaders.  Models are evaluated
+through :func:`privreid.evaluation.model_eval.evaluate_model`, which extracts the features and ranks them here.
 
-Models are evaluated on a test set through
-:func:`privreid.evaluation.model_eval.evaluate_model`, which extracts the
-features (frames or tracklets) and ranks them under this protocol.
-
-Randomness: trial ``t``'s gallery is drawn with
-``numpy.random.default_rng([seed, t])``, so results depend on ``seed`` only;
-they are not the released code's draws (Python's ``random.seed(trial)``), so
-they agree with it in expectation, not trial for trial.
+Randomness: trial ``t``'s gallery is drawn with ``numpy.random.default_rng([seed, t])``, so results depend on ``seed``
+only; they are not the released code's draws (Python's ``random.seed(trial)``), so they agree with it in
+expectation, not trial for trial.
 """
 
 from __future__ import annotations
