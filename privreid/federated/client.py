@@ -187,7 +187,7 @@ class SupervisedUpdate:
         round_rates = [group["lr"] for group in opt.param_groups]
         scaler = grad_scaler(t.precision, ctx.device)
         # the loss is summed on the device in float64 (the bits of the former Python sum) and read once, at the
-        # end: no host-device synchronisation per step (issue 42); a drawn bar reads it every LOG_EVERY steps
+        # end: no host-device synchronisation per step; a drawn bar reads it every LOG_EVERY steps
         total, steps, seen = torch.zeros((), dtype=torch.float64, device=ctx.device), 0, 0
         for epoch in range(t.local_epochs):
             if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs

@@ -165,7 +165,7 @@ class AttributionCheckingDPOptimizer(DPOptimizer):
     """Opacus' DPOptimizer that refuses gradients it cannot attribute to samples (see the module docstring).
 
     Every step is checked on the device; :meth:`check_attribution` reads the verdict once, at the end of the
-    client's round (no host-device synchronisation per step, issue 42)."""
+    client's round (no host-device synchronisation per step)."""
 
     misattributed: torch.Tensor | None = None
 
