@@ -69,8 +69,7 @@ _log = logging.getLogger(__name__)
 def selection_size(fraction: float, n: int) -> int:
     """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``).
 
-    ``C N`` is rounded to 9 decimals first, so that float error in a product
-    such as ``0.3 * 10 = 3.0000000000000004`` does not add a client.
+    ``C N`` is rounded to 9 decimals first, so float error (``0.3 * 10 = 3.0000000000000004``) does not add a client.
     """
     return min(n, max(1, math.ceil(round(fraction * n, 9))))
 
@@ -174,9 +173,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                      ) -> tuple[StateDict, StateDict]:
         """Put what the server transmitted plus the client's local state into the model.
 
-        Returns the transmitted model keys and the other transmitted entries
-        (``ClientContext.received_extra``).  ``received=None``: computed here
-        with :meth:`configure` (in-process).
+        Returns the transmitted model keys and the other transmitted entries (``ClientContext.received_extra``).
+        ``received=None``: computed here with :meth:`configure` (in-process).
         """
         self.model.reset_classifier(client.num_classes)
         self.client_memory.setdefault(client.name, {})
@@ -214,9 +212,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         """One client's part of a round: load its model, start (the method's client start), train it locally,
         keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
-        ``received`` is what the server transmitted to this client; ``None``
-        computes it here with the strategy's ``configure`` (in-process).  The
-        Flower runtime computes it on the server and calls this on the site.
+        ``received`` is what the server transmitted to this client; ``None`` computes it here with the strategy's
+        ``configure`` (in-process).  The Flower runtime computes it on the server and calls this on the site.
         """
         seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
         seed_everything(seed)

@@ -56,11 +56,9 @@ RESIDENT = 1
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     """``torch.save(data)`` to ``directory/file`` atomically (a temporary sibling, then a rename).
 
-    Not synced: a sync of a ResNet-18 memory outlasted the checkpoint's own
-    write and delayed every round's commit by about 40 ms (64x32, 3 clients).
-    A crash of the process leaves every named file complete; a power loss
-    just after a checkpoint can lose memory files it names, as the operating
-    system had not written them yet.
+    Not synced: a sync of a ResNet-18 memory outlasted the checkpoint's own write and delayed every round's commit by
+    about 40 ms (64x32, 3 clients).  A crash of the process leaves every named file complete; a power loss just after
+    a checkpoint can lose memory files it names, as the operating system had not written them yet.
     """
     save_torch_atomic(data, directory / file, stream=False)
 
@@ -81,9 +79,8 @@ def _writer() -> ThreadPoolExecutor:
 class ClientMemory(MutableMapping):
     """One client's memory: a dict that is loaded from its file when used and written back when changed.
 
-    Entries set while the file is not loaded are kept in ``_data`` over the
-    unread file (``_unread``): the memory is the file's entries with those
-    replaced and added.  Reading any entry loads the file under them.
+    Entries set while the file is not loaded are kept in ``_data`` over the unread file (``_unread``): the memory is
+    the file's entries with those replaced and added.  Reading any entry loads the file under them.
     """
 
     def __init__(self, store: "ClientMemories", name: str, data: dict | None, file: str | None):
