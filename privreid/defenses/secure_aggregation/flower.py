@@ -146,8 +146,8 @@ def reports_to_metrics(reports: StateDict) -> dict[str, int | float]:
     """``Upload.reports`` as scalar metrics, per report ``key``: ``<prefix><key>:dtype`` (an index into
     :data:`REPORT_DTYPES`), ``:ndim``, ``:dim<j>`` (the shape) and ``:<i>`` (the values, row-major).
 
-    Values travel as Python floats (doubles) or ints, so float64, float32 and
-    int64 tensors come back bit-exactly (:func:`split_reports`).
+    Values travel as Python floats (doubles) or ints, so float64, float32 and int64 tensors come back bit-exactly
+    (:func:`split_reports`).
     """
     from privreid.flower.messages import FlowerRunError
 
@@ -168,9 +168,9 @@ def split_reports(metrics: dict[str, Any], allowed: tuple[str, ...], src: object
                   ) -> tuple[dict[str, Any], StateDict]:
     """``(training metrics, reports)`` of a ``FitRes``'s metrics: the inverse of :func:`reports_to_metrics`.
 
-    Refuses (:class:`FlowerRunError`) a report key outside ``allowed`` (the
-    ledger's keys, :func:`~privreid.flower.messages.ledger_keys`) and a report
-    that is not exactly one dtype, shape and that many values.
+    Refuses (:class:`FlowerRunError`) a report key outside ``allowed`` (the ledger's keys,
+    :func:`~privreid.flower.messages.ledger_keys`) and a report that is not exactly one dtype, shape and that many
+    values.
     """
     from privreid.flower.messages import FlowerRunError
 
@@ -213,10 +213,9 @@ def _report(found: dict[str, Any]) -> torch.Tensor:
 def round_seed(seed: int, round_index: int) -> int:
     """The protocol seed of round ``round_index``: what the in-process ``SecureAggregate`` draws.
 
-    That is the first draw of the server's random stream, which the engine
-    seeds with ``derive_seed(seed, "server", round_index)`` before it
-    aggregates (``FederatedEngine.finish_round``); drawn here in a forked
-    stream, so the server's own stream is untouched.
+    That is the first draw of the server's random stream, which the engine seeds with ``derive_seed(seed, "server",
+    round_index)`` before it aggregates (``FederatedEngine.finish_round``); drawn here in a forked stream, so the
+    server's own stream is untouched.
     """
     from privreid.seeding import derive_seed
 
@@ -402,17 +401,13 @@ class _RoundStrategy(LegacyStrategy):
 class _SecAggPlusWorkflow(SecAggPlusWorkflow):
     """flwr 1.41's ``SecAggPlusWorkflow`` with one fix: who is dead at the unmask stage.
 
-    A site that drops out during the share-keys stage never sent its key
-    shares, so no other site masked its vector against it (``secaggplus_mod``
-    adds pairwise masks only for the sites whose shares it received).  In
-    SecAgg+ (Bell et al. 2020; Bonawitz et al. 2017, Round 3) the dead set
-    at unmask is those who shared keys but sent no masked vector.  flwr 1.41
-    computes it as every site sampled at setup minus the survivors, so it
-    asks the surviving sites for shares of the early dropout that they never
-    received, and each of them fails (``KeyError``) and the round aborts.
-    After the share-keys stage the sampled set becomes the sites that shared
-    their keys.  (Overriding one stage is the smallest change; the protocol
-    and its cryptography stay Flower's.)
+    A site that drops out during the share-keys stage never sent its key shares, so no other site masked its vector
+    against it (``secaggplus_mod`` adds pairwise masks only for the sites whose shares it received).  In SecAgg+ (Bell
+    et al. 2020; Bonawitz et al. 2017, Round 3) the dead set at unmask is those who shared keys but sent no masked
+    vector.  flwr 1.41 computes it as every site sampled at setup minus the survivors, so it asks the survivors for
+    shares of the early dropout that they never received, each of them fails (``KeyError``) and the round aborts.
+    After the share-keys stage the sampled set becomes the sites that shared their keys.  (Overriding one stage is the
+    smallest change; the protocol and its cryptography stay Flower's.)
     """
 
     def share_keys_stage(self, grid, context, state) -> bool:
@@ -426,8 +421,8 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                  ) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
     """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
 
-    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of
-    the four stages (:func:`payload_bytes`; the download's tensors included).
+    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of the four stages (:func:`payload_bytes`;
+    the download's tensors included).
 
     ``transmissions``: ``[(client (name, node_id), received state)]``;
     ``params``: :class:`~privreid.defenses.secure_aggregation.protocol.Parameters` (checked by the caller);
