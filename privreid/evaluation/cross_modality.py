@@ -57,9 +57,8 @@ _MARKET = VIProtocol()
 def mode_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[Sample], list[Sample]]:
     """The (query, gallery) samples of ``testset`` in evaluation ``mode`` (see the module docstring).
 
-    A test set without ``modality`` (single-modality video) is returned as it
-    is in ``ir-to-visible`` mode and refused in the other.  Raises
-    :class:`DataError` if a sample has no modality or a side ends up empty.
+    A test set without ``modality`` (single-modality video) is returned as it is in ``ir-to-visible`` mode and refused
+    in the other.  Raises :class:`DataError` if a sample has no modality or a side ends up empty.
     """
     if mode not in MODES:
         raise ConfigError(f"unknown evaluation mode {mode!r}; choose one of: {', '.join(MODES)}")
@@ -97,10 +96,9 @@ def evaluate_cross_modality(qf, gf, q_pids, g_pids, q_camids, g_camids, *, proto
                             metric: str = "euclidean", seed: int = 0) -> dict:
     """Rank query features against gallery features under a VI ``protocol``; see the module docstring.
 
-    Returns ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP``
-    (means over the gallery trials), ``cmc`` (mean curve, 50 ranks),
-    ``num_valid_queries`` (of the first trial), ``trials``, and with several
-    trials ``std`` (the standard deviation of each scalar metric).
+    Returns ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP`` (means over the gallery trials), ``cmc``
+    (mean curve, 50 ranks), ``num_valid_queries`` (of the first trial), ``trials``, and with several trials ``std``
+    (the standard deviation of each scalar metric).
     """
     if protocol.gallery_trials < 1:
         raise ConfigError(f"gallery_trials must be >= 1, got {protocol.gallery_trials}")
@@ -183,9 +181,8 @@ def _has_positive(q_pids, q_camids, g_pids, g_camids) -> np.ndarray:
 def _identity_first_ranks(qf, gf, q_pids, g_pids, q_camids, g_camids, *, metric: str) -> np.ndarray:
     """Rank of each (valid) query's identity among the distinct gallery identities.
 
-    An identity's position is that of its closest kept gallery item (the
-    released code's de-duplication of the ranked pid list); ties are broken
-    by gallery index, as :func:`evaluate`'s stable order does.
+    An identity's position is that of its closest kept gallery item (the released code's de-duplication of the ranked
+    pid list); ties are broken by gallery index, as :func:`evaluate`'s stable order does.
     """
     if metric == "cosine":
         dist = 1 - F.normalize(qf, dim=1) @ F.normalize(gf, dim=1).T

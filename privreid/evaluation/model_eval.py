@@ -149,9 +149,8 @@ def sample_features(model: torch.nn.Module, testset: TestSet, samples: list[Samp
                      interpolation: str = "bilinear"):
     """``(feats, pids, camids)`` of ``samples`` of ``testset`` with the test transform.
 
-    Images one by one; tracklets (a test set with ``tracklets``) as the mean
-    of ``seq_len`` frame features (default ``testset.vi_protocol.seq_len``),
-    ``max(1, batch_size // seq_len)`` tracklets per batch.
+    Images one by one; tracklets (a test set with ``tracklets``) as the mean of ``seq_len`` frame features (default
+    ``testset.vi_protocol.seq_len``), ``max(1, batch_size // seq_len)`` tracklets per batch.
     """
     transform = build_transforms(height, width, train=False, interpolation=interpolation)
     if testset.tracklets is None:
@@ -184,12 +183,10 @@ def evaluate_model(
 ) -> dict:
     """R1/R5/R10/R20/mAP/mINP of ``model`` on ``testset`` under its protocol (:func:`rank_testset`).
 
-    ``mode`` applies to visible-infrared test sets (``ir-to-visible``, the
-    L2RW+ tables' mode, or ``visible-to-ir``) and ``seq_len`` to video ones;
-    ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets
-    only).  ``flip`` averages each feature with that of the flipped image.
-    ``ap``: ``"torchreid"`` or ``"devkit"`` (:func:`rank_testset`).  ``interpolation``: the test resize,
-    ``bilinear`` or ``bicubic`` (fast-reid's).
+    ``mode`` applies to visible-infrared test sets (``ir-to-visible``, the L2RW+ tables' mode, or ``visible-to-ir``)
+    and ``seq_len`` to video ones; ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets only).
+    ``flip`` averages each feature with that of the flipped image.  ``ap``: ``"torchreid"`` or ``"devkit"``
+    (:func:`rank_testset`).  ``interpolation``: the test resize, ``bilinear`` or ``bicubic`` (fast-reid's).
     """
     check_protocol(testset, single_gallery_shot, ap)
     query, gallery = evaluation_split(testset, mode)
@@ -227,10 +224,9 @@ def check_eval_options(testsets: list[TestSet], *, mode: str | None = None, seq_
                        corrupted: bool = False, single_gallery_shot: bool = False) -> None:
     """Refuse evaluation options on test sets they do not apply to (before any evaluation).
 
-    ``mode`` is for visible-infrared test sets, ``seq_len`` for video ones,
-    corruptions (``corrupted``) for image ones and the CUHK03
-    ``single_gallery_shot`` for Market-style ones (``privreid eval``'s
-    ``--mode``, ``--seq-len``, ``--corruption``, ``--single-gallery-shot``).
+    ``mode`` is for visible-infrared test sets, ``seq_len`` for video ones, corruptions (``corrupted``) for image ones
+    and the CUHK03 ``single_gallery_shot`` for Market-style ones (``privreid eval``'s ``--mode``, ``--seq-len``,
+    ``--corruption``, ``--single-gallery-shot``).
     """
     if mode is not None and mode not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
