@@ -131,10 +131,8 @@ EVERYTHING_SHARED = ParameterPolicy(is_local=lambda key: False,
 class GlobalLabelClient(ClientData):
     """A client whose training labels index the federation's global identity list (``shared_classifier``).
 
-    ``identities[g]`` is the ``(domain, domain pid)`` key of global label
-    ``g``; every client of a run holds the same tuple, so ``num_classes`` is
-    the federation's identity count and every client's classifier has the
-    same shape.
+    ``identities[g]`` is the ``(domain, domain pid)`` key of global label ``g``; every client of a run holds the same
+    tuple, so ``num_classes`` is the federation's identity count and every client's classifier has the same shape.
     """
 
     identities: tuple = ()
@@ -193,11 +191,9 @@ def centre_state(state: StateDict) -> StateDict:
 def one_cycle_factor(progress: float, total: float, peak: float = ONECYCLE_PEAK) -> float:
     """Learning-rate multiplier after ``progress`` of ``total`` epochs: linear one-cycle.
 
-    ``ONECYCLE_START`` at 0, 1 at ``peak * total``, 0 at ``total`` (the
-    reference code's ``get_cyclic_lr``).  Hand-written because
-    ``torch.optim.lr_scheduler.OneCycleLR`` is a stateful scheduler over one
-    optimiser's life, while privreid builds a fresh optimiser every round: the
-    rate is a function of the run's global progress instead.
+    ``ONECYCLE_START`` at 0, 1 at ``peak * total``, 0 at ``total`` (the reference code's ``get_cyclic_lr``).
+    Hand-written because ``torch.optim.lr_scheduler.OneCycleLR`` is a stateful scheduler over one optimiser's life,
+    while privreid builds a fresh optimiser every round: the rate is a function of the run's global progress instead.
     """
     return float(np.interp(progress, [0.0, peak * total, total], [ONECYCLE_START, 1.0, 0.0]))
 
@@ -213,11 +209,10 @@ def round_start_factor(config, round_index: int) -> float | None:
 def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V-DPPT (Eq. 9): ``(pre_neck, z, logits)`` of clips ``(B, T, 3, H, W)``.
 
-    Frame features are averaged over ``T`` (the neck output, which the
-    classifier reads, and the pre-neck feature), and the classifier runs on the
-    clip feature ``z``.  The paper averages "l2-normalised" frame embeddings;
-    privreid averages the un-normalised ones the image path also feeds to the
-    classifier and normalises where features are compared (circle loss, MRB).
+    Frame features are averaged over ``T`` (the neck output, which the classifier reads, and the pre-neck feature), and
+    the classifier runs on the clip feature ``z``.  The paper averages "l2-normalised" frame embeddings; privreid
+    averages the un-normalised ones the image path also feeds to the classifier and normalises where features are
+    compared (circle loss, MRB).
     """
     b, t = clips.shape[:2]
     pre, feat, _ = model.forward_train(clips.flatten(0, 1))
@@ -351,9 +346,8 @@ class DPPTLocalTraining:
 def initial_classifier(model, config) -> None:
     """Give ``model`` the run's initial global classifier (round 1 of ``shared_classifier``).
 
-    A fresh head of the model's size drawn from a seed of the run alone, so
-    every client starts from the same classifier, as from the rest of the
-    initial global model; the global random state is left untouched.
+    A fresh head of the model's size drawn from a seed of the run alone, so every client starts from the same
+    classifier, as from the rest of the initial global model; the global random state is left untouched.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(config.train.seed, "dppt-initial-classifier"))
@@ -381,9 +375,8 @@ class DPPTMoonUpdate(DPPTLocalTraining, ModelContrastiveUpdate):
 class DPPTAggregate(Strategy):
     """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean).
 
-    Streams the model: each upload's model keys are folded into a running
-    data-volume sum as it arrives; only its class centres (one feature vector
-    per identity) are kept until the round's end.
+    Streams the model: each upload's model keys are folded into a running data-volume sum as it arrives; only its
+    class centres (one feature vector per identity) are kept until the round's end.
     """
 
     def upload_weight(self) -> Callable[[Upload], float]:
@@ -397,9 +390,8 @@ class DPPTAggregate(Strategy):
                   round_index: int) -> StateDict:
         """The model and the global memory of the client's identities (step 4, module docstring).
 
-        ``GLOBAL_CENTRES``: one centre per client label (zeros where the
-        federation has none yet), ``GLOBAL_KNOWN``: which exist; both absent
-        while no identity of the client has a global centre.
+        ``GLOBAL_CENTRES``: one centre per client label (zeros where the federation has none yet), ``GLOBAL_KNOWN``:
+        which exist; both absent while no identity of the client has a global centre.
         """
         received = model_state(global_state)
         centres = [global_state.get(identity_key(client, label)) for label in range(client.num_classes)]
