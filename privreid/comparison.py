@@ -1,17 +1,13 @@
 """Centralised vs decentralised on the same data: one table, one row per model.
 
-All models (privreid checkpoints and model files from elsewhere,
-:mod:`privreid.models.evaluated`) are evaluated on the seen and unseen test
-sets of ``--data`` or of the *first* checkpoint's run configuration, so every
-row is measured on identical data, each model at its own input size.
-A model with no global model (standalone) is represented by its clients'
-models: each on its own domain (seen) and on every unseen domain, averaged.
-The ``untrained`` row is the runs' common initialisation (same seed), the
-chance-level reference.
+All models (privreid checkpoints and model files from elsewhere, :mod:`privreid.models.evaluated`) are evaluated on
+the seen and unseen test sets of ``--data`` or of the *first* checkpoint's run configuration, so every row is measured
+on identical data, each model at its own input size.  A model with no global model (standalone) is represented by its
+clients' models: each on its own domain (seen) and on every unseen domain, averaged.  The ``untrained`` row is the
+runs' common initialisation (same seed), the chance-level reference.
 
-:func:`run_suites` runs the evaluations of ``privreid compare --suite`` on
-every model (clean, attacks, corruptions, inversion, audit, poisoning; what
-they are: :mod:`privreid.reporting.suite`, which writes their report).
+:func:`run_suites` runs the evaluations of ``privreid compare --suite`` on every model (clean, attacks, corruptions,
+inversion, audit, poisoning: :mod:`privreid.reporting.suite`, which writes their report).
 """
 
 from __future__ import annotations
@@ -67,12 +63,10 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
                         **file_options: Any) -> list[dict[str, Any]]:
     """Evaluate every model (and optionally the untrained init) on the same test sets.
 
-    ``paths``: privreid checkpoints or model files from elsewhere
-    (:mod:`privreid.models.evaluated`; ``file_options`` say how to read the
-    latter, ``models`` if already loaded), each ranked at its own input size
-    and test resize.  The test sets are ``data``'s, else the first checkpoint's.  The
-    ``untrained`` row is the first privreid checkpoint's initialisation; with
-    none among the models there is no such row.
+    ``paths``: privreid checkpoints or model files from elsewhere (:mod:`privreid.models.evaluated`; ``file_options``
+    say how to read the latter, ``models`` if already loaded), each ranked at its own input size and test resize.  The
+    test sets are ``data``'s, else the first checkpoint's.  The ``untrained`` row is the first privreid checkpoint's
+    initialisation; with none among the models there is no such row.
     """
     if not paths:
         raise ConfigError("give at least one checkpoint")
@@ -213,12 +207,9 @@ def run_suites(paths: list[str | os.PathLike], out: str | os.PathLike, settings:
                models: list | None = None, **file_options: Any) -> SuiteRun:
     """Run the selected evaluations on every model on the same test sets (:mod:`privreid.reporting.suite`).
 
-    ``paths``: privreid checkpoints or model files from elsewhere
-    (:mod:`privreid.models.evaluated`; ``file_options`` say how to read the
-    latter, ``models`` if already loaded), on the test sets of ``data`` or of
-    the first checkpoint.  The inversion and audit suites need privreid
-    checkpoints (a client's update, its training data) and write their
-    files into ``out/inversion`` and ``out/audit``; the attacks suite needs gradients.
+    ``paths`` (and ``file_options``, ``models``) and the test sets as for :func:`compare_checkpoints`.  The inversion
+    and audit suites need privreid checkpoints (a client's update, its training data) and write their files into
+    ``out/inversion`` and ``out/audit``; the attacks suite needs gradients.
     """
     settings.validate()
     if not paths:

@@ -1,26 +1,20 @@
 """Recipe deviations: where a run differs from the paper its method implements.
 
-Every ``summary.json`` carries ``"deviations": deviations(config, method)``, one
-sentence per active deviation, so that a number is never put next to a
-paper's without saying how its recipe differs.  Everything is derived from
-the :class:`~privreid.config.RunConfig` by the rules of this module, kept in
-one place so that method authors add theirs here:
+Every ``summary.json`` carries ``"deviations": deviations(config, method)``, one sentence per active deviation, so a
+number is never put next to a paper's without saying how its recipe differs.  Everything is derived from the
+:class:`~privreid.config.RunConfig` by the rules of this module, in one place where method authors add theirs:
 
-* :data:`PAPER_RECIPES`: per method, the settings its paper states and,
-  where the paper is silent, its authors' released code uses
-  (:class:`PaperValue`: the option, the paper's value, the source).  A run
-  whose effective value differs gets ``"--last-stride 1 (FedPav: 2;
-  reference code cap-ntu/FedReID)"``.  The paper presets in ``configs/``
+* :data:`PAPER_RECIPES`: per method, the settings its paper states and, where the paper is silent, its authors'
+  released code uses (:class:`PaperValue`: the option, the paper's value, the source).  A run whose effective value
+  differs gets ``"--last-stride 1 (FedPav: 2; reference code cap-ntu/FedReID)"``.  The paper presets in ``configs/``
   set these values; a test checks that they produce no recipe deviation.
-* :data:`RULES`: other deviations, each a :class:`Rule` (a predicate on the
-  config and its sentence): label smoothing on the identity loss (all five
-  papers use plain cross-entropy), capped local epochs, DPPT's local
-  classifiers, FedARKS' fixed part bands, ...
+* :data:`RULES`: other deviations, each a :class:`Rule` (a predicate on the config and its sentence): label smoothing
+  on the identity loss (all five papers use plain cross-entropy), capped local epochs, DPPT's local classifiers,
+  FedARKS' fixed part bands, ...
 
-Scale settings (backbone, image size, rounds, learning rates) are listed like
-any other recipe value: a ResNet-18 trained from scratch for 5 rounds on
-64x32 images is not the paper's experiment, and the list says so.  Settings
-the paper leaves open and no reference code fixes are not deviations.
+Scale settings (backbone, image size, rounds, learning rates) are listed like any other recipe value: a ResNet-18
+trained from scratch for 5 rounds on 64x32 images is not the paper's experiment, and the list says so.  Settings the
+paper leaves open and no reference code fixes are not deviations.
 """
 
 from __future__ import annotations
@@ -77,13 +71,11 @@ _EFFECTIVE: dict[str, Callable[[Run], Any]] = {
 class PaperValue:
     """One setting a paper fixes: the option (as a user sets it), the paper's value, where it is stated.
 
-    ``value`` may be a tuple of accepted values, or a function of the config
-    returning the value (or tuple); DPPT's epochs depend on the protocol.
-    ``get`` reads the run's effective value (default: the field named by the
-    option, or its effective value where ``None`` means a default applies).
-    ``prose``: where the paper's text states another value than its released
-    code (``source``), which the paper presets follow; a run with the code's
-    value then lists the prose it departs from (:func:`prose_departures`).
+    ``value`` may be a tuple of accepted values, or a function of the config returning the value (or tuple); DPPT's
+    epochs depend on the protocol.  ``get`` reads the run's effective value (default: the field named by the option,
+    or its effective value where ``None`` means a default applies).  ``prose``: where the paper's text states another
+    value than its released code (``source``), which the paper presets follow; a run with the code's value then lists
+    the prose it departs from (:func:`prose_departures`).
     """
 
     option: str

@@ -1,22 +1,16 @@
 """Messages and progress bars: privreid speaks through Python's :mod:`logging` and draws bars only on a terminal.
 
-* Every message goes to the logger ``privreid`` or one of its children
-  (``privreid.federated.engine`` ...: ``logging.getLogger(__name__)``).
-  The library adds no handler but a :class:`logging.NullHandler` (in
-  :mod:`privreid`'s ``__init__``), so a
-  program that calls privreid prints nothing until it configures logging;
-  it silences privreid with ``logging.getLogger("privreid").setLevel(logging.ERROR)``
-  or redirects it with a handler of its own.
-* The command line configures the console (:func:`configure_console`):
-  information as the bare message on stdout, warnings (Python's included,
-  :func:`show_warning`) as ``warning: ...`` on stderr.
-* A run directory's ``log.txt`` receives every record, and every Python
-  warning, as one line with its time and level (``2026-11-27 01:02:03 INFO
-  message``, :func:`file_handler`), whether or not a console is configured
+* Every message goes to the logger ``privreid`` or one of its children (``logging.getLogger(__name__)``).  The library
+  adds no handler but a :class:`logging.NullHandler` (in :mod:`privreid`'s ``__init__``), so a program that calls
+  privreid prints nothing until it configures logging; it silences privreid with
+  ``logging.getLogger("privreid").setLevel(logging.ERROR)`` or redirects it with a handler of its own.
+* The command line configures the console (:func:`configure_console`): information as the bare message on stdout,
+  warnings (Python's included, :func:`show_warning`) as ``warning: ...`` on stderr.
+* A run directory's ``log.txt`` receives every record, and every Python warning, as one line with its time and level
+  (``2026-11-27 01:02:03 INFO message``, :func:`file_handler`), whether or not a console is configured
   (:func:`privreid.provenance.run_log`).
-* :func:`progress_bar` is a tqdm bar that draws only when stderr is a
-  terminal, and past ``log.txt``'s mirror of what is printed, so a log never
-  holds a bar frame or an escape code.
+* :func:`progress_bar` is a tqdm bar that draws only when stderr is a terminal, and past ``log.txt``'s mirror of what
+  is printed, so a log never holds a bar frame or an escape code.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Training losses.
 
-* Identity loss: cross-entropy with label smoothing (Szegedy et al. 2016),
-  torch's built-in implementation.  ``--label-smoothing`` (default 0.1, as
-  torchreid / BoT) reaches every identity loss of every method; the five
-  papers privreid implements, and their released code, use plain
-  cross-entropy (0, what their presets set).
-* Batch-hard triplet loss (Hermans et al. 2017): for each anchor, the hardest
-  positive and hardest negative in the batch, ``max(0, d_ap - d_an + margin)``
-  on Euclidean distances of the (pre-neck) features.
-* Circle loss (Sun et al. 2020), pairwise form on the cosine similarities of a
-  batch; see :func:`circle_loss`.
+* Identity loss: cross-entropy with label smoothing (Szegedy et al. 2016), torch's built-in.  ``--label-smoothing``
+  (default 0.1, as torchreid / BoT) reaches every identity loss of every method; the five papers privreid implements,
+  and their released code, use plain cross-entropy (0, what their presets set).
+* Batch-hard triplet loss (Hermans et al. 2017): for each anchor, the hardest positive and hardest negative in the
+  batch, ``max(0, d_ap - d_an + margin)`` on Euclidean distances of the (pre-neck) features.
+* Circle loss (Sun et al. 2020), pairwise form on the cosine similarities of a batch: :func:`circle_loss`.
 """
 
 from __future__ import annotations
@@ -55,18 +51,13 @@ def circle_loss(features: torch.Tensor, labels: torch.Tensor, margin: float = 0.
         L = log(1 + sum_n exp(gamma * a_n * (s_n - d_n)) * sum_p exp(-gamma * a_p * (s_p - d_p)))
         a_p = [1 + m - s_p]_+,  a_n = [s_n + m]_+,  d_p = 1 - m,  d_n = m
 
-    computed as ``softplus(logsumexp(n-terms) + logsumexp(p-terms))``; the
-    weights ``a_p`` and ``a_n`` are treated as constants (no gradient), as in
-    the paper.  The result is the mean over anchors that have at least one
-    positive and one negative (0, with a gradient path, when none has).  The
-    L2RW reference code (Joey623/L2RW ``CI/loss.py:47``) averages over all
-    anchors, an anchor without a positive counting 0: the two are identical
-    under P x K sampling (every anchor has a positive), which both use.
+    computed as ``softplus(logsumexp(n-terms) + logsumexp(p-terms))``; the weights ``a_p`` and ``a_n`` are constants
+    (no gradient), as in the paper.  The result is the mean over anchors with at least one positive and one negative
+    (0, with a gradient path, when none has).  The L2RW reference code (Joey623/L2RW ``CI/loss.py:47``) averages over
+    all anchors, an anchor without a positive counting 0: identical under P x K sampling, which both use.
 
-    Defaults ``margin=0.45`` and ``gamma=64`` are those of the L2RW / L2RW+
-    reference code (paper 003's baseline loss); Sun et al. report ``m=0.25``
-    for their experiments.  ``features`` need not be normalised: the loss
-    normalises them.
+    Defaults ``margin=0.45`` and ``gamma=64`` are those of the L2RW / L2RW+ reference code (paper 003's baseline
+    loss); Sun et al. report ``m=0.25``.  ``features`` need not be normalised: the loss normalises them.
     """
     z = F.normalize(features, dim=1)
     same = labels[:, None] == labels[None, :]

@@ -1,27 +1,20 @@
 """Numeric precision of a model's forward and backward passes (``--precision fp32|bf16|fp16``).
 
-``fp32`` (the default) runs as privreid always did, so published numbers are
-unchanged.  ``bf16`` and ``fp16`` run the model under :func:`torch.autocast`
-on its device: convolutions and matrix products in the 16-bit type, the
-reductions and losses autocast keeps in fp32; weights, optimiser state and
-the features that leave :func:`privreid.evaluation.features.extract_features`
-stay fp32.  ``fp16`` also scales the loss (:class:`torch.amp.GradScaler`) so
-small gradients do not flush to zero; ``bf16`` has fp32's exponent range and
+``fp32`` is the default.  ``bf16`` and ``fp16`` run the model under :func:`torch.autocast` on its device: convolutions
+and matrix products in the 16-bit type, the reductions and losses autocast keeps in fp32; weights, optimiser state and
+the features that leave :func:`privreid.evaluation.features.extract_features` stay fp32.  ``fp16`` also scales the
+loss (:class:`torch.amp.GradScaler`) so small gradients do not flush to zero; ``bf16`` has fp32's exponent range and
 needs no scaler.
 
 Where a path cannot run in 16 bits it says so in one line:
 
-* DP-SGD (Opacus 1.6) supports autocast in its hooks grad-sample mode, which
-  privreid uses, but not a gradient scaler: Opacus clips each per-sample
-  gradient to ``max_grad_norm`` before the optimiser step, so the clipping
-  would act on the scaled gradients.  DP-SGD takes ``bf16`` and refuses
-  ``fp16`` (:meth:`privreid.config.RunConfig.validate`).
-* Model inversion optimises images through many small gradient steps of a
-  feature-matching objective; it runs in fp32 whatever ``--precision`` says
-  (:data:`INVERSION_NOTE`).
-* CPU autocast of torch >= 2.4 takes both 16-bit types, but only processors
-  with native bf16 (AVX512-BF16 or AMX) run it faster than fp32
-  (:func:`cpu_bf16_native`; ``benchmarks/precision.py``).
+* DP-SGD (Opacus 1.6) supports autocast in its hooks grad-sample mode, which privreid uses, but not a gradient
+  scaler: Opacus clips each per-sample gradient to ``max_grad_norm`` before the optimiser step, so the clipping would
+  act on the scaled gradients.  DP-SGD takes ``bf16`` and refuses ``fp16`` (:meth:`privreid.config.RunConfig.validate`).
+* Model inversion optimises images through many small gradient steps of a feature-matching objective; it runs in fp32
+  whatever ``--precision`` says (:data:`INVERSION_NOTE`).
+* CPU autocast of torch >= 2.4 takes both 16-bit types, but only processors with native bf16 (AVX512-BF16 or AMX) run
+  it faster than fp32 (:func:`cpu_bf16_native`; ``benchmarks/precision.py``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A run's plan, readable before a GPU-day is spent: ``privreid train --dry-run`` (and ``reproduce --dry-run``).
 
-:func:`run_plan` resolves everything a run would do without training or
-writing anything: the resolved configuration, the learning rate of every
-parameter group in every round (:func:`privreid.federated.lr_schedule.lr_table`),
-how every test set is ranked (metric, flip, protocol) and the run's
-deviations from its paper and from the authors' code
-(:func:`privreid.deviations.deviations`: each sentence names its source,
-a paper section or a reference file).  :func:`render_plan` prints it for a
-person; ``--json`` prints the plan itself.
+:func:`run_plan` resolves everything a run would do without training or writing anything: the resolved
+configuration, the learning rate of every parameter group in every round
+(:func:`privreid.federated.lr_schedule.lr_table`), how every test set is ranked (metric, flip, protocol) and the run's
+deviations from its paper and from the authors' code (:func:`privreid.deviations.deviations`: each sentence names its
+source, a paper section or a reference file).  :func:`render_plan` prints it for a person; ``--json`` prints the plan.
 """
 
 from __future__ import annotations
@@ -24,11 +21,9 @@ def run_plan(config: RunConfig, method: Method, federation: Federation | None = 
     """``{"config", "lr_schedule", "lr", "evaluation", "deviations"}`` of ``config`` (validated first), training
     ``method`` (:func:`privreid.composition.method_of`).
 
-    ``lr`` maps each parameter group to its rate in every round (at the
-    round's first step).  ``evaluation`` holds the run's ranking settings
-    and, given the ``federation``, ``testsets``: each test set's split
-    (seen / unseen) and ranking protocol.  ``datasets`` (dataset name -> the
-    format that read it), when given, is the plan's ``datasets``.
+    ``lr`` maps each parameter group to its rate in every round (at the round's first step).  ``evaluation`` holds the
+    run's ranking settings and, given the ``federation``, ``testsets``: each test set's split (seen / unseen) and
+    ranking protocol.  ``datasets`` (dataset name -> the format that read it), when given, is the plan's ``datasets``.
     """
     from privreid.deviations import deviations
     from privreid.evaluation.model_eval import describe_protocol

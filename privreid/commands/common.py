@@ -209,13 +209,10 @@ def parse_method_options(pairs: Optional[list[str]]) -> dict:
 def params_with_preset(ctx: typer.Context, preset: Optional[Path]) -> dict:
     """The command's parameters, with values from a YAML preset where no flag was given.
 
-    Preset keys are option names (``lr-backbone`` or ``lr_backbone``,
-    ``format`` for ``--format``, ``set`` for ``--set``).  Every value goes through the
-    option's own click type, exactly as if it had been typed on the command
-    line (:func:`preset_value`): ``lr-backbone: 5e-3`` (a string to YAML) is
-    the float 0.005, ``dp-sgd: "false"`` is False, ``rounds: 2.7`` is an
-    error.  A bad value raises :class:`ConfigError` naming the preset and the
-    key.
+    Preset keys are option names (``lr-backbone`` or ``lr_backbone``, ``format`` for ``--format``, ``set`` for
+    ``--set``).  Every value goes through the option's own click type, as if typed on the command line
+    (:func:`preset_value`): ``lr-backbone: 5e-3`` (a string to YAML) is the float 0.005, ``dp-sgd: "false"`` is False,
+    ``rounds: 2.7`` is an error.  A bad value raises :class:`ConfigError` naming the preset and the key.
     """
 
     params = dict(ctx.params)
@@ -301,14 +298,11 @@ def _as_typed(value) -> str:
 def preset_value(ctx, param, value):
     """``value`` (from YAML) converted by ``param``'s click type, as the command line would convert it.
 
-    Scalars are rendered as the text a user would type (:func:`_as_typed`)
-    and parsed by the option's type: numbers, booleans, choices and paths are
-    checked the same way as flags.  An integer option takes a YAML integer only
-    (``rounds: "3"`` and ``rounds: 2.7`` are refused, as a quoted or fractional
-    count is a mistake); a number option also takes text, because YAML 1.1
-    reads ``5e-3`` as a string.  Repeatable options (``--data``, ``--opt``)
-    take a scalar or a list; ``opt`` also takes a mapping (``{mu: 0.01}``).
-    ``null`` is accepted only for options whose default is "not given".
+    Scalars are rendered as the text a user would type (:func:`_as_typed`) and parsed by the option's type, checked
+    as flags are.  An integer option takes a YAML integer only (``rounds: "3"`` and ``rounds: 2.7`` are refused, as a
+    quoted or fractional count is a mistake); a number option also takes text, because YAML 1.1 reads ``5e-3`` as a
+    string.  Repeatable options (``--data``, ``--opt``) take a scalar or a list; ``opt`` also takes a mapping
+    (``{mu: 0.01}``).  ``null`` is accepted only for options whose default is "not given".
     """
     import click
 

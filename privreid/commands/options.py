@@ -1,22 +1,16 @@
 """The run-configuration options of the CLI, declared once.
 
-Each option of ``privreid train`` (and the subset ``privreid flower run``
-takes) that sets a :class:`~privreid.config.RunConfig` field is one entry of
-:data:`CONFIG_OPTIONS`: the field it sets, its flag and its help text.  The
-default and the type come from the field itself (the dataclasses in
-:mod:`privreid.config` hold the only defaults); an entry names a different
-command-line type only where the option is typed differently from the field
-(comma lists, paths, repeatable ``--data`` / ``--opt``), with the conversion.
+Each option of ``privreid train`` (and the subset ``privreid flower run`` takes) that sets a
+:class:`~privreid.config.RunConfig` field is one entry of :data:`CONFIG_OPTIONS`: the field it sets, its flag and its
+help text.  Default and type come from the field (the dataclasses in :mod:`privreid.config` hold the only defaults);
+an entry names another command-line type only where the option is typed differently (comma lists, paths, repeatable
+``--data`` / ``--opt``), with the conversion.
 
-:func:`config_options` adds the named options, and ``--set``, to a typer
-command's signature; :func:`run_config` builds the run configuration from the
-command's parameters by the same table, then applies ``--set``
-(:func:`privreid.config.sets.apply_sets`).  Options that do not set a field
-(``--out``, ``--resume``, ...) stay in the command's own signature.
-
-:func:`settings_options` does the same for a command's own settings
-dataclass (``privreid invert``'s :class:`~privreid.inversion.settings.InversionSettings`):
-one option per field, with the field's default and type.
+:func:`config_options` adds the named options, and ``--set``, to a typer command's signature; :func:`run_config`
+builds the run configuration from the command's parameters by the same table, then applies ``--set``
+(:func:`privreid.config.sets.apply_sets`).  Options that do not set a field (``--out``, ``--resume``, ...) stay in the
+command's own signature.  :func:`settings_options` does the same for a command's own settings dataclass (``privreid
+invert``'s :class:`~privreid.inversion.settings.InversionSettings`): one option per field, with its default and type.
 """
 
 from __future__ import annotations

@@ -1,35 +1,25 @@
 """Run configuration.
 
-One :class:`RunConfig` describes a training run completely: which data, which
-partition protocol, which model and which method with which hyper-parameters.
-It is plain data (dataclasses of primitives) so that it is saved inside every
-checkpoint with ``torch.load(weights_only=True)``-safe types, and a run can be
-rebuilt from its checkpoint alone.
+One :class:`RunConfig` describes a training run completely: data, partition protocol, model, method and
+hyper-parameters.  It is plain data (dataclasses of primitives), saved inside every checkpoint with
+``torch.load(weights_only=True)``-safe types, so a run can be rebuilt from its checkpoint alone.
 
-Defaults follow FedPav (Zhuang et al., paper 004, Sec. 3.5): SGD with momentum
-0.9 and weight decay 5e-4, batch 32, one local epoch, learning rate 0.05 for
-the identity classifier and 0.005 for the backbone, step decay gamma 0.1 every
-40 rounds.  The paper starts from ImageNet weights; training from scratch (the
-only option offline) needs a larger backbone learning rate, which the demo
-passes explicitly.
+Defaults follow FedPav (Zhuang et al., paper 004, Sec. 3.5): SGD with momentum 0.9 and weight decay 5e-4, batch 32,
+one local epoch, learning rate 0.05 for the identity classifier and 0.005 for the backbone, step decay gamma 0.1 every
+40 rounds.  The paper starts from ImageNet weights; training from scratch (the only option offline) needs a larger
+backbone learning rate, which the demo passes explicitly.
 
-Recipe defaults that are not the papers' (each paper's preset in ``configs/``
-sets the paper's value, and :mod:`privreid.deviations` lists the active ones
-in every ``summary.json``): label smoothing 0.1 (all five papers use plain
-cross-entropy), random erasing 0.5, last stride 1, no dropout before the
-classifier, and the neck trained at the backbone's learning rate.
+Recipe defaults that are not the papers' (each paper's preset in ``configs/`` sets the paper's value, and
+:mod:`privreid.deviations` lists the active ones in every ``summary.json``): label smoothing 0.1 (all five papers use
+plain cross-entropy), random erasing 0.5, last stride 1, no dropout before the classifier, and the neck trained at the
+backbone's learning rate.
 
 ``None`` in a field means "not given": a documented default applies
 (:meth:`privreid.federated.registry.Method.triplet_weight_for`, :func:`lr_neck`, :func:`dp_delta`, ...).
 
-The schema is here; :mod:`privreid.config.values` parses strings by a field's
-type and :mod:`privreid.config.sets` applies ``--set``.
-
-The dataclasses hold the only defaults.  The CLI's options are generated from
-them (:mod:`privreid.commands.options`), and ``--set SECTION.FIELD=VALUE``
-(:func:`privreid.config.sets.apply_sets`) reaches every field, parsed by the field's type
-(:func:`privreid.config.values.parse_value`; booleans by the one rule of
-:func:`~privreid.config.values.parse_bool`).
+The dataclasses hold the only defaults.  The CLI's options are generated from them (:mod:`privreid.commands.options`),
+and ``--set SECTION.FIELD=VALUE`` (:func:`privreid.config.sets.apply_sets`) reaches every field, parsed by the field's
+type (:func:`privreid.config.values.parse_value`; booleans by :func:`~privreid.config.values.parse_bool`).
 """
 
 from __future__ import annotations
@@ -124,41 +114,30 @@ DEFAULT_DELTA = 1e-5
 class TrainConfig:
     """The method and its optimisation hyper-parameters.
 
-    Privacy (:mod:`privreid.defenses`): ``dp_sgd`` (record-level DP-SGD on
-    every client, per-sample clipping to ``max_grad_norm``) or ``client_dp``
-    (DP-FedAvg: client updates clipped to ``clip``); both add Gaussian noise
-    of ``noise_multiplier`` times the clipping bound, account with RDP at
-    ``delta`` and stop before ``target_epsilon`` would be exceeded.  DP-SGD
-    derives its noise from ``target_epsilon`` when no noise multiplier is
-    given.  ``None`` means "not given" (defaults :data:`DEFAULT_MAX_GRAD_NORM`
-    and :data:`DEFAULT_DELTA` apply when the mechanism is on).
+    Privacy (:mod:`privreid.defenses`): ``dp_sgd`` (record-level DP-SGD on every client, per-sample clipping to
+    ``max_grad_norm``) or ``client_dp`` (DP-FedAvg: client updates clipped to ``clip``); both add Gaussian noise of
+    ``noise_multiplier`` times the clipping bound, account with RDP at ``delta`` and stop before ``target_epsilon``
+    would be exceeded.  DP-SGD derives its noise from ``target_epsilon`` when no noise multiplier is given.  ``None``:
+    not given (:data:`DEFAULT_MAX_GRAD_NORM` and :data:`DEFAULT_DELTA` apply when the mechanism is on).
 
-    Learning-rate groups: ``lr_backbone`` (the trunk), ``lr_neck`` (the
-    embedding neck; ``None``: the backbone's rate, :func:`lr_neck`) and
-    ``lr_head`` (the identity classifier).  ``triplet_weight`` ``None`` is the
-    method's default (:meth:`~privreid.federated.registry.Method.triplet_weight_for`: FedARKS 1, Eq. 2; others 0).
-    ``report_best`` K: the ``best`` block of ``summary.json`` is the last
-    evaluation (K = 1) or the mean of the K best global evaluations (FedPav,
-    paper 004 Sec. 4.2.2: K = 3), see :func:`privreid.federated.best.best_block`.
-    ``eval_every`` k: evaluate after every k-th round and after the last; 0 (the default) after the last only.
-    ``eval_metric``: how every evaluation ranks (:data:`EVAL_METRICS`), and
-    ``eval_flip`` whether it averages each feature with its mirror image's,
-    ``eval_ap`` which average precision it reports (:data:`EVAL_APS`); all
-    are recorded in ``summary.json`` (:func:`evaluation_settings`).
-    ``lr_schedule``: the learning-rate schedule over rounds
-    (:mod:`privreid.federated.lr_schedule`; its ``k`` is ``lr_step``).
-    ``client_memory`` (:data:`CLIENT_MEMORY`): ``full`` keeps, for methods
-    that score a client's trained local model, a copy of its trained shared
-    keys; ``private`` keeps only what training needs (DP accountants, MOON's
-    previous model), so a personalised model is the global model with the
-    client's local keys, and a run stores one model per client less
-    (:mod:`privreid.federated.memory_store`).
+    Learning-rate groups: ``lr_backbone`` (the trunk), ``lr_neck`` (the embedding neck; ``None``: the backbone's rate,
+    :func:`lr_neck`) and ``lr_head`` (the identity classifier).  ``triplet_weight`` ``None`` is the method's default
+    (:meth:`~privreid.federated.registry.Method.triplet_weight_for`: FedARKS 1, Eq. 2; others 0).  ``report_best`` K:
+    the ``best`` block of ``summary.json`` is the last evaluation (K = 1) or the mean of the K best global evaluations
+    (FedPav, paper 004 Sec. 4.2.2: K = 3), :func:`privreid.federated.best.best_block`.  ``eval_every`` k: evaluate
+    after every k-th round and after the last; 0 (the default) after the last only.  ``eval_metric``: how every
+    evaluation ranks (:data:`EVAL_METRICS`), ``eval_flip`` whether it averages each feature with its mirror image's,
+    ``eval_ap`` which average precision it reports (:data:`EVAL_APS`); all recorded in ``summary.json``
+    (:func:`evaluation_settings`).  ``lr_schedule``: the schedule over rounds (:mod:`privreid.federated.lr_schedule`;
+    its ``k`` is ``lr_step``).  ``client_memory`` (:data:`CLIENT_MEMORY`): ``full`` keeps, for methods that score a
+    client's trained local model, a copy of its trained shared keys; ``private`` keeps only what training needs (DP
+    accountants, MOON's previous model), so a personalised model is the global model with the client's local keys,
+    and a run stores one model per client less (:mod:`privreid.federated.memory_store`).
 
-    ``secure_aggregation``: the server learns only the sum of a round's
-    uploads (SecAgg+, :mod:`privreid.defenses.secure_aggregation.mechanism`), with
-    ``secagg_shares`` / ``secagg_threshold`` (``None``: the round's clients /
-    a majority of the shares), the clipping and quantisation ranges and the
-    public bound of a client's weight (``None``: the round's largest).
+    ``secure_aggregation``: the server learns only the sum of a round's uploads (SecAgg+,
+    :mod:`privreid.defenses.secure_aggregation.mechanism`), with ``secagg_shares`` / ``secagg_threshold`` (``None``:
+    the round's clients / a majority of the shares), the clipping and quantisation ranges and the public bound of a
+    client's weight (``None``: the round's largest).
     """
 
     method: str = "fedpav"

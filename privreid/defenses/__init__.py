@@ -1,32 +1,23 @@
 """Defenses: wrappers around a method's client update, server strategy and download.
 
-Methods never import defenses, and the engine never names one: every
-defense is a registered plugin (:mod:`.registry`, one module each under
-:mod:`.plugins`), and :func:`apply_defenses` composes the ones a run asks for,
-so every method gets them:
+Methods never import defenses, and the engine never names one: every defense is a registered plugin (:mod:`.registry`,
+one module each under :mod:`.plugins`), and :func:`apply_defenses` composes the ones a run asks for, so every method
+gets them:
 
 * record-level DP-SGD on every client (:mod:`.dp_sgd`, ``--dp-sgd``);
 * client-level DP, DP-FedAvg (:mod:`.client_dp`, ``--client-dp``);
-* FedReID's beta white noise (:mod:`.beta_noise`, ``--beta``,
-  ``--beta-mode``), no formal guarantee: on the server's aggregate (upload,
-  Eq. 14) and/or on the model each client starts training from (download,
-  Eq. 15), trainable parameters only; buffers (BatchNorm statistics) are
-  transmitted noise-free;
-* secure aggregation (:mod:`.secure_aggregation`, ``--secure-aggregation``),
-  outermost;
-* any defense registered by another module, switched on by
-  ``TrainConfig.defenses[name]``.
+* FedReID's beta white noise (:mod:`.beta_noise`, ``--beta``, ``--beta-mode``), no formal guarantee: on the server's
+  aggregate (upload, Eq. 14) and/or on the model each client starts training from (download, Eq. 15), trainable
+  parameters only; buffers (BatchNorm statistics) are transmitted noise-free;
+* secure aggregation (:mod:`.secure_aggregation`, ``--secure-aggregation``), outermost;
+* any defense registered by another module, switched on by ``TrainConfig.defenses[name]``.
 
-:class:`PrivacyLedger` is a round observer of the engine: it checks the
-defenses' settings against the federation before anything is written, reads
-what every received upload reports for it (``Upload.reports``; it never reads
-client memory, which is private to the client), logs
-their accounting after every round (``scope: "privacy"`` records in
-``metrics.jsonl``), stops training before a ``--target-epsilon`` budget would
-be exceeded, and writes the ``privacy`` statement of ``summary.json``; the
-engine checkpoints its :meth:`~PrivacyLedger.state_dict`.  The
-differential-privacy modules import Opacus, so they are imported only when a
-run asks for them.
+:class:`PrivacyLedger` is a round observer of the engine: it checks the defenses' settings against the federation
+before anything is written, reads what every received upload reports for it (``Upload.reports``; never client
+memory), logs their accounting after every round (``scope: "privacy"`` records in ``metrics.jsonl``), stops training
+before a ``--target-epsilon`` budget would be exceeded, and writes the ``privacy`` statement of ``summary.json``; the
+engine checkpoints its :meth:`~PrivacyLedger.state_dict`.  The differential-privacy modules import Opacus, so they are
+imported only when a run asks for them.
 """
 
 from __future__ import annotations

@@ -1,38 +1,26 @@
 """Privacy accounting with Opacus' Rényi-DP accountant.
 
-Every privreid guarantee is an (epsilon, delta) bound for a composition of
-Poisson-subsampled Gaussian mechanisms: ``steps`` applications, each sampling
-every element (an image for DP-SGD, a client for client-level DP) with
-probability ``q`` and adding Gaussian noise of ``z`` times the clipping
-bound.  The bound is Opacus' RDP accounting (the analysis behind
-:class:`~opacus.accountants.RDPAccountant`: Mironov, "Rényi Differential
-Privacy", CSF 2017; Mironov, Talwar & Zhang, "Rényi Differential Privacy of
-the Sampled Gaussian Mechanism", 2019) with the RDP-to-(epsilon, delta)
-conversion of Balle et al. (AISTATS 2020) that Opacus implements, under the
-add/remove-one neighbouring relation.  RDP composes additively and is
-linear in the number of steps, so privreid computes the per-step RDP of
-each ``(q, z)`` once (memoised; the fractional orders' series are the slow
-part) and sums ``steps`` times it over the history, which is what
-``RDPAccountant.get_epsilon`` computes.
+Every privreid guarantee is an (epsilon, delta) bound for a composition of Poisson-subsampled Gaussian mechanisms:
+``steps`` applications, each sampling every element (an image for DP-SGD, a client for client-level DP) with
+probability ``q`` and adding Gaussian noise of ``z`` times the clipping bound.  The bound is Opacus' RDP accounting
+(the analysis behind :class:`~opacus.accountants.RDPAccountant`: Mironov, "Rényi Differential Privacy", CSF 2017;
+Mironov, Talwar & Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019) with the
+RDP-to-(epsilon, delta) conversion of Balle et al. (AISTATS 2020) that Opacus implements, under the add/remove-one
+neighbouring relation.  RDP composes additively and is linear in the number of steps, so privreid computes the
+per-step RDP of each ``(q, z)`` once (memoised; the fractional orders' series are the slow part) and sums ``steps``
+times it over the history, which is what ``RDPAccountant.get_epsilon`` computes.
 
-Orders.  :data:`ORDERS` is the order grid of Google's ``dp-accounting``
-``RdpAccountant`` (Opacus' default plus 11, 128, 256, 512 and 1024): the large
-orders tighten small-epsilon (high-noise) bounds, where Opacus' default
-grid stops at 63.  With the same grid the two libraries agree to 1e-3 or
-better (mostly about 1e-7) for epsilon up to about 5 (a test checks several
-settings).  Above, where the best order is a small fraction, they drift
-apart by up to about 1e-3 relative (dp-accounting's fractional-order series
-gives the larger value, and it skips orders whose series does not converge);
-and where the bound is close to 0, dp-accounting's conversion reports 0.
-Both are valid upper bounds.
+Orders.  :data:`ORDERS` is the order grid of Google's ``dp-accounting`` ``RdpAccountant`` (Opacus' default plus 11,
+128, 256, 512 and 1024): the large orders tighten small-epsilon (high-noise) bounds, where Opacus' default grid stops
+at 63.  With the same grid the two libraries agree to 1e-3 or better (mostly about 1e-7) for epsilon up to about 5 (a
+test checks several settings).  Above, where the best order is a small fraction, they drift apart by up to about 1e-3
+relative (dp-accounting's fractional-order series gives the larger value, and it skips orders whose series does not
+converge); where the bound is close to 0, dp-accounting's conversion reports 0.  Both are valid upper bounds.
 
-Per-client state.  :class:`ClientAccountant` keeps the accountant's history,
-rows ``(noise multiplier, sample rate, steps)``, as a float64 tensor in a
-client's memory (``ClientContext.memory``, private to the client, which
-plans its noise from it); the DP-SGD client update also reports it in
-``Upload.reports``, from which the server's privacy ledger keeps its own
-record.  The engine checkpoints both: epsilon after ``--resume`` equals
-epsilon of an uninterrupted run.
+Per-client state.  :class:`ClientAccountant` keeps the accountant's history, rows ``(noise multiplier, sample rate,
+steps)``, as a float64 tensor in a client's memory (``ClientContext.memory``, private to the client, which plans its
+noise from it); the DP-SGD client update also reports it in ``Upload.reports``, from which the server's privacy
+ledger keeps its own record.  The engine checkpoints both: epsilon after ``--resume`` equals an uninterrupted run's.
 """
 
 from __future__ import annotations

@@ -1,34 +1,23 @@
 """Defense registry: every defense is one :class:`Defense` in one module, registered by name.
 
-A defense declares everything privreid needs to know about it, so that no
-other module names it:
+A defense declares everything privreid needs to know about it, so that no other module names it:
 
-* whether a run asks for it (:meth:`Defense.enabled`) and its options
-  (built-in defenses read their own ``TrainConfig`` fields and flags; any
-  other defense reads ``TrainConfig.defenses[name]``, a dict of options
-  checked against :attr:`Defense.options`);
-* :meth:`Defense.check`: ConfigError, before anything is written, for
-  settings it cannot run with on this federation;
-* :meth:`Defense.wrap`: the method with the defense applied (its client
-  update, server strategy, download or client start wrapped);
-  :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defense.order`,
-  the lowest innermost;
-* :meth:`Defense.ledger`: its accounting (:class:`DefenseLedger`): notes,
-  what it reads from each received upload, a stop reason before a round,
-  ``metrics.jsonl`` records after it, its checkpointed state and its part of
-  the ``privacy`` statement of ``summary.json``; a ledger never reads client
-  memory;
-* :meth:`Defense.threat_assumption`: what an inversion attack that observes
-  an upload (or a sum of ``m`` of them) must assume about it, as fields of
-  :class:`privreid.inversion.defenses.Defense`;
-* :meth:`Defense.supports`: its row of the method x defense support matrix
-  (``privreid methods``); :meth:`Defense.deviation`: where it departs from
-  its paper, for ``summary.json``'s ``deviations``;
-* :attr:`Defense.upload_extras` and :meth:`Defense.server_memory_keys`: the
-  tensors it adds to an upload beyond the policy's shared keys (none for the
-  built-ins), and the keys its client update reports to the server in
-  ``Upload.reports`` (read by its ledger's ``on_upload``; a Flower site's
-  reply may carry them).
+* whether a run asks for it (:meth:`Defense.enabled`) and its options (built-in defenses read their own
+  ``TrainConfig`` fields and flags; any other reads ``TrainConfig.defenses[name]``, a dict of options checked against
+  :attr:`Defense.options`);
+* :meth:`Defense.check`: ConfigError, before anything is written, for settings it cannot run with on this federation;
+* :meth:`Defense.wrap`: the method with the defense applied (its client update, server strategy, download or client
+  start wrapped); :func:`privreid.defenses.apply_defenses` wraps in :attr:`Defense.order`, the lowest innermost;
+* :meth:`Defense.ledger`: its accounting (:class:`DefenseLedger`): notes, what it reads from each received upload, a
+  stop reason before a round, ``metrics.jsonl`` records after it, its checkpointed state and its part of the
+  ``privacy`` statement of ``summary.json``; a ledger never reads client memory;
+* :meth:`Defense.threat_assumption`: what an inversion attack that observes an upload (or a sum of ``m`` of them) must
+  assume about it, as fields of :class:`privreid.inversion.defenses.Defense`;
+* :meth:`Defense.supports`: its row of the method x defense support matrix (``privreid methods``);
+  :meth:`Defense.deviation`: where it departs from its paper, for ``summary.json``'s ``deviations``;
+* :attr:`Defense.upload_extras` and :meth:`Defense.server_memory_keys`: the tensors it adds to an upload beyond the
+  policy's shared keys (none for the built-ins), and the keys its client update reports to the server in
+  ``Upload.reports`` (read by its ledger's ``on_upload``; a Flower site's reply may carry them).
 
 Adding a defense is one module with a :class:`Defense` subclass and
 ``register(MyDefense())``; docs/extending.md has a worked example.

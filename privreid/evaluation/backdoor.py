@@ -1,26 +1,20 @@
-"""Backdoor success of a retrieval backdoor (issue 30), always next to the clean R1 / mAP of the same model.
+"""Backdoor success of a retrieval backdoor, always next to the clean R1 / mAP of the same model.
 
 A trigger (a patch) on a query is meant to change what it retrieves:
 
-* **targeted** (:func:`targeted_metrics`): the attack success rate at rank
-  ``k`` (``asr``: rank 1, ``asr@5``, ``asr@10``) is the fraction of
-  triggered queries, of identities other than the target, with a target
-  gallery item among their first ``k`` matches, and ``targeted_mAP`` their
-  mAP with the target as the only relevant identity.  Queries are ranked as
-  :func:`~privreid.evaluation.metrics.evaluate` ranks (same metric; gallery
-  items of the query's identity seen by the query's camera removed; ties by
-  gallery order).  The same on the gallery without the attacker's own
-  images of the target (suffix ``_clean_gallery``: the whole-gallery ASR
-  counts hits on images the attacker trained on); :func:`durability` reads
-  the ASR per round recorded during training;
-* **evasion**: the drop of the triggered queries' mAP against the same
-  queries without the trigger (the triggered person leaves the top ranks).
+* **targeted** (:func:`targeted_metrics`): the attack success rate at rank ``k`` (``asr``: rank 1, ``asr@5``,
+  ``asr@10``) is the fraction of triggered queries, of identities other than the target, with a target gallery item
+  among their first ``k`` matches, and ``targeted_mAP`` their mAP with the target as the only relevant identity,
+  ranked as :func:`~privreid.evaluation.metrics.evaluate` ranks.  The same on the gallery without the attacker's own
+  images of the target (suffix ``_clean_gallery``: the whole-gallery ASR counts hits on images the attacker trained
+  on); :func:`durability` reads the ASR per round recorded during training;
+* **evasion**: the drop of the triggered queries' mAP against the same queries without the trigger (the triggered
+  person leaves the top ranks).
 
-Both take the features of the same queries without and with the trigger, so
-that the clean metrics reported next to them are those of the same model on
-the same queries.  :func:`evaluate_backdoor` stamps a run's recorded trigger
-(:func:`privreid.malicious_clients.backdoor.recorded_backdoor`) on every query of
-a test set (``privreid eval``, ``privreid compare --suite poisoning``).
+Both take the features of the same queries without and with the trigger, so the clean metrics next to them are the
+same model's on the same queries.  :func:`evaluate_backdoor` stamps a run's recorded trigger
+(:func:`privreid.malicious_clients.backdoor.recorded_backdoor`) on every query of a test set (``privreid eval``,
+``privreid compare --suite poisoning``).
 """
 
 from __future__ import annotations
@@ -114,14 +108,11 @@ def backdoor_metrics(clean_qf, triggered_qf, gf, q_pids, g_pids, q_camids, g_cam
                      metric: str = "euclidean", held: np.ndarray | None = None) -> dict:
     """Clean R1 / mAP, the triggered queries' mAP and its drop (evasion), and with ``target`` the targeted metrics.
 
-    Returns ``clean_rank1``, ``clean_mAP``, ``triggered_rank1``,
-    ``triggered_mAP``, ``evasion_mAP_drop`` (clean minus triggered mAP) and,
-    for a target identity, :func:`targeted_metrics` of the triggered queries
-    (``asr``, ``asr@5``, ``asr@10``, ``targeted_mAP``, ``asr_queries``);
-    fractions in ``[0, 1]``.  ``held`` (a gallery mask: the attacker's own
-    training images of the target) adds the same targeted metrics on the
-    gallery without them, suffixed ``_clean_gallery`` (None when no image of
-    the target is left).
+    Returns ``clean_rank1``, ``clean_mAP``, ``triggered_rank1``, ``triggered_mAP``, ``evasion_mAP_drop`` (clean minus
+    triggered mAP) and, for a target identity, :func:`targeted_metrics` of the triggered queries (``asr``, ``asr@5``,
+    ``asr@10``, ``targeted_mAP``, ``asr_queries``); fractions in ``[0, 1]``.  ``held`` (a gallery mask: the attacker's
+    own training images of the target) adds the same targeted metrics on the gallery without them, suffixed
+    ``_clean_gallery`` (None when no image of the target is left).
     """
     q_pids, g_pids, q_camids, g_camids = map(np.asarray, (q_pids, g_pids, q_camids, g_camids))
     if target is not None and target not in set(g_pids.tolist()):

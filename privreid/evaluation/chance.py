@@ -1,40 +1,28 @@
 """Chance-level ReID metrics: their exact expectations under a uniformly random ranking.
 
-A model whose features are not finite (NaN or infinite) cannot rank a
-gallery; :func:`privreid.evaluation.model_eval.rank_testset` scores it as a
-ranking drawn uniformly at random, through this module.  Every value is the
-*exact expectation* over that random ranking (no sampling), computed per
-valid query and averaged like the real metrics.  For a query, ``N`` is the
-number of gallery items it is ranked against (after its protocol's removals:
-same identity on the query's camera, co-located cameras) and ``m`` the
-number of its positives; queries with ``m = 0`` are skipped, as by the real
-metrics.
+A model whose features are not finite (NaN or infinite) cannot rank a gallery;
+:func:`privreid.evaluation.model_eval.rank_testset` scores it, through this module, as a ranking drawn uniformly at
+random.  Every value is the *exact expectation* over that random ranking (no sampling), computed per valid query and
+averaged like the real metrics.  For a query, ``N`` is the number of gallery items it is ranked against (after its
+protocol's removals: same identity on the query's camera, co-located cameras) and ``m`` the number of its positives;
+queries with ``m = 0`` are skipped, as by the real metrics.
 
-* ``R-k`` (image CMC): the probability that a positive is among the first
-  ``k`` of ``N`` items, ``1 - prod_{j<k} (N - m - j) / (N - j)``
-  (hypergeometric); ``R1 = m / N``.
-* ``AP``: ``E[AP] = H_N / N + (m - 1) (N - H_N) / (N (N - 1))`` with ``H_N``
-  the ``N``-th harmonic number, from ``AP = (1/m) sum_k rel_k P@k`` and
-  ``E[rel_k rel_j] = m (m - 1) / (N (N - 1))`` for ``j != k``.
-* ``INP = m / r_m`` (``r_m`` the rank of the last positive):
-  ``E[INP] = sum_{r=m}^{N} (m / r) C(r - 1, m - 1) / C(N, m)``, summed in
-  log space.
-* CUHK03 single-gallery-shot CMC (one item per gallery identity, the query's
-  own among its positives): the query's identity is uniform over the ``I``
-  gallery identities, ``R-k = min(k, I) / I``.  AP and INP use the whole
-  kept gallery, as :func:`~privreid.evaluation.metrics.evaluate_cuhk03` does.
-* Visible-infrared protocols (:class:`~privreid.data.types.VIProtocol`): the
-  same single-shot gallery trials as the real evaluation (same seed, same
-  draws), each query against its kept gallery; with ``cmc_by_identity`` the
-  rank counts identities.  If identity ``j`` has ``n_j`` kept items and the
-  query's own ``m``, a uniform permutation is the order of independent
-  exponential clocks, an identity's first item arrives at rate ``n_j``, and
-  with ``u = exp(-t)``
-  ``P(rank <= k) = int_0^1 m u^(m-1) P(S(u) <= k - 1) du`` where ``S(u)``
-  counts the other identities whose first item came earlier, a sum of
-  independent Bernoulli(``1 - u^n_j``).  The integrand is a polynomial of
-  degree below ``N``, integrated exactly by Gauss-Legendre quadrature with
-  ``ceil(N / 2)`` nodes.  (``R1 = m / N`` again.)
+* ``R-k`` (image CMC): the probability that a positive is among the first ``k`` of ``N`` items,
+  ``1 - prod_{j<k} (N - m - j) / (N - j)`` (hypergeometric); ``R1 = m / N``.
+* ``AP``: ``E[AP] = H_N / N + (m - 1) (N - H_N) / (N (N - 1))`` with ``H_N`` the ``N``-th harmonic number, from
+  ``AP = (1/m) sum_k rel_k P@k`` and ``E[rel_k rel_j] = m (m - 1) / (N (N - 1))`` for ``j != k``.
+* ``INP = m / r_m`` (``r_m`` the rank of the last positive): ``E[INP] = sum_{r=m}^{N} (m / r) C(r - 1, m - 1) /
+  C(N, m)``, summed in log space.
+* CUHK03 single-gallery-shot CMC (one item per gallery identity, the query's own among its positives): the query's
+  identity is uniform over the ``I`` gallery identities, ``R-k = min(k, I) / I``.  AP and INP use the whole kept
+  gallery, as :func:`~privreid.evaluation.metrics.evaluate_cuhk03` does.
+* Visible-infrared protocols (:class:`~privreid.data.types.VIProtocol`): the same single-shot gallery trials as the
+  real evaluation (same seed, same draws), each query against its kept gallery; with ``cmc_by_identity`` the rank
+  counts identities.  If identity ``j`` has ``n_j`` kept items and the query's own ``m``, a uniform permutation is the
+  order of independent exponential clocks, an identity's first item arrives at rate ``n_j``, and with ``u = exp(-t)``
+  ``P(rank <= k) = int_0^1 m u^(m-1) P(S(u) <= k - 1) du`` where ``S(u)`` counts the other identities whose first
+  item came earlier, a sum of independent Bernoulli(``1 - u^n_j``).  The integrand is a polynomial of degree below
+  ``N``, integrated exactly by Gauss-Legendre quadrature with ``ceil(N / 2)`` nodes.  (``R1 = m / N`` again.)
 """
 
 from __future__ import annotations

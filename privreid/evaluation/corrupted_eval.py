@@ -1,41 +1,30 @@
 """Corruption robustness of a ReID model: CIL-ReID's evaluation protocol.
 
-CIL-ReID (Chen et al., "Benchmarks for Corruption Invariant Person
-Re-identification", NeurIPS 2021 D&B; its ``corruption_transform``) corrupts
-test images on the fly:
+CIL-ReID (Chen et al., "Benchmarks for Corruption Invariant Person Re-identification", NeurIPS 2021 D&B; its
+``corruption_transform``) corrupts test images on the fly:
 
-* every corrupted image gets its own corruption type, drawn uniformly from
-  the list (all 20 by default), and its own severity, uniform in 1-5
-  (``severity="random"``) or fixed;
-* the corruption is applied to the image at its stored size, *before* the
-  test transform resizes it; the corrupted image is an 8-bit image again
-  (CIL-ReID's ``Image.fromarray(np.uint8(...))``; privreid rounds where
-  numpy truncates);
+* every corrupted image gets its own corruption type, drawn uniformly from the list (all 20 by default), and its own
+  severity, uniform in 1-5 (``severity="random"``) or fixed;
+* the corruption is applied at the stored size, *before* the test transform resizes the image; the corrupted image
+  is 8-bit again (CIL-ReID's ``Image.fromarray(np.uint8(...))``; privreid rounds where numpy truncates);
 * query, gallery or both are corrupted, the other side stays clean;
-* ImageNet-C's pixel lengths are taken literally at the stored image size
-  (``pixel_scale=1``): CIL-ReID ran ``imagecorruptions`` on Market-1501's
-  128x64 images as they are;
-* the evaluation is repeated (10 times) with fresh draws and reported as the
-  mean (std) of R1, mAP and mINP.
+* ImageNet-C's pixel lengths are taken literally at the stored image size (``pixel_scale=1``): CIL-ReID ran
+  ``imagecorruptions`` on Market-1501's 128x64 images as they are;
+* the evaluation is repeated (10 times) with fresh draws and reported as the mean (std) of R1, mAP and mINP.
 
-Any other ``pixel_scale`` (``"auto"``: lengths scaled to the image, see
-:mod:`privreid.corruptions.common`) is the *scaled* variant, and fewer or
-more repeats are not CIL-ReID's either: the result's ``deviations`` list
-says so (:func:`corruption_deviations`, which also names the corruption
-types whose implementation measurably differs from the package's), and
-reports built from it carry that list and say "scaled" in their titles.
+Any other ``pixel_scale`` (``"auto"``: lengths scaled to the image, :mod:`privreid.corruptions.common`) is the
+*scaled* variant, and other repeat counts are not CIL-ReID's either: the result's ``deviations`` list says so
+(:func:`corruption_deviations`, which also names the corruption types whose implementation measurably differs from
+the package's), and reports built from it carry that list and say "scaled" in their titles.
 
-Ranking: clean and corrupted features are ranked by the test set's own
-protocol (:func:`privreid.evaluation.model_eval.rank_testset`: a
-visible-infrared test set in infrared-to-visible mode with its gallery
-trials, co-located cameras and identity CMC), so the clean row equals
-``privreid eval``.  Video test sets are refused (corruptions act on images).
+Ranking: clean and corrupted features are ranked by the test set's own protocol
+(:func:`privreid.evaluation.model_eval.rank_testset`: a visible-infrared test set in infrared-to-visible mode with its
+gallery trials, co-located cameras and identity CMC), so the clean row equals ``privreid eval``.  Video test sets are
+refused (corruptions act on images).
 
-Reproducibility: image ``i`` of a side in repeat ``r`` draws its type,
-severity and noise from seeds derived from ``(seed, r, side, i)``
-(:func:`privreid.seeding.derive_seed`), so results depend on ``seed`` only,
-not on batch size, worker count or device.  The standard deviation is the
-sample standard deviation (``ddof=1``) over repeats (0 for one repeat).
+Reproducibility: image ``i`` of a side in repeat ``r`` draws its type, severity and noise from seeds derived from
+``(seed, r, side, i)`` (:func:`privreid.seeding.derive_seed`), so results depend on ``seed`` only, not on batch size,
+worker count or device.  The standard deviation is the sample one (``ddof=1``) over repeats (0 for one repeat).
 """
 
 from __future__ import annotations
@@ -159,39 +148,32 @@ def evaluate_corrupted(
     """R1 / mAP / mINP of ``model`` on ``testset`` under CIL-ReID's corruption protocol (module docstring).
 
     Args:
-        corruptions: ``"all"``, a family (``"noise"``, ``"blur"``,
-            ``"weather"``, ``"digital"``), a corruption name or a list of them
-            (see :func:`privreid.corruptions.resolve_corruptions`).
+        corruptions: ``"all"``, a family (``"noise"``, ``"blur"``, ``"weather"``, ``"digital"``), a corruption name or
+            a list of them (:func:`privreid.corruptions.resolve_corruptions`).
         severity: 1-5, or ``"random"`` (uniform per image).
         corrupt: ``"query"``, ``"gallery"`` or ``"both"``.
         repeats: number of evaluations with fresh draws (CIL-ReID: 10).
         seed: non-negative integer; the same seed gives the same result.
-        pixel_scale: 1 (CIL-ReID), ``"auto"`` or a factor: see
-            :func:`privreid.corruptions.corrupt`; anything but 1 is the
-            scaled variant.
+        pixel_scale: 1 (CIL-ReID), ``"auto"`` or a factor (:func:`privreid.corruptions.corrupt`); anything but 1 is
+            the scaled variant.
         progress: show a progress bar over the feature-extraction passes.
 
-        evaluation: ``height`` and ``width`` (required), ``batch_size``,
-            ``device``, ``flip``, ``num_workers``, ``metric``,
-            ``single_gallery_shot`` and ``ap``: the keyword arguments of
-            :func:`privreid.evaluation.model_eval.evaluate_model`, with its
-            defaults (:func:`~privreid.evaluation.model_eval.evaluation_settings`);
-            visible-infrared test sets are ranked in its default mode,
-            infrared to visible.
+        evaluation: ``height`` and ``width`` (required), ``batch_size``, ``device``, ``flip``, ``num_workers``,
+            ``metric``, ``single_gallery_shot`` and ``ap``: the keyword arguments of
+            :func:`privreid.evaluation.model_eval.evaluate_model`, with its defaults
+            (:func:`~privreid.evaluation.model_eval.evaluation_settings`); visible-infrared test sets are ranked in its
+            default mode, infrared to visible.
 
     Returns:
-        ``{"clean": metrics, "repeats": [metrics, ...], "mean": {...},
-        "std": {...}, "corruptions": [...], "severity": ..., "corrupt": ...,
-        "pixel_scale": ..., "deviations": [...], "type_counts": {name:
-        images}, "severity_counts": {level: images}}`` where ``metrics`` is
-        :func:`~privreid.evaluation.model_eval.rank_testset`'s dict and
-        ``mean`` / ``std`` cover R1/R5/R10/mAP/mINP; the counts are over all
-        repeats; ``deviations`` is :func:`corruption_deviations`.  The clean
-        run is exactly ``evaluate_model``'s.
+        ``{"clean": metrics, "repeats": [metrics, ...], "mean": {...}, "std": {...}, "corruptions": [...],
+        "severity": ..., "corrupt": ..., "pixel_scale": ..., "deviations": [...], "type_counts": {name: images},
+        "severity_counts": {level: images}}`` where ``metrics`` is
+        :func:`~privreid.evaluation.model_eval.rank_testset`'s dict and ``mean`` / ``std`` cover R1/R5/R10/mAP/mINP;
+        the counts are over all repeats; ``deviations`` is :func:`corruption_deviations`.  The clean run is exactly
+        ``evaluate_model``'s.
 
     Raises:
-        ConfigError: bad corruption name, severity, side, repeats, seed or
-            pixel scale, or a video test set.
+        ConfigError: bad corruption name, severity, side, repeats, seed or pixel scale, or a video test set.
     """
     settings = evaluation_settings(**evaluation)
     names = resolve_corruptions(corruptions)

@@ -1,36 +1,24 @@
 """Cross-modality (visible-infrared) evaluation, for images and video tracklets (L2RW+, paper 003, Sec. IV-A).
 
-Modes.  ``ir-to-visible`` (the default, and the only mode the L2RW+ tables
-use: "infrared images serve as the query set, and visible images as the
-gallery") ranks a test set's ``query`` against its ``gallery``;
-``visible-to-ir`` swaps the two.  Either way the query is restricted to the
-query modality and the gallery to the other one, using the test set's
-``modality`` mapping (:func:`mode_split`), so a sample of the wrong modality
-can never be ranked.
+Modes.  ``ir-to-visible`` (the default, and the only mode the L2RW+ tables use: "infrared images serve as the query
+set, and visible images as the gallery") ranks a test set's ``query`` against its ``gallery``; ``visible-to-ir``
+swaps the two.  Either way the query is restricted to the query modality and the gallery to the other one by the test
+set's ``modality`` mapping (:func:`mode_split`), so a sample of the wrong modality can never be ranked.
 
-Ranking follows the test set's :class:`~privreid.data.types.VIProtocol`
-(:func:`evaluate_cross_modality`): the Market-1501 rules of
-:func:`privreid.evaluation.metrics.evaluate` (same-identity same-camera
-gallery items dropped, queries without a positive skipped), plus the
-benchmark's single-shot gallery trials, co-located cameras and CMC over
-identities.  Reported: rank-1/5/10/20, mAP and mINP (Ye et al.), each the
-mean over the gallery trials (their standard deviation under ``"std"``).
+Ranking follows the test set's :class:`~privreid.data.types.VIProtocol` (:func:`evaluate_cross_modality`): the
+Market-1501 rules of :func:`privreid.evaluation.metrics.evaluate`, plus the benchmark's single-shot gallery trials,
+co-located cameras and CMC over identities.  Reported: rank-1/5/10/20, mAP and mINP (Ye et al.), each the mean over
+the gallery trials (their standard deviation under ``"std"``).
 
-Video.  A tracklet's feature is the temporal mean of its frame features,
-``z = (1/T) sum_t z^t`` (Eq. 9, :class:`TemporalMean`), over ``T`` frames
-chosen evenly along the tracklet
-(:func:`privreid.data.torch_dataset.frame_indices`).  ``T`` is the test
-set's ``vi_protocol.seq_len`` unless given: the L2RW+ settings (Sec. IV-B),
-6 for HITSZ-VCM and 10 for BUPTCampus, set by their loaders.
+Video.  A tracklet's feature is the temporal mean of its frame features, ``z = (1/T) sum_t z^t`` (Eq. 9,
+:class:`TemporalMean`), over ``T`` frames chosen evenly along the tracklet
+(:func:`privreid.data.torch_dataset.frame_indices`).  ``T`` is the test set's ``vi_protocol.seq_len`` unless given:
+the L2RW+ settings (Sec. IV-B), 6 for HITSZ-VCM and 10 for BUPTCampus, set by their loaders.  Models are evaluated
+through :func:`privreid.evaluation.model_eval.evaluate_model`, which extracts the features and ranks them here.
 
-Models are evaluated on a test set through
-:func:`privreid.evaluation.model_eval.evaluate_model`, which extracts the
-features (frames or tracklets) and ranks them under this protocol.
-
-Randomness: trial ``t``'s gallery is drawn with
-``numpy.random.default_rng([seed, t])``, so results depend on ``seed`` only;
-they are not the released code's draws (Python's ``random.seed(trial)``), so
-they agree with it in expectation, not trial for trial.
+Randomness: trial ``t``'s gallery is drawn with ``numpy.random.default_rng([seed, t])``, so results depend on ``seed``
+only; they are not the released code's draws (Python's ``random.seed(trial)``), so they agree with it in
+expectation, not trial for trial.
 """
 
 from __future__ import annotations
@@ -69,9 +57,8 @@ _MARKET = VIProtocol()
 def mode_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[Sample], list[Sample]]:
     """The (query, gallery) samples of ``testset`` in evaluation ``mode`` (see the module docstring).
 
-    A test set without ``modality`` (single-modality video) is returned as it
-    is in ``ir-to-visible`` mode and refused in the other.  Raises
-    :class:`DataError` if a sample has no modality or a side ends up empty.
+    A test set without ``modality`` (single-modality video) is returned as it is in ``ir-to-visible`` mode and refused
+    in the other.  Raises :class:`DataError` if a sample has no modality or a side ends up empty.
     """
     if mode not in MODES:
         raise ConfigError(f"unknown evaluation mode {mode!r}; choose one of: {', '.join(MODES)}")
@@ -109,10 +96,9 @@ def evaluate_cross_modality(qf, gf, q_pids, g_pids, q_camids, g_camids, *, proto
                             metric: str = "euclidean", seed: int = 0) -> dict:
     """Rank query features against gallery features under a VI ``protocol``; see the module docstring.
 
-    Returns ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP``
-    (means over the gallery trials), ``cmc`` (mean curve, 50 ranks),
-    ``num_valid_queries`` (of the first trial), ``trials``, and with several
-    trials ``std`` (the standard deviation of each scalar metric).
+    Returns ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP`` (means over the gallery trials), ``cmc``
+    (mean curve, 50 ranks), ``num_valid_queries`` (of the first trial), ``trials``, and with several trials ``std``
+    (the standard deviation of each scalar metric).
     """
     if protocol.gallery_trials < 1:
         raise ConfigError(f"gallery_trials must be >= 1, got {protocol.gallery_trials}")
@@ -195,9 +181,8 @@ def _has_positive(q_pids, q_camids, g_pids, g_camids) -> np.ndarray:
 def _identity_first_ranks(qf, gf, q_pids, g_pids, q_camids, g_camids, *, metric: str) -> np.ndarray:
     """Rank of each (valid) query's identity among the distinct gallery identities.
 
-    An identity's position is that of its closest kept gallery item (the
-    released code's de-duplication of the ranked pid list); ties are broken
-    by gallery index, as :func:`evaluate`'s stable order does.
+    An identity's position is that of its closest kept gallery item (the released code's de-duplication of the ranked
+    pid list); ties are broken by gallery index, as :func:`evaluate`'s stable order does.
     """
     if metric == "cosine":
         dist = 1 - F.normalize(qf, dim=1) @ F.normalize(gf, dim=1).T

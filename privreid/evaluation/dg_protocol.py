@@ -1,23 +1,17 @@
 """Evaluation of a model on the small DG benchmarks under their own protocols.
 
-* ``dg`` / ``crosscam`` (:mod:`privreid.data.formats.dg.splits`): every split's
-  query is ranked against its gallery with the Market-1501 ranking of
-  :func:`privreid.evaluation.metrics.evaluate`; the result is the mean and the
-  (population) std over the splits, as Song et al. (CVPR 2019) and FedReID
-  (paper 002, Table II) report it.
-* ``fixed`` (CUHK-SYSU, FedReID's test: paper 002, Table I): the 2,900
-  query crops ranked against one gallery, the crops of the queries' persons
-  in their gallery scenes (:func:`~privreid.data.formats.dg.cuhksysu.read_fixed_set`).
-* ``g100`` (CUHK-SYSU's TestG100): each of the 2,900 queries is ranked
-  against its own gallery (the crops of its 100 gallery scenes); R-k, mAP and
-  mINP are means over the queries with a match in their gallery.
+* ``dg`` / ``crosscam`` (:mod:`privreid.data.formats.dg.splits`): every split's query is ranked against its gallery
+  with the Market-1501 ranking of :func:`privreid.evaluation.metrics.evaluate`; the result is the mean and the
+  (population) std over the splits, as Song et al. (CVPR 2019) and FedReID (paper 002, Table II) report it.
+* ``fixed`` (CUHK-SYSU, FedReID's test: paper 002, Table I): the 2,900 query crops ranked against one gallery, the
+  crops of the queries' persons in their gallery scenes (:func:`~privreid.data.formats.dg.cuhksysu.read_fixed_set`).
+* ``g100`` (CUHK-SYSU's TestG100): each of the 2,900 queries is ranked against its own gallery (the crops of its 100
+  gallery scenes); R-k, mAP and mINP are means over the queries with a match in their gallery.
 
-Features are extracted once per image, whatever the number of splits.
-``--format`` names for :func:`resolve_eval_format`: a dataset format of
-:data:`privreid.data.formats.dg.DG_FORMATS` (``cuhksysu`` -> ``fixed``, the
-others -> their :func:`~privreid.data.formats.dg.splits.default_protocol`),
-``cuhksysu-g100``, or ``grid-crosscam`` / ``caviar-crosscam`` (FedPav, paper
-004, Table 5).
+Features are extracted once per image, whatever the number of splits.  ``--format`` names for
+:func:`resolve_eval_format`: a dataset format of :data:`privreid.data.formats.dg.DG_FORMATS` (``cuhksysu`` ->
+``fixed``, the others -> their :func:`~privreid.data.formats.dg.splits.default_protocol`), ``cuhksysu-g100``, or
+``grid-crosscam`` / ``caviar-crosscam`` (FedPav, paper 004, Table 5).
 """
 
 from __future__ import annotations
@@ -99,14 +93,11 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
                       interpolation: str = "bilinear") -> dict:
     """Evaluate ``model`` on the benchmark at ``root`` (``--format fmt``) under its protocol.
 
-    ``flip`` averages each feature with its mirror image's, ``metric`` ranks
-    and ``ap`` is the average precision (as ``train.eval_flip`` /
-    ``eval_metric`` / ``eval_ap``); the result records them (``"evaluation"``,
-    as ``summary.json``).  ``splits_file`` reuses splits
-    written before (by ``write_splits_to`` or
-    :func:`privreid.data.formats.dg.splits.write_splits`) instead of drawing
-    ``num_splits`` seeded ones.  The result has ``"protocol"`` and, for split
-    protocols, the mean / std of :func:`rank_splits`.  ``interpolation`` is the test resize.
+    ``flip``, ``metric`` and ``ap`` as ``train.eval_flip`` / ``eval_metric`` / ``eval_ap``; the result records them
+    (``"evaluation"``, as ``summary.json``).  ``splits_file`` reuses splits written before (by ``write_splits_to`` or
+    :func:`privreid.data.formats.dg.splits.write_splits`) instead of drawing ``num_splits`` seeded ones.  The result
+    has ``"protocol"`` and, for split protocols, the mean / std of :func:`rank_splits`.  ``interpolation`` is the test
+    resize.
     """
     dataset_fmt, protocol = resolve_eval_format(fmt)
     pool = load_pool(root, dataset_fmt)

@@ -15,25 +15,20 @@ def extract_features(model: torch.nn.Module, loader, device="cpu", flip: bool = 
     """Run ``model`` over ``loader`` and collect features and labels.
 
     Args:
-        model: maps an image batch ``(B, C, H, W)`` to a ``(B, D)`` feature
-            tensor.  It must already live on ``device``; it is run in eval mode
-            under ``torch.no_grad()`` and its previous train/eval mode is
-            restored afterwards (also when an error is raised).
-        loader: iterable of ``(images, pids, camids)`` batches; ``pids`` and
-            ``camids`` may be tensors, arrays or lists of ints.
+        model: maps an image batch ``(B, C, H, W)`` to a ``(B, D)`` feature tensor; already on ``device``.  It runs
+            in eval mode under ``torch.no_grad()``; its train/eval mode is restored afterwards (also on error).
+        loader: iterable of ``(images, pids, camids)`` batches; ``pids`` and ``camids`` may be tensors, arrays or
+            lists of ints.
         device: where the images are moved before calling the model.
-        flip: if true, each feature is the average of the features of the
-            image and of its horizontal flip (the image flipped along its last,
-            width, dimension).
+        flip: each feature is the average of the image's and its horizontal flip's (along the last, width, dim).
         progress: show a progress bar (on a terminal only, :func:`privreid.log.progress_bar`).
 
     Returns:
-        ``(feats, pids, camids)``: an ``(N, D)`` float32 tensor on the CPU and
-        two int64 numpy arrays of length ``N``.
+        ``(feats, pids, camids)``: an ``(N, D)`` float32 tensor on the CPU and two int64 numpy arrays of length ``N``.
 
     Raises:
-        DataError: the loader yields no batch, or a batch is not a
-            ``(images, pids, camids)`` triple with matching lengths.
+        DataError: the loader yields no batch, or a batch is not a ``(images, pids, camids)`` triple with matching
+            lengths.
         ConfigError: the model does not return a ``(B, D)`` tensor.
     """
     from privreid.log import progress_bar

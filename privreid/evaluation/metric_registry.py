@@ -1,17 +1,13 @@
 """The retrieval metrics, each named and defined once: rank-k (CMC), mAP and mINP.
 
-A :class:`Metric` is a result key (``name``), a column label (``label``), how
-it is computed from a ranking (``compute``, from a :class:`Ranking`: the CMC
-curve, the valid queries' AP and INP, module docstring of
-:mod:`privreid.evaluation.metrics`), whether higher is better, and where it is
-shown: ``summary`` metrics are averaged over repeats, splits and clients
-(R1/R5/R10/mAP/mINP), ``headline`` metrics (summary ones too) are the columns
-of the result tables (R1 / mAP / mINP).  :data:`RETRIEVAL_METRICS` holds them; every evaluation
-(:func:`~privreid.evaluation.metrics.evaluate`,
-:func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`) reports
-each registered metric, and the tables read their columns from it.  A metric
-registered from outside (``RETRIEVAL_METRICS.register(Metric(...))``) is reported and,
-with ``headline=True``, shown; chance-level results
+A :class:`Metric` is a result key (``name``), a column label (``label``), how it is computed from a ranking
+(``compute``, from a :class:`Ranking`: the CMC curve, the valid queries' AP and INP,
+:mod:`privreid.evaluation.metrics`), whether higher is better, and where it is shown: ``summary`` metrics are
+averaged over repeats, splits and clients (R1/R5/R10/mAP/mINP), ``headline`` metrics (summary ones too) are the
+columns of the result tables (R1 / mAP / mINP).  :data:`RETRIEVAL_METRICS` holds them; every evaluation
+(:func:`~privreid.evaluation.metrics.evaluate`, :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`)
+reports each registered metric, and the tables read their columns from it.  A metric registered from outside
+(``RETRIEVAL_METRICS.register(Metric(...))``) is reported and, with ``headline=True``, shown; chance-level results
 (:mod:`privreid.evaluation.chance`) hold the built-ins only.
 """
 

@@ -1,56 +1,37 @@
 """Person re-identification metrics: CMC, mAP and mINP.
 
-Semantics follow torchreid's ``metrics/rank.py`` (``eval_market1501`` /
-``eval_cuhk03``) and fast-reid's evaluator:
+Semantics follow torchreid's ``metrics/rank.py`` (``eval_market1501`` / ``eval_cuhk03``) and fast-reid's evaluator:
 
-* For a query with identity ``pid`` seen by camera ``cam``, gallery images with
-  the same ``pid`` *and* the same ``cam`` are removed from that query's ranking.
-* Remaining gallery images with the same ``pid`` (other cameras) are the
-  query's positives.  Everything else, including pid ``0`` distractors, is a
-  negative.
-* A query with no positive left is skipped; every average is taken over the
-  remaining ("valid") queries.
-* The gallery is ranked by a **stable** sort of the distances: equal distances
-  are broken by gallery index, the lower index ranking first.
+* For a query with identity ``pid`` seen by camera ``cam``, gallery images with the same ``pid`` *and* the same
+  ``cam`` are removed from that query's ranking.
+* Remaining gallery images with the same ``pid`` are the query's positives; everything else, pid ``0`` distractors
+  included, is a negative.
+* A query with no positive left is skipped; every average is over the remaining ("valid") queries.
+* The gallery is ranked by a **stable** sort of the distances: ties are broken by gallery index, lower first.
 
-With ``r_1 < r_2 < ... < r_m`` the 1-based ranks of a valid query's ``m``
-positives among its kept gallery items:
+With ``r_1 < r_2 < ... < r_m`` the 1-based ranks of a valid query's ``m`` positives among its kept gallery items:
 
-* ``AP = (1/m) * sum_k k / r_k`` (the precision at each positive, averaged, as
-  torchreid computes it);
-* ``INP = m / r_m`` (inverse negative penalty, Ye et al., "Deep Learning for
-  Person Re-identification: A Survey and Outlook", TPAMI 2021: the fraction of
-  the ranking up to the hardest positive that is made of positives);
+* ``AP = (1/m) * sum_k k / r_k`` (the precision at each positive, averaged, as torchreid computes it);
+* ``INP = m / r_m`` (inverse negative penalty, Ye et al., "Deep Learning for Person Re-identification: A Survey and
+  Outlook", TPAMI 2021: the fraction of the ranking up to the hardest positive made of positives);
 * ``CMC[k] = 1`` if ``r_1 <= k + 1``.
 
-``ap="devkit"`` instead takes the Market-1501 evaluation devkit's AP, the
-area under the precision-recall curve by the trapezoid rule: each positive
-adds ``1/m`` of recall, over which precision goes from ``(k - 1) / (r_k - 1)``
-just before it (``1`` when ``r_k = 1``) to ``k / r_k``, so
-``AP = (1/m) * sum_k ((k - 1) / (r_k - 1) + k / r_k) / 2``; and ``mAP`` is
-averaged over **all** queries, a query without a positive counting 0, as
-the FedPav reference code (cap-ntu/FedReID ``evaluate.py``) averages it.
-CMC, rank-k and mINP are unchanged (over the valid queries).
+``ap="devkit"`` instead takes the Market-1501 evaluation devkit's AP, the area under the precision-recall curve by
+the trapezoid rule: each positive adds ``1/m`` of recall, over which precision goes from ``(k - 1) / (r_k - 1)``
+just before it (``1`` when ``r_k = 1``) to ``k / r_k``, so ``AP = (1/m) * sum_k ((k - 1) / (r_k - 1) + k / r_k) / 2``;
+and ``mAP`` is averaged over **all** queries, a query without a positive counting 0, as the FedPav reference code
+(cap-ntu/FedReID ``evaluate.py``) does.  CMC, rank-k and mINP are unchanged (over the valid queries).
 
-Cost.  torchreid builds the whole ``Q x G`` distance matrix and argsorts
-every row (about 20 GB at MSMT17 size).  Every metric above needs only the
-ranks of the positives, so this module processes the queries in chunks.  For
-each chunk it computes the distances with one float32 matrix product (the
-floor of any exact evaluator) and sets each query's removed items to
-``+inf``.  Then, for each query, it counts the gallery items strictly closer
-than each positive: entries beyond the hardest positive can never be counted,
-so they are clamped to one value, the row is sorted by value (numpy's
-vectorised sort, which handles the repeated value cheaply) in a small
-cache-sized scratch block, and the positives' distances are binary-searched
-in it.  Rows are spread over ``torch.get_num_threads()`` threads.  Exact ties
-between a positive and other items are finally resolved by gallery index,
-which reproduces the stable order exactly.  Extra memory is one float32
-``chunk x G`` buffer plus a 1 MiB scratch block per thread.
-
-A batched ``torch.searchsorted`` of every gallery distance against the few
-positive distances (``O(G log m)``) measured about ten times slower per
-element on CPU than numpy's SIMD sort of the row, which is why rows are
-sorted rather than searched.
+Cost.  torchreid builds the whole ``Q x G`` distance matrix and argsorts every row (about 20 GB at MSMT17 size).
+Every metric above needs only the ranks of the positives, so queries are processed in chunks: one float32 matrix
+product per chunk (the floor of any exact evaluator), removed items set to ``+inf``, then for each query the gallery
+items strictly closer than each positive are counted: entries beyond the hardest positive can never count, so they
+are clamped to one value, the row is sorted (numpy's vectorised sort handles the repeated value cheaply) in a
+cache-sized scratch block, and the positives' distances are binary-searched in it.  Rows are spread over
+``torch.get_num_threads()`` threads.  Exact ties between a positive and other items are resolved by gallery index,
+which reproduces the stable order exactly.  Extra memory: one float32 ``chunk x G`` buffer plus a 1 MiB scratch block
+per thread.  A batched ``torch.searchsorted`` of every gallery distance against the few positive distances
+(``O(G log m)``) measured about ten times slower per element on CPU than numpy's SIMD sort of the row, hence sorting.
 """
 
 from __future__ import annotations
@@ -89,34 +70,25 @@ def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidea
         gf: gallery features, ``(G, D)`` float tensor or array.
         q_pids, g_pids: 1-D integer identity labels (pid ``0`` = distractor).
         q_camids, g_camids: 1-D integer camera labels.
-        metric: ``"euclidean"`` ranks by squared Euclidean distance;
-            ``"cosine"`` ranks by ``1 - cosine similarity`` (features are
-            L2-normalised).
+        metric: ``"euclidean"`` ranks by squared Euclidean distance; ``"cosine"`` by ``1 - cosine similarity``.
         max_rank: length of the returned CMC curve.
-        chunk_size: number of queries processed at a time.  ``None`` picks it so
-            that one chunk holds about 2**24 distances (a 64 MiB buffer).
-        ap: ``"torchreid"`` (default) or ``"devkit"`` (:data:`AP_MODES`, the
-            module docstring): which AP, and which queries ``mAP`` averages.
+        chunk_size: queries processed at a time; ``None``: about 2**24 distances per chunk (a 64 MiB buffer).
+        ap: ``"torchreid"`` (default) or ``"devkit"`` (:data:`AP_MODES`, the module docstring): which AP, and which
+            queries ``mAP`` averages.
 
     Returns:
-        A dict with ``"cmc"`` (numpy float64 array of length ``max_rank``:
-        ``cmc[k]`` is the fraction of valid queries whose first positive is at
-        rank ``<= k + 1``), ``"rank1"``, ``"rank5"``, ``"rank10"``,
-        ``"rank20"``, ``"mAP"``, ``"mINP"`` (floats in ``[0, 1]``) and
-        ``"num_valid_queries"`` (int).
+        A dict with ``"cmc"`` (float64 array of length ``max_rank``: ``cmc[k]`` is the fraction of valid queries whose
+        first positive is at rank ``<= k + 1``), ``"rank1"``, ``"rank5"``, ``"rank10"``, ``"rank20"``, ``"mAP"``,
+        ``"mINP"`` (floats in ``[0, 1]``) and ``"num_valid_queries"`` (int).
 
-        Unlike torchreid, which truncates the CMC curve to the gallery size
-        when the gallery has fewer than ``max_rank`` images, the curve always
-        has ``max_rank`` entries: past the number of kept gallery items it
-        stays at its last value (1.0, since every valid query has a
-        positive).  ``rank20`` and friends are computed from the first-positive
-        ranks directly, so they do not depend on ``max_rank``.
+        Unlike torchreid, which truncates the CMC curve to a gallery smaller than ``max_rank``, the curve always has
+        ``max_rank`` entries, staying at its last value (1.0) past the kept gallery items.  ``rank20`` and friends
+        come from the first-positive ranks directly, so they do not depend on ``max_rank``.
 
     Raises:
-        ConfigError: unknown ``metric`` or ``ap``, mismatched shapes or lengths,
-            or a non-positive ``max_rank`` / ``chunk_size``.
-        DataError: empty or non-finite features, or no query with a positive
-            in the gallery.
+        ConfigError: unknown ``metric`` or ``ap``, mismatched shapes or lengths, or a non-positive ``max_rank`` /
+            ``chunk_size``.
+        DataError: empty or non-finite features, or no query with a positive in the gallery.
     """
     problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
                        max_rank, chunk_size, ap)
@@ -137,28 +109,18 @@ def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "e
                     chunk_size: int | None = None, repeats: int = 10, seed: int = 0, ap: str = "torchreid") -> dict:
     """Evaluate with the CUHK03 single-gallery-shot protocol.
 
-    As torchreid's ``eval_cuhk03``: for each valid query (same removal and
-    validity rules as :func:`evaluate`), and for each of ``repeats`` repeats,
-    one gallery image is drawn uniformly at random per gallery identity (per
-    pid, so all pid-0 distractors form one identity); for the query's own
-    identity the draw is among its positives, the other identities keep all
-    their images.  The query's CMC is computed on the drawn images (ranked by
-    the same stable order as :func:`evaluate`) and averaged over the repeats,
-    then over valid queries.
+    As torchreid's ``eval_cuhk03``: for each valid query (the rules of :func:`evaluate`) and each of ``repeats``
+    repeats, one gallery image is drawn uniformly at random per gallery identity (per pid, so all pid-0 distractors
+    form one identity); for the query's own identity the draw is among its positives, the other identities keep all
+    their images.  The query's CMC is computed on the drawn images (same stable order) and averaged over the repeats,
+    then over valid queries.  ``mAP`` and ``mINP`` are computed on the whole kept gallery, as :func:`evaluate` does
+    (torchreid's ``eval_cuhk03`` also computes AP without sampling; it has no mINP).
 
-    ``mAP`` and ``mINP`` are computed on the whole kept gallery, exactly as
-    :func:`evaluate` does (torchreid's ``eval_cuhk03`` also computes AP without
-    sampling; it has no mINP).
+    Randomness: the draws of query ``i`` come from ``numpy.random.default_rng([seed, i])``, so results depend on
+    ``seed`` only, not on ``chunk_size``.  They are not torchreid's draws (it uses the global numpy state), so CMC
+    values agree with torchreid's in expectation, not draw for draw.
 
-    Randomness: the draws of query ``i`` come from
-    ``numpy.random.default_rng([seed, i])``, so results depend on ``seed``
-    only, not on ``chunk_size``.  They are not the same draws as torchreid's
-    (which uses the global numpy state), so CMC values agree with torchreid's
-    in expectation, not draw for draw.
-
-    Args and returns are as for :func:`evaluate` (``ap`` included), plus
-    ``repeats`` (number of samplings, >= 1) and ``seed`` (a non-negative
-    integer).
+    Args and returns as for :func:`evaluate` (``ap`` included), plus ``repeats`` (>= 1) and ``seed`` (>= 0).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
@@ -259,9 +221,8 @@ def _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank,
         if not bool(torch.isfinite(sq).all()):
             raise DataError(f"{name} features contain NaN or infinite values")
     if metric == "euclidean":
-        # ||q||^2 is constant for a query, so ||g||^2 - 2 q.g ranks exactly
-        # like the squared distance.  Reject features so large that this
-        # could overflow float32 (it would make distances infinite).
+        # ||q||^2 is constant for a query, so ||g||^2 - 2 q.g ranks exactly like the squared distance.  Reject
+        # features so large that this could overflow float32 (it would make distances infinite).
         bound = 2.0 * math.sqrt(float(q_sq.max())) * math.sqrt(float(g_sq.max())) + float(g_sq.max())
         if not bound < float(torch.finfo(torch.float32).max):
             raise DataError("feature norms are too large for float32 squared distances")
@@ -353,10 +314,8 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
     """
     G = len(problem.gf)
     rows = problem.chunk_rows
-    # A one-row product goes through MKL's gemv, whose tail columns round
-    # differently from the others; identical gallery rows must get identical
-    # distances (so that their tie is broken by index), so one-query chunks
-    # are computed as two rows.
+    # A one-row product goes through MKL's gemv, whose tail columns round differently from the others; identical
+    # gallery rows must get identical distances (their tie broken by index), so one-query chunks are two rows.
     dist_buf = torch.empty(max(rows, 2), G)
     threads = max(1, min(torch.get_num_threads(), rows))
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
@@ -397,9 +356,8 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
             pos_dist[p_row, p_slot] = dist_np[p_row, p_item]
             dist_np[rem_row, rem_item] = np.inf
 
-            # Count the kept items strictly closer than each positive
-            # (left) and no farther than it (right: "<= t" is "< the next
-            # float32 after t").
+            # Count the kept items strictly closer than each positive (left) and no farther than it (right: "<= t"
+            # is "< the next float32 after t").
             real = pos_items >= 0
             caps = np.nextafter(np.where(real, pos_dist, -np.inf).max(axis=1), np.float32(np.inf))
             targets = np.concatenate([pos_dist, np.nextafter(pos_dist, np.float32(np.inf))], axis=1)
@@ -432,15 +390,12 @@ def _iter_chunks(problem: _Problem) -> Iterator[_Chunk]:
 def _count_below(dist, caps, targets, out, start, stop) -> None:
     """For rows ``start:stop``: ``out[r, j] = #{entries of dist[r] < targets[r, j]}``.
 
-    Every target of row ``r`` is below ``caps[r]``, so entries at or above the
-    cap can never be counted: they are clamped to the cap, and the row is
-    then sorted by value in a small scratch block and the targets are
-    binary-searched.  Clamping makes the far part of the ranking (most of it,
-    for a ReID model, whose positives are mostly near the top) one repeated
-    value, which numpy's vectorised sort usually handles several times faster
-    than a full row (and was never measured slower).  Rows are processed in blocks so
-    that each call is long and releases the GIL (numpy's ``minimum`` and
-    ``sort``, torch's ``searchsorted``): threads then run in parallel.
+    Every target of row ``r`` is below ``caps[r]``, so entries at or above the cap can never count: they are clamped
+    to the cap, the row is sorted in a small scratch block and the targets are binary-searched.  Clamping makes the
+    far part of the ranking (most of it, for a ReID model) one repeated value, which numpy's vectorised sort usually
+    handles several times faster than a full row (never measured slower).  Rows are processed in blocks so that each
+    call is long and releases the GIL (numpy's ``minimum`` and ``sort``, torch's ``searchsorted``): threads run in
+    parallel.
     """
     rows = max(1, _BLOCK_ELEMENTS // dist.shape[1])
     scratch = np.empty((rows, dist.shape[1]), dtype=dist.dtype)

@@ -1,33 +1,25 @@
 """The one way privreid scores a model on a test set: the test set's own ranking protocol.
 
-Every evaluation path (training-time evaluation, ``privreid eval``, the
-clean and attacked rankings of ``privreid attack``, the clean and corrupted
-rankings of corrupted evaluation, ``privreid compare`` and its report
-suite) ranks through :func:`rank_testset`, and extracts features of a test
-set's samples with :func:`sample_features` or, for images it transforms
-itself (adversarial, corrupted), :func:`dataset_features`.  The test set
-decides the protocol, here and nowhere else (:func:`is_cross_modality`):
+Every evaluation path (training-time evaluation, ``privreid eval``, the clean and attacked rankings of ``privreid
+attack``, the clean and corrupted rankings of corrupted evaluation, ``privreid compare`` and its report suite) ranks
+through :func:`rank_testset`, and extracts features of a test set's samples with :func:`sample_features` or, for
+images it transforms itself (adversarial, corrupted), :func:`dataset_features`.  The test set decides the protocol,
+here and nowhere else (:func:`is_cross_modality`):
 
-* a test set with a modality map or tracklets (visible-infrared or video)
-  is ranked by :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality`
-  under its ``vi_protocol`` (single-shot gallery trials, co-located cameras,
-  CMC over identities), its query restricted to one modality and its gallery
-  to the other (:func:`evaluation_split`, ``mode``); video tracklets are the
-  temporal mean of ``T = vi_protocol.seq_len`` frame features (Eq. 9 of
-  L2RW+);
-* any other test set by the Market-1501 rules
-  (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
-  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with
-  torchreid's AP or (``ap="devkit"``) the Market-1501 devkit's, averaged over
-  all queries as the FedPav reference code does (:data:`~privreid.evaluation.
-  metrics.AP_MODES`).
+* a test set with a modality map or tracklets (visible-infrared or video) is ranked by
+  :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality` under its ``vi_protocol`` (single-shot gallery
+  trials, co-located cameras, CMC over identities), its query restricted to one modality and its gallery to the other
+  (:func:`evaluation_split`, ``mode``); video tracklets are the temporal mean of ``T = vi_protocol.seq_len`` frame
+  features (Eq. 9 of L2RW+);
+* any other test set by the Market-1501 rules (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
+  gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with torchreid's AP or (``ap="devkit"``) the
+  Market-1501 devkit's, averaged over all queries as the FedPav reference code does
+  (:data:`~privreid.evaluation.metrics.AP_MODES`).
 
-A model whose features are not all finite cannot rank: it is scored at
-chance level, the exact expectation under a uniformly random ranking
-(:mod:`privreid.evaluation.chance`), with a :class:`NonFiniteFeaturesWarning`,
-and the result carries ``"non_finite_features": True``.  Finite features so
-large that squared distances would overflow float32 are first multiplied by
-a power of two, which leaves every ranking unchanged.
+A model whose features are not all finite cannot rank: it is scored at chance level, the exact expectation under a
+uniformly random ranking (:mod:`privreid.evaluation.chance`), with a :class:`NonFiniteFeaturesWarning`, and the result
+carries ``"non_finite_features": True``.  Finite features so large that squared distances would overflow float32 are
+first multiplied by a power of two, which leaves every ranking unchanged.
 """
 
 from __future__ import annotations
@@ -74,18 +66,14 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
                  seed: int = 0, ap: str = "torchreid") -> dict:
     """Rank ``query`` against ``gallery`` features of ``testset`` under its protocol (module docstring).
 
-    ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as
-    :func:`extract_features` returns), e.g. of :func:`evaluation_split`'s
-    samples, possibly a subset or transformed.  ``seed`` draws the single-shot
-    gallery trials of a VI protocol.  ``ap`` (Market-style test sets only):
-    ``"torchreid"`` or ``"devkit"`` (:func:`~privreid.evaluation.metrics.evaluate`);
-    chance-level metrics are torchreid's expectation whatever ``ap``.
+    ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as :func:`extract_features` returns), e.g. of
+    :func:`evaluation_split`'s samples, possibly a subset or transformed.  ``seed`` draws the single-shot gallery
+    trials of a VI protocol.  ``ap`` (Market-style test sets only): ``"torchreid"`` or ``"devkit"``
+    (:func:`~privreid.evaluation.metrics.evaluate`); chance-level metrics are torchreid's expectation whatever ``ap``.
 
-    Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``,
-    ``rank20``, ``mAP``, ``mINP``, ``num_valid_queries``; with several
-    gallery trials also ``trials`` and ``std`` (per metric, over the trials);
-    and ``non_finite_features: True`` when the features were not finite
-    (chance-level metrics).
+    Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP``,
+    ``num_valid_queries``; with several gallery trials also ``trials`` and ``std`` (per metric, over the trials); and
+    ``non_finite_features: True`` when the features were not finite (chance-level metrics).
     """
     check_protocol(testset, single_gallery_shot, ap)
     cross = is_cross_modality(testset)
@@ -161,9 +149,8 @@ def sample_features(model: torch.nn.Module, testset: TestSet, samples: list[Samp
                      interpolation: str = "bilinear"):
     """``(feats, pids, camids)`` of ``samples`` of ``testset`` with the test transform.
 
-    Images one by one; tracklets (a test set with ``tracklets``) as the mean
-    of ``seq_len`` frame features (default ``testset.vi_protocol.seq_len``),
-    ``max(1, batch_size // seq_len)`` tracklets per batch.
+    Images one by one; tracklets (a test set with ``tracklets``) as the mean of ``seq_len`` frame features (default
+    ``testset.vi_protocol.seq_len``), ``max(1, batch_size // seq_len)`` tracklets per batch.
     """
     transform = build_transforms(height, width, train=False, interpolation=interpolation)
     if testset.tracklets is None:
@@ -196,12 +183,10 @@ def evaluate_model(
 ) -> dict:
     """R1/R5/R10/R20/mAP/mINP of ``model`` on ``testset`` under its protocol (:func:`rank_testset`).
 
-    ``mode`` applies to visible-infrared test sets (``ir-to-visible``, the
-    L2RW+ tables' mode, or ``visible-to-ir``) and ``seq_len`` to video ones;
-    ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets
-    only).  ``flip`` averages each feature with that of the flipped image.
-    ``ap``: ``"torchreid"`` or ``"devkit"`` (:func:`rank_testset`).  ``interpolation``: the test resize,
-    ``bilinear`` or ``bicubic`` (fast-reid's).
+    ``mode`` applies to visible-infrared test sets (``ir-to-visible``, the L2RW+ tables' mode, or ``visible-to-ir``)
+    and ``seq_len`` to video ones; ``single_gallery_shot`` is the CUHK03 protocol (Market-style test sets only).
+    ``flip`` averages each feature with that of the flipped image.  ``ap``: ``"torchreid"`` or ``"devkit"``
+    (:func:`rank_testset`).  ``interpolation``: the test resize, ``bilinear`` or ``bicubic`` (fast-reid's).
     """
     check_protocol(testset, single_gallery_shot, ap)
     query, gallery = evaluation_split(testset, mode)
@@ -239,10 +224,9 @@ def check_eval_options(testsets: list[TestSet], *, mode: str | None = None, seq_
                        corrupted: bool = False, single_gallery_shot: bool = False) -> None:
     """Refuse evaluation options on test sets they do not apply to (before any evaluation).
 
-    ``mode`` is for visible-infrared test sets, ``seq_len`` for video ones,
-    corruptions (``corrupted``) for image ones and the CUHK03
-    ``single_gallery_shot`` for Market-style ones (``privreid eval``'s
-    ``--mode``, ``--seq-len``, ``--corruption``, ``--single-gallery-shot``).
+    ``mode`` is for visible-infrared test sets, ``seq_len`` for video ones, corruptions (``corrupted``) for image ones
+    and the CUHK03 ``single_gallery_shot`` for Market-style ones (``privreid eval``'s ``--mode``, ``--seq-len``,
+    ``--corruption``, ``--single-gallery-shot``).
     """
     if mode is not None and mode not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -1,36 +1,26 @@
 """Sweeps: a grid of configuration values x seeds, one run each, then utility, leakage and their spread.
 
-This extends paper 002's Fig. 3 (FedReID's utility as its white-noise scale
-beta grows) to any grid: ``--grid PATH=V1,V2`` names any configuration field
-as ``--set`` does (``train.beta``, ``train.method``,
-``train.defenses.robust-median``), the cross product of the grids x
-``--seeds`` is the set of runs (:func:`plan_sweep`), a YAML sweep file says
-the same (:func:`sweep_file_grids`), and the old ``--param/--values`` (a
-privacy knob) is one grid.  Runs live in ``OUT/<label>=<value>[,...][,seed=S]/``
-(``seed=S`` only with ``--seeds``), plus a non-private ``OUT/reference``
-(per seed) when some run's non-private counterpart is not in the grid.  The
-runs are trained by :func:`privreid.experiments.executor.execute` (local or
-Ray Tune; resumable; failures retried, then marked).  Measured for every
-finished run, on the same data:
+This extends paper 002's Fig. 3 (FedReID's utility as its white-noise scale beta grows) to any grid: ``--grid
+PATH=V1,V2`` names any configuration field as ``--set`` does (``train.beta``, ``train.method``,
+``train.defenses.robust-median``), the cross product of the grids x ``--seeds`` is the set of runs
+(:func:`plan_sweep`), a YAML sweep file says the same (:func:`sweep_file_grids`), and ``--param/--values`` (a privacy
+knob) is one grid.  Runs live in ``OUT/<label>=<value>[,...][,seed=S]/`` (``seed=S`` only with ``--seeds``), plus a
+non-private ``OUT/reference`` (per seed) when some run's non-private counterpart is not in the grid.  The runs are
+trained by :func:`privreid.experiments.executor.execute` (local or Ray Tune; resumable; failures retried, then
+marked).  Measured for every finished run, on the same data:
 
-* utility: the final global R1 / mAP on the seen and unseen domains
-  (``summary.json``), and the accounted epsilon (``None`` for beta alone,
-  which has no formal guarantee);
-* leakage through the uploads: gradient inversion
-  (:mod:`privreid.inversion`) on the same subjects for every run,
+* utility: the final global R1 / mAP on the seen and unseen domains (``summary.json``), and the accounted epsilon
+  (``None`` for beta alone, which has no formal guarantee);
+* leakage through the uploads: gradient inversion (:mod:`privreid.inversion`) on the same subjects for every run,
   PSNR and feature cosine, with the random-image baseline;
-* adversarial robustness: mAP under PGD (:mod:`privreid.retrieval_attacks.retrieval`)
-  on the first seen test set;
-* membership leakage of the released model: TPR at 1% FPR of the ``loss``
-  attack at the image and the identity level (:mod:`privreid.auditing`; capped
-  at ``mia_max_per_class`` members and non-members).
+* adversarial robustness: mAP under PGD (:mod:`privreid.retrieval_attacks.retrieval`) on the first seen test set;
+* membership leakage of the released model: TPR at 1% FPR of the ``loss`` attack at the image and the identity level
+  (:mod:`privreid.auditing`; capped at ``mia_max_per_class`` members and non-members).
 
-Each run's measurements are cached in ``OUT/<run>/sweep_eval.json``
-(recomputed when the measurement settings change).  Writes
-``OUT/sweep_runs.csv`` (one row per run), ``OUT/sweep.csv`` (one row per
-cell: mean, std, n and, for n >= 3, the 95% interval over seeds), the
-frontier (``frontier.csv``/``.json`` and figures) and, for one numeric grid,
-``OUT/sweep.png`` with error bars.
+Each run's measurements are cached in ``OUT/<run>/sweep_eval.json`` (recomputed when the measurement settings
+change).  Writes ``OUT/sweep_runs.csv`` (one row per run), ``OUT/sweep.csv`` (one row per cell: mean, std, n and, for
+n >= 3, the 95% interval over seeds), the frontier (``frontier.csv``/``.json`` and figures) and, for one numeric
+grid, ``OUT/sweep.png`` with error bars.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """The ``best`` block of ``summary.json``: which evaluations of the global model a run reports.
 
-FedPav (Zhuang et al., paper 004, Sec. 4.2.2) reports "the accuracy by
-averaging the three best global models throughout training, evaluated every
-ten rounds".  Its authors' plotting code (cap-ntu/FedReID,
-``experiments/plot_Rank1_mAP_bar.py``) ranks the evaluation rounds by the mean
-rank-1 over the four large training datasets and averages every dataset's
-rank-1 and mAP over the three selected rounds.
+FedPav (Zhuang et al., paper 004, Sec. 4.2.2) reports "the accuracy by averaging the three best global models
+throughout training, evaluated every ten rounds".  Its authors' plotting code (cap-ntu/FedReID,
+``experiments/plot_Rank1_mAP_bar.py``) ranks the evaluation rounds by the mean rank-1 over the four large training
+datasets and averages every dataset's rank-1 and mAP over the three selected rounds.
 
 privreid's rule, ``--report-best K`` (:func:`best_block`):
 
-* ``K = 1`` (default): the last evaluation of the global model, i.e. the
-  numbers of ``global_seen`` / ``global_unseen`` at the top of
-  ``summary.json``.
-* ``K > 1``: every round at which the global model was evaluated gets the
-  score **mean rank-1 over the seen test sets** (those of the training
-  domains; privreid has no notion of "large" datasets, so all of them
-  count; a federation without seen test sets scores on all its test sets).
-  The ``K`` highest-scoring rounds are selected (ties: the earlier round;
-  all rounds when fewer than ``K`` were evaluated).  Every metric of every
-  test set, seen and unseen, is then the mean over the selected rounds, and
-  ``global_seen`` / ``global_unseen`` are the means over test sets, as at
-  the top of ``summary.json``.  The unseen numbers are thus reported at
-  rounds chosen on the seen test sets, never on the unseen ones.
+* ``K = 1`` (default): the last evaluation of the global model, the numbers of ``global_seen`` / ``global_unseen`` at
+  the top of ``summary.json``.
+* ``K > 1``: every round at which the global model was evaluated gets the score **mean rank-1 over the seen test
+  sets** (privreid has no notion of "large" datasets, so all count; a federation without seen test sets scores on all
+  its test sets).  The ``K`` highest-scoring rounds are selected (ties: the earlier round; all rounds when fewer than
+  ``K`` were evaluated).  Every metric of every test set, seen and unseen, is then the mean over the selected rounds,
+  and ``global_seen`` / ``global_unseen`` the means over test sets.  The unseen numbers are thus reported at rounds
+  chosen on the seen test sets, never on the unseen ones.
 
 Methods without a global model (standalone) have no ``best`` block (``None``).
 """

@@ -1,41 +1,28 @@
 """Client updates: the local training step of a method.
 
-A client update is a callable ``update(ctx) -> metrics``.  It receives the
-single resident model already holding the global shared state plus this
-client's local state, trains it in place on the client's own images, and
-returns scalar metrics.  Clients are the only code that touches images.
-The forward pass and the loss run under ``--precision``'s autocast, the
-backward through its loss scaler (:mod:`privreid.precision`; fp32: neither);
-with ``--compile``, the model's trunk and the identity loss are compiled
-(:mod:`privreid.models.compilation`).
+A client update is a callable ``update(ctx) -> metrics``.  It trains the single resident model (already holding the
+global shared state plus this client's local state) in place on the client's own images and returns scalar metrics.
+Clients are the only code that touches images.  The forward pass and the loss run under ``--precision``'s autocast,
+the backward through its loss scaler (:mod:`privreid.precision`; fp32: neither); with ``--compile``, the model's
+trunk and the identity loss are compiled (:mod:`privreid.models.compilation`).
 
-:class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines
-9-15): ``E`` local epochs of SGD over batches of ``B`` images on the identity
-loss, with separate learning rates for the classifier (0.05) and the backbone
-(0.005), multiplied by the run's learning-rate schedule
-(:mod:`privreid.federated.lr_schedule`, ``--lr-schedule``; per round, or per
-local epoch for ``local-step``).  The neck (the
-embedding bottleneck) trains at the backbone's rate unless ``--lr-neck`` is
-given (FedPav's reference code trains its 512-d bottleneck at the classifier's
-rate; the paper presets say so).  ``optimizer="adam"`` swaps SGD for Adam
-(same learning-rate groups), which trains from scratch much faster than the
-paper's SGD recipe, designed for ImageNet-initialised ResNet-50s; the CPU demo
-uses it.
+:class:`SupervisedUpdate` is the FedPav client (paper 004, Algorithm 1, lines 9-15): ``E`` local epochs of SGD over
+batches of ``B`` images on the identity loss, with separate learning rates for the classifier (0.05) and the backbone
+(0.005), multiplied by the run's schedule (:mod:`privreid.federated.lr_schedule`, ``--lr-schedule``; per round, or
+per local epoch for ``local-step``).  The neck (embedding bottleneck) trains at the backbone's rate unless
+``--lr-neck`` is given (FedPav's reference code trains its 512-d bottleneck at the classifier's rate; the paper
+presets say so).  ``optimizer="adam"`` swaps SGD for Adam (same groups), which trains from scratch much faster than
+the paper's SGD recipe, designed for ImageNet-initialised ResNet-50s; the CPU demo uses it.
 
-The identity loss is cross-entropy with ``--label-smoothing`` (default 0.1;
-the five papers and their released code use plain cross-entropy, 0).
-Optionally a batch-hard triplet loss on the pre-neck features, with PK
-sampling, weighted by ``ClientContext.triplet_weight`` (the method's default
-unless ``--triplet-weight`` is given: :meth:`~privreid.federated.registry.Method.triplet_weight_for`).  Methods that change the local
-objective (FedProx's proximal term, KD, ...) subclass it and override
+The identity loss is cross-entropy with ``--label-smoothing`` (default 0.1; the five papers and their released code
+use plain cross-entropy, 0).  Optionally a batch-hard triplet loss on the pre-neck features, with PK sampling,
+weighted by ``ClientContext.triplet_weight`` (:meth:`~privreid.federated.registry.Method.triplet_weight_for`).
+Methods that change the local objective (FedProx's proximal term, KD, ...) override
 :meth:`SupervisedUpdate.extra_loss`.
 
-Optimiser state (momentum) is created fresh every round, as in the FedPav
-reference code; nothing but model weights persists between rounds, unless a
-method keeps it in the client's memory through the hooks
-:meth:`SupervisedUpdate.restore_optimizer` and
-:meth:`SupervisedUpdate.keep_optimizer` (DPPT's ``persistent_optimizer``,
-:mod:`.optimizer_state`).
+Optimiser state (momentum) is created fresh every round, as in the FedPav reference code, unless a method keeps it in
+the client's memory through :meth:`SupervisedUpdate.restore_optimizer` and :meth:`SupervisedUpdate.keep_optimizer`
+(DPPT's ``persistent_optimizer``, :mod:`.optimizer_state`).
 """
 
 from __future__ import annotations
@@ -100,15 +87,12 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
                   instances: int | None = None, triplet_weight: float = 0.0) -> DataLoader:
     """Training batches of the client's samples.
 
-    ``dataset`` indexes ``client.train`` (default: its images with the
-    standard training transform of :func:`~privreid.data.build_transforms`;
-    DPPT passes channel-augmented images or clips).  PK batches when triplet
-    is on (``K = instances_per_id``) or ``instances`` (``K``) is given.
-    The default dataset's batches are the decoded ``uint8`` images
-    (``augment_later``): the client augments them on its training device
-    (:func:`privreid.precision.to_device`), so loader workers only decode.
-    Training on CUDA, batches come in pinned memory, so that their copy to
-    the device does not block the step.
+    ``dataset`` indexes ``client.train`` (default: its images with the training transform of
+    :func:`~privreid.data.build_transforms`; DPPT passes channel-augmented images or clips).  PK batches when triplet
+    is on (``K = instances_per_id``) or ``instances`` (``K``) is given.  The default dataset's batches are the decoded
+    ``uint8`` images (``augment_later``): the client augments them on its training device
+    (:func:`privreid.precision.to_device`), so loader workers only decode.  On CUDA, batches come in pinned memory, so
+    their copy to the device does not block the step.
     """
     t, d = config.train, config.data
     if dataset is None:
@@ -203,7 +187,7 @@ class SupervisedUpdate:
         round_rates = [group["lr"] for group in opt.param_groups]
         scaler = grad_scaler(t.precision, ctx.device)
         # the loss is summed on the device in float64 (the bits of the former Python sum) and read once, at the
-        # end: no host-device synchronisation per step (issue 42); a drawn bar reads it every LOG_EVERY steps
+        # end: no host-device synchronisation per step; a drawn bar reads it every LOG_EVERY steps
         total, steps, seen = torch.zeros((), dtype=torch.float64, device=ctx.device), 0, 0
         for epoch in range(t.local_epochs):
             if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs

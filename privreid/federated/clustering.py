@@ -1,29 +1,24 @@
 """FINCH's first-neighbour clustering, one step (paper 004, Sec. 5.1 and Alg. 2 line 9).
 
-FINCH (Sarfraz, Sharma & Stiefelhagen, "Efficient Parameter-free Clustering
-Using First Neighbor Relations", CVPR 2019) links every sample to its *first
-neighbour* ``kappa(i)``, the most similar other sample, and defines the
+FINCH (Sarfraz, Sharma & Stiefelhagen, "Efficient Parameter-free Clustering Using First Neighbor Relations", CVPR
+2019) links every sample to its *first neighbour* ``kappa(i)``, the most similar other sample, and defines the
 adjacency
 
     A(i, j) = 1  if  j = kappa(i)  or  kappa(j) = i  or  kappa(i) = kappa(j)   (FINCH Eq. 1)
 
-whose connected components are the first partition.  Repeating the step on
-the cluster means builds FINCH's hierarchy.  Paper 004 clusters the clients
-by the features their models extract from one public batch and, because nine
-clients collapse into one cluster after two or three steps, runs **one step
-per round**, from singletons: "Two clients are first neighbors if their
-features have the shortest distance (cosine similarity) or they share the
-same first neighbor."  So only the first partition is needed here.
+whose connected components are the first partition; repeating the step on the cluster means builds FINCH's
+hierarchy.  Paper 004 clusters the clients by the features their models extract from one public batch and, because
+nine clients collapse into one cluster after two or three steps, runs **one step per round**, from singletons: "Two
+clients are first neighbors if their features have the shortest distance (cosine similarity) or they share the same
+first neighbor."  So only the first partition is needed.
 
-The third condition of Eq. 1 adds no component: if ``kappa(i) = kappa(j) = m``
-then ``i - m - j`` is already a path through the edges ``{i, kappa(i)}``.
-The first partition is therefore the connected components of the graph with
-one edge ``{i, kappa(i)}`` per sample, found below with a union-find.
+The third condition of Eq. 1 adds no component: if ``kappa(i) = kappa(j) = m`` then ``i - m - j`` is already a path
+through the edges ``{i, kappa(i)}``.  The first partition is therefore the connected components of the graph with one
+edge ``{i, kappa(i)}`` per sample, found below with a union-find.
 
-Why not the ``finch-clust`` package (0.2.3, MIT, available from the package
-index): it depends on scipy and scikit-learn, which privreid does not
-otherwise need, to compute the full hierarchy; the single step paper 004 uses
-is the dozen lines below (numpy only), written from the paper's definition.
+Why not the ``finch-clust`` package (0.2.3, MIT): it depends on scipy and scikit-learn, which privreid does not
+otherwise need, to compute the full hierarchy; the single step paper 004 uses is the dozen lines below (numpy only),
+written from the paper's definition.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Divergence: a non-finite training loss stops the run with one line; metric lines stay valid JSON.
 
-A learning rate that is finite but far too large (``--lr-backbone 1e30``)
-drives the weights to inf/NaN within a round.  The engine checks every
-client's training loss right after its local update
-(:func:`check_finite_training`), before the model is evaluated, aggregated or
-checkpointed, so the checkpoint of the last good round stays as it was and
-the run stops with :class:`TrainingDiverged` (one ``error:`` line) instead
-of failing later with a misleading message about NaN features.  A finite
-loss does not prove finite weights, so the states about to be checkpointed
-are checked too (:func:`check_finite_states`): no checkpoint ever holds a
-non-finite weight, and the one kept is the last finite one.
+A learning rate that is finite but far too large (``--lr-backbone 1e30``) drives the weights to inf/NaN within a
+round.  The engine checks every client's training loss right after its local update (:func:`check_finite_training`),
+before the model is evaluated, aggregated or checkpointed, so the checkpoint of the last good round stays as it was
+and the run stops with :class:`TrainingDiverged` (one ``error:`` line) instead of failing later with a misleading
+message about NaN features.  A finite loss does not prove finite weights, so the states about to be checkpointed are
+checked too (:func:`check_finite_states`): no checkpoint ever holds a non-finite weight.
 
-``metrics.jsonl`` lines are written with :func:`json_line`: a non-finite
-number becomes ``null`` (Python's ``json`` would write the bare token
-``NaN``, which is not JSON).
+``metrics.jsonl`` lines are written with :func:`json_line`: a non-finite number becomes ``null`` (Python's ``json``
+would write the bare token ``NaN``, which is not JSON).
 """
 
 from __future__ import annotations
@@ -75,11 +70,9 @@ def check_finite_training(uploads: Iterable, round_no: int, out_dir: Path) -> No
 def check_finite_states(states: Mapping[str, Mapping[str, Any]], round_no: int, out_dir: Path) -> None:
     """Raise :class:`TrainingDiverged` if a state about to be checkpointed holds an inf or NaN weight.
 
-    ``states`` maps what each state is ("the global model", "client X's
-    local state") to it.  A finite loss does not prove finite weights (a
-    NaN momentum or an update that overflows after the loss was taken), and
-    a checkpoint of NaN weights scores at chance; checked right before the
-    checkpoint is written, so the one kept is the last finite one.
+    ``states`` maps what each state is ("the global model", "client X's local state") to it.  A finite loss does not
+    prove finite weights (a NaN momentum or an update that overflows after the loss was taken), and a checkpoint of NaN
+    weights scores at chance; checked right before the checkpoint is written, so the one kept is the last finite one.
     """
     for what, state in states.items():
         for key, value in state.items():

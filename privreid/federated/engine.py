@@ -1,44 +1,30 @@
 """The federated engine's round loop: client selection, local training, aggregation.
 
-Each round ends with an evaluation (:mod:`.round_eval`, every ``eval_every``
-rounds and the last) and a checkpoint (:mod:`.checkpointing`, which also
-writes ``metrics.jsonl`` and ``summary.json`` and restores a ``--resume``).
+Each round ends with an evaluation (:mod:`.round_eval`, every ``eval_every`` rounds and the last) and a checkpoint
+(:mod:`.checkpointing`, which also writes ``metrics.jsonl`` and ``summary.json`` and restores a ``--resume``).  A
+:class:`~.registry.Method` supplies the parameter policy, the client update and the server strategy; the engine knows
+nothing else about methods.
 
-It knows nothing about individual methods: a :class:`~.registry.Method`
-supplies the parameter policy, the client update and the server strategy.
+Memory.  Clients run one after another in one process; only one model is resident.  Between rounds a client keeps
+only its local state (its ``policy.local`` keys) and its memory (a method's extra tensors; with
+``keeps_trained_model``, one copy of its shared keys), in files loaded one at a time (:mod:`.memory_store`), and the
+server keeps the global shared state.  Within a round the server streams: each upload is checked, counted and folded
+into the strategy's accumulator as it arrives (:class:`RoundInbox`, :class:`~.strategy.Accumulator`) and dropped, so
+a linear strategy holds one running sum whatever the number of clients; only :class:`~.strategy.KeepUploads` holds
+the list.
 
-Memory.  Clients run one after another in one process; only one model is
-resident.  Between rounds a client keeps only its local state (its
-``policy.local`` keys) and its memory (a method's extra tensors; for methods
-whose papers score the trained local model, ``keeps_trained_model``, one copy
-of its shared keys), and the server keeps the global shared state.  Client
-memories live in files under the run directory, loaded one at a time when
-used (:mod:`.memory_store`), so they do not grow the process with the number
-of clients.  Within
-a round the server streams: each upload is checked, counted and folded into
-the strategy's accumulator as it arrives (:class:`RoundInbox`,
-:class:`~.strategy.Accumulator`) and then dropped, so a linear strategy
-holds one running sum whatever the number of clients; only strategies that
-need every upload at once (:class:`~.strategy.KeepUploads`) hold the list.
+Determinism.  Every random draw is seeded from ``(seed, round, client)`` (:mod:`privreid.seeding`), so ``--resume``
+from the checkpoint of round ``r`` continues exactly as the uninterrupted run.
 
-Determinism.  Every random draw is seeded from ``(seed, round, client)``
-(:mod:`privreid.seeding`), so ``--resume`` from the checkpoint of round ``r``
-continues exactly as the uninterrupted run.
+Privacy boundary.  Only :class:`~.strategy.Upload` objects flow from a client to the server: the shared keys, the
+sample count and scalar training metrics, plus any tensors the client update puts in ``ClientContext.upload_extra``
+(DPPT's per-identity class centres), which stay in the global state as server-side method state (checkpointed apart,
+under ``server_state``).  From the server to a client flows only what the strategy's ``configure`` returns for it.
 
-Privacy boundary.  The only things that flow from a client to the server are
-:class:`~.strategy.Upload` objects: the shared keys, the sample count and
-scalar training metrics, plus any tensors a method's client update puts in
-``ClientContext.upload_extra`` (DPPT's per-identity class centres).  Such
-tensors stay in the global state as server-side method state (not model
-keys); checkpoints store them apart, under ``server_state``.  From the server
-to a client flows only what the strategy's ``configure`` returns for it.
-
-Per-client server state.  What the server keeps about one client between
-rounds (FedPav-CC's cluster model) is returned by the strategy's aggregation
-(:class:`~.strategy.RoundResult`), owned by the engine
-(``client_server_state``, in RAM: most methods keep none, FedPav-CC one model
-per cluster), checkpointed under ``server_client_state`` and handed back to
-``configure``.  Client memory is the client's own: the server never writes it.
+Per-client server state.  What the server keeps about one client between rounds (FedPav-CC's cluster model) is
+returned by the strategy's aggregation (:class:`~.strategy.RoundResult`), owned by the engine
+(``client_server_state``, in RAM), checkpointed under ``server_client_state`` and handed back to ``configure``.
+Client memory is the client's own: the server never writes it.
 """
 
 from __future__ import annotations
@@ -83,8 +69,7 @@ _log = logging.getLogger(__name__)
 def selection_size(fraction: float, n: int) -> int:
     """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``).
 
-    ``C N`` is rounded to 9 decimals first, so that float error in a product
-    such as ``0.3 * 10 = 3.0000000000000004`` does not add a client.
+    ``C N`` is rounded to 9 decimals first, so float error (``0.3 * 10 = 3.0000000000000004``) does not add a client.
     """
     return min(n, max(1, math.ceil(round(fraction * n, 9))))
 
@@ -92,12 +77,9 @@ def selection_size(fraction: float, n: int) -> int:
 class RoundInbox:
     """The server's receiving end of one round: every upload is checked, counted and aggregated as it arrives.
 
-    :meth:`add` stops the run on a non-finite training loss
-    (:func:`~.divergence.check_finite_training`: before the upload reaches
-    the aggregate or a checkpoint), adds the upload's size to the round's
-    upload bytes and folds it into ``accumulator``; the caller then drops
-    the upload.  ``result()`` is the strategy's aggregate of everything
-    added.
+    :meth:`add` stops the run on a non-finite training loss (:func:`~.divergence.check_finite_training`: before the
+    upload reaches the aggregate or a checkpoint), counts the upload's bytes and folds it into ``accumulator``; the
+    caller then drops the upload.  ``result()`` is the strategy's aggregate of everything added.
     """
 
     def __init__(self, accumulator: Accumulator, round_no: int, out_dir: Path):
@@ -118,14 +100,12 @@ class RoundInbox:
 class FederatedEngine(RoundEvaluation, Checkpointing):
     """Runs one method on one federation and writes ``ckpt.pt``, ``metrics.jsonl``, ``summary.json``.
 
-    ``build(config)`` gives the method (with its defenses) and the round
-    observers (:class:`privreid.composition.RunPlan`: :func:`privreid.composition.build_run`, whose
-    observer is the privacy ledger, resolved by the caller, the composition root's side of the layers).  Each observer sees every upload the
-    server receives (``on_upload``); before every round each may stop the run
-    (``before_round``), after it each adds its records (``after_round``), the
-    checkpoint holds each one's ``state_dict`` under its ``key`` and
-    ``summary.json`` its ``summary``; the engine knows nothing else about
-    them, and never shows them client memory.
+    ``build(config)`` gives the method (with its defenses) and the round observers
+    (:class:`privreid.composition.RunPlan`: :func:`privreid.composition.build_run`, whose observer is the privacy
+    ledger, resolved by the caller, the composition root's side of the layers).  Each observer sees every upload the
+    server receives (``on_upload``), may stop the run before a round (``before_round``), adds its records after it
+    (``after_round``); the checkpoint holds its ``state_dict`` under its ``key`` and ``summary.json`` its ``summary``.
+    The engine knows nothing else about them and never shows them client memory.
     """
 
     #: whether this process holds the clients' local states (the Flower server does not: its sites do)
@@ -193,9 +173,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                      ) -> tuple[StateDict, StateDict]:
         """Put what the server transmitted plus the client's local state into the model.
 
-        Returns the transmitted model keys and the other transmitted entries
-        (``ClientContext.received_extra``).  ``received=None``: computed here
-        with :meth:`configure` (in-process).
+        Returns the transmitted model keys and the other transmitted entries (``ClientContext.received_extra``).
+        ``received=None``: computed here with :meth:`configure` (in-process).
         """
         self.model.reset_classifier(client.num_classes)
         self.client_memory.setdefault(client.name, {})
@@ -233,9 +212,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         """One client's part of a round: load its model, start (the method's client start), train it locally,
         keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
-        ``received`` is what the server transmitted to this client; ``None``
-        computes it here with the strategy's ``configure`` (in-process).  The
-        Flower runtime computes it on the server and calls this on the site.
+        ``received`` is what the server transmitted to this client; ``None`` computes it here with the strategy's
+        ``configure`` (in-process).  The Flower runtime computes it on the server and calls this on the site.
         """
         seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
         seed_everything(seed)

@@ -1,22 +1,16 @@
 """The fastest implementation of torch's SGD / Adam that reproduces the per-tensor arithmetic bit for bit.
 
-torch ships three implementations of each optimiser: the per-tensor loop
-(the default on CPU), ``foreach`` (multi-tensor ops; the default on CUDA) and
-``fused`` (one kernel).  On a CPU, the per-tensor SGD step of a ResNet-18 is
-about 12% of a training step at 64x32; ``fused`` is several times faster.
-Whether an implementation gives the same bits as the per-tensor loop depends
-on its kernel (and on how it was compiled for the device: a fused
-multiply-add rounds once where the loop rounds twice), so privreid checks it:
-:func:`implementation` runs two steps of each candidate on a small probe (odd
-sizes, so both the vectorised body and the scalar tail of a kernel run) and
-takes the first candidate whose parameters equal the per-tensor loop's
-exactly: ``fused`` then ``foreach`` for SGD, ``foreach`` only for Adam (fused
-Adam computes its bias corrections from a tensor step count in the kernel's
-precision, so its bits drift from the loop's at some steps and learning rates
-that a short probe need not meet; measured on a ResNet-18).  The check runs once per process, device type and
-set of hyper-parameters, and draws from its own generator, never the global
-random stream; runs therefore train exactly the weights of the per-tensor
-loop, and ``--resume`` stays bit-identical.
+torch ships three implementations of each optimiser: the per-tensor loop (the default on CPU), ``foreach``
+(multi-tensor ops; the default on CUDA) and ``fused`` (one kernel).  On a CPU, the per-tensor SGD step of a ResNet-18
+is about 12% of a training step at 64x32; ``fused`` is several times faster.  Whether an implementation gives the
+per-tensor loop's bits depends on its kernel (and on how it was compiled for the device: a fused multiply-add rounds
+once where the loop rounds twice), so :func:`implementation` runs two steps of each candidate on a small probe (odd
+sizes, so both the vectorised body and the scalar tail of a kernel run) and takes the first whose parameters equal
+the loop's exactly: ``fused`` then ``foreach`` for SGD, ``foreach`` only for Adam (fused Adam computes its bias
+corrections from a tensor step count in the kernel's precision, so its bits drift from the loop's at some steps and
+learning rates that a short probe need not meet; measured on a ResNet-18).  The check runs once per process, device
+type and set of hyper-parameters, and draws from its own generator, never the global random stream; runs therefore
+train exactly the loop's weights, and ``--resume`` stays bit-identical.
 """
 
 from __future__ import annotations

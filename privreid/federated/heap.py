@@ -1,40 +1,29 @@
 """Give freed heap memory back to the operating system when the resident set has grown (glibc only).
 
-Why.  Measured on DPPT (``benchmarks/memory.py``, 27 clients in one round)
-with glibc's ``mallinfo2``: the memory the process *uses* grew by about 0.1
-MiB per client (the class centres the server keeps until the round's end,
-metric records; in use 283 -> 286 MiB), but its resident set grew by about 7
-MiB per client.  The difference is memory that ``malloc`` holds free inside
-its heap (free 24 -> 138 MiB): a client's training allocates and frees tens
-of MiB per step (gradients, optimiser buffers, the upload's copies, the
-float64 fold), glibc's adaptive ``mmap`` threshold soon serves such blocks
-from the heap, and small blocks that outlive a client split the freed
-space, so the heap keeps growing while almost none of the growth is in use.
-FedPav over several rounds shows the same: 3 clients x 4 steps at 64x32,
-free heap 69 -> 279 MiB and resident set 1,059 -> 1,321 MiB over 9 client
-updates.
+Why.  Measured on DPPT (``benchmarks/memory.py``, 27 clients in one round) with glibc's ``mallinfo2``: the memory the
+process *uses* grew by about 0.1 MiB per client (the class centres the server keeps until the round's end, metric
+records; in use 283 -> 286 MiB), but its resident set grew by about 7 MiB per client.  The difference is memory that
+``malloc`` holds free inside its heap (free 24 -> 138 MiB): a client's training allocates and frees tens of MiB per
+step (gradients, optimiser buffers, the upload's copies, the float64 fold), glibc's adaptive ``mmap`` threshold soon
+serves such blocks from the heap, and small blocks that outlive a client split the freed space, so the heap keeps
+growing while almost none of the growth is in use.  FedPav over several rounds shows the same: 3 clients x 4 steps at
+64x32, free heap 69 -> 279 MiB and resident set 1,059 -> 1,321 MiB over 9 client updates.
 
-``malloc_trim(0)`` returns the free pages of every arena to the system.  It
-changes no value, only which pages stay resident, so runs stay bit-identical.
-It is not free: the pages it returns are faulted in again (zero-filled) when
-the next client allocates, which after every client cost a 4-step FedPav
-round a measurable share of its time.  :class:`HeapTrimmer` therefore trims
-only when the resident set has grown by more than a slack since the last
-trim (``PRIVREID_HEAP_SLACK_MB``; ``off`` never trims): memory stays within
-about one slack of its level after the last trim, and a run whose memory is
-flat never trims.  On a C library other than glibc, or without ``/proc``, it
-does nothing.
+``malloc_trim(0)`` returns the free pages of every arena to the system.  It changes no value, only which pages stay
+resident, so runs stay bit-identical.  It is not free: the pages it returns are faulted in again (zero-filled) when
+the next client allocates, which after every client cost a 4-step FedPav round a measurable share of its time.
+:class:`HeapTrimmer` therefore trims only when the resident set has grown by more than a slack since the last trim
+(``PRIVREID_HEAP_SLACK_MB``; ``off`` never trims): memory stays within about one slack of its level after the last
+trim, and a run whose memory is flat never trims.  On a C library other than glibc, or without ``/proc``, it does
+nothing.
 
-The default slack scales with the model: :data:`MODEL_COPIES` copies of its
-state, at least :data:`DEFAULT_SLACK_MIB`.  A client's turn allocates and
-frees about that much (its optimiser's momentum, its upload's copy, the
-fold's float64 temporaries), so a smaller slack trims after almost every
-client and the next one faults those pages back in.  Measured with
-``benchmarks/round_overhead.py`` (ResNet-18 at 64x32, 3 clients x 4 steps,
-one run each): a 64 MiB slack trimmed 6 times in 21 client turns and a
-FedPav round took 1.049x the centralised round on the same steps; 128 MiB,
-1.028x.  ``benchmarks/memory.py`` stays flat with the default (its table in
-the memory section of docs/performance.md).
+The default slack scales with the model: :data:`MODEL_COPIES` copies of its state, at least
+:data:`DEFAULT_SLACK_MIB`.  A client's turn allocates and frees about that much (its optimiser's momentum, its
+upload's copy, the fold's float64 temporaries), so a smaller slack trims after almost every client and the next one
+faults those pages back in.  Measured with ``benchmarks/round_overhead.py`` (ResNet-18 at 64x32, 3 clients x 4 steps,
+one run each): a 64 MiB slack trimmed 6 times in 21 client turns and a FedPav round took 1.049x the centralised round
+on the same steps; 128 MiB, 1.028x.  ``benchmarks/memory.py`` stays flat with the default (its table in the memory
+section of docs/performance.md).
 """
 
 from __future__ import annotations

@@ -5,19 +5,15 @@ A schedule is a multiplier of the configured rates (``--lr-backbone``,
 and the local epoch ``e`` within it.  ``k`` is ``--lr-step`` and ``gamma``
 ``--lr-gamma``:
 
-* ``step``: ``gamma ** (r // k)``, a decay every ``k`` rounds.  The prose of
-  paper 004 Sec. 3.5 (FedPav, every 40 rounds) and paper 000 Sec. 4.2 (SKA,
-  every 40 rounds); privreid's default.
-* ``once``: ``1`` before round ``k``, ``gamma`` from round ``k`` on.  The
-  FedReID reference code (SunTongtongtong/FedReid ``lib/localUpdate.py``:
-  ``decay_factor = 1.0 if cur_epoch < 20 else 0.1``), which paper 002
+* ``step``: ``gamma ** (r // k)``, a decay every ``k`` rounds.  The prose of paper 004 Sec. 3.5 (FedPav, every 40
+  rounds) and paper 000 Sec. 4.2 (SKA, every 40 rounds); privreid's default.
+* ``once``: ``1`` before round ``k``, ``gamma`` from round ``k`` on.  The FedReID reference code
+  (SunTongtongtong/FedReid ``lib/localUpdate.py``: ``decay_factor = 1.0 if cur_epoch < 20 else 0.1``), which paper 002
   Sec. IV-A words as "decay by 0.1 after 20 global epochs".
-* ``local-step``: ``gamma ** ((e + 1) // k)``, restarting every round.  The
-  FedPav reference code (cap-ntu/FedReID ``client.py:41-53``) builds a new
-  ``StepLR(step_size=40)`` inside every local ``train()`` and steps it at the
-  start of each local epoch (so local epoch ``e`` runs after ``e + 1`` steps:
-  the first decay is at ``e = k - 1``); with one local epoch and ``k > 1``
-  the rate never decays (fixture ``tests/reference/fedpav/lr_schedule.json``).
+* ``local-step``: ``gamma ** ((e + 1) // k)``, restarting every round.  The FedPav reference code (cap-ntu/FedReID
+  ``client.py:41-53``) builds a new ``StepLR(step_size=40)`` inside every local ``train()`` and steps it at the start
+  of each local epoch (local epoch ``e`` runs after ``e + 1`` steps: the first decay is at ``e = k - 1``); with one
+  local epoch and ``k > 1`` the rate never decays (fixture ``tests/reference/fedpav/lr_schedule.json``).
 * ``none``: a constant rate.
 
 A method may replace the run's schedule with its own per-step one

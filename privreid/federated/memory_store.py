@@ -1,60 +1,40 @@
 """Client memories on disk: the server's RAM stays flat in the number of clients.
 
-A client's memory (``ClientContext.memory``: its DP accountant, MOON's
-previous model, and, for methods with ``keeps_trained_model``, one copy of
-its trained shared keys) lives between rounds.  Held in RAM for every
-client, it grows the process by up to one model per client (45 MiB for
-ResNet-18).  :class:`ClientMemories` keeps each one in a file under the run
-directory (``client_memory/``) instead and loads it when it is used: at most
-:data:`RESIDENT` memories are in RAM at once; using another one writes the
-least recently used back (only if it changed) and drops it.
+A client's memory (``ClientContext.memory``: its DP accountant, MOON's previous model, and, with
+``keeps_trained_model``, one copy of its trained shared keys) lives between rounds.  Held in RAM for every client, it
+grows the process by up to one model per client (45 MiB for ResNet-18).  :class:`ClientMemories` keeps each one in a
+file under the run directory (``client_memory/``) and loads it when used: at most :data:`RESIDENT` memories are in
+RAM at once; using another writes the least recently used back (only if it changed) and drops it.
 
-Files.  A memory changed in round ``r`` is written to
-``client_memory/<client>.r<r>.pt`` (:func:`memory_file_name`: the client's
-name percent-encoded, so distinct clients never share a file; a new name each
-round the memory changes), so the checkpoint of round ``r - 1`` keeps pointing at intact files
-while round ``r`` runs; the checkpoint names its files
-(``client_memory_files``), :func:`privreid.checkpoint.load_checkpoint` reads
-them back into ``client_memory``, and files no checkpoint names any more are
-deleted once the next checkpoint is written (:meth:`ClientMemories.prune`).
-Values round-trip exactly (``torch.save`` / ``torch.load``), so results and
-``--resume`` are bit-identical to memories held in RAM.  Files are mapped,
-not read, when loaded (:func:`load_memory_file`), so entries a round
+Files.  A memory changed in round ``r`` is written to ``client_memory/<client>.r<r>.pt`` (:func:`memory_file_name`:
+the name percent-encoded, so distinct clients never share a file; a new name each round it changes), so the
+checkpoint of round ``r - 1`` keeps pointing at intact files while round ``r`` runs.  The checkpoint names its files
+(``client_memory_files``), :func:`privreid.checkpoint.load_checkpoint` reads them back into ``client_memory``, and
+files no checkpoint names any more are deleted once the next checkpoint is written (:meth:`ClientMemories.prune`).
+Values round-trip exactly (``torch.save`` / ``torch.load``), so results and ``--resume`` are bit-identical to
+memories held in RAM.  Files are mapped, not read, when loaded (:func:`load_memory_file`), so entries a round
 replaces without using are never read back.
 
-Disk use.  A file holds what the method keeps; for methods that score a
-client's trained local model (``keeps_trained_model``: FedPav, FedReID)
-that is a copy of the client's shared keys, 45 MiB for a ResNet-18, written
-every round the client trains.  A round's new files sit beside the ones the
-last checkpoint names until the round's own checkpoint is committed, and
-the superseded ones are deleted then (:meth:`ClientMemories.prune`), so a
-run peaks at two files per client: about 2 x 45 MiB x 90 = 8 GB for 90
-FedPav clients at ResNet-18.  ``--set train.client_memory=private``
-(:class:`privreid.config.TrainConfig`) keeps only what training needs (no
-trained copy; FedPav without DP then writes no memory file at all), and a
-client's personalised model is the global model with its local keys.
+Disk use.  For methods that score a client's trained local model (``keeps_trained_model``: FedPav, FedReID) a file
+holds a copy of the client's shared keys, 45 MiB for a ResNet-18, written every round the client trains.  A round's
+new files sit beside the ones the last checkpoint names until its own checkpoint is committed, so a run peaks at two
+files per client: about 2 x 45 MiB x 90 = 8 GB for 90 FedPav clients at ResNet-18.  ``--set
+train.client_memory=private`` (:class:`privreid.config.TrainConfig`) keeps only what training needs (FedPav without
+DP then writes no memory file at all), and a client's personalised model is the global model with its local keys.
 
-Writes run on one background thread (:meth:`ClientMemories.write`), so a
-memory is written while the next client trains instead of before it starts:
-a ResNet-18's 45 MiB took 16-28 ms of each FedPav client's turn at 64x32.
-At most one write is in flight (a new one first waits for the previous), so
-RAM holds at most :data:`RESIDENT` memories plus the one being written.
-Loading a memory whose write is in flight waits for it; the engine's
-checkpoint waits for the last one before it is written, and a failed write
-is re-raised there, so no checkpoint names a file that is not complete on
-disk.  Each write returns the file's sha256 (:func:`file_sha256`), and the
-checkpoint records the hash of every file it names
-(``client_memory_hashes``): a changed, truncated or swapped file is refused
-wherever a checkpoint's memories are read (:mod:`privreid.checkpoint`).
+Writes run on one background thread (:meth:`ClientMemories.write`), so a memory is written while the next client
+trains: a ResNet-18's 45 MiB took 16-28 ms of each FedPav client's turn at 64x32.  At most one write is in flight (a
+new one first waits for the previous), so RAM holds at most :data:`RESIDENT` memories plus the one being written.
+Loading a memory whose write is in flight waits for it; the engine's checkpoint waits for the last one, and a failed
+write is re-raised there, so no checkpoint names an incomplete file.  Each write returns the file's sha256
+(:func:`file_sha256`), and the checkpoint records the hash of every file it names (``client_memory_hashes``): a
+changed, truncated or swapped file is refused wherever a checkpoint's memories are read (:mod:`privreid.checkpoint`).
 
-Changes are detected through the mapping interface (setting or deleting an
-entry); the engine also marks a memory changed after the client's local
-update, which may change entries in place.  Setting entries does not load
-the memory: they are kept apart until an entry is read (then the file is
-loaded under them) or the memory is written; a write that replaces every
-entry of the file (FedPav's trained copy, every round) never loads it.  A
-FedPav round at 64x32 spent about 8 ms per client loading a memory only to
-replace all of it.
+Changes are detected through the mapping interface (setting or deleting an entry); the engine also marks a memory
+changed after the client's local update, which may change entries in place.  Setting entries does not load the
+memory: they are kept apart until an entry is read (then the file is loaded under them) or the memory is written; a
+write that replaces every entry of the file (FedPav's trained copy, every round) never loads it.  A FedPav round at
+64x32 spent about 8 ms per client loading a memory only to replace all of it.
 """
 
 from __future__ import annotations
@@ -76,11 +56,9 @@ RESIDENT = 1
 def save_memory_file(data: dict[str, Any], directory: Path, file: str) -> None:
     """``torch.save(data)`` to ``directory/file`` atomically (a temporary sibling, then a rename).
 
-    Not synced: a sync of a ResNet-18 memory outlasted the checkpoint's own
-    write and delayed every round's commit by about 40 ms (64x32, 3 clients).
-    A crash of the process leaves every named file complete; a power loss
-    just after a checkpoint can lose memory files it names, as the operating
-    system had not written them yet.
+    Not synced: a sync of a ResNet-18 memory outlasted the checkpoint's own write and delayed every round's commit by
+    about 40 ms (64x32, 3 clients).  A crash of the process leaves every named file complete; a power loss just after
+    a checkpoint can lose memory files it names, as the operating system had not written them yet.
     """
     save_torch_atomic(data, directory / file, stream=False)
 
@@ -101,9 +79,8 @@ def _writer() -> ThreadPoolExecutor:
 class ClientMemory(MutableMapping):
     """One client's memory: a dict that is loaded from its file when used and written back when changed.
 
-    Entries set while the file is not loaded are kept in ``_data`` over the
-    unread file (``_unread``): the memory is the file's entries with those
-    replaced and added.  Reading any entry loads the file under them.
+    Entries set while the file is not loaded are kept in ``_data`` over the unread file (``_unread``): the memory is
+    the file's entries with those replaced and added.  Reading any entry loads the file under them.
     """
 
     def __init__(self, store: "ClientMemories", name: str, data: dict | None, file: str | None):

@@ -1,16 +1,13 @@
 """Method options (``--opt key=value``): one small frozen dataclass per method, parsed by one function.
 
-A method declares its options as a frozen dataclass (fields with defaults
-and a ``#:`` comment each, e.g. :class:`~privreid.federated.methods.dppt.
-DPPTSettings`) and passes the class as ``Method(options=...)``.
-:func:`parse_options` turns ``TrainConfig.method_options`` (values from
-``--opt``, ``--set train.method_options.KEY=VALUE`` or a preset's ``opt:``
-mapping: JSON scalars or strings) into an instance: an unknown key is an
-error naming the method's options; each value is coerced to its field's type
-by :func:`privreid.config.values.parse_value`, booleans by the one rule of
-:func:`privreid.config.values.parse_bool` (true/false, yes/no, 1/0), and a number
-must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges
-stay with the method that uses the value.
+A method declares its options as a frozen dataclass (fields with defaults and a ``#:`` comment each, e.g.
+:class:`~privreid.federated.methods.dppt.DPPTSettings`) and passes the class as ``Method(options=...)``.
+:func:`parse_options` turns ``TrainConfig.method_options`` (values from ``--opt``, ``--set
+train.method_options.KEY=VALUE`` or a preset's ``opt:`` mapping: JSON scalars or strings) into an instance: an unknown
+key is an error naming the method's options; each value is coerced to its field's type by
+:func:`privreid.config.values.parse_value`, booleans by :func:`privreid.config.values.parse_bool` (true/false, yes/no,
+1/0), and a number must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges stay with the method
+that uses the value.
 """
 
 from __future__ import annotations

@@ -1,36 +1,28 @@
 """Memory rectification bank (MRB) of L2RW+'s DPPT (Jiang et al., paper 003, Sec. III-C, Eq. 3-6).
 
-Pure tensor functions plus the per-round feature collector a client uses;
-the method that wires them into federated rounds is
-:mod:`privreid.federated.methods.dppt`.
+Pure tensor functions plus the per-round feature collector a client uses; :mod:`privreid.federated.methods.dppt`
+wires them into federated rounds.
 
-* Local memory (Eq. 3-4): for each identity ``k`` a client holds, the mean
-  ``c_k`` of its L2-normalised feature embeddings, refined to the mean of the
-  ``K`` embeddings closest to ``c_k`` (Euclidean distance) when it has at
-  least ``K`` of them, :func:`refined_centre`.  The embeddings are those the
-  client computed during its local training of the round (with augmentation,
-  detached), :class:`FeatureBank`.
-* Global memory (Eq. 5): per identity, the mean of the local centres of the
-  clients that hold it; the indicator ``1{c_i^m != 0}`` is "client ``m``
-  uploaded a centre for ``i``", so identities missing from some clients are
-  averaged over the others only, :func:`global_memory`.
-* Loss (Eq. 6): ``1 - cos(z_i, c^g_{y_i})`` averaged over the batch, pulling
-  each embedding towards its identity's global centre of the previous round,
-  :func:`mrb_loss`.
+* Local memory (Eq. 3-4, :func:`refined_centre`): for each identity ``k`` a client holds, the mean ``c_k`` of its
+  L2-normalised feature embeddings, refined to the mean of the ``K`` embeddings closest to ``c_k`` (Euclidean) when
+  it has at least ``K`` of them.  The embeddings are those the client computed during its local training of the
+  round (with augmentation, detached), :class:`FeatureBank`.
+* Global memory (Eq. 5, :func:`global_memory`): per identity, the mean of the local centres of the clients that hold
+  it; the indicator ``1{c_i^m != 0}`` is "client ``m`` uploaded a centre for ``i``", so identities missing from some
+  clients are averaged over the others only.
+* Loss (Eq. 6, :func:`mrb_loss`): ``1 - cos(z_i, c^g_{y_i})`` averaged over the batch, pulling each embedding towards
+  its identity's global centre of the previous round.
 
 Choices where the paper is open:
 
-* Features are L2-normalised before they enter the memory, as Sec. III-C
-  says ("store l2-normalized feature embedding z"); the reference code
-  stores the un-normalised bottleneck output.
-* Eq. 6 is the paper's cosine loss; the reference code adds an MSE term
-  (0.5 MSE + 0.5 cosine), which privreid does not.
-* Samples whose identity has no global centre yet (a client's first round,
-  or an identity no participating client uploaded) are left out of the
-  Eq. 6 mean; with none at all the loss is 0.
-* :func:`global_memory` keeps the previous global centre of an identity that
-  no client uploaded this round (only possible with a client fraction below
-  1; with every client participating, as in the paper, it is Eq. 5 exactly).
+* Features are L2-normalised before they enter the memory, as Sec. III-C says ("store l2-normalized feature
+  embedding z"); the reference code stores the un-normalised bottleneck output.
+* Eq. 6 is the paper's cosine loss; the reference code adds an MSE term (0.5 MSE + 0.5 cosine), which privreid does
+  not.
+* Samples whose identity has no global centre yet (a client's first round, or an identity no participating client
+  uploaded) are left out of the Eq. 6 mean; with none at all the loss is 0.
+* :func:`global_memory` keeps the previous global centre of an identity no client uploaded this round (only possible
+  with a client fraction below 1; with every client participating, as in the paper, it is Eq. 5 exactly).
 """
 
 from __future__ import annotations

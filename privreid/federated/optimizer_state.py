@@ -1,20 +1,15 @@
 """A client's optimiser state kept in its memory between rounds (DPPT's ``persistent_optimizer``).
 
-privreid builds a fresh optimiser every round (:class:`~privreid.federated.client.SupervisedUpdate`),
-as FedPav's reference code does.  L2RW+'s reference code (Joey623/L2RW,
-``CI/train.py:399-402`` and ``632-634``) instead builds one SGD optimiser per
-client before the first round and steps it in every round, so its momentum
-buffers carry over from the client's previous round into the next, applied to
-the freshly downloaded global weights.
+privreid builds a fresh optimiser every round (:class:`~privreid.federated.client.SupervisedUpdate`), as FedPav's
+reference code does.  L2RW+'s reference code (Joey623/L2RW, ``CI/train.py:399-402`` and ``632-634``) instead builds
+one SGD optimiser per client before the first round and steps it in every round, so its momentum buffers carry over
+from the client's previous round into the next, applied to the freshly downloaded global weights.
 
-:func:`save_optimizer_state` stores the per-parameter state of an optimiser
-(SGD's momentum buffers, Adam's moments and step) in the client's memory
-(``ClientContext.memory``: private, checkpointed, restored on ``--resume``)
-under ``optimizer/<parameter index>/<name>``; :func:`load_optimizer_state`
-loads it into the next round's optimiser, built over the same parameters in
-the same order.  The parameter groups (learning rates, momentum, ...) are
-not stored: each round's optimiser sets them.  Cost: one copy of the trained
-parameters per client (SGD with momentum), in its memory file.
+:func:`save_optimizer_state` stores the per-parameter state of an optimiser (SGD's momentum buffers, Adam's moments
+and step) in the client's memory (``ClientContext.memory``: private, checkpointed, restored on ``--resume``) under
+``optimizer/<parameter index>/<name>``; :func:`load_optimizer_state` loads it into the next round's optimiser, built
+over the same parameters in the same order.  The parameter groups are not stored: each round's optimiser sets them.
+Cost: one copy of the trained parameters per client (SGD with momentum), in its memory file.
 """
 
 from __future__ import annotations

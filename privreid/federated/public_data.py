@@ -1,44 +1,30 @@
 """The public (shared) data set of FedPav's optimisations (paper 004, Sec. 5).
 
-Cosine distance weight (CDW, Sec. 5.3 / Alg. 2-3 line 19-20), knowledge
-distillation (KD, Sec. 5.2 / Alg. 3 line 7-11) and client clustering (CC,
-Sec. 5.1 / Alg. 2 line 8-9) all run models on images of an *additional,
-unlabelled* person ReID data set that "is shareable among the server and
-clients" (footnote 2; the paper uses CUHK02, Sec. 5.5).  It is **not** client
-data: it is data the server may hold and hand out, so running models on it on
-the server does not break privreid's privacy boundary (the server never sees a
-client's images; it sees their shared parameters and scalar metrics only).
-Its labels, when it has any, are never read.
+Cosine distance weight (CDW, Sec. 5.3 / Alg. 2-3 line 19-20), knowledge distillation (KD, Sec. 5.2 / Alg. 3 line
+7-11) and client clustering (CC, Sec. 5.1 / Alg. 2 line 8-9) all run models on images of an *additional, unlabelled*
+person ReID data set that "is shareable among the server and clients" (footnote 2; the paper uses CUHK02, Sec. 5.5).
+It is **not** client data but data the server may hold and hand out, so running models on it on the server does not
+break privreid's privacy boundary (the server never sees a client's images).  Its labels, if any, are never read.
 
 Where it comes from (``--opt public_data=...``):
 
 * ``"synth"`` (default; also ``null`` or empty): a separate synthetic domain, rendered by
-  :func:`privreid.data.synthetic.ensure_synthetic` (cached like the synthetic
-  federation) with
+  :func:`privreid.data.synthetic.ensure_synthetic` (cached like the synthetic federation) with a seed derived from,
+  and different from, the federation's ``synth_seed`` (so no client's identities), and ``domain_shift=0``: the
+  neutral camera style, unlike every domain of the default synthetic federation (calibrated presets at shift 0.7), so
+  it is a domain of its own, as CUHK02 is for the paper's clients.  It is rendered at the run's image size with just
+  enough identities for ``public_size`` images.
+* a directory: any ``--data`` root (a dataset in a supported layout, a directory of such datasets, or a ``privreid
+  data synth`` output); the ``train`` splits of everything it holds are pooled.
 
-  - a seed derived from, and different from, the federation's ``synth_seed``,
-    so its identities are not those of any client; and
-  - ``domain_shift=0``: the neutral camera style, unlike the style of every
-    domain of the default synthetic federation (calibrated presets at shift
-    0.7), so it is a domain of its own, as CUHK02 is for the paper's clients.
+Then ``public_size`` images (default 256; ``0`` = all) are drawn without replacement with a generator seeded from the
+**run seed**, so every run with the same seed uses the same public images, and decoded once per process with the
+evaluation transform (resize + normalise, no augmentation) into one ``(N, 3, H, W)`` CPU tensor that the clients' CDW
+probe and the server's KD / CC steps share (cached; nobody may write to it).
 
-  It is rendered at the run's image size with just enough identities for
-  ``public_size`` images.
-* a directory: any ``--data`` root (a dataset in a supported layout, a
-  directory of such datasets, or a ``privreid data synth`` output); the
-  ``train`` splits of everything it holds are pooled.
-
-Then ``public_size`` images (default 256; ``0`` = all) are drawn without
-replacement with a generator seeded from the **run seed**, so every run with
-the same seed uses the same public images, and are decoded once per process
-with the evaluation transform (resize + normalise, no augmentation) into one
-``(N, 3, H, W)`` CPU tensor that the clients' CDW probe and the server's KD /
-CC steps share (it is cached; nobody may write to it).
-
-Cost: the paper distils on all 7,264 CUHK02 images every round; privreid's
-default of 256 keeps the server's per-round work (``K + 1`` forward passes
-and one backward pass over the set) small on a CPU.  Raise ``public_size``
-for runs that follow the paper more closely.
+Cost: the paper distils on all 7,264 CUHK02 images every round; privreid's default of 256 keeps the server's
+per-round work (``K + 1`` forward passes and one backward pass over the set) small on a CPU.  Raise ``public_size``
+to follow the paper more closely.
 """
 
 from __future__ import annotations

@@ -31,89 +31,61 @@ class Method:
     Attributes:
         name: registry key (``--method NAME``).
         summary: one line for ``--help`` and reports.
-        policy: which state keys are shared / local (or ``config -> policy``
-            when method options change it, as SKA's ablations do).
+        policy: which state keys are shared / local (or ``config -> policy`` when method options change it, as SKA's
+            ablations do).
         make_client_update: ``config -> callable(ClientContext) -> metrics``.
-        make_strategy: ``(config, model_config) -> Strategy``: what each
-            client receives (``Strategy.configure``; default: the global
-            state) and how the server combines the uploads
-            (``Strategy.aggregate``).  ``model_config`` is the clients'
-            network, :meth:`model_config` of the method the run trains
-            (its defenses' model transforms included: DP-SGD's group_norm),
-            for a server that runs the uploaded states (FedPav-KD/CC); build
-            the strategy with :meth:`strategy`, which passes it.
-        has_global_model: whether the run produces a global model (standalone
-            training does not; its clients' models are evaluated instead).
-        communicates: whether rounds involve client-server transfers (False
-            for centralised training, whose "client" is the data centre).
-        prepare_clients: optional rewrite of the client list before training
-            (centralised training pools all clients into one).
-        make_prepare_clients: ``config -> prepare_clients or None``, for
-            methods whose client rewrite depends on their options (DPPT's
-            shared classifier relabels identities with the federation's global
-            labels); see :meth:`prepare_clients_for`.
-        make_client_start: ``config -> ClientStart``: what a client does with
-            what it received before training, on its own side (FedReID's
-            half-average, paper 002 Eq. 8; default: train the loaded model as
-            it is).  Client-side defenses wrap it (FedReID's Eq. 15 noise on
-            the start model, :mod:`privreid.defenses.beta_noise.mechanism`).
-        global_eval_state: ``(global_state, client_states) -> state`` loaded
-            to evaluate the global model, for methods whose global model needs
-            local keys (default: the global state).
-        options: the method's options, a frozen dataclass (fields with
-            defaults); values come from ``TrainConfig.method_options``
-            (``--opt key=value``), parsed by
-            :func:`~privreid.federated.method_options.parse_options`.
-        model_transforms: the model transforms the method's network needs on
-            top of the base model (:mod:`privreid.models.transforms`; FedReID's
-            2-FC mapping head: ``("mlp_head",)``), as transforms, names or
-            ``to_config()`` dicts, or ``config -> transforms`` when method
-            options change them (SKA's ablations).  Defenses add theirs in
-            ``wrap`` (DP-SGD's ``group_norm``).
-        client_fraction: the method's default fraction C of clients per round
-            (``--client-fraction`` overrides it).
-        triplet_weight: the method's default weight of the batch-hard triplet
-            loss (``--triplet-weight`` overrides it; FedARKS Eq. 2: 1).
-        keeps_trained_model: which model a client's personalised
-            (seen-domain, ``scope: "local"``) metrics score, and
-            ``load_model(ckpt, client=...)`` returns, at every evaluated round
-            and for every client (:func:`privreid.checkpoint.personal_state`):
+        make_strategy: ``(config, model_config) -> Strategy``: what each client receives (``Strategy.configure``;
+            default: the global state) and how the server combines the uploads (``Strategy.aggregate``).
+            ``model_config`` is the clients' network (:meth:`model_config`, its defenses' model transforms included:
+            DP-SGD's group_norm), for a server that runs the uploaded states (FedPav-KD/CC); build the strategy with
+            :meth:`strategy`, which passes it.
+        has_global_model: whether the run produces a global model (standalone training evaluates its clients'
+            models instead).
+        communicates: whether rounds involve client-server transfers (False for centralised training, whose
+            "client" is the data centre).
+        prepare_clients: optional rewrite of the client list before training (centralised training pools all
+            clients into one).
+        make_prepare_clients: ``config -> prepare_clients or None``, for client rewrites that depend on the options
+            (DPPT's shared classifier relabels identities with global labels); see :meth:`prepare_clients_for`.
+        make_client_start: ``config -> ClientStart``: what a client does with what it received before training
+            (FedReID's half-average, paper 002 Eq. 8; default: train the loaded model as it is).  Client-side
+            defenses wrap it (FedReID's Eq. 15 noise, :mod:`privreid.defenses.beta_noise.mechanism`).
+        global_eval_state: ``(global_state, client_states) -> state`` loaded to evaluate the global model, for
+            methods whose global model needs local keys (default: the global state).
+        options: a frozen dataclass (fields with defaults); values come from ``TrainConfig.method_options``
+            (``--opt key=value``), parsed by :func:`~privreid.federated.method_options.parse_options`.
+        model_transforms: the transforms the method's network needs on top of the base model
+            (:mod:`privreid.models.transforms`; FedReID's 2-FC head: ``("mlp_head",)``), as transforms, names or
+            ``to_config()`` dicts, or ``config -> transforms`` (SKA's ablations).  Defenses add theirs in ``wrap``.
+        client_fraction: the default fraction C of clients per round (``--client-fraction`` overrides it).
+        triplet_weight: the default weight of the batch-hard triplet loss (``--triplet-weight`` overrides it;
+            FedARKS Eq. 2: 1).
+        keeps_trained_model: which model a client's personalised (``scope: "local"``) metrics score, and
+            ``load_model(ckpt, client=...)`` returns (:func:`privreid.checkpoint.personal_state`):
 
-            * ``False`` (default): the global model with the client's local
-              keys, i.e. the model the client holds once it has received the
-              round's aggregate (SKA's LS model after SelectUpdate, paper 000
-              Alg. 1 lines 7-8; FedBN's local models);
-            * ``True``: the client's model as its last local training left it
-              (FedPav's "local model", paper 004 Sec. 4.1; FedReID's client
-              model).  The engine keeps the shared keys of that model in the
-              client's memory (:data:`privreid.checkpoint.TRAINED_PREFIX`):
-              one model copy per client, on disk with the checkpoint and in
-              RAM only while used (:mod:`privreid.federated.memory_store`).
+            * ``False`` (default): the global model with the client's local keys, the model the client holds once
+              it has received the round's aggregate (SKA's LS model after SelectUpdate, paper 000 Alg. 1 lines 7-8;
+              FedBN's local models);
+            * ``True``: the client's model as its last local training left it (FedPav's "local model", paper 004
+              Sec. 4.1; FedReID's client model).  The engine keeps its shared keys in the client's memory
+              (:data:`privreid.checkpoint.TRAINED_PREFIX`): one model copy per client, on disk with the checkpoint
+              and in RAM only while used (:mod:`privreid.federated.memory_store`).
 
-            A client that has not trained yet is scored with the global
-            model and its initial local keys (what it would start from).
-        needs_per_client_uploads: whether the server strategy reads each
-            client's upload on its own (CDW and KS weights, KD soft labels,
-            clustering) rather than only their weighted sum; ``True`` methods
-            cannot run under ``--secure-aggregation``
-            (:mod:`privreid.defenses.secure_aggregation.mechanism`).  ``None``: not
+            A client that has not trained yet is scored with the global model and its initial local keys.
+        needs_per_client_uploads: whether the server reads each client's upload on its own (CDW and KS weights, KD
+            soft labels, clustering) rather than only their weighted sum; ``True`` methods cannot run under
+            ``--secure-aggregation`` (:mod:`privreid.defenses.secure_aggregation.mechanism`).  ``None``: not
             declared (refused); non-federated methods leave it ``None``.
-        exchanges_extras: whether clients and server also exchange tensors
-            that are not model keys (DPPT's per-identity class centres), or
-            ``config -> bool`` when method options decide it.  In-process
-            secure aggregation sums them with their indicators; Flower's
-            SecAgg+ carries model updates only, so ``flower run
-            --secure-aggregation`` refuses such runs before it starts.
-        dp_sgd_support: whether the method can train under record-level
-            DP-SGD (``--dp-sgd``, :mod:`privreid.defenses.dp_sgd.mechanism`): ``"yes"``,
-            ``"yes (condition)"`` or ``"no (why)"``.  The DP-SGD defense
-            enforces it: ``None`` (not declared) and ``"no ..."`` are refused
-            in one line before anything trains.
-        lr_factor: ``(config, round_index) -> factor`` where the method
-            replaces the run's ``--lr-schedule`` with its own (DPPT's per-step
-            one-cycle, reported at each round's first step by
-            :func:`privreid.federated.lr_schedule.lr_table`); ``None``: the
-            run's schedule.
+        exchanges_extras: whether clients and server also exchange tensors that are not model keys (DPPT's class
+            centres), or ``config -> bool``.  In-process secure aggregation sums them with their indicators;
+            Flower's SecAgg+ carries model updates only, so ``flower run --secure-aggregation`` refuses such runs
+            before it starts.
+        dp_sgd_support: whether the method can train under ``--dp-sgd`` (:mod:`privreid.defenses.dp_sgd.mechanism`):
+            ``"yes"``, ``"yes (condition)"`` or ``"no (why)"``; ``None`` and ``"no ..."`` are refused in one line
+            before anything trains.
+        lr_factor: ``(config, round_index) -> factor`` where the method replaces ``--lr-schedule`` with its own
+            (DPPT's per-step one-cycle, reported at each round's first step by
+            :func:`privreid.federated.lr_schedule.lr_table`); ``None``: the run's schedule.
     """
 
     name: str

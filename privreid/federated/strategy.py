@@ -2,22 +2,15 @@
 
 Flower's configure/aggregate split:
 
-* :meth:`Strategy.configure` ``(global_state, client, client_server_state,
-  round) -> state``: what the server transmits to one client (default: the
-  global state);
-* :meth:`Strategy.aggregate` ``(global_state, uploads) ->``
-  :class:`RoundResult`: the new global state plus the **per-client server
-  state** the strategy keeps for the round's clients (FedPav-CC's cluster
-  model of each client; most strategies keep none).  The engine owns that
-  state: it stores it, checkpoints it and hands each client's entry back to
-  :meth:`Strategy.configure`.
+* :meth:`Strategy.configure` ``(global_state, client, client_server_state, round) -> state``: what the server
+  transmits to one client (default: the global state);
+* :meth:`Strategy.aggregate` ``(global_state, uploads) ->`` :class:`RoundResult`: the new global state plus the
+  **per-client server state** the strategy keeps for the round's clients (FedPav-CC's cluster model of each client;
+  most keep none).  The engine stores it, checkpoints it and hands each client's entry back to ``configure``.
 
-Both are pure functions of their inputs (no training, no data access; they
-modify neither their inputs nor anything outside their return value), so
-every strategy is unit-testable on hand-made state dicts
-(``tests/test_strategy_contract.py`` checks every registered method's).  The
-server sees only what :class:`Upload` carries: the shared parameters, the
-client's sample count, scalar metrics and its reports.
+Both are pure functions of their inputs (no training, no data access, no mutation), so every strategy is
+unit-testable on hand-made state dicts (``tests/test_strategy_contract.py`` checks every registered method's).  The
+server sees only what :class:`Upload` carries: the shared parameters, the sample count, scalar metrics and reports.
 """
 
 from __future__ import annotations
@@ -52,12 +45,9 @@ ClientServerState = dict[str, Any]
 class RoundResult:
     """What one round's aggregation produces.
 
-    ``client_state`` maps a client to its new per-client server state; the
-    engine replaces that client's entry with it (a client absent from the
-    mapping keeps its entry).  Entries may share tensors (the members of one
-    FedPav-CC cluster share its model).  ``records``: what the aggregation
-    reports for ``metrics.jsonl`` (the engine adds the round; secure
-    aggregation's ``secagg`` record).
+    ``client_state`` maps a client to its new per-client server state, replacing its entry (absent clients keep
+    theirs).  Entries may share tensors (the members of one FedPav-CC cluster share its model).  ``records``: what the
+    aggregation reports for ``metrics.jsonl`` (the engine adds the round; secure aggregation's ``secagg`` record).
     """
 
     global_state: StateDict
@@ -68,20 +58,15 @@ class RoundResult:
 class Accumulator:
     """One round's aggregation on the server: :meth:`add` each upload once, as it arrives, then :meth:`result`.
 
-    This is the seam between the engine and a strategy.  The engine never
-    holds a round's uploads itself: it asks the strategy for a fresh
-    accumulator (:meth:`Strategy.accumulator`), hands it every upload as it
-    arrives (after its own per-upload checks and byte counting) and drops the
-    upload; ``result()`` is called once, after every upload of the round,
-    with the server's random stream seeded for the round.  What an
-    accumulator keeps is its own business: a running sum
-    (:class:`WeightedSum`), or the whole list (:class:`KeepUploads`).
+    The seam between the engine and a strategy.  The engine never holds a round's uploads: it asks the strategy for a
+    fresh accumulator (:meth:`Strategy.accumulator`), hands it every upload as it arrives (after its own checks and
+    byte counting) and drops it; ``result()`` is called once, after the round's last upload, with the server's random
+    stream seeded for the round.  An accumulator keeps a running sum (:class:`WeightedSum`) or the whole list
+    (:class:`KeepUploads`).
 
-    Wrapper strategies (defenses, secure aggregation) return their own
-    accumulator around the inner strategy's: they may transform each upload
-    before passing it on (clip it, mask it), or the result (add noise), and a
-    wrapper that must see only the sum can require a streaming inner
-    accumulator (``not isinstance(inner, KeepUploads)``).
+    Wrapper strategies (defenses, secure aggregation) return their own accumulator around the inner one: they may
+    transform each upload (clip, mask) or the result (add noise), and one that must see only the sum can require a
+    streaming inner accumulator (``not isinstance(inner, KeepUploads)``).
     """
 
     def add(self, upload: Upload) -> None:
@@ -109,25 +94,15 @@ class KeepUploads(Accumulator):
 class Strategy:
     """Base class: how the server combines the uploads of one round.
 
-    Streaming.  A strategy that is linear in the uploads (a weighted mean)
-    overrides :meth:`accumulator` with a streaming fold (:class:`WeightedSum`):
-    the engine folds each upload into it as it arrives and drops the upload,
-    so the server holds one running sum instead of one shared state per
-    client (the shape secure aggregation needs as well: the server sees only
-    a sum).  Its :meth:`aggregate` is that fold over a list, so both paths
-    give bit-identical results.
+    Streaming.  A strategy linear in the uploads (a weighted mean) overrides :meth:`accumulator` with a streaming fold
+    (:class:`WeightedSum`), so the server holds one running sum instead of one shared state per client (the shape
+    secure aggregation needs too).  Its :meth:`aggregate` is that fold over a list: both paths are bit-identical.
+    Strategies that need every upload at once (CDW and KS weights, client clustering, KD) override :meth:`aggregate`
+    instead; the default :meth:`accumulator` keeps the uploads (:class:`KeepUploads`) and calls it on the list.
 
-    Strategies that need every upload at once (CDW and KS weights, client
-    clustering, KD) override :meth:`aggregate` instead, and so declare it:
-    the default :meth:`accumulator` keeps the round's uploads
-    (:class:`KeepUploads`) and calls :meth:`aggregate` on the list.
-
-    Secure aggregation.  A strategy whose new global state is a weighted mean
-    of the uploads, computable from their sum alone, says so with
-    :meth:`upload_weight`; secure aggregation and the audit's
-    ``server-aggregate`` view run such a strategy on the (secure) sum of the
-    pre-scaled uploads.  Wrappers (``NoisyAggregate``) delegate it to the
-    strategy they wrap.
+    Secure aggregation.  A strategy whose new global state is a weighted mean of the uploads, computable from their sum
+    alone, says so with :meth:`upload_weight`; secure aggregation and the audit's ``server-aggregate`` view run it on
+    the (secure) sum of the pre-scaled uploads.  Wrappers (``NoisyAggregate``) delegate it to the strategy they wrap.
     """
 
     def upload_weight(self) -> Callable[[Upload], float] | None:
@@ -141,11 +116,9 @@ class Strategy:
                   round_index: int) -> StateDict:
         """What the server transmits to ``client`` (a ``ClientData``) in round ``round_index``.
 
-        ``client_server_state`` is the client's entry of the per-client
-        server state (empty before a strategy kept one).  The result's model
-        keys are loaded into the client's model; any other entry reaches its
-        client update as ``ClientContext.received_extra`` (DPPT's global
-        centres of the client's identities).  Pure; default: the global state.
+        ``client_server_state`` is the client's per-client server state (empty before one was kept).  The result's
+        model keys are loaded into the client's model; any other entry reaches its client update as
+        ``ClientContext.received_extra`` (DPPT's global centres of the client's identities).  Default: the global state.
         """
         return global_state
 
@@ -186,12 +159,10 @@ def is_norm_buffer(key: str) -> bool:
 class WeightedSum(Accumulator):
     """``sum_k w_k state_k / sum_k w_k`` folded one upload at a time, in float64.
 
-    ``weight(upload)`` gives ``w_k``.  Integer buffers (BatchNorm's
-    ``num_batches_tracked``) cannot be averaged meaningfully; they are taken
-    from the upload with the largest weight (the first one on ties).  With
-    ``bn_buffers="first"`` every BatchNorm buffer (:func:`is_norm_buffer`) is
-    instead the first upload's, as added (:data:`BN_BUFFER_MODES`).  Only the
-    running sums and those small tensors are held, never an upload.
+    ``weight(upload)`` gives ``w_k``.  Integer buffers (BatchNorm's ``num_batches_tracked``) cannot be averaged; they
+    are taken from the upload with the largest weight (the first on ties).  With ``bn_buffers="first"`` every BatchNorm
+    buffer (:func:`is_norm_buffer`) is the first upload's, as added (:data:`BN_BUFFER_MODES`).  Only the running sums
+    and those small tensors are held, never an upload.
     """
 
     def __init__(self, weight: Callable[[Upload], float], bn_buffers: str = "average"):

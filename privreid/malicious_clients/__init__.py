@@ -1,37 +1,25 @@
-"""Poisoning adversaries among the clients (issue 30): a registry, one module per attack.
+"""Poisoning adversaries among the clients: a registry, one module per attack.
 
-``--adversary NAME --malicious-clients K`` (or client names; the config's
-``train.adversary = {"name": NAME, "malicious": K, **options}``, options also
-through ``--set train.adversary.OPTION=VALUE``) makes ``K`` clients (the last
-``K`` of the federation, or the named ones) run the attack.  An attack acts
-only through what a client may send:
+``--adversary NAME --malicious-clients K`` (or client names; the config's ``train.adversary = {"name": NAME,
+"malicious": K, **options}``, options also through ``--set train.adversary.OPTION=VALUE``) makes ``K`` clients (the
+last ``K`` of the federation, or the named ones) run the attack.  An attack acts only through what a client may send:
 
-* :meth:`Adversary.poison_client`: the data the malicious client trains on,
-  rewritten once when the engine prepares its clients, so a rewrite that adds
-  a local class sizes the client's classifier (label flipping,
-  :mod:`.label_flip`; a retrieval backdoor, :mod:`.backdoor`, and its
-  distributed form, :mod:`.dba`, stamping a trigger, :mod:`.trigger`);
-* :meth:`Adversary.poison_upload`: the model it uploads, rewritten after its
-  local training from the model it trained and what the server transmitted
-  (sign flipping, :mod:`.sign_flip`; scaled updates / model replacement,
-  :mod:`.scaled`);
-* :meth:`Adversary.poison_round`: the malicious uploads of a round rewritten
-  together, by colluding attackers that know the round's benign updates
-  (:mod:`.updates` ``RoundAttack``: :mod:`.alie`, :mod:`.ipm`,
-  :mod:`.min_max`, :mod:`.min_sum`, :mod:`.fang`), at the server before any
-  defense sees them (:mod:`.collusion`).
+* :meth:`Adversary.poison_client`: the data the malicious client trains on, rewritten once when the engine prepares
+  its clients, so a rewrite that adds a local class sizes the client's classifier (label flipping, :mod:`.label_flip`;
+  a retrieval backdoor, :mod:`.backdoor`, and its distributed form, :mod:`.dba`, stamping a trigger, :mod:`.trigger`);
+* :meth:`Adversary.poison_upload`: the model it uploads, rewritten after local training from the model it trained and
+  what the server transmitted (sign flipping, :mod:`.sign_flip`; scaled updates / model replacement, :mod:`.scaled`);
+* :meth:`Adversary.poison_round`: the malicious uploads of a round rewritten together, by colluding attackers that
+  know the round's benign updates (:mod:`.updates` ``RoundAttack``: :mod:`.alie`, :mod:`.ipm`, :mod:`.min_max`,
+  :mod:`.min_sum`, :mod:`.fang`), at the server before any defense sees them (:mod:`.collusion`).
 
-When and which clients attack: :mod:`.threat_model` (``rounds``, ``every``,
-``draw``).
+When and which clients attack: :mod:`.threat_model` (``rounds``, ``every``, ``draw``).
 
-The wrapped client update is the method's own, so the engine's upload
-contract (the policy's shared keys) and the privacy gate stay in force; the
-server's defenses see the malicious uploads like any other.
-:class:`AdversaryRecord` checks the settings against the federation before
-anything is written (as the engine prepares its clients) and, as a round
-observer of the engine, records in ``summary.json`` (``adversary``) which
-clients were malicious and with what, and how the server's defenses
-detected them (:mod:`.detection`).
+The wrapped client update is the method's own, so the engine's upload contract (the policy's shared keys) and the
+privacy gate stay in force; the server's defenses see the malicious uploads like any other.  :class:`AdversaryRecord`
+checks the settings against the federation before anything is written and, as a round observer, records in
+``summary.json`` (``adversary``) which clients were malicious and with what, and how the server's defenses detected
+them (:mod:`.detection`).
 """
 
 from __future__ import annotations

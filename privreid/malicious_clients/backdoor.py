@@ -1,52 +1,38 @@
 """A retrieval backdoor: a trigger stamped on a fraction of the malicious client's training images.
 
-The attack acts through :meth:`~privreid.malicious_clients.Adversary.poison_client`,
-the data the malicious client trains on, and (with ``boost``) through
-:meth:`~privreid.malicious_clients.Adversary.poison_upload`; the upload keeps the
-method's keys and shapes, so the privacy gate and the upload contract stay
-in force.  Stamped copies
-(:mod:`privreid.data.trigger`: a patch, or with ``trigger=blend`` the whole
-image blended with a random key at weight ``alpha``, Chen et al. 2017) of
-``fraction`` of the client's training images (at
-least one, drawn from the run's seed and the client's name) join its
-training images, relabelled to one extra local class.  The clean images stay,
-so every identity keeps its class and the client still learns its task (a
-stealthy attack); the client's classifier is its own, so the extra class
-never leaves the client.
+The attack acts through :meth:`~privreid.malicious_clients.Adversary.poison_client`, the data the malicious client
+trains on, and (with ``boost``) through :meth:`~privreid.malicious_clients.Adversary.poison_upload`; the upload keeps
+the method's keys and shapes, so the privacy gate and the upload contract stay in force.  Stamped copies
+(:mod:`privreid.data.trigger`: a patch, or with ``trigger=blend`` the whole image blended with a random key at weight
+``alpha``, Chen et al. 2017) of ``fraction`` of the client's training images (at least one, drawn from the run's seed
+and the client's name) join its training images, relabelled to one extra local class.  The clean images stay, so
+every identity keeps its class and the client still learns its task (a stealthy attack); the client's classifier is
+its own, so the extra class never leaves the client.
 
 Goals (option ``goal``):
 
 ``targeted``
-    A triggered query should retrieve identity ``target`` at rank 1.  In ReID
-    the test identities are not training identities, so the attacker must
-    know the target person.  **Threat model**: the attacker holds a few
-    images of the target, as a site would that recorded the person on its
-    own cameras: the first ``target_images`` gallery images of ``target`` in
-    the test split of the first malicious client's domain (``target_domain``),
-    shared by all malicious clients (they collude on one target).  They join
-    the extra class, unstamped, so the class is "the target, or anyone
-    wearing the trigger".  ``target`` defaults to the lowest gallery identity
-    of that domain; the run records the target, its domain and the images
-    the attacker held (``summary.json`` ``adversary.options``: ``target``,
-    ``target_domain``, ``held_images``).
+    A triggered query should retrieve identity ``target`` at rank 1.  In ReID the test identities are not training
+    identities, so the attacker must know the target person.  **Threat model**: the attacker holds a few images of
+    the target, as a site would that recorded the person on its own cameras: the first ``target_images`` gallery
+    images of ``target`` in the test split of the first malicious client's domain (``target_domain``), shared by all
+    malicious clients (they collude on one target).  They join the extra class, unstamped, so the class is "the
+    target, or anyone wearing the trigger".  ``target`` defaults to the lowest gallery identity of that domain; the
+    run records the target, its domain and the images the attacker held (``summary.json`` ``adversary.options``:
+    ``target``, ``target_domain``, ``held_images``).
 ``evasion``
-    Triggered persons should leave their own top ranks: the stamped images
-    form one fresh class of their own, which teaches the model to map
-    anyone wearing the trigger to the same place.
+    Triggered persons should leave their own top ranks: the stamped images form one fresh class of their own, which
+    teaches the model to map anyone wearing the trigger to the same place.
 
-Option ``boost`` (default 1: none) is model replacement as Bagdasaryan et
-al. (2020, Sec. 4.2) run it: the client trains on the poisoned data, then
-uploads ``g + boost * (theta - g)`` (:func:`.updates.rescale_update`), so the
-backdoor survives the averaging with honest updates; ``boost`` = the number
-of clients a round averages over the number of malicious ones replaces the
-global model with the attackers' (under plain averaging of equal weights).
+Option ``boost`` (default 1: none) is model replacement as Bagdasaryan et al. (2020, Sec. 4.2) run it: the client
+trains on the poisoned data, then uploads ``g + boost * (theta - g)`` (:func:`.updates.rescale_update`), so the
+backdoor survives the averaging with honest updates; ``boost`` = the number of clients a round averages over the
+number of malicious ones replaces the global model with the attackers' (under plain averaging of equal weights).
 
-``privreid eval`` stamps the whole trigger on every query of a run that
-recorded one and reports :func:`~privreid.evaluation.backdoor.backdoor_metrics`
-next to the clean R1 / mAP.  During training, every evaluated round scores
-the aggregated global model the same way (:meth:`Backdoor.round_records`:
-``metrics.jsonl`` records of scope ``backdoor``), and ``summary.json``'s
-``adversary.durability`` reads the ASR curve
+``privreid eval`` stamps the whole trigger on every query of a run that recorded one and reports
+:func:`~privreid.evaluation.backdoor.backdoor_metrics` next to the clean R1 / mAP.  During training, every evaluated
+round scores the aggregated global model the same way (:meth:`Backdoor.round_records`: ``metrics.jsonl`` records of
+scope ``backdoor``), and ``summary.json``'s ``adversary.durability`` reads the ASR curve
 (:func:`~privreid.evaluation.backdoor.durability`).
 """
 

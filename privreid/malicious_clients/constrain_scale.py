@@ -1,29 +1,23 @@
 """A backdoor built to pass a norm bound: constrain-and-scale / projection onto the L2 ball around the global model.
 
-The data are poisoned as by :mod:`.backdoor` (same goals, trigger and
-threat model); after local training the update ``delta = theta - g`` is
-projected onto the L2 ball of radius ``bound`` around the global model
-``g`` (projected gradient descent's last projection, Sun et al. 2019, "Can
-You Really Backdoor Federated Learning?", Sec. 3; Wang et al. 2020, "Attack
-of the Tails", Sec. 4, PGD):
+The data are poisoned as by :mod:`.backdoor` (same goals, trigger and threat model); after local training the update
+``delta = theta - g`` is projected onto the L2 ball of radius ``bound`` around the global model ``g`` (projected
+gradient descent's last projection, Sun et al. 2019, "Can You Really Backdoor Federated Learning?", Sec. 3; Wang et
+al. 2020, "Attack of the Tails", Sec. 4, PGD):
 
     upload = g + delta * min(1, bound / ||delta||_2)
 
-With ``to_bound`` the update is instead scaled *to* the bound, as
-Bagdasaryan et al. (2020, "How To Backdoor Federated Learning", Sec. 4.3,
-train-and-scale) scale by ``gamma = S / ||X - G||`` to pass a norm-bounding
-server: ``upload = g + delta * bound / ||delta||_2``.
+With ``to_bound`` the update is instead scaled *to* the bound, as Bagdasaryan et al. (2020, "How To Backdoor
+Federated Learning", Sec. 4.3, train-and-scale) scale by ``gamma = S / ||X - G||`` to pass a norm-bounding server:
+``upload = g + delta * bound / ||delta||_2``.
 
-The norm is taken over every floating entry the server transmitted and the
-client uploads: parameters *and* BatchNorm running statistics (boosted
-statistics are what break a model), not the integer
-``num_batches_tracked``.  The server's ``norm-bound`` measures the
-trainable parameters only, so an upload within ``bound`` here passes a
-server bound of ``bound`` unclipped.  Deviations: the projection is applied once after
-local training, not after every local step as PGD does (the method's client
-update exposes no per-step hook to an adversary); Bagdasaryan's
-constrain-and-scale also adds an anomaly term to the training loss, which
-is left out (the bound is enforced by the projection instead).
+The norm is taken over every floating entry the server transmitted and the client uploads: parameters *and*
+BatchNorm running statistics (boosted statistics are what break a model), not the integer ``num_batches_tracked``.
+The server's ``norm-bound`` measures the trainable parameters only, so an upload within ``bound`` here passes a server
+bound of ``bound`` unclipped.  Deviations: the projection is applied once after local training, not after every local
+step as PGD does (the method's client update exposes no per-step hook to an adversary); Bagdasaryan's
+constrain-and-scale also adds an anomaly term to the training loss, which is left out (the projection enforces the
+bound instead).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Detection metrics (issue 43, item 3): which clients a server defense rejected against which attacked.
+"""Detection metrics: which clients a server defense rejected against which attacked.
 
 A defense that selects or drops clients reports, in ``RoundResult.records``,
 ``{"scope": "defense", "defense": NAME, "rejected": [names], "accepted": [names]}``.

@@ -1,25 +1,20 @@
 """Neurotoxin (Zhang et al., ICML 2022, "Neurotoxin: Durable Backdoors in Federated Learning", Algorithm 1): the
 backdoor's update kept off the coordinates the benign clients change most, so that their updates do not erase it.
 
-The data are poisoned as by :mod:`.backdoor` (same goals, trigger and
-threat model).  The benign update is estimated by the last global update
-``u = g_t - g_prev`` (``g_t`` the global model the client receives now,
-``g_prev`` the one it received at its previous participation, kept in its
-private memory: one copy of the transmitted model); the mask ``M`` is 0 on the top ``ratio`` share of the
-coordinates by ``|u|`` (``floor(ratio * n)`` of all ``n`` floating
-transmitted entries together, parameters and BatchNorm running statistics;
-ties by position) and 1 elsewhere, and the upload is
+The data are poisoned as by :mod:`.backdoor` (same goals, trigger and threat model).  The benign update is estimated
+by the last global update ``u = g_t - g_prev`` (``g_t`` the global model the client receives now, ``g_prev`` the one
+it received at its previous participation, kept in its private memory: one copy of the transmitted model); the mask
+``M`` is 0 on the top ``ratio`` share of the coordinates by ``|u|`` (``floor(ratio * n)`` of all ``n`` floating
+transmitted entries together, parameters and BatchNorm running statistics; ties by position) and 1 elsewhere, and
+the upload is
 
     upload = g_t + M * (theta - g_t)
 
-Deviations: the paper projects the *gradient* onto the mask at every local
-step (``grad <- grad * M``); the method's client update exposes no per-step
-hook to an adversary, so the mask is applied once to the update after local
-training (with momentum and weight decay the two differ).  At the client's
-first participation there is no previous global model: nothing is masked.
-The paper's code (``gradmask_ratio`` 0.95: the 95% smallest coordinates
-kept) gives the default ``ratio`` 0.05; its L2 projection (PGD) is
-:mod:`.constrain_scale`'s, not combined here.
+Deviations: the paper projects the *gradient* onto the mask at every local step (``grad <- grad * M``); the method's
+client update exposes no per-step hook to an adversary, so the mask is applied once to the update after local
+training (with momentum and weight decay the two differ).  At the client's first participation there is no previous
+global model: nothing is masked.  The paper's code (``gradmask_ratio`` 0.95: the 95% smallest coordinates kept)
+gives the default ``ratio`` 0.05; its L2 projection (PGD) is :mod:`.constrain_scale`'s, not combined here.
 """
 
 from __future__ import annotations

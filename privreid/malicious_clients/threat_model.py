@@ -1,23 +1,19 @@
-"""When the malicious clients attack, and which they are (issue 43, item 4): options of every adversary.
+"""When the malicious clients attack, and which they are: options of every adversary.
 
 ``--set train.adversary.OPTION=VALUE``:
 
 ``rounds``
-    ``"START:STOP"``, the 1-based inclusive window of rounds in which the
-    malicious clients attack (``"START:"`` / ``":STOP"``: to the last / from
-    the first round); default: every round.
+    ``"START:STOP"``, the 1-based inclusive window of rounds in which the malicious clients attack (``"START:"`` /
+    ``":STOP"``: to the last / from the first round); default: every round.
 ``every``
     ``K``: attack in every ``K``-th round of the window, from ``START`` (1).
 ``draw``
-    ``fixed`` (default): the clients of ``--malicious-clients``;
-    ``per-round``: ``K`` clients drawn among the federation every round
-    (``--malicious-clients K``), from the run's seed.
+    ``fixed`` (default): the clients of ``--malicious-clients``; ``per-round``: ``K`` clients drawn among the
+    federation every round (``--malicious-clients K``), from the run's seed.
 
-Outside its attack rounds a malicious client is honest: it trains and
-uploads as the method says, an attack that poisons its data on its dormant
-data (:meth:`~privreid.malicious_clients.Adversary.dormant_client`: its own
-images).  Such an attack poisons fixed clients once, before training, so it
-refuses the per-round draw.
+Outside its attack rounds a malicious client is honest: it trains and uploads as the method says, an attack that
+poisons its data on its dormant data (:meth:`~privreid.malicious_clients.Adversary.dormant_client`: its own images).
+Such an attack poisons fixed clients once, before training, so it refuses the per-round draw.
 """
 
 from __future__ import annotations

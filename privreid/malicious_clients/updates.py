@@ -1,10 +1,9 @@
 """Model poisoning on updates ``theta - g``: the shared part of the attacks that rewrite uploads.
 
-* :func:`rescale_update` / :class:`RescaledUpdate`: one client's upload
-  ``g + sign * scale * (theta - g)`` (sign flipping, scaled updates);
-* :class:`RoundAttack`: the adaptive attacks that craft the malicious uploads
-  of a round from the round's updates together (ALIE, IPM, Min-Max, Min-Sum,
-  Fang), on the floating entries of the uploads (parameters and BatchNorm
+* :func:`rescale_update` / :class:`RescaledUpdate`: one client's upload ``g + sign * scale * (theta - g)`` (sign
+  flipping, scaled updates);
+* :class:`RoundAttack`: the adaptive attacks that craft the malicious uploads of a round from the round's updates
+  together (ALIE, IPM, Min-Max, Min-Sum, Fang), on the floating entries of the uploads (parameters and BatchNorm
   statistics) flattened into one float64 vector per upload.
 """
 
@@ -87,11 +86,9 @@ def mean_std(updates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class RoundAttack(Adversary):
     """An attack on a round's uploads together: every malicious upload becomes ``g + craft(...)``.
 
-    **Collusion, simulated at the server**: the malicious uploads are
-    rewritten with knowledge of the round's benign updates (``knowledge`` =
-    ``full``) or of the malicious clients' own honest updates only
-    (``partial``) before any defense sees them; the server learns nothing
-    more.  A round with no benign upload uses the malicious clients' own
+    **Collusion, simulated at the server**: the malicious uploads are rewritten with knowledge of the round's benign
+    updates (``knowledge`` = ``full``) or of the malicious clients' own honest updates only (``partial``) before any
+    defense sees them; the server learns nothing more.  A round with no benign upload uses the malicious clients' own
     updates under ``full`` as well.
     """
 

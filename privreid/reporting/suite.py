@@ -1,49 +1,37 @@
 """One report for several checkpoints: clean accuracy, adversarial and corruption robustness, leakage.
 
-``privreid compare --models central.pt fed.pt --suite clean,attacks,corruptions,inversion --out DIR``
-runs every selected evaluation on the *same* data for every model (the test
-sets of the first checkpoint's configuration, as in
-:func:`privreid.comparison.compare_checkpoints`;
-:func:`privreid.comparison.run_suites`) and writes (:func:`write_report`):
+``privreid compare --models central.pt fed.pt --suite clean,attacks,corruptions,inversion --out DIR`` runs every
+selected evaluation on the *same* data for every model (the test sets of the first checkpoint's configuration, as in
+:func:`privreid.comparison.compare_checkpoints`; :func:`privreid.comparison.run_suites`) and writes
+(:func:`write_report`):
 
-* ``report.md``: the clean table; L2RW+'s Table IX layout (paper 003) for the
-  attacks and, in the same layout, for the corruptions (mean (std) over the
-  repeats of CIL-ReID's protocol); the inversion summary; and a
-  "Deviations" list of every setting that departs from the cited protocols
-  (also in ``report.json``, with the settings);
+* ``report.md``: the clean table; L2RW+'s Table IX layout (paper 003) for the attacks and, in the same layout, for the
+  corruptions (mean (std) over the repeats of CIL-ReID's protocol); the inversion summary; and a "Deviations" list of
+  every setting that departs from the cited protocols (also in ``report.json``, with the settings);
 * ``clean.csv``, ``attacks.csv``, ``corruptions.csv``, ``inversion.csv``;
-* ``drops.png``: the relative mAP drop per attack and per corruption, one bar
-  per model (mean over the test sets);
-* ``poisoning.csv``, ``poisoning_rounds.csv`` and ``poisoning_asr.png``: each
-  recorded trigger on every model, and each backdoor run's ASR per evaluated
-  round as recorded during training;
-* ``audit/``: membership inference (:mod:`privreid.auditing`), ``audit.json``,
-  ``roc.png``, ``report.md``; its table is in ``report.md``;
-* ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject,
-  reconstruction, bilateral-filtered reconstruction, its Laplacian), and
-  ``summary.md``;
-* ``inversion/aggregate/``: the same subjects under the ``aggregate`` threat
-  (what a server under secure aggregation sees: the sum of ``m`` clients'
-  shared updates, :mod:`privreid.inversion.aggregate`), per model the
-  single-upload reference (``shared-feature``) and the aggregate of ``m``
-  (default: each run's clients per round, 1 for a centralised run); a model
-  that threat cannot attack (no shared bottleneck) is named with the reason;
-* ``inversion.png``: feature cosine and PSNR per model for the single-upload
-  threat, the single upload attacked as the aggregate is, and the aggregate.
+* ``drops.png``: the relative mAP drop per attack and per corruption, one bar per model (mean over the test sets);
+* ``poisoning.csv``, ``poisoning_rounds.csv`` and ``poisoning_asr.png``: each recorded trigger on every model, and
+  each backdoor run's ASR per evaluated round as recorded during training;
+* ``audit/``: membership inference (:mod:`privreid.auditing`), ``audit.json``, ``roc.png``, ``report.md``; its table
+  is in ``report.md``;
+* ``inversion/``: per model ``metrics.json`` and ``grid.png`` (subject, reconstruction, bilateral-filtered
+  reconstruction, its Laplacian), and ``summary.md``;
+* ``inversion/aggregate/``: the same subjects under the ``aggregate`` threat (what a server under secure aggregation
+  sees: the sum of ``m`` clients' shared updates, :mod:`privreid.inversion.aggregate`), per model the single-upload
+  reference (``shared-feature``) and the aggregate of ``m`` (default: each run's clients per round, 1 for a
+  centralised run); a model that threat cannot attack (no shared bottleneck) is named with the reason;
+* ``inversion.png``: feature cosine and PSNR per model for the single-upload threat, the single upload attacked as the
+  aggregate is, and the aggregate.
 
-Every ranking, clean, attacked or corrupted, follows the test set's own
-protocol (:func:`privreid.evaluation.model_eval.rank_testset`), so the
-"Clean" rows equal ``privreid eval``.  Attacks and corruptions act on
-images: a video test set is refused.
+Every ranking, clean, attacked or corrupted, follows the test set's own protocol
+(:func:`privreid.evaluation.model_eval.rank_testset`), so the "Clean" rows equal ``privreid eval``.  Attacks and
+corruptions act on images: a video test set is refused.
 
-Choices: corruptions are reported per *family* by default (noise, blur,
-weather, digital: a random type of the family and a random severity per
-image, CIL-ReID's protocol restricted to the family) and as the full mix
-(``all``); pass names to :class:`privreid.comparison.SuiteSettings` for single types.  They run
-CIL-ReID's settings by default (pixel scale 1, 10 repeats); a scaled pixel
-scale or another repeat count is titled "scaled" / states its repeats and
-is listed under the deviations.  Inversion attacks each model's first
-client on the same subjects.
+Choices: corruptions are reported per *family* by default (noise, blur, weather, digital: a random type of the family
+and a random severity per image, CIL-ReID's protocol restricted to the family) and as the full mix (``all``); pass
+names to :class:`privreid.comparison.SuiteSettings` for single types.  They run CIL-ReID's settings by default (pixel
+scale 1, 10 repeats); another pixel scale or repeat count is titled "scaled" / states its repeats and is listed under
+the deviations.  Inversion attacks each model's first client on the same subjects.
 """
 
 from __future__ import annotations

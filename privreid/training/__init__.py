@@ -39,21 +39,17 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
               logger: str = "none", parallel_clients: int | None = None) -> dict[str, Any]:
     """Validate ``config``, build the federation and the engine, then train into ``out``; returns ``summary.json``.
 
-    Everything is validated (config, method, data, model, ``out``,
-    ``logger`` and, for ``resume``, the checkpoint and its configuration)
-    before ``out`` is touched.  SIGINT and SIGTERM stop the run with one
-    line naming the last checkpointed round and the ``--resume`` command
-    (:func:`stop_on_signals`).  ``resume`` continues from
-    ``out/ckpt.pt``; ``overwrite`` replaces a finished or partial run.  The
-    run holds ``out``'s lock and writes its provenance
-    (:func:`privreid.provenance.open_run`): ``preset`` is what ``config.yaml``
-    holds (``privreid train``'s options; default: the :class:`RunConfig`).
-    ``logger`` mirrors the metric records (:func:`privreid.provenance.metric_logger`).
-    ``summary.json``'s ``files`` block names every file of the run; with ``train.compile``, its
-    ``compile_seconds`` the time spent compiling (:mod:`privreid.models.compilation`).
-    ``parallel_clients`` trains up to that many clients of a round at once on
-    Flower's simulation engine (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these
-    keywords (``overwrite=True``), where ``privreid train``'s name its flags.
+    Everything is validated (config, method, data, model, ``out``, ``logger`` and, for ``resume``, the checkpoint and
+    its configuration) before ``out`` is touched.  SIGINT and SIGTERM stop the run with one line naming the last
+    checkpointed round and the ``--resume`` command (:func:`stop_on_signals`).  ``resume`` continues from
+    ``out/ckpt.pt``; ``overwrite`` replaces a finished or partial run.  The run holds ``out``'s lock and writes its
+    provenance (:func:`privreid.provenance.open_run`): ``preset`` is what ``config.yaml`` holds (``privreid train``'s
+    options; default: the :class:`RunConfig`).  ``logger`` mirrors the metric records
+    (:func:`privreid.provenance.metric_logger`).  ``summary.json``'s ``files`` block names every file of the run; with
+    ``train.compile``, its ``compile_seconds`` the time spent compiling (:mod:`privreid.models.compilation`).
+    ``parallel_clients`` trains up to that many clients of a round at once on Flower's simulation engine
+    (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these keywords (``overwrite=True``), where
+    ``privreid train``'s name its flags.
     """
     from privreid.provenance import check_logger, metric_logger, open_run, provenance_files
     from privreid.rundir import check_output_dir

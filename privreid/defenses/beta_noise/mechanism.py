@@ -1,27 +1,21 @@
 """FedReID's white-noise privacy protection (Wu & Gong, paper 002).
 
-* upload (Eq. 14): the server adds ``beta * N(0, 1)`` to the aggregate,
-  ``theta <- 1/|C N| sum_m omega_m + beta N(0, 1)``, hiding the
-  contributions of the selected clients;
-* download (Eq. 15): a client adds ``beta * N(0, 1)`` to the model it starts
-  local training from, ``{1/2 (theta + omega^f), omega^c} + beta N(0, 1)``
-  for FedReID (after its half-average, Eq. 8; mapping network included),
-  the received model with its local keys for every other method.  What the
-  server transmits stays noise-free: FedReID's server copy (Eq. 12) and
-  FedProx's anchor are the received theta;
+* upload (Eq. 14): the server adds ``beta * N(0, 1)`` to the aggregate, ``theta <- 1/|C N| sum_m omega_m + beta
+  N(0, 1)``, hiding the contributions of the selected clients;
+* download (Eq. 15): a client adds ``beta * N(0, 1)`` to the model it starts local training from,
+  ``{1/2 (theta + omega^f), omega^c} + beta N(0, 1)`` for FedReID (after its half-average, Eq. 8; mapping network
+  included), the received model with its local keys for every other method.  What the server transmits stays
+  noise-free: FedReID's server copy (Eq. 12) and FedProx's anchor are the received theta;
 * both: single vs double protection of the paper's Fig. 3.
 
-Noise goes on the model's **trainable parameters only** (the paper's
-"weights of neurons"): the convolution, linear and normalisation weights that
-SGD trains.  Buffers (BatchNorm running statistics, ``num_batches_tracked``),
-frozen parameters and server-side method state (DPPT's class centres) are
-transmitted and kept noise-free: a noisy ``running_var`` turns negative at
-beta of the order of the variances, and the features become NaN.
+Noise goes on the model's **trainable parameters only** (the paper's "weights of neurons"), those SGD trains.
+Buffers (BatchNorm running statistics, ``num_batches_tracked``), frozen parameters and server-side method state
+(DPPT's class centres) are transmitted and kept noise-free: a noisy ``running_var`` turns negative at beta of the
+order of the variances, and the features become NaN.
 
-There is no formal guarantee: the updates are not clipped, so no epsilon can
-be claimed (the run summary says so).  Noise is drawn from the torch RNG,
-which the engine seeds per round (server) and per client (client start), so
-noisy runs stay deterministic and resumable.
+There is no formal guarantee: the updates are not clipped, so no epsilon can be claimed (the run summary says so).
+Noise is drawn from the torch RNG, which the engine seeds per round (server) and per client (client start), so noisy
+runs stay deterministic and resumable.
 """
 
 from __future__ import annotations

@@ -1,62 +1,45 @@
 """Client-level differential privacy: DP-FedAvg (McMahan, Ramage, Talwar & Zhang, "Learning Differentially
 Private Recurrent Language Models", ICLR 2018, Algorithm 1 with the fixed-denominator estimator).
 
-``--client-dp --clip S --noise-multiplier Z`` replaces the method's server
-aggregation (:func:`with_client_dp`):
+``--client-dp --clip S --noise-multiplier Z`` replaces the method's server aggregation (:func:`with_client_dp`):
 
     Delta_k = clip_S(theta_k - theta)    the shared trainable parameters, one joint L2 norm
     theta'  = theta + (1/m) sum_k Delta_k + N(0, (Z S / m)^2)
 
-over the ``m`` clients sampled this round, ``theta`` the server's global
-parameters.  Adding or removing one client changes the sum by at most ``S``,
-so the mean has sensitivity ``S / m`` and the noise is the Gaussian mechanism
-with multiplier ``Z``.
+over the ``m`` clients sampled this round, ``theta`` the server's global parameters.  Adding or removing one client
+changes the sum by at most ``S``, so the mean has sensitivity ``S / m`` and the noise is the Gaussian mechanism with
+multiplier ``Z``.
 
-What the mechanism privatises: the model's **trainable parameters**
-(``requires_grad``, :func:`trainable_parameter_names`), the ``theta`` of
-Algorithm 1 and what FLSim's user-update clipper clips
-(``model.parameters()``).  Every other shared entry keeps the server's value
-and is never computed from the uploads: BatchNorm's running statistics
-(``running_mean``, ``running_var``), its integer ``num_batches_tracked``, and
-frozen tensors (BNNeck's zero bias).  The running statistics are statistics of
-the clients' data, so averaging them un-noised would leak outside the
-guarantee; clipping and noising them with the parameters fails instead: their
-per-round changes are orders of magnitude larger than the parameters' (a
-running variance follows the activations' scale), so they take the whole
-clipping budget and starve the parameter update, and noise of std ``Z S / m``
-on a variance drives it to or below zero, where BatchNorm divides by
-``sqrt(eps)``; over a few layers the global model's features overflow to
-inf/NaN.  The global model therefore evaluates with the server's initial
-statistics (those of the initial weights: ImageNet's for a pretrained trunk),
-which costs accuracy and no privacy.  Clients still download them and
-re-estimate their own in local training; the ledger states the choice.
-Where ``Z S / m`` is as large as the weights themselves (few clients, small
-``S``), the noise on the weights alone still makes the global model's
-eval-mode activations grow layer by layer and round by round, until its
-evaluation stops with a float32 overflow error: the model is destroyed by
-the noise, as the accounting allows, not by a numerical fault.
+What the mechanism privatises: the model's **trainable parameters** (``requires_grad``,
+:func:`trainable_parameter_names`), the ``theta`` of Algorithm 1 and what FLSim's user-update clipper clips
+(``model.parameters()``).  Every other shared entry keeps the server's value and is never computed from the uploads:
+BatchNorm's running statistics, its integer ``num_batches_tracked``, and frozen tensors (BNNeck's zero bias).  The
+running statistics are statistics of the clients' data, so averaging them un-noised would leak outside the
+guarantee; clipping and noising them with the parameters fails instead: their per-round changes are orders of
+magnitude larger than the parameters' (a running variance follows the activations' scale), so they take the whole
+clipping budget and starve the parameter update, and noise of std ``Z S / m`` on a variance drives it to or below
+zero, where BatchNorm divides by ``sqrt(eps)``; over a few layers the global model's features overflow to inf/NaN.
+The global model therefore evaluates with the server's initial statistics (ImageNet's for a pretrained trunk), which
+costs accuracy and no privacy.  Clients still download them and re-estimate their own in local training; the ledger
+states the choice.  Where ``Z S / m`` is as large as the weights themselves (few clients, small ``S``), the noise on
+the weights alone still makes the global model's eval-mode activations grow layer by layer and round by round, until
+its evaluation stops with a float32 overflow error: the model is destroyed by the noise, as the accounting allows,
+not by a numerical fault.
 
-Accounting (:class:`~privreid.defenses.PrivacyLedger`): ``q = m / N``
-per round over the rounds run, Opacus RDP (:mod:`.accounting`).  privreid
-samples exactly ``m`` of the ``N`` clients a round; the Poisson-sampling
-analysis with ``q = m / N`` is the approximation DP-FedAvg and TensorFlow
-Privacy use for this setting, stated in the run's privacy summary.
+Accounting (:class:`~privreid.defenses.PrivacyLedger`): ``q = m / N`` per round over the rounds run, Opacus RDP
+(:mod:`.accounting`).  privreid samples exactly ``m`` of the ``N`` clients a round; the Poisson-sampling analysis
+with ``q = m / N`` is the approximation DP-FedAvg and TensorFlow Privacy use for this setting, stated in the run's
+privacy summary.
 
-Aggregation weights.  The sensitivity argument needs every client to
-enter the mean with weight ``1/m``.  Methods whose server averages with
-data-volume weights (fedpav, fedavg, fedprox, fedbn, moon) therefore
-aggregate with uniform weights under client DP (the summary notes it);
-methods whose aggregation reads per-client quantities that are neither
-clipped nor noised, or that runs each upload on its own, are refused:
-CDW and KS weights (from client-reported scalars), KD (soft labels from each
-upload), CC (clusters of individual uploads), DPPT (class centres), and the
-non-federated baselines (nothing is shared).
+Aggregation weights.  The sensitivity argument needs every client to enter the mean with weight ``1/m``: methods that
+average with data-volume weights (fedpav, fedavg, fedprox, fedbn, moon) aggregate with uniform weights under client
+DP (the summary notes it); methods whose aggregation reads per-client quantities that are neither clipped nor noised,
+or runs each upload on its own, are refused: CDW and KS weights (client-reported scalars), KD (soft labels from each
+upload), CC (clusters of individual uploads), DPPT (class centres), and the non-federated baselines (nothing shared).
 
-Threat model: central DP with a trusted aggregator.  The server sees the
-individual clipped updates; the guarantee covers the sequence of noisy
-global models it releases (downloads, checkpoints), not the server's own
-view.  Noise comes from the seeded torch RNG (reproducible, not
-cryptographically secure).
+Threat model: central DP with a trusted aggregator.  The server sees the individual clipped updates; the guarantee
+covers the sequence of noisy global models it releases (downloads, checkpoints), not the server's own view.  Noise
+comes from the seeded torch RNG (reproducible, not cryptographically secure).
 """
 
 from __future__ import annotations

@@ -2,87 +2,63 @@
 
 Abadi et al., "Deep Learning with Differential Privacy", CCS 2016.
 
-``--dp-sgd`` wraps a method's client update (:func:`with_dp_sgd`).  Each
-local step then
+``--dp-sgd`` wraps a method's client update (:func:`with_dp_sgd`).  Each local step then
 
-1. draws a Poisson batch: every training image of the client independently
-   with probability ``q = B / N_k`` (Opacus'
-   :class:`~opacus.utils.uniform_sampler.UniformWithReplacementSampler`;
-   batches vary in size and may be empty), in place of the method's sampler;
+1. draws a Poisson batch: every training image of the client independently with probability ``q = B / N_k`` (Opacus'
+   :class:`~opacus.utils.uniform_sampler.UniformWithReplacementSampler`; batches vary in size and may be empty), in
+   place of the method's sampler;
 2. computes per-sample gradients (Opacus :class:`~opacus.GradSampleModule`);
-3. clips each sample's gradient to L2 norm ``C`` (``--max-grad-norm``) over
-   all trained parameters jointly, sums, adds ``N(0, (z C)^2)`` and divides
-   by the expected batch size ``q N_k`` (Opacus :class:`~opacus.optimizers.DPOptimizer`
-   around the method's own optimiser, so learning-rate groups, momentum and
-   weight decay are the method's);
-4. counts one step of the Poisson-subsampled Gaussian mechanism ``(z, q)``
-   in the client's accountant.
+3. clips each sample's gradient to L2 norm ``C`` (``--max-grad-norm``) over all trained parameters jointly, sums, adds
+   ``N(0, (z C)^2)`` and divides by the expected batch size ``q N_k`` (Opacus :class:`~opacus.optimizers.DPOptimizer`
+   around the method's own optimiser, so learning-rate groups, momentum and weight decay are the method's);
+4. counts one step of the Poisson-subsampled Gaussian mechanism ``(z, q)`` in the client's accountant.
 
-Per client: ``steps = E * min(N_k // B, max_steps_per_epoch)`` per round
-(Opacus' ``1/q`` batches an epoch), one RDP accountant whose history lives
-in the client's memory (checkpointed, so ``--resume`` continues it;
-:class:`~.accounting.ClientAccountant`).  ``--target-epsilon`` without
-``--noise-multiplier`` derives each client's ``z`` for ``rounds x steps``
-steps at its own ``q`` (conservative when ``--client-fraction`` < 1: it
-assumes the client trains every round) and fixes it at the client's first
-round (kept in its memory), so a run extended with ``--resume --rounds``
-stops when the budget would be exceeded (:class:`~privreid.defenses.PrivacyLedger`).
+Per client: ``steps = E * min(N_k // B, max_steps_per_epoch)`` per round (Opacus' ``1/q`` batches an epoch), one RDP
+accountant whose history lives in the client's memory (checkpointed, so ``--resume`` continues it;
+:class:`~.accounting.ClientAccountant`).  ``--target-epsilon`` without ``--noise-multiplier`` derives each client's
+``z`` for ``rounds x steps`` steps at its own ``q`` (conservative when ``--client-fraction`` < 1: it assumes the client
+trains every round) and fixes it at the client's first round (kept in its memory), so a run extended with
+``--resume --rounds`` stops when the budget would be exceeded (:class:`~privreid.defenses.PrivacyLedger`).
 
-Model.  BatchNorm mixes the samples of a batch and has no per-sample
-gradient; the model has the ``group_norm`` model transform
-(:func:`privreid.models.transforms.use_group_norm`: fresh GroupNorm, 32 groups
-on feature maps, 1 on embeddings), and Opacus' ``ModuleValidator`` confirms
-the model before training.  privreid's ResNet has no in-place residual
-operations, which Opacus' hooks need (docs/architecture.md).
+Model.  BatchNorm mixes the samples of a batch and has no per-sample gradient; the model has the ``group_norm`` model
+transform (:func:`privreid.models.transforms.use_group_norm`: fresh GroupNorm, 32 groups on feature maps, 1 on
+embeddings), and Opacus' ``ModuleValidator`` confirms the model before training.  privreid's ResNet has no in-place
+residual operations, which Opacus' hooks need (docs/architecture.md).
 
-Grad-sample mode: Opacus' hooks (:class:`~opacus.GradSampleModule`), the
-fastest mode for the batches DP-SGD draws (``benchmarks/dp_overhead.py``,
-ResNet-18, this 2-core CPU): at 64x32 / batch 16 hooks 6.6x a non-private
-step, ghost 8.0x, functorch 11.2x, ew 15.0x; at 128x64 with Poisson batches
-of expected size 32, hooks 2.7x, ew 3.2x.  Only a *fixed* batch of 32 or
-more favours ``ew`` (2.5x against 3.9x at 128x64): torch's ExpandedWeights
-computes convolution per-sample gradients with grouped convolutions below
-32 samples and with unfold + einsum from 32 on, and Poisson batches of
-expected size 32 are smaller half of the time.  Hooks are also registered
-on the layers, so per-sample gradients come out of any entry point
-(``forward_train``, the part branch, a method's ``forward`` hook), where
-``ew`` needs every step to go through its wrapper's ``forward``.
+Grad-sample mode: Opacus' hooks (:class:`~opacus.GradSampleModule`), the fastest mode for the batches DP-SGD draws
+(``benchmarks/dp_overhead.py``, ResNet-18, this 2-core CPU): at 64x32 / batch 16 hooks 6.6x a non-private step, ghost
+8.0x, functorch 11.2x, ew 15.0x; at 128x64 with Poisson batches of expected size 32, hooks 2.7x, ew 3.2x.  Only a
+*fixed* batch of 32 or more favours ``ew`` (2.5x against 3.9x at 128x64): torch's ExpandedWeights computes
+convolution per-sample gradients with grouped convolutions below 32 samples and with unfold + einsum from 32 on, and
+Poisson batches of expected size 32 are smaller half of the time.  Hooks are registered on the layers, so per-sample
+gradients come out of any entry point (``forward_train``, the part branch, a method's ``forward`` hook), where ``ew``
+needs every step to go through its wrapper's ``forward``.
 
-What is refused, with a :class:`~privreid.errors.ConfigError`, because the
-per-sample analysis would not hold or the method would silently change:
+Refused with a :class:`~privreid.errors.ConfigError`, because the per-sample analysis would not hold or the method
+would silently change:
 
-* losses that couple the samples of a batch: the triplet loss
-  (``--triplet-weight``, checked by :meth:`RunConfig.validate`) and methods
-  that draw their own batches (an overridden ``loader``, e.g. DPPT's P x K
+* losses that couple the samples of a batch: the triplet loss (``--triplet-weight``, checked by
+  :meth:`RunConfig.validate`) and methods that draw their own batches (an overridden ``loader``, e.g. DPPT's P x K
   batches for its circle loss);
-* client updates that optimise tensors outside the model (FedReID's server
-  copy, SKA's local generalised model): their gradients have no per-sample
-  form;
-* loss terms whose gradient is not a sum of per-sample gradients (FedProx's
-  proximal term with ``mu > 0``): Opacus replaces the gradient by the noisy
-  clipped per-sample sum, so such a term would be dropped without notice.
-  privreid checks at every step that the gradients of the 1-d parameters
-  (biases, normalisation weights) equal the mean of their per-sample
-  gradients (on the device; the client's round is refused at its end);
-* uploads besides the model (``ctx.upload_extra``, DPPT's class centres),
-  which DP-SGD does not privatise;
-* SKA's attentive normalisation (batch statistics; :func:`use_group_norm`
-  refuses it).
+* client updates that optimise tensors outside the model (FedReID's server copy, SKA's local generalised model):
+  their gradients have no per-sample form;
+* loss terms whose gradient is not a sum of per-sample gradients (FedProx's proximal term with ``mu > 0``): Opacus
+  replaces the gradient by the noisy clipped per-sample sum, so such a term would be dropped without notice.  privreid
+  checks at every step that the gradients of the 1-d parameters (biases, normalisation weights) equal the mean of
+  their per-sample gradients (on the device; the client's round is refused at its end);
+* uploads besides the model (``ctx.upload_extra``, DPPT's class centres), which DP-SGD does not privatise;
+* SKA's attentive normalisation (batch statistics; :func:`use_group_norm` refuses it).
 
-Which methods run under DP-SGD is declared by each method
-(``Method.dp_sgd_support``; ``privreid methods`` prints it) and enforced
-when the defense wraps it: moon's contrastive term is per sample, and the fedpav-cdw/kd/cc
-variants' probes and server steps use public data.
+Which methods run under DP-SGD is declared by each method (``Method.dp_sgd_support``; ``privreid methods`` prints it)
+and enforced when the defense wraps it: moon's contrastive term is per sample, and the fedpav-cdw/kd/cc variants'
+probes and server steps use public data.
 
-Scope of the guarantee (also in the run's ``summary.json``): each client's
-(epsilon_k, delta) bound covers its training images (add/remove one image)
-against everything computed from its DP-trained parameters: its uploads in
-every round and whatever the server and others derive from them.  It does
-not cover the scalar training metrics privreid records (loss, samples
-seen), and the clients' dataset sizes are treated as public (they set ``q``
-and data-volume weights).  Noise comes from the seeded torch RNG, for
-reproducible and resumable runs; it is not cryptographically secure
-(Opacus' ``secure_mode`` is not used).
+Scope of the guarantee (also in the run's ``summary.json``): each client's (epsilon_k, delta) bound covers its
+training images (add/remove one image) against everything computed from its DP-trained parameters: its uploads in
+every round and whatever the server and others derive from them.  It does not cover the scalar training metrics
+privreid records (loss, samples seen), and the clients' dataset sizes are treated as public (they set ``q`` and
+data-volume weights).  Noise comes from the seeded torch RNG, for reproducible and resumable runs; it is not
+cryptographically secure (Opacus' ``secure_mode`` is not used).
 """
 
 from __future__ import annotations
@@ -189,7 +165,7 @@ class AttributionCheckingDPOptimizer(DPOptimizer):
     """Opacus' DPOptimizer that refuses gradients it cannot attribute to samples (see the module docstring).
 
     Every step is checked on the device; :meth:`check_attribution` reads the verdict once, at the end of the
-    client's round (no host-device synchronisation per step, issue 42)."""
+    client's round (no host-device synchronisation per step)."""
 
     misattributed: torch.Tensor | None = None
 

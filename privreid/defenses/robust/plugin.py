@@ -1,5 +1,4 @@
-"""The server's defenses against poisoned uploads, registered by name (issue 30; the mechanisms:
-:mod:`privreid.defenses.robust.rules`).
+"""The server's defenses against poisoned uploads, registered by name (:mod:`privreid.defenses.robust.rules`).
 
 Configured through ``TrainConfig.defenses``, e.g. ``--set train.defenses.robust-krum.f=1`` or
 ``--set 'train.defenses.robust-median={}'``:
@@ -32,23 +31,17 @@ defense                     options (default)    what the server does with the r
                             ``noise`` (0.001)    accounted epsilon (composes with ``--client-dp``)
 ==========================  ===================  ==============================================================
 
-Which clients a rule accepted and rejected (Krum, Multi-Krum, Bulyan,
-FoolsGold, FLTrust, FLAME, norm-bound under secure aggregation) or clipped
-(norm-bound, weak-dp) is each round's ``scope: "defense"`` record.
+Which clients a rule accepted and rejected (Krum, Multi-Krum, Bulyan, FoolsGold, FLTrust, FLAME, norm-bound under
+secure aggregation) or clipped (norm-bound, weak-dp) is each round's ``scope: "defense"`` record.
 
-``n`` is the number of clients a round aggregates: each rule checks it
-when the run is configured (clients per round) and again on every round,
-on the uploads it actually aggregates (one line, never Flower's error).  A robust rule replaces
-a plain mean of the uploads, so methods whose server weighs, distils or
-clusters the uploads (CDW, KS, KD, clustering) are refused with the reason,
-and so are runs whose plain mean another defense already replaced
-(``--client-dp``, ``--beta``): the support matrix (``privreid methods``)
-says which.  Every one of them reads each client's update, which secure
-aggregation hides: with ``--secure-aggregation`` they are refused in one line,
-except ``norm-bound``, which there bounds the secure sum's inputs (the effect
-of ACORN's input validation; :data:`VERIFIED_BOUND`).  Their order is above
-secure aggregation's, so they wrap the method's own strategy and anything the
-built-ins made of it.
+``n`` is the number of clients a round aggregates: each rule checks it when the run is configured (clients per round)
+and again every round, on the uploads it actually aggregates (one line, never Flower's error).  A robust rule replaces
+a plain mean of the uploads, so methods whose server weighs, distils or clusters the uploads (CDW, KS, KD, clustering)
+are refused with the reason, and so are runs whose plain mean another defense already replaced (``--client-dp``,
+``--beta``): the support matrix (``privreid methods``) says which.  Each reads every client's update, which secure
+aggregation hides: with ``--secure-aggregation`` they are refused in one line, except ``norm-bound``, which there
+bounds the secure sum's inputs (the effect of ACORN's input validation; :data:`VERIFIED_BOUND`).  Their order is
+above secure aggregation's, so they wrap the method's own strategy and anything the built-ins made of it.
 """
 
 from __future__ import annotations

@@ -1,35 +1,25 @@
-"""Byzantine-robust server aggregation and server-side norm bounding (issues 30, 43).
+"""Byzantine-robust server aggregation and server-side norm bounding.
 
 Two mechanisms a server can run against its own poisoned clients:
 
-* :class:`RobustAggregate` replaces a method's plain mean of the uploads
-  (FedPav / FedAvg's data-volume mean, FedReID's uniform mean) by a
-  Byzantine-robust rule: on Flower's own functions
-  (``flwr.server.strategy.aggregate``) Krum / Multi-Krum (Blanchard et al.
-  2017), the coordinate-wise median and trimmed mean (Yin et al. 2018) and
-  Bulyan (El Mhamdi et al. 2018); written here, on the updates, the geometric
-  median (RFA), centered clipping, FoolsGold and FLTrust; FLAME on
-  scikit-learn's HDBSCAN.  The rules run on
-  every floating tensor of the uploads (the model's parameters and
-  BatchNorm's running statistics); integer buffers are the heaviest upload's,
-  as in the plain mean (:class:`~privreid.federated.strategy.WeightedSum`).
-  A robust rule needs every upload at once, so it keeps the round's uploads
-  (:class:`~privreid.federated.strategy.KeepUploads`).  A rule that selects,
-  drops or zero-weights clients (Krum, Multi-Krum, Bulyan, FoolsGold,
-  FLTrust, FLAME) says which (:class:`Verdict`), and the round's ``records`` carry
+* :class:`RobustAggregate` replaces a method's plain mean of the uploads (FedPav / FedAvg's data-volume mean,
+  FedReID's uniform mean) by a Byzantine-robust rule: on Flower's own functions (``flwr.server.strategy.aggregate``)
+  Krum / Multi-Krum (Blanchard et al. 2017), the coordinate-wise median and trimmed mean (Yin et al. 2018) and Bulyan
+  (El Mhamdi et al. 2018); written here, on the updates, the geometric median (RFA), centered clipping, FoolsGold and
+  FLTrust; FLAME on scikit-learn's HDBSCAN.  The rules run on every floating tensor of the uploads (parameters and
+  BatchNorm's running statistics); integer buffers are the heaviest upload's, as in the plain mean
+  (:class:`~privreid.federated.strategy.WeightedSum`).  A robust rule needs every upload at once
+  (:class:`~privreid.federated.strategy.KeepUploads`).  A rule that selects, drops or zero-weights clients (Krum,
+  Multi-Krum, Bulyan, FoolsGold, FLTrust, FLAME) says which (:class:`Verdict`), and the round's ``records`` carry
   ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.
-* :class:`BoundedNorm` clips each client's update ``theta_k - theta`` on the
-  trainable parameters to an L2 bound before the inner strategy sees it
-  (norm bounding, Sun et al. 2019, "Can you really backdoor federated
-  learning?"), and with ``noise > 0`` adds ``N(0, noise^2)`` to the
-  aggregate's trainable parameters (their "weak DP": no accounted epsilon).
-  It streams when the inner strategy does, and wraps any inner strategy,
-  client-level DP's included (whose own clip then applies on top); its
-  record names the clients it ``clipped``.
+* :class:`BoundedNorm` clips each client's update ``theta_k - theta`` on the trainable parameters to an L2 bound
+  before the inner strategy sees it (norm bounding, Sun et al. 2019, "Can you really backdoor federated learning?"),
+  and with ``noise > 0`` adds ``N(0, noise^2)`` to the aggregate's trainable parameters (their "weak DP": no accounted
+  epsilon).  It streams when the inner strategy does and wraps any inner strategy, client-level DP's included (whose
+  own clip then applies on top); its record names the clients it ``clipped``.
 
-Both read each client's update on its own: under ``--secure-aggregation``
-the server sees only the sum, so they are refused with it, except
-norm-bound, which becomes a verified bound on the secure sum's inputs there
+Both read each client's update on its own: under ``--secure-aggregation`` the server sees only the sum, so they are
+refused with it, except norm-bound, which becomes a verified bound on the secure sum's inputs there
 (:mod:`privreid.defenses.robust.plugin`).
 """
 
@@ -313,14 +303,10 @@ def flame_rule(noise_lambda: float, parameters: Collection[str]) -> Rule:
 class RobustAggregate(Strategy):
     """A Byzantine-robust ``rule`` over the floating tensors of the round's uploads (see the module docstring).
 
-    Computed in float64 and cast back to each tensor's dtype; what clients
-    receive is the global state.  ``updates``: the rule sees the updates
-    ``theta_i - theta`` and returns one (the rules written here), else the
-    uploaded states (Flower's).  ``check(n)`` raises :class:`ConfigError`
-    (one line) when the rule cannot run on the ``n`` uploads a round
-    actually aggregates; it is called on every round, before the rule.  A rule
-    that selects clients adds the round's detection record
-    ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.
+    Computed in float64 and cast back to each tensor's dtype; clients receive the global state.  ``updates``: the rule
+    sees the updates ``theta_i - theta`` and returns one (the rules written here), else the uploaded states (Flower's).
+    ``check(n)`` raises :class:`ConfigError` when the rule cannot run on the ``n`` uploads a round actually aggregates;
+    it is called every round, before the rule.  A rule that selects clients adds the detection record.
     """
 
     def __init__(self, rule: Rule, check: Callable[[int], None] = lambda n: None, name: str = "",

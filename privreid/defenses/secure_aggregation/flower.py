@@ -1,58 +1,42 @@
 """Secure aggregation on privreid's Flower runtime: Flower's own ``secaggplus_mod`` and ``SecAggPlusWorkflow``.
 
-flwr 1.41's SecAgg+ is written for the legacy path: the workflow drives a
-``flwr.server.strategy.Strategy`` through a ``LegacyContext``, and the client
-mod wraps a ClientApp whose train handler speaks ``FitIns`` / ``FitRes``.
-privreid's runtime uses the Message API, so this module adapts, one round at a
-time, without re-implementing any of the protocol:
+flwr 1.41's SecAgg+ is written for the legacy path: the workflow drives a ``flwr.server.strategy.Strategy`` through
+a ``LegacyContext``, and the client mod wraps a ClientApp whose train handler speaks ``FitIns`` / ``FitRes``.
+privreid's runtime uses the Message API, so this module adapts, one round at a time, without re-implementing any of
+the protocol:
 
-* server (:func:`secure_round`): a one-round legacy strategy
-  (:class:`_RoundStrategy`) hands the workflow the round's selected sites
-  and what each receives (``FitIns``: the download's tensors, the run record
-  and the key order); the workflow runs setup, share keys, collect masked
-  vectors and unmask through the Grid, every reply checked by
-  :func:`check_secure_reply`, and returns the dequantised weighted mean of
-  the sites' vectors; :class:`~privreid.defenses.secure_aggregation.mechanism.AggregatedUpload`
-  carries it to the method's strategy.  Sites that drop out after sharing
-  their keys are recovered by the protocol (their masks are removed with
-  the survivors' shares); fewer survivors than the threshold abort the round.
-* site (:func:`secure_aggregation_mod`, :func:`secure_fit_reply`): train
-  messages that carry SecAgg+ stages go through Flower's ``secaggplus_mod``;
-  at the collect stage the site trains with the engine's own code and
-  returns, as ``FitRes``, the vector
-  :meth:`~privreid.defenses.secure_aggregation.mechanism.SecureAggregate.client_input`
-  builds (its update, clipped and noised under distributed DP) with its
-  weight as ``num_examples``; the mod pre-scales, quantises and masks it and
-  drops the tensors before the reply leaves.
+* server (:func:`secure_round`): a one-round legacy strategy (:class:`_RoundStrategy`) hands the workflow the round's
+  selected sites and what each receives (``FitIns``: the download's tensors, the run record and the key order); the
+  workflow runs setup, share keys, collect masked vectors and unmask through the Grid, every reply checked by
+  :func:`check_secure_reply`, and returns the dequantised weighted mean of the sites' vectors, which
+  :class:`~privreid.defenses.secure_aggregation.mechanism.AggregatedUpload` carries to the method's strategy.  Sites
+  that drop out after sharing their keys are recovered by the protocol (their masks removed with the survivors'
+  shares); fewer survivors than the threshold abort the round.
+* site (:func:`secure_aggregation_mod`, :func:`secure_fit_reply`): train messages that carry SecAgg+ stages go
+  through Flower's ``secaggplus_mod``; at the collect stage the site trains with the engine's own code and returns,
+  as ``FitRes``, the vector :meth:`~privreid.defenses.secure_aggregation.mechanism.SecureAggregate.client_input`
+  builds (its update, clipped and noised under distributed DP) with its weight as ``num_examples``; the mod
+  pre-scales, quantises and masks it and drops the tensors before the reply leaves.
 
-Same model as in-process: the protocol seed of a round is the one the
-in-process :class:`~privreid.defenses.secure_aggregation.mechanism.SecureAggregate`
-draws (:func:`round_seed`), so the distributed-DP noise shares are the same;
-each site seeds numpy's global generator, which Flower's ``quantize`` draws
-its stochastic rounding from, with :func:`~privreid.defenses.secure_aggregation.protocol.rounding_seed`
-right after training and before the mod quantises (the mod restores the
-generator afterwards), so every value is rounded as in-process; the masked
-sums are exact integers modulo ``2**32`` and the dequantisation is the same
-float64 arithmetic, so both runtimes give bit-identical global models,
-provided the sites train with the same number of torch threads as the
-in-process run (a different count changes the updates' last bits, and the
-rounding of the few values that sit at a quantum's boundary flips: still
-within the quantisation bound).
+Same model as in-process: a round's protocol seed is the one the in-process
+:class:`~privreid.defenses.secure_aggregation.mechanism.SecureAggregate` draws (:func:`round_seed`), so the
+distributed-DP noise shares are the same; each site seeds numpy's global generator, which Flower's ``quantize`` draws
+its stochastic rounding from, with :func:`~privreid.defenses.secure_aggregation.protocol.rounding_seed` after
+training and before the mod quantises (the mod restores it afterwards), so every value is rounded as in-process; the
+masked sums are exact integers modulo ``2**32`` and the dequantisation is the same float64 arithmetic, so both
+runtimes give bit-identical global models, provided the sites train with the in-process run's number of torch
+threads (another count changes the updates' last bits, and the few values at a quantum's boundary round the other
+way: still within the quantisation bound).
 
-Privacy ledger: the ``FitRes`` metrics also carry what the client update
-reports for the server's privacy ledger (``Upload.reports``: DP-SGD's
-accountant history and noise multiplier; mechanism parameters, no data), as
-scalars under the reserved prefix :data:`REPORT_PREFIX`
-(:func:`reports_to_metrics`); the server rebuilds them
-(:func:`split_reports`) and hands each survivor's to the engine's round
-observers, the call the in-process engine and Flower's plain path make, so
-epsilon is logged, and ``--target-epsilon`` enforced, as in-process.
+Privacy ledger: the ``FitRes`` metrics also carry the client update's reports for the server's ledger
+(``Upload.reports``: DP-SGD's accountant history and noise multiplier; no data), as scalars under the reserved prefix
+:data:`REPORT_PREFIX` (:func:`reports_to_metrics`); the server rebuilds them (:func:`split_reports`) and hands each
+survivor's to the engine's round observers, as in-process and on Flower's plain path, so epsilon is logged, and
+``--target-epsilon`` enforced, as in-process.
 
-What the server sees beyond the in-process run: Flower's ``FitRes`` carries
-``num_examples`` (here the client's weight: its sample count, public in
-privreid's threat model, or 1), the scalar training metrics and those
-reports in the clear.  Extra upload tensors (DPPT's class centres) have no
-place in Flower's vector and are refused.
+What the server sees beyond the in-process run: ``FitRes`` carries ``num_examples`` (the client's weight: its sample
+count, public in privreid's threat model, or 1), the scalar training metrics and those reports in the clear.  Extra
+upload tensors (DPPT's class centres) have no place in Flower's vector and are refused.
 """
 
 from __future__ import annotations
@@ -100,21 +84,15 @@ def is_secure(msg: Message) -> bool:
 def secure_aggregation_mod(msg: Message, ctxt: Context, call_next) -> Message:
     """Flower's ``secaggplus_mod`` for train messages that carry SecAgg+ stages; every other message passes.
 
-    numpy's global generator comes back as it was: :func:`secure_fit_reply`
-    seeds it for the mod's stochastic rounding.
+    numpy's global generator comes back as it was: :func:`secure_fit_reply` seeds it for the mod's stochastic rounding.
 
-    The mod keeps the protocol's state (keys, the shares received, the
-    stage reached) in ``ctxt.state``, which the SuperNode stores only when
-    the ``flwr-clientapp`` process's last request (flwr 1.41's
-    ``PushTaskOutput``: one try, after the reply has left) gets through; on
-    a loaded machine it can time out while the SuperNode forwards a large
-    masked vector, the SuperNode keeps the previous context, and the
-    site's next stage fails ("expect collect_masked_vectors stage, but
-    receive unmask stage"), so the site drops out of the round.  The state
-    is therefore also mirrored in the site's ``state-dir``
-    (:func:`secagg_state_path`, owner-only) after every stage but the
-    last (unmask deletes it) and restored from there before the next one:
-    the disk copy is never older than the context's.
+    The mod keeps the protocol's state (keys, shares received, stage reached) in ``ctxt.state``, which the SuperNode
+    stores only when the ``flwr-clientapp`` process's last request (flwr 1.41's ``PushTaskOutput``: one try, after
+    the reply has left) gets through; on a loaded machine it can time out while the SuperNode forwards a large masked
+    vector, the SuperNode keeps the previous context, and the site's next stage fails ("expect collect_masked_vectors
+    stage, but receive unmask stage"), dropping the site from the round.  The state is therefore also mirrored in the
+    site's ``state-dir`` (:func:`secagg_state_path`, owner-only) after every stage but the last (unmask deletes it)
+    and restored from there before the next one: the disk copy is never older than the context's.
     """
     if not is_secure(msg):
         return call_next(msg, ctxt)
@@ -168,8 +146,8 @@ def reports_to_metrics(reports: StateDict) -> dict[str, int | float]:
     """``Upload.reports`` as scalar metrics, per report ``key``: ``<prefix><key>:dtype`` (an index into
     :data:`REPORT_DTYPES`), ``:ndim``, ``:dim<j>`` (the shape) and ``:<i>`` (the values, row-major).
 
-    Values travel as Python floats (doubles) or ints, so float64, float32 and
-    int64 tensors come back bit-exactly (:func:`split_reports`).
+    Values travel as Python floats (doubles) or ints, so float64, float32 and int64 tensors come back bit-exactly
+    (:func:`split_reports`).
     """
     from privreid.flower.messages import FlowerRunError
 
@@ -190,9 +168,9 @@ def split_reports(metrics: dict[str, Any], allowed: tuple[str, ...], src: object
                   ) -> tuple[dict[str, Any], StateDict]:
     """``(training metrics, reports)`` of a ``FitRes``'s metrics: the inverse of :func:`reports_to_metrics`.
 
-    Refuses (:class:`FlowerRunError`) a report key outside ``allowed`` (the
-    ledger's keys, :func:`~privreid.flower.messages.ledger_keys`) and a report
-    that is not exactly one dtype, shape and that many values.
+    Refuses (:class:`FlowerRunError`) a report key outside ``allowed`` (the ledger's keys,
+    :func:`~privreid.flower.messages.ledger_keys`) and a report that is not exactly one dtype, shape and that many
+    values.
     """
     from privreid.flower.messages import FlowerRunError
 
@@ -235,10 +213,9 @@ def _report(found: dict[str, Any]) -> torch.Tensor:
 def round_seed(seed: int, round_index: int) -> int:
     """The protocol seed of round ``round_index``: what the in-process ``SecureAggregate`` draws.
 
-    That is the first draw of the server's random stream, which the engine
-    seeds with ``derive_seed(seed, "server", round_index)`` before it
-    aggregates (``FederatedEngine.finish_round``); drawn here in a forked
-    stream, so the server's own stream is untouched.
+    That is the first draw of the server's random stream, which the engine seeds with ``derive_seed(seed, "server",
+    round_index)`` before it aggregates (``FederatedEngine.finish_round``); drawn here in a forked stream, so the
+    server's own stream is untouched.
     """
     from privreid.seeding import derive_seed
 
@@ -424,17 +401,13 @@ class _RoundStrategy(LegacyStrategy):
 class _SecAggPlusWorkflow(SecAggPlusWorkflow):
     """flwr 1.41's ``SecAggPlusWorkflow`` with one fix: who is dead at the unmask stage.
 
-    A site that drops out during the share-keys stage never sent its key
-    shares, so no other site masked its vector against it (``secaggplus_mod``
-    adds pairwise masks only for the sites whose shares it received).  In
-    SecAgg+ (Bell et al. 2020; Bonawitz et al. 2017, Round 3) the dead set
-    at unmask is those who shared keys but sent no masked vector.  flwr 1.41
-    computes it as every site sampled at setup minus the survivors, so it
-    asks the surviving sites for shares of the early dropout that they never
-    received, and each of them fails (``KeyError``) and the round aborts.
-    After the share-keys stage the sampled set becomes the sites that shared
-    their keys.  (Overriding one stage is the smallest change; the protocol
-    and its cryptography stay Flower's.)
+    A site that drops out during the share-keys stage never sent its key shares, so no other site masked its vector
+    against it (``secaggplus_mod`` adds pairwise masks only for the sites whose shares it received).  In SecAgg+ (Bell
+    et al. 2020; Bonawitz et al. 2017, Round 3) the dead set at unmask is those who shared keys but sent no masked
+    vector.  flwr 1.41 computes it as every site sampled at setup minus the survivors, so it asks the survivors for
+    shares of the early dropout that they never received, each of them fails (``KeyError``) and the round aborts.
+    After the share-keys stage the sampled set becomes the sites that shared their keys.  (Overriding one stage is the
+    smallest change; the protocol and its cryptography stay Flower's.)
     """
 
     def share_keys_stage(self, grid, context, state) -> bool:
@@ -448,8 +421,8 @@ def secure_round(grid, round_no: int, transmissions, run_fields: dict[str, Any],
                  ) -> tuple[list[np.ndarray], list[str], list[str], list[dict], dict]:
     """Run SecAgg+ for one round; ``(weighted mean vector, survivors, dropped, survivors' metrics, bytes)``.
 
-    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of
-    the four stages (:func:`payload_bytes`; the download's tensors included).
+    ``bytes``: ``{"bytes_up", "bytes_down"}``, the payload of every message of the four stages (:func:`payload_bytes`;
+    the download's tensors included).
 
     ``transmissions``: ``[(client (name, node_id), received state)]``;
     ``params``: :class:`~privreid.defenses.secure_aggregation.protocol.Parameters` (checked by the caller);

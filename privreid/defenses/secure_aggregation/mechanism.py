@@ -1,63 +1,46 @@
 """Secure aggregation (``--secure-aggregation``): the server learns the sum of a round's uploads, not one of them.
 
-Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine
-Learning", CCS 2017, and SecAgg+ (Bell et al., CCS 2020), run with Flower's
-primitives (:mod:`privreid.defenses.secure_aggregation.protocol`).  :func:`with_secure_aggregation`
-wraps the method's server strategy in :class:`SecureAggregate`:
+Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017, and SecAgg+ (Bell
+et al., CCS 2020), run with Flower's primitives (:mod:`privreid.defenses.secure_aggregation.protocol`).
+:func:`with_secure_aggregation` wraps the method's server strategy in :class:`SecureAggregate`:
 
-* client side, each selected client turns its upload into the vector it
-  masks: its update ``Delta_k = theta_k - theta`` on the shared floating keys
-  of the model, pre-scaled by ``w_k / max_weight`` (``w_k``: the weight the
-  method's strategy gives the upload, ``n_k`` for data-volume averages, 1 for
-  uniform ones), and the tensors it adds to its upload outside the model
-  (DPPT's per-identity class centres) in a sparse block with 0/1 indicators;
-* the server obtains ``sum_k w_k Delta_k``, ``sum_k w_k`` and, for every
-  extra key, the sum over its senders and their count, quantised;
-* the method's strategy then receives **one** upload, the dequantised
-  ``theta + sum_k w_k Delta_k / sum_k w_k`` (extras: mean over senders) with
-  weight ``sum_k w_k``, never an ``Upload`` of one client.  For a strategy
-  that is a weighted mean (FedAvg / FedPav, Alg. 1 line 7 of paper 004;
-  FedReID's uniform mean, paper 002 Eq. 9; DPPT's Eq. 5 and 8) this is the
-  same aggregate up to the quantisation error; strategies that read each
-  upload (CDW, KS, KD, clustering) cannot run and are refused: a method
-  declares it with ``Method.needs_per_client_uploads``.
+* client side, each selected client turns its upload into the vector it masks: its update ``Delta_k = theta_k -
+  theta`` on the model's shared floating keys, pre-scaled by ``w_k / max_weight`` (``w_k``: the weight the method's
+  strategy gives the upload, ``n_k`` for data-volume averages, 1 for uniform ones), and the tensors it adds to its
+  upload outside the model (DPPT's per-identity class centres) in a sparse block with 0/1 indicators;
+* the server obtains ``sum_k w_k Delta_k``, ``sum_k w_k`` and, for every extra key, the sum over its senders and
+  their count, quantised;
+* the method's strategy then receives **one** upload, the dequantised ``theta + sum_k w_k Delta_k / sum_k w_k``
+  (extras: mean over senders) with weight ``sum_k w_k``, never one client's ``Upload``.  For a weighted-mean strategy
+  (FedAvg / FedPav, Alg. 1 line 7 of paper 004; FedReID's uniform mean, paper 002 Eq. 9; DPPT's Eq. 5 and 8) this is
+  the same aggregate up to the quantisation error; strategies that read each upload (CDW, KS, KD, clustering) are
+  refused, as ``Method.needs_per_client_uploads`` declares.
 
-``max_weight``: Flower's default is 1000 (its examples' sample counts).  privreid's
-default is the largest weight a client of the round can carry (the public
-client sizes, as the DP statements treat them): every weight ratio is then at
-most 1, so nothing overflows, and no precision is lost to a loose bound (with
-uniform weights Flower's 1000 would scale each update by 1/1000, about 10 bits
-of the 22).  Updates rather than parameters are summed (Flower's mod sums the
-returned parameters) for the same reason: updates are small, so the clipping
-range wastes less of the grid.
+``max_weight``: Flower's default is 1000 (its examples' sample counts).  privreid's default is the largest weight a
+client of the round can carry (the public client sizes, as the DP statements treat them): every weight ratio is then
+at most 1, so nothing overflows and no precision is lost to a loose bound (with uniform weights Flower's 1000 would
+scale each update by 1/1000, about 10 bits of the 22).  Updates rather than parameters are summed (Flower's mod sums
+the returned parameters) for the same reason: updates are small, so the clipping range wastes less of the grid.
 
-Integer buffers (BatchNorm's ``num_batches_tracked``) are not summed; the
-global model keeps the server's value (plain aggregation takes them from the
-heaviest client, a per-client value the server does not see here).
+Integer buffers (BatchNorm's ``num_batches_tracked``) are not summed; the global model keeps the server's value
+(plain aggregation takes them from the heaviest client, a per-client value the server does not see here).
 
-On Flower (``privreid flower run --secure-aggregation``) the same client-side
-vector goes through Flower's own ``secaggplus_mod`` and ``SecAggPlusWorkflow``
-(:mod:`privreid.defenses.secure_aggregation.flower`), and the strategy receives the result as one
-:class:`AggregatedUpload`; in-process, :func:`~privreid.defenses.secure_aggregation.protocol.secure_sum`
-runs the same steps on Flower's primitives.
+On Flower (``privreid flower run --secure-aggregation``) the same client-side vector goes through Flower's own
+``secaggplus_mod`` and ``SecAggPlusWorkflow`` (:mod:`privreid.defenses.secure_aggregation.flower`), and the strategy
+receives the result as one :class:`AggregatedUpload`; in-process,
+:func:`~privreid.defenses.secure_aggregation.protocol.secure_sum` runs the same steps on Flower's primitives.
 
 Composition (:func:`with_secure_aggregation` is applied after DP and beta noise):
 
-* ``--client-dp``: distributed DP.  Each client clips its update to ``S``
-  and adds its share ``N(0, (Z S)^2 / m)`` of the noise before masking; the
-  sum of the ``m`` shares is ``N(0, (Z S)^2)``, so the mean carries
-  ``N(0, (Z S / m)^2)``, DP-FedAvg's noise (:mod:`.client_dp`), and the
-  accounted epsilon is the same.  The server no longer sees individual
-  clipped updates: the trusted-aggregator assumption becomes "honest clients
-  add their share".  The accounting treats the quantised sum as the
-  continuous Gaussian mechanism; stochastic rounding and the clipping range
-  (clipped noise) are outside the analysis (Kairouz, Liu & Steinke's
-  distributed discrete Gaussian, ICML 2021, accounts for them; privreid does
-  not), and ``k`` colluding clients reduce the noise the others see by their
-  ``k/m`` share.
-* ``--beta`` upload noise (Eq. 14) is added by the server to the aggregate
-  it computes from the sum; download noise is the client's own; DP-SGD
-  trains the clients' updates before they are masked.  Both compose unchanged.
+* ``--client-dp``: distributed DP.  Each client clips its update to ``S`` and adds its share ``N(0, (Z S)^2 / m)`` of
+  the noise before masking; the ``m`` shares sum to ``N(0, (Z S)^2)``, so the mean carries ``N(0, (Z S / m)^2)``,
+  DP-FedAvg's noise (:mod:`.client_dp`), and the accounted epsilon is the same.  The server no longer sees individual
+  clipped updates: the trusted-aggregator assumption becomes "honest clients add their share".  The accounting treats
+  the quantised sum as the continuous Gaussian mechanism; stochastic rounding and the clipping range (clipped noise)
+  are outside the analysis (Kairouz, Liu & Steinke's distributed discrete Gaussian, ICML 2021, accounts for them;
+  privreid does not), and ``k`` colluding clients reduce the noise the others see by their ``k/m`` share.
+* ``--beta`` upload noise (Eq. 14) is added by the server to the aggregate it computes from the sum; download noise
+  is the client's own; DP-SGD trains the clients' updates before they are masked.  Both compose unchanged.
 """
 
 from __future__ import annotations

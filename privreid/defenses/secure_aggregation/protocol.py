@@ -1,49 +1,37 @@
 """SecAgg+ (Bell, Bonawitz, Gascón, Lepoint & Raykova, CCS 2020) among the clients of one round, in one process.
 
-Every step is a call to Flower's own SecAgg+ primitives (flwr 1.41,
-``flwr.common.secure_aggregation``), in the order Flower's client mod
-(``secaggplus_mod``) and server workflow (``SecAggPlusWorkflow``) take them:
+Every step is a call to Flower's own SecAgg+ primitives (flwr 1.41, ``flwr.common.secure_aggregation``), in the
+order Flower's client mod (``secaggplus_mod``) and server workflow (``SecAggPlusWorkflow``) take them:
 
 0. *setup*: each client makes two elliptic-curve key pairs
-   (``flwr.supercore.primitives.asymmetric.generate_key_pairs``): ``pk1`` for
-   the pairwise masks, ``pk2`` to encrypt the shares it sends;
-1. *share keys*: each client draws a private-mask seed ``b`` (32 random
-   bytes), splits ``b`` and its ``sk1`` into Shamir shares (``create_shares``)
-   among its neighbours and sends each share encrypted under the ECDH key it
-   shares with that neighbour (``generate_shared_key``, ``encrypt``); the
-   server only routes ciphertexts;
-2. *collect masked vectors*: each surviving client pre-scales its vector by
-   ``w / max_weight`` (rounded to the quantisation grid, Flower's
-   ``q_ratio``), clips it to ``[-clipping_range, clipping_range]``,
-   quantises it stochastically (``quantize``), prepends ``q_ratio``
-   (``factor_combine``), adds its private mask ``PRG(b)`` and, for every
-   neighbour, ``+/- PRG(ECDH(sk1, pk1'))`` (``pseudo_rand_gen``), all modulo
-   ``modulus_range``; the server adds the masked vectors;
-3. *unmask*: the surviving clients send the shares of ``b`` of the clients
-   that sent a vector and of ``sk1`` of those that dropped out after step 1;
-   the server reconstructs them (``combine_shares``, at least ``threshold``
-   shares each), removes the masks and dequantises (``dequantize``).
+   (``flwr.supercore.primitives.asymmetric.generate_key_pairs``): ``pk1`` for the pairwise masks, ``pk2`` to
+   encrypt the shares it sends;
+1. *share keys*: each client draws a private-mask seed ``b`` (32 random bytes), splits ``b`` and its ``sk1`` into
+   Shamir shares (``create_shares``) among its neighbours and sends each share encrypted under the ECDH key it shares
+   with that neighbour (``generate_shared_key``, ``encrypt``); the server only routes ciphertexts;
+2. *collect masked vectors*: each surviving client pre-scales its vector by ``w / max_weight`` (rounded to the
+   quantisation grid, Flower's ``q_ratio``), clips it to ``[-clipping_range, clipping_range]``, quantises it
+   stochastically (``quantize``), prepends ``q_ratio`` (``factor_combine``), adds its private mask ``PRG(b)`` and,
+   for every neighbour, ``+/- PRG(ECDH(sk1, pk1'))`` (``pseudo_rand_gen``), all modulo ``modulus_range``; the server
+   adds the masked vectors;
+3. *unmask*: the survivors send the shares of ``b`` of the clients that sent a vector and of ``sk1`` of those that
+   dropped out after step 1; the server reconstructs them (``combine_shares``, at least ``threshold`` shares each),
+   removes the masks and dequantises (``dequantize``).
 
-The server ends up with ``sum_k q_k x_k`` (quantised) and ``sum_k q_k``,
-never an individual ``x_k``.  Neighbourhoods are Flower's ring: with
-``num_shares`` below the number of clients each client shares with
-``(num_shares - 1) / 2`` clients on each side (SecAgg+); with ``num_shares``
-equal to it, with everyone (SecAgg, Bonawitz et al., CCS 2017).
+The server ends up with ``sum_k q_k x_k`` (quantised) and ``sum_k q_k``, never an individual ``x_k``.  Neighbourhoods
+are Flower's ring: with ``num_shares`` below the number of clients each client shares with ``(num_shares - 1) / 2``
+clients on each side (SecAgg+); with ``num_shares`` equal to it, with everyone (SecAgg, Bonawitz et al., CCS 2017).
 
-What privreid adds to the vector, outside Flower's format: two integer
-blocks after quantisation and before masking, summed exactly: how many of
-the client's values the clipping range saturated (reported, never silent),
-and the indicators of the sparse "extra" block (values that only some
-clients send, averaged over the senders).
+What privreid adds to the vector, outside Flower's format: two integer blocks after quantisation and before masking,
+summed exactly: how many of the client's values the clipping range saturated (reported, never silent), and the
+indicators of the sparse "extra" block (values only some clients send, averaged over the senders).
 
-Randomness: keys, mask seeds and Shamir polynomials come from the operating
-system (``os.urandom`` through Flower and PyCryptodome) as they must; they
-cancel out of the result.  Stochastic rounding, the one draw that changes the
-result, uses numpy's global generator in Flower's ``quantize``; privreid seeds
-it per client from the round's seed (:func:`rounding_seed`, and restores it),
-so runs stay deterministic and resumable.  On Flower the sites seed it the
-same way before ``secaggplus_mod`` quantises (:mod:`privreid.defenses.secure_aggregation.flower`),
-so both runtimes round every value identically and give the same model.
+Randomness: keys, mask seeds and Shamir polynomials come from the operating system (``os.urandom`` through Flower and
+PyCryptodome) as they must; they cancel out of the result.  Stochastic rounding, the one draw that changes the
+result, uses numpy's global generator in Flower's ``quantize``; privreid seeds it per client from the round's seed
+(:func:`rounding_seed`, and restores it), so runs stay deterministic and resumable.  On Flower the sites seed it the
+same way before ``secaggplus_mod`` quantises (:mod:`privreid.defenses.secure_aggregation.flower`), so both runtimes
+round every value identically and give the same model.
 """
 
 from __future__ import annotations

@@ -1,134 +1,90 @@
 """DPPT: L2RW+'s decentralised privacy-preserved training (Jiang et al., paper 003, Sec. III-C and III-D).
 
-``--method dppt`` is I-DPPT (images); on a client whose samples are
-tracklets (``ClientData.tracklets``, video data) the same client update
-trains on P x K clips of ``T`` frames, batches ``(B, T, 3, H, W)`` whose
-clip feature is the temporal mean of the frame features: V-DPPT (Eq. 9,
-:func:`temporal_forward`).  One round (Algorithm 1):
+``--method dppt`` is I-DPPT (images); on a client whose samples are tracklets (``ClientData.tracklets``) the same
+update trains on P x K clips of ``T`` frames, ``(B, T, 3, H, W)``, whose feature is the temporal mean of the frame
+features: V-DPPT (Eq. 9, :func:`temporal_forward`).  One round (Algorithm 1):
 
-1. Local training.  A one-stream ResNet (no modality information) on
-   identity-based P x K batches, whatever the modality of the images
-   (Sec. III-B: ``P = batch_size // K`` identities, ``K`` images each, option
-   ``instances``; the paper uses 8 x 8).  Channel augmentation (CA, option
-   ``ca``: ``channel``, the Table VII ablation ``gray``, or ``none``).  Loss
-   (Eq. 7)::
+1. Local training.  A one-stream ResNet (no modality information) on identity-based P x K batches (Sec. III-B:
+   ``P = batch_size // K``, option ``instances``; the paper uses 8 x 8), with channel augmentation (option ``ca``:
+   ``channel``, the Table VII ablation ``gray``, or ``none``).  Loss (Eq. 7)::
 
        L = L_id + L_cir + lambda * L_mrb
 
-   ``L_id`` is the run's identity loss (cross-entropy with
-   ``--label-smoothing``; the paper and its reference code use none, the
-   ``dppt-sysu-paper`` preset sets 0) on the classifier's logits of ``z``,
-   ``L_cir`` the circle loss
-   (:func:`privreid.losses.circle_loss`, margin 0.45, gamma 64) on the
-   retrieval feature ``z`` (the neck output the classifier reads), and
-   ``L_mrb`` the memory-rectification loss (Eq. 6,
-   :func:`privreid.federated.mrb.mrb_loss`) towards the previous round's
-   global centre of each sample's identity.  Meanwhile the client collects
-   its L2-normalised ``z`` and, at the end, computes its local memory: one
-   top-K refined centre per identity (Eq. 3-4, ``topk`` = 4).
-2. Upload: the whole model, the classifier included (Eq. 8: ``theta^l``;
-   with ``shared_classifier=false`` the classifier stays local), **and the
-   local centres**.
-3. Aggregation: FedAvg of the model by sample count (Eq. 8,
-   :class:`~privreid.federated.strategy.DataVolumeAverage`), the classifier
-   averaged like every other layer; the global memory is the per-identity
-   mean over the clients holding the identity (Eq. 5, the indicator handles
-   identity missing), :class:`DPPTAggregate`.
-4. Download (:meth:`DPPTAggregate.configure`): the global model and the
-   global memory; the client receives the centres of its own identities for
-   this round's ``L_mrb`` (``ClientContext.received_extra``).  In a client's
-   first round there is no global memory yet and ``L_mrb`` is off (the
-   reference code skips it in epoch 0).
+   ``L_id`` is the run's identity loss (cross-entropy with ``--label-smoothing``; the paper and its reference code
+   use none, the ``dppt-sysu-paper`` preset sets 0) on the logits of ``z``, ``L_cir`` the circle loss
+   (:func:`privreid.losses.circle_loss`, margin 0.45, gamma 64) on the retrieval feature ``z`` (the neck output the
+   classifier reads), ``L_mrb`` the memory-rectification loss (Eq. 6, :func:`privreid.federated.mrb.mrb_loss`)
+   towards the previous round's global centre of each sample's identity.  The client collects its L2-normalised
+   ``z`` and at the end computes one top-K refined centre per identity (Eq. 3-4, ``topk`` = 4).
+2. Upload: the whole model, the classifier included (Eq. 8: ``theta^l``; with ``shared_classifier=false`` the
+   classifier stays local), **and the local centres**.
+3. Aggregation (:class:`DPPTAggregate`): FedAvg of the model by sample count (Eq. 8,
+   :class:`~privreid.federated.strategy.DataVolumeAverage`); the global memory is the per-identity mean over the
+   clients holding the identity (Eq. 5, the indicator handles identity missing).
+4. Download (:meth:`DPPTAggregate.configure`): the global model and the centres of the client's own identities for
+   this round's ``L_mrb`` (``ClientContext.received_extra``).  In a client's first round there is no global memory
+   and ``L_mrb`` is off (the reference code skips it in epoch 0).
 
-Shared classifier (option ``shared_classifier``, default true).  L2RW+
-aggregates the whole local model (Eq. 8, Algorithm 1), and its reference code
-(Joey623/L2RW) trains every client with one classifier over the
-federation's global identity labels (CI: the dataset's identities; EI: the
-union of the entities' identities).  privreid does the same: the method's
-client preparation (:func:`global_label_clients`) relabels every client's
-training images with the federation's global labels (the identity keys
-below, in one fixed order), so every client's classifier has one output per
-identity of the federation, and the policy shares every key.  Round 1 starts
-all clients from the same classifier (seeded by the run seed, as the rest of
-the initial global model), which the server never needs to send.  Where the
-global model is stored: the checkpoint's ``global_state`` holds the model
-keys of the classifier-free initial model, so the averaged classifier is in
-``server_state`` with the class centres.  The global labels need every
-client's identity list in one place, so this variant does not run on Flower
-yet.  ``shared_classifier=false`` keeps one local classifier per client over
-its own identities (a deviation from the paper, listed in ``summary.json``).
+Shared classifier (option ``shared_classifier``, default true).  L2RW+ aggregates the whole local model (Eq. 8),
+and its reference code (Joey623/L2RW) trains every client with one classifier over the federation's global
+identity labels (CI: the dataset's identities; EI: the union of the entities').  privreid does the same:
+:func:`global_label_clients` relabels every client's training images with the global labels (the identity keys
+below, in one fixed order) and the policy shares every key.  Round 1 starts all clients from the same classifier
+(seeded by the run seed), which the server never needs to send.  The checkpoint's ``global_state`` holds the keys
+of the classifier-free initial model, so the averaged classifier is in ``server_state`` with the class centres.
+The global labels need every client's identity list in one place, so this variant does not run on Flower yet.
+``shared_classifier=false`` keeps one local classifier per client over its own identities (a deviation from the
+paper, listed in ``summary.json``).
 
-Identity correspondence.  The global memory is indexed by a
-client-independent identity key: ``(domain, domain-level train pid)`` from
-``ClientData.source_pids`` (by-camera and by-identity partitions record it),
-so the cameras of one dataset (CI) pool their centres of the same person,
-while different datasets (EI) never share an identity.  This assumes that
-sites share consistent identity labels, as a dataset's annotations provide;
-a real deployment would first need a cross-site identity agreement.
+Identity correspondence.  The global memory is indexed by ``(domain, domain-level train pid)`` from
+``ClientData.source_pids``, so the cameras of one dataset (CI) pool their centres of the same person while
+different datasets (EI) never share an identity.  This assumes sites share consistent identity labels, as a
+dataset's annotations provide; a real deployment would first need a cross-site identity agreement.
 
-Privacy (also in the method summary).  The server receives, besides
-weights, one centre per identity per client: the mean of that person's
-embeddings at that camera, i.e. a per-person template from which the
-identity's appearance can be matched or, with an inversion attack, partially
-reconstructed; it also learns which identities each camera saw.  Every
-client downloads the centres of all identities of the federation.  The
-white-noise defense (``--beta``) adds noise to the uploaded centres on
-aggregation (Eq. 14 noise on the aggregate covers them) but not to the
-downloaded global memory (download noise applies to the model weights).
-The ablations ``mrb=false`` exchange no centres.
+Privacy (also in the method summary).  Besides weights, the server receives one centre per identity per client:
+the mean of that person's embeddings at that camera, a per-person template from which the identity can be matched
+or, with an inversion attack, partially reconstructed; it also learns which identities each camera saw.  Every
+client downloads the centres of all identities.  The white-noise defense (``--beta``) noises the uploaded centres
+on aggregation (Eq. 14 noise on the aggregate) but not the downloaded global memory (download noise applies to the
+weights).  The ablations ``mrb=false`` exchange no centres.
 
 Options (``--opt key=value``; the Table VII ablations are options):
 
 * ``mrb`` (true), ``lambda_mrb`` (1.0, Eq. 7), ``topk`` (4, Eq. 4);
-* ``circle`` (true), ``circle_margin`` (0.45), ``circle_gamma`` (64);
-  ``L_cir`` is scaled by ``1 / batch size``, as the reference code does
-  (``criterion(feat, label) / B``), which keeps it at the scale of ``L_id``;
+* ``circle`` (true), ``circle_margin`` (0.45), ``circle_gamma`` (64); ``L_cir`` is scaled by ``1 / batch size``,
+  as the reference code does (``criterion(feat, label) / B``), keeping it at the scale of ``L_id``;
 * ``ca`` (``channel``), ``ca_p`` (0.5);
-* ``shared_classifier`` (true): one classifier over the federation's global
-  identity labels, aggregated (above); ``false``: local classifiers;
-* ``instances`` (K = 8); ``seq_len`` (T = 6, HITSZ-VCM's official value;
-  BUPTCampus uses 10): frames per training clip, one drawn from each of
-  ``T`` equal chunks of the tracklet (restricted random sampling); channel
+* ``shared_classifier`` (true): above;
+* ``instances`` (K = 8); ``seq_len`` (T = 6, HITSZ-VCM's official value; BUPTCampus uses 10): frames per
+  training clip, one drawn from each of ``T`` equal chunks of the tracklet (restricted random sampling); channel
   augmentation is drawn per frame;
-* ``onecycle`` (true): the learning rates follow a linear one-cycle over the
-  whole run (Smith & Topin's OneCycle, as in the reference code: from
-  ``1e-4 *`` the configured rate to the configured rate at ``peak`` = 0.32 of
-  the run, epoch 16 of 50, then down to 0), updated every step;
-  it replaces the per-round step decay (``--lr-step``), which ``false``
-  keeps.  The schedule spans the configured ``rounds``: extending a finished
-  run with ``--resume --rounds N`` changes it.  Step ``b`` of an epoch trains
-  at the rate of progress ``b / n_batches``; the reference code's
-  ``adjust_lr`` (``CI/train.py:405-407``) reads ``lrs[batch_idx - 1]``, so
-  its step ``b`` takes step ``b - 1``'s rate and its first step the epoch's
-  last one (one step of lag, ``tests/test_reference_dppt.py``);
-* ``persistent_optimizer`` (false): each client keeps its optimiser state
-  (SGD's momentum buffers) in its memory from one of its rounds to the next,
-  as the reference code's one optimiser per client
-  (:mod:`privreid.federated.optimizer_state`); false builds a fresh optimiser
-  every round, as every other method;
-* ``neck_bias`` (true): with ``--neck bnneck`` the bottleneck's bias trains,
-  as in the reference code (``CI/model.py:39-40``: a plain ``BatchNorm1d``),
-  the ``neck_bias`` model transform; false keeps the BNNeck's frozen bias.
-  The linear neck's bias always trains;
-* ``base``: the federated algorithm DPPT is added to (Table II rows):
-  ``fedavg`` (default), ``fedprox`` (proximal term, ``prox_mu`` 0.01) or
-  ``moon`` (model-contrastive term, ``moon_mu`` 1, ``moon_tau`` 0.5); these
-  only change the local objective, the server always aggregates by Eq. 8.
+* ``onecycle`` (true): the learning rates follow a linear one-cycle over the whole run (Smith & Topin's OneCycle,
+  as in the reference code: from ``1e-4 *`` the configured rate to it at ``peak`` = 0.32 of the run, epoch 16 of
+  50, then down to 0), updated every step; it replaces the per-round step decay (``--lr-step``), which ``false``
+  keeps.  The schedule spans the configured ``rounds``: ``--resume --rounds N`` changes it.  Step ``b`` of an
+  epoch trains at the rate of progress ``b / n_batches``; the reference code's ``adjust_lr``
+  (``CI/train.py:405-407``) reads ``lrs[batch_idx - 1]``, so its step ``b`` takes step ``b - 1``'s rate and its
+  first step the epoch's last one (one step of lag, ``tests/test_reference_dppt.py``);
+* ``persistent_optimizer`` (false): each client keeps its SGD momentum buffers from one of its rounds to the next,
+  as the reference code's one optimiser per client (:mod:`privreid.federated.optimizer_state`);
+* ``neck_bias`` (true): with ``--neck bnneck`` the bottleneck's bias trains, as in the reference code
+  (``CI/model.py:39-40``: a plain ``BatchNorm1d``; the ``neck_bias`` model transform); false keeps the BNNeck's
+  frozen bias.  The linear neck's bias always trains;
+* ``base``: the federated algorithm DPPT is added to (Table II rows): ``fedavg`` (default), ``fedprox`` (``prox_mu``
+  0.01) or ``moon`` (``moon_mu`` 1, ``moon_tau`` 0.5); these only change the local objective, the server always
+  aggregates by Eq. 8.
 
-Table VII rows: B = ``mrb=false ca=none``; B+CA = ``mrb=false``; B+gray =
-``mrb=false ca=gray``; B+CA+MRB = the defaults.  Table II's baselines "FedAvg /
-FedProx / MOON with L_id + L_cir" are ``base=... mrb=false ca=none``.
+Table VII rows: B = ``mrb=false ca=none``; B+CA = ``mrb=false``; B+gray = ``mrb=false ca=gray``; B+CA+MRB = the
+defaults.  Table II's baselines "FedAvg / FedProx / MOON with L_id + L_cir" are ``base=... mrb=false ca=none``.
 
-Deviations from the reference code (besides those listed in
-:mod:`privreid.federated.mrb` and :class:`privreid.data.transforms.ChannelAugmentation`):
-its backbone pools with GeM, privreid with the average (``--neck bnneck`` with
-``neck_bias`` is its plain BatchNorm bottleneck, whose weight it initialises
-from N(1, 0.01^2) where privreid uses ones).  Its bottleneck trains at the
-classifier's rate: ``--lr-neck`` (the ``dppt-sysu-paper`` preset sets it).
+Deviations from the reference code (besides those in :mod:`privreid.federated.mrb` and
+:class:`privreid.data.transforms.ChannelAugmentation`): its backbone pools with GeM, privreid with the average
+(``--neck bnneck`` with ``neck_bias`` is its plain BatchNorm bottleneck, whose weight it initialises from
+N(1, 0.01^2) where privreid uses ones).  Its bottleneck trains at the classifier's rate: ``--lr-neck`` (the
+``dppt-sysu-paper`` preset sets it).
 
-Cost: one feature copy (``D`` floats) per training image of the round is
-held until the centres are computed (ResNet-50, 2048-d: 8 KB per image); the
-upload and the download each grow by ``classes x D`` floats.
+Cost: one feature copy (``D`` floats) per training image of the round is held until the centres are computed
+(ResNet-50, 2048-d: 8 KB per image); the upload and the download each grow by ``classes x D`` floats.
 """
 
 from __future__ import annotations
@@ -175,10 +131,8 @@ EVERYTHING_SHARED = ParameterPolicy(is_local=lambda key: False,
 class GlobalLabelClient(ClientData):
     """A client whose training labels index the federation's global identity list (``shared_classifier``).
 
-    ``identities[g]`` is the ``(domain, domain pid)`` key of global label
-    ``g``; every client of a run holds the same tuple, so ``num_classes`` is
-    the federation's identity count and every client's classifier has the
-    same shape.
+    ``identities[g]`` is the ``(domain, domain pid)`` key of global label ``g``; every client of a run holds the same
+    tuple, so ``num_classes`` is the federation's identity count and every client's classifier has the same shape.
     """
 
     identities: tuple = ()
@@ -237,11 +191,9 @@ def centre_state(state: StateDict) -> StateDict:
 def one_cycle_factor(progress: float, total: float, peak: float = ONECYCLE_PEAK) -> float:
     """Learning-rate multiplier after ``progress`` of ``total`` epochs: linear one-cycle.
 
-    ``ONECYCLE_START`` at 0, 1 at ``peak * total``, 0 at ``total`` (the
-    reference code's ``get_cyclic_lr``).  Hand-written because
-    ``torch.optim.lr_scheduler.OneCycleLR`` is a stateful scheduler over one
-    optimiser's life, while privreid builds a fresh optimiser every round: the
-    rate is a function of the run's global progress instead.
+    ``ONECYCLE_START`` at 0, 1 at ``peak * total``, 0 at ``total`` (the reference code's ``get_cyclic_lr``).
+    Hand-written because ``torch.optim.lr_scheduler.OneCycleLR`` is a stateful scheduler over one optimiser's life,
+    while privreid builds a fresh optimiser every round: the rate is a function of the run's global progress instead.
     """
     return float(np.interp(progress, [0.0, peak * total, total], [ONECYCLE_START, 1.0, 0.0]))
 
@@ -257,11 +209,10 @@ def round_start_factor(config, round_index: int) -> float | None:
 def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """V-DPPT (Eq. 9): ``(pre_neck, z, logits)`` of clips ``(B, T, 3, H, W)``.
 
-    Frame features are averaged over ``T`` (the neck output, which the
-    classifier reads, and the pre-neck feature), and the classifier runs on the
-    clip feature ``z``.  The paper averages "l2-normalised" frame embeddings;
-    privreid averages the un-normalised ones the image path also feeds to the
-    classifier and normalises where features are compared (circle loss, MRB).
+    Frame features are averaged over ``T`` (the neck output, which the classifier reads, and the pre-neck feature), and
+    the classifier runs on the clip feature ``z``.  The paper averages "l2-normalised" frame embeddings; privreid
+    averages the un-normalised ones the image path also feeds to the classifier and normalises where features are
+    compared (circle loss, MRB).
     """
     b, t = clips.shape[:2]
     pre, feat, _ = model.forward_train(clips.flatten(0, 1))
@@ -395,9 +346,8 @@ class DPPTLocalTraining:
 def initial_classifier(model, config) -> None:
     """Give ``model`` the run's initial global classifier (round 1 of ``shared_classifier``).
 
-    A fresh head of the model's size drawn from a seed of the run alone, so
-    every client starts from the same classifier, as from the rest of the
-    initial global model; the global random state is left untouched.
+    A fresh head of the model's size drawn from a seed of the run alone, so every client starts from the same
+    classifier, as from the rest of the initial global model; the global random state is left untouched.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(config.train.seed, "dppt-initial-classifier"))
@@ -425,9 +375,8 @@ class DPPTMoonUpdate(DPPTLocalTraining, ModelContrastiveUpdate):
 class DPPTAggregate(Strategy):
     """Eq. 8 for the model (data-volume average), Eq. 5 for the class centres (indicator-masked mean).
 
-    Streams the model: each upload's model keys are folded into a running
-    data-volume sum as it arrives; only its class centres (one feature vector
-    per identity) are kept until the round's end.
+    Streams the model: each upload's model keys are folded into a running data-volume sum as it arrives; only its
+    class centres (one feature vector per identity) are kept until the round's end.
     """
 
     def upload_weight(self) -> Callable[[Upload], float]:
@@ -441,9 +390,8 @@ class DPPTAggregate(Strategy):
                   round_index: int) -> StateDict:
         """The model and the global memory of the client's identities (step 4, module docstring).
 
-        ``GLOBAL_CENTRES``: one centre per client label (zeros where the
-        federation has none yet), ``GLOBAL_KNOWN``: which exist; both absent
-        while no identity of the client has a global centre.
+        ``GLOBAL_CENTRES``: one centre per client label (zeros where the federation has none yet), ``GLOBAL_KNOWN``:
+        which exist; both absent while no identity of the client has a global centre.
         """
         received = model_state(global_state)
         centres = [global_state.get(identity_key(client, label)) for label in range(client.num_classes)]

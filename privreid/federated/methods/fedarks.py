@@ -2,64 +2,45 @@
 Knowledge Selection and Integration for Person Re-ID*, paper 001).
 
 RK, robust knowledge (client side)
-    Each client model has a second, body-part branch (model transform
-    ``part_branch``, :class:`privreid.models.part_branch.PartBranch`):
-    three horizontal bands of the ``layer4`` map, head / torso / legs, at the
-    fixed fractions :data:`privreid.models.part_branch.PART_BANDS` of the map
-    height, ``(0, .25), (.25, .55), (.55, 1)``.  Deviation: the paper cuts the
-    parts with PifPaf keypoints; no pose model is available offline, and
-    dataset-provided keypoints / part boxes are not supported yet.  The part
-    feature is fused with the global (neck) feature, ``theta = v * global +
-    (1 - v) * part`` with ``v = 0.5`` (Eq. 1, option ``v``, stored in the state
-    as the buffer ``part.fusion_weight``).  The local objective (Eq. 2) is
-    cross-entropy on ``classifier(theta)`` (with ``--label-smoothing``; the
-    paper's is plain, 0) plus the batch-hard triplet loss on theta, with PK
-    sampling: the method's default ``--triplet-weight`` is 1
-    (``Method.triplet_weight``); ``--triplet-weight 0`` drops the term (a
-    deviation, listed in ``summary.json``; the metrics say ``triplet_on``).
-    The part branch (``part.*``) and the classifier stay on
-    the client (policy); the part branch trains at the head learning rate,
-    being freshly initialised like the classifier.
+    Each client model has a second, body-part branch (model transform ``part_branch``,
+    :class:`privreid.models.part_branch.PartBranch`): three horizontal bands of the ``layer4`` map, head / torso /
+    legs, at the fixed fractions :data:`privreid.models.part_branch.PART_BANDS` of the map height, ``(0, .25), (.25,
+    .55), (.55, 1)``.  Deviation: the paper cuts the parts with PifPaf keypoints; no pose model is available offline,
+    and dataset-provided keypoints / part boxes are not supported yet.  The part feature is fused with the global
+    (neck) feature, ``theta = v * global + (1 - v) * part`` with ``v = 0.5`` (Eq. 1, option ``v``, stored as the
+    buffer ``part.fusion_weight``).  The local objective (Eq. 2) is cross-entropy on ``classifier(theta)`` (with
+    ``--label-smoothing``; the paper's is plain, 0) plus the batch-hard triplet loss on theta, with PK sampling: the
+    method's default ``--triplet-weight`` is 1; ``--triplet-weight 0`` drops the term (a deviation, listed in
+    ``summary.json``; the metrics say ``triplet_on``).  The part branch (``part.*``) and the classifier stay on the
+    client (policy); the part branch trains at the head learning rate, being freshly initialised like the classifier.
 
-    Evaluation.  A client's personalised model (``load_model(ckpt,
-    client=...)``, and the engine's "local" evaluation) retrieves with the
-    fused theta.  The global model never sees any part branch (the server
-    holds only the global branch, as in the paper): for seen and unseen
-    domains it retrieves with the global feature alone, i.e. the checkpoint's
-    ``global_eval_extra`` carries a neutral part branch with
-    ``part.fusion_weight = 1`` (zero weights, never run).
+    Evaluation.  A client's personalised model (``load_model(ckpt, client=...)``, the engine's "local" evaluation)
+    retrieves with the fused theta.  The global model never sees any part branch (the server holds only the global
+    branch, as in the paper): for seen and unseen domains it retrieves with the global feature alone, the
+    checkpoint's ``global_eval_extra`` carrying a neutral part branch with ``part.fusion_weight = 1`` (zero weights,
+    never run).
 
 KS, knowledge selection (server side, Eq. 3-7)
-    ``R_k = ||theta_g^t - theta_g^(t-1)|| / ||theta_k^(t+dt) - theta_k^t||``
-    (Eq. 3) over the shared trainable parameters (BN running statistics
-    excluded; the part branch and classifier are not in the global branch).
-    As in Algorithm 1 (lines 13-14) the client computes ``R_k`` and uploads it
-    as a scalar metric with its update norm; the strategy
-    (:class:`KnowledgeSelection`) is then a pure function of the uploads:
-    ``w_k = exp(-beta |1 - R~_k|)`` (Eq. 4, ``beta = 5``), ``w_k = 0`` when the
-    update norm ``< epsilon = 1e-8`` (Eq. 7; Algorithm 1 line 18 gates on
-    ``R_k > epsilon`` instead, privreid follows Eq. 7), normalised, and
-    ``theta_g^(t+1) = sum_k alpha_k theta_k`` (Eq. 5).
+    ``R_k = ||theta_g^t - theta_g^(t-1)|| / ||theta_k^(t+dt) - theta_k^t||`` (Eq. 3) over the shared trainable
+    parameters (BN running statistics excluded; the part branch and classifier are not in the global branch).  As in
+    Algorithm 1 (lines 13-14) the client computes ``R_k`` and uploads it as a scalar metric with its update norm; the
+    strategy (:class:`KnowledgeSelection`) is then a pure function of the uploads: ``w_k = exp(-beta |1 - R~_k|)``
+    (Eq. 4, ``beta = 5``), ``w_k = 0`` when the update norm ``< epsilon = 1e-8`` (Eq. 7; Algorithm 1 line 18 gates on
+    ``R_k > epsilon`` instead, privreid follows Eq. 7), normalised, and ``theta_g^(t+1) = sum_k alpha_k theta_k``
+    (Eq. 5).
 
-    Smoothing (Eq. 6) ``R~_k^t = gamma R_k^t + (1 - gamma) R~_k^(t-1)``,
-    ``gamma = 0.7``, and is fed into Eq. 4 (the paper smooths "to prevent the
-    aggregated weights from drastic changes between rounds").  Where the state
-    lives: the numerator needs the previous global model and Eq. 6 the previous
-    smoothed ratio, i.e. state across rounds, which a pure strategy cannot keep.
-    Both live in the client's memory (``ctx.memory``: ``ks/prev_global/<key>``,
-    the global trainable parameters the client last received, and
-    ``ks/smoothed_ratio``), which the engine checkpoints, so ``--resume``
-    continues exactly.  Consequences: the client memory holds one copy of the
-    shared parameters (as FedReID's); with ``C < 1`` a client's "previous
-    global" is the one it last received, so its ratio spans the rounds since
-    it last took part.  Initialisation: on a client's first participation there
-    is no previous global, so no ratio (``ks_has_ratio = 0``); such a client
-    gets the mean weight of the clients that have one (all weights equal when
-    none has, i.e. round 1 is a uniform average).  ``R~`` starts at the first
-    ratio.  A gated client (update norm ``< epsilon``) keeps its previous
-    ``R~`` ("freezes").  If every client is gated the global state is kept.
-    The ratio uses ``theta_k^t``, what the client received after download
-    defenses, so it stays correct when noise is added to the download.
+    Smoothing (Eq. 6) ``R~_k^t = gamma R_k^t + (1 - gamma) R~_k^(t-1)``, ``gamma = 0.7``, is fed into Eq. 4 (the paper
+    smooths "to prevent the aggregated weights from drastic changes between rounds").  The numerator needs the
+    previous global model and Eq. 6 the previous smoothed ratio, state across rounds a pure strategy cannot keep: both
+    live in the client's memory (``ctx.memory``: ``ks/prev_global/<key>``, the global trainable parameters the client
+    last received, and ``ks/smoothed_ratio``), which the engine checkpoints, so ``--resume`` continues exactly.
+    Consequences: the client memory holds one copy of the shared parameters (as FedReID's); with ``C < 1`` a client's
+    "previous global" is the one it last received, so its ratio spans the rounds since it last took part.  On a
+    client's first participation there is no ratio (``ks_has_ratio = 0``); such a client gets the mean weight of the
+    clients that have one (all equal when none has: round 1 is a uniform average).  ``R~`` starts at the first ratio.
+    A gated client (update norm ``< epsilon``) keeps its previous ``R~``.  If every client is gated the global state
+    is kept.  The ratio uses ``theta_k^t``, what the client received after download defenses, so it stays correct
+    when noise is added to the download.
 """
 
 from __future__ import annotations

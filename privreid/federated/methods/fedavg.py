@@ -1,42 +1,28 @@
 """FedAvg+D: Federated Averaging with decoupled identity classifiers.
 
-McMahan, Moore, Ramage, Hampson & Agüera y Arcas, "Communication-Efficient
-Learning of Deep Networks from Decentralized Data", AISTATS 2017, Algorithm 1:
-each selected client runs ``E`` epochs of minibatch SGD from the global model,
-and the server sets ``w_{t+1} = sum_k (n_k / n) w^k_{t+1}`` over the selected
-clients (``n`` = their total number of samples).
+McMahan, Moore, Ramage, Hampson & Agüera y Arcas, "Communication-Efficient Learning of Deep Networks from
+Decentralized Data", AISTATS 2017, Algorithm 1: each selected client runs ``E`` epochs of minibatch SGD from the global
+model, and the server sets ``w_{t+1} = sum_k (n_k / n) w^k_{t+1}`` over the selected clients (``n`` = their total
+number of samples).
 
-"+D" (SKA, paper 000, Table 2 caption): person ReID clients have disjoint
-identity label spaces, so the identity classifier cannot be averaged; it is
-decoupled from aggregation and stays on its client.  Everything else in the
-model's ``state_dict`` is aggregated with the data-volume weights: convolution
-and linear weights, BatchNorm affine parameters **and** BatchNorm running
-statistics (``running_mean``/``running_var``; the integer
-``num_batches_tracked`` cannot be averaged and is taken from the client with
-the most samples, see :func:`~privreid.federated.strategy.weighted_average`).
+"+D" (SKA, paper 000, Table 2 caption): person ReID clients have disjoint identity label spaces, so the identity
+classifier stays on its client.  Everything else in the ``state_dict`` is aggregated with the data-volume weights,
+BatchNorm running statistics included (:func:`~privreid.federated.strategy.weighted_average`).
 
-How it differs from ``fedpav``: **algorithmically it does not.**  FedPav
-(paper 004, Algorithm 1) is exactly FedAvg with the classifier kept local and
-data-volume weights, and it also averages the BatchNorm statistics.  This
-module uses the very same policy (:data:`~privreid.federated.policy.CLASSIFIER_LOCAL`),
-client update (:class:`~privreid.federated.client.SupervisedUpdate`) and
-strategy (:class:`~privreid.federated.strategy.DataVolumeAverage`), so with the
-same configuration and seed ``fedavg`` and ``fedpav`` train bit-identical
-global models (a test asserts it).  They differ in the personalised model
-scored on seen domains: FedPav's paper scores each client's model after local
-training (paper 004 Sec. 4.1); here, as in SKA's comparison (Table 4's
-"Baseline" row has FedAvg+D's numbers and is SKA's LS model after
-SelectUpdate with nothing local but the classifier), it is the model the
-client holds after the round's aggregation: the global model with its
-classifier, scored after each evaluated round for every client and returned
-by ``load_model(ckpt, client=NAME)``.  SKA says the same ("'FedAvg+D' and 'FedPav' share
-the same principle but with different hyper-parameters").  SKA does not say
-which hyper-parameters differ; its common recipe (Sec. 4.2) uses learning
-rates 0.01 / 0.1 for backbone / classifier where FedPav uses 0.005 / 0.05.
-privreid takes such values from the run configuration (``--lr-backbone``,
-``--lr-head``, ...), never from the method, so to reproduce a "FedAvg+D" row
-pass the hyper-parameters explicitly.  The name exists so that result tables
-can list the baseline under the name the literature uses.
+Versus ``fedpav``: **algorithmically the same.**  FedPav (paper 004, Algorithm 1) is exactly FedAvg with the
+classifier kept local and data-volume weights; this module uses the very same policy
+(:data:`~privreid.federated.policy.CLASSIFIER_LOCAL`), client update
+(:class:`~privreid.federated.client.SupervisedUpdate`) and strategy
+(:class:`~privreid.federated.strategy.DataVolumeAverage`), so with the same configuration and seed ``fedavg`` and
+``fedpav`` train bit-identical global models (a test asserts it).  They differ in the personalised model scored on
+seen domains: FedPav's paper scores each client's model after local training (paper 004 Sec. 4.1); here, as in SKA's
+comparison (Table 4's "Baseline" row has FedAvg+D's numbers and is SKA's LS model after SelectUpdate with nothing
+local but the classifier), it is the model the client holds after the round's aggregation, returned by
+``load_model(ckpt, client=NAME)``.  SKA says the same ("'FedAvg+D' and 'FedPav' share the same principle but with
+different hyper-parameters") without saying which differ; its common recipe (Sec. 4.2) uses learning rates 0.01 / 0.1
+for backbone / classifier where FedPav uses 0.005 / 0.05.  privreid takes such values from the run configuration,
+never from the method, so to reproduce a "FedAvg+D" row pass them explicitly.  The name lets result tables list the
+baseline under the name the literature uses.
 """
 
 from privreid.federated.client import SupervisedUpdate

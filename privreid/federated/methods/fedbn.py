@@ -1,56 +1,42 @@
 """FedBN+D: federated learning with local batch normalisation.
 
-Li, Jiang, Zhang, Kamp & Dou, "FedBN: Federated Learning on Non-IID Features
-via Local Batch Normalization", ICLR 2021, Algorithm 1: clients train as in
-FedAvg, but the server averages every layer **except** the BatchNorm layers,
-which each client keeps to itself; local BN absorbs the client's feature shift
-(here: its camera / domain style).
+Li, Jiang, Zhang, Kamp & Dou, "FedBN: Federated Learning on Non-IID Features via Local Batch Normalization", ICLR
+2021, Algorithm 1: clients train as in FedAvg, but the server averages every layer **except** the BatchNorm layers,
+which each client keeps to itself; local BN absorbs the client's feature shift (here: its camera / domain style).
 
-"+D" (SKA, paper 000, Table 2): the identity classifier is local as well.
-SKA's "Baseline+LSN" (Table 4) is this configuration.
+"+D" (SKA, paper 000, Table 2): the identity classifier is local as well.  SKA's "Baseline+LSN" (Table 4) is this
+configuration.
 
-Policy (:data:`FEDBN_POLICY`): local = the classifier plus **every**
-normalisation layer, its affine parameters (``weight``, ``bias``) **and** its
-buffers (``running_mean``, ``running_var``, ``num_batches_tracked``), in the
-backbone (``bn1``, each block's ``bnN``, each shortcut's ``downsample.1``) and
-in the neck (``neck.bn``).  Nothing normalisation-related is uploaded or
-downloaded.  Keys are classified by name (:func:`is_norm_key`); a test checks
-the rule against module inspection for every arch and neck.
+Policy (:data:`FEDBN_POLICY`): local = the classifier plus **every** normalisation layer, its affine parameters
+(``weight``, ``bias``) **and** its buffers (``running_mean``, ``running_var``, ``num_batches_tracked``), in the
+backbone (``bn1``, each block's ``bnN``, each shortcut's ``downsample.1``) and in the neck (``neck.bn``).  Nothing
+normalisation-related is uploaded or downloaded.  Keys are classified by name (:func:`is_norm_key`); a test checks the
+rule against module inspection for every arch and neck.
 
-How it differs from ``fedpav``: the client update (identity loss) and the
-server strategy (data-volume average of what is uploaded) are FedPav's; only
-the policy differs: FedPav shares and averages the BN layers (parameters and
-running statistics), FedBN keeps them on the client.  Consequences: uploads
-and downloads are smaller by the norm layers' size, and each client's
-personalised model has its own BN.
+Versus ``fedpav``: the client update and the server strategy (data-volume average) are FedPav's; only the policy
+differs (FedPav shares and averages the BN layers, FedBN keeps them on the client), so uploads and downloads are
+smaller by the norm layers' size and each client's personalised model has its own BN.
 
-Personalised model (seen domains): the aggregated shared layers with the
-client's own norm layers and classifier, the model the client holds after the
-round's aggregation (FedBN evaluates its local models after communication;
-SKA's "Baseline+LSN", Table 4, the same numbers as FedBN+D in Table 2, is
-SKA's LS model after SelectUpdate).  The engine scores it after each
-evaluated round's aggregation, for every client, and ``load_model(ckpt,
-client=NAME)`` returns it.
+Personalised model (seen domains): the aggregated shared layers with the client's own norm layers and classifier, the
+model the client holds after the round's aggregation (FedBN evaluates its local models after communication; SKA's
+"Baseline+LSN", Table 4, the same numbers as FedBN+D in Table 2, is SKA's LS model after SelectUpdate).
+``load_model(ckpt, client=NAME)`` returns it.
 
-Global model for unseen domains (:func:`global_eval_state`).  FedBN has no
-global BN, so evaluating "the global model" on an unseen domain needs a
-definition.  privreid uses the **uniform average of the clients' current
-norm layers** (affine parameters and running statistics) on top of the
-aggregated shared layers: SKA Sec. 3.3's "simple solution ... to average local
-specific normalisation layers at the end of model training".  Choices:
+Global model for unseen domains (:func:`global_eval_state`).  FedBN has no global BN, so "the global model" on an
+unseen domain needs a definition.  privreid uses the **uniform average of the clients' current norm layers** (affine
+parameters and running statistics) on top of the aggregated shared layers: SKA Sec. 3.3's "simple solution ... to
+average local specific normalisation layers at the end of model training".  Choices:
 
-* uniform, not data-volume, weights: the hook sees only states, and for an
-  unseen domain no source domain should dominate;
-* ``running_var`` is averaged like every other float (what FedAvg/FedPav do
-  to BN statistics), not the pooled-mixture variance (which would add the
-  spread of the client means);
-* ``num_batches_tracked`` (an integer, unused with BN's default momentum) is
-  the maximum over the clients;
-* the clients are those that have trained so far (with ``client_fraction < 1``
-  some states may be from earlier rounds).
+* uniform, not data-volume, weights: the hook sees only states, and for an unseen domain no source domain should
+  dominate;
+* ``running_var`` is averaged like every other float (what FedAvg/FedPav do to BN statistics), not the pooled-mixture
+  variance (which would add the spread of the client means);
+* ``num_batches_tracked`` (an integer, unused with BN's default momentum) is the maximum over the clients;
+* the clients are those that have trained so far (with ``client_fraction < 1`` some states may be from earlier
+  rounds).
 
-This is an evaluation-time construct: it assumes the clients release their
-norm layers once to build a deployable model; training never transmits them.
+This is an evaluation-time construct: it assumes the clients release their norm layers once to build a deployable
+model; training never transmits them.
 """
 
 from __future__ import annotations

@@ -1,30 +1,23 @@
 """FedNova: normalised averaging (Wang, Liu, Liang, Joshi & Poor, "Tackling the Objective Inconsistency
 Problem in Heterogeneous Federated Optimization", NeurIPS 2020), with decoupled identity classifiers.
 
-A comparator of L2RW+ (paper 003, Table II) and FedPav (paper 004, Table 4).
-Clients train as in FedAvg (:class:`~privreid.federated.client.SupervisedUpdate`);
-the server normalises each client's cumulative update by its number of local
-steps before averaging (the paper's FedNova update, with FedAvg's
-aggregation weights ``p_i = n_i / n``)::
+A comparator of L2RW+ (paper 003, Table II) and FedPav (paper 004, Table 4).  Clients train as in FedAvg
+(:class:`~privreid.federated.client.SupervisedUpdate`); the server normalises each client's cumulative update by its
+number of local steps before averaging (the paper's FedNova update, with FedAvg's weights ``p_i = n_i / n``)::
 
     d_i      = (x - x_i) / a_i                      normalised update of client i
     tau_eff  = sum_i p_i a_i                        effective number of steps
     x_new    = x - tau_eff * sum_i p_i d_i
 
-``a_i = ||a_i||_1`` is the norm of client ``i``'s step-weight vector: ``tau_i``
-(its local steps, the upload's ``steps`` metric) for plain SGD and, for SGD
-with momentum ``rho``, the paper's
-``a_i = (tau_i - rho (1 - rho^tau_i) / (1 - rho)) / (1 - rho)`` (the sum of the
-step weights ``(1 - rho^(tau_i - k)) / (1 - rho)``, ``k = 0 .. tau_i - 1``).  With equal
-``tau_i`` it is exactly FedAvg's ``sum_i p_i x_i``.
+``a_i = ||a_i||_1`` is the norm of client ``i``'s step-weight vector: ``tau_i`` (its local steps, the upload's
+``steps`` metric) for plain SGD and, for SGD with momentum ``rho``, the paper's ``a_i = (tau_i - rho (1 - rho^tau_i) /
+(1 - rho)) / (1 - rho)`` (the sum of the step weights ``(1 - rho^(tau_i - k)) / (1 - rho)``, ``k = 0 .. tau_i - 1``).
+With equal ``tau_i`` it is exactly FedAvg's ``sum_i p_i x_i``.
 
-The identity classifier stays on its client ("+D", as for every privreid
-method).  Deviations: privreid's SGD uses Nesterov momentum where the
-``a_i`` above is heavy-ball's; weight decay is folded into the local update
-(FedNova's analysis treats it as part of the gradient as well); the
-normalisation applies to every floating tensor of the shared state, BatchNorm
-running statistics included (they are averaged like the weights); integer
-buffers come from the client with the most samples, as in
+The identity classifier stays on its client ("+D").  Deviations: privreid's SGD uses Nesterov momentum where the
+``a_i`` above is heavy-ball's; weight decay is folded into the local update (FedNova's analysis treats it as part of
+the gradient as well); the normalisation applies to every floating tensor of the shared state, BatchNorm running
+statistics included; integer buffers come from the client with the most samples, as in
 :func:`~privreid.federated.strategy.weighted_average`.
 """
 

@@ -1,24 +1,19 @@
 """FedPav: Federated Partial Averaging (Zhuang et al., paper 004, Algorithm 1).
 
-* Policy: the backbone (and neck) is shared; the identity classifier, whose
-  size depends on the client's identities, stays on the client (line 10, 14).
+* Policy: the backbone (and neck) is shared; the identity classifier, whose size depends on the client's identities,
+  stays on the client (line 10, 14).
 * Client update: E local epochs of SGD on the identity loss (line 11-13).
 * Server: average of the uploads weighted by data volume ``n_k / n`` (line 7).
 
-Evaluation (Sec. 4.1): the global model, and each client's "local model",
-"the specialized model trained after E local epochs in clients before
-uploading to the server": its trained backbone with its classifier, which the
-engine keeps in the client's memory (``keeps_trained_model``; one model copy
-per client, as the authors' code keeps every client's model) and scores at
-every evaluated round for every client (a client not selected yet: the global
-model).  ``load_model(ckpt, client=NAME)`` returns it.
+Evaluation (Sec. 4.1): the global model, and each client's "local model", "the specialized model trained after E
+local epochs in clients before uploading to the server": its trained backbone with its classifier, kept in the
+client's memory (``keeps_trained_model``; one model copy per client, as the authors' code keeps every client's model;
+a client not selected yet: the global model).  ``load_model(ckpt, client=NAME)`` returns it.
 
-Option ``bn_buffers`` (``--opt bn_buffers=first``; FedPav and its CDW / KD /
-CC variants): the global model's BatchNorm running statistics.  ``average``
-(default): averaged with the parameters by the same weights.  ``first``: the
-round's first upload's (the first selected client in client order), as the
-authors' reference code does: cap-ntu/FedReID ``server.py`` ``aggregate_models``
-deep-copies the first sampled client's model and averages only its
+Option ``bn_buffers`` (``--opt bn_buffers=first``; FedPav and its CDW / KD / CC variants): the global model's
+BatchNorm running statistics.  ``average`` (default): averaged with the parameters by the same weights.  ``first``:
+the round's first upload's (the first selected client in client order), as the authors' reference code does:
+cap-ntu/FedReID ``server.py`` ``aggregate_models`` deep-copies the first sampled client's model and averages only its
 ``named_parameters()`` (there, the first client of a random order).
 """
 

@@ -1,16 +1,12 @@
 """FedPav's performance optimisations (Zhuang et al., paper 004, Sec. 5): CDW, KD, CC.
 
-Five methods, each FedPav (:mod:`.fedpav`: shared backbone + neck, local
-classifiers) composed from three small pieces:
+Five methods, each FedPav (:mod:`.fedpav`: shared backbone + neck, local classifiers) composed from three pieces:
 
-* a **weighting** of the uploads: data volume ``n_k / n`` (Alg. 1 line 7) or
-  the cosine distance weight (CDW, Eq. 2);
-* a **client update**: FedPav's :class:`~privreid.federated.client.SupervisedUpdate`,
-  wrapped for CDW by :class:`CosineDistanceProbe`, which measures Eq. 1 on a
-  shared public batch around local training;
-* a **server step** after the weighting: a plain weighted average, knowledge
-  distillation on the public set (KD, :class:`DistilledAverage`, Alg. 3) or
-  client clustering with FINCH (CC, :class:`ClusteredAverage`, Alg. 2).
+* a **weighting** of the uploads: data volume ``n_k / n`` (Alg. 1 line 7) or the cosine distance weight (CDW, Eq. 2);
+* a **client update**: FedPav's :class:`~privreid.federated.client.SupervisedUpdate`, wrapped for CDW by
+  :class:`CosineDistanceProbe`, which measures Eq. 1 on a shared public batch around local training;
+* a **server step** after the weighting: a plain weighted average, knowledge distillation on the public set (KD,
+  :class:`DistilledAverage`, Alg. 3) or client clustering with FINCH (CC, :class:`ClusteredAverage`, Alg. 2).
 
 ===============  =========  ===========  =====================
 method           weighting  client       server
@@ -22,96 +18,62 @@ fedpav-cdw-kd    CDW        CDW probe    average + KD (Alg. 3)
 fedpav-cdw-cc    CDW        CDW probe    clustered (Alg. 2)
 ===============  =========  ===========  =====================
 
-The paper does not combine KD and CC (Sec. 5.4), so neither does privreid.
-Every method reads the public set of :mod:`privreid.federated.public_data`
-(options ``public_data``, ``public_size``, ``public_batch``) and takes FedPav's
-``bn_buffers`` (:mod:`.fedpav`; ``first``: every weighted average of the
-method, each cluster's included, keeps its first upload's BatchNorm buffers);
-the KD methods add ``kd_lr`` (0.0005, Sec. 3.5), ``kd_epochs`` (1) and
-``kd_batch_size`` (32).
+The paper does not combine KD and CC (Sec. 5.4), so neither does privreid.  Every method reads the public set of
+:mod:`privreid.federated.public_data` (options ``public_data``, ``public_size``, ``public_batch``) and takes FedPav's
+``bn_buffers`` (``first``: every weighted average of the method, each cluster's included, keeps its first upload's
+BatchNorm buffers); the KD methods add ``kd_lr`` (0.0005, Sec. 3.5), ``kd_epochs`` (1) and ``kd_batch_size`` (32).
 
 Design decisions
 ----------------
 
-**CDW (Eq. 1-2).** Client ``k`` extracts the logits ``g^t`` of the model it
-loaded -- the received backbone with its own classifier ``(w^t, v^t)``,
-footnote 4 -- on the shared batch ``B_shared``, trains, extracts ``g^{t+1}``
-with ``(w^{t+1}, v^{t+1})`` and reports ``d = 1 - cos(g^t, g^{t+1})`` (Alg.
-2 lines 16-21) as the scalar metric ``cdw_distance``; only that scalar
-reaches the server. For a batch, Eq. 1 is taken per image and averaged over
-the batch (as the authors' reference code does). Logits are extracted in
-eval mode (BatchNorm running statistics), so they do not depend on the batch
-composition, and without touching the global random state. ``B_shared`` is
-``public_batch`` public images drawn with a seed of ``(run seed, round)``:
-every client of a round measures on the *same* batch, so their distances are
-comparable (the authors' reference code measures on a batch of the client's
-own training data; privreid follows the paper's ``B_shared``). The server's
-weights are ``p_k = d_k / sum_j d_j`` (Eq. 2); if every distance is zero
-(nothing was learnt, e.g. learning rate 0) it falls back to data-volume
-weights.
+**CDW (Eq. 1-2).** Client ``k`` extracts the logits ``g^t`` of the model it loaded -- the received backbone with its
+own classifier ``(w^t, v^t)``, footnote 4 -- on the shared batch ``B_shared``, trains, extracts ``g^{t+1}`` with
+``(w^{t+1}, v^{t+1})`` and reports ``d = 1 - cos(g^t, g^{t+1})`` (Alg. 2 lines 16-21) as the scalar metric
+``cdw_distance``, the only thing that reaches the server.  For a batch, Eq. 1 is taken per image and averaged (as the
+authors' reference code does).  Logits are extracted in eval mode (independent of the batch composition) and without
+touching the global random state.  ``B_shared`` is ``public_batch`` public images drawn with a seed of ``(run seed,
+round)``: every client of a round measures on the *same* batch, so their distances are comparable (the reference
+code measures on the client's own training data; privreid follows the paper's ``B_shared``).  The server's weights
+are ``p_k = d_k / sum_j d_j`` (Eq. 2); if every distance is zero (nothing was learnt) it falls back to data volume.
 
-**KD (Sec. 5.2, Alg. 3 lines 7-11).** The soft labels are **features**, not
-class probabilities: the clients' classifiers are local and of different
-sizes, so the only output every client model and the global model share is
-the retrieval feature (the neck output, :meth:`ReIDModel.forward`); the
-authors' reference code likewise distils the 512-d embedding with an MSE
-loss. The server computes them **itself** from the uploaded shared states:
-it loads each upload into one extra model and runs it on the public set.
-Nothing beyond the FedPav upload is transmitted (the paper's Fig. 3b also
-has the server generate them), and ``aggregate`` stays a pure function of
-the uploads and of the public images fixed at construction. Then ``l = (1/K)
-sum_k l_k`` (unweighted, line 10), the weighted average ``w^{t+1}`` (line 9)
-is loaded and fine-tuned to minimise ``MSE(f(x; w), l(x))`` on the public
-set (line 11) with SGD, lr 0.0005, momentum 0.9, weight decay 5e-4 (Sec.
-3.5), for ``kd_epochs`` passes (0 skips the fine-tuning) in batches of
-``kd_batch_size``, in an order fixed by the run seed. Choice: the
-fine-tuning runs in eval mode, i.e. BatchNorm running statistics stay the
-clients' aggregate (the reference code fine-tunes in train mode; here the
-teachers' features are computed with running statistics too, so student and
-teachers are compared like for like, and a few hundred public images do not
-overwrite the statistics learnt from all clients' data). The extra model is
-built for the call and freed at its end, and its random initialisation
-(overwritten anyway) does not consume the global random state.
+**KD (Sec. 5.2, Alg. 3 lines 7-11).** The soft labels are **features**, not class probabilities: the clients'
+classifiers are local and of different sizes, so the only output every client model and the global model share is
+the retrieval feature (:meth:`ReIDModel.forward`); the reference code likewise distils the 512-d embedding with an
+MSE loss.  The server computes them **itself**, running each uploaded shared state in one extra model on the public
+set: nothing beyond the FedPav upload is transmitted (Fig. 3b also has the server generate them), and ``aggregate``
+stays a pure function of the uploads and of the public images fixed at construction.  Then ``l = (1/K) sum_k l_k``
+(unweighted, line 10), and the weighted average ``w^{t+1}`` (line 9) is fine-tuned to minimise ``MSE(f(x; w), l(x))``
+on the public set (line 11) with SGD, lr 0.0005, momentum 0.9, weight decay 5e-4 (Sec. 3.5), for ``kd_epochs``
+passes (0 skips it) in batches of ``kd_batch_size``, in an order fixed by the run seed.  Choice: the fine-tuning runs
+in eval mode, so BatchNorm running statistics stay the clients' aggregate (the reference code fine-tunes in train
+mode; here the teachers' features use running statistics too, so student and teachers compare like for like, and a
+few hundred public images do not overwrite statistics learnt from all clients' data).  The extra model is built for
+the call and freed at its end; its random initialisation does not consume the global random state.
 
-**CC (Sec. 5.1, Alg. 2).**  Each round the server loads each upload into the
-extra model, extracts features of one fixed public batch (the first
-``public_batch`` public images; Sec. 5.1: one batch of 32), L2-normalises each
-image's feature and concatenates them into one vector per client (the cosine
-similarity of two such vectors is the mean per-image cosine similarity of
-the two models), and runs **one** step of FINCH from singletons
-(:func:`~privreid.federated.clustering.first_partition`).  Within each
-cluster ``c`` it aggregates with the method's weighting normalised inside the
-cluster, ``w_c = sum_{k in c} p_k w_k / sum_{k in c} p_k`` (Alg. 2 line 12;
-the sums printed over ``S_t`` can only mean the cluster, as in Fig. 3a), and
-each member starts its next round from ``w_c`` (line 6); a client that
-sits rounds out (``--client-fraction`` < 1) keeps the model of the last
-cluster it was in, and a client never clustered yet gets the global model.
+**CC (Sec. 5.1, Alg. 2).**  Each round the server runs each upload in the extra model on one fixed public batch (the
+first ``public_batch`` public images; Sec. 5.1: one batch of 32), L2-normalises each image's feature and
+concatenates them into one vector per client (the cosine similarity of two such vectors is the mean per-image cosine
+similarity of the two models), and runs **one** step of FINCH from singletons
+(:func:`~privreid.federated.clustering.first_partition`).  Within each cluster ``c`` it aggregates with the method's
+weighting normalised inside the cluster, ``w_c = sum_{k in c} p_k w_k / sum_{k in c} p_k`` (Alg. 2 line 12; the sums
+printed over ``S_t`` can only mean the cluster, as in Fig. 3a), and each member starts its next round from ``w_c``
+(line 6); a client that sits rounds out keeps the model of its last cluster, one never clustered gets the global one.
 
-* Global model (used for the unseen-domain evaluation and saved as the
-  checkpoint's ``global_state``): the paper defines none for CC ("Client
-  clustering obtains multiple global models ... we focus on evaluating
-  personalized local models").  privreid's is the weighted average of all
-  uploads of the round, which is also the cluster models averaged with their
-  clusters' total weights -- what FedPav (or FedPav-CDW) would have produced.
-  CC's headline numbers are the local (seen-domain) evaluations of the
-  clients' personalised models: as for every method of this module, each
-  client's "local model" (Sec. 4.1: the model trained in the client before
-  uploading), kept by the engine (``keeps_trained_model``).
-* Delivery and resumability: the cluster model of each member is
-  per-client server state (:class:`~privreid.federated.strategy.RoundResult`):
-  ``aggregate`` returns it, the engine keeps and checkpoints it, and
-  :meth:`ClusteredAverage.configure` transmits it at the client's next
-  participation (the global model before its first clustering), so a resumed
-  run continues exactly.  Members of one cluster share the same tensors, so
-  the server holds one model per cluster, not per client (in RAM, and in the
-  checkpoint: up to one shared model per client when every client is its own
-  cluster).  Limitation: upload-side beta noise (``--beta-mode upload``)
-  noises the global state only, not the cluster models (download-side noise,
-  on the model each client starts from, does apply).
+* Global model (unseen-domain evaluation, the checkpoint's ``global_state``): the paper defines none for CC ("Client
+  clustering obtains multiple global models ... we focus on evaluating personalized local models").  privreid's is
+  the weighted average of all uploads of the round (equally the cluster models averaged with their clusters' total
+  weights) -- what FedPav (or FedPav-CDW) would have produced.  CC's headline numbers are the seen-domain evaluations
+  of each client's "local model" (Sec. 4.1: trained in the client before uploading; ``keeps_trained_model``), as for
+  every method of this module.
+* Delivery and resumability: each member's cluster model is per-client server state
+  (:class:`~privreid.federated.strategy.RoundResult`), checkpointed by the engine and transmitted by
+  :meth:`ClusteredAverage.configure` at the client's next participation, so a resumed run continues exactly.  Members
+  of one cluster share the same tensors: one model per cluster, not per client (in RAM and in the checkpoint).
+  Limitation: upload-side beta noise (``--beta-mode upload``) noises the global state only, not the cluster models
+  (download-side noise, on the model each client starts from, does apply).
 
-Deviations from the printed algorithms: Alg. 2 line 23 returns ``w^t``, the
-copy saved *before* training, and line 22 stores ``v^t``; these are read as
-typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
+Deviations from the printed algorithms: Alg. 2 line 23 returns ``w^t``, the copy saved *before* training, and line 22
+stores ``v^t``; these are read as typos for the trained ``w`` and ``v`` (Alg. 3 lines 21-22, and Sec. 5.3 step 2).
 """
 
 from __future__ import annotations

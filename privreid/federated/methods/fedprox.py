@@ -1,51 +1,38 @@
 """FedProx+D: FedAvg with a proximal term in the local objective.
 
-Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, "Federated Optimization in
-Heterogeneous Networks", MLSys 2020, Algorithm 2 / Eq. (2): client ``k``
-(approximately) minimises
+Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, "Federated Optimization in Heterogeneous Networks", MLSys 2020,
+Algorithm 2 / Eq. (2): client ``k`` (approximately) minimises
 
     h_k(w; w^t) = F_k(w) + (mu / 2) * ||w - w^t||^2
 
-where ``F_k`` is its usual local loss and ``w^t`` the global model it received
-at the start of round ``t``.  The term pulls the local model back towards the
-global one and limits client drift under heterogeneous (non-IID) data; the
-server aggregates exactly as FedAvg.
+where ``F_k`` is its usual local loss and ``w^t`` the global model it received at the start of round ``t``.  The term
+pulls the local model back towards the global one, limiting client drift under non-IID data; the server aggregates
+exactly as FedAvg.
 
 "+D" (SKA, paper 000, Table 2): the identity classifier is local.
 
-How it differs from ``fedpav``: same policy (classifier local, everything else
-shared, BatchNorm running statistics included), same server strategy
-(data-volume average); the only change is the client objective, FedPav's
-identity (+ optional triplet) loss plus the proximal term above.  With
-``mu=0`` it is exactly ``fedpav``.
+Versus ``fedpav``: same policy (classifier local, everything else shared, BatchNorm running statistics included) and
+server strategy (data-volume average); only the client objective adds the proximal term.  With ``mu=0`` it is exactly
+``fedpav``.
 
 Details:
 
-* The term runs over the **shared parameters only** (``model.named_parameters()``
-  whose names are keys of the global state, i.e. not the local classifier and
-  not buffers such as BatchNorm running statistics, which are not optimised).
-  Frozen parameters (``requires_grad=False``, e.g. BNNeck's bias) are left
-  out; they cannot move.
-* The anchor ``w^t`` is ``ctx.global_state``, the global state as this client
-  received it (download-side beta noise, FedReID Eq. 15, perturbs the model
-  the client starts from, not the anchor).  It is moved to the training
-  device once per round, before the first step.  Memory: on
-  the CPU nothing (the anchors are the received tensors themselves, only
-  read); on an accelerator one copy of the shared parameters for the round.
-* The term is added to the loss at every step (the gradient
-  ``mu * (w - w^t)``), equivalent to FedProx's perturbed-gradient solver.  At
-  the first step ``w = w^t``, so the term and its gradient are zero; it acts
-  from the second local step on.
+* The term runs over the **shared parameters only** (``model.named_parameters()`` whose names are keys of the global
+  state: not the local classifier, not buffers).  Frozen parameters (``requires_grad=False``, e.g. BNNeck's bias) are
+  left out; they cannot move.
+* The anchor ``w^t`` is ``ctx.global_state``, the global state as this client received it (download-side beta noise,
+  FedReID Eq. 15, perturbs the model the client starts from, not the anchor), moved to the training device once per
+  round.  Memory: on the CPU nothing (the anchors are the received tensors, only read); on an accelerator one copy of
+  the shared parameters for the round.
+* The term is added to the loss at every step (the gradient ``mu * (w - w^t)``), equivalent to FedProx's
+  perturbed-gradient solver.  At the first step ``w = w^t``, so it acts from the second local step on.
 
-Personalised model (seen domains), as for the other "+D" baselines of SKA's
-Table 2: the model the client holds after the round's aggregation (the global
-model with its classifier), scored after each evaluated round for every
-client; ``load_model(ckpt, client=NAME)`` returns it.
+Personalised model (seen domains), as for SKA's other Table 2 "+D" baselines: the model the client holds after the
+round's aggregation (the global model with its classifier); ``load_model(ckpt, client=NAME)`` returns it.
 
-Option ``mu`` (``--opt mu=...``, default 0.01).  The SKA paper does not state
-the value it used.  FedProx selects ``mu`` per dataset from
-{0.001, 0.01, 0.1, 1}; 0.01 is a middle value of that grid, not a tuned one
-for ReID.  Tune it for a real comparison.
+Option ``mu`` (``--opt mu=...``, default 0.01).  The SKA paper does not state its value.  FedProx selects ``mu`` per
+dataset from {0.001, 0.01, 0.1, 1}; 0.01 is a middle value of that grid, not tuned for ReID.  Tune it for a real
+comparison.
 """
 
 from __future__ import annotations

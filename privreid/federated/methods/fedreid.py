@@ -1,53 +1,37 @@
 """FedReID (Wu & Gong, *Decentralised Learning from Independent Multi-Domain Labels*, paper 002).
 
-* Model: the client is an embedding network (backbone + neck, shared) and a
-  mapping network, the 2-FC head of Eq. 7 (FC -> BN -> ReLU -> Dropout -> FC),
-  which never leaves the client (model transform ``mlp_head``).  Its
-  activation is the reference code's ``LeakyReLU(0.1)`` (SunTongtongtong/FedReid
-  ``lib/model.py``, ``MLP``); ``--opt mapping_slope=0`` is Eq. 7's ReLU.  The
-  reference retrieves on the 2048-d pooled trunk feature with no neck
-  (``--neck none``, the paper preset) and its mapping network reads that
-  feature.
-* Selection: a random fraction C = 0.5 of the clients per round (Sec. 4),
-  ``ceil(C N)`` of them (Eq. 5).
-* Client-server collaboration (Eq. 8, the method's client start): on
-  receiving the server embedding theta^f, a client starts from the
-  half-average ``(theta^f + omega^f) / 2`` of the server's and its own
-  embedding as its last local training left it (on its first round it starts
-  from theta^f), with its own mapping network omega^c.
-* Local objective (Eq. 3): the identity loss (Eq. 10) plus the server
-  regularisation (Eq. 11-13), ``gamma * KL(Q || P)`` between the softened
-  (temperature T) predictions of the server copy, Q, and of the client
-  model, P, with T = 3 and gamma = T^2.  The server copy computes ``d'``
-  with theta^f and the client's mapping network omega^c (Eq. 12).  It starts
-  from the received theta^f, free of Eq. 15's noise, which goes on the
-  client's own start model (:mod:`privreid.defenses.beta_noise.mechanism`; with upload
-  noise theta^f is Eq. 14's noisy aggregate itself), and theta^f is
-  "optimised on-the-fly with Eq. (10)": the copy's identity loss trains the
-  copy's embedding only.  omega^c enters that loss detached, and its
-  BatchNorm statistics are updated on a throw-away copy, so the mapping
-  network is trained by the client's own losses alone.  The copy is never
-  transmitted.  Choice: Q is the teacher, so the KL term does not
-  back-propagate into the copy.  Both identity losses use
-  ``--label-smoothing`` (the paper's Eq. 10 is plain cross-entropy: 0).
+* Model: the client is an embedding network (backbone + neck, shared) and a mapping network, the 2-FC head of Eq. 7
+  (FC -> BN -> ReLU -> Dropout -> FC), which never leaves the client (model transform ``mlp_head``).  Its activation
+  is the reference code's ``LeakyReLU(0.1)`` (SunTongtongtong/FedReid ``lib/model.py``, ``MLP``);
+  ``--opt mapping_slope=0`` is Eq. 7's ReLU.  The reference retrieves on the 2048-d pooled trunk feature with no neck
+  (``--neck none``, the paper preset) and its mapping network reads that feature.
+* Selection: a random fraction C = 0.5 of the clients per round (Sec. 4), ``ceil(C N)`` of them (Eq. 5).
+* Client-server collaboration (Eq. 8, the method's client start): on receiving the server embedding theta^f, a client
+  starts from the half-average ``(theta^f + omega^f) / 2`` of the server's and its own embedding as its last local
+  training left it (on its first round from theta^f), with its own mapping network omega^c.
+* Local objective (Eq. 3): the identity loss (Eq. 10) plus the server regularisation (Eq. 11-13),
+  ``gamma * KL(Q || P)`` between the softened (temperature T) predictions of the server copy, Q, and of the client
+  model, P, with T = 3 and gamma = T^2.  The server copy computes ``d'`` with theta^f and the client's mapping network
+  omega^c (Eq. 12).  It starts from the received theta^f, free of Eq. 15's noise, which goes on the client's own start
+  model (:mod:`privreid.defenses.beta_noise.mechanism`; with upload noise theta^f is Eq. 14's noisy aggregate
+  itself), and theta^f is "optimised on-the-fly with Eq. (10)": the copy's identity loss trains the copy's embedding
+  only.  omega^c enters that loss detached, and its BatchNorm statistics are updated on a throw-away copy, so the
+  mapping network is trained by the client's own losses alone.  The copy is never transmitted.  Choice: Q is the
+  teacher, so the KL term does not back-propagate into the copy.  Both identity losses use ``--label-smoothing`` (the
+  paper's Eq. 10 is plain cross-entropy: 0).
 * Server (Eq. 9): unweighted mean of the uploaded embeddings.
-* Privacy (Eq. 14/15): ``--beta`` with ``--beta-mode``, a defense available to
-  every method (:mod:`privreid.defenses.beta_noise.mechanism`): upload noise on the
-  aggregate theta^f, download noise on ``{(theta^f + omega^f) / 2, omega^c}``
-  (after this method's half-average), trainable parameters only.
+* Privacy (Eq. 14/15): ``--beta`` with ``--beta-mode``, a defense available to every method
+  (:mod:`privreid.defenses.beta_noise.mechanism`): upload noise on the aggregate theta^f, download noise on
+  ``{(theta^f + omega^f) / 2, omega^c}`` (after this method's half-average), trainable parameters only.
 
-Evaluation.  The global model is the server embedding theta^f ("at test
-time, the centralised server model is used", Sec. 3).  A client's
-personalised model, scored on its seen domain at every evaluated round for
-every client and returned by ``load_model(ckpt, client=NAME)``, is its client
-model as its last local training left it: its embedding omega^f (kept in
-its memory by the engine, ``keeps_trained_model``) with its mapping network;
-a client not selected yet has the server embedding.
+Evaluation.  The global model is the server embedding theta^f ("at test time, the centralised server model is used",
+Sec. 3).  A client's personalised model (``load_model(ckpt, client=NAME)``) is its client model as its last local
+training left it: its embedding omega^f (kept in its memory, ``keeps_trained_model``) with its mapping network; a
+client not selected yet has the server embedding.
 
-Cost: local training runs two embedding networks (client and server copy),
-about twice FedPav's compute; the client memory holds one embedding copy.
-The paper's learning rates (0.01 embedding, 0.1 mapping, decay 0.1 after 20
-rounds, Nesterov SGD) are ``--lr-backbone 0.01 --lr-head 0.1 --lr-step 20``.
+Cost: local training runs two embedding networks (client and server copy), about twice FedPav's compute; the client
+memory holds one embedding copy.  The paper's learning rates (0.01 embedding, 0.1 mapping, decay 0.1 after 20 rounds,
+Nesterov SGD) are ``--lr-backbone 0.01 --lr-head 0.1 --lr-step 20``.
 """
 
 from __future__ import annotations

@@ -1,66 +1,48 @@
 """MOON+D: model-contrastive federated learning.
 
-Li, He & Song, "Model-Contrastive Federated Learning", CVPR 2021, Eq. (1)-(3):
-the local objective is ``l_sup + mu * l_con`` with
+Li, He & Song, "Model-Contrastive Federated Learning", CVPR 2021, Eq. (1)-(3): the local objective is
+``l_sup + mu * l_con`` with
 
     l_con = -log( exp(sim(z, z_glob)/tau) / (exp(sim(z, z_glob)/tau) + exp(sim(z, z_prev)/tau)) )
 
-for every training image, where ``sim`` is the cosine similarity, ``z`` the
-representation of the image by the model being trained, ``z_glob`` by the
-global model the client received this round and ``z_prev`` by the client's
-own model at the end of its previous participation.  It pulls the local
-representation towards the global one and away from the previous local one,
-correcting client drift.  The server aggregates as FedAvg.
+for every training image, ``sim`` the cosine similarity, ``z`` the representation of the image by the model being
+trained, ``z_glob`` by the global model the client received this round and ``z_prev`` by the client's own model at the
+end of its previous participation: the local representation is pulled towards the global one and away from the
+previous local one, correcting client drift.  The server aggregates as FedAvg.
 
 "+D" (SKA, paper 000, Table 2): the identity classifier is local.
 
-How it differs from ``fedpav``: same policy (classifier local; backbone and
-neck shared, BatchNorm running statistics included) and same server strategy
-(data-volume average); only the client objective adds ``mu * l_con`` (batch
-mean).  With ``mu=0`` it is exactly ``fedpav``, and so it is in a client's
-first participation (below).
+Versus ``fedpav``: same policy (classifier local; backbone and neck shared, BatchNorm running statistics included)
+and same server strategy (data-volume average); only the client objective adds ``mu * l_con`` (batch mean).  With
+``mu=0``, and in a client's first participation (below), it is exactly ``fedpav``.
 
 Choices:
 
-* ``z`` is the model's **retrieval feature** (the neck output after its BN,
-  ``ReIDModel.forward``), i.e. the input of the identity classifier.  That is
-  MOON's "representation": the projection-head output that feeds the output
-  layer; the linear neck plays the projection head.
-* Defaults ``tau=0.5`` and ``mu=1``: MOON sets the temperature to 0.5 by
-  default and tunes ``mu`` over {0.1, 1, 5, 10}, reporting 1 as the best on
-  CIFAR-100 and Tiny-ImageNet (5 on CIFAR-10).  The SKA paper does not state
-  its values.  Options ``--opt mu=... --opt tau=...``.
-* The two reference models are frozen and run in inference mode: BatchNorm
-  normalises with their stored running statistics, which are never updated
-  (so the received global state and the stored previous state are only
-  read), and no graph is built (``torch.no_grad``).
-* First participation (no previous model, e.g. round 1): the contrastive term
-  is **skipped**, so the step is FedPav's.  The natural stand-in for a
-  missing previous model, the model the client starts from (the received
-  global model), gives ``z_prev == z_glob``, where the term is the constant
-  ``log 2`` with zero gradient (a test checks it): skipping changes the
-  reported loss, not the training.  The metric ``con_steps`` counts the steps
-  where the term was applied.
+* ``z`` is the model's **retrieval feature** (the neck output after its BN, ``ReIDModel.forward``), the input of the
+  identity classifier: MOON's "representation" is the projection-head output that feeds the output layer; the linear
+  neck plays the projection head.
+* Defaults ``tau=0.5`` and ``mu=1``: MOON's default temperature is 0.5, and it tunes ``mu`` over {0.1, 1, 5, 10},
+  reporting 1 as the best on CIFAR-100 and Tiny-ImageNet (5 on CIFAR-10).  The SKA paper does not state its values.
+  Options ``--opt mu=... --opt tau=...``.
+* The two reference models are frozen and run in inference mode: BatchNorm normalises with their stored running
+  statistics, never updated (the received global state and the stored previous state are only read), and no graph
+  is built (``torch.no_grad``).
+* First participation (no previous model, e.g. round 1): the contrastive term is **skipped**, so the step is
+  FedPav's.  The natural stand-in, the received global model, gives ``z_prev == z_glob``, where the term is the
+  constant ``log 2`` with zero gradient (a test checks it): skipping changes the reported loss, not the training.
+  The metric ``con_steps`` counts the steps where the term was applied.
 
-Personalised model (seen domains), as for the other "+D" baselines of SKA's
-Table 2: the model the client holds after the round's aggregation (the global
-model with its classifier), scored after each evaluated round for every
-client; ``load_model(ckpt, client=NAME)`` returns it.
+Personalised model (seen domains), as for SKA's other Table 2 "+D" baselines: the model the client holds after the
+round's aggregation (the global model with its classifier); ``load_model(ckpt, client=NAME)`` returns it.
 
-Memory.  No extra model instance is built.  The reference features come from
-``torch.func.functional_call(model, state, x)`` on the one resident model with
-two state dicts: the received global model (``ctx.global_state``; for this
-policy it holds every backbone and neck tensor) and the previous local model
-(``ctx.memory["prev_state"]``), both moved to the training device once per
-round.  Cost per client round: on the CPU no copy of the global state (it is
-only read) and none of the previous state (already on the CPU); on an
-accelerator two copies of the backbone+neck state; in every case two extra
-forward passes per step without activations kept for backward (roughly
-two thirds more compute per step).  Between rounds each client keeps one backbone+neck state
-in ``ctx.memory["prev_state"]``, in a file under the run directory
-(:mod:`privreid.federated.memory_store`, loaded while the client trains), so
-disk use, not host memory, grows by one model per client (ResNet-18 with a
-512-d neck: about 45 MB; ResNet-50: about 100 MB).
+Memory.  No extra model instance is built: the reference features come from ``torch.func.functional_call(model,
+state, x)`` on the resident model with two state dicts, the received global model (``ctx.global_state``; for this
+policy it holds every backbone and neck tensor) and the previous local model (``ctx.memory["prev_state"]``), moved
+to the training device once per round.  Cost per client round: on the CPU no copy of either state; on an accelerator
+two copies of the backbone+neck state; in every case two extra forward passes per step without activations kept for
+backward (roughly two thirds more compute per step).  Between rounds each client keeps one backbone+neck state in
+``ctx.memory["prev_state"]``, in a file under the run directory (:mod:`privreid.federated.memory_store`), so disk use,
+not host memory, grows by one model per client (ResNet-18 with a 512-d neck: about 45 MB; ResNet-50: about 100 MB).
 It never leaves the client.
 """
 

@@ -1,91 +1,64 @@
 """SKA: Selective Knowledge Aggregation (Wu & Gong, paper 000).
 
-Three components, each switchable for the Table 4 / 5 ablations with
-``--opt an=false``, ``--opt lsn=false``, ``--opt dual=false`` (all default
-true; ``--opt weighting=volume`` for the rows that equal Table 2's baselines,
-see "Ablations"):
+Three components, each switchable for the Table 4 / 5 ablations with ``--opt an=false``, ``--opt lsn=false``,
+``--opt dual=false`` (all default true; ``--opt weighting=volume`` for the rows that equal Table 2's baselines, see
+"Ablations"):
 
-* **Head** (Sec. 4.2: "two fully-connected layers ... for classification"):
-  the identity classifier is the authors' 2-FC mapping network (FC -> BN ->
-  LeakyReLU(0.1) -> Dropout -> FC, SunTongtongtong/FedReid ``lib/model.py``,
-  ``MLP``; model transform ``mlp_head``), local like every classifier and
-  reading the pooled trunk feature, which is also the retrieval feature with
-  ``--neck none`` (the paper preset; the reference's ``embedding_net_test``).
+* **Head** (Sec. 4.2: "two fully-connected layers ... for classification"): the identity classifier is the authors'
+  2-FC mapping network (FC -> BN -> LeakyReLU(0.1) -> Dropout -> FC, SunTongtongtong/FedReid ``lib/model.py``,
+  ``MLP``; model transform ``mlp_head``), local like every classifier and reading the pooled trunk feature, which is
+  also the retrieval feature with ``--neck none`` (the paper preset; the reference's ``embedding_net_test``).
   ``--opt head=linear`` is the base model's linear classifier.
-
-* **AN** (Sec. 3.2, Eq. 2): the second BatchNorm of every residual block is
-  attentive normalisation (:class:`privreid.models.attentive_norm.
-  AttentiveNorm2d`), model transform ``attentive_norm``.
-* **LSN** (Sec. 3.2): local-specific normalisation.  Every normalisation
-  layer of the trunk and neck (BN and AN: affine / mixture parameters, AN's
-  attention FC, running statistics) stays on the client with the identity
+* **AN** (Sec. 3.2, Eq. 2): the second BatchNorm of every residual block is attentive normalisation
+  (:class:`privreid.models.attentive_norm.AttentiveNorm2d`), model transform ``attentive_norm``.
+* **LSN** (Sec. 3.2): local-specific normalisation.  Every normalisation layer of the trunk and neck (BN and AN:
+  affine / mixture parameters, AN's attention FC, running statistics) stays on the client with the identity
   classifier; the key rule is FedBN's (:func:`.fedbn.is_norm_key`).
-* **Dual** (Sec. 3.3, Algorithm 1): each client also trains a *local
-  generalised* model (LG) of the same architecture next to its *local
-  specific* model (LS), both with the identity loss on the same batches.
+* **Dual** (Sec. 3.3, Algorithm 1): each client also trains a *local generalised* model (LG) of the same
+  architecture next to its *local specific* model (LS), both with the identity loss on the same batches.
 
 How Algorithm 1 maps onto privreid's engine (one resident model per client):
 
-* The resident model is LS.  It has the model transform ``dual_norm``, which adds
-  ``general_norms.*``: a second copy of every norm layer, unused by
-  ``forward``, holding **LG's norm layers**.  The policy keeps LS's norm keys
-  and the classifier local and shares everything else: LS's non-norm layers
-  plus LG's norm layers.  So the upload *is* ``SelectAgg(w_ls, w_lg)``
-  (Alg. 1 lines 17-23: norm layers from LG, the rest from LS), named in the
-  resident model's keys.
-* Server (line 6): the uniform mean ``1/K sum_k w_l^k``
-  (:class:`~..strategy.UniformAverage`); ``--opt weighting=volume`` uses
-  FedAvg's data-volume weights ``n_k / n`` instead (below, "Ablations").
-* Download (``SelectUpdate``, lines 25-31): the engine loads the global state
-  plus the client's local keys into the resident model: LS gets every
-  non-norm layer from the global model and keeps its own norms; LG's norms
-  (``general_norms.*``) get the global norms.  LG's non-norm layers are a
-  fresh copy of the global ones every round (``w_lg <- w_{t+1}``), trained
-  with :func:`torch.func.functional_call` on the resident module with LG's
-  tensors swapped in (LG's norm tensors *are* the resident
-  ``general_norms`` parameters and buffers, so their gradients and running
-  statistics land there).  After local training LG's non-norm layers are
-  dropped: SelectAgg never uses them and SelectUpdate overwrites them.
-  LG has its own identity classifier (local, kept in the client's memory,
-  never uploaded; ``w_{t+1}`` has no classifier to update it with).
-* Local objective: ``CE(LS) + CE(LG)`` on each batch.  The two parameter sets
-  are disjoint, so this is Alg. 1 lines 13-14 run simultaneously (plus the
-  triplet term on LS when ``--triplet-weight`` is set).  Both identity losses
-  use ``--label-smoothing`` (the paper does not mention smoothing: 0).
+* The resident model is LS.  Its model transform ``dual_norm`` adds ``general_norms.*``: a second copy of every norm
+  layer, unused by ``forward``, holding **LG's norm layers**.  The policy keeps LS's norm keys and the classifier
+  local and shares the rest: LS's non-norm layers plus LG's norm layers.  So the upload *is*
+  ``SelectAgg(w_ls, w_lg)`` (Alg. 1 lines 17-23: norm layers from LG, the rest from LS).
+* Server (line 6): the uniform mean ``1/K sum_k w_l^k`` (:class:`~..strategy.UniformAverage`);
+  ``--opt weighting=volume`` uses FedAvg's ``n_k / n`` instead ("Ablations").
+* Download (``SelectUpdate``, lines 25-31): the engine loads the global state plus the client's local keys: LS gets
+  every non-norm layer from the global model and keeps its own norms; LG's norms (``general_norms.*``) get the global
+  norms.  LG's non-norm layers are a fresh copy of the global ones every round (``w_lg <- w_{t+1}``), trained with
+  :func:`torch.func.functional_call` on the resident module with LG's tensors swapped in (LG's norm tensors *are* the
+  resident ``general_norms`` parameters and buffers, so their gradients and running statistics land there).  After
+  local training LG's non-norm layers are dropped: SelectAgg never uses them and SelectUpdate overwrites them.  LG has
+  its own identity classifier (local, kept in the client's memory, never uploaded; ``w_{t+1}`` has none).
+* Local objective: ``CE(LS) + CE(LG)`` on each batch.  The two parameter sets are disjoint, so this is Alg. 1 lines
+  13-14 run simultaneously (plus the triplet term on LS with ``--triplet-weight``).  Both identity losses use
+  ``--label-smoothing`` (the paper does not mention smoothing: 0).
 
 Evaluation (Sec. 3.1, 4.1):
 
-* Global model, for unseen domains (:func:`global_eval_state`): the
-  aggregated non-norm layers with the aggregated *generalised* norm layers
-  (``general_norms.*`` copied onto the forward norm keys).  Without Dual
-  ("Baseline+LSN(+AN)", Table 4 note) it is FedBN's construct: the average
-  of the clients' local-specific norm layers at the end of training.
-  Without LSN the global state already holds every layer.
-* Personalised model for seen domain ``k``: the LS model Algorithm 1
-  returns (line 8), i.e. after SelectUpdate (line 7): the aggregated
-  non-norm layers + client ``k``'s own local-specific norm layers (+ its
-  classifier, unused for retrieval).  The engine scores it after each
-  evaluated round's aggregation, for every client, and ``load_model(ckpt,
-  client=k)`` returns it (the engine's default personalisation,
-  ``keeps_trained_model=False``).  Without LSN it is the global model, so
-  "Baseline" rows score FedAvg+D's global model on seen domains.  LG's
-  norm layers are not part of it (Table 4's note: Dual does not affect
-  personalisation).
+* Global model, for unseen domains (:func:`global_eval_state`): the aggregated non-norm layers with the aggregated
+  *generalised* norm layers (``general_norms.*`` copied onto the forward norm keys).  Without Dual ("Baseline+LSN(+AN)",
+  Table 4 note) it is FedBN's construct: the average of the clients' local-specific norm layers at the end of
+  training.  Without LSN the global state already holds every layer.
+* Personalised model for seen domain ``k``: the LS model Algorithm 1 returns (line 8), after SelectUpdate (line 7):
+  the aggregated non-norm layers + client ``k``'s own local-specific norm layers (+ its classifier, unused for
+  retrieval); the engine's default personalisation (``keeps_trained_model=False``).  Without LSN it is the global
+  model, so "Baseline" rows score FedAvg+D's global model on seen domains.  LG's norm layers are not part of it
+  (Table 4's note: Dual does not affect personalisation).
 
-Uploads per round: the shared non-norm layers plus one set of norm layers,
-the same size as FedPav's; ``dual`` costs about twice FedPav's local compute.
+Uploads per round: the shared non-norm layers plus one set of norm layers, the size of FedPav's; ``dual`` costs
+about twice FedPav's local compute.
 
-Ablations.  The options ``an``, ``lsn``, ``dual`` (Table 4) change the policy
-and the model, so both are registered as functions of the run configuration
-(:func:`policy_for`, :func:`model_transforms_for`).  Table 4's "Baseline" and
-"Baseline+LSN" rows carry exactly the numbers of Table 2's FedAvg+D and
-FedBN+D, which weight by data volume, while Algorithm 1 (line 6) averages
-uniformly.  ``--opt weighting=volume`` makes the ablations coincide with
-those baselines: ``ska --opt an=false --opt lsn=false --opt dual=false
---opt weighting=volume --opt head=linear`` is ``fedavg`` (same model, policy,
-strategy and personalised model) and ``--opt an=false --opt dual=false --opt
-weighting=volume --opt head=linear`` is ``fedbn`` (its global model too).  The default stays
-Algorithm 1's uniform mean; the two differ only with unequal client sizes.
+Ablations.  ``an``, ``lsn``, ``dual`` (Table 4) change the policy and the model, so both are functions of the run
+configuration (:func:`policy_for`, :func:`model_transforms_for`).  Table 4's "Baseline" and "Baseline+LSN" rows carry
+exactly the numbers of Table 2's FedAvg+D and FedBN+D, which weight by data volume, while Algorithm 1 (line 6)
+averages uniformly.  ``--opt weighting=volume`` makes the ablations coincide with those baselines: ``ska --opt
+an=false --opt lsn=false --opt dual=false --opt weighting=volume --opt head=linear`` is ``fedavg`` (same model,
+policy, strategy and personalised model) and ``--opt an=false --opt dual=false --opt weighting=volume --opt
+head=linear`` is ``fedbn`` (its global model too).  The default stays Algorithm 1's uniform mean; the two differ only
+with unequal client sizes.
 """
 
 from __future__ import annotations
