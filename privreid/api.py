@@ -63,18 +63,14 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
              **load_options: Any) -> EvaluationResult:
     """Score ``model`` on every test set of ``data`` with :func:`~privreid.evaluation.model_eval.evaluate_model`.
 
-    ``model``: a :class:`~privreid.models.adapter.ReIDAdapter`, an ``nn.Module``
-    (its output is the feature) or a model file
-    (:func:`~privreid.models.external.load_any_model`; ``load_options`` go
-    there: ``arch``, ``mean``, ``std``, ``client`` ...).  ``height`` / ``width``
-    override the adapter's input size.  The keywords are ``privreid eval``'s
-    options: ``domains`` (the test sets to score, default all), ``flip``,
-    ``metric`` (``euclidean`` or ``cosine``), ``ap`` (``torchreid`` or
-    ``devkit``), ``single_gallery_shot``, ``mode`` and ``seq_len``
-    (visible-infrared and video data), ``interpolation`` (the test resize,
-    ``bilinear`` or ``bicubic``; default: the file's project's, see the load
-    report), ``precision`` and ``compile`` (:mod:`privreid.models.compilation`; the result's
-    ``compile_seconds``); the same values give the same numbers.  Quiet unless ``progress``.
+    ``model``: a :class:`~privreid.models.adapter.ReIDAdapter`, an ``nn.Module`` (its output is the feature) or a
+    model file (:func:`~privreid.models.external.load_any_model`, which gets ``load_options``: ``arch``, ``mean``,
+    ``std``, ``client`` ...).  ``height`` / ``width`` override the adapter's input size.  The keywords are
+    ``privreid eval``'s options: ``domains`` (default all), ``flip``, ``metric`` (``euclidean`` or ``cosine``),
+    ``ap`` (``torchreid`` or ``devkit``), ``single_gallery_shot``, ``mode`` and ``seq_len`` (visible-infrared and
+    video data), ``interpolation`` (``bilinear`` or ``bicubic``; default: the file's project's, see the load
+    report), ``precision`` and ``compile`` (:mod:`privreid.models.compilation`; the result's ``compile_seconds``).
+    Quiet unless ``progress``.
     """
     from privreid.evaluation.metric_registry import summary_keys
     from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model
@@ -147,12 +143,9 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
            **load_options: Any) -> AttackResult:
     """Adversarial queries against ``model`` on every test set of ``data`` (``privreid attack``'s campaign).
 
-    ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a
-    list; ``eps`` the L_inf budget in ``[0, 1]`` pixels; ``alpha`` the step
-    of the iterative attacks (default ``2.5 * eps / steps``: 2/255 at 8/255
-    and 10 steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  ``model``,
-    ``load_options``, ``domains``, ``interpolation``, ``precision`` and ``compile`` as :func:`evaluate`
-    (``privreid attack``'s options).
+    ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a list; ``eps`` the L_inf budget in
+    ``[0, 1]`` pixels; ``alpha`` the iterative attacks' step (default ``2.5 * eps / steps``: 2/255 at 8/255 and 10
+    steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  The rest as :func:`evaluate`.
     """
     from privreid.retrieval_attacks.campaign import attack_models
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
@@ -215,10 +208,8 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
             **load_options: Any) -> CorruptionResult:
     """R1 / mAP / mINP of ``model`` under CIL-ReID's corruption protocol (``privreid eval --corruption``).
 
-    See :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted` for the
-    protocol; ``side`` is what is corrupted (``query``, ``gallery``, ``both``).
-    Needs no gradients, so ONNX models work.  ``model``, ``load_options``, ``domains``, ``flip``, ``metric``
-    and ``interpolation`` as :func:`evaluate`.
+    Protocol: :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted`; ``side`` is what is corrupted
+    (``query``, ``gallery``, ``both``).  Needs no gradients, so ONNX models work.  The rest as :func:`evaluate`.
     """
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
     from privreid.evaluation.metric_registry import summary_keys
@@ -260,22 +251,16 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
            seed: int = 0, device: str = "cpu", progress: bool = False, **load_options: Any) -> InversionResult:
     """Reconstruct ``images`` from ``model``'s one-image training gradients (the ``full`` threat model).
 
-    The attacker observes the whole gradient of the identity loss (classifier
-    included) of one training step on each image with its ``labels`` entry:
-    :mod:`privreid.inversion.threat_models`, as ``privreid invert
-    --threat full``.  ``images``: ``(N, 3, H, W)`` in ``[0, 1]`` at the
-    model's input size.  ``method``: ``dlg``, ``idlg``, ``ig``
-    (:data:`privreid.INVERSION_ATTACKS`).  ``lr``: ``None`` = the recipe's.
-    ``options``: any further field of
-    :class:`privreid.inversion.InversionSettings` (the knobs of
-    ``privreid invert``: ``optimizer``, ``signed``, ``schedule``, ``tv``,
-    ``tv_form``, ``bn``, ``space``, ``start``, ``select``, ``restarts``,
-    ``batch``: consecutive images form one step's batch, ``local_steps``,
-    ``local_lr``, ``update``); the defaults are the strong recipe, and
-    ``InversionSettings.preset("l2rw-fig8")``'s fields are L2RW+'s.
-    Needs a classifier and gradients;
-    the shared-update threat models need a privreid checkpoint's federation
-    (``privreid invert``).  ``model`` and ``load_options`` as :func:`evaluate`.
+    The attacker observes the whole gradient of the identity loss (classifier included) of one training step on
+    each image with its ``labels`` entry (:mod:`privreid.inversion.threat_models`; ``privreid invert --threat
+    full``).  ``images``: ``(N, 3, H, W)`` in ``[0, 1]`` at the model's input size.  ``method``: ``dlg``, ``idlg``,
+    ``ig`` (:data:`privreid.INVERSION_ATTACKS`).  ``lr``: ``None`` = the recipe's.  ``options``: any further field
+    of :class:`privreid.inversion.InversionSettings` (``optimizer``, ``signed``, ``schedule``, ``tv``, ``tv_form``,
+    ``bn``, ``space``, ``start``, ``select``, ``restarts``, ``batch``: consecutive images form one step's batch,
+    ``local_steps``, ``local_lr``, ``update``); the defaults are the strong recipe, and
+    ``InversionSettings.preset("l2rw-fig8")``'s fields are L2RW+'s.  Needs a classifier and gradients; the
+    shared-update threat models need a privreid checkpoint's federation (``privreid invert``).  ``model`` and
+    ``load_options`` as :func:`evaluate`.
     """
     import torch
 
@@ -331,17 +316,13 @@ def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: s
     """Membership inference against ``model``: were these images (``level="image"``) or these people
     (``level="identity"``) in its training set?
 
-    ``members`` / ``nonmembers``: ``(image path, identity, ...)`` samples (an
-    :class:`~privreid.data.ImageDataset`'s samples work); at identity level
-    the images of one identity are one candidate, and an identity must not be
-    on both sides.  ``attack``: ``feature`` (image level: the prototype
-    margin, how much closer an image is to its identity's other images than
-    to any other identity; identity level: compactness minus the nearest
-    other identity's similarity) or ``loss`` (the classifier's
-    log-likelihood; a model without a classifier is refused: use
-    ``feature``): :mod:`privreid.auditing.membership_attacks`.  LiRA needs shadow models
-    trained like the target, which only ``privreid audit`` on privreid
-    checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
+    ``members`` / ``nonmembers``: ``(image path, identity, ...)`` samples (an :class:`~privreid.data.ImageDataset`'s
+    samples work); at identity level the images of one identity are one candidate, and an identity must not be on
+    both sides.  ``attack`` (:mod:`privreid.auditing.membership_attacks`): ``feature`` (image level: the prototype
+    margin, how much closer an image is to its identity's other images than to any other identity; identity level:
+    compactness minus the nearest other identity's similarity) or ``loss`` (the classifier's log-likelihood; a model
+    without a classifier is refused).  LiRA needs shadow models trained like the target, which only ``privreid
+    audit`` on privreid checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
     """
     from privreid.auditing.given import audit_given
 
@@ -376,15 +357,12 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     """Several models on the same test sets: ``privreid compare``, for privreid checkpoints, model files
     from elsewhere and models in memory (adapters, ``nn.Module``) side by side.
 
-    ``data``: a ``--data`` value (or a list of them); default: the first
-    privreid checkpoint's data.  ``suites`` other than ``clean``
-    (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid
-    checkpoints) write a report into ``out``, with ``suite_options`` the
-    fields of :class:`privreid.comparison.SuiteSettings` (``attacks``,
-    ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...).
-    Nothing is written without ``out``.  ``arch``, ``height``, ``width``,
-    ``mean``, ``std`` and ``interpolation`` say how to read model files from
-    elsewhere, as ``privreid compare``'s options of those names; ``announce(line)`` gets each such file's load line.
+    ``data``: a ``--data`` value (or a list of them); default: the first privreid checkpoint's data.  ``suites``
+    other than ``clean`` (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid checkpoints) write
+    a report into ``out``, with ``suite_options`` the fields of :class:`privreid.comparison.SuiteSettings`
+    (``attacks``, ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...); nothing is written
+    without ``out``.  ``arch``, ``height``, ``width``, ``mean``, ``std`` and ``interpolation`` read model files from
+    elsewhere, as ``privreid compare``'s options; ``announce(line)`` gets each such file's load line.
     """
     from privreid.comparison import compare_checkpoints
 
