@@ -1,8 +1,7 @@
 """String parsing of configuration values: the one boolean rule, JSON where it parses, and a field's type.
 
 Used by ``--set`` (:mod:`privreid.config.sets`), presets, method options
-(:func:`privreid.federated.method_options.parse_options`) and the type check of a
-configuration read from a file (:meth:`privreid.config.RunConfig.from_dict`).
+(:func:`privreid.federated.method_options.parse_options`) and :meth:`privreid.config.RunConfig.from_dict`.
 """
 
 from __future__ import annotations
@@ -50,9 +49,8 @@ def expected(tp: Any) -> str:
 def parse_value(value: Any, tp: Any) -> Any:
     """``value`` (a string as typed, or a YAML/JSON scalar) as type ``tp``; :class:`ValueError` says what it needs.
 
-    ``tp``: ``bool`` (:func:`parse_bool`), ``int``, ``float``, ``str``,
-    ``X | None`` (``none``/``null`` is ``None``), ``list[str]`` (a JSON list
-    or comma-separated), ``dict`` (a JSON object) and ``Any`` (JSON where it
+    ``tp``: ``bool`` (:func:`parse_bool`), ``int``, ``float``, ``str``, ``X | None`` (``none``/``null`` is
+    ``None``), ``list[str]`` (a JSON list or comma-separated), ``dict`` (a JSON object) and ``Any`` (JSON where it
     parses, else the string).
     """
     origin, args = typing.get_origin(tp), typing.get_args(tp)

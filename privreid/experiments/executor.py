@@ -1,24 +1,19 @@
 """Many runs, one executor: one after another in this process (``local``) or as Ray Tune trials (``ray``).
 
-Each run is an ordinary privreid run, trained by the function ``privreid train`` calls
-(:func:`privreid.training.train_run`) into ``OUT/<run.name>/``; the run directory is the source of truth,
-Tune's own directory (``OUT/.tune/``) is bookkeeping only.  :func:`execute`:
+Each run is an ordinary privreid run (:func:`privreid.training.train_run`, as ``privreid train``) into
+``OUT/<run.name>/``, the source of truth; Tune's ``OUT/.tune/`` is bookkeeping only.  :func:`execute`:
 
 * refuses bad settings and runs in one line before anything starts;
-* writes the plan ``OUT/runs.json`` (:data:`privreid.experiments.status.PLAN_FILE`: every run, and the
-  ``error:`` line of each that failed), which ``privreid status OUT`` reads;
-* skips finished runs (a readable ``summary.json``) and resumes interrupted ones from their checkpoints, so
-  rerunning the same command after a stop, a crash or a driver killed with ``kill -9`` continues the work and
-  trains no finished run again;
-* retries a run that fails (``retries`` times, from its checkpoint), then records it as failed with its one
-  error line while the other runs go on;
-* gives every run ``cpus_per_run`` torch threads under either executor, so a run's bits do not depend on the
-  executor that ran it.
+* writes the plan ``OUT/runs.json`` (:data:`privreid.experiments.status.PLAN_FILE`: every run, and the ``error:``
+  line of each that failed), which ``privreid status OUT`` reads;
+* skips finished runs (a readable ``summary.json``) and resumes interrupted ones from their checkpoints, so rerunning
+  the command after a stop, a crash or ``kill -9`` of the driver trains no finished run again;
+* retries a failing run ``retries`` times from its checkpoint, then records its one error line while the others go on;
+* gives every run ``cpus_per_run`` torch threads under either executor, so its bits do not depend on the executor.
 
-Ray is imported only for ``kind="ray"``: trials are ``tune.with_resources(..., {"cpu": C, "gpu": G})``
-(fractional GPUs pack runs on one device), at most ``max_concurrent`` at a time; ``RAY_ADDRESS`` joins a
-cluster, whose workers must see ``OUT`` (a shared filesystem): a worker that cannot stops the sweep with one
-line saying so.
+Ray is imported only for ``kind="ray"``: trials are ``tune.with_resources(..., {"cpu": C, "gpu": G})`` (fractional
+GPUs pack runs on one device), at most ``max_concurrent`` at a time; ``RAY_ADDRESS`` joins a cluster, whose workers
+must see ``OUT`` (a shared filesystem): a worker that cannot stops the sweep with one line saying so.
 """
 
 from __future__ import annotations

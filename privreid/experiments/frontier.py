@@ -1,13 +1,10 @@
 """The privacy/utility (and robustness/utility) frontier of a sweep, read at a glance.
 
-For every pair of a utility metric (mAP seen / unseen) and a privacy or
-robustness measure (ε, inversion PSNR or feature cosine, membership TPR at
-1% FPR, mAP under PGD, a backdoor's ASR), :func:`write_frontier` plots one
-point per cell of the sweep at its mean over seeds with ± one standard
-deviation as error bars on both axes, labels each point by its setting,
-and marks the Pareto front: the cells no other cell beats on both axes at
-once.  A cell with failed runs is drawn hollow and red with the count in its
-label; a cell without a number (every run failed) is named under the axes.
+For every pair of a utility metric (mAP seen / unseen) and a privacy or robustness measure (ε, inversion PSNR or
+feature cosine, membership TPR at 1% FPR, mAP under PGD, a backdoor's ASR), :func:`write_frontier` plots one point
+per cell at its mean over seeds with ± one standard deviation as error bars on both axes, labels it by its setting,
+and marks the Pareto front (the cells no other cell beats on both axes at once).  A cell with failed runs is drawn
+hollow and red with the count in its label; one without a number (every run failed) is named under the axes.
 ``frontier.csv`` / ``frontier.json`` hold the same points.
 """
 

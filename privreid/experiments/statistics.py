@@ -1,12 +1,9 @@
 """The spread of a cell's metric over seeds: mean, sample standard deviation, n and a Student-t 95% interval.
 
-A cell is one setting of a sweep's grid or one cell of a paper table; its
-runs differ only in their seed.  :func:`describe` summarises the values of
-one metric; :func:`cell_statistics` groups a sweep's run outcomes by cell and
-describes every metric of each.  The interval is the mean's 95% confidence
-interval under a normal model, ``mean ± t(0.975, n - 1) · s / √n``, given
-only for n ≥ 3 (with two seeds its half-width is 12.7 standard errors: no
-reading survives it).
+A cell is one setting of a sweep's grid or one cell of a paper table; its runs differ only in their seed.
+:func:`describe` summarises one metric's values; :func:`cell_statistics` groups a sweep's run outcomes by cell and
+describes every metric of each.  The interval is the mean's 95% confidence interval under a normal model,
+``mean ± t(0.975, n - 1) · s / √n``, given only for n ≥ 3 (with two seeds its half-width is 12.7 standard errors).
 """
 
 from __future__ import annotations
