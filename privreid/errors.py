@@ -1,13 +1,8 @@
 """User-facing errors.
 
-Anything raised as a :class:`PrivreidError` is a problem with the user's input
-(a missing dataset, a bad flag, an unreadable checkpoint).  The CLI prints its
-message on one line and exits with status 2; library users can catch it.
-
-The messages name command-line flags.  A Python function whose keywords are
-those flags (``train_run(..., overwrite=True)`` for ``--overwrite``) is
-decorated with :func:`python_errors`, which, outside the command line (no
-click context is active), names its keywords instead in an error it raises.
+A :class:`PrivreidError` is a problem with the user's input (a missing dataset, a bad flag, an unreadable
+checkpoint): the CLI prints its message on one line and exits with status 2.  The messages name command-line flags;
+outside the command line, :func:`python_errors` names the keywords instead (``overwrite=True`` for ``--overwrite``).
 """
 
 from __future__ import annotations

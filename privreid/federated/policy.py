@@ -1,12 +1,8 @@
 """Parameter policies: which state keys leave the client.
 
-A method's policy partitions a model's ``state_dict`` into
-
-* **shared** keys, uploaded to and aggregated by the server, and
-* **local** keys, which never leave the client (identity classifiers in FedPav,
-  local-specific normalisation in SKA, FedARKS' part branch, ...).
-
-The engine only ever uploads ``policy.shared(state)``; a test asserts it.
+A method's policy partitions a model's ``state_dict`` into **shared** keys, uploaded to and aggregated by the
+server, and **local** keys, which never leave the client (FedPav's identity classifiers, SKA's local-specific
+normalisation, FedARKS' part branch, ...).  The engine only ever uploads ``policy.shared(state)``; a test asserts it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """What ``--resume`` accepts: the checkpoint's configuration, bar settings that do not change results.
 
-``rounds`` may grow (continue a finished run for more rounds) but not fall
-below the rounds the checkpoint has completed.  ``device`` may change
-between spellings of the same device (``auto`` on a machine without CUDA is
-``cpu``), and ``num_workers`` (data-loading processes) and ``eval_every``
-(the evaluation cadence: every round's randomness is seeded afresh from
-the run's seed and the round, :func:`privreid.seeding.derive_seed`, so an
-evaluation between rounds does not change what the next round trains) may
-change freely: none of them changes the trained model.
+``rounds`` may grow (continue a finished run) but not fall below the rounds completed.  ``device`` may change
+between spellings of the same device (``auto`` without CUDA is ``cpu``); ``num_workers`` and ``eval_every`` may
+change freely (every round's randomness is seeded afresh from the seed and the round,
+:func:`privreid.seeding.derive_seed`, so an evaluation between rounds does not change what the next round trains).
 """
 
 from __future__ import annotations
