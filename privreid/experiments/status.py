@@ -1,18 +1,16 @@
 """Where a sweep or a table stands, read from its directory alone (no Ray needed to look).
 
-:func:`privreid.experiments.executor.execute` writes the plan, ``OUT/runs.json`` (every run's name, cell,
-seed and rounds, and the one ``error:`` line of each run that failed); everything else is read from the run
-directories ``OUT/<run>/`` as ``privreid train`` writes them:
+:func:`privreid.experiments.executor.execute` writes the plan, ``OUT/runs.json`` (every run's name, cell, seed and
+rounds, and each failed run's ``error:`` line); the rest is read from the run directories ``OUT/<run>/``:
 
 * done: ``summary.json`` (written last, atomically);
 * running: its lock ``.privreid.lock`` is held (:class:`privreid.rundir.RunLock`);
 * failed: named in the plan's failures and not running;
 * queued: the rest (a run with a checkpoint resumes from it).
 
-The round is the last one in ``metrics.jsonl``; the key metric the last global (else local) seen mAP; the ETA
-comes from the finished rounds: the seconds per round of the current attempt (from ``env.json``, rewritten at
-each start, to the last ``metrics.jsonl`` record), else of the finished runs (``summary.json``'s
-``wall_time_s``), times the rounds left.
+The round is the last one in ``metrics.jsonl``; the key metric the last global (else local) seen mAP; the ETA: the
+rounds left times the seconds per round of the current attempt (from ``env.json``, rewritten at each start, to the
+last ``metrics.jsonl`` record), else of the finished runs (``summary.json``'s ``wall_time_s``).
 """
 
 from __future__ import annotations

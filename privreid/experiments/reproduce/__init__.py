@@ -1,13 +1,11 @@
 """``privreid reproduce``: run every cell of a paper's table and write it beside the published numbers.
 
-:data:`TABLES` lists the tables; ``published.yaml`` holds the papers' numbers. :func:`run_table` trains every
-run into ``OUT/runs/<run>/`` (finished runs skipped, checkpointed ones resumed, as ``sweep``), evaluates every
-cell (cached beside the run), and writes ``OUT/table.md`` / ``table.csv`` (and ``figure.png``) in the paper's
-layout: privreid's number, the published one, their difference; comparators privreid lacks stay as "not
-implemented" rows. ``scale="smoke"``: synthetic data, tiny budgets, the stand-ins of
-:mod:`privreid.data.synthetic_dg`: the code path, not comparable numbers. ``scale="paper"``: the paper presets
-and the real datasets under ``data_root`` (one folder per ``--format`` name), refused up front when one is
-missing.
+:data:`TABLES` lists the tables; ``published.yaml`` holds the papers' numbers. :func:`run_table` trains every run
+into ``OUT/runs/<run>/`` (as ``sweep``), evaluates every cell (cached beside the run), and writes ``OUT/table.md`` /
+``table.csv`` (and ``figure.png``) in the paper's layout: privreid's number, the published one, their difference;
+comparators privreid lacks stay as "not implemented" rows. ``scale="smoke"``: synthetic data, tiny budgets, the
+stand-ins of :mod:`privreid.data.synthetic_dg` (the code path, not comparable numbers). ``scale="paper"``: the paper
+presets and the real datasets under ``data_root`` (one folder per ``--format`` name), refused up front if missing.
 """
 
 from __future__ import annotations
@@ -128,9 +126,7 @@ def _values(spec: TableSpec, scale: str, out: Path, data_root, device: str, seed
 
 def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> TableSpec:
     """Table ``key``'s spec if it runs at ``scale`` (with ``data_root`` at paper scale); ConfigError if not.
-
-    ``check_data=False`` (a dry run without ``--data-root``) skips the datasets.
-    """
+    ``check_data=False`` (a dry run without ``--data-root``) skips the datasets."""
     if key not in TABLES:
         raise ConfigError(f"unknown table {key!r}; `privreid reproduce --list` names them: {', '.join(TABLES)}")
     spec = TABLES[key]

@@ -1,11 +1,10 @@
 """L2RW+ Fig. 8 (paper 003, "Discussion on privacy"): iDLG on one visible and one infrared subject, per model.
 
-The paper inverts one subject's gradient with iDLG [59] (Adam, lr 0.01, 200 iterations), shows the
-bilateral- and Laplacian-filtered views, and compares the feature cosine of subject and reconstruction between
-DNS and I-DPPT. privreid attacks each checkpoint with :mod:`privreid.inversion` under ``full``, with the run's
-defenses (none here). Subjects are fixed by the data: the first training image (path order) of each modality
-among the run's clients (:func:`subject_path`), each attacked through its client with its label. Cached beside
-the run (``inversion-<modality>.json`` scores, ``.pt`` images).
+The paper inverts one subject's gradient with iDLG [59] (Adam, lr 0.01, 200 iterations), shows the bilateral- and
+Laplacian-filtered views, and compares the feature cosine of subject and reconstruction between DNS and I-DPPT.
+privreid attacks each checkpoint with :mod:`privreid.inversion` under ``full``, with the run's defenses (none here).
+Subjects: the first training image (path order) of each modality among the run's clients (:func:`subject_path`),
+each attacked through its client with its label. Cached beside the run (``inversion-<modality>.json``, ``.pt``).
 """
 
 from __future__ import annotations
