@@ -1,8 +1,7 @@
 """Method registry.
 
-A method = parameter policy + client update + server strategy (docs/architecture.md).
-Each method module builds a :class:`Method` and calls :func:`register`; the
-engine looks methods up by name and never imports a method module.
+A method = parameter policy + client update + server strategy (docs/architecture.md). Each method module builds a
+:class:`Method` and calls :func:`register`; the engine looks methods up by name and never imports a method module.
 """
 
 from __future__ import annotations
@@ -31,35 +30,30 @@ class Method:
     Attributes:
         name: registry key (``--method NAME``).
         summary: one line for ``--help`` and reports.
-        policy: which state keys are shared / local (or ``config -> policy`` when method options change it, as SKA's
-            ablations do).
+        policy: which state keys are shared / local (or ``config -> policy``, for SKA's ablations).
         make_client_update: ``config -> callable(ClientContext) -> metrics``.
         make_strategy: ``(config, model_config) -> Strategy``: what each client receives (``Strategy.configure``;
             default: the global state) and how the server combines the uploads (``Strategy.aggregate``).
             ``model_config`` is the clients' network (:meth:`model_config`, its defenses' model transforms included:
             DP-SGD's group_norm), for a server that runs the uploaded states (FedPav-KD/CC); build the strategy with
             :meth:`strategy`, which passes it.
-        has_global_model: whether the run produces a global model (standalone training evaluates its clients'
-            models instead).
-        communicates: whether rounds involve client-server transfers (False for centralised training, whose
-            "client" is the data centre).
-        prepare_clients: optional rewrite of the client list before training (centralised training pools all
-            clients into one).
+        has_global_model: whether the run produces a global model (standalone training evaluates its clients').
+        communicates: whether rounds involve client-server transfers (False for centralised training).
+        prepare_clients: optional rewrite of the client list before training (centralised training pools them).
         make_prepare_clients: ``config -> prepare_clients or None``, for client rewrites that depend on the options
             (DPPT's shared classifier relabels identities with global labels); see :meth:`prepare_clients_for`.
         make_client_start: ``config -> ClientStart``: what a client does with what it received before training
             (FedReID's half-average, paper 002 Eq. 8; default: train the loaded model as it is).  Client-side
             defenses wrap it (FedReID's Eq. 15 noise, :mod:`privreid.defenses.beta_noise.mechanism`).
-        global_eval_state: ``(global_state, client_states) -> state`` loaded to evaluate the global model, for
-            methods whose global model needs local keys (default: the global state).
+        global_eval_state: ``(global_state, client_states) -> state`` to evaluate the global model with, for methods
+            whose global model needs local keys (default: the global state).
         options: a frozen dataclass (fields with defaults); values come from ``TrainConfig.method_options``
             (``--opt key=value``), parsed by :func:`~privreid.federated.method_options.parse_options`.
         model_transforms: the transforms the method's network needs on top of the base model
             (:mod:`privreid.models.transforms`; FedReID's 2-FC head: ``("mlp_head",)``), as transforms, names or
             ``to_config()`` dicts, or ``config -> transforms`` (SKA's ablations).  Defenses add theirs in ``wrap``.
-        client_fraction: the default fraction C of clients per round (``--client-fraction`` overrides it).
-        triplet_weight: the default weight of the batch-hard triplet loss (``--triplet-weight`` overrides it;
-            FedARKS Eq. 2: 1).
+        client_fraction: the default fraction C of clients per round (``--client-fraction``).
+        triplet_weight: the default weight of the batch-hard triplet loss (``--triplet-weight``; FedARKS Eq. 2: 1).
         keeps_trained_model: which model a client's personalised (``scope: "local"``) metrics score, and
             ``load_model(ckpt, client=...)`` returns (:func:`privreid.checkpoint.personal_state`):
 
@@ -150,9 +144,8 @@ class Method:
     def build_model(self, config: RunConfig, *, initial_weights: bool = True):
         """The network this method trains under ``config`` (:meth:`model_config`), with ``config.model``'s weights.
 
-        ``initial_weights=False`` skips ``--pretrained`` / ``--weights``: the
-        parameter names, shapes and trainable flags are the same, which is all
-        that callers asking "what does this method's model look like" need.
+        ``initial_weights=False`` skips ``--pretrained`` / ``--weights`` (names, shapes and trainable flags are the
+        same).
         """
         from privreid.models import build_from_config
 

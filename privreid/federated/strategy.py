@@ -58,11 +58,10 @@ class RoundResult:
 class Accumulator:
     """One round's aggregation on the server: :meth:`add` each upload once, as it arrives, then :meth:`result`.
 
-    The seam between the engine and a strategy.  The engine never holds a round's uploads: it asks the strategy for a
-    fresh accumulator (:meth:`Strategy.accumulator`), hands it every upload as it arrives (after its own checks and
-    byte counting) and drops it; ``result()`` is called once, after the round's last upload, with the server's random
-    stream seeded for the round.  An accumulator keeps a running sum (:class:`WeightedSum`) or the whole list
-    (:class:`KeepUploads`).
+    The engine never holds a round's uploads: it hands a fresh accumulator (:meth:`Strategy.accumulator`) every upload
+    as it arrives (after its own checks and byte counting) and drops it; ``result()`` is called once, after the last
+    upload, with the server's random stream seeded for the round.  An accumulator keeps a running sum
+    (:class:`WeightedSum`) or the whole list (:class:`KeepUploads`).
 
     Wrapper strategies (defenses, secure aggregation) return their own accumulator around the inner one: they may
     transform each upload (clip, mask) or the result (add noise), and one that must see only the sum can require a
@@ -217,11 +216,8 @@ class WeightedSum(Accumulator):
 
 
 def weighted_average(uploads: list[Upload], weights: list[float], bn_buffers: str = "average") -> StateDict:
-    """``sum_k w_k * state_k / sum_k w_k`` for floating tensors (see :class:`WeightedSum`, also for ``bn_buffers``).
-
-    For strategies whose weights depend on every upload at once (CDW, KS):
-    the weights are known up front, so the fold is the same as streaming.
-    """
+    """``sum_k w_k * state_k / sum_k w_k`` for floating tensors (see :class:`WeightedSum`, also for ``bn_buffers``),
+    for strategies whose weights depend on every upload at once (CDW, KS): the same fold as streaming."""
     if not uploads:
         raise ValueError("cannot aggregate zero uploads")
     if len(weights) != len(uploads):
@@ -246,8 +242,7 @@ def uniform(upload: Upload) -> float:
 class DataVolumeAverage(Strategy):
     """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k``.
 
-    Paper 004, Algorithm 1, line 7; ``n`` is the total volume of the clients
-    selected this round.  ``bn_buffers``: see :class:`WeightedSum`.
+    Paper 004, Algorithm 1, line 7; ``n`` is the total volume of the round's clients.  ``bn_buffers``: :class:`WeightedSum`.
     """
 
     def __init__(self, bn_buffers: str = "average"):
