@@ -242,7 +242,7 @@ def uniform(upload: Upload) -> float:
 class DataVolumeAverage(Strategy):
     """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k``.
 
-    Paper 004, Algorithm 1, line 7; ``n`` is the total volume of the round's clients.  ``bn_buffers``: :class:`WeightedSum`.
+    Paper 004, Algorithm 1, line 7; ``n``: the round's clients' total volume.  ``bn_buffers``: :class:`WeightedSum`.
     """
 
     def __init__(self, bn_buffers: str = "average"):
