@@ -14,8 +14,7 @@ Recipe defaults that are not the papers' (each paper's preset in ``configs/`` se
 plain cross-entropy), random erasing 0.5, last stride 1, no dropout before the classifier, and the neck trained at the
 backbone's learning rate.
 
-``None`` in a field means "not given": a documented default applies
-(:meth:`privreid.federated.registry.Method.triplet_weight_for`, :func:`lr_neck`, :func:`dp_delta`, ...).
+``None`` in a field means "not given": a documented default applies (:func:`lr_neck`, :func:`dp_delta`, ...).
 
 The dataclasses hold the only defaults.  The CLI's options are generated from them (:mod:`privreid.commands.options`),
 and ``--set SECTION.FIELD=VALUE`` (:func:`privreid.config.sets.apply_sets`) reaches every field, parsed by the field's
@@ -37,10 +36,8 @@ from privreid.errors import ConfigError
 
 @dataclass
 class DataConfig:
-    """Where the data comes from and how it is split into clients.
-
-    ``roots`` empty (or ``["synth"]``) means the embedded synthetic federation.
-    """
+    """Where the data comes from and how it is split into clients; ``roots`` empty (or ``["synth"]``): the embedded
+    synthetic federation."""
 
     roots: list[str] = field(default_factory=list)
     format: str = "auto"
@@ -92,8 +89,7 @@ BETA_MODES = ("upload", "download", "both")
 #: what a client's memory keeps between rounds (:class:`TrainConfig` ``client_memory``)
 CLIENT_MEMORY = ("full", "private")
 
-#: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048);
-#: a larger one only exhausts memory
+#: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048)
 MAX_FEAT_DIM = 65536
 
 #: the largest image side (--height, --width) privreid builds: four times any ReID input (256x128, 384x192); a larger
@@ -243,11 +239,8 @@ class RunConfig:
             raise ConfigError(f"incompatible run configuration: {exc}") from exc
 
     def validate(self) -> "RunConfig":
-        """Check value ranges; raise :class:`ConfigError` naming the bad field.
-
-        Every number field must be finite first (a NaN or infinite option would otherwise only fail,
-        or diverge, rounds later), whatever set it: a flag, ``--set`` or a preset.
-        """
+        """Check value ranges; raise :class:`ConfigError` naming the bad field.  Every number field must be finite
+        first (a NaN would otherwise fail or diverge rounds later), whatever set it: a flag, ``--set`` or a preset."""
         for section, obj in (("data", self.data), ("model", self.model), ("train", self.train)):
             for name, value in dataclasses.asdict(obj).items():
                 if isinstance(value, float) and not math.isfinite(value):

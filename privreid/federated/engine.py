@@ -6,12 +6,10 @@ Each round ends with an evaluation (:mod:`.round_eval`, every ``eval_every`` rou
 nothing else about methods.
 
 Memory.  Clients run one after another in one process; only one model is resident.  Between rounds a client keeps
-only its local state (its ``policy.local`` keys) and its memory (a method's extra tensors; with
-``keeps_trained_model``, one copy of its shared keys), in files loaded one at a time (:mod:`.memory_store`), and the
-server keeps the global shared state.  Within a round the server streams: each upload is checked, counted and folded
-into the strategy's accumulator as it arrives (:class:`RoundInbox`, :class:`~.strategy.Accumulator`) and dropped, so
-a linear strategy holds one running sum whatever the number of clients; only :class:`~.strategy.KeepUploads` holds
-the list.
+only its ``policy.local`` keys and its memory (a method's extra tensors; with ``keeps_trained_model``, one copy of its
+shared keys), in files loaded one at a time (:mod:`.memory_store`).  Within a round the server streams each upload
+into the strategy's accumulator (:class:`RoundInbox`), so a linear strategy holds one running sum whatever the number
+of clients; only :class:`~.strategy.KeepUploads` holds the list.
 
 Determinism.  Every random draw is seeded from ``(seed, round, client)`` (:mod:`privreid.seeding`), so ``--resume``
 from the checkpoint of round ``r`` continues exactly as the uninterrupted run.
@@ -67,10 +65,8 @@ _log = logging.getLogger(__name__)
 
 
 def selection_size(fraction: float, n: int) -> int:
-    """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``).
-
-    ``C N`` is rounded to 9 decimals first, so float error (``0.3 * 10 = 3.0000000000000004``) does not add a client.
-    """
+    """``max(1, ceil(C N))`` (paper 002, Eq. 5: ``1 <= ceil(C N) <= N``); ``C N`` is rounded to 9 decimals first,
+    so float error (``0.3 * 10 = 3.0000000000000004``) does not add a client."""
     return min(n, max(1, math.ceil(round(fraction * n, 9))))
 
 
@@ -173,7 +169,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                      ) -> tuple[StateDict, StateDict]:
         """Put what the server transmitted plus the client's local state into the model.
 
-        Returns the transmitted model keys and the other transmitted entries (``ClientContext.received_extra``).
+        Returns the transmitted model keys and the other entries (``ClientContext.received_extra``).
         ``received=None``: computed here with :meth:`configure` (in-process).
         """
         self.model.reset_classifier(client.num_classes)
@@ -249,9 +245,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """Train the selected clients one after another; each upload goes to :meth:`receive` as it is made.
-
-        The Flower ServerApp overrides this to dispatch the round to the sites.
-        """
+        The Flower ServerApp overrides this to dispatch the round to the sites."""
         for client in progress_bar(selected, desc="clients", leave=False, enabled=self.progress and len(selected) > 1):
             self.receive(inbox, self.train_client(client, round_index))
             self.heap.after_client()
