@@ -89,7 +89,8 @@ BETA_MODES = ("upload", "download", "both")
 #: what a client's memory keeps between rounds (:class:`TrainConfig` ``client_memory``)
 CLIENT_MEMORY = ("full", "private")
 
-#: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048)
+#: the largest embedding (--feat-dim) privreid builds: wider than any ReID model (torchreid's: 512 to 2048); a larger
+#: one only exhausts memory
 MAX_FEAT_DIM = 65536
 
 #: the largest image side (--height, --width) privreid builds: four times any ReID input (256x128, 384x192); a larger
