@@ -504,8 +504,7 @@ class Checkpoint:
         return model.to(device).eval()
 
     def initial_model(self) -> torch.nn.Module:
-        """A fresh model of this checkpoint's architecture, drawn from the current RNG state (no pretrained
-        weights), without a classifier."""
+        """A fresh model of this checkpoint's architecture from the current RNG state, without a classifier."""
         return self._build()
 
     def _build(self) -> torch.nn.Module:

@@ -98,9 +98,8 @@ def cpu_model() -> str | None:
 
 
 def float_kernels() -> dict[str, Any]:
-    """What decides a CPU run's floats beyond seed and data: the kernels torch dispatches to (ATen's
-    ``get_cpu_capability()``, ``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_CBWR``, the thread count),
-    so two runs whose numbers differ can be told apart by their ``env.json``."""
+    """What decides a CPU run's floats beyond seed and data, for ``env.json``: the kernels torch dispatches to
+    (ATen's ``get_cpu_capability()``, ``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_CBWR``, the threads)."""
     import torch
 
     return {
@@ -342,8 +341,7 @@ LOGGERS = ("none", "tensorboard", "wandb")
 
 
 def record_scalars(rec: dict[str, Any]) -> tuple[int, dict[str, float]]:
-    """A metric record as ``(round, {tag: value})``, the tag its text fields and the key joined by ``/``
-    (``global/seen/synthA/rank1``); non-finite values skipped."""
+    """A metric record as ``(round, {tag: value})``, tags like ``global/seen/synthA/rank1``; non-finite skipped."""
     prefix = "/".join(str(v) for k, v in rec.items() if k != "round" and isinstance(v, str))
     scalars = {f"{prefix}/{k}" if prefix else k: float(v) for k, v in rec.items()
                if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -352,9 +350,9 @@ def record_scalars(rec: dict[str, Any]) -> tuple[int, dict[str, float]]:
 
 
 class _TensorBoard:
-    """Every metric record as scalars; the learning rate of each group (``lr/backbone`` ...) once per round; the
-    resolved configuration as text (``config``) and, at the end, as TensorBoard hyperparameters (the HParams tab)
-    with the last value of each evaluation metric (``hparam/<tag>``)."""
+    """Every metric record as scalars; each group's learning rate (``lr/backbone`` ...) once per round; the
+    configuration as text (``config``) and, at the end, as TensorBoard hyperparameters (the HParams tab) with each
+    evaluation metric's last value (``hparam/<tag>``)."""
 
     def __init__(self, out: Path, config, rates: dict[str, list[float]]):
         import yaml
@@ -382,8 +380,8 @@ class _TensorBoard:
 
 
 def hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested configuration as TensorBoard hyperparameters: ``{"train.lr_backbone": 0.005, ...}``, values that
-    are not numbers, booleans or text (lists, ``None``) as their text."""
+    """A nested configuration as TensorBoard hyperparameters (``{"train.lr_backbone": 0.005, ...}``; lists and
+    ``None`` as their text)."""
     flat = {}
     for key, value in config.items():
         if isinstance(value, dict):

@@ -170,8 +170,7 @@ def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
 
 def own_memory_files(directory: Path) -> list[Path]:
     """The files of the client-memory folder ``directory`` that privreid wrote (``--overwrite`` deletes them);
-    :class:`~privreid.errors.ConfigError` naming the first entry it did not write (another name, a folder, a
-    symbolic link), so that nothing else is ever deleted."""
+    :class:`~privreid.errors.ConfigError` naming the first entry it did not write, so nothing else is ever deleted."""
     directory = Path(directory)
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise ConfigError(f"{directory} is not the folder privreid writes client memories to (a link or a file); "
@@ -188,9 +187,8 @@ def own_memory_files(directory: Path) -> list[Path]:
 
 
 def memory_file_path(directory: Path, file: object) -> Path:
-    """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a
-    plain file name that stays inside ``directory`` once symlinks and ``..`` are resolved (nothing outside the
-    run directory is ever read)."""
+    """``directory / file`` for a file name read from a checkpoint; :class:`CheckpointError` unless it is a plain
+    file name that stays inside ``directory`` once symlinks and ``..`` are resolved."""
     directory = Path(directory)
     if not isinstance(file, str) or not file:
         raise CheckpointError(f"the checkpoint names a client-memory file {file!r}, which is not a file name")
