@@ -17,8 +17,7 @@ def apply_sets(config: RunConfig, pairs: Iterable[str]) -> RunConfig:
     The value is parsed by the field's type (:func:`parse_value`).  A mapping field takes a path into it:
     ``train.method_options.mu=0.1`` sets one key (nested mappings created as needed; the value is JSON where it
     parses, as ``--opt``); ``train.method_options={"mu": 0.1}`` replaces the whole mapping.  A bad path or value
-    raises a one-line :class:`ConfigError` naming what is valid.
-    """
+    raises a one-line :class:`ConfigError` naming what is valid."""
     out = RunConfig.from_dict(config.to_dict())
     for pair in pairs:
         key, sep, raw = str(pair).partition("=")

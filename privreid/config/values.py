@@ -16,10 +16,8 @@ TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
 
 
 def parse_bool(value: Any) -> bool:
-    """The one boolean rule: ``True``/``False``, ``1``/``0`` and the words true/false, 1/0, yes/no (any case).
-
-    Raises :class:`ValueError` for anything else.
-    """
+    """The one boolean rule: ``True``/``False``, ``1``/``0`` and the words true/false, 1/0, yes/no (any case);
+    :class:`ValueError` for anything else."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -51,8 +49,7 @@ def parse_value(value: Any, tp: Any) -> Any:
 
     ``tp``: ``bool`` (:func:`parse_bool`), ``int``, ``float``, ``str``, ``X | None`` (``none``/``null`` is
     ``None``), ``list[str]`` (a JSON list or comma-separated), ``dict`` (a JSON object) and ``Any`` (JSON where it
-    parses, else the string).
-    """
+    parses, else the string)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):

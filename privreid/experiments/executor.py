@@ -259,10 +259,9 @@ def _execute_on_ray(runs: list[PlannedRun], out: Path, settings: ExecutorSetting
 # --------------------------------------------------------------------------- one progress view
 class ProgressView:
     """One view over all runs while they train (not one bar per run): on a terminal one line redrawn every
-    second (``8 runs: 3 done, 2 running, 3 queued, 0 failed; ETA 4m10s``); elsewhere a line when it changes.
-
-    It reads the run directories (:func:`privreid.experiments.status.collect`) from a thread, and writes to the
-    stderr of the moment it starts (a run's ``log.txt`` tees the streams while it trains)."""
+    second (``8 runs: 3 done, 2 running, 3 queued, 0 failed; ETA 4m10s``); elsewhere a line when it changes.  It
+    reads the run directories (:func:`privreid.experiments.status.collect`) from a thread, and writes to the stderr
+    of the moment it starts (a run's ``log.txt`` tees the streams while it trains)."""
 
     def __init__(self, out: Path, concurrent: int, *, enabled: bool = True, interval: float = 1.0):
         self.out, self.concurrent, self.enabled, self.interval = out, concurrent, enabled, interval

@@ -64,11 +64,9 @@ def frontier_points(rows: list[dict], x: str, y: str) -> list[dict[str, Any]]:
 
 def write_frontier(rows: list[dict], out: Path, *, utility: list[str], privacy: list[str]) -> list[Path]:
     """frontier.csv, frontier.json and one figure per (utility, privacy/robustness) pair with error bars, the
-    Pareto front marked, each point labelled by its setting; failed cells marked.
-
-    ``rows``: :func:`~privreid.experiments.statistics.cell_statistics` rows; a pair that no cell measures (no
-    mean of either metric) gets no figure.  Returns the files written.
-    """
+    Pareto front marked, each point labelled by its setting; failed cells marked.  ``rows``:
+    :func:`~privreid.experiments.statistics.cell_statistics` rows; a pair no cell measures gets no figure.  Returns
+    the files written."""
     out = Path(out)
     pairs, written = [], []
     for u in utility:

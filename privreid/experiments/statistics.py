@@ -17,10 +17,8 @@ CONFIDENCE, MIN_N_INTERVAL = 0.95, 3
 
 def describe(values: list[float], name: str = "") -> dict[str, float | int | None]:
     """``{name}_mean``, ``{name}_std`` (ddof = 1; 0 for one value), ``{name}_n`` and, for n ≥ 3,
-    ``{name}_ci95_low`` / ``{name}_ci95_high``; the mean and std are ``None`` without values.
-
-    ``name`` empty gives the bare keys ``mean``, ``std``, ``n``, ``ci95_low``, ``ci95_high``.
-    """
+    ``{name}_ci95_low`` / ``{name}_ci95_high``; the mean and std are ``None`` without values.  ``name`` empty gives
+    the bare keys ``mean``, ``std``, ``n``, ``ci95_low``, ``ci95_high``."""
     key = (lambda k: f"{name}_{k}") if name else (lambda k: k)
     n = len(values)
     out: dict[str, float | int | None] = {key("mean"): None, key("std"): None, key("n"): n}
@@ -51,11 +49,8 @@ def metric_value(summary: dict[str, Any] | None, metric: str) -> float | None:
 def cell_statistics(outcomes: list, metrics: list[str]) -> list[dict]:
     """One row per cell (its grid values, in the order the cells first appear), per metric ``m``:
     ``m_mean``, ``m_std`` (sample std, ddof = 1; 0 for n = 1), ``m_n`` and ``m_ci95_low`` / ``m_ci95_high``
-    (Student-t) where n ≥ 3; ``"failed"``: how many of the cell's runs failed.
-
-    ``outcomes`` are :class:`privreid.experiments.executor.RunOutcome` (``run.cell``, ``status``,
-    ``summary``); a metric is read by :func:`metric_value`.  A failed run adds to ``failed`` and to no mean.
-    """
+    (Student-t) where n ≥ 3; ``"failed"``: how many of the cell's runs failed (they add to no mean).
+    ``outcomes``: :class:`privreid.experiments.executor.RunOutcome`; metrics read by :func:`metric_value`."""
     cells: dict[tuple, list] = {}
     for outcome in outcomes:
         cells.setdefault(tuple(outcome.run.cell.items()), []).append(outcome)

@@ -46,12 +46,10 @@ def run_table(key: str, *, scale: str, out: str | os.PathLike, data_root: str | 
               device: str = "auto", seeds: list[int] | None = None, executor: ExecutorSettings | None = None,
               progress: bool = False, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run table ``key`` at ``scale`` into ``out``, once per seed of ``seeds`` (``None``: the runs' own seed);
-    returns the rows written to ``table.csv``.
-
-    Runs are trained by :func:`~privreid.experiments.executor.execute` into ``OUT/runs/<run>/``
-    (``<run>-seed<k>`` for k != 0); each cell is the mean over the seeds with std, n and a 95% interval (n >= 3);
-    a failed run leaves its cells empty, counted in ``failed``. ``progress``: the executor's view.
-    """
+    returns the rows written to ``table.csv``.  Runs are trained by :func:`~privreid.experiments.executor.execute`
+    into ``OUT/runs/<run>/`` (``<run>-seed<k>`` for k != 0); each cell is the mean over the seeds with std, n and a
+    95% interval (n >= 3); a failed run leaves its cells empty, counted in ``failed``. ``progress``: the executor's
+    view."""
     spec = check_table(key, scale, data_root)
     out = Path(out)
     planned = plan_runs(spec, scale, data_root, device, seeds)
@@ -79,8 +77,7 @@ def run_dir_name(run: str, seed: int | None) -> str:
 
 
 def plan_runs(spec: TableSpec, scale: str, data_root, device: str, seeds: list[int] | None) -> list[PlannedRun]:
-    """Every run of the table at ``scale`` for each seed, its configuration validated (a bad one refused before
-    any run starts)."""
+    """Every run of the table at ``scale`` for each seed, its configuration validated before any run starts."""
     runs = []
     for seed in seeds or [None]:
         for name, (row, group) in spec.run_groups(scale).items():

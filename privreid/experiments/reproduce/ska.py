@@ -49,11 +49,9 @@ def table2() -> TableSpec:
 
 
 def table4() -> TableSpec:
-    """Seen domains: each client's personalised model (global layers + its own norms) on its own test set.
-
-    The "Baseline" and "Baseline+LSN" rows are Table 2's FedAvg+D and FedBN+D (paper 000 Sec. 4.3), which
-    weight the average by data volume (``weighting=volume``); the SKA rows keep Algorithm 1's uniform mean.
-    """
+    """Seen domains: each client's personalised model (global layers + its own norms) on its own test set.  The
+    "Baseline" and "Baseline+LSN" rows are Table 2's FedAvg+D and FedBN+D (paper 000 Sec. 4.3), which weight the
+    average by data volume (``weighting=volume``); the SKA rows keep Algorithm 1's uniform mean."""
     variants = (("Baseline", False, False, False), ("Baseline+AN", True, False, False),
                 ("Baseline+LSN", False, True, False), ("Baseline+LSN+Dual", False, True, True),
                 ("Baseline+LSN+AN", True, True, False), ("Baseline+LSN+AN+Dual", True, True, True))

@@ -112,8 +112,7 @@ class Column:
     ``("local", metric)``: the personalised model(s) on the named seen test set; ``("global", metric)``: the
     global model on the named test set as the run reports it (its ``best`` block); ``("mean", metric)``: the
     mean of the columns in ``of`` (FedARKS' SAvg). A row's ``scope`` replaces ``local`` / ``global``.
-    ``smoke`` / ``paper`` name the dataset per scale (``None``: the cell stays empty).
-    """
+    ``smoke`` / ``paper`` name the dataset per scale (``None``: the cell stays empty)."""
 
     name: str
     source: tuple[str, str]
@@ -188,8 +187,7 @@ class TableSpec:
         return dict(sorted(found.items()))
 
     def runs(self, scale: str) -> list[str]:
-        """The run directories :func:`privreid.experiments.reproduce.run_table` trains at ``scale`` (the
-        reference's included)."""
+        """The run directories :func:`privreid.experiments.reproduce.run_table` trains at ``scale``, reference's too."""
         return list(self.run_groups(scale))
 
     def budget(self, scale: str) -> str:
