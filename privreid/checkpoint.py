@@ -90,10 +90,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
                     what: str = "a checkpoint") -> Any:
-    """What the torch file ``path`` holds, read once (:func:`~privreid.pickle_scan.safe_torch_load`).
-
-    CheckpointError for a missing path, a directory, a file cut short or one whose pickle names a global
-    ``what`` never holds (nothing is executed); NotACheckpointError for a file that is no torch file.
+    """What the torch file ``path`` holds, read once (:func:`~privreid.pickle_scan.safe_torch_load`).  CheckpointError
+    for a missing path, a directory, a file cut short or one whose pickle names a global ``what`` never holds (nothing
+    is executed); NotACheckpointError for a file that is no torch file.
     """
     path = Path(path)
     if path.is_dir():
@@ -333,11 +332,9 @@ def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None
 
 
 def load_memory_file(path: Path) -> dict[str, Any]:
-    """One client memory written by :class:`ClientMemories` (plain tensors and containers only).
-
-    Tensors are mapped privately (``mmap=True``): an entry is read only when used, and writing to it never
-    changes the file, which an earlier checkpoint may still name.
-    """
+    """One client memory written by :class:`ClientMemories` (plain tensors and containers only).  Tensors are
+    mapped privately (``mmap=True``): an entry is read only when used, and writing to it never changes the file,
+    which an earlier checkpoint may still name."""
     from privreid.pickle_scan import safe_torch_load
 
     memory = safe_torch_load(path, map_location="cpu", mmap=True)
@@ -376,9 +373,8 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
 class Checkpoint:
     """A privreid checkpoint, loaded: what a run saved after its last completed round.
 
-    The fields are its keys (module docstring); keys a hand-made dict (:meth:`from_dict`) lacks take the
-    defaults below. ``client_memory_files`` is set only when memories were left unread; unnamed keys are kept
-    in ``other``.
+    The fields are its keys (module docstring); keys a hand-made dict (:meth:`from_dict`) lacks take the defaults
+    below. ``client_memory_files`` is set only when memories were left unread; unnamed keys are kept in ``other``.
     """
 
     method: str
@@ -461,9 +457,8 @@ class Checkpoint:
     def load_model(self, client: str | None = None, *, device: str | torch.device = "cpu") -> torch.nn.Module:
         """Rebuild this checkpoint's model, in eval mode: the global one (``client=None``, with
         :attr:`global_eval_extra`) or ``client``'s personalised one, the model the engine scores in its
-        ``scope: "local"`` records (:func:`personal_state`). Standalone methods require a client. Every
-        evaluation subsystem loads models through here.
-        """
+        ``scope: "local"`` records (:func:`personal_state`). Standalone methods require a client. Every evaluation
+        subsystem loads models through here."""
         from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 
         if client is None and not self.has_global_model:

@@ -79,10 +79,9 @@ def os_error_message(exc: OSError, where: str | os.PathLike | None = None) -> st
 
 # --------------------------------------------------------------------------- lock
 class RunLock:
-    """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid.
-
-    The holder deletes the file before unlocking, so :meth:`acquire` holds the lock only once the file it locked
-    is still the one at the path (same inode), else retries: at most one process holds the path's lock.
+    """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid.  The holder deletes the file before
+    unlocking, so :meth:`acquire` holds the lock only once the file it locked is still the one at the path (same inode),
+    else retries: at most one process holds the path's lock.
     """
 
     def __init__(self, directory: Path):

@@ -89,11 +89,9 @@ class Checkpointing:
         return {k: v for k, v in state.items() if k not in self.global_state}
 
     def summary(self, wall_time: float) -> dict[str, Any]:
-        """Final-round metrics (global and mean local), communication totals, ``best`` and ``deviations``.
-
-        ``best`` is the last global evaluation or the mean of the ``--report-best`` best ones (:func:`.best.best_block`;
-        ``None`` without a global model); ``deviations``: :func:`privreid.deviations.deviations`.
-        """
+        """Final-round metrics (global and mean local), communication totals, ``best`` (the last global evaluation
+        or the mean of the ``--report-best`` best ones, :func:`.best.best_block`; ``None`` without a global model) and
+        ``deviations`` (:func:`privreid.deviations.deviations`)."""
         last = max((m["round"] for m in self.metrics if m["scope"] in ("global", "local")), default=0)
         final = [m for m in self.metrics if m["round"] == last and m["scope"] in ("global", "local")]
         out: dict[str, Any] = {

@@ -167,11 +167,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
 
     def _load_client(self, client: ClientData, round_index: int, received: StateDict | None = None
                      ) -> tuple[StateDict, StateDict]:
-        """Put what the server transmitted plus the client's local state into the model.
-
-        Returns the transmitted model keys and the other entries (``ClientContext.received_extra``).
-        ``received=None``: computed here with :meth:`configure` (in-process).
-        """
+        """Put what the server transmitted plus the client's local state into the model; returns the transmitted
+        model keys and the other entries (``ClientContext.received_extra``).  ``received=None``: :meth:`configure`'s."""
         self.model.reset_classifier(client.num_classes)
         self.client_memory.setdefault(client.name, {})
         if received is None:

@@ -142,11 +142,8 @@ class Method:
         return dataclasses.replace(self, model_transforms=lambda config: [*own(config), *transforms])
 
     def build_model(self, config: RunConfig, *, initial_weights: bool = True):
-        """The network this method trains under ``config`` (:meth:`model_config`), with ``config.model``'s weights.
-
-        ``initial_weights=False`` skips ``--pretrained`` / ``--weights`` (names, shapes and trainable flags are the
-        same).
-        """
+        """The network this method trains under ``config`` (:meth:`model_config`), with ``config.model``'s weights;
+        ``initial_weights=False`` skips ``--pretrained`` / ``--weights`` (same names, shapes and trainable flags)."""
         from privreid.models import build_from_config
 
         m = config.model

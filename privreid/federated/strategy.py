@@ -43,11 +43,10 @@ ClientServerState = dict[str, Any]
 
 @dataclass
 class RoundResult:
-    """What one round's aggregation produces.
-
-    ``client_state`` maps a client to its new per-client server state, replacing its entry (absent clients keep
-    theirs).  Entries may share tensors (the members of one FedPav-CC cluster share its model).  ``records``: what the
-    aggregation reports for ``metrics.jsonl`` (the engine adds the round; secure aggregation's ``secagg`` record).
+    """What one round's aggregation produces.  ``client_state`` maps a client to its new per-client server state,
+    replacing its entry (absent clients keep theirs).  Entries may share tensors (the members of one FedPav-CC cluster
+    share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
+    secure aggregation's ``secagg`` record).
     """
 
     global_state: StateDict
@@ -240,10 +239,8 @@ def uniform(upload: Upload) -> float:
 
 
 class DataVolumeAverage(Strategy):
-    """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k``.
-
-    Paper 004, Algorithm 1, line 7; ``n``: the round's clients' total volume.  ``bn_buffers``: :class:`WeightedSum`.
-    """
+    """FedAvg / FedPav server aggregation, ``w = sum_k (n_k / n) w_k`` (paper 004, Algorithm 1, line 7; ``n``: the
+    round's clients' total volume).  ``bn_buffers``: :class:`WeightedSum`."""
 
     def __init__(self, bn_buffers: str = "average"):
         self.bn_buffers = bn_buffers
