@@ -457,8 +457,7 @@ class Checkpoint:
     def load_model(self, client: str | None = None, *, device: str | torch.device = "cpu") -> torch.nn.Module:
         """Rebuild this checkpoint's model, in eval mode: the global one (``client=None``, with
         :attr:`global_eval_extra`) or ``client``'s personalised one, the model the engine scores in its
-        ``scope: "local"`` records (:func:`personal_state`). Standalone methods require a client. Every evaluation
-        subsystem loads models through here."""
+        ``scope: "local"`` records (:func:`personal_state`). Standalone methods require a client."""
         from privreid.models.reid_net import CLASSIFIER_PREFIX, is_classifier_key
 
         if client is None and not self.has_global_model:

@@ -20,8 +20,7 @@ FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
 
 
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
-    """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``,
-    with the checkpoint's value and the new one."""
+    """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``."""
     from privreid.device import resolve_device
 
     if current.train.rounds < rounds_done:

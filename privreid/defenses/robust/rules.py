@@ -346,8 +346,7 @@ class RobustAggregate(Strategy):
 
 def replace_plain_mean(inner: Strategy, rule: Rule, name: str, method_name: str,
                        check: Callable[[int], None] = lambda n: None, updates: bool = False) -> RobustAggregate:
-    """``RobustAggregate(rule, check, name, updates)`` in place of ``inner``; ConfigError where ``inner`` is not a
-    plain mean."""
+    """``RobustAggregate(rule, check, name, updates)`` in place of ``inner``; ConfigError unless it is a plain mean."""
     if type(inner) not in REPLACEABLE:
         raise ConfigError(f"defense {name!r} replaces a plain mean of the uploads; {method_name!r} aggregates with "
                           f"{type(inner).__name__} here, whose weights, clusters or noise a robust rule would drop")
