@@ -13,10 +13,10 @@ between rounds, e.g. DP accountants; an in-process run keeps each in a file unde
 local keys, classifier excluded), ``audit_holdout`` (images kept out of training), ``metrics``, ``comm`` (bytes
 per round) and ``rng``.
 
-Read with :class:`Checkpoint` (typed fields, defaults filled in once, :meth:`Checkpoint.load_model`, the one
-place a model is rebuilt); :func:`load_checkpoint` returns the validated dict for code that edits and re-saves.
-Writes are atomic (:func:`privreid.io.write_file_atomically`); reads use
-:func:`privreid.pickle_scan.safe_torch_load` (arbitrary pickled objects are refused, never executed).
+Read with :class:`Checkpoint` (typed fields, defaults filled in once, :meth:`Checkpoint.load_model`, the one place
+a model is rebuilt); :func:`load_checkpoint` returns the validated dict for code that edits and re-saves. Writes are
+atomic (:func:`privreid.io.write_file_atomically`); reads use :func:`privreid.pickle_scan.safe_torch_load`
+(arbitrary pickled objects are refused, never executed).
 ``integrity`` (:func:`integrity_hash`) is checked on load against accidents, not edits, so every field is also
 checked as a flag would be (:func:`check_fields`). Every ``client_memory_files`` entry must lie inside the run's
 ``client_memory/`` and match its recorded sha256 (``client_memory_hashes``); a checkpoint without these hashes

@@ -16,13 +16,10 @@ from the checkpoint of round ``r`` continues exactly as the uninterrupted run.
 
 Privacy boundary.  Only :class:`~.strategy.Upload` objects flow from a client to the server: the shared keys, the
 sample count and scalar training metrics, plus any tensors the client update puts in ``ClientContext.upload_extra``
-(DPPT's per-identity class centres), which stay in the global state as server-side method state (checkpointed apart,
-under ``server_state``).  From the server to a client flows only what the strategy's ``configure`` returns for it.
-
-Per-client server state.  What the server keeps about one client between rounds (FedPav-CC's cluster model) is
-returned by the strategy's aggregation (:class:`~.strategy.RoundResult`), owned by the engine
-(``client_server_state``, in RAM), checkpointed under ``server_client_state`` and handed back to ``configure``.
-Client memory is the client's own: the server never writes it.
+(DPPT's per-identity class centres), which stay in the global state as server-side method state (checkpointed under
+``server_state``).  From the server to a client flows only what the strategy's ``configure`` returns for it.  The
+per-client server state (:mod:`.strategy`) is checkpointed under ``server_client_state``; client memory is the
+client's own: the server never writes it.
 """
 
 from __future__ import annotations
