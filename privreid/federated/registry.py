@@ -55,17 +55,13 @@ class Method:
         client_fraction: the default fraction C of clients per round (``--client-fraction``).
         triplet_weight: the default weight of the batch-hard triplet loss (``--triplet-weight``; FedARKS Eq. 2: 1).
         keeps_trained_model: which model a client's personalised (``scope: "local"``) metrics score, and
-            ``load_model(ckpt, client=...)`` returns (:func:`privreid.checkpoint.personal_state`):
-
-            * ``False`` (default): the global model with the client's local keys, the model the client holds once
-              it has received the round's aggregate (SKA's LS model after SelectUpdate, paper 000 Alg. 1 lines 7-8;
-              FedBN's local models);
-            * ``True``: the client's model as its last local training left it (FedPav's "local model", paper 004
-              Sec. 4.1; FedReID's client model).  The engine keeps its shared keys in the client's memory
-              (:data:`privreid.checkpoint.TRAINED_PREFIX`): one model copy per client, on disk with the checkpoint
-              and in RAM only while used (:mod:`privreid.federated.memory_store`).
-
-            A client that has not trained yet is scored with the global model and its initial local keys.
+            ``load_model(ckpt, client=...)`` returns (:func:`privreid.checkpoint.personal_state`): ``False``
+            (default): the global model with the client's local keys, as held once the round's aggregate arrived
+            (SKA's LS model after SelectUpdate, paper 000 Alg. 1 lines 7-8; FedBN's local models); ``True``: the
+            client's model as its last local training left it (FedPav's "local model", paper 004 Sec. 4.1; FedReID's
+            client model), whose shared keys the engine keeps in the client's memory
+            (:data:`privreid.checkpoint.TRAINED_PREFIX`; :mod:`privreid.federated.memory_store`).  A client that has
+            not trained yet is scored with the global model and its initial local keys.
         needs_per_client_uploads: whether the server reads each client's upload on its own (CDW and KS weights, KD
             soft labels, clustering) rather than only their weighted sum; ``True`` methods cannot run under
             ``--secure-aggregation`` (:mod:`privreid.defenses.secure_aggregation.mechanism`).  ``None``: not

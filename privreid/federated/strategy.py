@@ -1,16 +1,14 @@
 """Server strategies: what each client receives, and how the uploads of one round are combined.
 
 Flower's configure/aggregate split:
-
 * :meth:`Strategy.configure` ``(global_state, client, client_server_state, round) -> state``: what the server
   transmits to one client (default: the global state);
 * :meth:`Strategy.aggregate` ``(global_state, uploads) ->`` :class:`RoundResult`: the new global state plus the
   **per-client server state** the strategy keeps for the round's clients (FedPav-CC's cluster model of each client;
   most keep none).  The engine stores it, checkpoints it and hands each client's entry back to ``configure``.
 
-Both are pure functions of their inputs (no training, no data access, no mutation), so every strategy is
-unit-testable on hand-made state dicts (``tests/test_strategy_contract.py`` checks every registered method's).  The
-server sees only what :class:`Upload` carries: the shared parameters, the sample count, scalar metrics and reports.
+Both are pure functions of their inputs (no training, no data access, no mutation), so every strategy is unit-testable
+on hand-made state dicts (``tests/test_strategy_contract.py``).  The server sees only what :class:`Upload` carries.
 """
 
 from __future__ import annotations
