@@ -60,8 +60,9 @@ class Method:
             (SKA's LS model after SelectUpdate, paper 000 Alg. 1 lines 7-8; FedBN's local models); ``True``: the
             client's model as its last local training left it (FedPav's "local model", paper 004 Sec. 4.1; FedReID's
             client model), whose shared keys the engine keeps in the client's memory
-            (:data:`privreid.checkpoint.TRAINED_PREFIX`; :mod:`privreid.federated.memory_store`).  A client that has
-            not trained yet is scored with the global model and its initial local keys.
+            (:data:`privreid.checkpoint.TRAINED_PREFIX`: one model copy per client, on disk, in RAM only while used,
+            :mod:`privreid.federated.memory_store`).  A client that has not trained yet is scored with the global
+            model and its initial local keys.
         needs_per_client_uploads: whether the server reads each client's upload on its own (CDW and KS weights, KD
             soft labels, clustering) rather than only their weighted sum; ``True`` methods cannot run under
             ``--secure-aggregation`` (:mod:`privreid.defenses.secure_aggregation.mechanism`).  ``None``: not

@@ -1,6 +1,7 @@
 """Server strategies: what each client receives, and how the uploads of one round are combined.
 
 Flower's configure/aggregate split:
+
 * :meth:`Strategy.configure` ``(global_state, client, client_server_state, round) -> state``: what the server
   transmits to one client (default: the global state);
 * :meth:`Strategy.aggregate` ``(global_state, uploads) ->`` :class:`RoundResult`: the new global state plus the
