@@ -386,11 +386,9 @@ def run_suite(paths: list[Any], out: Any, settings: Any = None, *, device: str =
               data: list[str] | None = None, models: list | None = None, **file_options: Any) -> dict[str, Any]:
     """``privreid compare --suite``: run the selected evaluations on every model
     (:func:`privreid.comparison.run_suites`, ``settings`` a :class:`privreid.comparison.SuiteSettings`) and write
-    their report into ``out`` (:mod:`privreid.reporting.suite`).
-
-    Returns ``{"clean": rows, "attacks": records, "corruptions": records, "inversion": {...}, "audit": records,
-    "poisoning": records, "deviations": [...], "files": [...]}`` (absent suites are empty).
-    """
+    their report into ``out`` (:mod:`privreid.reporting.suite`).  Returns ``{"clean": rows, "attacks": records,
+    "corruptions": records, "inversion": {...}, "audit": records, "poisoning": records, "deviations": [...],
+    "files": [...]}`` (absent suites are empty)."""
     from privreid.comparison import SuiteSettings, run_suites
     from privreid.reporting.suite import write_report
 

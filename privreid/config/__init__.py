@@ -113,9 +113,9 @@ class TrainConfig:
 
     Privacy (:mod:`privreid.defenses`): ``dp_sgd`` (record-level DP-SGD on every client, per-sample clipping to
     ``max_grad_norm``) or ``client_dp`` (DP-FedAvg: client updates clipped to ``clip``); both add Gaussian noise of
-    ``noise_multiplier`` times the clipping bound, account with RDP at ``delta`` and stop before ``target_epsilon``
-    would be exceeded.  DP-SGD derives its noise from ``target_epsilon`` when no noise multiplier is given.  ``None``:
-    not given (:data:`DEFAULT_MAX_GRAD_NORM` and :data:`DEFAULT_DELTA` apply when the mechanism is on).
+    ``noise_multiplier`` times the clipping bound (DP-SGD: derived from ``target_epsilon`` when not given), account
+    with RDP at ``delta`` and stop before ``target_epsilon`` would be exceeded (``None``: :data:`DEFAULT_MAX_GRAD_NORM`,
+    :data:`DEFAULT_DELTA`).
 
     Learning-rate groups: ``lr_backbone`` (the trunk), ``lr_neck`` (the embedding neck; ``None``: the backbone's rate,
     :func:`lr_neck`) and ``lr_head`` (the identity classifier).  ``triplet_weight`` ``None`` is the method's default
@@ -125,11 +125,10 @@ class TrainConfig:
     after every k-th round and after the last; 0 (the default) after the last only.  ``eval_metric``: how every
     evaluation ranks (:data:`EVAL_METRICS`), ``eval_flip`` whether it averages each feature with its mirror image's,
     ``eval_ap`` which average precision it reports (:data:`EVAL_APS`); all recorded in ``summary.json``
-    (:func:`evaluation_settings`).  ``lr_schedule``: the schedule over rounds (:mod:`privreid.federated.lr_schedule`;
-    its ``k`` is ``lr_step``).  ``client_memory`` (:data:`CLIENT_MEMORY`): ``full`` keeps, for methods that score a
-    client's trained local model, a copy of its trained shared keys; ``private`` keeps only what training needs (DP
-    accountants, MOON's previous model), so a personalised model is the global model with the client's local keys,
-    and a run stores one model per client less (:mod:`privreid.federated.memory_store`).
+    (:func:`evaluation_settings`).  ``lr_schedule``: :mod:`privreid.federated.lr_schedule` (its ``k`` is ``lr_step``).
+    ``client_memory`` (:data:`CLIENT_MEMORY`): ``full`` keeps, for methods that score a client's trained local model,
+    a copy of its trained shared keys; ``private`` keeps only what training needs (DP accountants, MOON's previous
+    model): personalised models are then the global one with local keys, one model per client less on disk.
 
     ``secure_aggregation``: the server learns only the sum of a round's uploads (SecAgg+,
     :mod:`privreid.defenses.secure_aggregation.mechanism`), with ``secagg_shares`` / ``secagg_threshold`` (``None``:
