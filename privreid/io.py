@@ -42,9 +42,7 @@ TEMPORARY_SUFFIX = ".privreid.tmp"
 def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: bool = True) -> None:
     """``write(tmp)`` on ``.<name>`` + :data:`TEMPORARY_SUFFIX` beside ``path``, then rename it onto ``path``
     (a whole folder: :func:`privreid.data.synthetic_cache.write_atomically`). A ``write`` that raises leaves no
-    temporary file and ``path`` unchanged; a FIFO or character device is written through (``write(path)``) or,
-    with ``stream=False``, refused (:class:`OutputError`); other non-regular files are refused.
-    """
+    temporary file and ``path`` unchanged; non-regular files as the module says (written through: ``write(path)``)."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(path.stat().st_mode)
