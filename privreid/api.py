@@ -70,8 +70,7 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     ``ap`` (``torchreid`` or ``devkit``), ``single_gallery_shot``, ``mode`` and ``seq_len`` (visible-infrared and
     video data), ``interpolation`` (``bilinear`` or ``bicubic``; default: the file's project's, see the load
     report), ``precision`` and ``compile`` (:mod:`privreid.models.compilation`; the result's ``compile_seconds``).
-    Quiet unless ``progress``.
-    """
+    Quiet unless ``progress``."""
     from privreid.evaluation.metric_registry import summary_keys
     from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model
     from privreid.models.external import as_adapter
@@ -145,8 +144,7 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
 
     ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a list; ``eps`` the L_inf budget in
     ``[0, 1]`` pixels; ``alpha`` the iterative attacks' step (default ``2.5 * eps / steps``: 2/255 at 8/255 and 10
-    steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  The rest as :func:`evaluate`.
-    """
+    steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  The rest as :func:`evaluate`."""
     from privreid.retrieval_attacks.campaign import attack_models
     from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
     from privreid.evaluation.metric_registry import headline
@@ -209,8 +207,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
     """R1 / mAP / mINP of ``model`` under CIL-ReID's corruption protocol (``privreid eval --corruption``).
 
     Protocol: :func:`privreid.evaluation.corrupted_eval.evaluate_corrupted`; ``side`` is what is corrupted
-    (``query``, ``gallery``, ``both``).  Needs no gradients, so ONNX models work.  The rest as :func:`evaluate`.
-    """
+    (``query``, ``gallery``, ``both``).  Needs no gradients, so ONNX models work.  The rest as :func:`evaluate`."""
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
     from privreid.evaluation.metric_registry import summary_keys
 
@@ -260,8 +257,7 @@ def invert(model: Any, images: Any, labels: list[int], *, method: str = "ig", it
     ``local_steps``, ``local_lr``, ``update``); the defaults are the strong recipe, and
     ``InversionSettings.preset("l2rw-fig8")``'s fields are L2RW+'s.  Needs a classifier and gradients; the
     shared-update threat models need a privreid checkpoint's federation (``privreid invert``).  ``model`` and
-    ``load_options`` as :func:`evaluate`.
-    """
+    ``load_options`` as :func:`evaluate`."""
     import torch
 
     from privreid.inversion import InversionSettings, reconstruct_batch
@@ -322,8 +318,7 @@ def audit(model: Any, members: list[tuple], nonmembers: list[tuple], *, level: s
     margin, how much closer an image is to its identity's other images than to any other identity; identity level:
     compactness minus the nearest other identity's similarity) or ``loss`` (the classifier's log-likelihood; a model
     without a classifier is refused).  LiRA needs shadow models trained like the target, which only ``privreid
-    audit`` on privreid checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`.
-    """
+    audit`` on privreid checkpoints can train.  ``model`` and ``load_options`` as :func:`evaluate`."""
     from privreid.auditing.given import audit_given
 
     adapter, net = _network(model, load_options, device)
@@ -362,8 +357,7 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     a report into ``out``, with ``suite_options`` the fields of :class:`privreid.comparison.SuiteSettings`
     (``attacks``, ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...); nothing is written
     without ``out``.  ``arch``, ``height``, ``width``, ``mean``, ``std`` and ``interpolation`` read model files from
-    elsewhere, as ``privreid compare``'s options; ``announce(line)`` gets each such file's load line.
-    """
+    elsewhere, as ``privreid compare``'s options; ``announce(line)`` gets each such file's load line."""
     from privreid.comparison import compare_checkpoints
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
@@ -456,8 +450,7 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     query/gallery split of each dataset of ``data`` (default: the checkpoint's), clean or under ``corruption``
     (CIL-ReID's protocol); the small DG benchmarks (``fmt``) under their own protocol, their splits written next
     to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
-    ``compile`` compiles the network (:mod:`privreid.models.compilation`).
-    """
+    ``compile`` compiles the network (:mod:`privreid.models.compilation`)."""
     from privreid.corruptions import resolve_corruptions
     from privreid.data.catalog import resolve_datasets, verify_datasets
     from privreid.data.partition import as_test_set

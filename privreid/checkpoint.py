@@ -58,8 +58,7 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike, *,
 
     ``before_commit`` runs once the new file is on disk under a temporary name, before it replaces ``path``
     (the engine waits there for the client-memory files); if it raises, ``path`` is unchanged. A failed write
-    raises its OSError (:func:`privreid.io.save_torch`); a FIFO or device at ``path`` is refused.
-    """
+    raises its OSError (:func:`privreid.io.save_torch`); a FIFO or device at ``path`` is refused."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "privreid_version": __version__,
@@ -82,8 +81,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     Memory files (``client_memory_files``) are checked against ``client_memory_hashes`` and read into
     ``client_memory``, so the result re-saved is complete. ``client_memory=False`` leaves them out and keeps the
     hashes; ``check_memory`` (default: ``client_memory``) whether they are checked all the same (``--resume``:
-    :func:`privreid.federated.resume.resume_checkpoint`). No integrity hash or memory hashes: refused.
-    """
+    :func:`privreid.federated.resume.resume_checkpoint`). No integrity hash or memory hashes: refused."""
     return check_checkpoint(read_torch_file(path, map_location), path, client_memory=client_memory,
                             check_memory=check_memory)
 
@@ -92,8 +90,7 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
                     what: str = "a checkpoint") -> Any:
     """What the torch file ``path`` holds, read once (:func:`~privreid.pickle_scan.safe_torch_load`).  CheckpointError
     for a missing path, a directory, a file cut short or one whose pickle names a global ``what`` never holds (nothing
-    is executed); NotACheckpointError for a file that is no torch file.
-    """
+    is executed); NotACheckpointError for a file that is no torch file."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory, not a checkpoint; give the file (e.g. {path / 'ckpt.pt'})")
@@ -229,8 +226,7 @@ def _cut_short(path: Path) -> bool:
 
     A whole torch file ends with the zip's end-of-central-directory record (22 bytes, no comment).  Not
     ``zipfile.is_zipfile``: it searches the last 64 KiB for that record's signature, which the tensor bytes of a
-    file cut in the middle can hold by chance (the message then depended on the weights).
-    """
+    file cut in the middle can hold by chance (the message then depended on the weights)."""
     import zipfile
 
     with open(path, "rb") as fh:
@@ -247,8 +243,7 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
 
     Stored in the payload (:data:`INTEGRITY_KEY`), not a sidecar, so ``ckpt.pt`` alone is whole; computed over
     the objects, not the zip, so a flipped tensor byte (which torch loads silently) changes it. Cost: one SHA-256
-    pass over the tensors (about 0.1-0.2 s per 100 MB), on every save and load.
-    """
+    pass over the tensors (about 0.1-0.2 s per 100 MB), on every save and load."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -363,8 +358,7 @@ def personal_state(global_state: dict[str, torch.Tensor], local_state: dict[str,
 
     Shared keys the client kept from its last training (memory entries under :data:`TRAINED_PREFIX`, for
     methods whose papers score the trained local model) replace the global ones; without them this is the model
-    the client holds after the latest download.
-    """
+    the client holds after the latest download."""
     trained = {k[len(TRAINED_PREFIX):]: v for k, v in memory.items() if k.startswith(TRAINED_PREFIX)}
     return {**global_state, **trained, **local_state}
 
@@ -374,8 +368,7 @@ class Checkpoint:
     """A privreid checkpoint, loaded: what a run saved after its last completed round.
 
     The fields are its keys (module docstring); keys a hand-made dict (:meth:`from_dict`) lacks take the defaults
-    below. ``client_memory_files`` is set only when memories were left unread; unnamed keys are kept in ``other``.
-    """
+    below. ``client_memory_files`` is set only when memories were left unread; unnamed keys are kept in ``other``."""
 
     method: str
     round: int  #: rounds completed

@@ -43,8 +43,7 @@ def python_errors(rewrites: list[tuple[str, str]] = ()):
     :class:`PrivreidError` it raises is raised again (same class) with each flag that is one of its keywords
     named as the keyword (``--overwrite`` -> ``overwrite=True`` for a flag that is off by default,
     ``--seq-len`` -> ``seq_len``), after the ``(regex, replacement)`` pairs of ``rewrites`` (whole command
-    lines, say).
-    """
+    lines, say)."""
 
     def decorate(function):
         params = inspect.signature(function).parameters

@@ -210,8 +210,7 @@ def open_run(out: str | os.PathLike, command: str, *, lock: bool = True, config:
     ``config``: ``config.yaml``'s content (default :func:`command_config`); ``prepare(out)`` runs under the lock
     before anything is written; ``resumed``: see :func:`write_provenance` and :func:`run_log`. A refused command
     leaves ``out`` as it found it: if the block fails before anything but the provenance changed, those files
-    get their old bytes back (or are removed), with the folders (and ``out``) created here.
-    """
+    get their old bytes back (or are removed), with the folders (and ``out``) created here."""
     out = check_output_dir(out)
     check_run_kind(out, command)
     check_no_links(out)

@@ -81,8 +81,7 @@ def os_error_message(exc: OSError, where: str | os.PathLike | None = None) -> st
 class RunLock:
     """An exclusive ``flock`` on ``<dir>/.privreid.lock`` holding the owner's pid.  The holder deletes the file before
     unlocking, so :meth:`acquire` holds the lock only once the file it locked is still the one at the path (same inode),
-    else retries: at most one process holds the path's lock.
-    """
+    else retries: at most one process holds the path's lock."""
 
     def __init__(self, directory: Path):
         self.path = Path(directory) / LOCK_FILE
@@ -203,8 +202,7 @@ def prepare_out_dir(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
 
     A run killed before its first checkpoint (``metrics.jsonl``, no ``ckpt.pt``) resumes from round 0, and the
     refusal says so. ``overwrite`` deletes only :data:`RUN_FILES` and the client-memory files
-    (:func:`own_memory_files`), refusing anything else in ``client_memory/``.
-    """
+    (:func:`own_memory_files`), refusing anything else in ``client_memory/``."""
     existing = [f for f in RUN_FILES if (out_dir / f).exists() or (out_dir / f).is_symlink()]
     has_ckpt = (out_dir / "ckpt.pt").exists()
     if resume:

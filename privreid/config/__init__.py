@@ -133,8 +133,7 @@ class TrainConfig:
     ``secure_aggregation``: the server learns only the sum of a round's uploads (SecAgg+,
     :mod:`privreid.defenses.secure_aggregation.mechanism`), with ``secagg_shares`` / ``secagg_threshold`` (``None``:
     the round's clients / a majority of the shares), the clipping and quantisation ranges and the public bound of a
-    client's weight (``None``: the round's largest).
-    """
+    client's weight (``None``: the round's largest)."""
 
     method: str = "fedpav"
     rounds: int = 10

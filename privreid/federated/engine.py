@@ -72,8 +72,7 @@ class RoundInbox:
 
     :meth:`add` stops the run on a non-finite training loss (:func:`~.divergence.check_finite_training`: before the
     upload reaches the aggregate or a checkpoint), counts the upload's bytes and folds it into ``accumulator``; the
-    caller then drops the upload.  ``result()`` is the strategy's aggregate of everything added.
-    """
+    caller then drops the upload.  ``result()`` is the strategy's aggregate of everything added."""
 
     def __init__(self, accumulator: Accumulator, round_no: int, out_dir: Path):
         self.accumulator, self.round_no, self.out_dir = accumulator, round_no, out_dir
@@ -98,8 +97,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     ledger, resolved by the caller, the composition root's side of the layers).  Each observer sees every upload the
     server receives (``on_upload``), may stop the run before a round (``before_round``), adds its records after it
     (``after_round``); the checkpoint holds its ``state_dict`` under its ``key`` and ``summary.json`` its ``summary``.
-    The engine knows nothing else about them and never shows them client memory.
-    """
+    The engine knows nothing else about them and never shows them client memory."""
 
     #: whether this process holds the clients' local states (the Flower server does not: its sites do)
     holds_client_states = True
@@ -203,8 +201,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         keep its local keys (and, with ``keeps_trained_model``, its trained shared keys); the upload.
 
         ``received`` is what the server transmitted to this client; ``None`` computes it here with the strategy's
-        ``configure`` (in-process).  The Flower runtime computes it on the server and calls this on the site.
-        """
+        ``configure`` (in-process).  The Flower runtime computes it on the server and calls this on the site."""
         seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
         seed_everything(seed)
         received, extra = self._load_client(client, round_index, received)

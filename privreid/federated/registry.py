@@ -76,8 +76,7 @@ class Method:
             before anything trains.
         lr_factor: ``(config, round_index) -> factor`` where the method replaces ``--lr-schedule`` with its own
             (DPPT's per-step one-cycle, reported at each round's first step by
-            :func:`privreid.federated.lr_schedule.lr_table`); ``None``: the run's schedule.
-    """
+            :func:`privreid.federated.lr_schedule.lr_table`); ``None``: the run's schedule."""
 
     name: str
     summary: str

@@ -47,8 +47,7 @@ def resume_checkpoint(out: Path, config: RunConfig) -> Checkpoint | None:
     checkpoint, or when the checkpoint or its client-memory files are missing, unreadable, malicious, edited
     (:func:`privreid.checkpoint.check_fields`), changed or swapped (their recorded hashes), or of another
     configuration (:func:`check_resume`).  The memories are checked, not kept: the engine restores them lazily
-    from this object (:meth:`~privreid.federated.engine.FederatedEngine.run`).
-    """
+    from this object (:meth:`~privreid.federated.engine.FederatedEngine.run`)."""
     if not (out / "ckpt.pt").exists():
         if (out / "summary.json").exists():
             raise ConfigError(f"--resume: {out} holds a finished run (summary.json) whose checkpoint "

@@ -64,8 +64,7 @@ class RoundEvaluation:
         """The client's personalised model on its domain's seen test set and, without a global model, on the unseen ones.
 
         The seen test set is the domain's own from ``federation.seen`` (with its modality, VI protocol and
-        tracklets), used when the client holds that split; video clients hold it only there (empty query/gallery).
-        """
+        tracklets), used when the client holds that split; video clients hold it only there (empty query/gallery)."""
         sets: list[tuple[str, TestSet]] = []
         if (client.query and client.gallery) or client.tracklets is not None:
             sets += [("seen", ts) for ts in self.federation.seen if ts.name == client.domain]

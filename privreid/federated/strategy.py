@@ -45,8 +45,7 @@ class RoundResult:
     """What one round's aggregation produces.  ``client_state`` maps a client to its new per-client server state,
     replacing its entry (absent clients keep theirs).  Entries may share tensors (the members of one FedPav-CC cluster
     share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
-    secure aggregation's ``secagg`` record).
-    """
+    secure aggregation's ``secagg`` record)."""
 
     global_state: StateDict
     client_state: dict[str, ClientServerState] = field(default_factory=dict)
@@ -63,8 +62,7 @@ class Accumulator:
 
     Wrapper strategies (defenses, secure aggregation) return their own accumulator around the inner one: they may
     transform each upload (clip, mask) or the result (add noise), and one that must see only the sum can require a
-    streaming inner accumulator (``not isinstance(inner, KeepUploads)``).
-    """
+    streaming inner accumulator (``not isinstance(inner, KeepUploads)``)."""
 
     def add(self, upload: Upload) -> None:
         raise NotImplementedError
@@ -99,8 +97,7 @@ class Strategy:
 
     Secure aggregation.  A strategy whose new global state is a weighted mean of the uploads, computable from their sum
     alone, says so with :meth:`upload_weight`; secure aggregation and the audit's ``server-aggregate`` view run it on
-    the (secure) sum of the pre-scaled uploads.  Wrappers (``NoisyAggregate``) delegate it to the strategy they wrap.
-    """
+    the (secure) sum of the pre-scaled uploads.  Wrappers (``NoisyAggregate``) delegate it to the strategy they wrap."""
 
     def upload_weight(self) -> Callable[[Upload], float] | None:
         """``w(upload)`` when the new global state is ``sum_k w_k state_k / sum_k w_k`` over the uploads'
@@ -159,8 +156,7 @@ class WeightedSum(Accumulator):
     ``weight(upload)`` gives ``w_k``.  Integer buffers (BatchNorm's ``num_batches_tracked``) cannot be averaged; they
     are taken from the upload with the largest weight (the first on ties).  With ``bn_buffers="first"`` every BatchNorm
     buffer (:func:`is_norm_buffer`) is the first upload's, as added (:data:`BN_BUFFER_MODES`).  Only the running sums
-    and those small tensors are held, never an upload.
-    """
+    and those small tensors are held, never an upload."""
 
     def __init__(self, weight: Callable[[Upload], float], bn_buffers: str = "average"):
         if bn_buffers not in BN_BUFFER_MODES:

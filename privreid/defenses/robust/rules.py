@@ -306,8 +306,7 @@ class RobustAggregate(Strategy):
     Computed in float64 and cast back to each tensor's dtype; clients receive the global state.  ``updates``: the rule
     sees the updates ``theta_i - theta`` and returns one (the rules written here), else the uploaded states (Flower's).
     ``check(n)`` raises :class:`ConfigError` when the rule cannot run on the ``n`` uploads a round actually aggregates;
-    it is called every round, before the rule.  A rule that selects clients adds the detection record.
-    """
+    it is called every round, before the rule.  A rule that selects clients adds the detection record."""
 
     def __init__(self, rule: Rule, check: Callable[[int], None] = lambda n: None, name: str = "",
                  updates: bool = False):
