@@ -20,8 +20,7 @@ atomic (:func:`privreid.io.write_file_atomically`); reads use :func:`privreid.pi
 ``integrity`` (:func:`integrity_hash`) is checked on load against accidents, not edits, so every field is also
 checked as a flag would be (:func:`check_fields`). Every ``client_memory_files`` entry must lie inside the run's
 ``client_memory/`` and match its recorded sha256 (``client_memory_hashes``); a checkpoint without these hashes
-is refused as incomplete.
-"""
+is refused as incomplete."""
 
 from __future__ import annotations
 

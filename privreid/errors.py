@@ -2,8 +2,7 @@
 
 A :class:`PrivreidError` is a problem with the user's input (a missing dataset, a bad flag, an unreadable
 checkpoint): the CLI prints its message on one line and exits with status 2.  The messages name command-line flags;
-outside the command line, :func:`python_errors` names the keywords instead (``overwrite=True`` for ``--overwrite``).
-"""
+outside the command line, :func:`python_errors` names the keywords instead (``overwrite=True`` for ``--overwrite``)."""
 
 from __future__ import annotations
 

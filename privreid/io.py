@@ -7,8 +7,7 @@ failed write is its OSError). A rename never replaces a non-regular file: a FIFO
 through for stream-able outputs (reports, JSON, tables, figures, state-dict exports) and refused in one line for
 outputs that must be files (``stream=False``: checkpoints, memories, ONNX, the SecAgg+ site state); a
 directory, block device or socket is always refused. Files get the umask's permissions; only secrets (the
-SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600.
-"""
+SecAgg+ site state, :mod:`privreid.defenses.secure_aggregation.flower`) are written 0600."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ parameters by option name); ``env.json`` (:func:`environment`: privreid's versio
 versions of torch, CUDA, torchvision, Opacus, Flower, kornia, torchattacks, the platform, device, seed and
 command line); ``log.txt`` (:func:`run_log`), appended to on ``--resume``. ``train --logger
 tensorboard|wandb`` mirrors ``metrics.jsonl`` there (:func:`metric_logger`; TensorBoard also gets the learning
-rate, the configuration and the hyperparameters).
-"""
+rate, the configuration and the hyperparameters)."""
 
 from __future__ import annotations
 

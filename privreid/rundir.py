@@ -11,8 +11,7 @@ Every command that writes a run directory enters :func:`privreid.provenance.open
 5. on a refusal, puts the directory back as it was (:class:`RunFiles`).
 
 This module holds those steps and the run's own files (:data:`RUN_FILES`, :data:`PROVENANCE_FILES`, the
-client-memory files, :func:`prepare_out_dir`). Output files are checked with :func:`check_output_file`.
-"""
+client-memory files, :func:`prepare_out_dir`). Output files are checked with :func:`check_output_file`."""
 
 from __future__ import annotations
 

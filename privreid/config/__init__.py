@@ -18,8 +18,7 @@ backbone's learning rate.
 
 The dataclasses hold the only defaults.  The CLI's options are generated from them (:mod:`privreid.commands.options`),
 and ``--set SECTION.FIELD=VALUE`` (:func:`privreid.config.sets.apply_sets`) reaches every field, parsed by the field's
-type (:func:`privreid.config.values.parse_value`; booleans by :func:`~privreid.config.values.parse_bool`).
-"""
+type (:func:`privreid.config.values.parse_value`; booleans by :func:`~privreid.config.values.parse_bool`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """String parsing of configuration values: the one boolean rule, JSON where it parses, and a field's type.
 
 Used by ``--set`` (:mod:`privreid.config.sets`), presets, method options
-(:func:`privreid.federated.method_options.parse_options`) and :meth:`privreid.config.RunConfig.from_dict`.
-"""
+(:func:`privreid.federated.method_options.parse_options`) and :meth:`privreid.config.RunConfig.from_dict`."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ Each run is an ordinary privreid run (:func:`privreid.training.train_run`, as ``
 
 Ray is imported only for ``kind="ray"``: trials are ``tune.with_resources(..., {"cpu": C, "gpu": G})`` (fractional
 GPUs pack runs on one device), at most ``max_concurrent`` at a time; ``RAY_ADDRESS`` joins a cluster, whose workers
-must see ``OUT`` (a shared filesystem): a worker that cannot stops the sweep with one line saying so.
-"""
+must see ``OUT`` (a shared filesystem): a worker that cannot stops the sweep with one line saying so."""
 
 from __future__ import annotations
 

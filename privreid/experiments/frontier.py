@@ -5,8 +5,7 @@ feature cosine, membership TPR at 1% FPR, mAP under PGD, a backdoor's ASR), :fun
 per cell at its mean over seeds with ± one standard deviation as error bars on both axes, labels it by its setting,
 and marks the Pareto front (the cells no other cell beats on both axes at once).  A cell with failed runs is drawn
 hollow and red with the count in its label; one without a number (every run failed) is named under the axes.
-``frontier.csv`` / ``frontier.json`` hold the same points.
-"""
+``frontier.csv`` / ``frontier.json`` hold the same points."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A cell is one setting of a sweep's grid or one cell of a paper table; its runs differ only in their seed.
 :func:`describe` summarises one metric's values; :func:`cell_statistics` groups a sweep's run outcomes by cell and
 describes every metric of each.  The interval is the mean's 95% confidence interval under a normal model,
-``mean ± t(0.975, n - 1) · s / √n``, given only for n ≥ 3 (with two seeds its half-width is 12.7 standard errors).
-"""
+``mean ± t(0.975, n - 1) · s / √n``, given only for n ≥ 3 (with two seeds its half-width is 12.7 standard errors)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ rounds, and each failed run's ``error:`` line); the rest is read from the run di
 
 The round is the last one in ``metrics.jsonl``; the key metric the last global (else local) seen mAP; the ETA: the
 rounds left times the seconds per round of the current attempt (from ``env.json``, rewritten at each start, to the
-last ``metrics.jsonl`` record), else of the finished runs (``summary.json``'s ``wall_time_s``).
-"""
+last ``metrics.jsonl`` record), else of the finished runs (``summary.json``'s ``wall_time_s``)."""
 
 from __future__ import annotations
 

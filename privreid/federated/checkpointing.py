@@ -1,8 +1,7 @@
 """What a run writes and reads back: ``metrics.jsonl`` records, ``ckpt.pt`` (keys: :mod:`privreid.checkpoint`),
 ``summary.json``, and the restore of a ``--resume`` from the checkpoint :func:`~.resume.resume_checkpoint` loaded.
 
-:class:`Checkpointing` is a part of :class:`~.engine.FederatedEngine`, whose state it writes and restores.
-"""
+:class:`Checkpointing` is a part of :class:`~.engine.FederatedEngine`, whose state it writes and restores."""
 
 from __future__ import annotations
 

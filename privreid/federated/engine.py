@@ -19,8 +19,7 @@ sample count and scalar training metrics, plus any tensors the client update put
 (DPPT's per-identity class centres), which stay in the global state as server-side method state (checkpointed under
 ``server_state``).  From the server to a client flows only what the strategy's ``configure`` returns for it.  The
 per-client server state (:mod:`.strategy`) is checkpointed under ``server_client_state``; client memory is the
-client's own: the server never writes it.
-"""
+client's own: the server never writes it."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A method's policy partitions a model's ``state_dict`` into **shared** keys, uploaded to and aggregated by the
 server, and **local** keys, which never leave the client (FedPav's identity classifiers, SKA's local-specific
-normalisation, FedARKS' part branch, ...).  The engine only ever uploads ``policy.shared(state)``; a test asserts it.
-"""
+normalisation, FedARKS' part branch, ...).  The engine only ever uploads ``policy.shared(state)``; a test asserts it."""
 
 from __future__ import annotations
 

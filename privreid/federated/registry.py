@@ -1,8 +1,7 @@
 """Method registry.
 
 A method = parameter policy + client update + server strategy (docs/architecture.md). Each method module builds a
-:class:`Method` and calls :func:`register`; the engine looks methods up by name and never imports a method module.
-"""
+:class:`Method` and calls :func:`register`; the engine looks methods up by name and never imports a method module."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 ``rounds`` may grow (continue a finished run) but not fall below the rounds completed.  ``device`` may change
 between spellings of the same device (``auto`` without CUDA is ``cpu``); ``num_workers`` and ``eval_every`` may
 change freely (every round's randomness is seeded afresh from the seed and the round,
-:func:`privreid.seeding.derive_seed`, so an evaluation between rounds does not change what the next round trains).
-"""
+:func:`privreid.seeding.derive_seed`, so an evaluation between rounds does not change what the next round trains)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ not.  Which model is personalised is the method's choice (``Method.keeps_trained
 becomes a metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with
 ``on_global_model(round_no, model, testsets, height=, width=, device=, flip=, metric=) -> records`` scores the
 loaded global model itself after it (an adversary's record: a backdoor's ASR per round), so the engine names no
-attack.
-"""
+attack."""
 
 from __future__ import annotations
 

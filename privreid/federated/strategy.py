@@ -9,8 +9,7 @@ Flower's configure/aggregate split:
   most keep none).  The engine stores it, checkpoints it and hands each client's entry back to ``configure``.
 
 Both are pure functions of their inputs (no training, no data access, no mutation), so every strategy is unit-testable
-on hand-made state dicts (``tests/test_strategy_contract.py``).  The server sees only what :class:`Upload` carries.
-"""
+on hand-made state dicts (``tests/test_strategy_contract.py``).  The server sees only what :class:`Upload` carries."""
 
 from __future__ import annotations
 

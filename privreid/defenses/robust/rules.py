@@ -20,8 +20,7 @@ Two mechanisms a server can run against its own poisoned clients:
 
 Both read each client's update on its own: under ``--secure-aggregation`` the server sees only the sum, so they are
 refused with it, except norm-bound, which becomes a verified bound on the secure sum's inputs there
-(:mod:`privreid.defenses.robust.plugin`).
-"""
+(:mod:`privreid.defenses.robust.plugin`)."""
 
 from __future__ import annotations
 

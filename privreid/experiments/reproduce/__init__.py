@@ -5,8 +5,7 @@ into ``OUT/runs/<run>/`` (as ``sweep``), evaluates every cell (cached beside the
 ``table.csv`` (and ``figure.png``) in the paper's layout: privreid's number, the published one, their difference;
 comparators privreid lacks stay as "not implemented" rows. ``scale="smoke"``: synthetic data, tiny budgets, the
 stand-ins of :mod:`privreid.data.synthetic_dg` (the code path, not comparable numbers). ``scale="paper"``: the paper
-presets and the real datasets under ``data_root`` (one folder per ``--format`` name), refused up front if missing.
-"""
+presets and the real datasets under ``data_root`` (one folder per ``--format`` name), refused up front if missing."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ The paper inverts one subject's gradient with iDLG [59] (Adam, lr 0.01, 200 iter
 Laplacian-filtered views, and compares the feature cosine of subject and reconstruction between DNS and I-DPPT.
 privreid attacks each checkpoint with :mod:`privreid.inversion` under ``full``, with the run's defenses (none here).
 Subjects: the first training image (path order) of each modality among the run's clients (:func:`subject_path`),
-each attacked through its client with its label. Cached beside the run (``inversion-<modality>.json``, ``.pt``).
-"""
+each attacked through its client with its label. Cached beside the run (``inversion-<modality>.json``, ``.pt``)."""
 
 from __future__ import annotations
 

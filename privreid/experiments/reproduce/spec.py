@@ -4,8 +4,7 @@ A :class:`TableSpec` with ``rows`` is runnable: each :class:`Row` is a privreid 
 :class:`RunSpec` per scale) or a comparator privreid lacks (``train`` ``None``: "not implemented"). ``columns`` map a
 paper column to its test set per scale. Rows may share a run (``Row.run``), read another model of it (``Row.scope``)
 or measure something else (``Row.measure``: attacks, corruptions, inversions); ``TableSpec.deviations`` are written
-under the table. A spec without rows is listed but not runnable (``status``).
-"""
+under the table. A spec without rows is listed but not runnable (``status``)."""
 
 from __future__ import annotations
 
