@@ -74,11 +74,10 @@ def krum_scores(results: list[tuple[list[np.ndarray], int]], f: int) -> list[flo
 
 
 def krum_rule(f: int, keep: int) -> Rule:
-    """Krum (``keep`` 0: the upload with the smallest sum of squared distances to its ``n - f - 2`` nearest) or
-    Multi-Krum (the plain, unweighted mean of the ``keep`` best-scored uploads, as Blanchard et al. 2017 define
-    it: the sample counts clients report are theirs to lie about, so they weigh nothing here; Flower's
-    ``aggregate_krum`` weighs them, so it is given a count of 1 for every upload).  Accepted: the chosen
-    upload(s), by Flower's own expressions on :func:`krum_scores`."""
+    """Krum (``keep`` 0: the best-scored upload, :func:`krum_scores`) or Multi-Krum (the unweighted mean of the
+    ``keep`` best-scored, as Blanchard et al. 2017 define it: reported sample counts are the clients' to lie about, so
+    Flower's ``aggregate_krum`` is given a count of 1 for every upload).  Accepted: the chosen upload(s), by Flower's
+    own expressions."""
     from flwr.server.strategy.aggregate import aggregate_krum
 
     def rule(results):
