@@ -2,12 +2,11 @@
 
 At every evaluated round (:meth:`RoundEvaluation.evaluates`: every ``eval_every`` rounds and the last), after
 aggregation: the global model (if the method has one) on the seen and unseen test sets, then *every* client's current
-personalised model on its seen test set (and on the unseen ones when there is no global model), selected this round or
-not.  Which model is personalised is the method's choice (``Method.keeps_trained_model``); it is assembled by
-:func:`privreid.checkpoint.personal_state`, so ``load_model(ckpt, client=NAME)`` returns exactly the model scored.
+personalised model (``Method.keeps_trained_model``, :func:`privreid.checkpoint.personal_state`) on its seen test set
+(and on the unseen ones when there is no global model), selected this round or not.
 
-:class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`, whose state it reads; each score
-becomes a metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with
+:class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`, whose state it reads; each score becomes a
+metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with
 ``on_global_model(round_no, model, testsets, height=, width=, device=, flip=, metric=) -> records`` scores the
 loaded global model itself after it (an adversary's record: a backdoor's ASR per round), so the engine names no
 attack."""
