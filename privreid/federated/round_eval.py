@@ -6,9 +6,9 @@ personalised model (``Method.keeps_trained_model``, :func:`privreid.checkpoint.p
 (and on the unseen ones when there is no global model), selected this round or not.
 
 :class:`RoundEvaluation` is a part of :class:`~.engine.FederatedEngine`, whose state it reads; each score becomes a
-metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with ``on_global_model(round_no, model,
-testsets, height=, width=, device=, flip=, metric=) -> records`` scores the loaded global model itself after it (an
-adversary's record: a backdoor's ASR per round), so the engine names no attack."""
+metric record (:meth:`~.checkpointing.Checkpointing._record`).  A round observer with
+``on_global_model(round_no, model, testsets, height=, width=, device=, flip=, metric=) -> records`` scores the loaded
+global model itself after it (an adversary's record: a backdoor's ASR per round), so the engine names no attack."""
 
 from __future__ import annotations
 
