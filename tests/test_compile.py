@@ -184,3 +184,24 @@ def _float_leaves(value, path=""):
             yield from _float_leaves(v, f"{path}/{i}")
     elif isinstance(value, float) and "seconds" not in path:  # timings differ, by design
         yield path, value
+
+
+def test_each_instruction_set_setting_gets_its_own_kernel_cache(monkeypatch):
+    """Inductor's cache is not keyed by ATEN_CPU_CAPABILITY and friends: kernels cached under AVX-512 and reused
+    under AVX2 gave NaN features. Each setting gets its own directory; a directory the user chose is kept."""
+    import os
+
+    from privreid.models.compilation import _kernel_cache_per_isa
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"):
+        monkeypatch.delenv(key, raising=False)
+    _kernel_cache_per_isa()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # the default setting keeps torch's default cache
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    _kernel_cache_per_isa()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith("isa-ATEN_CPU_CAPABILITY=avx2-MKL_CBWR=AVX2")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
+    _kernel_cache_per_isa()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/mine"

@@ -61,8 +61,28 @@ def compile_module(module: torch.nn.Module, *, dynamic: bool | None = None) -> t
     if any(isinstance(m, torch.jit.ScriptModule) for m in module.modules()):
         raise ConfigError("--compile cannot compile a TorchScript model (torch.compile traces Python forwards); "
                           "run it without --compile")
+    _kernel_cache_per_isa()
     module.compile(dynamic=dynamic)
     return module
+
+
+#: the environment settings that choose the CPU kernels' instruction set
+ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
+
+
+def _kernel_cache_per_isa() -> None:
+    """Give each instruction-set setting its own inductor cache unless the user chose one
+    (``TORCHINDUCTOR_CACHE_DIR``): inductor keys its cache without them, and kernels cached under the default
+    setting, reused with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2``, gave NaN features
+    (torch 2.14.1, CPU; ``tests/test_compile.py``)."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = [f"{k}={os.environ[k]}" for k in ISA_SETTINGS if os.environ.get(k)]
+    # inductor writes its default into the environment when first used: that one is not the user's choice
+    if chosen and os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()) == default_cache_dir():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(default_cache_dir(), "isa-" + "-".join(chosen))
 
 
 def compile_if(module: torch.nn.Module, enabled: bool, device: torch.device | str) -> torch.nn.Module:
