@@ -36,7 +36,8 @@ def main() -> None:
     torch.set_num_threads(1)
 
     from privreid.auditing import AuditSettings, run_audit
-    from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from privreid.config import (DataConfig, EvaluationConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig,
+                                 RuntimeConfig)
     from privreid.data.synthetic import SynthConfig, generate_synthetic
     from privreid.training import train_run
 
@@ -47,8 +48,10 @@ def main() -> None:
                                                               width=16, distractors=2, junk=2))
         cfg = RunConfig(data=DataConfig(roots=[str(root)], height=32, width=16, test_domains=["synthC"]),
                         model=ModelConfig(arch="resnet18", feat_dim=32),
-                        train=TrainConfig(method="fedpav", rounds=args.rounds, batch_size=8, max_steps_per_epoch=4,
-                                          eval_every=args.rounds, device="cpu"))
+                        federation=FederationConfig(method="fedpav", rounds=args.rounds),
+                        optim=OptimConfig(batch_size=8, max_steps_per_epoch=4),
+                        evaluation=EvaluationConfig(every=args.rounds),
+                        runtime=RuntimeConfig(device="cpu"))
         start = time.perf_counter()
         train_run(cfg, work / "run", progress=False)
         train_s = time.perf_counter() - start

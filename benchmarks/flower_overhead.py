@@ -62,7 +62,8 @@ def main() -> None:
 
     import privreid.flower.client_app as client_module
     import privreid.flower.loopback as loopback
-    from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from privreid.config import (DataConfig, EvaluationConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig,
+                                 RuntimeConfig)
     from privreid.data.catalog import federation_for_config
     from privreid.data.synthetic import SynthConfig, generate_synthetic
     from privreid.federated.engine import FederatedEngine
@@ -76,8 +77,10 @@ def main() -> None:
                                                          height=args.height, width=args.width))
     cfg = RunConfig(data=DataConfig(roots=[str(root)], height=args.height, width=args.width, test_domains=["synthC"]),
                     model=ModelConfig(arch="resnet18", feat_dim=32),
-                    train=TrainConfig(method=args.method, rounds=args.rounds, batch_size=8, device="cpu",
-                                      max_steps_per_epoch=args.max_steps, eval_every=args.rounds))
+                    federation=FederationConfig(method=args.method, rounds=args.rounds),
+                    optim=OptimConfig(batch_size=8, max_steps_per_epoch=args.max_steps),
+                    runtime=RuntimeConfig(device="cpu"),
+                    evaluation=EvaluationConfig(every=args.rounds))
     sites = {k: {"data": str(root / f"synth{k}"), "state-dir": str(tmp / f"state-{k}")} for k in "AB"}
     results: dict[str, dict] = {}
 

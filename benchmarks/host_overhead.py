@@ -48,7 +48,7 @@ from torch import nn
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import DataConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import DataConfig, OptimConfig, RunConfig, RuntimeConfig  # noqa: E402
 from privreid.data import ImageDataset, build_transforms  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.torch_dataset import DECODED  # noqa: E402
@@ -113,20 +113,20 @@ def side_by_side(blocks: dict, device: torch.device, repeats: int) -> dict[str, 
 
 def train(args, device: torch.device) -> dict:
     data = DataConfig(height=args.height, width=args.width)
-    client = federation_for_config(RunConfig(data=data, train=TrainConfig(device="cpu"))).clients[0]
+    client = federation_for_config(RunConfig(data=data, runtime=RuntimeConfig(device="cpu"))).clients[0]
     steps_per_epoch = min(args.steps, len(client.train) // args.batch)  # epochs of the client's data, to --steps
     epochs = -(-args.steps // steps_per_epoch)
     steps = steps_per_epoch * epochs
-    config = RunConfig(data=data, train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=steps_per_epoch,
-                                                    local_epochs=epochs, lr_backbone=0.05, lr_head=0.05,
-                                                    device=str(device), seed=0, num_workers=0))
+    config = RunConfig(data=data, optim=OptimConfig(batch_size=args.batch, max_steps_per_epoch=steps_per_epoch,
+                                                    local_epochs=epochs, lr_backbone=0.05, lr_head=0.05),
+                                  runtime=RuntimeConfig(device=str(device), seed=0, num_workers=0))
     pipeline = tensor_pipeline(build_transforms(args.height, args.width, train=True))
     images = torch.stack([DECODED.get(path, pipeline) for path, _, _ in client.train]).to(device)
     labels = torch.tensor([pid for _, pid, _ in client.train], device=device)
     torch.manual_seed(0)
     base = build_model("resnet18", num_classes=client.num_classes, feat_dim=16)
     base.backbone = TinyTrunk()
-    update, t = SupervisedUpdate(config), config.train
+    update = SupervisedUpdate(config)
     privreid_model = copy.deepcopy(base).to(device)
     seeds = iter(range(10**6))
 
@@ -135,11 +135,11 @@ def train(args, device: torch.device) -> dict:
                             global_state={}, seed=next(seeds))
         return int(update(ctx)["steps"])
 
-    hyper = dict(momentum=t.momentum, weight_decay=t.weight_decay, nesterov=True)
+    hyper = dict(momentum=config.optim.momentum, weight_decay=config.optim.weight_decay, nesterov=True)
     model = copy.deepcopy(base).to(device).train()
-    opt = torch.optim.SGD(model.parameters(), lr=t.lr_backbone, **hyper,
+    opt = torch.optim.SGD(model.parameters(), lr=config.optim.lr_backbone, **hyper,
                           **fast_optim.implementation("sgd", device.type, **hyper))
-    criterion = identity_loss(t.label_smoothing)
+    criterion = identity_loss(config.optim.label_smoothing)
     generator = torch.Generator(device=images.device).manual_seed(0)
 
     def step(batch, target) -> torch.Tensor:
@@ -153,11 +153,11 @@ def train(args, device: torch.device) -> dict:
         total = torch.zeros((), device=device)
         for _ in range(steps):
             idx = torch.randint(len(images), (args.batch,), generator=generator, device=images.device)
-            total += step(to_device(images[idx], device, pipeline, channels_last=t.channels_last), labels[idx])
+            total += step(to_device(images[idx], device, pipeline, channels_last=config.runtime.channels_last), labels[idx])
         float(total)  # the loss read once, as privreid reads it
         return steps
 
-    fixed = to_device(images[:args.batch], device, pipeline, channels_last=t.channels_last)
+    fixed = to_device(images[:args.batch], device, pipeline, channels_last=config.runtime.channels_last)
 
     def compute_block() -> int:
         for _ in range(steps):
@@ -175,7 +175,7 @@ def train(args, device: torch.device) -> dict:
 
 
 def evaluation(args, device: torch.device) -> dict:
-    config = RunConfig(data=DataConfig(height=args.height, width=args.width), train=TrainConfig(device="cpu"))
+    config = RunConfig(data=DataConfig(height=args.height, width=args.width), runtime=RuntimeConfig(device="cpu"))
     federation = federation_for_config(config)
     samples = [s for c in federation.clients for s in c.train][:args.eval_images]
     transform = build_transforms(args.height, args.width, train=False)

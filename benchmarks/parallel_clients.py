@@ -49,7 +49,7 @@ import torch
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import (DataConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig, RuntimeConfig)  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.synthetic import SynthConfig, ensure_synthetic  # noqa: E402
 from privreid.data.synthetic_config import domain_names  # noqa: E402
@@ -69,9 +69,10 @@ def config_for(args, clients: int) -> RunConfig:
     data = DataConfig(roots=[str(ensure_synthetic(config=synth))], test_domains=domain_names(synth)[-1:],
                       height=args.height, width=args.width)
     return RunConfig(data=data, model=ModelConfig(arch=args.arch),
-                     train=TrainConfig(method="fedpav", rounds=args.rounds, batch_size=args.batch,
-                                       max_steps_per_epoch=args.steps, lr_backbone=0.05, lr_head=0.05,
-                                       device="cpu", seed=0))
+                     federation=FederationConfig(method="fedpav", rounds=args.rounds),
+                     optim=OptimConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
+                                       lr_head=0.05),
+                     runtime=RuntimeConfig(device="cpu", seed=0))
 
 
 def wave_bound(clients: int) -> float:

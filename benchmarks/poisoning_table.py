@@ -72,7 +72,7 @@ from privreid.malicious_clients import adversary_plan
 from privreid.malicious_clients.backdoor import recorded_backdoor
 from privreid.malicious_clients.detection import detection_totals
 from privreid.checkpoint import load_model
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config import DataConfig, ModelConfig, RunConfig, option_path
 from privreid.data.catalog import federation_for_config
 from privreid.data.synthetic import SynthConfig, generate_synthetic
 from privreid.evaluation.backdoor import CLEAN_GALLERY, evaluate_backdoor
@@ -86,7 +86,7 @@ BATCH, LR = 8, 0.05
 #: the table's data: small enough for its 41 trainings in about 16 minutes on one core
 SYNTH = SynthConfig(num_domains=3, ids_per_domain=36, test_ids_per_domain=20, cams_per_domain=4,
                     images_per_id_per_cam=3, height=64, width=32, distractors=10, junk=0)
-#: row label -> ``train.adversary`` (without ``malicious``)
+#: row label -> ``robustness.adversary`` (without ``malicious``)
 ATTACKS = {"no attack": None, "label flip": {"name": "label-flip"}, "scaled": {"name": "scaled"},
            "backdoor": {"name": "backdoor", "fraction": 1.0}, "DBA": {"name": "dba", "fraction": 1.0},
            "backdoor, boosted": {"name": "backdoor", "fraction": 1.0, "boost": 4.5},
@@ -116,25 +116,25 @@ SMOKE_ATTACKS, SMOKE_DEFENSES = ("no attack", "DBA"), ("plain FedPav", "Krum (f=
 
 
 def run_config(args, attack: dict | None, defense: dict, method: str = "fedpav") -> RunConfig:
-    """One cell's run: the table's data, model and budget with ``attack`` and ``defense`` (the ``train`` fields a
-    column sets), from the warm start."""
+    """One cell's run: the table's data, model and budget with ``attack`` and ``defense`` (the fields a column sets,
+    by name), from the warm start."""
     train = dict(method=method, rounds=args.rounds, batch_size=BATCH, max_steps_per_epoch=args.steps,
-                 lr_backbone=LR, device="cpu", seed=args.seed, eval_every=args.eval_every, **defense)
+                 lr_backbone=LR, device="cpu", seed=args.seed, every=args.eval_every, **defense)
     if "fltrust" in defense.get("defenses", {}):  # the seed's root update (root_update)
         train["defenses"] = {**defense["defenses"], "fltrust": {"root": args.fltrust_root}}
     if attack and method != "centralized":
         train["adversary"] = {**attack, "malicious": MALICIOUS}
     return RunConfig(data=DataConfig(roots=list(args.data), protocol="by-identity", num_clients=3, height=32,
                                      width=16),
-                     model=ModelConfig(arch="resnet18", feat_dim=128, weights=args.warm_start),
-                     train=TrainConfig(**train))
+                     model=ModelConfig(arch="resnet18", feat_dim=128, weights=args.warm_start)
+                     ).with_values({option_path(name): value for name, value in train.items()})
 
 
 def warm_start(args, out: Path) -> str:
     """The clean model every cell starts from: centralised on the clean data (``--warm-rounds`` epochs of at most
     ``--warm-steps`` steps), saved as a full-model state dict without classifier (heads are per client)."""
     config = run_config(args, None, {}, method="centralized")
-    config.train.rounds, config.train.max_steps_per_epoch, config.train.eval_every = args.warm_rounds, args.warm_steps, 0
+    config.federation.rounds, config.optim.max_steps_per_epoch, config.evaluation.every = args.warm_rounds, args.warm_steps, 0
     train(config, out / "warm")
     state = {k: v for k, v in load_model(out / "warm" / "ckpt.pt").state_dict().items()
              if not k.startswith("classifier")}
@@ -147,7 +147,7 @@ def root_update(args, out: Path) -> str:
     ``--steps`` steps of centralised training on the clean pooled data from the warm start, minus the warm start,
     on every floating entry the clients upload; the same ``g0`` every round (the defense's stated deviation)."""
     config = run_config(args, None, {}, method="centralized")
-    config.train.rounds, config.train.eval_every = 1, 0
+    config.federation.rounds, config.evaluation.every = 1, 0
     train(config, out / "root")
     warm = torch.load(args.warm_start, weights_only=True)
     trained = load_model(out / "root" / "ckpt.pt").state_dict()

@@ -17,9 +17,9 @@ identity cross-entropy, SGD, at each ``--precisions`` value (issue 29 §3):
 
 On CUDA both take channels-last batches and run under cuDNN's autotuner
 unless ``--no-channels-last`` / ``--no-cudnn-benchmark`` (privreid's
-``train.channels_last`` / ``train.cudnn_benchmark``) turn one off:
+``runtime.channels_last`` / ``runtime.cudnn_benchmark``) turn one off:
 ``benchmarks/gpu_check.sh`` measures each with and without.  ``--compile``:
-privreid with ``train.compile`` (its trunk and identity loss compiled,
+privreid with ``runtime.compile`` (its trunk and identity loss compiled,
 :mod:`privreid.models.compilation`), the raw loop with its forward and loss
 compiled as one function, as a user would write it; each row then gives the
 seconds each spent compiling (in the warm-up block, outside the timing);
@@ -58,7 +58,7 @@ import torch
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import PRECISIONS, DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import PRECISIONS, DataConfig, ModelConfig, OptimConfig, RunConfig, RuntimeConfig  # noqa: E402
 from privreid.data import build_transforms  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.torch_dataset import DECODED  # noqa: E402
@@ -87,10 +87,11 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
     ``images`` are the client's decoded ``uint8`` images on ``device``, which the raw loop augments there.
     """
     config = RunConfig(data=DataConfig(height=args.height, width=args.width), model=ModelConfig(arch=args.arch),
-                       train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=args.lr,
-                                         lr_head=args.lr, device=str(device), seed=0, precision=precision,
-                                         num_workers=args.workers, channels_last=args.channels_last,
-                                         cudnn_benchmark=args.cudnn_benchmark, compile=args.compile))
+                       optim=OptimConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=args.lr,
+                                         lr_head=args.lr),
+                       runtime=RuntimeConfig(device=str(device), seed=0, precision=precision,
+                                             num_workers=args.workers, channels_last=args.channels_last,
+                                             cudnn_benchmark=args.cudnn_benchmark, compile=args.compile))
     update = SupervisedUpdate(config)
     privreid_model = copy.deepcopy(base).to(device)
     rounds = iter(range(10**6))
@@ -100,13 +101,12 @@ def blocks(precision: str, client, base: torch.nn.Module, images: torch.Tensor, 
                             global_state={}, seed=next(rounds))
         return int(update(ctx)["steps"])
 
-    t = config.train
-    hyper = dict(momentum=t.momentum, weight_decay=t.weight_decay, nesterov=True)
+    hyper = dict(momentum=config.optim.momentum, weight_decay=config.optim.weight_decay, nesterov=True)
     model = copy.deepcopy(base).to(device).train()
-    opt = torch.optim.SGD(model.parameters(), lr=t.lr_backbone, **hyper,
+    opt = torch.optim.SGD(model.parameters(), lr=config.optim.lr_backbone, **hyper,
                           **fast_optim.implementation("sgd", device.type, **hyper))
     scaler = grad_scaler(precision, device)
-    criterion = identity_loss(t.label_smoothing)
+    criterion = identity_loss(config.optim.label_smoothing)
     generator = torch.Generator(device=images.device).manual_seed(0)
 
     def loss_of(batch: torch.Tensor, batch_labels: torch.Tensor) -> torch.Tensor:
@@ -144,7 +144,7 @@ def timed(block, device: torch.device) -> float:
 def measure(args) -> dict:
     device = torch.device(args.device)
     precisions, skipped = (args.precisions, None) if args.precisions else default_precisions(device)
-    config = RunConfig(data=DataConfig(height=args.height, width=args.width), train=TrainConfig(device="cpu"))
+    config = RunConfig(data=DataConfig(height=args.height, width=args.width), runtime=RuntimeConfig(device="cpu"))
     client = federation_for_config(config).clients[0]
     pipeline = tensor_pipeline(build_transforms(args.height, args.width, train=True))
     # decoded as after the first epoch of a run; the raw loop keeps the same uint8 images on the device
@@ -199,10 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved blocks per approach")
     ap.add_argument("--workers", type=int, default=0, help="privreid's data-loading workers")
     ap.add_argument("--no-channels-last", dest="channels_last", action="store_false",
-                    help="CUDA: NCHW batches (train.channels_last=false)")
+                    help="CUDA: NCHW batches (runtime.channels_last=false)")
     ap.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false",
-                    help="CUDA: without cuDNN's autotuner (train.cudnn_benchmark=false)")
-    ap.add_argument("--compile", action="store_true", help="both approaches compiled (train.compile for privreid)")
+                    help="CUDA: without cuDNN's autotuner (runtime.cudnn_benchmark=false)")
+    ap.add_argument("--compile", action="store_true", help="both approaches compiled (runtime.compile for privreid)")
     ap.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (aot_eager: the smoke)")
     ap.add_argument("--precisions", default=None, help=f"comma list of {', '.join(PRECISIONS)} (default: per device)")
     ap.add_argument("--json", default=None, help="write the results here")

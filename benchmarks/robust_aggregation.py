@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import RobustnessConfig, RunConfig
 from privreid.defenses import apply_defenses
 from privreid.federated.registry import get_method
 from privreid.federated.strategy import Upload
@@ -55,7 +55,7 @@ def main() -> None:
     print(f"| {'server aggregation':34s} | s / round | ratio |\n|{'-' * 36}|-----------|-------|")
     plain = None
     for label, defenses in rules(args.f, args.clients).items():
-        config = RunConfig(train=TrainConfig(defenses=defenses))
+        config = RunConfig(robustness=RobustnessConfig(defenses=defenses))
         strategy = apply_defenses(method, config).strategy(config)
         times = []
         for _ in range(args.repeats):

@@ -60,7 +60,7 @@ import torch
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import (DataConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig, RuntimeConfig)  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.federated.engine import FederatedEngine  # noqa: E402
 from privreid.composition import build_run
@@ -77,7 +77,7 @@ def epoch_steps(n: int, batch: int) -> int:
 def engine_for(method: str, args, steps: int | None, rounds: int, out: str) -> tuple[FederatedEngine, int]:
     """``method``'s engine for ``rounds`` rounds (``steps`` per client, ``None``: one local epoch); its steps a round."""
     data = DataConfig(height=args.height, width=args.width)
-    probe = RunConfig(data=data, train=TrainConfig(method="fedpav", device="cpu"))
+    probe = RunConfig(data=data, federation=FederationConfig(method="fedpav"), runtime=RuntimeConfig(device="cpu"))
     clients = federation_for_config(probe).clients
     per_client = [epoch_steps(len(c.train), args.batch) if steps is None else steps for c in clients]
     if method == "centralized":
@@ -90,10 +90,11 @@ def engine_for(method: str, args, steps: int | None, rounds: int, out: str) -> t
     else:
         max_steps, total = steps, sum(per_client)
     config = RunConfig(data=data, model=ModelConfig(arch=args.arch),
-                       train=TrainConfig(method=method, rounds=rounds, batch_size=args.batch,
-                                         max_steps_per_epoch=max_steps, lr_backbone=0.05, lr_head=0.05,
-                                         device="cpu", seed=0))
-    assert config.train.eval_every == 0, "the benchmark measures the default cadence"
+                       federation=FederationConfig(method=method, rounds=rounds),
+                       optim=OptimConfig(batch_size=args.batch, max_steps_per_epoch=max_steps, lr_backbone=0.05,
+                                         lr_head=0.05),
+                       runtime=RuntimeConfig(device="cpu", seed=0))
+    assert config.evaluation.every == 0, "the benchmark measures the default cadence"
     engine = FederatedEngine(config, federation_for_config(config), out, progress=False, log=lambda s: None, build=build_run)
     engine.out_dir.mkdir(parents=True, exist_ok=True)
     return engine, total

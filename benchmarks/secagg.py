@@ -88,13 +88,17 @@ import torch
 
 
 def config(root: Path, *, secure: bool, rounds: int, args, test_domains=None):
-    from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from privreid.config import (DataConfig, EvaluationConfig, FederationConfig, ModelConfig, OptimConfig,
+                                 PrivacyConfig, RunConfig, RuntimeConfig)
 
     return RunConfig(data=DataConfig(roots=[str(root)], height=args.height, width=args.width,
                                      **({"test_domains": test_domains} if test_domains else {})),
                      model=ModelConfig(arch=args.arch, feat_dim=512),
-                     train=TrainConfig(method="fedpav", rounds=rounds, batch_size=16, max_steps_per_epoch=1,
-                                       eval_every=10**6, device="cpu", secure_aggregation=secure))
+                     federation=FederationConfig(method="fedpav", rounds=rounds),
+                     optim=OptimConfig(batch_size=16, max_steps_per_epoch=1),
+                     evaluation=EvaluationConfig(every=10**6),
+                     runtime=RuntimeConfig(device="cpu"),
+                     privacy=PrivacyConfig(secure_aggregation=secure))
 
 
 def run_once(root: Path, out: Path, *, secure: bool, args) -> dict:

@@ -42,7 +42,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import (DataConfig, EvaluationConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig,
+                             RuntimeConfig)  # noqa: E402
 from privreid.data.synthetic import SynthConfig, generate_synthetic  # noqa: E402
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute  # noqa: E402
 
@@ -55,8 +56,10 @@ def runs(root: Path, rounds: int) -> list[PlannedRun]:
     def config(seed: int) -> RunConfig:
         return RunConfig(data=DataConfig(roots=[str(root)], height=32, width=16, test_domains=["synthC"]),
                          model=ModelConfig(arch="resnet18", feat_dim=32),
-                         train=TrainConfig(method="fedpav", rounds=rounds, batch_size=8, max_steps_per_epoch=2,
-                                           lr_backbone=0.01, device="cpu", seed=seed, eval_every=0))
+                         federation=FederationConfig(method="fedpav", rounds=rounds),
+                         optim=OptimConfig(batch_size=8, max_steps_per_epoch=2, lr_backbone=0.01),
+                         runtime=RuntimeConfig(device="cpu", seed=seed),
+                         evaluation=EvaluationConfig(every=0))
 
     return [PlannedRun(f"seed={s}", config(s), {}, s) for s in range(4)]
 

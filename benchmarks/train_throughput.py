@@ -44,7 +44,7 @@ import torch
 # Run from a checkout without installing privreid.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from privreid.config import DataConfig, ModelConfig, OptimConfig, RunConfig, RuntimeConfig  # noqa: E402
 from privreid.data import build_transforms  # noqa: E402
 from privreid.data.catalog import federation_for_config  # noqa: E402
 from privreid.data.formats import read_image  # noqa: E402
@@ -62,8 +62,9 @@ TARGET = 0.97
 def run_config(height: int, width: int, args) -> RunConfig:
     return RunConfig(data=DataConfig(height=height, width=width),
                      model=ModelConfig(arch=args.arch),
-                     train=TrainConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
-                                       lr_head=0.05, device="cpu", seed=0))
+                     optim=OptimConfig(batch_size=args.batch, max_steps_per_epoch=args.steps, lr_backbone=0.05,
+                                       lr_head=0.05),
+                     runtime=RuntimeConfig(device="cpu", seed=0))
 
 
 def approaches(height: int, width: int, args) -> dict:
@@ -87,13 +88,12 @@ def approaches(height: int, width: int, args) -> dict:
     test = build_transforms(height, width, train=False)
     images = torch.stack([test(read_image(path)) for path, _, _ in client.train])
     labels = torch.tensor([pid for _, pid, _ in client.train])
-    criterion = identity_loss(config.train.label_smoothing)
-    t = config.train
-    hyper = dict(momentum=t.momentum, weight_decay=t.weight_decay, nesterov=True)
+    criterion = identity_loss(config.optim.label_smoothing)
+    hyper = dict(momentum=config.optim.momentum, weight_decay=config.optim.weight_decay, nesterov=True)
 
     def raw(implementation: dict):
         model = copy.deepcopy(base).train()
-        opt = torch.optim.SGD(model.parameters(), lr=t.lr_backbone, **hyper, **implementation)
+        opt = torch.optim.SGD(model.parameters(), lr=config.optim.lr_backbone, **hyper, **implementation)
         generator = torch.Generator().manual_seed(0)
 
         def block() -> int:

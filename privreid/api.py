@@ -739,7 +739,7 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
     labels = checkpoint_labels(ckpts)
     configs = [c.run_config for c in ckpts]
     for label, cfg in zip(labels, configs):
-        if not (cfg.train.dp_sgd or cfg.train.client_dp):
+        if not (cfg.privacy.dp_sgd or cfg.privacy.client_dp):
             raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
     records = []
     for i, (label, cfg) in enumerate(zip(labels, configs)):

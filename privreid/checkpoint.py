@@ -211,10 +211,10 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
         check_method_name(ckpt["method"])
     except ConfigError as exc:
         raise bad(f"its configuration is refused ({exc})") from None
-    if ckpt["method"] != config.train.method:
-        raise bad(f"method {ckpt['method']!r} is not its configuration's ({config.train.method!r})")
-    if not 0 <= ckpt["round"] <= config.train.rounds:
-        raise bad(f"round must lie in 0..{config.train.rounds}, its configured rounds (got {ckpt['round']})")
+    if ckpt["method"] != config.federation.method:
+        raise bad(f"method {ckpt['method']!r} is not its configuration's ({config.federation.method!r})")
+    if not 0 <= ckpt["round"] <= config.federation.rounds:
+        raise bad(f"round must lie in 0..{config.federation.rounds}, its configured rounds (got {ckpt['round']})")
     feat_dim = ckpt["model_config"].get("feat_dim")
     if not (isinstance(feat_dim, int) and not isinstance(feat_dim, bool) and 1 <= feat_dim <= MAX_FEAT_DIM):
         raise bad(f"model_config.feat_dim must be an integer in 1..{MAX_FEAT_DIM} (got {feat_dim!r:.40})")

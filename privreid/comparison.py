@@ -77,7 +77,7 @@ def compare_checkpoints(paths: list[str | os.PathLike], *, untrained: bool = Tru
     rows = []
     first = next((m for m in models if m.checkpoint is not None), None)
     if untrained and first is not None:
-        seed_everything(derive_seed(first.checkpoint.run_config.train.seed, "init"))
+        seed_everything(derive_seed(first.checkpoint.run_config.runtime.seed, "init"))
         init = first.checkpoint.initial_model().to(dev)
         rows.append(_row("untrained", init, fed, first.input_size, dev))
     for label, model in zip(model_labels(models), models):

@@ -39,7 +39,7 @@ class RunPlan:
 
 def method_of(config: RunConfig) -> Method:
     """``config``'s registered method (``--method NAME``); ConfigError naming the registered ones otherwise."""
-    return get_method(config.train.method)
+    return get_method(config.federation.method)
 
 
 def build_method(config: RunConfig) -> Method:
@@ -47,7 +47,7 @@ def build_method(config: RunConfig) -> Method:
     from privreid.defenses import apply_defenses
 
     method = method_of(config)
-    if config.train.dp_sgd and method.triplet_weight_for(config) > 0:  # the method's default (the flag: validate)
+    if config.privacy.dp_sgd and method.triplet_weight_for(config) > 0:  # the method's default (the flag: validate)
         raise ConfigError(DP_SGD_TRIPLET)
     method = apply_defenses(method, config)
     method.check_options(config)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from privreid.config import RunConfig, lr_neck
+from privreid.config import RunConfig, lr_neck, option_path
 from privreid.federated.registry import Method
 
 
@@ -31,7 +31,7 @@ from privreid.federated.registry import Method
 class Run:
     """A configuration with its resolved method (the composition root's): what recipe values and rules read.
 
-    It reads as its configuration (``run.train``, ``run.model``, ``run.data``) plus :meth:`option`.
+    It reads as its configuration (``run.optim``, ``run.model``, ...) plus :meth:`option`.
     """
 
     config: RunConfig
@@ -55,7 +55,7 @@ def _option(key: str) -> Callable[[Run], Any]:
 
 
 def _client_fraction(run: Run) -> float:
-    given = run.train.client_fraction
+    given = run.federation.client_fraction
     return run.method.client_fraction if given is None else given
 
 
@@ -92,10 +92,7 @@ class PaperValue:
             return self.get(run)
         if self.option in _EFFECTIVE:
             return _EFFECTIVE[self.option](run)
-        name = self.option.lstrip("-").replace("-", "_")
-        section = "model" if name in ("arch", "neck", "feat_dim", "last_stride", "pretrained", "dropout") else \
-            "data" if name in ("height", "width") else "train"
-        return _field(f"{section}.{name}")(run)
+        return _field(option_path(self.option))(run)
 
 
 @dataclass(frozen=True)
@@ -298,7 +295,7 @@ class Rule:
 
 
 def _method(*names: str) -> Callable[[Run], bool]:
-    return lambda run: run.train.method in names
+    return lambda run: run.federation.method in names
 
 
 def _round_attack(run: Run):
@@ -320,7 +317,7 @@ def _collusion(run: Run) -> str:
 
 
 def _dppt_local_classifier(run: Run) -> bool:
-    return run.train.method == "dppt" and not run.option("shared_classifier")
+    return run.federation.method == "dppt" and not run.option("shared_classifier")
 
 
 def _defense_deviations(run: Run) -> str:
@@ -332,27 +329,27 @@ def _defense_deviations(run: Run) -> str:
 #: every deviation that is not a recipe value; add a method's rules here
 RULES: tuple[Rule, ...] = (
     Rule("defenses", lambda c: bool(_defense_deviations(c)), _defense_deviations),
-    Rule("precision", lambda c: c.train.precision != "fp32",
-         lambda c: f"--precision {c.train.precision}: convolutions and matrix products under autocast in "
-                   f"{c.train.precision} (the papers and their code train and evaluate in fp32)"),
-    Rule("label-smoothing", lambda c: c.train.label_smoothing > 0,
-         lambda c: f"identity loss with label smoothing {c.train.label_smoothing:g} (the five papers and their "
+    Rule("precision", lambda c: c.runtime.precision != "fp32",
+         lambda c: f"--precision {c.runtime.precision}: convolutions and matrix products under autocast in "
+                   f"{c.runtime.precision} (the papers and their code train and evaluate in fp32)"),
+    Rule("label-smoothing", lambda c: c.optim.label_smoothing > 0,
+         lambda c: f"identity loss with label smoothing {c.optim.label_smoothing:g} (the five papers and their "
                    "code use plain cross-entropy: --label-smoothing 0)"),
-    Rule("max-steps", lambda c: c.train.max_steps_per_epoch is not None,
-         lambda c: f"local epochs capped at {c.train.max_steps_per_epoch} batches (--max-steps; the papers train "
+    Rule("max-steps", lambda c: c.optim.max_steps_per_epoch is not None,
+         lambda c: f"local epochs capped at {c.optim.max_steps_per_epoch} batches (--max-steps; the papers train "
                    "whole epochs)"),
     Rule("dppt-local-classifier", _dppt_local_classifier,
          lambda c: "DPPT with a local classifier per client over its own identities (--opt shared_classifier=false); "
                    "L2RW+ Eq. 8 / Algorithm 1 and its code average one classifier over the federation's global "
                    "identity labels"),
-    Rule("constrain-scale-once", lambda c: c.train.adversary.get("name") == "constrain-scale",
+    Rule("constrain-scale-once", lambda c: c.robustness.adversary.get("name") == "constrain-scale",
          lambda c: "constrain-scale projects the backdoor's update onto the L2 ball once, after local training (PGD, "
                    "Sun et al. 2019 / Wang et al. 2020, projects after every step), without Bagdasaryan et al.'s "
                    "anomaly loss term"),
-    Rule("neurotoxin-final-mask", lambda c: c.train.adversary.get("name") == "neurotoxin",
+    Rule("neurotoxin-final-mask", lambda c: c.robustness.adversary.get("name") == "neurotoxin",
          lambda c: "neurotoxin masks the update once, after local training (Zhang et al. 2022 mask the gradient at "
                    "every step), and masks nothing at a malicious client's first participation"),
-    Rule("secure-aggregation", lambda c: c.train.secure_aggregation,
+    Rule("secure-aggregation", lambda c: c.privacy.secure_aggregation,
          lambda c: "secure aggregation sums pre-scaled updates, not parameters as Flower's SecAgg+ mod does, with "
                    "max_weight the round's largest client weight (Flower: 1000); integer buffers keep the server's "
                    "values; a Flower run equals the in-process run bit for bit only when its sites use the same "
@@ -360,7 +357,7 @@ RULES: tuple[Rule, ...] = (
                    "each site's weight, scalar metrics and saturation count travel in the clear, and each site keeps "
                    "its SecAgg+ protocol state (secret keys, shares) in an owner-only file in its state-dir between "
                    "stages, deleted once it has answered unmask" + ("; distributed client DP is accounted as the continuous Gaussian mechanism "
-                               "(quantisation and clipping of the noise are not accounted)" if c.train.client_dp
+                               "(quantisation and clipping of the noise are not accounted)" if c.privacy.client_dp
                                else "")),
     Rule("adversary-collusion", lambda c: _round_attack(c) is not None, _collusion),
     Rule("fedpav-selection", _method(*FEDPAV_METHODS),
@@ -376,7 +373,7 @@ RULES: tuple[Rule, ...] = (
                    "privreid's (tests/test_reference_fedpav_steps.py)"),
     Rule("cmc-queries", _method(*FEDPAV_METHODS, "fedreid", "ska"),
          lambda c: "CMC is averaged over the queries with a positive in the gallery (torchreid); the reference "
-                   "code divides by all queries (" + ("SunTongtongtong/FedReid evaluate.py:39" if c.train.method in
+                   "code divides by all queries (" + ("SunTongtongtong/FedReid evaluate.py:39" if c.federation.method in
                                                        ("fedreid", "ska") else "cap-ntu/FedReID evaluate.py:88") + ")"),
     Rule("fedreid-selection", _method("fedreid"),
          lambda c: "FedReID reports the global model's last evaluation; the reference code keeps the server model "
@@ -386,7 +383,7 @@ RULES: tuple[Rule, ...] = (
          lambda c: "training images are resized to the input size and padded-and-cropped, test images resized to it "
                    "(bilinear); the Wu & Gong reference code resizes to 288x144 (bicubic), random-crops 256x128 and "
                    "tests at 288x144 (SunTongtongtong/FedReid utils/get_dataset.py:17-19, 61)"),
-    Rule("fedreid-first-participation", lambda c: c.train.method == "fedreid" and _client_fraction(c) < 1.0,
+    Rule("fedreid-first-participation", lambda c: c.federation.method == "fedreid" and _client_fraction(c) < 1.0,
          lambda c: "a client first selected after round 1 starts from the server model; the reference code "
                    "half-averages it with the initial model it stored for every client (SunTongtongtong/FedReid "
                    "lib/fedreid_train.py:31-32)"),
@@ -404,7 +401,7 @@ RULES: tuple[Rule, ...] = (
                    "code distils every 10th round (cap-ntu/FedReID main.py:113-117), with every client (not only "
                    "the round's) as teacher; privreid keeps the paper's cadence because its strategies are pure "
                    "functions of one round's uploads and the reference's cadence is tied to its evaluation loop"),
-    Rule("fedpav-first-buffers", lambda c: c.train.method in FEDPAV_METHODS and c.option("bn_buffers") == "first",
+    Rule("fedpav-first-buffers", lambda c: c.federation.method in FEDPAV_METHODS and c.option("bn_buffers") == "first",
          lambda c: "--opt bn_buffers=first takes the BatchNorm statistics of the round's first client in client "
                    "order; the reference code's client order is random each round (cap-ntu/FedReID server.py:83)"),
     Rule("dppt-pooling", _method("dppt"),
@@ -423,11 +420,11 @@ RULES: tuple[Rule, ...] = (
     Rule("fedarks-part-bands", _method("fedarks"),
          lambda c: "FedARKS body parts are fixed horizontal bands of the feature map (head 0-25%, torso 25-55%, "
                    "legs 55-100%), not PifPaf keypoints (paper 001, RK)"),
-    Rule("ska-an-weights", lambda c: c.train.method == "ska" and c.model.pretrained is not None
+    Rule("ska-an-weights", lambda c: c.federation.method == "ska" and c.model.pretrained is not None
          and c.option("an"),
          lambda c: "SKA's attentive-norm layers start from ImageNet BatchNorm weights (paper 000: attentive "
                    "normalisation pretrained on ImageNet)"),
-    Rule("ska-an-architecture", lambda c: c.train.method == "ska" and c.option("an"),
+    Rule("ska-an-architecture", lambda c: c.federation.method == "ska" and c.option("an"),
          lambda c: "SKA's attentive normalisation sits in torchvision's ResNet-50 and gates its mixture with "
                    "Linear + hard sigmoid; the AN ResNet-50 the reference code loads (SunTongtongtong/FedReid "
                    "lib/resnet50_AN.py:_resnet, checkpoint resnet-50-an-imagenet-200e-lbsmth-mixup, whose config "
@@ -446,7 +443,7 @@ def recipe_deviations(config: RunConfig, method: Method) -> list[str]:
     """One sentence per setting where ``config`` (training ``method``) differs from its method's paper recipe (none
     for baselines)."""
     run = Run(config, method)
-    recipe = PAPER_RECIPES.get(config.train.method)
+    recipe = PAPER_RECIPES.get(config.federation.method)
     if recipe is None:
         return []
     out = []
@@ -466,7 +463,7 @@ def prose_departures(config: RunConfig, method: Method) -> list[str]:
     follow it; the prose they depart from is named here.
     """
     run = Run(config, method)
-    recipe = PAPER_RECIPES.get(config.train.method)
+    recipe = PAPER_RECIPES.get(config.federation.method)
     if recipe is None:
         return []
     return [f"{_setting(value, value.actual(run))} follows the {value.source}; not the paper's prose "

@@ -90,7 +90,7 @@ def cpu_bf16_native() -> bool:
 
 @contextlib.contextmanager
 def cuda_speedups(device: torch.device | str, enabled: bool = True) -> Iterator[None]:
-    """On CUDA (and ``enabled``: ``--set train.cudnn_benchmark=false`` turns it off), let cuDNN pick the fastest
+    """On CUDA (and ``enabled``: ``--set runtime.cudnn_benchmark=false`` turns it off), let cuDNN pick the fastest
     convolution algorithms for the (fixed) input size during the block; elsewhere nothing.  The picked algorithms
     may differ from run to run, so CUDA runs are not bit-reproducible (they were not before either: cuDNN's default
     algorithms are not deterministic)."""
@@ -113,7 +113,7 @@ def to_device(images: torch.Tensor, device: torch.device | str,
     ``augment`` is what the batch still needs (:meth:`privreid.data.ImageDataset.augmentation`: the ``uint8``
     decoded images cross to the device, 4x fewer bytes than float, and become the float training images there;
     an empty batch, a Poisson batch of DP-SGD, is already final).  On CUDA the copy does not block (from pinned
-    memory) and, with ``channels_last`` (``train.channels_last``), the batch is channels-last (NHWC), the layout
+    memory) and, with ``channels_last`` (``runtime.channels_last``), the batch is channels-last (NHWC), the layout
     tensor-core convolutions run fastest (the weights keep their layout, so state dicts, checkpoints and
     aggregation are unchanged).  Elsewhere a plain ``images.to(device)``: CPU results are unchanged."""
     cuda = torch.device(device).type == "cuda"

@@ -378,7 +378,7 @@ class _TensorBoard:
 
 
 def hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested configuration as TensorBoard hyperparameters (``{"train.lr_backbone": 0.005, ...}``; lists and
+    """A nested configuration as TensorBoard hyperparameters (``{"optim.lr_backbone": 0.005, ...}``; lists and
     ``None`` as their text)."""
     flat = {}
     for key, value in config.items():

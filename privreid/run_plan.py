@@ -32,7 +32,7 @@ def run_plan(config: RunConfig, method: Method, federation: Federation | None = 
     config.validate()
     evaluation: dict[str, Any] = evaluation_settings(config)
     if federation is not None:
-        evaluation["testsets"] = {ts.name: {"split": split, "protocol": describe_protocol(ts, config.train.eval_ap)}
+        evaluation["testsets"] = {ts.name: {"split": split, "protocol": describe_protocol(ts, config.evaluation.ap)}
                                   for split, testsets in (("seen", federation.seen), ("unseen", federation.unseen))
                                   for ts in testsets}
     schedule = get_schedule(config)

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config import DataConfig, ModelConfig, RunConfig, option_path
 
 # Tiny models are dominated by per-op overhead: one thread is as fast and does
 # not collapse when other processes share the 2 cores.
@@ -38,14 +38,19 @@ def tiny_synth(tmp_path_factory):
     return generate_synthetic(tmp_path_factory.mktemp("synth") / "tiny", SynthConfig(**TINY_SYNTH))
 
 
-def tiny_config(root, method: str = "fedpav", rounds: int = 2, **train) -> RunConfig:
+def with_fields(config: RunConfig, **fields) -> RunConfig:
+    """``config`` with fields set by their names (``rounds=2``, ``every=1``: names are unique across sections)."""
+    paths = {option_path(name): value for name, value in fields.items()}
+    assert None not in paths, f"no such field among {sorted(fields)}"
+    return config.with_values(paths)
+
+
+def tiny_config(root, method: str = "fedpav", rounds: int = 2, **fields) -> RunConfig:
     """A run that takes about a second per round on a CPU."""
-    return RunConfig(
-        data=DataConfig(roots=[str(root)], height=32, width=16, test_domains=["synthC"]),
-        model=ModelConfig(arch="resnet18", feat_dim=32),
-        train=TrainConfig(**{"method": method, "rounds": rounds, "batch_size": 8, "max_steps_per_epoch": 2,
-                             "lr_backbone": 0.01, "device": "cpu", **train}),
-    )
+    return with_fields(RunConfig(data=DataConfig(roots=[str(root)], height=32, width=16, test_domains=["synthC"]),
+                                 model=ModelConfig(arch="resnet18", feat_dim=32)),
+                       **{"method": method, "rounds": rounds, "batch_size": 8, "max_steps_per_epoch": 2,
+                          "lr_backbone": 0.01, "device": "cpu", **fields})
 
 
 def spy_on_uploads(monkeypatch, strategy_cls) -> list:

@@ -229,10 +229,10 @@ def test_under_secure_aggregation_the_attack_rewrites_before_the_masking(tiny_sy
 
 
 def test_the_attack_sits_outermost_around_the_defenses_and_the_run_states_the_collusion():
-    from privreid.config import RunConfig, TrainConfig
+    from privreid.config import RobustnessConfig, RunConfig
     from privreid.defenses.robust.rules import RobustAggregate
 
-    config = RunConfig(train=TrainConfig(defenses={"robust-median": {}}, adversary={"name": "fang"}))
+    config = RunConfig(robustness=RobustnessConfig(defenses={"robust-median": {}}, adversary={"name": "fang"}))
     plan = build_run(config)
     strategy = plan.method.strategy(config)
     assert isinstance(strategy, RewriteRound) and isinstance(strategy.inner, RobustAggregate)
@@ -241,7 +241,7 @@ def test_the_attack_sits_outermost_around_the_defenses_and_the_run_states_the_co
         "the round's benign updates before any defense sees them; the server learns nothing more; Fang et al.'s rule acts on updates (upload - global), "
         "the paper's on local model parameters"]
     # an attack on one client's upload leaves the server's strategy as it is, and states no collusion
-    plain = RunConfig(train=TrainConfig(adversary={"name": "sign-flip"}))
+    plain = RunConfig(robustness=RobustnessConfig(adversary={"name": "sign-flip"}))
     plan = build_run(plain)
     assert not isinstance(plan.method.strategy(plain), RewriteRound)
     assert not any("collusion" in d for d in plan.deviations)

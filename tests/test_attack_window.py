@@ -92,7 +92,7 @@ def test_a_targeted_backdoor_trains_on_its_own_images_outside_its_window(tiny_sy
         return loader(client, *args, **kwargs)
 
     monkeypatch.setattr(client_module, "client_loader", spy)
-    cfg = tiny_config(tiny_synth, rounds=3, eval_every=1,
+    cfg = tiny_config(tiny_synth, rounds=3, every=1,
                       adversary={"name": "backdoor", "malicious": 1, "fraction": 1.0, "rounds": "1:1"})
     engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "run", progress=False, log=lambda s: None,
                              build=build_run)

@@ -15,7 +15,8 @@ from privreid.auditing.membership import build_membership
 from privreid.auditing.metrics import binomial_interval, bootstrap_intervals, roc_curve, summarise, auc, tpr_at_fpr
 from privreid.auditing.statistics import probe_outputs, unique_probes
 from privreid.cli import app
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config import (DataConfig, EvaluationConfig, FederationConfig, ModelConfig, OptimConfig, RunConfig,
+                             RuntimeConfig)
 from privreid.data.catalog import federation_for_config
 from privreid.errors import ConfigError
 from privreid.training import train_run
@@ -178,9 +179,11 @@ def overfit_run(tmp_path_factory):
         height=64, width=32, distractors=2, junk=2, seed=0))
     cfg = RunConfig(data=DataConfig(roots=[str(root)], height=64, width=32, test_domains=[]),
                     model=ModelConfig(arch="resnet18", feat_dim=32),
-                    train=TrainConfig(method="centralized", rounds=24, batch_size=8, optimizer="sgd", lr_backbone=0.05,
-                                      lr_head=0.05, lr_step=16, random_erasing=0.0, label_smoothing=0.0,
-                                      weight_decay=0.0, eval_every=24, device="cpu", seed=0))
+                    federation=FederationConfig(method="centralized", rounds=24),
+                    optim=OptimConfig(batch_size=8, optimizer="sgd", lr_backbone=0.05, lr_head=0.05, lr_step=16,
+                                      random_erasing=0.0, label_smoothing=0.0, weight_decay=0.0),
+                    evaluation=EvaluationConfig(every=24),
+                    runtime=RuntimeConfig(device="cpu", seed=0))
     run = tmp_path_factory.mktemp("overfit")
     train_run(cfg, run, progress=False)
     return run / "ckpt.pt"

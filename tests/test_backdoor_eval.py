@@ -27,7 +27,7 @@ def _train(tmp_path, synth, name: str, *extra: str):
 
 
 def test_eval_reports_the_runs_trigger_next_to_the_clean_metrics(tiny_synth, tmp_path):
-    ckpt = _train(tmp_path, tiny_synth, "backdoor", "--adversary", "backdoor", "--set", "train.adversary.size=4")
+    ckpt = _train(tmp_path, tiny_synth, "backdoor", "--adversary", "backdoor", "--set", "robustness.adversary.size=4")
     result = CliRunner().invoke(app, ["eval", "--model", str(ckpt), "--device", "cpu", "--json",
                                       str(tmp_path / "eval.json")])
     assert result.exit_code == 0, result.output

@@ -130,7 +130,7 @@ def test_each_dba_client_stamps_only_its_strip(tiny_synth):
 def test_every_evaluated_round_records_the_backdoor_on_the_global_model(tiny_synth, tmp_path):
     """Neurotoxin with a blended trigger, 2 rounds evaluated each: one ``backdoor`` record per round on the
     target's test set (the global model's clean mAP beside it), and the ASR curve's durability in summary.json."""
-    cfg = tiny_config(tiny_synth, rounds=2, eval_every=1, adversary={"name": "neurotoxin", "trigger": "blend",
+    cfg = tiny_config(tiny_synth, rounds=2, every=1, adversary={"name": "neurotoxin", "trigger": "blend",
                                                                      "alpha": 0.3})
     engine = FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, log=lambda s: None,
                              build=build_run)

@@ -17,26 +17,26 @@ def _case(case_id: str, *args: str, says: str) -> BadInput:
 
 
 CASES = [
-    _case("krum-n-at-most-2f-2", "--set", "train.defenses.robust-krum.f=1", says="more than 2f + 2 = 4 clients per round for f = 1 (a round aggregates 3)"),
-    _case("multi-krum-keeps-too-many", "--set", "train.defenses.robust-krum.f=0", "--set",
-          "train.defenses.robust-krum.keep=4", says="keep must lie in [0, n - f] = [0, 3]"),
-    _case("bulyan-too-few", "--set", "train.defenses.robust-bulyan.f=1", says="at least 4f + 3 = 7 clients"),
-    _case("trim-half", "--set", "train.defenses.robust-trimmed-mean.fraction=0.5", says="fraction must lie in [0, 0.5)"),
+    _case("krum-n-at-most-2f-2", "--set", "robustness.defenses.robust-krum.f=1", says="more than 2f + 2 = 4 clients per round for f = 1 (a round aggregates 3)"),
+    _case("multi-krum-keeps-too-many", "--set", "robustness.defenses.robust-krum.f=0", "--set",
+          "robustness.defenses.robust-krum.keep=4", says="keep must lie in [0, n - f] = [0, 3]"),
+    _case("bulyan-too-few", "--set", "robustness.defenses.robust-bulyan.f=1", says="at least 4f + 3 = 7 clients"),
+    _case("trim-half", "--set", "robustness.defenses.robust-trimmed-mean.fraction=0.5", says="fraction must lie in [0, 0.5)"),
     # 3 clients, fraction 0.2: int(0.6) = 0 values trimmed per side, a plain mean under a robust name (issue 39)
-    _case("trim-nothing", "--set", "train.defenses.robust-trimmed-mean.fraction=0.2",
+    _case("trim-nothing", "--set", "robustness.defenses.robust-trimmed-mean.fraction=0.2",
           says="int(fraction * n) = int(0.2 * 3) = 0 values per side"),
-    _case("trim-not-a-number", "--set", "train.defenses.robust-trimmed-mean.fraction=\"x\"", says="must be a number"),
-    _case("norm-bound-zero", "--set", "train.defenses.norm-bound.bound=0", says="bound must be > 0"),
-    _case("weak-dp-no-noise", "--set", "train.defenses.weak-dp.noise=0", says="noise must be > 0"),
-    _case("robust-with-secagg", "--secure-aggregation", "--set", "train.defenses.robust-median={{}}",
+    _case("trim-not-a-number", "--set", "robustness.defenses.robust-trimmed-mean.fraction=\"x\"", says="must be a number"),
+    _case("norm-bound-zero", "--set", "robustness.defenses.norm-bound.bound=0", says="bound must be > 0"),
+    _case("weak-dp-no-noise", "--set", "robustness.defenses.weak-dp.noise=0", says="noise must be > 0"),
+    _case("robust-with-secagg", "--secure-aggregation", "--set", "robustness.defenses.robust-median={{}}",
           says="'robust-median' reads each client's update, which --secure-aggregation hides"),
-    _case("weak-dp-with-secagg", "--secure-aggregation", "--set", "train.defenses.weak-dp.bound=1",
+    _case("weak-dp-with-secagg", "--secure-aggregation", "--set", "robustness.defenses.weak-dp.bound=1",
           says="--secure-aggregation hides"),
-    _case("fltrust-without-root", "--set", "train.defenses.fltrust={{}}", says="needs the server's root update g0"),
-    _case("flame-negative-noise", "--set", "train.defenses.flame.noise_lambda=-0.1", says="noise_lambda must be >= 0"),
-    _case("robust-on-cdw", "--method", "fedpav-cdw", "--set", "train.defenses.robust-median={{}}",
+    _case("fltrust-without-root", "--set", "robustness.defenses.fltrust={{}}", says="needs the server's root update g0"),
+    _case("flame-negative-noise", "--set", "robustness.defenses.flame.noise_lambda=-0.1", says="noise_lambda must be >= 0"),
+    _case("robust-on-cdw", "--method", "fedpav-cdw", "--set", "robustness.defenses.robust-median={{}}",
           says="replaces a plain mean of the uploads"),
-    _case("unknown-option", "--set", "train.defenses.robust-median.f=1", says="has no option f"),
+    _case("unknown-option", "--set", "robustness.defenses.robust-median.f=1", says="has no option f"),
 ]
 
 
@@ -53,31 +53,31 @@ ADVERSARY_CASES = [
     _case("unknown-malicious-client", "--adversary", "scaled", "--malicious-clients", "synthA,nope",
           says="no client named nope"),
     _case("unknown-adversary", "--adversary", "nope", says="unknown adversary 'nope'; choose one of: alie, backdoor, constrain-scale, dba, fang, ipm, label-flip"),
-    _case("unknown-adversary-option", "--adversary", "scaled", "--set", "train.adversary.boost=3",
+    _case("unknown-adversary-option", "--adversary", "scaled", "--set", "robustness.adversary.boost=3",
           says="adversary 'scaled' has no option boost"),
-    _case("negative-scale", "--adversary", "sign-flip", "--set", "train.adversary.scale=-1",
+    _case("negative-scale", "--adversary", "sign-flip", "--set", "robustness.adversary.scale=-1",
           says="scale must be a number > 0"),
     _case("adversary-without-clients", "--method", "centralized", "--adversary", "scaled",
           says="--adversary needs a federated method"),
-    _case("trigger-larger-than-image", "--adversary", "backdoor", "--set", "train.adversary.size=17",
+    _case("trigger-larger-than-image", "--adversary", "backdoor", "--set", "robustness.adversary.size=17",
           says="a 17x17 trigger is larger than the 32x16 image (size must be at most 16)"),
     _case("dba-trigger-larger-than-image", "--adversary", "dba", "--malicious-clients", "2", "--set",
-          "train.adversary.size=33", says="a 33x33 trigger is larger than the 32x16 image"),
-    _case("target-not-in-data", "--adversary", "backdoor", "--set", "train.adversary.target=999",
+          "robustness.adversary.size=33", says="a 33x33 trigger is larger than the 32x16 image"),
+    _case("target-not-in-data", "--adversary", "backdoor", "--set", "robustness.adversary.target=999",
           says="target identity 999 is not in the gallery of domain synthC"),
-    _case("target-not-an-identity", "--adversary", "dba", "--set", "train.adversary.target=\"x\"",
+    _case("target-not-an-identity", "--adversary", "dba", "--set", "robustness.adversary.target=\"x\"",
           says="target identity 'x' is not in the gallery"),
-    _case("backdoor-goal", "--adversary", "backdoor", "--set", "train.adversary.goal=\"hide\"",
+    _case("backdoor-goal", "--adversary", "backdoor", "--set", "robustness.adversary.goal=\"hide\"",
           says="goal must be one of targeted, evasion"),
-    _case("backdoor-fraction", "--adversary", "backdoor", "--set", "train.adversary.fraction=0",
+    _case("backdoor-fraction", "--adversary", "backdoor", "--set", "robustness.adversary.fraction=0",
           says="fraction must lie in (0, 1]"),
-    _case("backdoor-boost", "--adversary", "dba", "--set", "train.adversary.boost=0",
+    _case("backdoor-boost", "--adversary", "dba", "--set", "robustness.adversary.boost=0",
           says="adversary 'dba': boost must be a number > 0 (got 0)"),
-    _case("backdoor-position", "--adversary", "backdoor", "--set", "train.adversary.position=\"middle\"",
+    _case("backdoor-position", "--adversary", "backdoor", "--set", "robustness.adversary.position=\"middle\"",
           says="trigger position must be one of center"),
     _case("dba-more-strips-than-rows", "--adversary", "dba", "--malicious-clients", "3", "--set",
-          "train.adversary.size=2", says="a 2-pixel trigger cannot be split into 3 strips"),
-    *(_case(case_id, "--adversary", name, *(a for setting in sets for a in ("--set", f"train.adversary.{setting}")),
+          "robustness.adversary.size=2", says="a 2-pixel trigger cannot be split into 3 strips"),
+    *(_case(case_id, "--adversary", name, *(a for setting in sets for a in ("--set", f"robustness.adversary.{setting}")),
             says=says) for case_id, name, sets, says in (
         ("trigger-kind", "backdoor", ['trigger="star"'], "trigger must be one of patch, blend (got 'star')"),
         ("blend-alpha", "neurotoxin", ['trigger="blend"', "alpha=0"], "trigger alpha must lie in (0, 1] (got 0)"),
@@ -89,9 +89,9 @@ ADVERSARY_CASES = [
           says="--malicious-clients 4: the federation has 3 clients"),
 ]
 
-#: the threat model and the adaptive attacks (issue 43): (adversary, --set train.adversary.OPTION=VALUE, the line)
+#: the threat model and the adaptive attacks (issue 43): (adversary, --set robustness.adversary.OPTION=VALUE, the line)
 ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adversary", name, "--set",
-                          f"train.adversary.{setting}", says=says) for name, setting, says in [
+                          f"robustness.adversary.{setting}", says=says) for name, setting, says in [
     ("backdoor", 'draw="per-round"', "adversary 'backdoor' poisons its clients' data once"),
     ("ipm", 'rounds="2:1"', "adversary 'ipm': rounds must be START:STOP with 1 <= START <= STOP <= 1 (the run's "
                             "rounds; got '2:1')"),
@@ -100,9 +100,9 @@ ADVERSARY_CASES += [_case(f"threat-{name}-{setting.partition('=')[0]}", "--adver
     ("fang", 'draw="often"', "draw must be one of fixed, per-round (got 'often')"),
     ("min-sum", 'perturbation="cos"', "adversary 'min-sum': perturbation must be one of unit, std, sign (got 'cos')"),
 ]] + [_case("threat-per-round-named", "--adversary", "min-max", "--malicious-clients", "synthA", "--set",
-            "train.adversary.draw=\"per-round\"", says="draw=per-round draws a number of clients"),
+            "robustness.adversary.draw=\"per-round\"", says="draw=per-round draws a number of clients"),
                      _case("threat-evasion-backdoor-window", "--adversary", "backdoor", "--set",
-                           'train.adversary.goal="evasion"', "--set", "train.adversary.every=2",
+                           'robustness.adversary.goal="evasion"', "--set", "robustness.adversary.every=2",
                            says="adversary 'backdoor' cannot stay dormant outside its attack rounds here: without its "
                                 "poisoned images")]
 

@@ -102,8 +102,8 @@ OUT_OF_RANGE = {"round-negative": ("round", -1, "round must lie in 0..2"),
 #: config fields edited as a flag would be refused
 BAD_CONFIG = {"height-past-the-cap": ("data", "height", 100000, "too large (max 2048 per side"),
               "height-a-float": ("data", "height", 32.0, "data.height must be an integer"),
-              "rounds-text": ("train", "rounds", "2", "train.rounds must be an integer"),
-              "lr-nan": ("train", "lr_backbone", float("nan"), "must be a finite number"),
+              "rounds-text": ("federation", "rounds", "2", "federation.rounds must be an integer"),
+              "lr-nan": ("optim", "lr_backbone", float("nan"), "must be a finite number"),
               "feat-dim-zero": ("model", "feat_dim", 0, "feat_dim must lie in [1, 65536]")}
 
 

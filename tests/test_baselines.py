@@ -90,7 +90,7 @@ def test_option_validation(tiny_synth):
 def test_fedavg_is_bit_identical_to_fedpav(tiny_synth, fed, tmp_path):
     states = {}
     for name in ("fedavg", "fedpav"):
-        cfg = tiny_config(tiny_synth, method=name, rounds=1, eval_every=100)
+        cfg = tiny_config(tiny_synth, method=name, rounds=1, every=100)
         FederatedEngine(cfg, fed, tmp_path / name, progress=False, build=build_run).run()
         states[name] = load_checkpoint(tmp_path / name / "ckpt.pt")["global_state"]
     a, b = states["fedavg"], states["fedpav"]
@@ -348,7 +348,7 @@ def test_moon_first_round_is_fedpav_then_the_term_applies(tiny_synth, fed):
 # --------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("method", ["fedprox", "moon"])  # fedavg: above; fedbn: its fixture
 def test_trains_end_to_end_and_checkpoint_loads(method, tiny_synth, fed, tmp_path):
-    cfg = tiny_config(tiny_synth, method=method, rounds=2, eval_every=2)
+    cfg = tiny_config(tiny_synth, method=method, rounds=2, every=2)
     summary = FederatedEngine(cfg, fed, tmp_path, progress=False, build=build_run).run()
     assert summary["method"] == method and 0.0 <= summary["global_unseen"]["rank1"] <= 1.0
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")

@@ -79,7 +79,7 @@ def test_summary_json_carries_best_and_deviations(tiny_synth, tmp_path):
 
     from conftest import tiny_config
 
-    cfg = tiny_config(tiny_synth, rounds=3, eval_every=1, report_best=2, max_steps_per_epoch=1)
+    cfg = tiny_config(tiny_synth, rounds=3, every=1, report_best=2, max_steps_per_epoch=1)
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path, progress=False, build=build_run).run()
     summary = json.loads((tmp_path / "summary.json").read_text())
     metrics = load_checkpoint(tmp_path / "ckpt.pt")["metrics"]
@@ -102,7 +102,7 @@ def test_training_evaluations_rank_with_the_runs_metric_and_summary_says_which(t
 
     from conftest import tiny_config
 
-    cfg = tiny_config(tiny_synth, rounds=1, eval_metric="cosine", eval_flip=True, eval_ap="devkit")
+    cfg = tiny_config(tiny_synth, rounds=1, metric="cosine", flip=True, ap="devkit")
     federation = federation_for_config(cfg)
     engine = FederatedEngine(cfg, federation, tmp_path, progress=False, build=build_run)
     engine.run()

@@ -179,9 +179,9 @@ def test_presets_run_at_small_scale(preset, tiny_synth, tmp_path):
                  "--pretrained", "none", "--rounds", 1, "--eval-every", 1, "--workers", 0, "--out", tmp_path)
     assert res.exit_code == 0, res.output
     cfg = load_checkpoint(tmp_path / "ckpt.pt")["config"]
-    assert cfg["train"]["method"] == values["method"]
-    assert cfg["train"]["lr_backbone"] == values["lr-backbone"]  # taken from the preset
-    assert cfg["train"]["rounds"] == 1 and cfg["data"]["height"] == 32  # the command line wins
+    assert cfg["federation"]["method"] == values["method"]
+    assert cfg["optim"]["lr_backbone"] == values["lr-backbone"]  # taken from the preset
+    assert cfg["federation"]["rounds"] == 1 and cfg["data"]["height"] == 32  # the command line wins
 
 
 def test_preset_errors(tmp_path):

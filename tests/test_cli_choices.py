@@ -99,11 +99,11 @@ def test_a_cuda_index_beyond_the_machine_is_one_line(monkeypatch):
 
 @pytest.mark.parametrize("device", ["cuda:x", "cuda:", "cuda:0:1", "mps"])
 def test_the_run_config_refuses_a_device_the_cli_would_refuse(device):
-    """A preset or ``--set train.device=...`` is checked with the CLI's own rule (``cuda:x`` used to pass)."""
+    """A preset or ``--set runtime.device=...`` is checked with the CLI's own rule (``cuda:x`` used to pass)."""
     from privreid.config import RunConfig
     from privreid.errors import ConfigError
 
     config = RunConfig()
-    config.train.device = device
+    config.runtime.device = device
     with pytest.raises(ConfigError, match=r"device must be one of \[auto\|cpu\|cuda\|cuda:N\]"):
         config.validate()

@@ -147,7 +147,7 @@ def test_compile_refuses_torchscript_and_parameterless_models():
 
 
 def test_compile_is_off_by_default_and_listed_in_help():
-    assert RunConfig().train.compile is False
+    assert RunConfig().runtime.compile is False
     for command, words in (("train", "identity loss"), ("eval", "forward"), ("attack", "forward")):
         shown = run_cli((command, "--help"), env={"COLUMNS": "200"})
         assert shown.exit_code == 0 and "--compile" in shown.stdout and words in shown.stdout, command

@@ -11,7 +11,7 @@ from privreid.cli import app
 from privreid.commands.common import params_with_preset
 from privreid.commands.options import CONFIG_OPTIONS
 from privreid.commands.train import train_command, train_config
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config import FederationConfig, RunConfig
 from privreid.config.sets import apply_sets
 from privreid.config.values import parse_bool
 from privreid.errors import ConfigError
@@ -59,10 +59,10 @@ def test_train_options_are_the_baseline_ones_plus_set():
 def test_every_field_option_shows_its_dataclass_default_and_help():
     command = typer.main.get_command(app).commands["train"]
     params = {p.name: p for p in command.params}
-    sections = {"data": DataConfig(), "model": ModelConfig(), "train": TrainConfig()}
+    sections = RunConfig()
     for name, option in CONFIG_OPTIONS.items():
         section, field = option.path.split(".")
-        default = getattr(sections[section], field)
+        default = getattr(getattr(sections, section), field)
         expected = None if isinstance(default, (list, dict)) else default
         assert params[name].default == expected, name
         assert params[name].help == option.help, name
@@ -77,10 +77,10 @@ def test_options_reach_their_fields():
     c = config_of("--method", "fedprox", "--max-steps", "3", "--workers", "2", "--format", "market1501",
                   "--train-domains", "a, b", "--pretrained", "none", "--weights", "w.pt", "--opt", "mu=0.5",
                   "--eval-flip", "--data", "synth", "--data", "x")
-    assert (c.train.method, c.train.max_steps_per_epoch, c.train.num_workers) == ("fedprox", 3, 2)
+    assert (c.federation.method, c.optim.max_steps_per_epoch, c.runtime.num_workers) == ("fedprox", 3, 2)
     assert (c.data.format, c.data.train_domains, c.data.roots) == ("market1501", ["a", "b"], ["synth", "x"])
-    assert (c.model.pretrained, c.model.weights, c.train.method_options) == (None, "w.pt", {"mu": 0.5})
-    assert c.train.eval_flip is True
+    assert (c.model.pretrained, c.model.weights, c.federation.method_options) == (None, "w.pt", {"mu": 0.5})
+    assert c.evaluation.flip is True
 
 
 # --------------------------------------------------------------------------- --set
@@ -93,14 +93,14 @@ def test_options_reach_their_fields():
     ("model.arch=resnet34", "model", "arch", "resnet34"),
     ("model.pretrained=null", "model", "pretrained", None),
     ("model.dropout=1e-1", "model", "dropout", 0.1),
-    ("train.lr_step=20", "train", "lr_step", 20),
-    ("train.momentum=0.5", "train", "momentum", 0.5),
-    ("train.lr_neck=2", "train", "lr_neck", 2.0),
-    ("train.dp_sgd=yes", "train", "dp_sgd", True),
-    ("train.eval_flip=0", "train", "eval_flip", False),
-    ("train.method_options.mu=0.1", "train", "method_options", {"mu": 0.1}),
-    ("train.method_options.public_data=/x/y", "train", "method_options", {"public_data": "/x/y"}),
-    ("train.method_options={\"an\": false}", "train", "method_options", {"an": False}),
+    ("optim.lr_step=20", "optim", "lr_step", 20),
+    ("optim.momentum=0.5", "optim", "momentum", 0.5),
+    ("optim.lr_neck=2", "optim", "lr_neck", 2.0),
+    ("privacy.dp_sgd=yes", "privacy", "dp_sgd", True),
+    ("evaluation.flip=0", "evaluation", "flip", False),
+    ("federation.method_options.mu=0.1", "federation", "method_options", {"mu": 0.1}),
+    ("federation.method_options.public_data=/x/y", "federation", "method_options", {"public_data": "/x/y"}),
+    ("federation.method_options={\"an\": false}", "federation", "method_options", {"an": False}),
 ])
 def test_set_parses_by_the_field_type(pair, section, field, value):
     c = apply_sets(RunConfig(), [pair])
@@ -110,27 +110,28 @@ def test_set_parses_by_the_field_type(pair, section, field, value):
 
 
 def test_set_paths_into_mappings_nest_and_keep_other_keys():
-    c = apply_sets(RunConfig(train=TrainConfig(method_options={"mu": 1})),
-                   ["train.method_options.tau=0.5", "train.method_options.deep.a.b=true"])
-    assert c.train.method_options == {"mu": 1, "tau": 0.5, "deep": {"a": {"b": True}}}
+    c = apply_sets(RunConfig(federation=FederationConfig(method_options={"mu": 1})),
+                   ["federation.method_options.tau=0.5", "federation.method_options.deep.a.b=true"])
+    assert c.federation.method_options == {"mu": 1, "tau": 0.5, "deep": {"a": {"b": True}}}
 
 
 def test_set_applies_after_flags_and_later_wins():
-    c = config_of("--rounds", "3", "--set", "train.rounds=4", "--set", "train.rounds=5", "--set", "train.seed=7")
-    assert (c.train.rounds, c.train.seed) == (5, 7)
+    c = config_of("--rounds", "3", "--set", "federation.rounds=4", "--set", "federation.rounds=5", "--set", "runtime.seed=7")
+    assert (c.federation.rounds, c.runtime.seed) == (5, 7)
 
 
 @pytest.mark.parametrize("pair, message", [
-    ("train.rounds", "expects SECTION.FIELD=VALUE"),
+    ("federation.rounds", "expects SECTION.FIELD=VALUE"),
     ("rounds=3", "expects SECTION.FIELD=VALUE"),
-    ("optim.lr=1", "no section 'optim' (sections: data, model, train)"),
-    ("train.lr=1", "train has no field 'lr' (its fields: method, rounds,"),
-    ("train.rounds=2.5", "train.rounds: expected an integer, got '2.5'"),
-    ("train.rounds=true", "expected an integer"),
-    ("train.dp_sgd=maybe", "expected true or false"),
-    ("train.lr_head=fast", "expected a number"),
-    ("train.rounds.x=1", "train.rounds is not a mapping"),
-    ("train.method_options=[1]", "expected a JSON object"),
+    ("train.lr=1", "no section 'train' (sections: data, model, federation, optim, privacy, robustness, evaluation, "
+                   "runtime)"),
+    ("optim.lr=1", "optim has no field 'lr' (its fields: optimizer, local_epochs,"),
+    ("federation.rounds=2.5", "federation.rounds: expected an integer, got '2.5'"),
+    ("federation.rounds=true", "expected an integer"),
+    ("privacy.dp_sgd=maybe", "expected true or false"),
+    ("optim.lr_head=fast", "expected a number"),
+    ("federation.rounds.x=1", "federation.rounds is not a mapping"),
+    ("federation.method_options=[1]", "expected a JSON object"),
 ])
 def test_bad_set_is_one_config_error(pair, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
@@ -140,18 +141,18 @@ def test_bad_set_is_one_config_error(pair, message):
 
 def test_bad_set_on_the_cli_is_one_line_and_exit_2(tmp_path):
     for command in (["train"], ["flower", "run", "--insecure"]):
-        res = runner.invoke(app, [*command, "--set", "train.nope=1", "--out", str(tmp_path / "o")])
+        res = runner.invoke(app, [*command, "--set", "optim.nope=1", "--out", str(tmp_path / "o")])
         assert res.exit_code == 2, res.output
         assert res.output.strip().splitlines() == [res.output.strip()]
-        assert res.output.startswith("error: --set train.nope: train has no field 'nope'")
+        assert res.output.startswith("error: --set optim.nope: optim has no field 'nope'")
         assert not (tmp_path / "o").exists()
 
 
 def test_preset_takes_set(tmp_path):
     preset = tmp_path / "p.yaml"
-    preset.write_text("rounds: 3\nset: [train.momentum=0.8, train.method_options.mu=0.2]\n")
+    preset.write_text("rounds: 3\nset: [optim.momentum=0.8, federation.method_options.mu=0.2]\n")
     c = config_of("--config", str(preset), "--method", "fedprox")
-    assert (c.train.rounds, c.train.momentum, c.train.method_options) == (3, 0.8, {"mu": 0.2})
+    assert (c.federation.rounds, c.optim.momentum, c.federation.method_options) == (3, 0.8, {"mu": 0.2})
 
 
 # --------------------------------------------------------------------------- method options
@@ -191,7 +192,7 @@ def test_every_method_declares_frozen_options():
     for name in available_methods():
         options = get_method(name).options
         assert dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen, name
-        assert get_method(name).settings(RunConfig(train=TrainConfig(method=name))) == options()
+        assert get_method(name).settings(RunConfig(federation=FederationConfig(method=name))) == options()
 
 
 def test_unknown_method_option_on_the_cli_is_one_line_and_exit_2(tmp_path):
@@ -207,7 +208,7 @@ OLD_FLAGS_METHOD_OPTIONS = {"an": False, "lsn": False, "dual": False}
 
 def test_ska_ablation_options_give_the_config_the_old_flags_gave(tmp_path):
     via_options = config_of("--method", "ska", "--opt", "an=false", "--opt", "lsn=false", "--opt", "dual=false")
-    assert via_options.train.method_options == OLD_FLAGS_METHOD_OPTIONS
+    assert via_options.federation.method_options == OLD_FLAGS_METHOD_OPTIONS
     assert get_method("ska").settings(via_options) == SKAOptions(an=False, lsn=False, dual=False)
 
 

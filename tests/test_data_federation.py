@@ -219,8 +219,8 @@ def test_fedpav_paper_run_is_the_nine_client_federation(tmp_path):
     data_root = _paper_tree(tmp_path / "data")
     cc = next(r for r in TABLES["fedpav-table4"].rows if r.name == "CC & CDW")
     config = cc.train[""]["paper"].config(data_root, "cpu")
-    assert config.train.method_options["public_data"] == f"{data_root}/cuhk02:cuhk02"
-    assert list(resolve_datasets([config.train.method_options["public_data"]])) == ["cuhk02"]
+    assert config.federation.method_options["public_data"] == f"{data_root}/cuhk02:cuhk02"
+    assert list(resolve_datasets([config.federation.method_options["public_data"]])) == ["cuhk02"]
     loaded = load_datasets(config.data.roots, config.data.format)
     assert {name: item.format for name, item in loaded.items()} == {
         "msmt17": "msmt17", "dukemtmcreid": "dukemtmcreid", "market1501": "market1501",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from privreid.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from privreid.config import DataConfig, ModelConfig, PrivacyConfig, RobustnessConfig, RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.types import ClientData
 from privreid.defenses import PrivacyLedger, apply_defenses
@@ -25,7 +25,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.registry import available_methods, get_method
 from privreid.registry import BUILT_IN
 
-from conftest import tiny_config
+from conftest import tiny_config, with_fields
 from privreid.composition import build_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +68,8 @@ def test_builtins_are_registered_in_composition_order():
     assert BUILTINS == [d for d in order if d in BUILTINS]
     # DP-SGD innermost, secure aggregation outside the privacy defenses, so they run on the secure sum
     assert order[0] == "dp-sgd" and order.index("client-dp") < order.index("beta") < order.index("secure-aggregation")
-    cfg = RunConfig(train=TrainConfig(client_dp=True, clip=1.0, noise_multiplier=1.0, beta=0.1,
-                                      secure_aggregation=True))
+    cfg = RunConfig(privacy=PrivacyConfig(client_dp=True, clip=1.0, noise_multiplier=1.0, beta=0.1,
+                                          secure_aggregation=True))
     assert [d.name for d in enabled_defenses(cfg)] == ["client-dp", "beta", "secure-aggregation"]
 
     def chain(config):
@@ -80,23 +80,23 @@ def test_builtins_are_registered_in_composition_order():
         return out
 
     assert chain(cfg)[0] == "SecureAggregate"  # outermost: the others run on the secure sum
-    cfg.train.secure_aggregation = False
+    cfg.privacy.secure_aggregation = False
     assert chain(cfg) == ["NoisyAggregate", "ClientLevelDP"]
 
 
 def test_defenses_configured_by_name_are_checked():
     with pytest.raises(ConfigError, match=f"unknown defense 'nope'; choose one of: {', '.join(DEFENSES)}$"):
-        enabled_defenses(RunConfig(train=TrainConfig(defenses={"nope": {}})))
+        enabled_defenses(RunConfig(robustness=RobustnessConfig(defenses={"nope": {}})))
     with pytest.raises(ConfigError, match=r"'dp-sgd' is configured by its own settings \(--dp-sgd"):
-        enabled_defenses(RunConfig(train=TrainConfig(defenses={"dp-sgd": {}})))
+        enabled_defenses(RunConfig(robustness=RobustnessConfig(defenses={"dp-sgd": {}})))
 
 
-def test_an_empty_defenses_field_leaves_the_saved_configuration_as_it_was():
+def test_the_defenses_field_round_trips_through_the_saved_configuration():
     cfg = RunConfig()
-    assert "defenses" not in cfg.to_dict()["train"]  # checkpoints and config.yaml of existing runs unchanged
+    assert cfg.to_dict()["robustness"] == {"defenses": {}, "adversary": {}}
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
-    named = RunConfig(train=TrainConfig(defenses={"toy": {"step": 0.5}}))
-    assert named.to_dict()["train"]["defenses"] == {"toy": {"step": 0.5}}
+    named = RunConfig(robustness=RobustnessConfig(defenses={"toy": {"step": 0.5}}))
+    assert named.to_dict()["robustness"]["defenses"] == {"toy": {"step": 0.5}}
     assert RunConfig.from_dict(named.to_dict()) == named
 
 
@@ -143,8 +143,8 @@ ERROR_CASES = {
 
 
 def _config(train):
-    return RunConfig(data=DataConfig(height=32, width=16), model=ModelConfig(feat_dim=32),
-                     train=TrainConfig(**{"batch_size": 8, "max_steps_per_epoch": 2, "rounds": 4, **train}))
+    return with_fields(RunConfig(data=DataConfig(height=32, width=16), model=ModelConfig(feat_dim=32)),
+                       **{"batch_size": 8, "max_steps_per_epoch": 2, "rounds": 4, **train})
 
 
 def observe(train, metrics):
@@ -193,7 +193,7 @@ def check_contract(defense, cfg, tmp_path):
     plain = PrivacyLedger(tiny_config(cfg.data.roots[0]), engine.clients, 2).summary([])
     (ledger,) = engine.observers
     assert ledger.summary([]) != plain  # the defense states itself in summary.json's privacy block
-    assert defense.supports(get_method(cfg.train.method)).startswith("yes")
+    assert defense.supports(get_method(cfg.federation.method)).startswith("yes")
 
 
 @pytest.mark.parametrize("name", BUILTINS)

@@ -168,7 +168,7 @@ def test_secure_aggregation_without_flower_is_one_line_before_anything_is_writte
 def test_a_robust_rule_without_flower_is_one_line_before_anything_is_written(tiny_synth, tmp_path):
     """The robust rules run Flower's aggregate_* functions: without flwr, one line naming the extra."""
     [(code, lines)] = run_without("flwr", ["train", "--data", tiny_synth, "--num-clients", "3", "--protocol",
-                                           "by-identity", "--set", "train.defenses.robust-median={}",
+                                           "by-identity", "--set", "robustness.defenses.robust-median={}",
                                            "--rounds", "1", "--height", "32", "--width", "16", "--max-steps", "1",
                                            "--device", "cpu", "--quiet", "--out", tmp_path / "run"])
     assert code == 2 and len(lines) == 1 and "pip install 'privreid[flower]'" in lines[0], lines

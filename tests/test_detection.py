@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from conftest import tiny_config
 from privreid.composition import build_run
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import FederationConfig, RobustnessConfig, RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import DataVolumeAverage, RoundResult
@@ -22,7 +22,8 @@ def _defense(rejected, accepted, name="robust-krum"):
 
 
 def test_a_selection_record_becomes_tp_fp_fn_tn_against_the_round_s_attackers():
-    config = RunConfig(train=TrainConfig(rounds=2, adversary={"name": "sign-flip", "malicious": 2, "rounds": "1:1"}))
+    config = RunConfig(federation=FederationConfig(rounds=2),
+                       robustness=RobustnessConfig(adversary={"name": "sign-flip", "malicious": 2, "rounds": "1:1"}))
     record = AdversaryRecord(*settings_of(config), CLIENTS, config)
     # round 1: d and e are malicious, e is not selected: d attacks; the rule rejects d and a, keeps b and c
     record.before_round(0, CLIENTS[:4])

@@ -75,7 +75,7 @@ def test_the_default_client_loader_yields_uint8_batches_the_client_augments(clie
 
 def test_workers_draw_no_augmentation_so_a_run_with_workers_equals_one_without(client, config):
     """The loader with 1 worker process yields the same uint8 batches; the client draws the same parameters."""
-    with_workers = dataclasses.replace(config, train=dataclasses.replace(config.train, num_workers=1))
+    with_workers = config.with_values({"runtime.num_workers": 1})
     ours, our_state = trained_batches(client, with_workers, augment_later=True)
     reference, reference_state = trained_batches(client, config, augment_later=True)
     assert len(ours) == len(reference)
@@ -107,12 +107,12 @@ def test_cuda_augmentation_draws_the_cpu_parameters(client, config):
 
 
 def test_cuda_speedups_follow_the_switch_and_leave_other_devices_alone():
-    """cuDNN's autotuner is on during training on CUDA unless ``train.cudnn_benchmark`` is off; never elsewhere.
+    """cuDNN's autotuner is on during training on CUDA unless ``runtime.cudnn_benchmark`` is off; never elsewhere.
     (Setting the flag needs no GPU.)"""
-    from privreid.config import TrainConfig
+    from privreid.config import RuntimeConfig
     from privreid.precision import cuda_speedups
 
-    assert TrainConfig().cudnn_benchmark and TrainConfig().channels_last  # default on (for CUDA only)
+    assert RuntimeConfig().cudnn_benchmark and RuntimeConfig().channels_last  # default on (for CUDA only)
     before = torch.backends.cudnn.benchmark
     for device, enabled, inside in (("cuda", True, True), ("cuda", False, before), ("cpu", True, before)):
         with cuda_speedups(device, enabled):

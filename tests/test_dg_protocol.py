@@ -135,7 +135,7 @@ def flip_cosine_run(tiny_synth, tmp_path_factory):
 
 
 def test_reproduce_unseen_domain_cells_rank_as_the_run_does(flip_cosine_run, tmp_path):
-    """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's train.eval_flip,
+    """`privreid reproduce`'s DG cells (SKA Table 4's unseen columns) use the run's evaluation.flip,
     eval_metric and eval_ap, like its seen-domain cells; before, they ranked plain Euclidean features."""
     from privreid.experiments import reproduce
     from privreid.checkpoint import Checkpoint

@@ -36,7 +36,7 @@ def dppt_config(root, rounds=1, max_steps=None, **opts):
     Whole PK epochs by default; evaluation after the last round only.
     """
     cfg = tiny_config(root, method="dppt", rounds=rounds, method_options=opts, max_steps_per_epoch=max_steps,
-                      eval_every=rounds)
+                      every=rounds)
     cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
     return cfg
 
@@ -49,7 +49,7 @@ def held(client):
 def drawn_labels(cfg, client, round_index):
     """The labels of the PK epoch the engine's client ``round_index`` draws (P = 2, K = 8; a PK epoch may
     leave an identity out when fewer than P identities have images left)."""
-    sampler = PKSampler(client.train, p=2, k=8, seed=derive_seed(cfg.train.seed, "client", round_index, client.name))
+    sampler = PKSampler(client.train, p=2, k=8, seed=derive_seed(cfg.runtime.seed, "client", round_index, client.name))
     return {client.train[i][1] for i in sampler}
 
 
@@ -200,7 +200,7 @@ def test_every_client_starts_from_the_same_classifier(tiny_synth):
         assert torch.equal(torch.rand(1), before)  # the client's random stream is untouched
         heads.append(model.classifier.weight.detach().clone())
     assert torch.equal(heads[0], heads[1]) and heads[0].shape == (6, 32)
-    cfg.train.seed = 1
+    cfg.runtime.seed = 1
     other = build_model(arch="resnet18", feat_dim=32, num_classes=6)
     initial_classifier(other, cfg)
     assert not torch.equal(other.classifier.weight, heads[0])  # drawn from the run's seed

@@ -108,7 +108,7 @@ def test_resume_refuses_a_different_configuration(tiny_synth, tmp_path):
     cfg = tiny_config(tiny_synth, rounds=1)
     FederatedEngine(cfg, federation(cfg), tmp_path, progress=False, build=build_run).run()
     other = tiny_config(tiny_synth, rounds=2, batch_size=4)
-    with pytest.raises(ConfigError, match="train.batch_size"):
+    with pytest.raises(ConfigError, match="optim.batch_size"):
         FederatedEngine(other, federation(other), tmp_path, progress=False, build=build_run).run(resume=True)
 
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from privreid.checkpoint import load_checkpoint
 from privreid.cli import app
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import EvaluationConfig, RunConfig
+from conftest import with_fields
 from privreid.errors import ConfigError
 from privreid.federated.engine import FederatedEngine
 from privreid.training import eval_cadence
@@ -22,22 +23,22 @@ PRESETS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
 
 def evaluated_rounds(rounds: int, **train) -> list[int]:
-    engine = SimpleNamespace(config=RunConfig(train=TrainConfig(rounds=rounds, **train)))
+    engine = SimpleNamespace(config=with_fields(RunConfig(), rounds=rounds, **train))
     return [r for r in range(1, rounds + 1) if FederatedEngine.evaluates(engine, r)]
 
 
 def test_default_evaluates_after_the_last_round_only():
-    assert TrainConfig().eval_every == 0
+    assert EvaluationConfig().every == 0
     assert evaluated_rounds(7) == [7]
-    assert evaluated_rounds(7, eval_every=3) == [3, 6, 7]
-    assert evaluated_rounds(6, eval_every=3) == [3, 6]
-    assert evaluated_rounds(3, eval_every=1) == [1, 2, 3]
-    assert evaluated_rounds(3, eval_every=10) == [3]
+    assert evaluated_rounds(7, every=3) == [3, 6, 7]
+    assert evaluated_rounds(6, every=3) == [3, 6]
+    assert evaluated_rounds(3, every=1) == [1, 2, 3]
+    assert evaluated_rounds(3, every=10) == [3]
 
 
 def test_negative_cadence_is_refused():
     with pytest.raises(ConfigError, match="eval_every must be >= 0"):
-        RunConfig(train=TrainConfig(eval_every=-1)).validate()
+        RunConfig(evaluation=EvaluationConfig(every=-1)).validate()
 
 
 @pytest.mark.parametrize("rounds, every, text", [
@@ -48,7 +49,7 @@ def test_negative_cadence_is_refused():
     (10, 4, "evaluating every 4 rounds and after the last (10)"),
 ])
 def test_cadence_in_words(rounds, every, text):
-    assert eval_cadence(RunConfig(train=TrainConfig(rounds=rounds, eval_every=every))) == text
+    assert eval_cadence(with_fields(RunConfig(), rounds=rounds, every=every)) == text
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])

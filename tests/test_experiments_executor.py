@@ -135,7 +135,7 @@ def test_a_worker_that_cannot_see_out_says_so(tiny_synth, tmp_path):
 def test_ray_gives_the_bits_of_local(tiny_synth, tmp_path):
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.tune")
-    runs = plan_sweep(tiny_config(tiny_synth, rounds=1), [parse_grid("train.beta=0,0.1")], [0, 1, 2])
+    runs = plan_sweep(tiny_config(tiny_synth, rounds=1), [parse_grid("privacy.beta=0,0.1")], [0, 1, 2])
     local = execute(runs, tmp_path / "local", ExecutorSettings(), progress=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

@@ -26,7 +26,7 @@ def test_which_measures_are_better_higher():
 
 
 def _row(beta, maps, eps, failed=0):
-    return {"train.beta": beta, **describe(maps, "mAP"), **describe(eps, "epsilon"), "failed": failed}
+    return {"privacy.beta": beta, **describe(maps, "mAP"), **describe(eps, "epsilon"), "failed": failed}
 
 
 def test_write_frontier_writes_csv_json_and_one_figure_per_pair_with_failed_cells_marked(tmp_path):

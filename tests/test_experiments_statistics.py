@@ -36,13 +36,13 @@ def _outcome(cell, seed, summary=None, status="done"):
 
 
 def test_cell_statistics_groups_runs_by_cell_and_counts_failures():
-    outcomes = [_outcome({"train.beta": 0.1}, 0, {"global_seen": {"mAP": 0.2}, "epsilon": 1.0}),
-                _outcome({"train.beta": 0.0}, 0, {"global_seen": {"mAP": 0.5}}),
-                _outcome({"train.beta": 0.1}, 1, {"global_seen": {"mAP": 0.4}, "epsilon": 3.0}),
-                _outcome({"train.beta": 0.1}, 2, status="failed"),
-                _outcome({"train.beta": 0.0}, 1, {"global_seen": {"mAP": 0.7}})]
+    outcomes = [_outcome({"privacy.beta": 0.1}, 0, {"global_seen": {"mAP": 0.2}, "epsilon": 1.0}),
+                _outcome({"privacy.beta": 0.0}, 0, {"global_seen": {"mAP": 0.5}}),
+                _outcome({"privacy.beta": 0.1}, 1, {"global_seen": {"mAP": 0.4}, "epsilon": 3.0}),
+                _outcome({"privacy.beta": 0.1}, 2, status="failed"),
+                _outcome({"privacy.beta": 0.0}, 1, {"global_seen": {"mAP": 0.7}})]
     rows = cell_statistics(outcomes, ["global_seen.mAP", "epsilon"])
-    assert [r["train.beta"] for r in rows] == [0.1, 0.0]  # in the order the cells first appear
+    assert [r["privacy.beta"] for r in rows] == [0.1, 0.0]  # in the order the cells first appear
     beta, plain = rows
     assert beta["global_seen.mAP_mean"] == pytest.approx(0.3) and beta["global_seen.mAP_n"] == 2
     assert beta["global_seen.mAP_std"] == pytest.approx(math.sqrt(0.02))  # ((0.1)² + (0.1)²) / 1

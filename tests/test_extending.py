@@ -133,7 +133,7 @@ def test_the_defense_example_runs_end_to_end(rounding, tiny_synth, tmp_path, mon
     # and through `privreid train`, configured with --set
     tiny = ["--height", "32", "--width", "16", "--feat-dim", "32", "--batch-size", "8", "--max-steps", "2",
             "--device", "cpu", "--quiet", "--test-domains", "synthC", "--data", str(tiny_synth), "--rounds", "1"]
-    res = CliRunner().invoke(app, ["train", *tiny, "--set", "train.defenses.rounding.step=0.05",
+    res = CliRunner().invoke(app, ["train", *tiny, "--set", "robustness.defenses.rounding.step=0.05",
                                    "--out", str(tmp_path / "cli")])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["privacy"]["rounding"] == {"step": 0.05}

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import OptimConfig, RunConfig
 from privreid.federated import fast_optim
 from privreid.federated.client import SupervisedUpdate
 from privreid.models import build_model
@@ -66,5 +66,5 @@ def test_the_check_leaves_the_global_random_stream_alone(monkeypatch):
 def test_client_optimiser_uses_it():
     model = build_model("resnet18", num_classes=5, feat_dim=16)
     for name in ("sgd", "adam"):
-        opt = SupervisedUpdate(RunConfig(train=TrainConfig(optimizer=name))).optimizer(model, 0)
+        opt = SupervisedUpdate(RunConfig(optim=OptimConfig(optimizer=name))).optimizer(model, 0)
         assert opt.defaults.get("fused") or opt.defaults.get("foreach"), name

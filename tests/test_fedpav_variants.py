@@ -296,7 +296,7 @@ def test_variant_trains_and_its_checkpoint_loads(tiny_synth, tmp_path, method):
 def test_clustered_run_resumes_exactly(tiny_synth, tmp_path, monkeypatch):
     """fedpav-cdw-cc: the cluster models (per-client server state) survive a crash between rounds."""
     monkeypatch.setattr(fv, "first_partition", lambda x: np.arange(len(x)))  # singleton clusters: w_c != w
-    cfg = tiny_run(tiny_synth, "fedpav-cdw-cc", rounds=2, eval_every=2)
+    cfg = tiny_run(tiny_synth, "fedpav-cdw-cc", rounds=2, every=2)
     fed = federation(cfg)
     received = []
     real_configure = fv.ClusteredAverage.configure

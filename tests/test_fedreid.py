@@ -120,7 +120,7 @@ def test_teacher_starts_from_the_noise_free_theta_under_download_noise(tiny_synt
 
 
 def test_fedreid_trains_end_to_end_and_scores_every_client(tiny_synth, tmp_path, monkeypatch):
-    cfg = tiny_config(tiny_synth, method="fedreid", rounds=2, seed=2, eval_every=1)  # seed 2: one client per round
+    cfg = tiny_config(tiny_synth, method="fedreid", rounds=2, seed=2, every=1)  # seed 2: one client per round
     uploads = spy_on_uploads(monkeypatch, UniformAverage)
     engine = FederatedEngine(cfg, build_federation(cfg.data.roots, test_domains=["synthC"]), tmp_path,
                              progress=False, build=build_run)

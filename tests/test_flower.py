@@ -51,7 +51,7 @@ def flower_run(cfg, root, tmp, out, *, grid=None, **settings):
 def runs(tiny_synth, tmp_path_factory):
     """The same 2-round fedpav run in-process and on Flower (loopback); evaluated after round 2 only."""
     tmp = tmp_path_factory.mktemp("flower")
-    cfg = tiny_config(tiny_synth, rounds=2, eval_every=2)
+    cfg = tiny_config(tiny_synth, rounds=2, every=2)
     inproc = FederatedEngine(cfg, federation_for_config(cfg), tmp / "inproc", progress=False, build=build_run).run()
     grid, flower = flower_run(cfg, tiny_synth, tmp, tmp / "flower")
     return dict(cfg=cfg, tmp=tmp, grid=grid, inproc=inproc, flower=flower,
@@ -303,8 +303,8 @@ def test_run_settings_round_trip_and_app_files(tiny_synth, tmp_path):
     (["flower", "supernode", "--data", "/nonexistent"], "--root-certificates"),
     (["flower", "run", "--method", "centralized", "--insecure"], "cannot run on Flower"),
     (["flower", "run", "--method", "fedpav"], "--root-certificates"),
-    (["flower", "run", "--insecure", "--set", "train.nope=1"], "train has no field 'nope'"),
-    (["flower", "run", "--insecure", "--set", "train.rounds=0"], "rounds must be > 0"),
+    (["flower", "run", "--insecure", "--set", "optim.nope=1"], "optim has no field 'nope'"),
+    (["flower", "run", "--insecure", "--set", "federation.rounds=0"], "rounds must be > 0"),
 ])
 def test_flower_commands_fail_clearly_before_starting_anything(args, message, tmp_path):
     result = CliRunner().invoke(app, args + (["--out", str(tmp_path / "o")] if args[1] == "run" else []))
@@ -326,7 +326,7 @@ def test_flower_commands_fail_clearly_before_starting_anything(args, message, tm
     ("fedreid", {"beta": 0.01, "beta_mode": "download"}),  # Eq. 15 noise drawn on the site, as in-process
 ])
 def test_each_supported_method_gives_the_in_process_result_on_flower(tiny_synth, tmp_path, method, train):
-    cfg = tiny_config(tiny_synth, method=method, rounds=2, eval_every=2, **train)
+    cfg = tiny_config(tiny_synth, method=method, rounds=2, every=2, **train)
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False, build=build_run).run()
     flower_run(cfg, tiny_synth, tmp_path, tmp_path / "flower")
     a, b = load_checkpoint(tmp_path / "inproc" / "ckpt.pt"), load_checkpoint(tmp_path / "flower" / "ckpt.pt")

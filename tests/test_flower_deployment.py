@@ -50,7 +50,7 @@ def in_process(cfg, out):
 
 
 def test_deployment_gives_the_in_process_model_and_ends_its_processes(tiny_synth, tmp_path):
-    cfg = tiny_config(tiny_synth, rounds=2, eval_every=2)
+    cfg = tiny_config(tiny_synth, rounds=2, every=2)
     expected = in_process(cfg, tmp_path / "inproc")
     with LocalDeployment(site_configs(tiny_synth, tmp_path), tmp_path / "dep") as dep:
         groups = [p.pid for p in dep.procs.values()]
@@ -66,7 +66,7 @@ def test_deployment_gives_the_in_process_model_and_ends_its_processes(tiny_synth
 
 
 def test_supernode_killed_mid_round_stops_cleanly_then_resume_completes_with_the_rest(tiny_synth, tmp_path):
-    cfg = tiny_config(tiny_synth, rounds=2, eval_every=2)
+    cfg = tiny_config(tiny_synth, rounds=2, every=2)
     out = tmp_path / "flower"
     with LocalDeployment(site_configs(tiny_synth, tmp_path), tmp_path / "dep") as dep:
         def kill_b_after_round_1():

@@ -31,7 +31,7 @@ from privreid.inversion.observation import (
     to_model_input,
 )
 from privreid.checkpoint import load_checkpoint, load_model
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.data.formats import read_image
 from privreid.errors import ConfigError
@@ -39,7 +39,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.losses import identity_loss
 from privreid.models import build_model
 
-from conftest import tiny_config
+from conftest import tiny_config, with_fields
 from privreid.composition import build_run
 
 
@@ -285,7 +285,7 @@ def test_download_noise_perturbs_shared_parameters_only(tiny_model):
 
 def test_defenses_as_trained_follow_the_run_config():
     def cfg(**train):
-        return RunConfig(train=TrainConfig(**train))
+        return with_fields(RunConfig(), **train)
 
     assert not defense_as_trained(cfg()).active
     assert defense_as_trained(cfg(beta=0.1, beta_mode="upload")) == Defense(beta=0.1)

@@ -88,7 +88,7 @@ def test_invert_two_models_on_the_same_subjects(checkpoints, tmp_path):
 
 def test_invert_image_file_shared_feature_and_defenses_as_trained(checkpoints, tmp_path):
     ckpt = load_checkpoint(checkpoints["fedpav"])
-    ckpt["config"]["train"].update(beta=0.05, beta_mode="upload")
+    ckpt["config"]["privacy"].update(beta=0.05, beta_mode="upload")
     noisy = save_checkpoint(ckpt, tmp_path / "noisy" / "ckpt.pt")
     image = tmp_path / "person.png"
     Image.fromarray((np.random.default_rng(0).random((32, 16, 3)) * 255).astype(np.uint8)).save(image)

@@ -3,7 +3,7 @@
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import OptimConfig, RunConfig
 from privreid.data.types import ClientData
 from privreid.federated.client import ClientContext, SupervisedUpdate
 from privreid.models import build_model
@@ -27,7 +27,7 @@ def test_capped_epochs_load_exactly_the_capped_batches():
     # 8 images in batches of 2 = 4 batches per epoch, capped at 1: each of the 2 epochs loads 1 batch.
     # The old loop broke out only after loading a batch past the cap (2 images per epoch more), and that
     # batch's augmentation draws shifted the random stream of every later epoch and client.
-    config = RunConfig(train=TrainConfig(batch_size=2, local_epochs=2, max_steps_per_epoch=1, triplet_weight=0.0))
+    config = RunConfig(optim=OptimConfig(batch_size=2, local_epochs=2, max_steps_per_epoch=1, triplet_weight=0.0))
     data = CountingImages()
 
     class Update(SupervisedUpdate):

@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from privreid.commands.sweep import base_config
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import RunConfig
+from conftest import with_fields
 from privreid.data.types import ClientData
 from privreid.deviations import deviations, prose_departures, recipe_deviations
 from privreid.errors import ConfigError
@@ -25,7 +26,7 @@ def preset(name: str, *flags: str) -> RunConfig:
 
 
 def with_train(**fields) -> RunConfig:
-    return RunConfig(train=TrainConfig(**fields)).validate()
+    return with_fields(RunConfig(), **fields).validate()
 
 
 @pytest.mark.parametrize("schedule,expected", [
@@ -121,6 +122,6 @@ def test_fedpav_preset_names_the_prose_it_departs_from():
                                          ("ska-paper.yaml", "euclidean"), ("dppt-sysu-paper.yaml", "cosine")])
 def test_paper_presets_rank_with_their_reference_codes_metric(name, metric):
     config = preset(name)
-    assert config.train.eval_metric == metric
+    assert config.evaluation.metric == metric
     other = {"cosine": "euclidean", "euclidean": "cosine"}[metric]
     assert any(d.startswith(f"--eval-metric {other}") for d in recipe_deviations(preset(name, "--eval-metric", other), method_of(preset(name, "--eval-metric", other))))

@@ -22,7 +22,7 @@ def test_fp32_is_the_default_and_changes_nothing():
     assert not grad_scaler("fp32", "cpu").is_enabled()
     with autocast("fp32", "cpu"):
         assert not torch.is_autocast_enabled("cpu")
-    assert tiny_config("x").train.precision == "fp32"
+    assert tiny_config("x").runtime.precision == "fp32"
 
 
 def test_autocast_wrapper_runs_16_bit_products_and_returns_fp32():

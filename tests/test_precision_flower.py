@@ -42,15 +42,15 @@ def test_flower_run_takes_precision_and_sends_it_to_the_sites(tmp_path, monkeypa
     res = run_cli(("flower", "run", "--insecure", "--rounds", "1", "--precision", "bf16", "--quiet", "--out", str(out)))
     assert res.exit_code == 0, res.stderr
     (config,) = seen
-    assert config.train.precision == "bf16"
+    assert config.runtime.precision == "bf16"
     assert yaml.safe_load((out / "config.yaml").read_text())["precision"] == "bf16"
     sent, _, _ = parse_run_record(RecordDict({RUN: run_record(config, "key")}))  # what a site reads
-    assert sent.train.precision == "bf16"
+    assert sent.runtime.precision == "bf16"
 
 
 def test_flower_run_refuses_fp16_with_dp_sgd_in_one_line(tmp_path):
-    res = run_cli(("flower", "run", "--insecure", "--precision", "fp16", "--set", "train.dp_sgd=true",
-                   "--set", "train.noise_multiplier=1.0", "--out", str(tmp_path / "fl")))
+    res = run_cli(("flower", "run", "--insecure", "--precision", "fp16", "--set", "privacy.dp_sgd=true",
+                   "--set", "privacy.noise_multiplier=1.0", "--out", str(tmp_path / "fl")))
     assert res.exit_code == 2 and res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert res.stderr.startswith("error: --dp-sgd with --precision fp16 is not supported")
     assert not (tmp_path / "fl").exists()
@@ -59,12 +59,12 @@ def test_flower_run_refuses_fp16_with_dp_sgd_in_one_line(tmp_path):
 def test_bf16_on_flower_equals_bf16_in_process(tiny_synth, tmp_path):
     """Two sites over Flower's wire (loopback) train in bf16 exactly as the in-process engine does."""
     cfg = tiny_config(tiny_synth, rounds=1)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision="bf16"))
+    cfg = cfg.with_values({"runtime.precision": "bf16"})
     FederatedEngine(cfg, federation_for_config(cfg), tmp_path / "inproc", progress=False, build=build_run).run()
     grid = LoopbackGrid(client_app, {11: {"data": str(tiny_synth / "synthA"), "state-dir": str(tmp_path / "a")},
                                      22: {"data": str(tiny_synth / "synthB"), "state-dir": str(tmp_path / "b")}})
     run_server(grid, ServerSettings(cfg, tmp_path / "flower", poll=0.0), log=lambda msg: None)
     ours, theirs = (load_checkpoint(tmp_path / d / "ckpt.pt") for d in ("flower", "inproc"))
-    assert ours["config"]["train"]["precision"] == "bf16"
+    assert ours["config"]["runtime"]["precision"] == "bf16"
     for key, value in theirs["global_state"].items():
         assert torch.equal(value, ours["global_state"][key]), key

@@ -24,12 +24,12 @@ def preset(tmp_path, text: str) -> Path:
 
 # --------------------------------------------------------------------------- typed parsing (bug 5)
 @pytest.mark.parametrize("text,field,value", [
-    ("lr-backbone: 5e-3\n", ("train", "lr_backbone"), 0.005),  # a string to PyYAML: no exponent sign
-    ('dp-sgd: "false"\n', ("train", "dp_sgd"), False),  # a non-empty string is truthy in Python
-    ("dp-sgd: no\n", ("train", "dp_sgd"), False),
+    ("lr-backbone: 5e-3\n", ("optim", "lr_backbone"), 0.005),  # a string to PyYAML: no exponent sign
+    ('dp-sgd: "false"\n', ("privacy", "dp_sgd"), False),  # a non-empty string is truthy in Python
+    ("dp-sgd: no\n", ("privacy", "dp_sgd"), False),
     ("data: synth\n", ("data", "roots"), ["synth"]),
     ("test-domains: 2019\n", ("data", "test_domains"), ["2019"]),  # a number where a name is expected
-    ("opt: {mu: 0.01}\n", ("train", "method_options"), {"mu": 0.01}),
+    ("opt: {mu: 0.01}\n", ("federation", "method_options"), {"mu": 0.01}),
     ("pretrained: null\n", ("model", "pretrained"), None),
 ])
 def test_preset_values_are_typed_like_flags(tmp_path, text, field, value):
@@ -76,12 +76,12 @@ def test_flags_override_a_preset_and_new_recipe_flags_reach_the_config(tmp_path)
     path = preset(tmp_path, "label-smoothing: 0.0\nrounds: 9\n")
     config = base_config(["--config", str(path), "--rounds", "3", "--dropout", "0.5", "--lr-neck", "0.05",
                           "--report-best", "3", "--eval-flip"])
-    assert config.train.rounds == 3 and config.train.label_smoothing == 0.0
-    assert config.model.dropout == 0.5 and config.train.lr_neck == 0.05
-    assert config.train.report_best == 3 and config.train.eval_flip is True
+    assert config.federation.rounds == 3 and config.optim.label_smoothing == 0.0
+    assert config.model.dropout == 0.5 and config.optim.lr_neck == 0.05
+    assert config.evaluation.report_best == 3 and config.evaluation.flip is True
     default = base_config([])
-    assert (default.train.label_smoothing, default.model.dropout, default.train.lr_neck, default.train.report_best,
-            default.train.triplet_weight) == (0.1, 0.0, None, 1, None)
+    assert (default.optim.label_smoothing, default.model.dropout, default.optim.lr_neck, default.evaluation.report_best,
+            default.optim.triplet_weight) == (0.1, 0.0, None, 1, None)
 
 
 # --------------------------------------------------------------------------- the paper presets
@@ -120,23 +120,23 @@ def test_paper_preset_documents_every_value_with_its_source(path):
 @pytest.mark.parametrize("path", PAPER_PRESETS, ids=[p.stem for p in PAPER_PRESETS])
 def test_paper_preset_validates_and_sets_its_papers_recipe(path):
     config = base_config(["--config", str(path)]).validate()
-    assert config.train.label_smoothing == 0.0  # every paper uses plain cross-entropy
+    assert config.optim.label_smoothing == 0.0  # every paper uses plain cross-entropy
     assert recipe_deviations(config, method_of(config)) == []  # the values of privreid.deviations.PAPER_RECIPES
 
 
 def test_fedpav_preset_is_the_reference_recipe():
     config = base_config(["--config", str(CONFIGS / "fedpav-paper.yaml")])
-    m, t = config.model, config.train
+    m, o, e = config.model, config.optim, config.evaluation
     assert (m.arch, m.pretrained, m.last_stride, m.dropout, m.neck, m.feat_dim) == ("resnet50", "imagenet", 2, 0.5,
                                                                                   "linear", 512)
-    assert (t.random_erasing, t.label_smoothing, t.triplet_weight) == (0.0, 0.0, 0.0)
-    assert (t.lr_backbone, t.lr_head, t.lr_neck) == (0.005, 0.05, 0.05)  # the bottleneck at the classifier's rate
-    assert (t.report_best, t.eval_every, t.rounds, t.eval_flip) == (3, 10, 300, True)
+    assert (o.random_erasing, o.label_smoothing, o.triplet_weight) == (0.0, 0.0, 0.0)
+    assert (o.lr_backbone, o.lr_head, o.lr_neck) == (0.005, 0.05, 0.05)  # the bottleneck at the classifier's rate
+    assert (e.report_best, e.every, config.federation.rounds, e.flip) == (3, 10, 300, True)
 
 
 def test_dppt_preset_shares_the_classifier_and_fedarks_keeps_its_triplet():
     dppt = base_config(["--config", str(CONFIGS / "dppt-sysu-paper.yaml")])
-    assert dppt.train.method_options["shared_classifier"] is True and dppt.data.protocol == "ci"
-    assert (dppt.train.lr_backbone, dppt.train.lr_neck, dppt.train.lr_head) == (0.02, 0.2, 0.2)
+    assert dppt.federation.method_options["shared_classifier"] is True and dppt.data.protocol == "ci"
+    assert (dppt.optim.lr_backbone, dppt.optim.lr_neck, dppt.optim.lr_head) == (0.02, 0.2, 0.2)
     fedarks = base_config(["--config", str(CONFIGS / "fedarks-paper.yaml")])
-    assert fedarks.train.triplet_weight == 1.0
+    assert fedarks.optim.triplet_weight == 1.0

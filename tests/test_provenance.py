@@ -84,8 +84,8 @@ def test_train_writes_provenance_and_config_yaml_reruns_the_same_configuration(t
     assert "config/text_summary" in acc.Tags()["tensors"]
     start = plugin_data_pb2.HParamsPluginData.FromString(
         acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
-    assert start.hparams["train.lr_backbone"].number_value == pytest.approx(0.02)
-    assert start.hparams["train.method"].string_value == "fedprox"
+    assert start.hparams["optim.lr_backbone"].number_value == pytest.approx(0.02)
+    assert start.hparams["federation.method"].string_value == "fedprox"
 
 
 def test_log_txt_holds_warnings_and_the_error(tmp_path):

@@ -18,14 +18,10 @@ from privreid.models import build_model
 from privreid.seeding import seed_everything
 from privreid.composition import build_method, method_of
 
-from conftest import tiny_config
+from conftest import tiny_config, with_fields
 from privreid.composition import build_run
 
 CPU = torch.device("cpu")
-
-
-def with_train(config: RunConfig, **changes) -> RunConfig:
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, **changes))
 
 
 # --------------------------------------------------------------------------- label smoothing
@@ -96,7 +92,7 @@ def test_neck_group_only_when_lr_neck_is_given(tiny_synth):
     (body, lr_body), (h, lr_h) = groups(SupervisedUpdate(cfg).optimizer(model, 0))
     assert h == head and body == everything - head and neck <= body  # as before: the neck trains with the body
     assert (lr_body, lr_h) == (0.005, 0.05)
-    cfg = with_train(cfg, lr_neck=0.05, lr_step=40, lr_gamma=0.1)
+    cfg = with_fields(cfg, lr_neck=0.05, lr_step=40, lr_gamma=0.1)
     (body, lr_body), (h, lr_h), (n, lr_n) = groups(SupervisedUpdate(cfg).optimizer(model, 40))
     assert n == neck and h == head and body == everything - head - neck
     assert (lr_body, lr_h, lr_n) == pytest.approx((0.0005, 0.005, 0.005))  # decayed once at round 40
@@ -113,15 +109,15 @@ def test_neck_group_only_when_lr_neck_is_given(tiny_synth):
 def test_triplet_weight_defaults_to_the_methods(tiny_synth):
     fedarks = tiny_config(tiny_synth, method="fedarks")
     arks = get_method("fedarks")
-    assert fedarks.train.triplet_weight is None and arks.triplet_weight_for(fedarks) == 1.0  # Eq. 2
+    assert fedarks.optim.triplet_weight is None and arks.triplet_weight_for(fedarks) == 1.0  # Eq. 2
     assert get_method("fedpav").triplet_weight_for(tiny_config(tiny_synth, method="fedpav")) == 0.0
-    assert arks.triplet_weight_for(with_train(fedarks, triplet_weight=0.0)) == 0.0  # a user can still switch it off
+    assert arks.triplet_weight_for(with_fields(fedarks, triplet_weight=0.0)) == 0.0  # a user can still switch it off
     client = federation_for_config(fedarks).clients[0]
     assert isinstance(client_loader(client, fedarks, 0, triplet_weight=1.0).sampler, PKSampler)  # PK for the triplet
     assert not isinstance(client_loader(client, fedarks, 0).sampler, PKSampler)
     with pytest.raises(ConfigError, match="triplet"):  # DP-SGD cannot bound the (default) triplet term
-        build_method(with_train(fedarks, dp_sgd=True, noise_multiplier=1.0).validate())
-    build_method(with_train(fedarks, dp_sgd=True, noise_multiplier=1.0, triplet_weight=0.0).validate())
+        build_method(with_fields(fedarks, dp_sgd=True, noise_multiplier=1.0).validate())
+    build_method(with_fields(fedarks, dp_sgd=True, noise_multiplier=1.0, triplet_weight=0.0).validate())
 
 
 def test_fedarks_trains_with_the_triplet_by_default(tiny_synth, tmp_path):
@@ -139,8 +135,8 @@ def test_deviation_rules_and_recipe_values(tiny_synth):
         "identity loss with label smoothing 0.1 (the five papers and their code use plain cross-entropy: "
         "--label-smoothing 0)",
         "local epochs capped at 2 batches (--max-steps; the papers train whole epochs)"]
-    assert deviations(with_train(base, label_smoothing=0.0, max_steps_per_epoch=None), method_of(with_train(base, label_smoothing=0.0, max_steps_per_epoch=None))) == []
-    fedarks = with_train(tiny_config(tiny_synth, method="fedarks"), triplet_weight=0.0)
+    assert deviations(with_fields(base, label_smoothing=0.0, max_steps_per_epoch=None), method_of(with_fields(base, label_smoothing=0.0, max_steps_per_epoch=None))) == []
+    fedarks = with_fields(tiny_config(tiny_synth, method="fedarks"), triplet_weight=0.0)
     assert "--triplet-weight 0 (FedARKS: 1; paper 001 Eq. 2)" in recipe_deviations(fedarks, method_of(fedarks))
     assert "--rounds 2 (FedARKS: 40; paper 001 Fig. 4)" in recipe_deviations(fedarks, method_of(fedarks))
     assert any("PifPaf" in d for d in deviations(fedarks, method_of(fedarks)))
@@ -156,7 +152,7 @@ def test_deviation_rules_and_recipe_values(tiny_synth):
     fedpav = tiny_config(tiny_synth, method="fedpav", lr_backbone=0.05)
     assert not any(d.startswith("--lr-neck") for d in recipe_deviations(fedpav, method_of(fedpav)))
     assert "--lr-neck 0.005 (FedPav: 0.05; reference code cap-ntu/FedReID: the 512-d bottleneck trains with the " \
-           "classifier)" in recipe_deviations(with_train(fedpav, lr_backbone=0.005), method_of(with_train(fedpav, lr_backbone=0.005)))
+           "classifier)" in recipe_deviations(with_fields(fedpav, lr_backbone=0.005), method_of(with_fields(fedpav, lr_backbone=0.005)))
     # every method a recipe names exists, every rule has a unique name
     assert all(get_method(name) for name in PAPER_RECIPES)
     assert len({r.name for r in RULES}) == len(RULES)
@@ -164,8 +160,8 @@ def test_deviation_rules_and_recipe_values(tiny_synth):
 
 def test_secure_aggregation_states_its_deviations_and_distributed_dp_adds_its_accounting():
     plain = RunConfig()
-    secure = dataclasses.replace(plain, train=dataclasses.replace(plain.train, secure_aggregation=True))
-    with_dp = dataclasses.replace(secure, train=dataclasses.replace(secure.train, client_dp=True))
+    secure = plain.with_values({"privacy.secure_aggregation": True})
+    with_dp = secure.with_values({"privacy.client_dp": True})
     assert not any("secure aggregation" in d for d in deviations(plain, method_of(plain)))
     [text] = [d for d in deviations(secure, method_of(secure)) if d.startswith("secure aggregation")]
     assert "not parameters" in text and "Flower: 1000" in text and "continuous Gaussian" not in text

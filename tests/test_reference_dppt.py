@@ -255,7 +255,7 @@ def test_persistent_optimizer_resumes_exactly(tiny_synth, tmp_path):
     """Killed in round 2 (after the round-1 checkpoint), resumed: the momentum comes back from the checkpointed
     client memory, and the final model equals the uninterrupted run's (exactly)."""
     cfg = tiny_config(tiny_synth, method="dppt", rounds=2, method_options={"persistent_optimizer": True},
-                      eval_every=2)
+                      every=2)
     cfg.data.protocol, cfg.data.train_domains = "by-camera", ["synthA"]
     full = tmp_path / "full"
     FederatedEngine(cfg, federation_for_config(cfg), full, progress=False, build=build_run).run()

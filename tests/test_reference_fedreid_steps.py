@@ -141,10 +141,9 @@ def privreid_steps():
 
 
 def test_settings_are_the_scaled_down_paper_preset():
-    t = paper_config().train
-    assert (t.lr_backbone, t.lr_head, t.momentum, t.weight_decay) == (
+    assert (paper_config().optim.lr_backbone, paper_config().optim.lr_head, paper_config().optim.momentum, paper_config().optim.weight_decay) == (
         SETTINGS["lr_backbone"], SETTINGS["lr_head"], SETTINGS["momentum"], SETTINGS["weight_decay"])
-    assert (t.label_smoothing, t.triplet_weight) == (0.0, 0.0)  # the reference's plain nn.CrossEntropyLoss
+    assert (paper_config().optim.label_smoothing, paper_config().optim.triplet_weight) == (0.0, 0.0)  # the reference's plain nn.CrossEntropyLoss
     update = FedReIDUpdate(paper_config())
     assert (update.temperature, update.gamma) == (SETTINGS["T"], SETTINGS["gamma"])
 

@@ -50,7 +50,7 @@ TRAIN = ("train", "--data", "{synth}", *TINY, "--out", "{tmp}/run")
 KIND = "holds the output of `privreid train`"
 CASES = [
     BadInput("resume-other-method", (*TRAIN, "--rounds", "2", "--resume", "--method", "fedavg"), keep=("run",),
-             says="train.method"),
+             says="federation.method"),
     BadInput("resume-changed-lr", ("train", "--out", "{tmp}/run", "--resume", "--lr-backbone", "0.5"),
              keep=("run",), says="lr_backbone"),
     BadInput("resume-fewer-rounds", ("train", "--out", "{tmp}/run", "--resume", "--rounds", "0"), keep=("run",),

@@ -159,11 +159,11 @@ def _retrieval_is_usable(entry):
 
 
 def _malicious_is_usable(entry):
-    from privreid.config import RunConfig, TrainConfig
+    from privreid.config import RobustnessConfig, RunConfig
     from privreid.malicious_clients import settings_of
 
     assert get_malicious_client(entry.name) is entry and entry.name in available_malicious_clients()
-    config = RunConfig(train=TrainConfig(adversary={"name": entry.name}))
+    config = RunConfig(robustness=RobustnessConfig(adversary={"name": entry.name}))
     assert settings_of(config) == (entry, {**entry.options, "malicious": 1})
 
 

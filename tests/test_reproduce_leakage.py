@@ -83,8 +83,8 @@ def test_fig8_runs_are_table9s_dns_stand_in_and_i_dppt():
     table9 = TABLES["l2rw-table9"].rows[0].train
     assert all(train[g] == table9[g] for g in train)  # the same runs as Table IX's SYSU columns
     assert set(train) == {"SYSU DNS", "SYSU Ours"}
-    assert train["SYSU DNS"]["smoke"].config().train.method == "centralized"
-    assert train["SYSU Ours"]["smoke"].config().train.method == "dppt"
+    assert train["SYSU DNS"]["smoke"].config().federation.method == "centralized"
+    assert train["SYSU Ours"]["smoke"].config().federation.method == "dppt"
     assert train["SYSU DNS"]["paper"] is None  # DNS is not implemented: its paper-scale columns stay empty
 
 

@@ -20,7 +20,7 @@ def test_fedreid_fig3_cells_are_fedreid_runs_with_the_cell_beta_and_mode():
     for row, mode in (("Single (Eq. 14)", "upload"), ("Double (Eq. 14+15)", "both")):
         for beta in FIG3_BETAS:
             cfg = _smoke_config("fedreid-fig3", row, f"beta={beta}")
-            assert (cfg.train.method, cfg.train.beta, cfg.train.beta_mode) == ("fedreid", float(beta), mode)
+            assert (cfg.federation.method, cfg.privacy.beta, cfg.privacy.beta_mode) == ("fedreid", float(beta), mode)
     assert [c.source for c in TABLES["fedreid-fig3"].columns] == [("dg", "viper")] * len(FIG3_BETAS)
 
 
@@ -46,7 +46,7 @@ def test_ska_table4_rows_switch_the_three_components():
                 "Baseline+LSN+AN": (True, True, False), "Baseline+LSN+AN+Dual": (True, True, True)}
     for row, (an, lsn, dual) in expected.items():
         cfg = _smoke_config("ska-table4", row, "")
-        assert cfg.train.method == "ska"
+        assert cfg.federation.method == "ska"
         opts = options_from_config(cfg)
         assert (opts.an, opts.lsn, opts.dual) == (an, lsn, dual)
         # issue 25: the Baseline rows are Table 2's FedAvg+D and FedBN+D, weighted by data volume
@@ -101,7 +101,7 @@ def test_fedpav_table4_cells_are_increases_over_the_standalone_run(tmp_path):
                 assert by[(name, column)]["privreid"] == round(100 * (r1 - local["Standalone"]), 2)
     assert by[("CDW", "VIPeR")]["privreid"] is None and by[("CDW", "VIPeR")]["published"] == 26.0
     assert by[("FedNova", "MSMT17")]["status"] == "run"
-    assert {r.name: _smoke_config("fedpav-table4", r.name, "").train.method for r in spec.rows if r.train} == {
+    assert {r.name: _smoke_config("fedpav-table4", r.name, "").federation.method for r in spec.rows if r.train} == {
         "Benchmark": "fedpav", "FedNova": "fednova", "FedProx": "fedprox", "CC": "fedpav-cc", "CDW": "fedpav-cdw",
         "CC & CDW": "fedpav-cdw-cc"}
     assert "increase over it" in (tmp_path / "table.md").read_text()
@@ -112,7 +112,7 @@ def test_l2rw_table2_rows_put_dppt_on_each_fl_base():
 
     for base, name in (("fedprox", "FedProx"), ("moon", "MOON"), ("fedavg", "FedAvg")):
         plain, dppt = _smoke_config("l2rw-table2", name, "SYSU"), _smoke_config("l2rw-table2", f"{name} +I-DPPT", "SYSU")
-        assert plain.train.method == dppt.train.method == "dppt"
+        assert plain.federation.method == dppt.federation.method == "dppt"
         assert [DPPT.option(plain, k) for k in ("base", "mrb", "ca")] == [base, False, "none"]
         assert [DPPT.option(dppt, k) for k in ("base", "mrb", "ca")] == [base, True, "channel"]
     not_implemented = {r.name for r in TABLES["l2rw-table2"].rows if r.train is None}
@@ -139,10 +139,10 @@ def test_ska_table2_rows_are_the_papers_comparators_on_four_source_domains():
                 "SKA": "ska"}
     for row, method in expected.items():
         cfg = _smoke_config("ska-table2", row, "")
-        assert cfg.train.method == method and cfg.data.train_domains == ["synthA", "synthB", "synthC", "synthD"]
+        assert cfg.federation.method == method and cfg.data.train_domains == ["synthA", "synthB", "synthC", "synthD"]
         [spec_row] = [r for r in TABLES["ska-table2"].rows if r.name == row]
         paper = spec_row.train[""]["paper"]
-        assert paper.preset == "ska-paper.yaml" and paper.fields["train.method"] == method
+        assert paper.preset == "ska-paper.yaml" and paper.fields["federation.method"] == method
     assert {c.source for c in TABLES["ska-table2"].columns} == {("local", "mAP"), ("local", "rank1")}
 
 
@@ -198,7 +198,7 @@ def test_fedarks_table3_switches_rk_with_v_and_ks_with_beta():
                 "+RK +KS (FedARKS)": (0.5, 5.0)}
     for row, (v, beta) in expected.items():
         cfg = _smoke_config("fedarks-table3", row, "MS+C2+C3→M")
-        assert cfg.train.method == "fedarks"
+        assert cfg.federation.method == "fedarks"
         assert (float(FEDARKS.option(cfg, "v")), float(FEDARKS.option(cfg, "beta"))) == (v, beta)
     # the paper's -RK -KS row is FedSupWA (Table 1's numbers): shown n/i with them, never as privreid's run
     [supwa] = [r for r in TABLES["fedarks-table3"].rows if r.train is None]
@@ -263,7 +263,7 @@ def test_l2rw_table9_rows_measure_attacks_and_corruptions_on_the_columns_runs(tm
     assert _run_dirs(tmp_path) == ["SYSU DNS-model", "SYSU Ours-model"]
     dns = TABLES["l2rw-table9"].rows[0].train["SYSU DNS"]["smoke"].config()
     ours = TABLES["l2rw-table9"].rows[0].train["SYSU Ours"]["smoke"].config()
-    assert (dns.train.method, ours.train.method) == ("centralized", "dppt")
+    assert (dns.federation.method, ours.federation.method) == ("centralized", "dppt")
 
 
 def _fake_execute(trained: set, summary: dict | None = None, fail: tuple = ()):

@@ -47,7 +47,7 @@ def test_resume_with_a_changed_field_names_it_with_both_values(tiny_synth, tmp_p
     _train("train", "--data", tiny_synth, *TINY, "--rounds", "1", "--out", tmp_path / "run")
     res = run_cli(("train", "--out", str(tmp_path / "run"), "--resume", "--rounds", "2", "--lr-backbone", "0.5"))
     assert res.exit_code == 2
-    assert "train.lr_backbone 0.005 -> 0.5" in res.stderr, res.stderr
+    assert "optim.lr_backbone 0.005 -> 0.5" in res.stderr, res.stderr
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import FederationConfig, PrivacyConfig, RobustnessConfig, RunConfig
 from privreid.defenses import apply_defenses
 from privreid.defenses.registry import get_defense
 from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate
@@ -21,7 +21,7 @@ RULES = {"robust-krum": {"f": 1}, "robust-krum/multi": {"f": 1, "keep": 3}, "rob
 
 
 def _strategy(name: str, options: dict):
-    cfg = RunConfig(train=TrainConfig(defenses={name: options}))
+    cfg = RunConfig(robustness=RobustnessConfig(defenses={name: options}))
     return apply_defenses(get_method("fedpav"), cfg).strategy(cfg)
 
 
@@ -108,7 +108,8 @@ def test_the_support_matrix_agrees_with_what_the_wrapper_refuses():
 
     defense = get_defense("robust-median")
     for name in available_methods():
-        cfg = RunConfig(train=TrainConfig(method=name, defenses={"robust-median": {}}))
+        cfg = RunConfig(federation=FederationConfig(method=name),
+                        robustness=RobustnessConfig(defenses={"robust-median": {}}))
         supported = defense.supports(get_method(name)).startswith("yes")
         try:
             defense.wrap(get_method(name), cfg).strategy(cfg)
@@ -120,8 +121,8 @@ def test_the_support_matrix_agrees_with_what_the_wrapper_refuses():
 
 
 def test_a_robust_rule_does_not_replace_what_client_dp_made_of_the_mean():
-    cfg = RunConfig(train=TrainConfig(client_dp=True, clip=1.0, noise_multiplier=1.0,
-                                      defenses={"robust-median": {}}))
+    cfg = RunConfig(privacy=PrivacyConfig(client_dp=True, clip=1.0, noise_multiplier=1.0),
+                    robustness=RobustnessConfig(defenses={"robust-median": {}}))
     with pytest.raises(ConfigError, match="replaces a plain mean of the uploads; 'fedpav' aggregates with "
                                           "ClientLevelDP"):
         apply_defenses(get_method("fedpav"), cfg).strategy(cfg)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import tiny_config, with_fields
 from test_secagg import flower_cfg, secure_flower_run, synth3  # noqa: F401 (synth3: the Flower sites' fixture)
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import RunConfig
 from privreid.defenses import apply_defenses
 from privreid.defenses.client_dp.mechanism import trainable_parameter_names
 from privreid.defenses.robust.rules import BoundedNorm, RobustAggregate, flame_rule
@@ -23,7 +23,7 @@ from privreid.federated.strategy import DataVolumeAverage, UniformAverage, Uploa
 
 
 def _strategy(name: str, options: dict, **train):
-    cfg = RunConfig(train=TrainConfig(defenses={name: options}, **train))
+    cfg = with_fields(RunConfig(), defenses={name: options}, **train)
     return apply_defenses(get_method("fedpav"), cfg).strategy(cfg)
 
 

@@ -31,7 +31,7 @@ def test_dry_run_json_plans_a_paper_preset_and_writes_nothing(tiny_synth, tmp_pa
     assert res.exit_code == 0, res.output
     plan = json.loads(res.output)
     assert {"config", "deviations", "lr", "evaluation", "lr_schedule"} <= set(plan)
-    assert plan["config"]["train"]["method"] == "fedreid" and plan["config"]["data"]["height"] == 32
+    assert plan["config"]["federation"]["method"] == "fedreid" and plan["config"]["data"]["height"] == 32
     # one rate per round for each group: once at round 20 (0-based), the FedReID reference code's schedule
     assert plan["lr"]["backbone"] == [0.01] * 20 + [0.01 * 0.1] * 10 and len(plan["lr"]["head"]) == 30
     assert plan["evaluation"]["metric"] == "euclidean" and plan["evaluation"]["flip"] is True
@@ -96,7 +96,7 @@ def test_reproduce_dry_run_smoke_covers_every_table_run():
             continue
         plan = plan_table(key, scale="smoke")
         assert [r["run"] for r in plan["runs"]] == spec.runs("smoke"), key
-        assert all(len(r["lr"]["backbone"]) == r["config"]["train"]["rounds"] for r in plan["runs"]), key
+        assert all(len(r["lr"]["backbone"]) == r["config"]["federation"]["rounds"] for r in plan["runs"]), key
 
 
 def test_each_paper_reads_msmt17_as_its_table_one_counts_it():

@@ -427,7 +427,7 @@ def test_flower_secaggplus_gives_the_in_process_model_exactly_and_no_update_in_t
 
     assert train_records(flower) == train_records(inproc) and train_records(flower)
     plain_cfg = flower_cfg(synth3)
-    plain_cfg.train.secure_aggregation = False
+    plain_cfg.privacy.secure_aggregation = False
     FederatedEngine(plain_cfg, federation_for_config(plain_cfg), tmp_path / "plain", progress=False,
                     log=lambda s: None, build=build_run).run()
     flower, plain = load_checkpoint(tmp_path / "flower" / "ckpt.pt"), load_checkpoint(tmp_path / "plain" / "ckpt.pt")
@@ -612,7 +612,7 @@ def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon_and_stops_at_
     train = dict(rounds=2, dp_sgd=True, noise_multiplier=1.0, max_grad_norm=1.0)
     cfg = flower_cfg(synth3, **train)
     # the largest epsilon after one round: round 1 fits the target, round 2 would exceed it for that site
-    cfg.train.target_epsilon = max(epsilon_after(plan_for(cfg, c.num_samples), None, dp_delta(cfg))
+    cfg.privacy.target_epsilon = max(epsilon_after(plan_for(cfg, c.num_samples), None, dp_delta(cfg))
                                    for c in federation_for_config(cfg).clients)
     grid, summary = secure_flower_run(synth3, tmp_path, cfg)
     FederatedEngine(RunConfig.from_dict(cfg.to_dict()), federation_for_config(cfg), tmp_path / "in-process",
@@ -621,7 +621,7 @@ def test_flower_secaggplus_with_dp_sgd_logs_the_in_process_epsilon_and_stops_at_
     assert inproc["round"] == flower["round"] == 1  # stopped by the budget
     privacy = [r for r in inproc["metrics"] if r["scope"] == "privacy"]
     assert [r["client"] for r in privacy] == ["synthA", "synthB", "synthC"] and all(r["epsilon"] > 0 for r in privacy)
-    assert max(r["epsilon"] for r in privacy) == pytest.approx(cfg.train.target_epsilon, rel=1e-12)
+    assert max(r["epsilon"] for r in privacy) == pytest.approx(cfg.privacy.target_epsilon, rel=1e-12)
     assert [r for r in flower["metrics"] if r["scope"] == "privacy"] == privacy
     assert [r for r in flower["metrics"] if r["scope"] == "train"] == [
         r for r in inproc["metrics"] if r["scope"] == "train"]

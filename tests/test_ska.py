@@ -351,7 +351,7 @@ def test_label_smoothing_reaches_the_lg_identity_loss(tiny_synth, monkeypatch):
     def spy(self, ctx, pre_neck, feat, logits, labels):
         loss = original(self, ctx, pre_neck, feat, logits, labels)
         lg_logits = self.lg_head(functional_call(ctx.model, self.lg_state, (ctx.images,), strict=False))
-        smoothing = self.config.train.label_smoothing
+        smoothing = self.config.optim.label_smoothing
         checked.append(smoothing)
         assert loss.item() == pytest.approx(F.cross_entropy(lg_logits, labels, label_smoothing=smoothing).item(),
                                             rel=1e-5)

@@ -22,18 +22,17 @@ from conftest import tiny_config
 
 def test_knobs_set_the_config_and_refuse_meaningless_sweeps(tiny_synth):
     base = tiny_config(tiny_synth, "fedpav", rounds=1)
-    assert knob_config(base, "beta", 0.3).train.beta == 0.3
+    assert knob_config(base, "beta", 0.3).privacy.beta == 0.3
     with pytest.raises(ConfigError, match="needs --dp-sgd or --client-dp"):
         knob_config(base, "noise-multiplier", 1.0)
     with pytest.raises(ConfigError, match="needs --client-dp"):
         knob_config(base, "clip", 1.0)
     with pytest.raises(ConfigError, match="unknown --param"):
         knob_config(base, "lr", 1.0)
-    dp = dataclasses.replace(base, train=dataclasses.replace(base.train, client_dp=True, clip=1.0,
+    dp = dataclasses.replace(base, privacy=dataclasses.replace(base.privacy, client_dp=True, clip=1.0,
                                                              noise_multiplier=0.5))
-    assert knob_config(dp, "clip", 2.0).train.clip == 2.0
-    ref = reference_config(dp).train
-    assert (ref.client_dp, ref.clip, ref.noise_multiplier, ref.beta) == (False, None, None, 0.0)
+    assert knob_config(dp, "clip", 2.0).privacy.clip == 2.0
+    assert (reference_config(dp).privacy.client_dp, reference_config(dp).privacy.clip, reference_config(dp).privacy.noise_multiplier, reference_config(dp).privacy.beta) == (False, None, None, 0.0)
     assert parse_values("0, 0.1,1") == [0.0, 0.1, 1.0]
     for bad in ("", "a,b", "1,1"):
         with pytest.raises(ConfigError):
@@ -41,24 +40,24 @@ def test_knobs_set_the_config_and_refuse_meaningless_sweeps(tiny_synth):
 
 
 def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
-    g = parse_grid('train.defenses.robust-krum={"f": 1},{}')
-    assert (g.path, g.values, g.label) == ("train.defenses.robust-krum", [{"f": 1}, {}], "robust-krum")
-    assert parse_grid("train.method=fedpav,fedavg").values == ["fedpav", "fedavg"]
+    g = parse_grid('robustness.defenses.robust-krum={"f": 1},{}')
+    assert (g.path, g.values, g.label) == ("robustness.defenses.robust-krum", [{"f": 1}, {}], "robust-krum")
+    assert parse_grid("federation.method=fedpav,fedavg").values == ["fedpav", "fedavg"]
     assert parse_seeds("0,1, 2") == [0, 1, 2] and parse_seeds(None) is None
-    for bad in ("train.beta", "beta=1", "train.beta=", "train.beta=1,1"):
+    for bad in ("privacy.beta", "beta=1", "privacy.beta=", "privacy.beta=1,1"):
         with pytest.raises(ConfigError, match="--grid"):
             parse_grid(bad)
     for bad in ("a", "1,1", "-1", ""):
         with pytest.raises(ConfigError, match="--seeds"):
             parse_seeds(bad)
-    grids, seeds = sweep_file_grids(yaml.safe_load("grid:\n  train.beta: [0.0, 0.1]\n  train.method: fedavg\n"
+    grids, seeds = sweep_file_grids(yaml.safe_load("grid:\n  privacy.beta: [0.0, 0.1]\n  federation.method: fedavg\n"
                                                    "seeds: [3, 4]\n"), "s.yaml")
-    assert [(x.path, x.values) for x in grids] == [("train.beta", [0.0, 0.1]), ("train.method", ["fedavg"])]
+    assert [(x.path, x.values) for x in grids] == [("privacy.beta", [0.0, 0.1]), ("federation.method", ["fedavg"])]
     assert seeds == [3, 4]
     with pytest.raises(ConfigError, match="--sweep-file bad.yaml: expected a mapping"):
         sweep_file_grids({"grids": {}}, "bad.yaml")
     with pytest.raises(ConfigError, match="give the grid once"):
-        sweep_arguments(["train.beta=0"], None, None, "beta", "0.1")
+        sweep_arguments(["privacy.beta=0"], None, None, "beta", "0.1")
     with pytest.raises(ConfigError, match="go together"):
         sweep_arguments([], None, None, "beta", None)
 
@@ -66,20 +65,20 @@ def test_grids_seeds_and_sweep_files(tiny_synth, tmp_path):
     runs = plan_sweep(base, grids, seeds)  # beta=0 is the reference itself: none added
     assert [r.name for r in runs] == ["beta=0,method=fedavg,seed=3", "beta=0.1,method=fedavg,seed=3",
                                       "beta=0,method=fedavg,seed=4", "beta=0.1,method=fedavg,seed=4"]
-    assert [(r.seed, r.config.train.seed, r.config.train.method) for r in runs[1:3]] == [(3, 3, "fedavg"),
+    assert [(r.seed, r.config.runtime.seed, r.config.federation.method) for r in runs[1:3]] == [(3, 3, "fedavg"),
                                                                                          (4, 4, "fedavg")]
-    assert runs[1].cell == {"train.beta": 0.1, "train.method": "fedavg"}
+    assert runs[1].cell == {"privacy.beta": 0.1, "federation.method": "fedavg"}
     krum = plan_sweep(base, [g], None)
-    assert [(r.name, r.cell) for r in krum] == [('robust-krum=f=1', {"train.defenses.robust-krum": '{"f": 1}'}),
-                                                ("robust-krum=on", {"train.defenses.robust-krum": "{}"})]
-    assert krum[0].config.train.defenses == {"robust-krum": {"f": 1}}
+    assert [(r.name, r.cell) for r in krum] == [('robust-krum=f=1', {"robustness.defenses.robust-krum": '{"f": 1}'}),
+                                                ("robust-krum=on", {"robustness.defenses.robust-krum": "{}"})]
+    assert krum[0].config.robustness.defenses == {"robust-krum": {"f": 1}}
     knob = plan_sweep(base, [knob_grid("beta", [0.01])], None, knob="beta")
     assert [(r.name, r.cell) for r in knob] == [("reference", {"reference": "non-private"}),
-                                                ("beta=0.01", {"train.beta": 0.01})]
+                                                ("beta=0.01", {"privacy.beta": 0.01})]
     with pytest.raises(ConfigError, match="unknown method 'nope'"):
-        run_sweep(base, [parse_grid("train.method=fedpav,nope")], None, tmp_path / "x", progress=False)
-    with pytest.raises(ConfigError, match="train has no field"):
-        plan_sweep(base, [parse_grid("train.nope=1")], None)
+        run_sweep(base, [parse_grid("federation.method=fedpav,nope")], None, tmp_path / "x", progress=False)
+    with pytest.raises(ConfigError, match="optim has no field"):
+        plan_sweep(base, [parse_grid("optim.nope=1")], None)
     assert not (tmp_path / "x").exists()
 
 
@@ -98,7 +97,7 @@ def test_sweep_trains_measures_and_resumes(tiny_synth, tmp_path, monkeypatch):
         assert [r["run"] for r in csv.DictReader(fh)] == ["reference", "beta=0.01", "beta=0.1"]
     with open(tmp_path / "sweep.csv") as fh:
         per_cell = list(csv.DictReader(fh))
-    assert [c["train.beta"] for c in per_cell] == ["", "0.01", "0.1"]
+    assert [c["privacy.beta"] for c in per_cell] == ["", "0.01", "0.1"]
     assert float(per_cell[1]["seen mAP_mean"]) == pytest.approx(rows[1]["seen mAP"])
     assert per_cell[1]["seen mAP_n"] == "1" and float(per_cell[1]["seen mAP_std"]) == 0
     assert (tmp_path / "sweep.png").stat().st_size > 0
@@ -116,7 +115,7 @@ def test_sweep_trains_measures_and_resumes(tiny_synth, tmp_path, monkeypatch):
 
 def test_sweep_cli_grid_with_seeds(tiny_synth, tmp_path):
     out = tmp_path / "s"
-    res = CliRunner().invoke(app, ["sweep", "--grid", "train.beta=0,0.1", "--seeds", "0,1", "--out", str(out),
+    res = CliRunner().invoke(app, ["sweep", "--grid", "privacy.beta=0,0.1", "--seeds", "0,1", "--out", str(out),
                                    "--no-leakage", "--quiet", "--data", str(tiny_synth), "--rounds", "1",
                                    "--batch-size", "8", "--max-steps", "1", "--height", "32", "--width", "16",
                                    "--feat-dim", "32", "--device", "cpu", "--test-domains", "synthC"])
@@ -143,7 +142,7 @@ def test_sweep_cli_errors(tmp_path):
     assert res.exit_code == 2 and "train options" in res.output
     for extra, message in ((["--executor", "slurm"], "choose local or ray"), (["--retries", "-1"], "--retries"),
                            (["--max-concurrent", "2"], "need --executor ray"), (["--seeds", "x"], "--seeds"),
-                           (["--grid", "train.beta=1"], "give the grid once"),
+                           (["--grid", "privacy.beta=1"], "give the grid once"),
                            (["--sweep-file", str(tmp_path / "none.yaml")], "none.yaml")):
         res = runner.invoke(app, ["sweep", "--param", "beta", "--values", "0.1", "--out", str(tmp_path / "s"),
                                   *extra])
@@ -155,4 +154,4 @@ def test_grid_values_that_would_share_a_run_name_are_refused(tiny_synth):
     """Two values whose names read alike (the number 1 and the string "1") would write one run directory."""
     base = tiny_config(tiny_synth, "fedpav", rounds=1)
     with pytest.raises(ConfigError, match="same run name 'robust-krum=f=1'"):
-        plan_sweep(base, [parse_grid('train.defenses.robust-krum={"f": 1},{"f": "1"}')], None)
+        plan_sweep(base, [parse_grid('robustness.defenses.robust-krum={"f": 1},{"f": "1"}')], None)

@@ -166,7 +166,7 @@ def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSe
     two = [next(s for s in donor.train if s[1] == label) for label in (0, 1)]
     canaries = [ClientData(name=f"{CANARY_PREFIX}/{i}", domain=donor.domain, train=two)
                 for i in range(settings.canaries) if included[i]]
-    norm = settings.canary_norm * float(config.train.clip)
+    norm = settings.canary_norm * float(config.privacy.clip)
 
     class CanaryEngine(FederatedEngine):
         def __init__(self, *a, **k):
@@ -207,11 +207,11 @@ def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None 
     from privreid.data.catalog import federation_for_config
 
     settings = (settings or DPAuditSettings()).validate()
-    t = config.train
+    t = config.privacy
     if not (t.dp_sgd or t.client_dp):
         raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
     if t.target_epsilon is not None:
-        config = dataclasses.replace(config, train=dataclasses.replace(t, target_epsilon=None))
+        config = config.with_values({"privacy.target_epsilon": None})
     federation = federation_for_config(config)
     run = Path(out)
     level = "record" if t.dp_sgd else "client"

@@ -44,8 +44,8 @@ def shadow_federation(base: Federation, ms: MembershipSet, include: np.ndarray) 
 
 
 def shadow_config(config: RunConfig, index: int) -> RunConfig:
-    t = config.train
-    return dataclasses.replace(config, train=dataclasses.replace(t, seed=t.seed + 1000 + index, eval_every=t.rounds))
+    return config.with_values({"runtime.seed": config.runtime.seed + 1000 + index,
+                               "evaluation.every": config.federation.rounds})
 
 
 def shadow_dir(cache: Path, config: RunConfig, ms: MembershipSet, k: int, seed: int) -> Path:

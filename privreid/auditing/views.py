@@ -82,10 +82,10 @@ def mean_weight(config: RunConfig):
     method = method_of(config)
     weight = None
     if method.needs_per_client_uploads is False:
-        weight = uniform if config.train.client_dp else method.strategy(config).upload_weight()
+        weight = uniform if config.privacy.client_dp else method.strategy(config).upload_weight()
     if weight is None:
         raise ConfigError(f"the server-aggregate view needs a server that averages the uploads; method "
-                          f"{config.train.method!r} reads each upload (it cannot run under secure aggregation)")
+                          f"{config.federation.method!r} reads each upload (it cannot run under secure aggregation)")
     return weight
 
 
@@ -111,7 +111,7 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     if not ckpt.comm:
         raise ConfigError(f"method {ckpt.method!r} sends nothing to a server; the server view needs a federation")
     config = ckpt.run_config
-    config = dataclasses.replace(config, train=dataclasses.replace(config.train, rounds=ckpt.round))
+    config = config.with_values({"federation.rounds": ckpt.round})
     weight = mean_weight(config) if aggregate else None
     digest = hashlib.sha256(json.dumps([config.to_dict(), client], sort_keys=True).encode()).hexdigest()[:10]
     store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}{'-sums' if aggregate else ''}.pt"

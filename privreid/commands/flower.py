@@ -198,21 +198,21 @@ def run_command(
         settings = ServerSettings(config, out_dir, sites=p["sites"], min_clients=p["min_clients"],
                                   round_timeout=p["round_timeout"], wait_timeout=p["wait_timeout"],
                                   server_eval=p["server_eval"], resume=resume).validate()
-        if config.train.secure_aggregation:  # the round's size against the shares, before anything starts
+        if config.privacy.secure_aggregation:  # the round's size against the shares, before anything starts
             from privreid.defenses.secure_aggregation.mechanism import check_secure_aggregation
             from privreid.federated.engine import selection_size
             from privreid.composition import method_of
 
-            fraction = config.train.client_fraction or method_of(config).client_fraction
+            fraction = config.federation.client_fraction or method_of(config).client_fraction
             check_secure_aggregation(config, selection_size(fraction, settings.sites))
-        with open_run(out_dir, "flower run", config=train_preset(p), device=config.train.device,
-                      seed=config.train.seed, resumed=p["resume"],
+        with open_run(out_dir, "flower run", config=train_preset(p), device=config.runtime.device,
+                      seed=config.runtime.seed, resumed=p["resume"],
                       prepare=lambda d: prepare_out_dir(d, overwrite=p["overwrite"] or restart, resume=resume)):
             if restart:
                 typer.echo(restart_line(out_dir))
-            typer.echo(f"{config.train.method} on Flower: waiting for {settings.sites} site(s) at "
+            typer.echo(f"{config.federation.method} on Flower: waiting for {settings.sites} site(s) at "
                        f"{p['superlink']}; writing {out_dir}")
-            bar = progress_bar(total=config.train.rounds, desc=config.train.method, enabled=not p["quiet"])
+            bar = progress_bar(total=config.federation.rounds, desc=config.federation.method, enabled=not p["quiet"])
 
             def progress() -> None:
                 bar.update(rounds_done(out_dir) - bar.n)

@@ -63,7 +63,7 @@ def _o(path: str, *decls_and_help: str, panel: str, cli_type: Any = None, to_con
 
 #: option (parameter) name -> the field it sets; ``privreid train --help`` lists them in this order
 CONFIG_OPTIONS: dict[str, ConfigOption] = {
-    "method": _o("train.method", "Training method (see `privreid methods`).", panel=FEDERATION),
+    "method": _o("federation.method", "Training method (see `privreid methods`).", panel=FEDERATION),
     "data": _o("data.roots", "--data", DATA_HELP, cli_type=Optional[list[str]],
                to_config=lambda roots: [str(d) for d in roots or []], panel=DATA),
     "fmt": _o("data.format", "--format", f"Dataset layout for --data roots: {format_help()}. See docs/formats.md.",
@@ -79,84 +79,84 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "test_domains": _o("data.test_domains", "Comma-separated held-out (unseen) domains.", cli_type=Optional[str],
                        to_config=lambda v: csv_names(v, "--test-domains"), panel=DATA),
     "num_clients": _o("data.num_clients", "Clients per domain for --protocol by-identity.", panel=DATA),
-    "rounds": _o("train.rounds", "Communication rounds (epochs for centralized/standalone).", panel=FEDERATION),
-    "local_epochs": _o("train.local_epochs", "Local epochs E per round.", panel=TRAINING),
-    "batch_size": _o("train.batch_size", "Batch size B.", panel=TRAINING),
-    "optimizer": _o("train.optimizer", "sgd (FedPav: momentum 0.9, wd 5e-4) or adam.", panel=TRAINING,
+    "rounds": _o("federation.rounds", "Communication rounds (epochs for centralized/standalone).", panel=FEDERATION),
+    "local_epochs": _o("optim.local_epochs", "Local epochs E per round.", panel=TRAINING),
+    "batch_size": _o("optim.batch_size", "Batch size B.", panel=TRAINING),
+    "optimizer": _o("optim.optimizer", "sgd (FedPav: momentum 0.9, wd 5e-4) or adam.", panel=TRAINING,
                     choices=OPTIMIZERS),
-    "lr_backbone": _o("train.lr_backbone", "Backbone learning rate (FedPav: 0.005).", panel=TRAINING),
-    "lr_head": _o("train.lr_head", "Classifier learning rate (FedPav: 0.05).", panel=TRAINING),
-    "lr_neck": _o("train.lr_neck",
+    "lr_backbone": _o("optim.lr_backbone", "Backbone learning rate (FedPav: 0.005).", panel=TRAINING),
+    "lr_head": _o("optim.lr_head", "Classifier learning rate (FedPav: 0.05).", panel=TRAINING),
+    "lr_neck": _o("optim.lr_neck",
         "Neck (embedding bottleneck) learning rate (default: --lr-backbone; FedPav's and L2RW+'s reference "
         "code train it at the classifier's rate).", panel=TRAINING),
-    "lr_step": _o("train.lr_step", "The N of --lr-schedule (rounds; local epochs for local-step).", panel=TRAINING),
-    "lr_schedule": _o("train.lr_schedule", "Learning-rate schedule: step (x gamma every N rounds), once (x gamma "
+    "lr_step": _o("optim.lr_step", "The N of --lr-schedule (rounds; local epochs for local-step).", panel=TRAINING),
+    "lr_schedule": _o("optim.lr_schedule", "Learning-rate schedule: step (x gamma every N rounds), once (x gamma "
         "from round N on), local-step (x gamma every N local epochs, restarting each round) or none.",
         panel=TRAINING, choices=LR_SCHEDULES),
-    "lr_gamma": _o("train.lr_gamma", "Learning-rate decay factor.", panel=TRAINING),
-    "client_fraction": _o("train.client_fraction",
+    "lr_gamma": _o("optim.lr_gamma", "Learning-rate decay factor.", panel=TRAINING),
+    "client_fraction": _o("federation.client_fraction",
         "Fraction C of clients sampled per round (default: the method's; 1.0, FedReID 0.5).", panel=FEDERATION),
-    "triplet_weight": _o("train.triplet_weight",
+    "triplet_weight": _o("optim.triplet_weight",
         "Weight of the batch-hard triplet loss (0 = off; on switches to PK sampling). Default: the method's "
         "(FedARKS 1, its Eq. 2; others 0).", panel=TRAINING),
-    "label_smoothing": _o("train.label_smoothing",
+    "label_smoothing": _o("optim.label_smoothing",
         "Label smoothing of the identity cross-entropy (0 = plain cross-entropy, as in all five papers and "
         "their code).", panel=TRAINING),
-    "random_erasing": _o("train.random_erasing", "Random-erasing probability (data augmentation).", panel=TRAINING),
+    "random_erasing": _o("optim.random_erasing", "Random-erasing probability (data augmentation).", panel=TRAINING),
     "dropout": _o("model.dropout",
         "Dropout on the feature before the identity classifier, training only (FedPav's reference code: 0.5).",
         panel=MODEL),
-    "max_steps": _o("train.max_steps_per_epoch", "Cap on batches per local epoch (quick runs).", panel=TRAINING),
-    "eval_every": _o("train.eval_every",
+    "max_steps": _o("optim.max_steps_per_epoch", "Cap on batches per local epoch (quick runs).", panel=TRAINING),
+    "eval_every": _o("evaluation.every",
         "Evaluate every k rounds and after the last; 0 = after the last only.", panel=EVALUATION),
-    "eval_flip": _o("train.eval_flip", "--eval-flip",
+    "eval_flip": _o("evaluation.flip", "--eval-flip",
         "Evaluate with the mean feature of each image and its mirror (FedPav's reference code does).",
         panel=EVALUATION),
-    "eval_metric": _o("train.eval_metric",
+    "eval_metric": _o("evaluation.metric",
         "Rank by euclidean (squared distance) or cosine (L2-normalised features: FedPav's and L2RW+'s code).",
         panel=EVALUATION, choices=EVAL_METRICS),
-    "eval_ap": _o("train.eval_ap",
+    "eval_ap": _o("evaluation.ap",
         "Average precision: torchreid (over queries with a positive) or devkit (the Market-1501 devkit's trapezoid "
         "rule over all queries: FedPav's reference code).", panel=EVALUATION, choices=EVAL_APS),
-    "report_best": _o("train.report_best",
+    "report_best": _o("evaluation.report_best",
         "summary.json's `best` block: 1 = the last evaluation; K > 1 = the mean of the K global evaluations "
         "with the highest mean seen rank-1 (FedPav reports K = 3, evaluated every 10 rounds).", panel=EVALUATION),
-    "opt": _o("train.method_options", "--opt",
+    "opt": _o("federation.method_options", "--opt",
         "Method option key=value (repeatable), e.g. --opt mu=0.01; `privreid methods` lists each method's "
         "options.",
         cli_type=Optional[list[str]], to_config=parse_method_options, panel=FEDERATION),
-    "beta": _o("train.beta",
+    "beta": _o("privacy.beta",
         "FedReID white-noise scale beta (Eq. 14/15), for any method; 0 = off. No formal privacy guarantee.",
         panel=DEFENSES),
-    "beta_mode": _o("train.beta_mode",
+    "beta_mode": _o("privacy.beta_mode",
         "Where beta noise is added: upload (Eq. 14), download (Eq. 15) or both.", panel=DEFENSES, choices=BETA_MODES),
-    "dp_sgd": _o("train.dp_sgd", "--dp-sgd",
+    "dp_sgd": _o("privacy.dp_sgd", "--dp-sgd",
         "Record-level DP-SGD (Opacus) on every client: Poisson batches, per-sample clipping, Gaussian noise, "
         "RDP accounting; BatchNorm becomes GroupNorm.", panel=DEFENSES),
-    "client_dp": _o("train.client_dp", "--client-dp",
+    "client_dp": _o("privacy.client_dp", "--client-dp",
         "Client-level DP (DP-FedAvg): clip each client update to --clip, Gaussian noise on the uniform mean.",
         panel=DEFENSES),
-    "noise_multiplier": _o("train.noise_multiplier", "DP noise std / clipping bound (z).", panel=DEFENSES),
-    "max_grad_norm": _o("train.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0).", panel=DEFENSES),
-    "clip": _o("train.clip", "Client-level DP: L2 bound S of a client update.", panel=DEFENSES),
-    "target_epsilon": _o("train.target_epsilon",
+    "noise_multiplier": _o("privacy.noise_multiplier", "DP noise std / clipping bound (z).", panel=DEFENSES),
+    "max_grad_norm": _o("privacy.max_grad_norm", "DP-SGD per-sample clipping bound C (default 1.0).", panel=DEFENSES),
+    "clip": _o("privacy.clip", "Client-level DP: L2 bound S of a client update.", panel=DEFENSES),
+    "target_epsilon": _o("privacy.target_epsilon",
         "DP budget: training stops before epsilon would exceed it; with --dp-sgd and no --noise-multiplier "
         "the noise is derived from it for the planned rounds.", panel=DEFENSES),
-    "delta": _o("train.delta", "DP delta (default 1e-5; must be below 1/N).", panel=DEFENSES),
-    "secure_aggregation": _o("train.secure_aggregation", "--secure-aggregation",
+    "delta": _o("privacy.delta", "DP delta (default 1e-5; must be below 1/N).", panel=DEFENSES),
+    "secure_aggregation": _o("privacy.secure_aggregation", "--secure-aggregation",
         "The server learns only the sum of each round's uploads (SecAgg+ on Flower's primitives); methods "
         "whose server reads each upload are refused (`privreid methods`). With --client-dp: distributed DP.",
         panel=DEFENSES),
-    "secagg_shares": _o("train.secagg_shares",
+    "secagg_shares": _o("privacy.secagg_shares",
         "Secure aggregation: shares of each client's secrets (default: all clients of the round).", panel=DEFENSES),
-    "secagg_threshold": _o("train.secagg_threshold",
+    "secagg_threshold": _o("privacy.secagg_threshold",
         "Secure aggregation: shares that reconstruct a secret (default: a majority of the shares).", panel=DEFENSES),
-    "secagg_clip": _o("train.secagg_clip",
+    "secagg_clip": _o("privacy.secagg_clip",
         "Secure aggregation: clipping range of the pre-scaled update values (Flower's 8); values beyond it "
         "are counted as saturated.", panel=DEFENSES),
-    "secagg_quantization": _o("train.secagg_quantization",
+    "secagg_quantization": _o("privacy.secagg_quantization",
         "Secure aggregation: quantisation range (Flower's 2**22).", panel=DEFENSES),
-    "secagg_max_weight": _o("train.secagg_max_weight",
+    "secagg_max_weight": _o("privacy.secagg_max_weight",
         "Secure aggregation: public bound of a client's weight (default: the largest of the round).", panel=DEFENSES),
     "arch": _o("model.arch", "Backbone (a ResNet).", panel=MODEL, choices=ARCHS),
     "neck": _o("model.neck", "Neck: linear (Linear+BN embedding), bnneck, or none (the pooled trunk feature, as "
@@ -173,14 +173,14 @@ CONFIG_OPTIONS: dict[str, ConfigOption] = {
     "audit_holdout": _o("data.audit_holdout",
         "Keep this seeded fraction of each client's training images out of training, recorded in the "
         "checkpoint (image-level membership audits: `privreid audit`).", panel=DATA),
-    "seed": _o("train.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
-    "device": _o("train.device", "Where training runs: CUDA when available (auto), the CPU or a CUDA device.",
+    "seed": _o("runtime.seed", "Random seed (runs are deterministic for a seed).", panel=TRAINING),
+    "device": _o("runtime.device", "Where training runs: CUDA when available (auto), the CPU or a CUDA device.",
                  panel=TRAINING, click_type=DeviceType()),
-    "workers": _o("train.num_workers", "Data-loading worker processes.", panel=DATA),
-    "precision": _o("train.precision",
+    "workers": _o("runtime.num_workers", "Data-loading worker processes.", panel=DATA),
+    "precision": _o("runtime.precision",
         "fp32, bf16 or fp16: autocast of training and evaluation (fp16 with a gradient scaler; DP-SGD takes "
         "fp32 or bf16). Default fp32, as the papers.", panel=TRAINING, choices=PRECISIONS),
-    "compile": _o("train.compile", "--compile",
+    "compile": _o("runtime.compile", "--compile",
         "torch.compile the model's trunk and the identity loss (the classifier stays eager); the compile time "
         "is logged and in summary.json (compile_seconds). Not with --dp-sgd. Checkpoints are unchanged.",
         panel=TRAINING),
@@ -194,8 +194,8 @@ PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, bf16 or
 CompileOption = Annotated[bool, typer.Option("--compile", help="torch.compile the model's forward (the first "
                                              "batches wait for the compile, whose time is printed).")]
 
-SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set train.lr_step=20 or "
-            "--set train.method_options.mu=0.1; the value is parsed by the field's type.")
+SET_HELP = ("Any run-configuration field, SECTION.FIELD=VALUE (repeatable), e.g. --set optim.lr_step=20 or "
+            "--set federation.method_options.mu=0.1; the value is parsed by the field's type.")
 
 
 def option_default(name: str) -> Any:

@@ -39,7 +39,7 @@ def base_config(train_args: list[str]):
 def sweep_command(
     ctx: typer.Context,
     grid: list[str] = typer.Option([], "--grid", metavar="PATH=V1,V2", help="Sweep a configuration field as --set "
-                                   "names it, e.g. train.beta=0,0.1 or train.method=fedpav,fedavg (repeatable: the "
+                                   "names it, e.g. privacy.beta=0,0.1 or federation.method=fedpav,fedavg (repeatable: the "
                                    "cross product)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds: every cell runs once per "
                                         "seed (tables give mean ± std, n, a 95% interval for n >= 3)."),
@@ -71,7 +71,7 @@ def sweep_command(
     Resumable: finished runs are skipped, interrupted runs resumed (also after a kill -9: rerun the command).
     `privreid status OUT` shows where a sweep stands.
 
-    Example: privreid sweep --grid train.beta=0,0.1 --seeds 0,1,2 --out runs/sweep --method fedreid --rounds 5
+    Example: privreid sweep --grid privacy.beta=0,0.1 --seeds 0,1,2 --out runs/sweep --method fedreid --rounds 5
     Example: privreid sweep --param noise-multiplier --values 0.5,1,2 --out runs/sweep --method fedpav --dp-sgd
     """
     from privreid.experiments import sweep

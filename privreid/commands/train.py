@@ -19,12 +19,12 @@ TRAIN_OPTIONS = tuple(CONFIG_OPTIONS)
 
 def train_config(p: dict):
     """The :class:`~privreid.config.RunConfig` of ``privreid train``'s parameters (after the preset is applied);
-    ``--adversary`` / ``--malicious-clients`` go into ``train.adversary`` with the options ``--set`` gave it."""
+    ``--adversary`` / ``--malicious-clients`` go into ``robustness.adversary`` with the options ``--set`` gave it."""
     config = run_config(p, TRAIN_OPTIONS)
     if p.get("adversary"):
         count = (p.get("malicious_clients") or "1").strip()
         malicious = int(count) if count.isdigit() else [name.strip() for name in count.split(",")]
-        config.train.adversary = {**config.train.adversary, "name": p["adversary"], "malicious": malicious}
+        config.robustness.adversary = {**config.robustness.adversary, "name": p["adversary"], "malicious": malicious}
     return config
 
 
@@ -59,7 +59,7 @@ def train_command(
         "thread count; same results as one at a time. A Ray cluster: set RAY_ADDRESS (docs/parallel-clients.md)."),
     adversary: Optional[str] = typer.Option(
         None, rich_help_panel=FEDERATION, help="Poisoning attack run by --malicious-clients (docs/poisoning.md): "
-        "label-flip, sign-flip, scaled, backdoor, dba; its options: --set train.adversary.KEY=V."),
+        "label-flip, sign-flip, scaled, backdoor, dba; its options: --set robustness.adversary.KEY=V."),
     malicious_clients: Optional[str] = typer.Option(
         None, rich_help_panel=FEDERATION, help="With --adversary: how many clients are malicious (the last K of the "
         "federation; default 1), or their names (a,b)."),

@@ -15,15 +15,15 @@ def apply_sets(config: RunConfig, pairs: Iterable[str]) -> RunConfig:
     """``config`` with each ``SECTION.FIELD=VALUE`` applied in order (``--set``; a new object, validated later).
 
     The value is parsed by the field's type (:func:`parse_value`).  A mapping field takes a path into it:
-    ``train.method_options.mu=0.1`` sets one key (nested mappings created as needed; the value is JSON where it
-    parses, as ``--opt``); ``train.method_options={"mu": 0.1}`` replaces the whole mapping.  A bad path or value
+    ``federation.method_options.mu=0.1`` sets one key (nested mappings created as needed; the value is JSON where it
+    parses, as ``--opt``); ``federation.method_options={"mu": 0.1}`` replaces the whole mapping.  A bad path or value
     raises a one-line :class:`ConfigError` naming what is valid."""
     out = RunConfig.from_dict(config.to_dict())
     for pair in pairs:
         key, sep, raw = str(pair).partition("=")
         section, *path = key.strip().split(".")
         if not sep or not path:
-            raise ConfigError(f"--set expects SECTION.FIELD=VALUE, e.g. train.lr_step=20 (got {pair!r})")
+            raise ConfigError(f"--set expects SECTION.FIELD=VALUE, e.g. optim.lr_step=20 (got {pair!r})")
         if section not in SECTIONS:
             raise ConfigError(f"--set {key}: no section {section!r} (sections: {', '.join(SECTIONS)})")
         types_ = field_types(section)

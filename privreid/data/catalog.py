@@ -183,5 +183,5 @@ def federation_for_config(config, *, verify: bool = False) -> Federation:
     """The federation a :class:`privreid.config.RunConfig` describes (its data section and seed)."""
     d = config.data
     return build_federation(d.roots, fmt=d.format, protocol=d.protocol, train_domains=d.train_domains,
-                            test_domains=d.test_domains, num_clients=d.num_clients, seed=config.train.seed,
+                            test_domains=d.test_domains, num_clients=d.num_clients, seed=config.runtime.seed,
                             synth_seed=d.synth_seed, verify=verify, audit_holdout=d.audit_holdout)

@@ -10,7 +10,7 @@ gets them:
   aggregate (upload, Eq. 14) and/or on the model each client starts training from (download, Eq. 15), trainable
   parameters only; buffers (BatchNorm statistics) are transmitted noise-free;
 * secure aggregation (:mod:`.secure_aggregation`, ``--secure-aggregation``), outermost;
-* any defense registered by another module, switched on by ``TrainConfig.defenses[name]``.
+* any defense registered by another module, switched on by ``RobustnessConfig.defenses[name]``.
 
 :class:`PrivacyLedger` is a round observer of the engine: it checks the defenses' settings against the federation
 before anything is written, reads what every received upload reports for it (``Upload.reports``; never client

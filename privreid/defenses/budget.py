@@ -11,7 +11,7 @@ BUDGET_SLACK = 1e-9
 
 def exceeds(config: RunConfig, eps: float) -> bool:
     """Whether ``eps`` is above ``--target-epsilon`` (never without a target)."""
-    target = config.train.target_epsilon
+    target = config.privacy.target_epsilon
     return target is not None and eps > target * (1 + BUDGET_SLACK)
 
 
@@ -20,7 +20,7 @@ def check_first_round(config: RunConfig, first: dict[str, float]) -> None:
     over = {k: e for k, e in first.items() if exceeds(config, e)}
     if over:
         name, eps = max(over.items(), key=lambda kv: kv[1])
-        raise ConfigError(f"--target-epsilon {config.train.target_epsilon:g} is exceeded by the first "
+        raise ConfigError(f"--target-epsilon {config.privacy.target_epsilon:g} is exceeded by the first "
                           f"round already ({name}: epsilon {eps:.3g}); raise the target, the noise "
                           f"multiplier or the delta, or lower the steps per round")
 

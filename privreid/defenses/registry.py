@@ -3,7 +3,7 @@
 A defense declares everything privreid needs to know about it, so that no other module names it:
 
 * whether a run asks for it (:meth:`Defense.enabled`) and its options (built-in defenses read their own
-  ``TrainConfig`` fields and flags; any other reads ``TrainConfig.defenses[name]``, a dict of options checked against
+  ``PrivacyConfig`` fields and flags; any other reads ``RobustnessConfig.defenses[name]``, a dict of options checked against
   :attr:`Defense.options`);
 * :meth:`Defense.check`: ConfigError, before anything is written, for settings it cannot run with on this federation;
 * :meth:`Defense.wrap`: the method with the defense applied (its client update, server strategy, download or client
@@ -75,32 +75,32 @@ class DefenseLedger:
 class Defense:
     """One defense (see the module docstring); subclass it and override what differs from "nothing"."""
 
-    #: registry key; for defenses without their own fields, the key of ``TrainConfig.defenses``
+    #: registry key; for defenses without their own fields, the key of ``RobustnessConfig.defenses``
     name: str = ""
     #: one line for ``privreid methods`` and reports
     summary: str = ""
     #: composition order: lower wraps first (innermost); the built-ins use 10 (DP-SGD) to 40 (secure aggregation)
     order: int = 50
-    #: options and their defaults, given as ``TrainConfig.defenses[name] = {option: value}``
+    #: options and their defaults, given as ``RobustnessConfig.defenses[name] = {option: value}``
     options: Mapping[str, Any] = {}
     #: keys an upload may carry beyond the policy's shared keys because of this defense
     upload_extras: frozenset[str] = frozenset()
-    #: ``TrainConfig`` fields that switch the defense on with minimal settings (contract tests)
+    #: ``PrivacyConfig`` fields that switch the defense on with minimal settings (contract tests)
     example_settings: Mapping[str, Any] = {}
-    #: the CLI flag of a built-in defense, which has its own ``TrainConfig`` fields (``None``: configured
-    #: through ``TrainConfig.defenses``)
+    #: the CLI flag of a built-in defense, which has its own ``PrivacyConfig`` fields (``None``: configured
+    #: through ``RobustnessConfig.defenses``)
     flag: str | None = None
 
     def enabled(self, config: RunConfig) -> bool:
-        """Whether ``config`` asks for this defense (default: it is a key of ``TrainConfig.defenses``)."""
-        return self.name in config.train.defenses
+        """Whether ``config`` asks for this defense (default: it is a key of ``RobustnessConfig.defenses``)."""
+        return self.name in config.robustness.defenses
 
     def option(self, config: RunConfig, key: str) -> Any:
-        """The value of option ``key``: ``TrainConfig.defenses[name][key]`` if given, else the default."""
-        return config.train.defenses.get(self.name, {}).get(key, self.options[key])
+        """The value of option ``key``: ``RobustnessConfig.defenses[name][key]`` if given, else the default."""
+        return config.robustness.defenses.get(self.name, {}).get(key, self.options[key])
 
     def check_options(self, config: RunConfig) -> None:
-        unknown = sorted(set(config.train.defenses.get(self.name, {})) - set(self.options))
+        unknown = sorted(set(config.robustness.defenses.get(self.name, {})) - set(self.options))
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
             raise ConfigError(f"defense {self.name!r} has no option {', '.join(unknown)} (its options: {known})")
@@ -167,11 +167,11 @@ def get_defense(name: str) -> Defense:
 
 def enabled_defenses(config: RunConfig) -> list[Defense]:
     """The defenses ``config`` asks for, in composition order; ConfigError for unknown names or options."""
-    for name in config.train.defenses:
+    for name in config.robustness.defenses:
         defense = get_defense(name)
         if defense.flag is not None:
             raise ConfigError(f"defense {name!r} is configured by its own settings ({defense.flag} ...), not "
-                              "train.defenses")
+                              "robustness.defenses")
         defense.check_options(config)
     return [d for d in defenses() if d.enabled(config)]
 

@@ -93,7 +93,7 @@ def evaluate_dg_model(model: torch.nn.Module, root: str | os.PathLike, fmt: str,
                       interpolation: str = "bilinear") -> dict:
     """Evaluate ``model`` on the benchmark at ``root`` (``--format fmt``) under its protocol.
 
-    ``flip``, ``metric`` and ``ap`` as ``train.eval_flip`` / ``eval_metric`` / ``eval_ap``; the result records them
+    ``flip``, ``metric`` and ``ap`` as ``evaluation.flip`` / ``eval_metric`` / ``eval_ap``; the result records them
     (``"evaluation"``, as ``summary.json``).  ``splits_file`` reuses splits written before (by ``write_splits_to`` or
     :func:`privreid.data.formats.dg.splits.write_splits`) instead of drawing ``num_splits`` seeded ones.  The result
     has ``"protocol"`` and, for split protocols, the mean / std of :func:`rank_splits`.  ``interpolation`` is the test

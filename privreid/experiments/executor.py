@@ -43,7 +43,7 @@ TUNE_DIR = ".tune"
 class PlannedRun:
     name: str                 # the run's directory name under OUT (unique, filesystem-safe, stable across reruns)
     config: RunConfig         # complete configuration, seed included
-    cell: dict[str, Any]      # the grid values of this run (not the seed), e.g. {"train.beta": 0.1}
+    cell: dict[str, Any]      # the grid values of this run (not the seed), e.g. {"privacy.beta": 0.1}
     seed: int
 
 
@@ -101,8 +101,8 @@ def check_runs(runs: list[PlannedRun]) -> None:
             raise ConfigError(f"two runs are named {run.name!r}: every run needs its own directory")
         seen.add(run.name)
         run.config.validate()
-        if run.config.train.method not in METHODS.names():
-            raise METHODS.unknown(run.config.train.method)
+        if run.config.federation.method not in METHODS.names():
+            raise METHODS.unknown(run.config.federation.method)
 
 
 def finished_summary(run_dir: Path) -> dict | None:
@@ -157,7 +157,7 @@ def run_one(run: PlannedRun, out: Path, retries: int, threads: int) -> tuple[str
 def write_plan(out: Path, runs: list[PlannedRun], settings: ExecutorSettings, failed: dict[str, str]) -> None:
     write_json_atomic(out / sweep_status.PLAN_FILE, {
         "executor": settings.kind, "max_concurrent": settings.max_concurrent,
-        "runs": [{"name": r.name, "cell": r.cell, "seed": r.seed, "rounds": r.config.train.rounds} for r in runs],
+        "runs": [{"name": r.name, "cell": r.cell, "seed": r.seed, "rounds": r.config.federation.rounds} for r in runs],
         "failed": failed})
 
 

@@ -1,8 +1,8 @@
 """Sweeps: a grid of configuration values x seeds, one run each, then utility, leakage and their spread.
 
 This extends paper 002's Fig. 3 (FedReID's utility as its white-noise scale beta grows) to any grid: ``--grid
-PATH=V1,V2`` names any configuration field as ``--set`` does (``train.beta``, ``train.method``,
-``train.defenses.robust-median``), the cross product of the grids x ``--seeds`` is the set of runs
+PATH=V1,V2`` names any configuration field as ``--set`` does (``privacy.beta``, ``federation.method``,
+``robustness.defenses.robust-median``), the cross product of the grids x ``--seeds`` is the set of runs
 (:func:`plan_sweep`), a YAML sweep file says the same (:func:`sweep_file_grids`), and ``--param/--values`` (a privacy
 knob) is one grid.  Runs live in ``OUT/<label>=<value>[,...][,seed=S]/`` (``seed=S`` only with ``--seeds``), plus a
 non-private ``OUT/reference`` (per seed) when some run's non-private counterpart is not in the grid.  The runs are
@@ -43,7 +43,7 @@ from privreid.experiments.frontier import write_frontier
 from privreid.experiments.statistics import cell_statistics, mean_pm_std
 from privreid.io import save_figure, write_csv_rows, write_file_atomically
 
-#: CLI knob name -> TrainConfig field
+#: CLI knob name -> PrivacyConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
 REFERENCE = "reference"
 UTILITY = ["seen mAP", "unseen mAP"]
@@ -80,20 +80,20 @@ def knob_config(base: RunConfig, param: str, value: float) -> RunConfig:
     """``base`` with the knob set to ``value``; raises ConfigError when the knob has no effect in ``base``."""
     if param not in KNOBS:
         raise ConfigError(f"unknown --param {param!r}; choose from {', '.join(KNOBS)}")
-    t = base.train
+    t = base.privacy
     if param in ("noise-multiplier", "target-epsilon") and not (t.dp_sgd or t.client_dp):
         raise ConfigError(f"--param {param} needs --dp-sgd or --client-dp among the train options")
     if param == "clip" and not t.client_dp:
         raise ConfigError("--param clip needs --client-dp among the train options")
-    config = dataclasses.replace(base, train=dataclasses.replace(t, **{KNOBS[param]: value}))
+    config = base.with_values({f"privacy.{KNOBS[param]}": value})
     config.validate()
     return config
 
 
 def reference_config(base: RunConfig) -> RunConfig:
     """The non-private run: ``base`` without beta noise, DP-SGD or client-level DP."""
-    return dataclasses.replace(base, train=dataclasses.replace(
-        base.train, beta=0.0, dp_sgd=False, client_dp=False, noise_multiplier=None, max_grad_norm=None, clip=None,
+    return dataclasses.replace(base, privacy=dataclasses.replace(
+        base.privacy, beta=0.0, dp_sgd=False, client_dp=False, noise_multiplier=None, max_grad_norm=None, clip=None,
         target_epsilon=None, delta=None))
 
 
@@ -114,7 +114,7 @@ def knob_grid(param: str, values: list[float]) -> Grid:
     """The old ``--param/--values`` as one grid (its runs keep their names, ``beta=0.01``)."""
     if param not in KNOBS:
         raise ConfigError(f"unknown --param {param!r}; choose from {', '.join(KNOBS)}")
-    return Grid(f"train.{KNOBS[param]}", values, param)
+    return Grid(f"privacy.{KNOBS[param]}", values, param)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -138,11 +138,11 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def parse_grid(text: str, option: str = "--grid") -> Grid:
-    """``"train.beta=0,0.1"`` -> a :class:`Grid` (values as JSON where they parse, else strings)."""
+    """``"privacy.beta=0,0.1"`` -> a :class:`Grid` (values as JSON where they parse, else strings)."""
     path, sep, raw = text.partition("=")
     values = [parse_json(v) for v in _split_top_level(raw)]
     if not sep or "." not in path or not values:
-        raise ConfigError(f"{option} expects SECTION.FIELD=V1,V2,..., e.g. train.beta=0,0.1 (got {text!r})")
+        raise ConfigError(f"{option} expects SECTION.FIELD=V1,V2,..., e.g. privacy.beta=0,0.1 (got {text!r})")
     if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
         raise ConfigError(f"{option} {path.strip()}: repeated values in {raw!r}")
     return Grid(path.strip(), values, path.strip().split(".")[-1])
@@ -219,8 +219,8 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
     if len({g.path for g in grids}) != len(grids):
         raise ConfigError("a field is swept twice: give each --grid PATH once")
     runs = []
-    for seed in seeds or [base.train.seed]:
-        seeded = dataclasses.replace(base, train=dataclasses.replace(base.train, seed=seed))
+    for seed in seeds or [base.runtime.seed]:
+        seeded = base.with_values({"runtime.seed": seed})
         suffix = "" if seeds is None else f",seed={seed}"
         cells = []
         for values in itertools.product(*(g.values for g in grids)):

@@ -96,7 +96,7 @@ class Checkpointing:
         out: dict[str, Any] = {
             "method": self.method.name,
             "protocol": self.federation.protocol,
-            "rounds": self.config.train.rounds,
+            "rounds": self.config.federation.rounds,
             "clients": [c.name for c in self.clients],
             "evaluated_round": last,
             "wall_time_s": round(wall_time, 2),
@@ -114,8 +114,8 @@ class Checkpointing:
                              **({"non_finite_features": True} if m.get("non_finite_features") else {})} for m in recs}
         out["comm_bytes_up"] = sum(c["bytes_up"] for c in self.comm)
         out["comm_bytes_down"] = sum(c["bytes_down"] for c in self.comm)
-        out["best"] = best_block(self.metrics, self.config.train.report_best)
+        out["best"] = best_block(self.metrics, self.config.evaluation.report_best)
         out["evaluation"] = evaluation_settings(self.config)
-        out["precision"] = self.config.train.precision
+        out["precision"] = self.config.runtime.precision
         out["deviations"] = self.deviations
         return out

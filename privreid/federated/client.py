@@ -94,21 +94,22 @@ def client_loader(client: ClientData, config: RunConfig, seed: int, *, dataset: 
     (:func:`privreid.precision.to_device`), so loader workers only decode.  On CUDA, batches come in pinned memory, so
     their copy to the device does not block the step.
     """
-    t, d = config.train, config.data
+    o, d = config.optim, config.data
+    workers = config.runtime.num_workers
     if dataset is None:
         dataset = ImageDataset(client.train, build_transforms(d.height, d.width, train=True,
-                                                              random_erasing=t.random_erasing),
+                                                              random_erasing=o.random_erasing),
                                augment_later=True)
     generator = torch.Generator().manual_seed(seed)
-    pin = t.device != "cpu" and torch.cuda.is_available()
+    pin = config.runtime.device != "cpu" and torch.cuda.is_available()
     if instances or triplet_weight > 0:
-        k = instances or t.instances_per_id
-        p = max(2, t.batch_size // k)
+        k = instances or o.instances_per_id
+        p = max(2, o.batch_size // k)
         sampler = PKSampler(client.train, p=p, k=k, seed=seed)
         return DataLoader(dataset, batch_size=p * k, sampler=sampler, drop_last=True,
-                          num_workers=t.num_workers, generator=generator, pin_memory=pin)
-    return DataLoader(dataset, batch_size=t.batch_size, shuffle=True, generator=generator,
-                      drop_last=len(dataset) > t.batch_size, num_workers=t.num_workers, pin_memory=pin)
+                          num_workers=workers, generator=generator, pin_memory=pin)
+    return DataLoader(dataset, batch_size=o.batch_size, shuffle=True, generator=generator,
+                      drop_last=len(dataset) > o.batch_size, num_workers=workers, pin_memory=pin)
 
 
 class SupervisedUpdate:
@@ -116,8 +117,8 @@ class SupervisedUpdate:
 
     def __init__(self, config: RunConfig):
         self.config = config
-        self.criterion = identity_loss(config.train.label_smoothing)
-        if config.train.compile:
+        self.criterion = identity_loss(config.optim.label_smoothing)
+        if config.runtime.compile:
             compile_loss(self.criterion)
 
     def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
@@ -132,20 +133,19 @@ class SupervisedUpdate:
         implementation (fused, foreach or per-tensor) is the fastest one that
         trains the per-tensor loop's weights bit for bit (:mod:`.fast_optim`).
         """
-        t = self.config.train
         factor = lr_factor(self.config, round_index)
         head = list(model.classifier.parameters())
-        neck = [p for p in model.neck.parameters() if p.requires_grad] if t.lr_neck is not None else []
+        neck = [p for p in model.neck.parameters() if p.requires_grad] if self.config.optim.lr_neck is not None else []
         grouped = {id(p) for p in head + neck}
         body = [p for p in model.parameters() if p.requires_grad and id(p) not in grouped]
-        groups = [{"params": body, "lr": t.lr_backbone * factor}, {"params": head, "lr": t.lr_head * factor}]
+        groups = [{"params": body, "lr": self.config.optim.lr_backbone * factor}, {"params": head, "lr": self.config.optim.lr_head * factor}]
         if neck:
             groups.append({"params": neck, "lr": lr_neck(self.config) * factor})
         device = next(model.parameters()).device
-        if t.optimizer == "adam":
-            return fast_optim.build("adam", groups, device, weight_decay=t.weight_decay)
-        return fast_optim.build("sgd", groups, device, momentum=t.momentum, weight_decay=t.weight_decay,
-                                nesterov=t.momentum > 0)
+        if self.config.optim.optimizer == "adam":
+            return fast_optim.build("adam", groups, device, weight_decay=self.config.optim.weight_decay)
+        return fast_optim.build("sgd", groups, device, momentum=self.config.optim.momentum, weight_decay=self.config.optim.weight_decay,
+                                nesterov=self.config.optim.momentum > 0)
 
     def extra_loss(self, ctx: ClientContext, pre_neck: torch.Tensor, feat: torch.Tensor,
                    logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
@@ -176,20 +176,19 @@ class SupervisedUpdate:
     def __call__(self, ctx: ClientContext) -> dict[str, float]:
         from privreid.log import progress_bar
 
-        t = self.config.train
         model = ctx.model
-        if t.compile:  # in place, once: the trunk keeps its state_dict keys (the classifier changes per client)
+        if self.config.runtime.compile:  # in place, once: the trunk keeps its state_dict keys (the classifier changes per client)
             compile_trunk(model)
         model.train()
         opt = self.optimizer(model, ctx.round)
         self.restore_optimizer(ctx, opt)
         schedule = get_schedule(self.config)
         round_rates = [group["lr"] for group in opt.param_groups]
-        scaler = grad_scaler(t.precision, ctx.device)
+        scaler = grad_scaler(self.config.runtime.precision, ctx.device)
         # the loss is summed on the device in float64 (the bits of the former Python sum) and read once, at the
         # end: no host-device synchronisation per step; a drawn bar reads it every LOG_EVERY steps
         total, steps, seen = torch.zeros((), dtype=torch.float64, device=ctx.device), 0, 0
-        for epoch in range(t.local_epochs):
+        for epoch in range(self.config.optim.local_epochs):
             if schedule.per_epoch and epoch > 0:  # local-step: the rate changes between local epochs
                 scale = lr_factor(self.config, ctx.round, epoch) / lr_factor(self.config, ctx.round, 0)
                 for group, rate in zip(opt.param_groups, round_rates):
@@ -197,21 +196,21 @@ class SupervisedUpdate:
             loader = self.loader(ctx, epoch)
             if isinstance(loader.sampler, PKSampler):
                 loader.sampler.set_epoch(epoch)
-            n_batches = len(loader) if t.max_steps_per_epoch is None else min(len(loader), t.max_steps_per_epoch)
+            n_batches = len(loader) if self.config.optim.max_steps_per_epoch is None else min(len(loader), self.config.optim.max_steps_per_epoch)
             # islice, not a break after the cap: a break would first load (and draw the augmentation
             # of) one batch past the cap, shifting the random stream of every later epoch and client
             bar = progress_bar(itertools.islice(loader, n_batches), total=n_batches,
                                desc=f"  {ctx.client.name} ep{epoch + 1}", leave=False, enabled=ctx.progress)
             augment = loader.dataset.augmentation() if isinstance(loader.dataset, ImageDataset) else None
             for step, (images, labels, _) in enumerate(bar):
-                images, labels = (to_device(images, ctx.device, augment, channels_last=t.channels_last),
+                images, labels = (to_device(images, ctx.device, augment, channels_last=self.config.runtime.channels_last),
                                   labels.to(ctx.device))
                 ctx.images = images
-                with autocast(t.precision, ctx.device):
+                with autocast(self.config.runtime.precision, ctx.device):
                     pre_neck, feat, logits = self.forward(ctx, images)
                     loss = self.criterion(logits, labels)
                     if ctx.triplet_weight > 0:
-                        loss = loss + ctx.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, t.triplet_margin)
+                        loss = loss + ctx.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, self.config.optim.triplet_margin)
                     extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
                     if extra is not None:
                         loss = loss + extra

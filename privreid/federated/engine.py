@@ -118,8 +118,8 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         self.out_dir = Path(out_dir)
         self.progress = progress
         self.log = log or _log.info
-        self.device = resolve_device(config.train.device)
-        check_precision(config.train.precision, self.device)  # the device's autocast (DP-SGD's rule: RunConfig.validate)
+        self.device = resolve_device(config.runtime.device)
+        check_precision(config.runtime.precision, self.device)  # the device's autocast (DP-SGD's rule: RunConfig.validate)
         self.policy = self.method.policy_for(config)
         self.client_update = self.method.make_client_update(config)
         self.strategy = self.method.strategy(config)
@@ -135,7 +135,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
 
     # -- state -----------------------------------------------------------------
     def _initial_state(self) -> None:
-        seed_everything(derive_seed(self.config.train.seed, "init"))
+        seed_everything(derive_seed(self.config.runtime.seed, "init"))
         self.model = self.method.build_model(self.config)
         self.model.to(self.device)
         self.init_state = clone_state(self.model.state_dict())
@@ -184,14 +184,14 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     # -- the loop --------------------------------------------------------------
     def clients_per_round(self) -> int:
         """``m = max(1, ceil(C N))``: how many clients every round samples (paper 002, Eq. 5 / 9)."""
-        fraction = self.config.train.client_fraction
+        fraction = self.config.federation.client_fraction
         return selection_size(self.method.client_fraction if fraction is None else fraction, len(self.clients))
 
     def select_clients(self, round_index: int) -> list[ClientData]:
         """Random fraction C of the clients (paper 004 Alg. 1 line 4), seeded by round."""
         n = len(self.clients)
         k = self.clients_per_round()
-        rng = np.random.default_rng(derive_seed(self.config.train.seed, "select", round_index))
+        rng = np.random.default_rng(derive_seed(self.config.runtime.seed, "select", round_index))
         chosen = sorted(rng.choice(n, size=k, replace=False).tolist())
         return [self.clients[i] for i in chosen]
 
@@ -201,7 +201,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
 
         ``received`` is what the server transmitted to this client; ``None`` computes it here with the strategy's
         ``configure`` (in-process).  The Flower runtime computes it on the server and calls this on the site."""
-        seed = derive_seed(self.config.train.seed, "client", round_index, client.name)
+        seed = derive_seed(self.config.runtime.seed, "client", round_index, client.name)
         seed_everything(seed)
         received, extra = self._load_client(client, round_index, received)
         ctx = ClientContext(model=self.model, client=client, round=round_index, config=self.config,
@@ -214,7 +214,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         state = self.model.state_dict()
         self.client_states[client.name] = clone_state(self.policy.local(state))
         shared = clone_state(self.policy.shared(state))  # one copy: the memory and the upload are only read
-        if self.method.keeps_trained_model and self.config.train.client_memory == "full":
+        if self.method.keeps_trained_model and self.config.federation.client_memory == "full":
             ctx.memory.update({TRAINED_PREFIX + k: v for k, v in shared.items()})
         if isinstance(ctx.memory, ClientMemory):
             ctx.memory.mark_dirty()  # the update may have changed entries in place
@@ -243,7 +243,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     def finish_round(self, round_index: int, inbox: RoundInbox, down_bytes: int) -> None:
         """The server's part of a round once every upload is in: aggregate, count bytes, evaluate, checkpoint."""
         round_no = round_index + 1
-        seed_everything(derive_seed(self.config.train.seed, "server", round_index))
+        seed_everything(derive_seed(self.config.runtime.seed, "server", round_index))
         result = inbox.result()
         self.global_state = result.global_state
         self.client_server_state.update(result.client_state)
@@ -263,16 +263,15 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
     def run(self, *, resume: bool | Checkpoint = False) -> dict[str, Any]:
         """Train the remaining rounds and write ``summary.json``; ``resume``: continue from the checkpoint
         :func:`~.resume.resume_checkpoint` returned (``True``: load it here, :func:`~.resume.load_for_resume`)."""
-        t = self.config.train
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if resume is True:
             resume = load_for_resume(self.out_dir, self.config)
         if resume:
             self._restore(resume)
         started = time.time()
-        rounds = progress_bar(range(self.start_round, t.rounds), desc=self.method.name, initial=self.start_round,
-                              total=t.rounds, enabled=self.progress)
-        with cuda_speedups(self.device, t.cudnn_benchmark):
+        rounds = progress_bar(range(self.start_round, self.config.federation.rounds), desc=self.method.name, initial=self.start_round,
+                              total=self.config.federation.rounds, enabled=self.progress)
+        with cuda_speedups(self.device, self.config.runtime.cudnn_benchmark):
             for r in rounds:
                 if not self.run_round(r):
                     break

@@ -41,24 +41,24 @@ class Schedule:
 
 
 def _gamma(config: RunConfig) -> float:
-    return config.train.lr_gamma
+    return config.optim.lr_gamma
 
 
 SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
-    Schedule("step", lambda c, r, e: _gamma(c) ** (r // c.train.lr_step),
-             lambda c: f"x{c.train.lr_gamma:g} every {c.train.lr_step} rounds"),
-    Schedule("once", lambda c, r, e: 1.0 if r < c.train.lr_step else _gamma(c),
-             lambda c: f"x{c.train.lr_gamma:g} once, from round {c.train.lr_step + 1} on"),
-    Schedule("local-step", lambda c, r, e: _gamma(c) ** ((e + 1) // c.train.lr_step),
-             lambda c: f"x{c.train.lr_gamma:g} every {c.train.lr_step} local epochs, restarting every round",
+    Schedule("step", lambda c, r, e: _gamma(c) ** (r // c.optim.lr_step),
+             lambda c: f"x{c.optim.lr_gamma:g} every {c.optim.lr_step} rounds"),
+    Schedule("once", lambda c, r, e: 1.0 if r < c.optim.lr_step else _gamma(c),
+             lambda c: f"x{c.optim.lr_gamma:g} once, from round {c.optim.lr_step + 1} on"),
+    Schedule("local-step", lambda c, r, e: _gamma(c) ** ((e + 1) // c.optim.lr_step),
+             lambda c: f"x{c.optim.lr_gamma:g} every {c.optim.lr_step} local epochs, restarting every round",
              per_epoch=True),
     Schedule("none", lambda c, r, e: 1.0, lambda c: "constant"),
 )}
 
 
 def get_schedule(config: RunConfig) -> Schedule:
-    """The run's :class:`Schedule` (``train.lr_schedule``; validated by :meth:`RunConfig.validate`)."""
-    return SCHEDULES[config.train.lr_schedule]
+    """The run's :class:`Schedule` (``optim.lr_schedule``; validated by :meth:`RunConfig.validate`)."""
+    return SCHEDULES[config.optim.lr_schedule]
 
 
 def lr_factor(config: RunConfig, round_index: int, local_epoch: int = 0) -> float:
@@ -73,15 +73,14 @@ def base_rates(config: RunConfig) -> dict[str, float]:
     (the identity classifier) and, when ``--lr-neck`` is given, ``neck``
     (otherwise the neck trains with the backbone).
     """
-    t = config.train
-    rates = {"backbone": t.lr_backbone, "head": t.lr_head}
-    if t.lr_neck is not None:
+    rates = {"backbone": config.optim.lr_backbone, "head": config.optim.lr_head}
+    if config.optim.lr_neck is not None:
         rates["neck"] = lr_neck(config)
     return rates
 
 
 def lr_table(config: RunConfig, method) -> dict[str, list[float]]:
-    """Group name -> its learning rate in every round (at the round's first step), ``train.rounds`` values each.
+    """Group name -> its learning rate in every round (at the round's first step), ``federation.rounds`` values each.
 
     ``method``'s own factor (:attr:`~privreid.federated.registry.Method.lr_factor`)
     replaces the run's schedule where it declares one.
@@ -92,5 +91,5 @@ def lr_table(config: RunConfig, method) -> dict[str, list[float]]:
         replaced = None if own is None else own(config, round_index)
         return lr_factor(config, round_index) if replaced is None else replaced
 
-    factors = [factor(r) for r in range(config.train.rounds)]
+    factors = [factor(r) for r in range(config.federation.rounds)]
     return {group: [rate * f for f in factors] for group, rate in base_rates(config).items()}

@@ -19,7 +19,7 @@ Disk use.  For methods that score a client's trained local model (``keeps_traine
 holds a copy of the client's shared keys, 45 MiB for a ResNet-18, written every round the client trains.  A round's
 new files sit beside the ones the last checkpoint names until its own checkpoint is committed, so a run peaks at two
 files per client: about 2 x 45 MiB x 90 = 8 GB for 90 FedPav clients at ResNet-18.  ``--set
-train.client_memory=private`` (:class:`privreid.config.TrainConfig`) keeps only what training needs (FedPav without
+federation.client_memory=private`` (:class:`privreid.config.FederationConfig`) keeps only what training needs (FedPav without
 DP then writes no memory file at all), and a client's personalised model is the global model with its local keys.
 
 Writes run on one background thread (:meth:`ClientMemories.write`), so a memory is written while the next client

@@ -2,8 +2,8 @@
 
 A method declares its options as a frozen dataclass (fields with defaults and a ``#:`` comment each, e.g.
 :class:`~privreid.federated.methods.dppt.DPPTSettings`) and passes the class as ``Method(options=...)``.
-:func:`parse_options` turns ``TrainConfig.method_options`` (values from ``--opt``, ``--set
-train.method_options.KEY=VALUE`` or a preset's ``opt:`` mapping: JSON scalars or strings) into an instance: an unknown
+:func:`parse_options` turns ``FederationConfig.method_options`` (values from ``--opt``, ``--set
+federation.method_options.KEY=VALUE`` or a preset's ``opt:`` mapping: JSON scalars or strings) into an instance: an unknown
 key is an error naming the method's options; each value is coerced to its field's type by
 :func:`privreid.config.values.parse_value`, booleans by :func:`privreid.config.values.parse_bool` (true/false, yes/no,
 1/0), and a number must be finite (a NaN FedProx mu would only diverge rounds later).  Ranges stay with the method
@@ -37,8 +37,8 @@ def run_options(options: type, config) -> Any:
     """The run's values of the fields of ``options`` (a method's options dataclass, or a part of it that a method's
     own code reads): ``--opt`` typed, else the defaults; other keys are left to ``Method.check_options``."""
     known = option_defaults(options)
-    given = {k: v for k, v in config.train.method_options.items() if k in known}
-    return parse_options(options, given, config.train.method)
+    given = {k: v for k, v in config.federation.method_options.items() if k in known}
+    return parse_options(options, given, config.federation.method)
 
 
 def parse_options(options: type, values: Mapping[str, Any], method: str) -> Any:

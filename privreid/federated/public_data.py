@@ -116,7 +116,7 @@ def load_public_set(config: RunConfig) -> PublicSet:
         raise ConfigError(f"option public_data must be a directory or 'synth', got {source!r}")
     source = None if source in SYNTH_SOURCES else source
     d = config.data
-    return _load(source, public_size(config), derive_seed(config.train.seed, "public-subset"),
+    return _load(source, public_size(config), derive_seed(config.runtime.seed, "public-subset"),
                  d.height, d.width, d.synth_seed)
 
 

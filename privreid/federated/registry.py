@@ -46,7 +46,7 @@ class Method:
             defenses wrap it (FedReID's Eq. 15 noise, :mod:`privreid.defenses.beta_noise.mechanism`).
         global_eval_state: ``(global_state, client_states) -> state`` to evaluate the global model with, for methods
             whose global model needs local keys (default: the global state).
-        options: a frozen dataclass (fields with defaults); values come from ``TrainConfig.method_options``
+        options: a frozen dataclass (fields with defaults); values come from ``FederationConfig.method_options``
             (``--opt key=value``), parsed by :func:`~privreid.federated.method_options.parse_options`.
         model_transforms: the transforms the method's network needs on top of the base model
             (:mod:`privreid.models.transforms`; FedReID's 2-FC head: ``("mlp_head",)``), as transforms, names or
@@ -111,7 +111,7 @@ class Method:
 
     def triplet_weight_for(self, config: RunConfig) -> float:
         """The weight of the batch-hard triplet loss: ``--triplet-weight``, else :attr:`triplet_weight`."""
-        return self.triplet_weight if config.train.triplet_weight is None else config.train.triplet_weight
+        return self.triplet_weight if config.optim.triplet_weight is None else config.optim.triplet_weight
 
     def model_transforms_for(self, config: RunConfig) -> list[Any]:
         """The model transforms of this method's network under ``config`` (transforms, names or dicts)."""
@@ -147,7 +147,7 @@ class Method:
 
     def settings(self, config: RunConfig) -> Any:
         """The run's options: an instance of :attr:`options` (``--opt`` values typed, else the defaults)."""
-        return parse_options(self.options, config.train.method_options, self.name)
+        return parse_options(self.options, config.federation.method_options, self.name)
 
     def option(self, config: RunConfig, key: str) -> Any:
         """The value of option ``key``: ``--opt`` if given (typed), else the method's default."""

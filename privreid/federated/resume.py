@@ -14,24 +14,24 @@ from privreid.config import RunConfig
 from privreid.errors import ConfigError
 from privreid.rundir import PROVENANCE_FILES
 
-#: train fields a resume may change freely
-FREE_FIELDS = ("rounds", "num_workers", "device", "eval_every")
+#: fields a resume may change freely
+FREE_FIELDS = ("federation.rounds", "runtime.num_workers", "runtime.device", "evaluation.every")
 
 
 def check_resume(saved: RunConfig, current: RunConfig, rounds_done: int) -> None:
     """Raise :class:`ConfigError` naming every field where ``current`` differs from the checkpoint's ``saved``."""
     from privreid.device import resolve_device
 
-    if current.train.rounds < rounds_done:
+    if current.federation.rounds < rounds_done:
         raise ConfigError(f"--resume: the checkpoint has completed {rounds_done} rounds; --rounds "
-                          f"{current.train.rounds} would end before it (give --rounds {rounds_done} or more)")
+                          f"{current.federation.rounds} would end before it (give --rounds {rounds_done} or more)")
     a, b = saved.to_dict(), current.to_dict()
-    for field in FREE_FIELDS:
-        a["train"].pop(field), b["train"].pop(field)
+    for section, name in (path.split(".") for path in FREE_FIELDS):
+        a[section].pop(name), b[section].pop(name)
     diffs = [f"{section}.{k} {a[section].get(k)!r} -> {b[section][k]!r}"
              for section in b for k in b[section] if b[section][k] != a[section].get(k)]
-    if resolve_device(saved.train.device).type != resolve_device(current.train.device).type:
-        diffs.append(f"train.device {saved.train.device!r} -> {current.train.device!r}")
+    if resolve_device(saved.runtime.device).type != resolve_device(current.runtime.device).type:
+        diffs.append(f"runtime.device {saved.runtime.device!r} -> {current.runtime.device!r}")
     if diffs:
         raise ConfigError(f"--resume: configuration differs from the checkpoint's ({', '.join(diffs)}); only "
                           f"{', '.join(FREE_FIELDS)} may change: `privreid train --out DIR --resume` alone "

@@ -39,10 +39,10 @@ class RoundEvaluation:
         assert not unexpected
 
     def _eval(self, testset: TestSet) -> dict[str, float]:
-        d, t = self.config.data, self.config.train
-        return evaluate_model(at_precision(self.model, t.precision, self.device), testset, height=d.height,
-                              width=d.width, device=self.device, flip=t.eval_flip, metric=t.eval_metric, ap=t.eval_ap,
-                              num_workers=t.num_workers)
+        d, e, r = self.config.data, self.config.evaluation, self.config.runtime
+        return evaluate_model(at_precision(self.model, r.precision, self.device), testset, height=d.height,
+                              width=d.width, device=self.device, flip=e.flip, metric=e.metric, ap=e.ap,
+                              num_workers=r.num_workers)
 
     def personal_state(self, client: ClientData) -> StateDict:
         """The client's current personalised model (see the module docstring); classifier only once trained."""
@@ -85,20 +85,20 @@ class RoundEvaluation:
                 self._record({"round": round_no, "scope": "global", "split": split, "testset": ts.name, **res})
                 self.log(f"round {round_no} global {split:6s} {ts.name:12s} "
                          + metric_line(res))
-        d, t = self.config.data, self.config.train
+        d, e = self.config.data, self.config.evaluation
         for observer in self.observers:  # the optional hook of the module docstring
             hook = getattr(observer, "on_global_model", None)
             if hook is None:
                 continue
-            for rec in hook(round_no, at_precision(self.model, t.precision, self.device),
+            for rec in hook(round_no, at_precision(self.model, self.config.runtime.precision, self.device),
                             [*self.federation.seen, *self.federation.unseen], height=d.height, width=d.width,
-                            device=self.device, flip=t.eval_flip, metric=t.eval_metric):
+                            device=self.device, flip=e.flip, metric=e.metric):
                 self._record(rec)
 
     def evaluates(self, round_no: int) -> bool:
         """Whether round ``round_no`` (1-based) ends with an evaluation (every ``eval_every`` if > 0, and the last)."""
-        t = self.config.train
-        return (t.eval_every > 0 and round_no % t.eval_every == 0) or round_no == t.rounds
+        every = self.config.evaluation.every
+        return (every > 0 and round_no % every == 0) or round_no == self.config.federation.rounds
 
     def evaluate_round(self, round_no: int) -> None:
         """The global model, then every client's personalised model (module docstring, "Evaluation")."""

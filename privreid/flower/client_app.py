@@ -55,7 +55,7 @@ class SiteEngine(FederatedEngine):
     def clients_per_round(self) -> int:
         """One client here; under secure aggregation the server, which selects the round, checks its size."""
         n = super().clients_per_round()
-        return max(n, 2) if self.config.train.secure_aggregation else n
+        return max(n, 2) if self.config.privacy.secure_aggregation else n
 
 
 def _size_record(site: Site):
@@ -97,7 +97,7 @@ def train(msg: Message, context: Context) -> Message:
         engine.client_states[client.name], engine.client_memory[client.name] = restored
     engine.client_memory.setdefault(client.name, {})
 
-    with cuda_speedups(engine.device, config.train.cudnn_benchmark):  # as the in-process engine's rounds
+    with cuda_speedups(engine.device, config.runtime.cudnn_benchmark):  # as the in-process engine's rounds
         if secure:
             reply = secure_fit_reply(engine, client, round_index, fields, received)
         else:

@@ -66,7 +66,7 @@ def check_flower_support(config: RunConfig) -> None:
         why = "it reshapes the clients' data before training (centralized pools every client's images; dppt's " \
               "shared classifier relabels them with the federation's global identities: --opt " \
               "shared_classifier=false runs), which needs all the data in one place"
-    elif config.train.secure_aggregation and method.exchanges_extras_for(config):
+    elif config.privacy.secure_aggregation and method.exchanges_extras_for(config):
         why = "under --secure-aggregation: its clients and server also exchange tensors beyond the model (dppt's class centres: --opt " \
               "mrb=false exchanges none), and Flower's SecAgg+ carries model updates only; run it in-process " \
               "(`privreid train --secure-aggregation`)"
@@ -290,12 +290,12 @@ class FlowerServerEngine(FederatedEngine):
 
     def transmission(self, client: RemoteClient, round_index: int) -> StateDict:
         """What the server sends ``client`` this round: exactly the strategy's ``configure``."""
-        seed_everything(derive_seed(self.config.train.seed, "download", round_index, client.name))
+        seed_everything(derive_seed(self.config.runtime.seed, "download", round_index, client.name))
         return self.configure(client, round_index)
 
     def collect_uploads(self, round_index: int, selected: list[ClientData], inbox: RoundInbox) -> None:
         """The round on the selected sites; each reply becomes an upload handed to :meth:`receive`, then dropped."""
-        if self.config.train.secure_aggregation:  # Flower's SecAgg+ workflow; the sites' mod masks
+        if self.config.privacy.secure_aggregation:  # Flower's SecAgg+ workflow; the sites' mod masks
             from privreid.defenses.secure_aggregation.flower import collect_secure
 
             for upload in collect_secure(self, round_index, selected):  # one AggregatedUpload
@@ -382,7 +382,7 @@ def run_server(grid: Grid, settings: ServerSettings, *, log: Callable[[str], Non
 
     link = SiteLink(grid, settings, run_key, shared_shapes={}, model_keys=set(), log=log)
     clients = link.discover(names)
-    log(f"{config.train.method}: {len(clients)} site(s) [{', '.join(c.name for c in clients)}]")
+    log(f"{config.federation.method}: {len(clients)} site(s) [{', '.join(c.name for c in clients)}]")
 
     unseen: list[TestSet] = []
     if settings.server_eval:

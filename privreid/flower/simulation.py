@@ -255,7 +255,7 @@ class ParallelEngine(FederatedEngine):
     def _message(self, node: int, client: ClientData, round_index: int, converted: Converted) -> Message:
         """Client ``client``'s train message: what the server transmits (tensors the round's earlier messages
         sent unchanged reuse their Arrays from ``converted``), and the client's own state."""
-        seed_everything(derive_seed(self.config.train.seed, "client", round_index, client.name))
+        seed_everything(derive_seed(self.config.runtime.seed, "client", round_index, client.name))
         received = self.configure(client, round_index)
         run = run_record(self.config, "", round=round_index, threads=self.threads)
         run["client"] = client.name

@@ -95,7 +95,7 @@ def clients_per_round(target) -> int:
     from privreid.federated.engine import selection_size
     from privreid.composition import method_of
 
-    fraction = target.config.train.client_fraction
+    fraction = target.config.federation.client_fraction
     method = method_of(target.config)
     return selection_size(method.client_fraction if fraction is None else fraction, len(target.clients))
 
@@ -145,7 +145,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
     bar = progress_bar(total=sum((1 + len(j[1])) * len(subjects) for j in jobs), desc="subjects", enabled=progress)
     for target, sizes, owners, plan, models in jobs:
         h, w = target.config.data.height, target.config.data.width
-        loss_fn = identity_loss(target.config.train.label_smoothing)
+        loss_fn = identity_loss(target.config.optim.label_smoothing)
         for row, m in [("single upload", None)] + [(f"aggregate of {m}", m) for m in sizes]:
             recs, scores, described = [], [], []
             for k, (subject, (victim, pid)) in enumerate(zip(subjects, owners)):
@@ -154,7 +154,7 @@ def invert_aggregate(paths: list[Path], out: Path, *, settings, clients: list[in
                 if m is None:
                     defense = defense_as_trained(target.config) if defended else NO_DEFENSE
                     rec = reconstruct(net, subject.image, pid, threat=BASE_THREAT, shared=shared, settings=settings,
-                                      label_smoothing=target.config.train.label_smoothing, defense=defense,
+                                      label_smoothing=target.config.optim.label_smoothing, defense=defense,
                                       seed=subject_seed, progress=progress)
                 else:
                     defense = client_defense(target.config, m, defended)

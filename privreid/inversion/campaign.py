@@ -205,7 +205,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
             net, shared = models[names.pop()]
             _attack_batch(net, [subjects[k] for k in group], [owners[k][1] for k in group],
                           [{"client": owners[k][0]} for k in group], (recs, scores, described), threat=threat,
-                          shared=shared, settings=settings, label_smoothing=target.config.train.label_smoothing,
+                          shared=shared, settings=settings, label_smoothing=target.config.optim.label_smoothing,
                           defense=defense, seed=seed, progress=progress)
             bar.update(len(group))
         where = out if len(targets) == 1 else out / label_file_stem(target.name)

@@ -1,7 +1,7 @@
 """Poisoning adversaries among the clients: a registry, one module per attack.
 
-``--adversary NAME --malicious-clients K`` (or client names; the config's ``train.adversary = {"name": NAME,
-"malicious": K, **options}``, options also through ``--set train.adversary.OPTION=VALUE``) makes ``K`` clients (the
+``--adversary NAME --malicious-clients K`` (or client names; the config's ``robustness.adversary = {"name": NAME,
+"malicious": K, **options}``, options also through ``--set robustness.adversary.OPTION=VALUE``) makes ``K`` clients (the
 last ``K`` of the federation, or the named ones) run the attack.  An attack acts only through what a client may send:
 
 * :meth:`Adversary.poison_client`: the data the malicious client trains on, rewritten once when the engine prepares
@@ -49,7 +49,7 @@ class Adversary:
     name: str = ""
     #: one line for reports
     summary: str = ""
-    #: options and their defaults (``train.adversary[option]``)
+    #: options and their defaults (``robustness.adversary[option]``)
     options: Mapping[str, Any] = {}
 
     def check(self, settings: dict[str, Any], clients: list[ClientData], malicious: list[ClientData],
@@ -63,7 +63,7 @@ class Adversary:
 
     def dormant_client(self, poisoned: ClientData, original: ClientData, settings: Mapping[str, Any]) -> ClientData:
         """The data a malicious client whose data :meth:`poison_client` made ``poisoned`` trains on in a round it does
-        not attack (``train.adversary.rounds`` / ``every``): ``original``, its own data, by default.  It must keep
+        not attack (``robustness.adversary.rounds`` / ``every``): ``original``, its own data, by default.  It must keep
         ``poisoned``'s classes (the client's head keeps its size across rounds): a run whose dormant data would not
         is refused in one line."""
         return original
@@ -127,11 +127,11 @@ def get_malicious_client(name: str) -> Adversary:
 def settings_of(config: RunConfig) -> tuple[Adversary, dict[str, Any]] | None:
     """The run's attack and its options (defaults filled in; the threat model's, :mod:`.threat_model`, as given), or
     None; ConfigError for unknown names or options."""
-    given = dict(config.train.adversary)
+    given = dict(config.robustness.adversary)
     if not given:
         return None
     if "name" not in given:
-        raise ConfigError("train.adversary needs a name (--adversary NAME)")
+        raise ConfigError("robustness.adversary needs a name (--adversary NAME)")
     adversary = get_malicious_client(str(given.pop("name")))
     malicious = given.pop("malicious", 1)
     known = {*adversary.options, *THREAT_MODEL}
@@ -170,11 +170,11 @@ class AdversaryRecord:
 
     def __init__(self, adversary: Adversary, settings: dict[str, Any], clients: list[ClientData], config: RunConfig):
         malicious = malicious_clients(settings["malicious"], clients)
-        self.threat = threat_model(settings, clients, malicious, config.train.rounds, config.train.seed,
+        self.threat = threat_model(settings, clients, malicious, config.federation.rounds, config.runtime.seed,
                                    adversary.name, poisons_data(adversary))
         adversary.check(settings, clients, malicious, config)
         self.adversary, self.settings = adversary, settings
-        self.malicious = (sorted(set().union(*map(self.threat.malicious_in, range(config.train.rounds))))
+        self.malicious = (sorted(set().union(*map(self.threat.malicious_in, range(config.federation.rounds))))
                           if self.threat.draw == "per-round" else [c.name for c in malicious])
         self.notes = [f"adversary {adversary.name} on {', '.join(self.malicious)}: {adversary.summary}"]
         #: the current round (0-based) and its selected clients that attack (:meth:`before_round`)
@@ -282,7 +282,7 @@ class AdversaryPlan:
                                  f"that attack this round ({', '.join(sorted(record.attacking))})")
             return uploads
         benign = [u.state for u in uploads if u.client not in record.attacking]
-        rng = torch.Generator().manual_seed(derive_seed(self.config.train.seed, "adversary", record.round_index))
+        rng = torch.Generator().manual_seed(derive_seed(self.config.runtime.seed, "adversary", record.round_index))
         states = self.adversary.poison_round(global_state, [u.state for u in attacking], benign, self.settings, rng)
         rewritten = {u.client: dataclasses.replace(u, state=s) for u, s in zip(attacking, states)}
         return [rewritten.get(u.client, u) for u in uploads]
@@ -295,7 +295,7 @@ class AdversaryPlan:
         originals = {c.name: c for c in clients}
         clients = [self.adversary.poison_client(c, self.settings, self.config) if c.name in self.malicious else c
                    for c in clients]
-        if poisons_data(self.adversary) and not self.record.threat.every_round(self.config.train.rounds):
+        if poisons_data(self.adversary) and not self.record.threat.every_round(self.config.federation.rounds):
             for client in (c for c in clients if c.name in self.malicious):
                 dormant = self.adversary.dormant_client(client, originals[client.name], self.settings)
                 if dormant.num_classes != client.num_classes:

@@ -87,7 +87,7 @@ class Backdoor(Adversary):
 
     def poison_client(self, client: ClientData, settings, config) -> ClientData:
         d = config.data
-        rng = random.Random(derive_seed(config.train.seed, self.name, client.name))
+        rng = random.Random(derive_seed(config.runtime.seed, self.name, client.name))
         chosen = set(rng.sample(range(len(client.train)), max(1, round(settings["fraction"] * len(client.train)))))
         label = client.num_classes  # the extra local class
         stamped = stamped_samples([client.train[i] for i in sorted(chosen)], self.trigger(settings, client.name),
@@ -186,7 +186,7 @@ class RecordedBackdoor:
 
 
 def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
-    """The backdoor ``config``'s run trained with (``train.adversary`` a :class:`Backdoor`), or None.
+    """The backdoor ``config``'s run trained with (``robustness.adversary`` a :class:`Backdoor`), or None.
 
     The target and its domain are resolved as the run resolved them (from
     the run's federation, so the run's data must be readable).

@@ -1,6 +1,6 @@
 """When the malicious clients attack, and which they are: options of every adversary.
 
-``--set train.adversary.OPTION=VALUE``:
+``--set robustness.adversary.OPTION=VALUE``:
 
 ``rounds``
     ``"START:STOP"``, the 1-based inclusive window of rounds in which the malicious clients attack (``"START:"`` /

@@ -28,8 +28,8 @@ TRAIN_RUN_REWRITES = [
                                                    "configuration (Checkpoint.load(out / 'ckpt.pt').run_config)"),
     (r"privreid train --out (\S+) --resume", r"train_run(config, \1, resume=True)"),
     (r"privreid train --parallel-clients", "train_run(..., parallel_clients=K)"),
-    (r"(?<![\w-])--rounds (\S+)", r"config.train.rounds = \1"),
-    (r"(?<![\w-])--rounds(?![\w-])", "config.train.rounds"),
+    (r"(?<![\w-])--rounds (\S+)", r"config.federation.rounds = \1"),
+    (r"(?<![\w-])--rounds(?![\w-])", "config.federation.rounds"),
 ]
 
 
@@ -46,7 +46,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     provenance (:func:`privreid.provenance.open_run`): ``preset`` is what ``config.yaml`` holds (``privreid train``'s
     options; default: the :class:`RunConfig`).  ``logger`` mirrors the metric records
     (:func:`privreid.provenance.metric_logger`).  ``summary.json``'s ``files`` block names every file of the run; with
-    ``train.compile``, its ``compile_seconds`` the time spent compiling (:mod:`privreid.models.compilation`).
+    ``runtime.compile``, its ``compile_seconds`` the time spent compiling (:mod:`privreid.models.compilation`).
     ``parallel_clients`` trains up to that many clients of a round at once on Flower's simulation engine
     (:class:`privreid.flower.simulation.ParallelEngine`).  Its errors name these keywords (``overwrite=True``), where
     ``privreid train``'s name its flags.
@@ -60,7 +60,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
     out = check_output_dir(Path(out))
     check_logger(logger)
     config.validate()
-    if config.train.compile:
+    if config.runtime.compile:
         check_compile_run(config, parallel_clients)
     method = method_of(config)
     # the one load of the checkpoint; None: stopped before its first checkpoint, so it starts from round 0
@@ -79,13 +79,13 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         engine = ParallelEngine(config, federation, out, parallel_clients=parallel_clients, progress=progress,
                                 build=build_run)
     with open_run(out, "train", config=config.to_dict() if preset is None else preset, device=str(engine.device),
-                  seed=config.train.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite or restart,
+                  seed=config.runtime.seed, prepare=lambda d: prepare_out_dir(d, overwrite=overwrite or restart,
                                                                             resume=resume and not restart),
-                  resumed=resume), stop_on_signals(out, config.train.rounds):
+                  resumed=resume), stop_on_signals(out, config.federation.rounds):
         if restart:  # the engine's log, as its "resuming ... from round N" line
             engine.log(restart_line(out))
         if echo:
-            echo(f"{config.train.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
+            echo(f"{config.federation.method}: {len(engine.clients)} client(s) [{', '.join(c.name for c in engine.clients)}], "
                  f"unseen: {', '.join(t.name for t in federation.unseen) or '-'}; {eval_cadence(config)}; writing {out}")
         mirror = metric_logger(logger, out, config, lr_table(config, method))
         if mirror is not None:
@@ -100,7 +100,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, overwrite: bool = Fa
         finally:
             if mirror is not None:
                 mirror.close()
-        if config.train.compile:
+        if config.runtime.compile:
             engine.log(compile_line(clock.seconds))
             summary["compile_seconds"] = round(clock.seconds, 3)
         summary["files"] = {"checkpoint": str(out / "ckpt.pt"), "metrics": str(out / "metrics.jsonl"),
@@ -172,7 +172,7 @@ def check_compile_run(config: RunConfig, parallel_clients: int | None) -> None:
     if parallel_clients is not None:
         raise ConfigError("--compile with --parallel-clients is not supported: every Ray worker would compile its "
                           "own copy of the model, and their compile times would not reach summary.json")
-    check_compile(resolve_device(config.train.device))
+    check_compile(resolve_device(config.runtime.device))
 
 
 def check_run_flags(overwrite: bool, resume: bool) -> None:
@@ -185,12 +185,11 @@ def check_run_flags(overwrite: bool, resume: bool) -> None:
 
 def eval_cadence(config: RunConfig) -> str:
     """The evaluation cadence in words, as ``privreid train`` prints it at the start of a run."""
-    t = config.train
-    if t.eval_every == 0 or t.eval_every >= t.rounds:
-        return f"evaluating after the last round ({t.rounds}) only"
-    if t.eval_every == 1:
+    if config.evaluation.every == 0 or config.evaluation.every >= config.federation.rounds:
+        return f"evaluating after the last round ({config.federation.rounds}) only"
+    if config.evaluation.every == 1:
         return "evaluating after every round"
-    return f"evaluating every {t.eval_every} rounds and after the last ({t.rounds})"
+    return f"evaluating every {config.evaluation.every} rounds and after the last ({config.federation.rounds})"
 
 
 def _write_failed(out: Path, exc: OSError) -> Exception:

@@ -16,10 +16,9 @@ class BetaLedger(DefenseLedger):
         self.config = config
 
     def statement(self, out, metrics) -> None:
-        t = self.config.train
-        out["beta"] = {"mode": t.beta_mode, "scale": t.beta}
+        out["beta"] = {"mode": self.config.privacy.beta_mode, "scale": self.config.privacy.beta}
         if out["defense"] is None:
-            out.update({"defense": f"beta white noise ({t.beta_mode})", "guarantee":
+            out.update({"defense": f"beta white noise ({self.config.privacy.beta_mode})", "guarantee":
                         "none: beta noise without clipping has no formal differential-privacy guarantee"})
         else:
             out["notes"].append("beta white noise is added on top; it claims no extra guarantee")
@@ -33,21 +32,20 @@ class BetaNoise(Defense):
     example_settings = {"beta": 0.01, "beta_mode": "both"}
 
     def enabled(self, config: RunConfig) -> bool:
-        return config.train.beta > 0
+        return config.privacy.beta > 0
 
     def wrap(self, method, config):
         from privreid.defenses.beta_noise.mechanism import with_beta_noise
 
-        return with_beta_noise(method, config.train.beta, config.train.beta_mode)
+        return with_beta_noise(method, config.privacy.beta, config.privacy.beta_mode)
 
     def ledger(self, config, clients, clients_per_round) -> BetaLedger:
         return BetaLedger(config)
 
     def threat_assumption(self, config, aggregated=None) -> dict[str, Any]:
         """Upload noise on the observed gradient (Eq. 14), download noise on the victim's model (Eq. 15)."""
-        t = config.train
-        return {"beta": t.beta if t.beta_mode in ("upload", "both") else 0.0,
-                "download_beta": t.beta if t.beta_mode in ("download", "both") else 0.0}
+        return {"beta": config.privacy.beta if config.privacy.beta_mode in ("upload", "both") else 0.0,
+                "download_beta": config.privacy.beta if config.privacy.beta_mode in ("download", "both") else 0.0}
 
 
 register(BetaNoise())

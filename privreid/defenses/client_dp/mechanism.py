@@ -169,7 +169,6 @@ def with_client_dp(method: Method) -> Method:
                               f"{method.name!r} aggregates with {type(inner).__name__}, which reads each client's "
                               f"upload or reported scalars unclipped and un-noised, so no client-level guarantee "
                               f"would hold")
-        t = config.train
-        return ClientLevelDP(t.clip, t.noise_multiplier, trainable_parameter_names(method, config))
+        return ClientLevelDP(config.privacy.clip, config.privacy.noise_multiplier, trainable_parameter_names(method, config))
 
     return dataclasses.replace(method, make_strategy=strategy)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privreid.config import RunConfig, TrainConfig, dp_delta
+from privreid.config import FederationConfig, RunConfig, dp_delta
 from privreid.errors import ConfigError
 from privreid.defenses.budget import check_first_round, exceeds, latest_privacy_records
 from privreid.defenses.registry import Defense, DefenseLedger, register
@@ -21,7 +21,7 @@ def epsilon(config: RunConfig, sample_rate: float, rounds: int) -> float:
     """The RDP epsilon of the server's releases after ``rounds`` rounds at ``q = sample_rate``."""
     from privreid.defenses.accounting import epsilon as rdp_epsilon
 
-    return rdp_epsilon(sample_rate, config.train.noise_multiplier, rounds, dp_delta(config)) if rounds else 0.0
+    return rdp_epsilon(sample_rate, config.privacy.noise_multiplier, rounds, dp_delta(config)) if rounds else 0.0
 
 
 class ClientDPLedger(DefenseLedger):
@@ -31,37 +31,33 @@ class ClientDPLedger(DefenseLedger):
         from privreid.defenses.client_dp.mechanism import PRIVATISED_NOTE
 
         super().__init__()
-        t = config.train
         self.config, self.delta = config, dp_delta(config)
         self.sample_rate = clients_per_round / len(clients)
         self.notes.append(PRIVATISED_NOTE)
         self.notes.append("client-level DP: the server averages clipped updates with uniform weights "
                           "(DP-FedAvg), replacing data-volume weights where the method uses them; noise std "
-                          f"per trainable parameter Z*S/m = {t.noise_multiplier * t.clip / clients_per_round:.3g}")
+                          f"per trainable parameter Z*S/m = {config.privacy.noise_multiplier * config.privacy.clip / clients_per_round:.3g}")
 
     def before_round(self, round_index, selected) -> str | None:
-        t = self.config.train
-        if t.target_epsilon is None:
+        if self.config.privacy.target_epsilon is None:
             return None
         eps = epsilon(self.config, self.sample_rate, round_index + 1)
         if exceeds(self.config, eps):
-            return (f"privacy budget: epsilon would reach {eps:.4g} > target {t.target_epsilon:g} in round "
+            return (f"privacy budget: epsilon would reach {eps:.4g} > target {self.config.privacy.target_epsilon:g} in round "
                     f"{round_index + 1}; training stops after round {round_index} (its checkpoint is the result)")
         return None
 
     def after_round(self, round_no) -> list[dict[str, Any]]:
-        t = self.config.train
         return [{"round": round_no, "scope": "privacy", "level": "client",
                  "epsilon": epsilon(self.config, self.sample_rate, round_no), "delta": self.delta,
-                 "noise_multiplier": t.noise_multiplier, "sample_rate": self.sample_rate, "steps": round_no}]
+                 "noise_multiplier": self.config.privacy.noise_multiplier, "sample_rate": self.sample_rate, "steps": round_no}]
 
     def statement(self, out, metrics) -> None:
-        t = self.config.train
         latest = latest_privacy_records(metrics)
         out.update({"defense": "client-level DP (DP-FedAvg: clipped updates, uniform mean, Gaussian noise)",
-                    "level": "client", "accountant": "Opacus RDP", "delta": self.delta, "clip": t.clip,
-                    "noise_multiplier": t.noise_multiplier, "sample_rate": self.sample_rate,
-                    "target_epsilon": t.target_epsilon,
+                    "level": "client", "accountant": "Opacus RDP", "delta": self.delta, "clip": self.config.privacy.clip,
+                    "noise_multiplier": self.config.privacy.noise_multiplier, "sample_rate": self.sample_rate,
+                    "target_epsilon": self.config.privacy.target_epsilon,
                     "epsilon": latest["server"]["epsilon"] if "server" in latest else 0.0,
                     "guarantee": SCOPE})
 
@@ -74,7 +70,7 @@ class ClientDP(Defense):
     example_settings = {"client_dp": True, "clip": 1.0, "noise_multiplier": 1.0}
 
     def enabled(self, config: RunConfig) -> bool:
-        return config.train.client_dp
+        return config.privacy.client_dp
 
     def check(self, config, clients, clients_per_round) -> None:
         """``delta < 1/N`` for N clients; a target epsilon the first round does not exceed."""
@@ -82,7 +78,7 @@ class ClientDP(Defense):
         if delta >= 1.0 / n:
             raise ConfigError(f"--delta {delta:g} must be below 1/N = {1.0 / n:.3g} for N = {n} clients "
                               "(delta >= 1/N allows publishing one client's data outright)")
-        if config.train.target_epsilon is not None:
+        if config.privacy.target_epsilon is not None:
             check_first_round(config, {"server": epsilon(config, clients_per_round / n, 1)})
 
     def wrap(self, method, config):
@@ -101,9 +97,8 @@ class ClientDP(Defense):
         ``m`` clients adds its distributed share ``N(0, (Z S)^2 / m)`` before
         masking.
         """
-        t = config.train
-        noise = 0.0 if aggregated is None else float(t.noise_multiplier) / aggregated ** 0.5
-        return {"clip_norm": float(t.clip), "noise_multiplier": noise}
+        noise = 0.0 if aggregated is None else float(config.privacy.noise_multiplier) / aggregated ** 0.5
+        return {"clip_norm": float(config.privacy.clip), "noise_multiplier": noise}
 
     def supports(self, method) -> str:
         """Refused where :func:`~privreid.defenses.client_dp.mechanism.with_client_dp` refuses (default options)."""
@@ -111,7 +106,7 @@ class ClientDP(Defense):
 
         if not method.communicates or not method.has_global_model:
             return "n/a (no model is shared between clients)"
-        strategy = method.strategy(RunConfig(train=TrainConfig(method=method.name)))
+        strategy = method.strategy(RunConfig(federation=FederationConfig(method=method.name)))
         if type(strategy) not in REPLACEABLE:
             return f"no (its server aggregates with {type(strategy).__name__})"
         return "yes"

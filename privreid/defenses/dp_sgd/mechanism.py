@@ -112,26 +112,25 @@ class DPSGDPlan:
 
 def plan_for(config: RunConfig, num_samples: int, memory: dict | None = None) -> DPSGDPlan:
     """The DP-SGD plan of a client with ``num_samples`` training images (its memory holds a fixed ``z``)."""
-    t = config.train
     if num_samples <= 0:
         raise ConfigError("DP-SGD needs clients with training images")
     delta = dp_delta(config)
     if delta >= 1.0 / num_samples:
         raise ConfigError(f"--delta {delta:g} must be below 1/N = {1.0 / num_samples:.3g} for a client with "
                           f"N = {num_samples} images (delta >= 1/N allows publishing one image outright)")
-    sample_rate = min(1.0, t.batch_size / num_samples)
-    steps_per_epoch = max(1, num_samples // t.batch_size)
-    if t.max_steps_per_epoch is not None:
-        steps_per_epoch = min(steps_per_epoch, t.max_steps_per_epoch)
-    steps_per_round = t.local_epochs * steps_per_epoch
+    sample_rate = min(1.0, config.optim.batch_size / num_samples)
+    steps_per_epoch = max(1, num_samples // config.optim.batch_size)
+    if config.optim.max_steps_per_epoch is not None:
+        steps_per_epoch = min(steps_per_epoch, config.optim.max_steps_per_epoch)
+    steps_per_round = config.optim.local_epochs * steps_per_epoch
     if memory is not None and NOISE_KEY in memory:
         z = float(memory[NOISE_KEY])
-    elif t.noise_multiplier is not None:
-        z = float(t.noise_multiplier)
+    elif config.privacy.noise_multiplier is not None:
+        z = float(config.privacy.noise_multiplier)
     else:
-        z = noise_for_epsilon(t.target_epsilon, sample_rate, t.rounds * steps_per_round, delta)
+        z = noise_for_epsilon(config.privacy.target_epsilon, sample_rate, config.federation.rounds * steps_per_round, delta)
     return DPSGDPlan(num_samples, sample_rate, steps_per_epoch, steps_per_round, z, dp_max_grad_norm(config), delta,
-                     t.target_epsilon)
+                     config.privacy.target_epsilon)
 
 
 def supervised_core(update) -> SupervisedUpdate:
@@ -151,14 +150,14 @@ def supervised_core(update) -> SupervisedUpdate:
 
 def poisson_loader(dataset, plan: DPSGDPlan, config: RunConfig, seed: int) -> DataLoader:
     """``plan.steps_per_epoch`` Poisson batches of ``dataset`` (rate ``plan.sample_rate``), empty ones included."""
-    d, t = config.data, config.train
+    d = config.data
     sampler = UniformWithReplacementSampler(num_samples=len(dataset), sample_rate=plan.sample_rate,
                                             generator=torch.Generator().manual_seed(seed),
                                             steps=plan.steps_per_epoch)
     collate = wrap_collate_with_empty(collate_fn=default_collate,
                                       sample_empty_shapes=[(0, 3, d.height, d.width), (0,), (0,)],
                                       dtypes=[torch.float32, torch.int64, torch.int64])
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=t.num_workers)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=config.runtime.num_workers)
 
 
 class AttributionCheckingDPOptimizer(DPOptimizer):

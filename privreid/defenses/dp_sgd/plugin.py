@@ -65,15 +65,14 @@ class DPSGDLedger(DefenseLedger):
     def before_round(self, round_index, selected) -> str | None:
         from privreid.defenses.dp_sgd.mechanism import plan_for
 
-        t = self.config.train
-        if t.target_epsilon is None:
+        if self.config.privacy.target_epsilon is None:
             return None
         for c in selected:
             reported = self.reported.get(c.name)
             eps = epsilon_after(plan_for(self.config, c.num_samples, reported), reported, self.delta)
             if exceeds(self.config, eps):
                 return (f"privacy budget: client {c.name} would reach epsilon {eps:.4g} > target "
-                        f"{t.target_epsilon:g} in round {round_index + 1}; training stops after round "
+                        f"{self.config.privacy.target_epsilon:g} in round {round_index + 1}; training stops after round "
                         f"{round_index} (its checkpoint is the result)")
         return None
 
@@ -98,7 +97,7 @@ class DPSGDLedger(DefenseLedger):
         latest = latest_privacy_records(metrics)
         out.update({"defense": "DP-SGD (Opacus, per-sample clipping and Gaussian noise on every client)",
                     "level": "record", "accountant": "Opacus RDP", "delta": self.delta,
-                    "max_grad_norm": dp_max_grad_norm(self.config), "target_epsilon": self.config.train.target_epsilon,
+                    "max_grad_norm": dp_max_grad_norm(self.config), "target_epsilon": self.config.privacy.target_epsilon,
                     "epsilon": max((r["epsilon"] for r in latest.values()), default=0.0),
                     "epsilon_per_client": {k: r["epsilon"] for k, r in sorted(latest.items())},
                     "noise_multiplier_per_client": {k: r["noise_multiplier"] for k, r in sorted(latest.items())},
@@ -113,14 +112,14 @@ class DPSGD(Defense):
     example_settings = {"dp_sgd": True, "noise_multiplier": 1.0}
 
     def enabled(self, config: RunConfig) -> bool:
-        return config.train.dp_sgd
+        return config.privacy.dp_sgd
 
     def check(self, config, clients, clients_per_round) -> None:
         """``delta < 1/N`` for every client's N images; a target epsilon the first round does not exceed."""
         from privreid.defenses.dp_sgd.mechanism import plan_for
 
         plans = {c.name: plan_for(config, c.num_samples) for c in clients}
-        if config.train.target_epsilon is not None:
+        if config.privacy.target_epsilon is not None:
             delta = dp_delta(config)
             check_first_round(config, {name: epsilon_after(p, None, delta) for name, p in plans.items()})
 
@@ -147,7 +146,7 @@ class DPSGD(Defense):
         upper bound on leakage.
         """
         return {"clip_norm": float(dp_max_grad_norm(config)),
-                "noise_multiplier": float(config.train.noise_multiplier or 0.0)}
+                "noise_multiplier": float(config.privacy.noise_multiplier or 0.0)}
 
     def supports(self, method) -> str:
         """The method's own declaration (``Method.dp_sgd_support``); undeclared methods are refused."""

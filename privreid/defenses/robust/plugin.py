@@ -1,7 +1,7 @@
 """The server's defenses against poisoned uploads, registered by name (:mod:`privreid.defenses.robust.rules`).
 
-Configured through ``TrainConfig.defenses``, e.g. ``--set train.defenses.robust-krum.f=1`` or
-``--set 'train.defenses.robust-median={}'``:
+Configured through ``RobustnessConfig.defenses``, e.g. ``--set robustness.defenses.robust-krum.f=1`` or
+``--set 'robustness.defenses.robust-median={}'``:
 
 ==========================  ===================  ==============================================================
 defense                     options (default)    what the server does with the round's uploads
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import FederationConfig, RunConfig
 from privreid.dependencies import require
 from privreid.errors import ConfigError
 from privreid.defenses.registry import Defense, DefenseLedger, register
@@ -78,7 +78,7 @@ class ServerDefense(Defense):
 
     def refuse_secure_aggregation(self, config: RunConfig) -> None:
         """ConfigError under ``--secure-aggregation`` (checked before wrapping too, so it is the reason given)."""
-        if config.train.secure_aggregation:
+        if config.privacy.secure_aggregation:
             raise ConfigError(f"defense {self.name!r} reads each client's update, which --secure-aggregation hides "
                               f"from the server; {SECURE_AGGREGATION_NOTE}")
 
@@ -138,7 +138,7 @@ class RobustRule(ServerDefense):
         base = super().supports(method)
         if base != "yes":
             return base
-        strategy = method.strategy(RunConfig(train=TrainConfig(method=method.name)))
+        strategy = method.strategy(RunConfig(federation=FederationConfig(method=method.name)))
         if type(strategy) not in REPLACEABLE:
             return (f"no (its server aggregates with {type(strategy).__name__}, which weighs, distils or clusters "
                     "the uploads; a robust rule replaces only a plain mean)")
@@ -289,7 +289,7 @@ class FLTrust(UpdateRule):
         path = self.option(config, "root")
         if not isinstance(path, str) or not path:
             raise ConfigError(f"defense {self.name!r} needs the server's root update g0: set "
-                              f"train.defenses.{self.name}.root=PATH (a torch.save'd dict of the update on the shared "
+                              f"robustness.defenses.{self.name}.root=PATH (a torch.save'd dict of the update on the shared "
                               "keys); privreid does not train g0 itself: its public set is unlabelled")
         try:
             root = safe_torch_load(path, map_location="cpu")
@@ -364,7 +364,7 @@ class NormBound(ServerDefense):
         if "buffers" not in self.options:
             return False
         buffers = self.option(config, "buffers")
-        return config.train.secure_aggregation if buffers is None else buffers
+        return config.privacy.secure_aggregation if buffers is None else buffers
 
     def wrap(self, method, config):
         import dataclasses
@@ -379,7 +379,7 @@ class NormBound(ServerDefense):
         def strategy(c, model_config):
             keys = trainable_parameter_names(method, c) | (_norm_buffers(method, c) if self.covers_buffers(c) else set())
             inner = make_strategy(c, model_config)
-            if c.train.secure_aggregation:
+            if c.privacy.secure_aggregation:
                 from privreid.defenses.secure_aggregation.mechanism import SecureAggregate
 
                 if not isinstance(inner, SecureAggregate):
@@ -394,13 +394,13 @@ class NormBound(ServerDefense):
         return dataclasses.replace(method, make_strategy=strategy)
 
     def deviation(self, config):
-        return f"{self.name}: {VERIFIED_BOUND}" if config.train.secure_aggregation else None
+        return f"{self.name}: {VERIFIED_BOUND}" if config.privacy.secure_aggregation else None
 
     def ledger(self, config, clients, clients_per_round) -> ServerDefenseLedger:
         ledger = super().ledger(config, clients, clients_per_round)
         if "buffers" in self.options:
             ledger.settings["buffers"] = self.covers_buffers(config)
-        if config.train.secure_aggregation:
+        if config.privacy.secure_aggregation:
             ledger.settings["verified_bound"] = VERIFIED_BOUND
         return ledger
 

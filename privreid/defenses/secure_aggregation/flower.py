@@ -483,10 +483,10 @@ def collect_secure(engine, round_index: int, selected) -> list:
                                  f"({', '.join(extra[:2])}), which secure aggregation on Flower does not carry")
         transmissions.append((client, received))
     weights = {c.name: float(strategy.weight(Upload(c.name, {}, c.num_samples))) for c in selected}
-    max_weight = engine.config.train.secagg_max_weight or max(weights.values())
+    max_weight = engine.config.privacy.secagg_max_weight or max(weights.values())
     params = round_parameters(engine.config, len(selected), 1.0 if strategy.dp else max_weight)
     params.check(len(selected))
-    seed = round_seed(engine.config.train.seed, round_index)
+    seed = round_seed(engine.config.runtime.seed, round_index)
     ledger = ledger_keys(engine.config)
     mean, survivors, dropped, metrics, sizes = secure_round(
         engine.link.grid, round_no, transmissions, dict(engine.link._run(round=round_index)), params, seed=seed,

@@ -83,22 +83,20 @@ def round_parameters(config: RunConfig, clients: int, max_weight: float) -> Para
     tolerate fewer dropouts); Flower's clipping (8) and quantisation
     (``2**22``) ranges and modulus (``2**32``).
     """
-    t = config.train
-    shares = clients if t.secagg_shares is None else t.secagg_shares
-    threshold = shares // 2 + 1 if t.secagg_threshold is None else t.secagg_threshold
-    return Parameters(num_shares=shares, threshold=threshold, clipping_range=t.secagg_clip,
-                      quantization_range=t.secagg_quantization, max_weight=max_weight)
+    shares = clients if config.privacy.secagg_shares is None else config.privacy.secagg_shares
+    threshold = shares // 2 + 1 if config.privacy.secagg_threshold is None else config.privacy.secagg_threshold
+    return Parameters(num_shares=shares, threshold=threshold, clipping_range=config.privacy.secagg_clip,
+                      quantization_range=config.privacy.secagg_quantization, max_weight=max_weight)
 
 
 def check_secure_aggregation(config: RunConfig, clients_per_round: int) -> None:
     """ConfigError, before anything is written, for settings the protocol cannot run with (see ``Parameters.check``)."""
-    t = config.train
-    if t.secagg_threshold is not None and t.secagg_shares is not None and t.secagg_threshold > t.secagg_shares:
-        raise ConfigError(f"--secagg-threshold {t.secagg_threshold} is above --secagg-shares {t.secagg_shares}: "
+    if config.privacy.secagg_threshold is not None and config.privacy.secagg_shares is not None and config.privacy.secagg_threshold > config.privacy.secagg_shares:
+        raise ConfigError(f"--secagg-threshold {config.privacy.secagg_threshold} is above --secagg-shares {config.privacy.secagg_shares}: "
                           "a secret cannot need more shares than exist")
-    if t.secagg_threshold is not None and t.secagg_threshold > clients_per_round:
+    if config.privacy.secagg_threshold is not None and config.privacy.secagg_threshold > clients_per_round:
         raise ConfigError(f"--secure-aggregation: {clients_per_round} clients per round is fewer than the "
-                          f"reconstruction threshold {t.secagg_threshold}")
+                          f"reconstruction threshold {config.privacy.secagg_threshold}")
     params = round_parameters(config, clients_per_round, 1.0)
     try:
         params.check(clients_per_round)
@@ -247,7 +245,7 @@ class SecureAggregate(Strategy):
         extra_keys = sorted(extra_like)
         m = len(uploads)
         seed = int(torch.randint(0, 2**62, (1,)))  # the engine seeds the server's RNG per round
-        max_weight = self.config.train.secagg_max_weight or max(float(self.weight(u)) for u in uploads)
+        max_weight = self.config.privacy.secagg_max_weight or max(float(self.weight(u)) for u in uploads)
         params = round_parameters(self.config, m, 1.0 if self.dp else max_weight)
         inputs = {u.client: self.client_input(global_state, u, keys, extra_keys, extra_like, m, seed)
                   for u in uploads}
@@ -303,7 +301,7 @@ def with_secure_aggregation(method: Method) -> Method:
         with torch.random.fork_rng(devices=[]):
             model = method.build_model(config, initial_weights=False)
         keys = frozenset(model.state_dict())
-        trainable = trainable_parameter_names(method, config) if config.train.client_dp else frozenset()
+        trainable = trainable_parameter_names(method, config) if config.privacy.client_dp else frozenset()
         return SecureAggregate(make_strategy(config, model_config), keys, config, trainable)
 
     return dataclasses.replace(method, make_strategy=strategy)
@@ -311,7 +309,6 @@ def with_secure_aggregation(method: Method) -> Method:
 
 def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any]:
     """The ``secure_aggregation`` entry of ``summary.json``: settings, what the server saw, saturation."""
-    t = config.train
     rounds = [r for r in metrics if r.get("scope") == "secagg"]
     saturated = sum(r["saturated"] for r in rounds)
     values = sum(r["values"] for r in rounds)
@@ -321,9 +318,9 @@ def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any
             "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else "") + (
                 " Which clients' inputs failed the verified norm bound." if any("rejected" in r for r in rounds)
                 else ""),
-            "shares": t.secagg_shares or "clients per round", "threshold": t.secagg_threshold or "shares // 2 + 1",
-            "clipping_range": t.secagg_clip, "quantization_range": t.secagg_quantization,
-            "max_weight": t.secagg_max_weight or "largest client weight of the round",
-            "distributed_dp": bool(t.client_dp),
+            "shares": config.privacy.secagg_shares or "clients per round", "threshold": config.privacy.secagg_threshold or "shares // 2 + 1",
+            "clipping_range": config.privacy.secagg_clip, "quantization_range": config.privacy.secagg_quantization,
+            "max_weight": config.privacy.secagg_max_weight or "largest client weight of the round",
+            "distributed_dp": bool(config.privacy.client_dp),
             "saturated_values": saturated, "saturated_fraction": saturated / values if values else 0.0,
             "max_quantisation_error_bound": max((r["quantisation_error_bound"] for r in rounds), default=0.0)}

@@ -32,7 +32,7 @@ class SecureAggregation(Defense):
     example_settings = {"secure_aggregation": True}
 
     def enabled(self, config: RunConfig) -> bool:
-        return config.train.secure_aggregation
+        return config.privacy.secure_aggregation
 
     def check(self, config, clients, clients_per_round) -> None:
         require("flwr", WHO)

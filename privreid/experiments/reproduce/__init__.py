@@ -81,7 +81,7 @@ def plan_runs(spec: TableSpec, scale: str, data_root, device: str, seeds: list[i
     for seed in seeds or [None]:
         for name, (row, group) in spec.run_groups(scale).items():
             config = _run_spec(row, group, scale, device).config(data_root, device, seed).validate()
-            runs.append(PlannedRun(run_dir_name(name, seed), config, {"run": name}, config.train.seed))
+            runs.append(PlannedRun(run_dir_name(name, seed), config, {"run": name}, config.runtime.seed))
     return runs
 
 
@@ -292,8 +292,8 @@ def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, d
     cfg = ckpt.run_config
     dev = resolve_device(device)
     return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
-                             device=dev, flip=cfg.train.eval_flip, metric=cfg.train.eval_metric,
-                             ap=cfg.train.eval_ap,
+                             device=dev, flip=cfg.evaluation.flip, metric=cfg.evaluation.metric,
+                             ap=cfg.evaluation.ap,
                              write_splits_to=run_dir / f"splits-{name}.json")
 
 

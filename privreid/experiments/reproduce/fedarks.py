@@ -29,8 +29,8 @@ def _run(method: str, **options) -> dict:
     """One run per task; ``options`` replace the preset's method options."""
     return {task: {"smoke": smoke(method, {"data.test_domains": [stand_in]}, **options),
                    "paper": RunSpec({"data.roots": data_roots(FEDARKS_DOMAINS), "data.test_domains": [paper],
-                                     "train.method": method, **({"train.method_options": options} if options else {}),
-                                     "train.device": "{device}"}, "fedarks-paper.yaml")}
+                                     "federation.method": method, **({"federation.method_options": options} if options else {}),
+                                     "runtime.device": "{device}"}, "fedarks-paper.yaml")}
             for task, stand_in, paper in FEDARKS_TASKS}
 
 

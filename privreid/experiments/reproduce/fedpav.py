@@ -36,8 +36,8 @@ FEDPAV_DATA_DEVIATIONS = (
 
 def _paper(method: str, options: dict | None = None) -> RunSpec:
     """FedPav's preset on the nine clients; ``options`` replace the preset's method options."""
-    return RunSpec({"data.roots": data_roots(FEDPAV_TRAIN), "train.method": method,
-                    **({"train.method_options": options} if options else {}), "train.device": "{device}"},
+    return RunSpec({"data.roots": data_roots(FEDPAV_TRAIN), "federation.method": method,
+                    **({"federation.method_options": options} if options else {}), "runtime.device": "{device}"},
                    "fedpav-paper.yaml")
 
 

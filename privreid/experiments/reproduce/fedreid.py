@@ -6,7 +6,7 @@ from privreid.experiments.reproduce.spec import (RGB_SOURCES, RGB_SOURCES_TEXT, 
                                                  data_roots, smoke)
 
 #: FedReID's paper-scale run: its preset on the four source domains
-PAPER = {"data.roots": data_roots(RGB_SOURCES), "train.device": "{device}"}
+PAPER = {"data.roots": data_roots(RGB_SOURCES), "runtime.device": "{device}"}
 PAPER_COST = f"100 rounds ResNet-50 on {RGB_SOURCES_TEXT}; GPU, days"
 
 
@@ -37,8 +37,8 @@ def fig3() -> TableSpec:
     rows = [Row(name) for name in ("Supervised", "Random-Guess")]
     for name, mode in (("Single (Eq. 14)", "upload"), ("Double (Eq. 14+15)", "both")):
         rows.append(Row(name, train={f"beta={b}": {
-            "smoke": smoke("fedreid", {"train.beta": float(b), "train.beta_mode": mode}),
-            "paper": RunSpec(PAPER | {"train.beta": float(b), "train.beta_mode": mode}, "fedreid-paper.yaml")}
+            "smoke": smoke("fedreid", {"privacy.beta": float(b), "privacy.beta_mode": mode}),
+            "paper": RunSpec(PAPER | {"privacy.beta": float(b), "privacy.beta_mode": mode}, "fedreid-paper.yaml")}
             for b in FIG3_BETAS}))
     return TableSpec(
         key="fedreid-fig3", paper="002 FedReID", title="Fig. 3: VIPeR R1 against the white-noise scale beta",

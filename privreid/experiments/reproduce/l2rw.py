@@ -17,7 +17,7 @@ def _smoke(method: str, **options) -> RunSpec:
 def _paper(fmt: str, **options) -> RunSpec:
     """DPPT's SYSU-MM01 preset on the dataset ``fmt``; ``options`` replace the preset's method options."""
     return RunSpec({"data.roots": [f"{{data_root}}/{fmt}"], "data.format": fmt,
-                    **({"train.method_options": options} if options else {}), "train.device": "{device}"},
+                    **({"federation.method_options": options} if options else {}), "runtime.device": "{device}"},
                    "dppt-sysu-paper.yaml")
 
 

@@ -81,7 +81,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     settings = InversionSettings.preset(FIG8_PRESET)
     defense = defense_as_trained(target.config)
     rec = reconstruct(net, subject.image, label, threat=FIG8_THREAT, shared=shared, settings=settings,
-                      label_smoothing=target.config.train.label_smoothing, defense=defense,
+                      label_smoothing=target.config.optim.label_smoothing, defense=defense,
                       seed=derive_seed(0, "invert", path))
     save_torch_atomic({"subject": rec.subject, "reconstruction": rec.reconstruction},
                       run_dir / f"inversion-{modality}.pt")

@@ -15,7 +15,7 @@ SKA_TABLE2_ROWS = (("local supervised", "standalone"), ("FedAvg+D", "fedavg"), (
 
 
 def _paper(fields: dict) -> RunSpec:
-    return RunSpec({"data.roots": data_roots(RGB_SOURCES), **fields, "train.device": "{device}"}, "ska-paper.yaml")
+    return RunSpec({"data.roots": data_roots(RGB_SOURCES), **fields, "runtime.device": "{device}"}, "ska-paper.yaml")
 
 
 def table2() -> TableSpec:
@@ -25,7 +25,7 @@ def table2() -> TableSpec:
     for name, method in SKA_TABLE2_ROWS:
         public = {"public_size": 32} if method == "fedpav-cdw-kd" else {}
         rows.append(Row(name, train={"": {"smoke": smoke(method, domains, **public),
-                                          "paper": _paper({"train.method": method})}}))
+                                          "paper": _paper({"federation.method": method})}}))
     return TableSpec(
         key="ska-table2", paper="000 SKA", title="Table 2: mAP / R1 on the four source client domains",
         shows="SKA against local supervised training, FedAvg/FedProx/MOON/FedBN (+D), FedPav(+AddData) and FedReID",
@@ -61,7 +61,7 @@ def table4() -> TableSpec:
         if name in ("Baseline", "Baseline+LSN"):  # = FedAvg+D / FedBN+D of Table 2: data-volume weights
             opts["weighting"] = "volume"
         rows.append(Row(name, train={"": {"smoke": smoke("ska", **opts),
-                                          "paper": _paper({"train.method_options": opts})}}))
+                                          "paper": _paper({"federation.method_options": opts})}}))
     seen = tuple(Column(f"{name} {label}", ("local", metric), stand_in, paper)
                  for name, stand_in, paper in (("Duke", "synthA", "dukemtmcreid"), ("Market", "synthB", "market1501"))
                  for label, metric in (("mAP", "mAP"), ("R1", "rank1")))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from privreid.config import SECTIONS, RunConfig, field_types
+from privreid.config import RunConfig, field_types, option_path
 from privreid.config.values import parse_value
 from privreid.errors import ConfigError
 
@@ -21,8 +21,8 @@ SCALES = ("smoke", "paper")
 #: the paper presets (``--config`` files of ``privreid train``)
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 #: smoke-scale training budget shared by every run (tiny images and steps: exercises the code path only)
-SMOKE_TRAIN = {"train.rounds": 1, "data.height": 32, "data.width": 16, "model.feat_dim": 32, "train.batch_size": 8,
-               "train.max_steps_per_epoch": 2, "train.eval_every": 1, "train.device": "cpu"}
+SMOKE_TRAIN = {"federation.rounds": 1, "data.height": 32, "data.width": 16, "model.feat_dim": 32, "optim.batch_size": 8,
+               "optim.max_steps_per_epoch": 2, "evaluation.every": 1, "runtime.device": "cpu"}
 #: what every smoke-scale run of SMOKE_TRAIN costs (said in each table's smoke budget)
 SMOKE_BUDGET = "1 round, 32x16"
 
@@ -30,8 +30,6 @@ SMOKE_BUDGET = "1 round, 32x16"
 RGB_SOURCES = {"dukemtmcreid": "dukemtmcreid", "market1501": "market1501", "cuhk03np": "cuhk03np-detected",
                "msmt17": "msmt17-train"}  # FedReID Table I / SKA: MSMT17's 30,248 train images, without val
 RGB_SOURCES_TEXT = "Duke+Market+CUHK03+MSMT17"
-#: preset keys that are not a field's name with dashes (``privreid train``'s ``--workers`` and ``--opt``)
-_PRESET_KEYS = {"workers": "train.num_workers", "opt": "train.method_options"}
 
 
 def data_roots(folders: dict[str, str]) -> list[str]:
@@ -55,7 +53,7 @@ class RunSpec:
             section, name = path.split(".")
             setattr(getattr(config, section), name, value)
         if seed is not None:
-            config.train.seed = seed
+            config.runtime.seed = seed
         return config
 
     def filled(self, data_root: Any, device: str) -> dict[str, Any]:
@@ -77,14 +75,14 @@ class RunSpec:
 
     def at(self, device: str) -> "RunSpec":
         """A smoke run on ``device`` (``auto``: where its fields say, the CPU)."""
-        return self if device == "auto" else RunSpec(self.fields | {"train.device": device}, self.preset)
+        return self if device == "auto" else RunSpec(self.fields | {"runtime.device": device}, self.preset)
 
 
 def smoke(method: str, fields: dict[str, Any] | None = None, *, data: str = "synth", **options: Any) -> RunSpec:
     """A smoke-scale run: ``method`` on the synthetic ``data`` at :data:`SMOKE_TRAIN`'s budget, with ``fields``
     and method ``options``."""
-    return RunSpec({"train.method": method, "data.roots": [data], **SMOKE_TRAIN, **(fields or {}),
-                    **({"train.method_options": options} if options else {})})
+    return RunSpec({"federation.method": method, "data.roots": [data], **SMOKE_TRAIN, **(fields or {}),
+                    **({"federation.method_options": options} if options else {})})
 
 
 def preset_config(path: Path) -> RunConfig:
@@ -92,9 +90,8 @@ def preset_config(path: Path) -> RunConfig:
     import yaml
 
     config = RunConfig()
-    where = {name: f"{section}.{name}" for section in SECTIONS for name in field_types(section)}
     for key, value in (yaml.safe_load(Path(path).read_text()) or {}).items():
-        path_ = _PRESET_KEYS.get(key) or where.get(key.replace("-", "_"))
+        path_ = option_path(key)
         if path_ is None:
             raise ConfigError(f"{path}: unknown option {key!r}")
         section, name = path_.split(".")

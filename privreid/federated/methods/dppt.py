@@ -202,8 +202,7 @@ def round_start_factor(config, round_index: int) -> float | None:
     """The one-cycle multiplier at the first step of round ``round_index`` (``None`` with ``onecycle=false``)."""
     if not settings_for(config).onecycle:
         return None
-    t = config.train
-    return one_cycle_factor(round_index * t.local_epochs, t.rounds * t.local_epochs, settings_for(config).peak)
+    return one_cycle_factor(round_index * config.optim.local_epochs, config.federation.rounds * config.optim.local_epochs, settings_for(config).peak)
 
 
 def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -266,9 +265,9 @@ class DPPTLocalTraining:
         (``augment_later``: :class:`~privreid.data.ImageDataset`), or of clips of ``seq_len`` frames for a video
         client, augmented in the loader: a clip's frame draws and its augmentation's draws interleave per item, so
         moving the augmentation would change the random stream."""
-        t, d, s = self.config.train, self.config.data, self.settings
+        d, s = self.config.data, self.settings
         c = ctx.client
-        transform = build_transforms(d.height, d.width, train=True, random_erasing=t.random_erasing,
+        transform = build_transforms(d.height, d.width, train=True, random_erasing=self.config.optim.random_erasing,
                                      channel_aug=s.ca, channel_aug_p=s.ca_p)
         dataset = (ImageDataset(c.train, transform, augment_later=True) if c.tracklets is None
                    else SequenceDataset(c.train, c.tracklets, transform, s.seq_len, sampling="random"))
@@ -295,9 +294,8 @@ class DPPTLocalTraining:
     def schedule_step(self, ctx: ClientContext, opt, epoch: int, step: int, n_batches: int) -> None:
         if not self.settings.onecycle:
             return super().schedule_step(ctx, opt, epoch, step, n_batches)
-        t = self.config.train
-        progress = ctx.round * t.local_epochs + epoch + step / n_batches
-        factor = one_cycle_factor(progress, t.rounds * t.local_epochs, self.settings.peak)
+        progress = ctx.round * self.config.optim.local_epochs + epoch + step / n_batches
+        factor = one_cycle_factor(progress, self.config.federation.rounds * self.config.optim.local_epochs, self.settings.peak)
         for group in opt.param_groups:
             group.setdefault("peak_lr", group["lr"])  # the configured rate (this round's fresh optimiser)
             group["lr"] = group["peak_lr"] * factor
@@ -350,7 +348,7 @@ def initial_classifier(model, config) -> None:
     classifier, as from the rest of the initial global model; the global random state is left untouched.
     """
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(config.train.seed, "dppt-initial-classifier"))
+        torch.manual_seed(derive_seed(config.runtime.seed, "dppt-initial-classifier"))
         model.reset_classifier(model.num_classes)
 
 

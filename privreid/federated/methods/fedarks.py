@@ -153,9 +153,8 @@ class FedARKSUpdate(SupervisedUpdate):
         part_ids = {id(p) for p in model.part.parameters()}
         body = opt.param_groups[0]
         body["params"] = [p for p in body["params"] if id(p) not in part_ids]
-        t = self.config.train
         opt.add_param_group({"params": list(model.part.parameters()),
-                             "lr": t.lr_head * lr_factor(self.config, round_index)})
+                             "lr": self.config.optim.lr_head * lr_factor(self.config, round_index)})
         return opt
 
     def __call__(self, ctx: ClientContext) -> dict[str, float]:

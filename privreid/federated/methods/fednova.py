@@ -87,7 +87,7 @@ FEDNOVA = register(
         policy=CLASSIFIER_LOCAL,
         make_client_update=SupervisedUpdate,
         make_strategy=lambda config, model_config: NormalisedAverage(
-            momentum=config.train.momentum if config.train.optimizer == "sgd" else 0.0),
+            momentum=config.optim.momentum if config.optim.optimizer == "sgd" else 0.0),
         # the server reads each client's local step count to normalise its update (Wang et al. 2020, Sec. 4)
         needs_per_client_uploads=True,
     )

@@ -41,7 +41,7 @@ def bn_buffers(config: RunConfig) -> str:
     """The run's ``bn_buffers`` option, checked against :data:`~privreid.federated.strategy.BN_BUFFER_MODES`."""
     value = run_options(FedPavOptions, config).bn_buffers
     if value not in BN_BUFFER_MODES:
-        raise ConfigError(f"{config.train.method} option bn_buffers must be one of {', '.join(BN_BUFFER_MODES)}, "
+        raise ConfigError(f"{config.federation.method} option bn_buffers must be one of {', '.join(BN_BUFFER_MODES)}, "
                           f"got {value!r}")
     return value
 

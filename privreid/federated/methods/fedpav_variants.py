@@ -399,7 +399,7 @@ def kd_settings(config: RunConfig) -> dict[str, Any]:
         if not ok:
             raise ConfigError(f"option {key} must be {expect}, got {getattr(opts, key)!r}")
     return {"lr": opts.kd_lr, "epochs": opts.kd_epochs, "batch_size": opts.kd_batch_size,
-            "order_seed": derive_seed(config.train.seed, "kd-order")}
+            "order_seed": derive_seed(config.runtime.seed, "kd-order")}
 
 
 def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
@@ -408,7 +408,7 @@ def _client_update(cdw: bool) -> Callable[[RunConfig], Callable]:
 
     def make(config: RunConfig) -> CosineDistanceProbe:
         return CosineDistanceProbe(SupervisedUpdate(config), load_public_set(config), public_batch_size(config),
-                                   config.train.seed)
+                                   config.runtime.seed)
 
     return make
 
@@ -421,7 +421,7 @@ def _strategy(weighting: Weighting, server: str | None) -> Callable[[RunConfig, 
         if server is None:
             return WeightedAverage(weighting, buffers)
         public = load_public_set(config)
-        server_model = ServerModel(model_config, resolve_device(config.train.device))
+        server_model = ServerModel(model_config, resolve_device(config.runtime.device))
         if server == "kd":
             return DistilledAverage(weighting, server_model, public.images, **kd_settings(config),
                                     bn_buffers=buffers)
