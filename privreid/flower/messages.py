@@ -55,6 +55,7 @@ from flwr.common.constant import SType
 from privreid.config import RunConfig
 from privreid.errors import PrivreidError
 from privreid.federated.policy import StateDict
+from privreid.federated.strategy import Upload
 
 RUN = "run"
 GLOBAL = "global"
@@ -127,6 +128,22 @@ def record_to_state(record: ArrayRecord) -> StateDict:
     """The inverse of :func:`state_to_record` (:func:`array_to_tensor`: writable tensors of the original dtypes and
     shapes)."""
     return {key: array_to_tensor(array) for key, array in record.items()}
+
+
+def upload_content(upload: Upload, **records: Any) -> RecordDict:
+    """A train reply: the upload's state and scalar metrics, ``records``, and the accountant's parameters it
+    reports for the server's privacy ledger (DP-SGD)."""
+    content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics), **records})
+    if upload.reports:
+        content[LEDGER] = state_to_record(upload.reports)
+    return content
+
+
+def content_upload(name: str, content: RecordDict, num_samples: int) -> Upload:
+    """The :class:`Upload` of client ``name`` in a train reply (:func:`upload_content`) that passed :func:`check_reply`."""
+    ledger = content.array_records.get(LEDGER)
+    return Upload(name, record_to_state(content.array_records[UPLOAD]), num_samples, dict(content.metric_records[TRAIN]),
+                  reports=record_to_state(ledger) if ledger is not None else {})
 
 
 # ----------------------------------------------------------------------------- scalars
