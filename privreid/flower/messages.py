@@ -140,10 +140,10 @@ def upload_content(upload: Upload, **records: Any) -> RecordDict:
 
 
 def content_upload(name: str, content: RecordDict, num_samples: int) -> Upload:
-    """The :class:`Upload` of client ``name`` in a train reply (:func:`upload_content`) that passed :func:`check_reply`."""
+    """The :class:`Upload` of client ``name`` in a train reply (:func:`upload_content`) past :func:`check_reply`."""
     ledger = content.array_records.get(LEDGER)
-    return Upload(name, record_to_state(content.array_records[UPLOAD]), num_samples, dict(content.metric_records[TRAIN]),
-                  reports=record_to_state(ledger) if ledger is not None else {})
+    return Upload(name, record_to_state(content.array_records[UPLOAD]), num_samples,
+                  dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
 
 
 # ----------------------------------------------------------------------------- scalars

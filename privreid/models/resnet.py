@@ -154,21 +154,6 @@ class ResNet(nn.Module):
         return torch.flatten(self.avgpool(self.feature_map(x)), 1)
 
 
-def resnet18(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-18 trunk (BasicBlock, 512-d pooled feature)."""
-    return ResNet("resnet18", last_stride, norm_layer)
-
-
-def resnet34(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-34 trunk (BasicBlock, 512-d pooled feature)."""
-    return ResNet("resnet34", last_stride, norm_layer)
-
-
-def resnet50(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-50 trunk (Bottleneck, 2048-d pooled feature)."""
-    return ResNet("resnet50", last_stride, norm_layer)
-
-
 def _num_channels(norm: nn.Module) -> int:
     if isinstance(norm, nn.GroupNorm):
         return norm.num_channels
