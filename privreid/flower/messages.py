@@ -162,13 +162,10 @@ def _is_number(value: Any) -> bool:
     return hasattr(value, "item") and getattr(value, "ndim", 1) == 0
 
 
-def eval_record_name(scope: str, split: str, testset: str) -> str:
-    return f"{scope}/{split}/{testset}"
-
-
 def eval_records(scope: str, records: list[dict[str, Any]]) -> dict[str, MetricRecord]:
-    """Metric records of the engine (``{"split", "testset", **results}``) as named MetricRecords."""
-    return {eval_record_name(scope, r["split"], r["testset"]): scalar_metrics(
+    """Metric records of the engine (``{"split", "testset", **results}``) as MetricRecords named
+    ``<scope>/<split>/<testset>``."""
+    return {f"{scope}/{r['split']}/{r['testset']}": scalar_metrics(
         {k: v for k, v in r.items() if k not in ("round", "scope", "client", "split", "testset")})
         for r in records}
 

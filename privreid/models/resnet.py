@@ -120,12 +120,9 @@ class ResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.out_dim = 512 * block.expansion
 
-        for m in self.modules():
+        for m in self.modules():  # norm layers keep their own initialisation (BatchNorm: weight 1, bias 0)
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.modules.batchnorm._BatchNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
 
     def _make_layer(
         self, block: type[BasicBlock] | type[Bottleneck], planes: int, blocks: int, stride: int
