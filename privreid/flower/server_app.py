@@ -243,12 +243,10 @@ class SiteLink:
         return sorted(described.values(), key=lambda c: c.name)
 
     def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict]]) -> list[SiteReply]:
-        messages, clients = [], []
-        for client, received in transmissions:
-            content = RecordDict({RUN: self._run(round=round_index), GLOBAL: state_to_record(received)})
-            messages.append(Message(content, client.node_id, "train", group_id=str(round_index + 1)))
-            clients.append(client)
-        return self._dispatch(clients, messages, "train")
+        messages = [Message(RecordDict({RUN: self._run(round=round_index), GLOBAL: state_to_record(received)}),
+                            client.node_id, "train", group_id=str(round_index + 1))
+                    for client, received in transmissions]
+        return self._dispatch([client for client, _ in transmissions], messages, "train")
 
     def evaluate(self, round_no: int, global_state: StateDict, clients: list[RemoteClient]) -> list[SiteReply]:
         live = [c for c in clients if c.node_id >= 0]
