@@ -7,7 +7,7 @@ import torch
 import privreid.federated.methods.fedpav_variants as fv
 from privreid.checkpoint import TRAINED_PREFIX, load_checkpoint, load_model
 from privreid.data.catalog import build_federation
-from privreid.data.synthetic import read_manifest
+from privreid.data.synthetic_cache import read_manifest
 from privreid.errors import ConfigError
 from privreid.federated.client import ClientContext
 from privreid.federated.clustering import first_neighbours, first_partition, groups

@@ -19,8 +19,6 @@ from privreid.models import (
     load_imagenet_weights,
     load_weights_file,
     replace_norm_layers,
-    resnet18,
-    resnet50,
 )
 
 TORCHVISION = {
@@ -67,7 +65,7 @@ def test_trunk_reproduces_torchvision_resnet18_features():
     tv = torchvision.models.resnet18(weights=None)
     _randomise_norms(tv)
     tv.fc = nn.Identity()
-    trunk = resnet18(last_stride=2)
+    trunk = ResNet("resnet18", last_stride=2)
     trunk.load_state_dict(_trunk_state(tv), strict=True)
     tv.eval()
     trunk.eval()
@@ -82,7 +80,7 @@ def test_trunk_reproduces_torchvision_resnet18_features():
 
 def test_last_stride_one_doubles_layer4_resolution():
     x = torch.randn(1, 3, 64, 32)
-    s2, s1 = resnet18(last_stride=2).eval(), resnet18(last_stride=1).eval()
+    s2, s1 = ResNet("resnet18", last_stride=2).eval(), ResNet("resnet18", last_stride=1).eval()
     with torch.no_grad():
         map2, map1 = s2.feature_map(x), s1.feature_map(x)
     assert map2.shape == (1, 512, 2, 1)
@@ -100,9 +98,9 @@ def _hook_everything(model: nn.Module, block_types: tuple[type, ...]) -> list[st
     return calls
 
 
-@pytest.mark.parametrize("factory", [resnet18, resnet50])
-def test_full_backward_hooks_work_on_our_trunk(factory):
-    trunk = factory()
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_full_backward_hooks_work_on_our_trunk(arch):
+    trunk = ResNet(arch)
     assert not [n for n, m in trunk.named_modules() if getattr(m, "inplace", False)]
     calls = _hook_everything(trunk, (BasicBlock, Bottleneck))
     trunk(torch.randn(2, 3, 32, 16, requires_grad=True)).sum().backward()
@@ -120,7 +118,7 @@ def test_full_backward_hooks_fail_on_torchvision_resnet18():
 
 
 def test_replace_all_norms_with_groupnorm():
-    trunk = resnet18()
+    trunk = ResNet("resnet18")
     trunk.double()
     replaced = replace_norm_layers(trunk, lambda c: nn.GroupNorm(8, c))
     # stem + 2 per block x 8 blocks + 3 downsample norms
@@ -135,7 +133,7 @@ def test_replace_all_norms_with_groupnorm():
 
 
 def test_replace_only_bn2_of_each_block():
-    trunk = resnet50()
+    trunk = ResNet("resnet50")
     replaced = replace_norm_layers(
         trunk, lambda c: nn.GroupNorm(1, c), predicate=lambda name, m: name.endswith(".bn2")
     )
@@ -335,7 +333,7 @@ def test_imagenet_weights_load_strictly_when_available(monkeypatch):
     for key, value in _trunk_state(tv).items():
         assert torch.equal(model.backbone.state_dict()[key], value)
 
-    group_norm_trunk = resnet18(norm_layer=lambda c: nn.GroupNorm(8, c))
+    group_norm_trunk = ResNet("resnet18", norm_layer=lambda c: nn.GroupNorm(8, c))
     with pytest.raises(ConfigError, match="replace_norm_layers"):
         load_imagenet_weights(group_norm_trunk)
 

@@ -13,6 +13,7 @@ from PIL import Image
 
 from privreid import __version__
 from privreid.data import synthetic as syn
+from privreid.data import synthetic_config
 from privreid.data.synthetic_cache import DATASET_MARKER
 from privreid.data.synthetic import (
     SynthConfig,
@@ -61,7 +62,7 @@ def test_layout_names_and_counts(small_dir: Path):
     assert manifest["domains"] == names
     assert manifest["config"] == SMALL.to_dict()
     assert manifest["privreid_version"] == __version__
-    assert manifest["format_version"] == syn.FORMAT_VERSION
+    assert manifest["format_version"] == synthetic_config.FORMAT_VERSION
     for d in names:
         assert sorted(p.name for p in (small_dir / d).iterdir()) == sorted(syn.SPLITS)
         train = _parse(small_dir / d / "bounding_box_train")
@@ -196,7 +197,7 @@ def test_invalid_config():
 def test_ensure_synthetic_caches(tmp_path: Path, monkeypatch):
     cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1})
     p1 = ensure_synthetic(tmp_path, cfg)
-    assert p1.parent == tmp_path and p1.name == "synth-" + syn.config_hash(cfg)
+    assert p1.parent == tmp_path and p1.name == "synth-" + synthetic_config.config_hash(cfg)
     assert json.loads((p1 / "manifest.json").read_text())["config"] == cfg.to_dict()
 
     def boom(*a, **k):
@@ -323,16 +324,16 @@ def test_fine_prints_add_high_frequency_detail_to_the_garments():
 def test_cache_key_follows_the_pedestrian_renderer(tmp_path: Path, monkeypatch):
     """A new pedestrian renderer (RENDER_VERSION) moves every generator's cache entry, also the VI set's,
     which has a render version of its own: no stale images are served."""
-    from privreid.data import synthetic_config
     from privreid.data.synthetic_vi import VI_FORMAT_VERSION, VI_RENDER_VERSION, SynthVIConfig
 
     cfg = SynthConfig(**{**SMALL.to_dict(), "num_domains": 1, "ids_per_domain": 2, "test_ids_per_domain": 2})
     vi = SynthVIConfig()
     p1 = ensure_synthetic(tmp_path, cfg)
-    assert json.loads((p1 / "manifest.json").read_text())["person_render_version"] == syn.RENDER_VERSION
-    before = (syn.config_hash(cfg), syn.config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
-    monkeypatch.setattr(synthetic_config, "RENDER_VERSION", syn.RENDER_VERSION + 1)
-    after = (syn.config_hash(cfg), syn.config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
+    assert json.loads((p1 / "manifest.json").read_text())["person_render_version"] == synthetic_config.RENDER_VERSION
+    config_hash = synthetic_config.config_hash
+    before = (config_hash(cfg), config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
+    monkeypatch.setattr(synthetic_config, "RENDER_VERSION", synthetic_config.RENDER_VERSION + 1)
+    after = (config_hash(cfg), config_hash(vi, VI_FORMAT_VERSION, VI_RENDER_VERSION))
     assert before[0] != after[0] and before[1] != after[1]
     # an entry whose manifest names an older renderer is not valid, even at the same path
     calls = []

@@ -7,8 +7,9 @@ re-encodes differently moves them)."""
 import hashlib
 from pathlib import Path
 
-from privreid.data.synthetic import RENDER_VERSION, SynthConfig, generate_synthetic
+from privreid.data.synthetic import SynthConfig, generate_synthetic
 from privreid.data.synthetic_cache import DATASET_MARKER
+from privreid.data.synthetic_config import RENDER_VERSION
 from privreid.data.synthetic_dg import SynthDGConfig, generate_synthetic_dg
 from privreid.data.synthetic_vi import SynthVIConfig, generate_synthetic_vi
 

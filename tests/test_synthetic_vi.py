@@ -15,9 +15,9 @@ from privreid.cli import app
 from privreid.data import INFRARED, VISIBLE
 from privreid.data.catalog import resolve_datasets
 from privreid.data.formats import read_image
-from privreid.data.synthetic import camera_style, sample_appearance, sample_pose
+from privreid.data.synthetic_cameras import camera_style
 from privreid.data.synthetic_config import _rng
-from privreid.data.synthetic_render import _draw_labels
+from privreid.data.synthetic_render import _draw_labels, render_person, sample_appearance, sample_pose
 from privreid.data.synthetic_vi import (
     BOTH,
     SynthVIConfig,
@@ -137,8 +137,6 @@ def test_thermal_loses_clothing_colour_keeps_shape_and_texture():
     reshaped = replace(app, build=app.build * 1.25)
     assert not np.array_equal(render(reshaped), base)  # shape is kept
     # and the visible rendering does see the colour change
-    from privreid.data.synthetic import render_person
-
     vis = [render_person(a, pose, visible, 64, 32, np.random.default_rng(3)) for a in (app, recoloured)]
     assert not np.array_equal(*vis)
 

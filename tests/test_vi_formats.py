@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from privreid.data import INFRARED, VISIBLE, VIProtocol
-from privreid.data.catalog import build_federation, load_with_format, resolve_datasets
+from privreid.data.catalog import build_federation, resolve_datasets
 from privreid.data.formats import detect_format, get_format, load_dataset, verify_images
 from privreid.data.formats.vi import frame_dataset
 from privreid.data.formats.vi.buptcampus import load_buptcampus
@@ -73,7 +73,7 @@ def test_sysu_indoor_and_detection(sysu):
     assert ds.name == "sysu-mm01-indoor" and {cam for _, _, cam in ds.gallery} == {0, 1}
     assert len(ds.query) == 6
     assert detect_format(sysu) == "sysu-mm01" and get_format("sysu-mm01-indoor")[0].family == "vi"
-    auto = load_with_format(sysu, "auto")
+    auto = load_dataset(sysu, "auto")
     assert auto.name == "sysu-mm01" and auto.query == load_sysu_mm01(sysu).query
     assert list(resolve_datasets([str(sysu)])) == ["sysu"]
     with pytest.raises(ConfigError, match="mode"):

@@ -77,7 +77,8 @@ def _identity(client: ClientData, label: int) -> str:
 def _synthetic_config(config: RunConfig):
     """The SynthConfig of the run's data when it is a synthetic federation, else None."""
     from privreid.data.catalog import SYNTH
-    from privreid.data.synthetic import SynthConfig, read_manifest
+    from privreid.data.synthetic import SynthConfig
+    from privreid.data.synthetic_cache import read_manifest
 
     roots = config.data.roots
     if not roots or roots == [SYNTH]:

@@ -36,7 +36,7 @@ def _load_synthetic_root(root: Path) -> dict[str, ReIDDataset]:
 
         return load_standins(root)
     fmt = "vi-folders" if manifest.get("format") == "privreid-synthetic-vi" else "market1501"
-    return {name: _named(load_with_format(root / name, fmt), name) for name in manifest["domains"]}
+    return {name: _named(load_dataset(root / name, fmt), name) for name in manifest["domains"]}
 
 
 def _named(ds: ReIDDataset, name: str) -> ReIDDataset:
@@ -128,22 +128,17 @@ def load_datasets(roots: list[str] | None, fmt: str = "auto", synth_seed: int = 
     return out
 
 
-#: ``--format`` loading: :func:`privreid.data.formats.load_dataset` (every registered format, ``<name>-<variant>``
-#: and ``auto``, which tries the visible-infrared layouts first)
-load_with_format = load_dataset
-
-
 def _load_dataset_or_children(root: Path, fmt: str) -> tuple[dict[str, ReIDDataset], dict[str, str]]:
     """``root`` as one dataset, or (``fmt`` auto) its sub-directories as datasets; with each one's format."""
     try:
-        found = {root.name: load_with_format(root, fmt)}
+        found = {root.name: load_dataset(root, fmt)}
     except DataError as first_error:
         if fmt != "auto":
             raise
         found = {}
         for child in sorted(p for p in root.iterdir() if p.is_dir()):
             try:
-                found[child.name] = load_with_format(child, "auto")
+                found[child.name] = load_dataset(child, "auto")
             except DataError:
                 continue
         if not found:

@@ -30,7 +30,7 @@ seen ones hard (23-61%). The default federation (4 domains x 120 train + 50 test
 
 Modules: :mod:`.synthetic_config` (configuration, versions, seeded streams), :mod:`.synthetic_render` (who is
 drawn, and how), :mod:`.synthetic_cameras` (camera styles), :mod:`.synthetic_cache` (files, manifests, cache);
-this one plans and writes the federation and re-exports their public names.
+this one plans and writes the federation.
 """
 
 from __future__ import annotations
@@ -42,63 +42,13 @@ from pathlib import Path
 import numpy as np
 
 from privreid.errors import ConfigError, DataError
-from privreid.data.synthetic_cache import (
-    _save_jpeg,
-    ensure_cached,
-    read_manifest,
-    write_atomically,
-    write_manifest,
-)
-from privreid.data.synthetic_cameras import CameraStyle, camera_style, domain_preset
-from privreid.data.synthetic_config import (
-    _TAG_DISTRACTOR,
-    _TAG_IMAGE,
-    _TAG_JUNK,
-    _TAG_SPLIT,
-    FORMAT_VERSION,
-    RENDER_VERSION,
-    SPLITS,
-    SynthConfig,
-    _rng,
-    config_hash,
-    domain_names,
-)
-from privreid.data.synthetic_render import (
-    Appearance,
-    Pose,
-    identity_appearance,
-    render_person,
-    sample_appearance,
-    sample_pose,
-)
-
-__all__ = [
-    "FORMAT_VERSION",
-    "RENDER_VERSION",
-    "SPLITS",
-    "Appearance",
-    "CameraStyle",
-    "Pose",
-    "SynthConfig",
-    "camera_style",
-    "config_hash",
-    "domain_names",
-    "domain_preset",
-    "ensure_cached",
-    "ensure_synthetic",
-    "ensure_synthetic_extra",
-    "extra_samples",
-    "generate_synthetic_extra",
-    "SynthExtraConfig",
-    "generate_synthetic",
-    "identity_appearance",
-    "render_person",
-    "sample_appearance",
-    "sample_pose",
-    "write_atomically",
-    "read_manifest",
-    "write_manifest",
-]
+from privreid.log import progress_bar
+from privreid.data.synthetic_cache import _save_jpeg, ensure_cached, write_atomically, write_manifest
+from privreid.data.synthetic_cameras import CameraStyle, camera_style
+from privreid.data.synthetic_config import (_TAG_DISTRACTOR, _TAG_IMAGE, _TAG_JUNK, _TAG_SPLIT, SPLITS, SynthConfig,
+                                            _rng, domain_names)
+from privreid.data.synthetic_render import (Appearance, identity_appearance, render_person, sample_appearance,
+                                            sample_pose)
 
 
 # --------------------------------------------------------------------------- dataset plan
@@ -211,13 +161,9 @@ def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
     names = domain_names(config)
     plans = [_plan_domain(config, d) for d in range(config.num_domains)]
     total = sum(len(p) for p in plans)
-    bar = None
-    if progress:
-        from privreid.log import progress_bar
-
-        bar = progress_bar(total=total, desc="synthetic", unit="img")
     counts = {}
-    try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+    # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+    with progress_bar(total=total, desc="synthetic", unit="img", enabled=progress) as bar:
         for d, (dname, items) in enumerate(zip(names, plans)):
             for split in SPLITS:
                 (tmp / dname / split).mkdir(parents=True)
@@ -227,12 +173,8 @@ def _write_federation(tmp: Path, config: SynthConfig, progress: bool) -> None:
             for it in items:
                 arr = _render_item(config, d, it, cams, apps)
                 _save_jpeg(arr, tmp / dname / it.split / it.filename, config.jpeg_quality)
-                if bar is not None:
-                    bar.update(1)
+                bar.update(1)
             counts[dname] = _count(items)
-    finally:
-        if bar is not None:
-            bar.close()
     write_manifest(tmp, "privreid-synthetic", config, domains=names, counts=counts, total_images=total)
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from privreid.data.synthetic import SynthConfig, ensure_cached, generate_synthetic, write_atomically, write_manifest
+from privreid.data.synthetic import SynthConfig, generate_synthetic
+from privreid.data.synthetic_cache import ensure_cached, write_atomically, write_manifest
 from privreid.data.synthetic_config import RenderedImages
 
 SYNTH_DG = "synth-dg"

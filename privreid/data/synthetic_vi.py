@@ -59,6 +59,7 @@ from privreid.data.synthetic_config import GeneratorConfig, SynthConfig, _rng
 from privreid.data.synthetic_render import Appearance, Pose, render_person, sample_appearance, sample_pose
 from privreid.data.types import INFRARED, VISIBLE
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
 
 __all__ = [
     "BOTH",
@@ -296,14 +297,10 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
     plans = [_plan_entity(config, e) for e in range(config.num_entities)]
     frames_per_shot = config.frames_per_tracklet if config.video else 1
     total = sum(len(p) for p in plans) * frames_per_shot
-    bar = None
-    if progress:
-        from privreid.log import progress_bar
-
-        bar = progress_bar(total=total, desc="synthetic VI", unit="img")
     style = config.style_config()
     counts = {}
-    try:  # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+    # the bar ends its line even when the generation stops (an error, Ctrl-C, SIGTERM)
+    with progress_bar(total=total, desc="synthetic VI", unit="img", enabled=progress) as bar:
         for e, (name, shots) in enumerate(zip(names, plans)):
             visible = [camera_style(style, e, c) for c in range(config.cams_per_entity)]
             infrared = [thermal_camera(v) for v in visible]
@@ -323,16 +320,12 @@ def _write_federation(tmp: Path, config: SynthVIConfig, progress: bool) -> None:
                 folder.mkdir(parents=True, exist_ok=True)
                 for arr, path in zip(frames, paths):
                     _save(arr, path, shot.modality, config.jpeg_quality)
-                if bar is not None:
-                    bar.update(len(frames))
+                bar.update(len(frames))
             counts[name] = {
                 f"{split}/{modality}": {"shots": sum(1 for s in shots if (s.split, s.modality) == (split, modality)),
                                         "ids": len({s.pid for s in shots if (s.split, s.modality) == (split, modality)})}
                 for split in _SPLITS for modality in (VISIBLE, INFRARED)
             }
-    finally:
-        if bar is not None:
-            bar.close()
     write_manifest(tmp, "privreid-synthetic-vi", config, format_version=VI_FORMAT_VERSION,
                    render_version=VI_RENDER_VERSION, domains=names,
                    cameras={name: camera_modalities(config, e) for e, name in enumerate(names)},

@@ -38,7 +38,7 @@ from privreid.data import ImageDataset, PKSampler, build_transforms
 from privreid.data.types import ClientData
 from privreid.losses import batch_hard_triplet_loss, identity_loss
 from privreid.models import ReIDModel
-from privreid.models.compilation import compile_loss, compile_trunk
+from privreid.models.compilation import compile_module, compile_trunk
 from privreid.precision import autocast, grad_scaler, to_device
 from privreid.federated import fast_optim
 from privreid.federated.lr_schedule import get_schedule, lr_factor
@@ -119,7 +119,7 @@ class SupervisedUpdate:
         self.config = config
         self.criterion = identity_loss(config.optim.label_smoothing)
         if config.runtime.compile:
-            compile_loss(self.criterion)
+            compile_module(self.criterion, dynamic=True)  # one graph serves every client's classifier width
 
     def optimizer(self, model: ReIDModel, round_index: int) -> torch.optim.Optimizer:
         """SGD (or Adam) over the learning-rate groups, in this order (subclasses index them).

@@ -22,8 +22,8 @@ from privreid.config import RunConfig
 from privreid.federated.engine import FederatedEngine
 from privreid.plugins import load_plugins
 from privreid.precision import cuda_speedups
-from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, eval_records,
-                       parse_run_record, record_to_state, scalar_metrics, state_to_record)
+from privreid.flower.messages import (GLOBAL, RUN, SITE, SITE_SIZE, eval_records, parse_run_record, record_to_state,
+                                      scalar_metrics, upload_content)
 from privreid.flower.site import Site, SiteState
 from privreid.defenses.secure_aggregation.flower import fit_message_content, is_secure, secure_aggregation_mod, secure_fit_reply
 from privreid.composition import build_run
@@ -103,17 +103,9 @@ def train(msg: Message, context: Context) -> Message:
         else:
             upload = engine.train_client(client, round_index,
                                          received=record_to_state(msg.content.array_records[GLOBAL]))
+            reply = upload_content(upload, **{SITE_SIZE: _size_record(site)})
     store.save(round_index + 1, engine.client_states[client.name], engine.client_memory[client.name])
-    if secure:
-        return Message(reply, reply_to=msg)
-    content = RecordDict({
-        UPLOAD: state_to_record(upload.state),
-        TRAIN: scalar_metrics(upload.metrics),
-        SITE_SIZE: _size_record(site),
-    })
-    if upload.reports:  # what the client update reports for the server's privacy ledger (DP-SGD's accountant)
-        content[LEDGER] = state_to_record(upload.reports)
-    return Message(content, reply_to=msg)
+    return Message(reply, reply_to=msg)
 
 
 @app.evaluate()

@@ -55,6 +55,7 @@ from flwr.common.constant import SType
 from privreid.config import RunConfig
 from privreid.errors import PrivreidError
 from privreid.federated.policy import StateDict
+from privreid.federated.strategy import Upload
 
 RUN = "run"
 GLOBAL = "global"
@@ -129,6 +130,22 @@ def record_to_state(record: ArrayRecord) -> StateDict:
     return {key: array_to_tensor(array) for key, array in record.items()}
 
 
+def upload_content(upload: Upload, **records: Any) -> RecordDict:
+    """A train reply: the upload's state and scalar metrics, ``records``, and the accountant's parameters it
+    reports for the server's privacy ledger (DP-SGD)."""
+    content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics), **records})
+    if upload.reports:
+        content[LEDGER] = state_to_record(upload.reports)
+    return content
+
+
+def content_upload(name: str, content: RecordDict, num_samples: int) -> Upload:
+    """The :class:`Upload` of client ``name`` in a train reply (:func:`upload_content`) past :func:`check_reply`."""
+    ledger = content.array_records.get(LEDGER)
+    return Upload(name, record_to_state(content.array_records[UPLOAD]), num_samples,
+                  dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
+
+
 # ----------------------------------------------------------------------------- scalars
 def scalar_metrics(metrics: dict[str, Any]) -> MetricRecord:
     """Scalar metrics as a MetricRecord; ints stay ints, other numbers become floats."""
@@ -145,13 +162,10 @@ def _is_number(value: Any) -> bool:
     return hasattr(value, "item") and getattr(value, "ndim", 1) == 0
 
 
-def eval_record_name(scope: str, split: str, testset: str) -> str:
-    return f"{scope}/{split}/{testset}"
-
-
 def eval_records(scope: str, records: list[dict[str, Any]]) -> dict[str, MetricRecord]:
-    """Metric records of the engine (``{"split", "testset", **results}``) as named MetricRecords."""
-    return {eval_record_name(scope, r["split"], r["testset"]): scalar_metrics(
+    """Metric records of the engine (``{"split", "testset", **results}``) as MetricRecords named
+    ``<scope>/<split>/<testset>``."""
+    return {f"{scope}/{r['split']}/{r['testset']}": scalar_metrics(
         {k: v for k, v in r.items() if k not in ("round", "scope", "client", "split", "testset")})
         for r in records}
 

@@ -46,12 +46,11 @@ from privreid.evaluation.metric_registry import metric_line
 from privreid.composition import build_method, build_run
 from privreid.federated.engine import FederatedEngine, RoundInbox
 from privreid.federated.policy import StateDict, state_nbytes
-from privreid.federated.strategy import Upload
 from privreid.plugins import load_plugins, named_plugins
 from privreid.io import write_json_atomic
 from privreid.seeding import derive_seed, seed_everything
-from privreid.flower.messages import (GLOBAL, LEDGER, RUN, SITE, SITE_SIZE, TRAIN, UPLOAD, FlowerRunError, check_reply, ledger_keys,
-                       parse_eval_records, record_to_state, run_record, state_to_record)
+from privreid.flower.messages import (GLOBAL, RUN, SITE, SITE_SIZE, FlowerRunError, check_reply, content_upload,
+                                      ledger_keys, parse_eval_records, run_record, state_to_record)
 
 #: written next to ckpt.pt: the run key the sites file their local state under, and the client list
 RUN_INFO = "flower.json"
@@ -244,12 +243,10 @@ class SiteLink:
         return sorted(described.values(), key=lambda c: c.name)
 
     def train(self, round_index: int, transmissions: list[tuple[RemoteClient, StateDict]]) -> list[SiteReply]:
-        messages, clients = [], []
-        for client, received in transmissions:
-            content = RecordDict({RUN: self._run(round=round_index), GLOBAL: state_to_record(received)})
-            messages.append(Message(content, client.node_id, "train", group_id=str(round_index + 1)))
-            clients.append(client)
-        return self._dispatch(clients, messages, "train")
+        messages = [Message(RecordDict({RUN: self._run(round=round_index), GLOBAL: state_to_record(received)}),
+                            client.node_id, "train", group_id=str(round_index + 1))
+                    for client, received in transmissions]
+        return self._dispatch([client for client, _ in transmissions], messages, "train")
 
     def evaluate(self, round_no: int, global_state: StateDict, clients: list[RemoteClient]) -> list[SiteReply]:
         live = [c for c in clients if c.node_id >= 0]
@@ -309,12 +306,8 @@ class FlowerServerEngine(FederatedEngine):
             if rep.content is None:
                 failures.append(f"{rep.client.name} ({rep.failure})")
                 continue
-            metrics = {k: v for k, v in rep.content.metric_records[TRAIN].items()}
-            ledger = rep.content.array_records.get(LEDGER)
-            upload = Upload(rep.client.name, record_to_state(rep.content.array_records[UPLOAD]),
-                            int(rep.content.metric_records[SITE_SIZE]["num_samples"]), metrics,
-                            reports=record_to_state(ledger) if ledger is not None else {})
-            self.receive(inbox, upload)
+            num_samples = int(rep.content.metric_records[SITE_SIZE]["num_samples"])
+            self.receive(inbox, content_upload(rep.client.name, rep.content, num_samples))
         needed = self.min_clients or len(selected)
         if failures:
             self.log(f"round {round_no}: no upload from {', '.join(failures)}")

@@ -54,8 +54,8 @@ from privreid.federated.strategy import Upload
 from privreid.pickle_scan import safe_torch_load
 from privreid.plugins import load_plugins
 from privreid.seeding import derive_seed, seed_everything
-from privreid.flower.messages import (GLOBAL, LEDGER, RUN, TRAIN, UPLOAD, Converted, FlowerRunError, check_reply, ledger_keys,
-                       parse_run_record, record_to_state, run_record, scalar_metrics, state_to_record)
+from privreid.flower.messages import (GLOBAL, RUN, Converted, FlowerRunError, check_reply, content_upload, ledger_keys,
+                                      parse_run_record, record_to_state, run_record, state_to_record, upload_content)
 from privreid.composition import build_run
 
 #: the record of a train message and its reply that holds the client's own state (local keys and memory)
@@ -160,11 +160,8 @@ def train(msg: Message, context: Context) -> Message:
     engine.client_memory.round = round_index + 1
     upload = engine.train_client(client, round_index, received=record_to_state(msg.content.array_records[GLOBAL]))
     memory_file = engine.client_memory.flush(wait=False)[client.name]
-    content = RecordDict({UPLOAD: state_to_record(upload.state), TRAIN: scalar_metrics(upload.metrics),
-                          CLIENT_STATE: pack_client_state(engine.client_states[client.name], memory_file)})
-    if upload.reports:  # DP-SGD's accountant, for the server's privacy ledger
-        content[LEDGER] = state_to_record(upload.reports)
-    return Message(content, reply_to=msg)
+    own = pack_client_state(engine.client_states[client.name], memory_file)
+    return Message(upload_content(upload, **{CLIENT_STATE: own}), reply_to=msg)
 
 
 # ----------------------------------------------------------------------------- the server side
@@ -277,9 +274,7 @@ class ParallelEngine(FederatedEngine):
         del content[CLIENT_STATE]
         check_reply(reply, kind="train", shared_shapes=self.shared_shapes, model_keys=set(self.init_state),
                     ledger=self.ledger)
-        ledger = content.array_records.get(LEDGER)
-        return Upload(client.name, record_to_state(content.array_records[UPLOAD]), client.num_samples,
-                      dict(content.metric_records[TRAIN]), reports=record_to_state(ledger) if ledger is not None else {})
+        return content_upload(client.name, content, client.num_samples)
 
     def await_memory_files(self) -> None:
         """Block until every memory file adopted this round is on disk (a worker writes it after its reply, to a

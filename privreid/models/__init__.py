@@ -2,18 +2,7 @@
 
 from privreid.models.build import PRETRAINED, build_from_config, build_model
 from privreid.models.reid_net import NECKS, BNNeck, LinearNeck, ReIDModel
-from privreid.models.resnet import (
-    ARCHS,
-    NORM_TYPES,
-    BasicBlock,
-    Bottleneck,
-    NormFactory,
-    ResNet,
-    replace_norm_layers,
-    resnet18,
-    resnet34,
-    resnet50,
-)
+from privreid.models.resnet import ARCHS, NORM_TYPES, BasicBlock, Bottleneck, NormFactory, ResNet, replace_norm_layers
 from privreid.models.transforms import (TRANSFORMS, ModelTransform, make_transform, register_transform,
                                        unregister_transform)
 from privreid.models.weights import IMAGENET_WEIGHTS, load_imagenet_weights, load_weights_file
@@ -41,7 +30,4 @@ __all__ = [
     "register_transform",
     "unregister_transform",
     "replace_norm_layers",
-    "resnet18",
-    "resnet34",
-    "resnet50",
 ]

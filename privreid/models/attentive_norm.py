@@ -43,9 +43,7 @@ def _activate(logits: torch.Tensor, act: str) -> torch.Tensor:
         return F.hardsigmoid(logits)
     if act == "sigmoid":
         return torch.sigmoid(logits)
-    if act == "softmax":
-        return torch.softmax(logits, dim=1)
-    raise ValueError(f"unknown attention activation {act!r}; choose one of {', '.join(ACTIVATIONS)}")
+    return torch.softmax(logits, dim=1)  # "softmax": AttentiveNorm2d refuses any other name
 
 
 class AttentiveNorm2d(nn.BatchNorm2d):

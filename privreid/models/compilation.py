@@ -104,12 +104,6 @@ def compile_trunk(model: torch.nn.Module) -> None:
         compile_module(model.neck)
 
 
-def compile_loss(loss: torch.nn.Module) -> torch.nn.Module:
-    """A loss module compiled in place with dynamic shapes (the classifier's width changes from client to
-    client: one graph serves every identity count)."""
-    return compile_module(loss, dynamic=True)
-
-
 class CompileClock:
     """Seconds spent compiling during a ``with`` block: :mod:`torch._dynamo`'s own timings of tracing,
     compiling and lazily compiling backward graphs (:data:`_COMPILE_METRICS`), summed over the process, so a

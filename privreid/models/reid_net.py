@@ -40,8 +40,6 @@ class LinearNeck(nn.Module):
         self.bn = nn.BatchNorm1d(feat_dim)
         nn.init.kaiming_normal_(self.fc.weight, mode="fan_out")
         nn.init.zeros_(self.fc.bias)
-        nn.init.ones_(self.bn.weight)
-        nn.init.zeros_(self.bn.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.fc(x))
@@ -52,9 +50,7 @@ class BNNeck(nn.Module):
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        self.bn = nn.BatchNorm1d(dim)
-        nn.init.ones_(self.bn.weight)
-        nn.init.zeros_(self.bn.bias)
+        self.bn = nn.BatchNorm1d(dim)  # weight 1, bias 0
         self.bn.bias.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -120,12 +120,9 @@ class ResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.out_dim = 512 * block.expansion
 
-        for m in self.modules():
+        for m in self.modules():  # norm layers keep their own initialisation (BatchNorm: weight 1, bias 0)
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.modules.batchnorm._BatchNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
 
     def _make_layer(
         self, block: type[BasicBlock] | type[Bottleneck], planes: int, blocks: int, stride: int
@@ -152,21 +149,6 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Globally average-pooled feature ``(B, out_dim)``."""
         return torch.flatten(self.avgpool(self.feature_map(x)), 1)
-
-
-def resnet18(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-18 trunk (BasicBlock, 512-d pooled feature)."""
-    return ResNet("resnet18", last_stride, norm_layer)
-
-
-def resnet34(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-34 trunk (BasicBlock, 512-d pooled feature)."""
-    return ResNet("resnet34", last_stride, norm_layer)
-
-
-def resnet50(last_stride: int = 2, norm_layer: NormFactory | None = None) -> ResNet:
-    """ResNet-50 trunk (Bottleneck, 2048-d pooled feature)."""
-    return ResNet("resnet50", last_stride, norm_layer)
 
 
 def _num_channels(norm: nn.Module) -> int:

@@ -144,15 +144,14 @@ def check_table(key: str, scale: str, data_root, *, check_data: bool = True) -> 
 
 def _check_dataset(path: Path, fmt: str) -> None:
     """Refuse, naming the expected layout, when ``path`` does not hold a ``fmt`` dataset."""
-    from privreid.data.catalog import load_with_format
-    from privreid.data.formats import get_format
+    from privreid.data.formats import get_format, load_dataset
     from privreid.data.formats.dg import DG_FORMATS, load_pool
 
     layout = get_format(fmt)[0].layout
     if not path.is_dir():
         raise DataError(f"missing dataset {path.name}: expected {path} in the {fmt} layout: {layout}")
     try:
-        load_pool(path, fmt) if fmt in DG_FORMATS else load_with_format(path, fmt)
+        load_pool(path, fmt) if fmt in DG_FORMATS else load_dataset(path, fmt)
     except DataError as exc:
         raise DataError(f"dataset {path} is not in the {fmt} layout ({layout}): {exc}") from None
 

@@ -80,14 +80,13 @@ def _load(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapt
     if "pixel_mean" in state and "pixel_std" in state:
         recorded = {"mean": [float(v) / 255 for v in state["pixel_mean"].flatten()],
                     "std": [float(v) / 255 for v in state["pixel_std"].flatten()]}
-    given = input_settings(recorded, options, "fast-reid")
     ignored = {k: reason for k, reason in _IGNORABLE.items() if k in state}
     report = LoadReport("fast-reid checkpoint", str(path), f"backbone -> {trunk.arch} (last stride {last_stride}, "
-                        f"ceil-mode max-pool), heads.bottleneck -> {what}", len(used), ignored,
-                        {**given["settings"], "feature": f"after the head's bottleneck ({what}), fast-reid's eval "
-                         "feature", "classifier": f"{classifier.out_features} identities (CLS_LAYER Linear assumed)"
-                         if classifier else "none"})
-    return adapter_of(TrunkHead(trunk, head).eval(), given, report, classifier=classifier)
+                        f"ceil-mode max-pool), heads.bottleneck -> {what}", len(used), ignored)
+    return adapter_of(TrunkHead(trunk, head).eval(), input_settings(recorded, options, "fast-reid"), report,
+                      f"after the head's bottleneck ({what}), fast-reid's eval feature",
+                      f"{classifier.out_features} identities (CLS_LAYER Linear assumed)" if classifier else "none",
+                      classifier=classifier)
 
 
 KINDS = [ModelFile("fast-reid", "a fast-reid checkpoint (ResNet backbone, EmbeddingHead with BNNeck)",

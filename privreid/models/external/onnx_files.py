@@ -75,10 +75,9 @@ def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
                 raise CheckpointError(f"{path} takes {declared[0]}x{declared[1]} images (its declared input), but "
                                       f"{what} {'x'.join(str(v or '?') for v in size)}")
         recorded.update(height=declared[0], width=declared[1])
-    given = input_settings(recorded, options, "torchreid")
-    report = LoadReport("ONNX", str(path), "onnxruntime session (features only, no gradients)", 0,
-                        settings={**given["settings"], "feature": "the graph's first output", "classifier": "none"})
-    return adapter_of(OnnxFeatures(session), given, report, differentiable=False)
+    report = LoadReport("ONNX", str(path), "onnxruntime session (features only, no gradients)", 0)
+    return adapter_of(OnnxFeatures(session), input_settings(recorded, options, "torchreid"), report,
+                      "the graph's first output", differentiable=False)
 
 
 KINDS = [ModelFile("onnx", "an ONNX file (*.onnx; needs privreid[onnx]), features only", _detect, _load)]

@@ -18,12 +18,10 @@ STATE_DICT_FORMAT = "privreid-state-dict-v1"
 
 def _adapter(model, path: Path, kind: str, recorded: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:
     model.eval()
-    given = input_settings(recorded, options, "privreid")
-    feature = "the neck output (ReIDModel.forward)"
-    report = LoadReport(kind, str(path), "privreid's own layout, loaded strictly", len(model.state_dict()),
-                        settings={**given["settings"], "feature": feature,
-                                  "classifier": "yes" if model.classifier is not None else "none"})
-    return adapter_of(model, given, report, classifier=model.classifier)
+    report = LoadReport(kind, str(path), "privreid's own layout, loaded strictly", len(model.state_dict()))
+    return adapter_of(model, input_settings(recorded, options, "privreid"), report,
+                      "the neck output (ReIDModel.forward)", "yes" if model.classifier is not None else "none",
+                      classifier=model.classifier)
 
 
 def _load_export(path: Path, obj: dict[str, Any], options: dict[str, Any]) -> ReIDAdapter:

@@ -56,8 +56,11 @@ def input_settings(recorded: dict[str, Any] | None, options: dict[str, Any], con
     return out
 
 
-def adapter_of(model: Any, given: dict[str, Any], report: Any, **kwargs: Any) -> ReIDAdapter:
+def adapter_of(model: Any, given: dict[str, Any], report: Any, feature: str, classifier_line: str = "none",
+               **kwargs: Any) -> ReIDAdapter:
     """The :class:`~privreid.models.adapter.ReIDAdapter` of ``model`` with :func:`input_settings`' ``given``
-    values and the loader's ``report`` (``kwargs``: ``classifier``, ``differentiable``)."""
+    values and the loader's ``report``, whose settings become ``given``'s, the ``feature`` read and the
+    ``classifier_line`` (``kwargs``: ``classifier``, ``differentiable``)."""
+    report.settings = {**given["settings"], "feature": feature, "classifier": classifier_line}
     return ReIDAdapter(model, None, given["height"], given["width"], given["mean"], given["std"],
                        interpolation=given["interpolation"], report=report, **kwargs)

@@ -90,10 +90,8 @@ def _adapter(path: Path, obj: dict[str, Any], options: dict[str, Any], model: nn
              feature: str) -> ReIDAdapter:
     given = input_settings(obj.get("input") if isinstance(obj.get("input"), dict) else None, options, "torchreid")
     kind = "privreid torchreid export" if "torchreid" in obj else "torchreid checkpoint"
-    report = LoadReport(kind, str(path), mapping, mapped, ignored,
-                        {**given["settings"], "feature": feature,
-                         "classifier": f"{classifier.out_features} identities" if classifier else "none"})
-    return adapter_of(model, given, report, classifier=classifier)
+    return adapter_of(model, given, LoadReport(kind, str(path), mapping, mapped, ignored), feature,
+                      f"{classifier.out_features} identities" if classifier else "none", classifier=classifier)
 
 
 def _detect_torchvision(path: Path, obj: Any) -> bool:
@@ -109,11 +107,9 @@ def _load_torchvision(path: Path, obj: dict[str, Any], options: dict[str, Any]) 
     used = set(trunk_keys(state))
     ignored = {k: ("an ImageNet-style classifier, not an identity classifier" if k.startswith("fc.")
                    else "not part of a ResNet trunk") for k in state if k not in used}
-    given = input_settings(None, options, "torchvision")
     report = LoadReport("torchvision ResNet state dict", str(path), f"trunk -> {trunk.arch} (last stride "
-                        f"{last_stride})", len(used), ignored,
-                        {**given["settings"], "feature": "the pooled trunk feature", "classifier": "none"})
-    return adapter_of(trunk.eval(), given, report)
+                        f"{last_stride})", len(used), ignored)
+    return adapter_of(trunk.eval(), input_settings(None, options, "torchvision"), report, "the pooled trunk feature")
 
 
 KINDS = [

@@ -40,10 +40,8 @@ def _load(path: Path, obj: Any, options: dict[str, Any]) -> ReIDAdapter:
             module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - a damaged archive or an unknown operator
         raise CheckpointError(f"{path} is a TorchScript archive torch cannot load ({type(exc).__name__})") from None
-    given = input_settings(None, options, "torchreid")
-    report = LoadReport("TorchScript", str(path), "the scripted module as is", len(module.state_dict()),
-                        settings={**given["settings"], "feature": "the module's output", "classifier": "none"})
-    return adapter_of(module.eval(), given, report)
+    report = LoadReport("TorchScript", str(path), "the scripted module as is", len(module.state_dict()))
+    return adapter_of(module.eval(), input_settings(None, options, "torchreid"), report, "the module's output")
 
 
 KINDS = [ModelFile("torchscript", "a TorchScript file (torch.jit.save)", _detect, _load)]

@@ -21,27 +21,23 @@ from privreid.data.formats.dg.common import DGPool
 from privreid.data.types import ReIDDataset
 from privreid.errors import ConfigError, DataError
 
-__all__ = ["DG_FORMATS", "dataset_format", "dg_layout", "load_dg_dataset", "load_pool"]
-
-
-def dg_layout(fmt: str) -> str:
-    """The expected tree of ``fmt``, one line (for error messages and ``--help``)."""
-    return DG_FORMATS[fmt].RELEASE.layout
+__all__ = ["DG_FORMATS", "dataset_format", "load_dg_dataset", "load_pool"]
 
 
 def load_pool(root: str | os.PathLike, fmt: str) -> DGPool:
     """Read ``root`` in format ``fmt``; :class:`DataError` naming the expected layout when it does not fit."""
     if fmt not in DG_FORMATS:
         raise ConfigError(f"unknown dataset format {fmt!r}; choose one of: {', '.join(DG_FORMATS)}")
-    root = Path(root).expanduser().absolute()
+    root, module = Path(root).expanduser().absolute(), DG_FORMATS[fmt]
     if not root.is_dir():
-        raise DataError(f"dataset root {root} does not exist; {fmt} expects {dg_layout(fmt)}")
-    base = DG_FORMATS[fmt].RELEASE.find(root)
+        raise DataError(f"dataset root {root} does not exist; {fmt} expects {module.RELEASE.layout}")
+    base = module.RELEASE.find(root)
     if base is None:
-        raise DataError(f"{root} is not in the {fmt} layout; expected {dg_layout(fmt)}")
-    pool = DG_FORMATS[fmt].read_pool(base)
+        raise DataError(f"{root} is not in the {fmt} layout; expected {module.RELEASE.layout}")
+    pool = module.read_pool(base)
     if len(pool.paired_ids) < 2:
-        raise DataError(f"{fmt} at {base}: fewer than two identities seen in both views; expected {dg_layout(fmt)}")
+        raise DataError(f"{fmt} at {base}: fewer than two identities seen in both views; expected "
+                        f"{module.RELEASE.layout}")
     return pool
 
 

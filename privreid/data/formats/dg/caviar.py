@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privreid.data.formats.dg.common import DGPool, ReleaseTree, numbered_samples, two_views
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, numbered_views
 
 RELEASE = ReleaseTree(
     "root/CAVIARa/<pid:04d><n:03d>.jpg (e.g. 0001001.jpg; images 001-010 camera 1, 011-020 camera 2; "
@@ -22,4 +22,4 @@ IMAGES_PER_CAMERA = 10
 
 
 def read_pool(base: Path) -> DGPool:
-    return DGPool("caviar", str(base), two_views(numbered_samples(base, ".jpg", IMAGES_PER_CAMERA), {0}))
+    return DGPool("caviar", str(base), numbered_views(base, ".jpg", IMAGES_PER_CAMERA))

@@ -71,17 +71,19 @@ def bad_name(path: Path, convention: str) -> DataError:
     return DataError(f"file name {path} does not follow the {convention} naming convention")
 
 
-def numbered_samples(base: Path, suffix: str, per_camera: int) -> list[Sample]:
-    """The ``<pid:04d><n:03d><suffix>`` images of ``base`` (CAVIAR4REID, CUHK01) as ``(path, pid, camid)``:
-    an identity's images ``n`` = 001, 002, ... come ``per_camera`` at a time from camera 0, then camera 1."""
+def numbered_views(base: Path, suffix: str, per_camera: int) -> dict[int, tuple[list[Sample], list[Sample]]]:
+    """The ``<pid:04d><n:03d><suffix>`` images of ``base`` (CAVIAR4REID, CUHK01) as ``(path, pid, camid)`` by
+    identity, (camera 0, other cameras): an identity's images ``n`` = 001, 002, ... come ``per_camera`` at a
+    time from camera 0, then camera 1."""
     name = re.compile(rf"(\d{{4}})(\d{{3}}){re.escape(suffix)}")
-    samples = []
+    viewed = []
     for path in images(base, (suffix,)):
         match = name.fullmatch(path.name)
         if match is None or int(match.group(2)) < 1:
             raise bad_name(path, f"<pid:04d><n:03d>{suffix} (n from 001)")
-        samples.append((str(path), int(match.group(1)), (int(match.group(2)) - 1) // per_camera))
-    return samples
+        camid = (int(match.group(2)) - 1) // per_camera
+        viewed.append((min(camid, 1), (str(path), int(match.group(1)), camid)))
+    return views_by_identity(viewed)
 
 
 def views_by_identity(viewed: Iterable[tuple[int, Sample]]) -> dict[int, tuple[list[Sample], list[Sample]]]:
@@ -90,8 +92,3 @@ def views_by_identity(viewed: Iterable[tuple[int, Sample]]) -> dict[int, tuple[l
     for view, sample in viewed:
         views.setdefault(sample[1], ([], []))[view].append(sample)
     return views
-
-
-def two_views(samples: list[Sample], view_a: set[int]) -> dict[int, tuple[list[Sample], list[Sample]]]:
-    """Group ``(path, pid, camid)`` samples by identity into (cameras in ``view_a``, other cameras)."""
-    return views_by_identity((0 if sample[2] in view_a else 1, sample) for sample in samples)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privreid.data.formats.dg.common import DGPool, ReleaseTree, numbered_samples, two_views
+from privreid.data.formats.dg.common import DGPool, ReleaseTree, numbered_views
 
 RELEASE = ReleaseTree(
     "root/campus/<pid:04d><n:03d>.png (e.g. 0001001.png; n 001-002 view A, 003-004 view B; cuhk01/ optional)",
@@ -20,4 +20,4 @@ IMAGES_PER_VIEW = 2
 
 
 def read_pool(base: Path) -> DGPool:
-    return DGPool("cuhk01", str(base), two_views(numbered_samples(base, ".png", IMAGES_PER_VIEW), {0}))
+    return DGPool("cuhk01", str(base), numbered_views(base, ".png", IMAGES_PER_VIEW))

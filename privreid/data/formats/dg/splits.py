@@ -208,11 +208,8 @@ def read_splits(path: str | os.PathLike, pool: DGPool) -> list[DGSplit]:
         body = json.loads(Path(path).read_text())
         if body["dataset"] != pool.name:
             raise DataError(f"{path} holds splits of {body['dataset']}, not of {pool.name}")
-        splits = [DGSplit(index=s["index"], seed=s["seed"], protocol=s["protocol"], train_ids=s["train_ids"],
-                          test_ids=s["test_ids"],
-                          query=[(os.path.join(pool.root, p), pid, cam) for p, pid, cam in s["query"]],
-                          gallery=[(os.path.join(pool.root, p), pid, cam) for p, pid, cam in s["gallery"]])
-                  for s in body["splits"]]
+        splits = [DGSplit(**{**s, **{k: [(os.path.join(pool.root, p), pid, cam) for p, pid, cam in s[k]]
+                                     for k in ("query", "gallery")}}) for s in body["splits"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"cannot read splits from {path}: {exc}") from exc
     known = {pid for pid in pool.views}

@@ -68,10 +68,8 @@ def load_buptcampus(root: str | os.PathLike) -> ReIDDataset:
                 out.append((key, int(pid), _BUPT_CAMERAS[cam]))
         return out
 
-    ds = vi_dataset("buptcampus", base, listed("train"), listed("query", INFRARED), listed("gallery", VISIBLE),
-                     modality, _BUPT_PROTOCOL)
-    ds.tracklets = tracklets
-    return ds
+    return vi_dataset("buptcampus", base, listed("train"), listed("query", INFRARED), listed("gallery", VISIBLE),
+                      modality, _BUPT_PROTOCOL, tracklets)
 
 
 FORMAT = DatasetFormat("buptcampus", LAYOUT, marker("BUPTCampus", "data_paths.json"),

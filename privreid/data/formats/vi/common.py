@@ -16,9 +16,10 @@ __all__ = ["marker", "read_ids", "read_int_rows", "read_int_tokens", "read_label
 
 
 def vi_dataset(name: str, base: Path, train: list[Sample], query: list[Sample], gallery: list[Sample],
-                modality: dict[str, str], protocol: VIProtocol) -> ReIDDataset:
+               modality: dict[str, str], protocol: VIProtocol,
+               tracklets: dict[str, list[str]] | None = None) -> ReIDDataset:
     ds = make_dataset(name, base, train=train, query=query, gallery=gallery)
-    ds.modality, ds.vi_protocol = modality, protocol
+    ds.modality, ds.vi_protocol, ds.tracklets = modality, protocol, tracklets
     return ds
 
 

@@ -65,9 +65,7 @@ def load_hitsz_vcm(root: str | os.PathLike, min_seq_len: int = 12) -> ReIDDatase
     queries = set(read_int_tokens(info / "query_IDX.txt"))
     query = [s for row, s in test if row in queries and modality[s[0]] == INFRARED]
     gallery = [s for row, s in test if row not in queries and modality[s[0]] == VISIBLE]
-    ds = vi_dataset("hitsz-vcm", base, train, query, gallery, modality, _VCM_PROTOCOL)
-    ds.tracklets = tracklets
-    return ds
+    return vi_dataset("hitsz-vcm", base, train, query, gallery, modality, _VCM_PROTOCOL, tracklets)
 
 
 def _vcm_frame_path(name: str, modality_folder: str) -> str:

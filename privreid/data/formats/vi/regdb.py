@@ -10,7 +10,6 @@ Query = test thermal, gallery = test visible, whole gallery, image CMC.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from privreid.data.formats.base import DETECT_FIRST, DatasetFormat, check_root, subfolder
 from privreid.data.types import INFRARED, VISIBLE, ReIDDataset, Sample, VIProtocol
@@ -37,12 +36,9 @@ def load_regdb(root: str | os.PathLike, trial: int = 1) -> ReIDDataset:
     query = listed("test", "thermal", 1, INFRARED)
     gallery = listed("test", "visible", 0, VISIBLE)
     return vi_dataset("regdb" if trial == 1 else f"regdb-{trial}", base, train, query, gallery, modality,
-                       VIProtocol())
+                      VIProtocol())
 
 
-def _load_regdb_variant(root: Path, variant: str | None) -> ReIDDataset:
-    return load_regdb(root, int(variant or 1))
-
-
-FORMAT = DatasetFormat("regdb", LAYOUT, marker("RegDB", "idx", "train_visible_1.txt"), _load_regdb_variant,
+FORMAT = DatasetFormat("regdb", LAYOUT, marker("RegDB", "idx", "train_visible_1.txt"),
+                       lambda root, variant=None: load_regdb(root, int(variant or 1)),
                        priority=DETECT_FIRST + 1, family="vi", variant_pattern=r"\d+", variant_doc="<trial>")

@@ -55,9 +55,7 @@ def load_vi_folders(root: str | os.PathLike) -> ReIDDataset:
     query, gallery = read("test", (INFRARED,)), read("test", (VISIBLE,))
     if tracklets and len(tracklets) != len(modality):
         raise DataError(f"{base} mixes image files and tracklet folders; use one or the other")
-    ds = vi_dataset("vi-folders", base, train, query, gallery, modality, VIProtocol())
-    ds.tracklets = tracklets or None
-    return ds
+    return vi_dataset("vi-folders", base, train, query, gallery, modality, VIProtocol(), tracklets or None)
 
 
 def _sorted_dirs(folder: Path) -> list[Path]:
@@ -81,9 +79,6 @@ def _shots(pid_dir: Path) -> list[tuple[str, list[str] | None]]:
     return out
 
 
-def _has_folder_modalities(root: Path) -> bool:
-    return any((root / "train" / modality).is_dir() for modality in _FOLDER_MODALITIES)
-
-
-FORMAT = DatasetFormat("vi-folders", LAYOUT, _has_folder_modalities,
+FORMAT = DatasetFormat("vi-folders", LAYOUT,
+                       lambda root: any((root / "train" / m).is_dir() for m in _FOLDER_MODALITIES),
                        lambda root, variant=None: load_vi_folders(root), priority=DETECT_FIRST + 5, family="vi")
