@@ -28,10 +28,14 @@ import inspect
 import math
 import warnings
 
+from pathlib import Path
+
 import torch
 from torch.utils.data import DataLoader
 
 from privreid.data import ImageDataset, SequenceDataset, build_transforms
+from privreid.data.catalog import resolve_datasets, verify_datasets
+from privreid.data.partition import as_test_set
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.chance import chance_metrics
@@ -42,7 +46,7 @@ from privreid.evaluation.metrics import AP_MODES, evaluate, evaluate_cuhk03
 
 __all__ = ["NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
            "dataset_features", "describe_protocol", "evaluate_model", "evaluation_split", "is_cross_modality",
-           "rank_testset", "sample_features"]
+           "rank_testset", "resolve_testsets", "sample_features"]
 
 #: features larger than this (in absolute value) are scaled down by a power of two before ranking
 _LARGEST_FEATURE = 2.0 ** 40
@@ -55,6 +59,27 @@ class NonFiniteFeaturesWarning(RuntimeWarning):
 def is_cross_modality(testset: TestSet) -> bool:
     """Whether ``testset`` is ranked by its visible-infrared / video protocol (it has modalities or tracklets)."""
     return testset.modality is not None or testset.tracklets is not None
+
+
+def resolve_testsets(data, domains: str | list[str] | None = None, *, fmt: str = "auto", synth_seed: int = 0,
+                     verify: bool = False) -> list[TestSet]:
+    """``data`` as test sets: a TestSet, a list of them, or ``--data`` values (a root, ``synth`` ...; read as
+    ``fmt``, the synthetic data drawn with ``synth_seed``, their query and gallery images checked with ``verify``);
+    ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
+    data = [data] if isinstance(data, (str, Path, TestSet)) else list(data)
+    if all(isinstance(t, TestSet) for t in data):
+        found = {t.name: t for t in data}
+    else:
+        found = resolve_datasets([str(d) for d in data], fmt, synth_seed)
+    if isinstance(domains, str):
+        domains = [d.strip() for d in domains.split(",") if d.strip()]
+    wanted = list(found) if domains is None else list(domains)
+    unknown = [d for d in wanted if d not in found]
+    if unknown or (domains is not None and not wanted):
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown) or '(none given)'}; available: {', '.join(found)}")
+    if verify:
+        verify_datasets({name: found[name] for name in wanted}, splits=("query", "gallery"))
+    return [found[d] if isinstance(found[d], TestSet) else as_test_set(d, found[d]) for d in wanted]
 
 
 def evaluation_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[Sample], list[Sample]]:
