@@ -24,8 +24,7 @@ class EvaluationResult:
     compile_seconds: float | None = None  #: with ``compile``: the seconds spent compiling
 
     def to_dict(self) -> dict[str, Any]:
-        return {"testsets": self.testsets, "records": self.records, "model": self.model,
-                "compile_seconds": self.compile_seconds}
+        return asdict(self)
 
 
 @python_errors()
@@ -324,10 +323,11 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
 
     ``data``: a ``--data`` value (or a list of them); default: the first privreid checkpoint's data.  ``suites``
     other than ``clean`` (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid checkpoints) write
-    a report into ``out``, with ``suite_options`` the fields of :class:`privreid.comparison.SuiteSettings`
-    (``attacks``, ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...); nothing is written
-    without ``out``.  ``arch``, ``height``, ``width``, ``mean``, ``std`` and ``interpolation`` read model files from
-    elsewhere, as ``privreid compare``'s options; ``announce(line)`` gets each such file's load line."""
+    a report into ``out`` (and the models' provenance, ``models.json``), with ``suite_options`` the fields of
+    :class:`privreid.comparison.SuiteSettings` (``attacks``, ``steps``, ``max_queries``, ``corruptions``,
+    ``corruption_repeats`` ...); nothing is written without ``out``.  ``arch``, ``height``, ``width``, ``mean``,
+    ``std`` and ``interpolation`` read model files from elsewhere, as ``privreid compare``'s options;
+    ``announce(line)`` gets each such file's load line."""
     from privreid.comparison import compare_checkpoints
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
@@ -340,9 +340,11 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     if out is None:
         raise ConfigError(f"the {', '.join(s for s in suites if s != 'clean')} suite(s) write a report: give out=")
     from privreid.comparison import SuiteSettings
+    from privreid.provenance import record_models
 
     result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
                        progress=progress, data=roots, models=loaded)
+    record_models(Path(out), loaded)
     return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))
 
 
@@ -522,7 +524,7 @@ def preview_corruptions(image: Any, out: Any, *, names: str | list[str] = "all",
     from torchvision.transforms.functional import pil_to_tensor, resize
 
     from privreid.config import MAX_IMAGE_SIDE, too_large_image
-    from privreid.corruptions import SEVERITIES, resolve_corruptions
+    from privreid.corruptions import SEVERITIES, check_severity, resolve_corruptions
     from privreid.corruptions.preview import save_preview
     from privreid.data.formats import read_image
     from privreid.rundir import check_output_file
@@ -533,8 +535,7 @@ def preview_corruptions(image: Any, out: Any, *, names: str | list[str] = "all",
     scale = parse_pixel_scale(pixel_scale)
     levels = list(SEVERITIES) if severities is None else severities
     for level in levels:
-        if level not in SEVERITIES:
-            raise ConfigError(f"severity must be an integer from 1 to 5, got {level!r}")
+        check_severity(level)
     rows = resolve_corruptions(_csv(names) if isinstance(names, str) else names)
     if size is not None:  # checked before the image is read or anything is allocated
         h, w = size

@@ -20,7 +20,8 @@ from privreid.cli import app
 from privreid.data.catalog import resolve_datasets
 from privreid.data.partition import as_test_set
 from privreid.evaluation.metrics import evaluate
-from privreid.evaluation.model_eval import evaluation_split, sample_features
+from privreid.evaluation.cross_modality import mode_split
+from privreid.evaluation.model_eval import sample_features
 
 from test_vi_formats import write_sysu
 
@@ -76,7 +77,7 @@ def test_eval_attack_and_corruption_clean_rows_agree_on_sysu(sysu_run, tmp_path)
 
     # the fixture tells the protocols apart: Market-1501 rules on the same features give other numbers
     ts = as_test_set(name, ds)
-    query, gallery = evaluation_split(ts)
+    query, gallery = mode_split(ts)
     net = load_model(ckpt)
     qf, q_pids, q_cams = sample_features(net, ts, query, height=32, width=16)
     gf, g_pids, g_cams = sample_features(net, ts, gallery, height=32, width=16)
