@@ -46,17 +46,14 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     Quiet unless ``progress``."""
     from privreid.evaluation.metric_registry import summary_keys
     from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model, resolve_testsets
-    from privreid.models.external import as_adapter
-    from privreid.models.compilation import CompileClock, compile_if
-    from privreid.precision import at_precision, check_precision
+    from privreid.models.compilation import CompileClock
 
-    given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
-    adapter = as_adapter(model, **load_options, **given)  # a file's load report then says what was given
+    given = {k: v for k, v in dict(height=height, width=width).items() if v is not None}  # the load report says so
+    adapter, module = _network(model, {**load_options, **given}, device, interpolation, precision=precision,
+                               compile=compile)
     height, width = height or adapter.height, width or adapter.width
     kinds = dict(mode=mode, seq_len=seq_len, single_gallery_shot=single_gallery_shot)
     check_eval_options([], **kinds)
-    check_precision(precision, device)
-    module = at_precision(compile_if(adapter.as_module().to(device).eval(), compile, device), precision, device)
     testsets = resolve_testsets(data, domains)
     check_eval_options(testsets, **kinds)
     with CompileClock() as clock:
@@ -70,14 +67,18 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
                             clock.seconds if compile else None)
 
 
-def _network(model: Any, load_options: dict[str, Any], device: str,
-             interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
-    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
+def _network(model: Any, load_options: dict[str, Any], device: str, interpolation: str | None = None, *,
+             precision: str = "fp32", compile: bool = False) -> tuple[ReIDAdapter, Any]:
+    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``,
+    compiled with ``compile`` (:mod:`privreid.models.compilation`), at ``precision`` (:mod:`privreid.precision`);
     a file's test resize is ``interpolation`` when given (its load report says so)."""
+    from privreid.models.compilation import compile_if
     from privreid.models.external import as_adapter
+    from privreid.precision import at_precision, check_precision
 
+    check_precision(precision, device)
     adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
-    return adapter, adapter.as_module().to(device).eval()
+    return adapter, at_precision(compile_if(adapter.as_module().to(device).eval(), compile, device), precision, device)
 
 
 @dataclass
@@ -119,18 +120,15 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     ``[0, 1]`` pixels; ``alpha`` the iterative attacks' step (default ``2.5 * eps / steps``: 2/255 at 8/255 and 10
     steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  The rest as :func:`evaluate`."""
     from privreid.evaluation.metric_registry import headline
-    from privreid.models.compilation import CompileClock, compile_if
-    from privreid.precision import at_precision, check_precision
     from privreid.evaluation.model_eval import resolve_testsets
+    from privreid.models.compilation import CompileClock
     from privreid.retrieval_attacks.campaign import attack_models
 
     settings = attack_settings(method=method, eps=eps, alpha=alpha, steps=steps, target=target)
-    check_precision(precision, device)
-    adapter, net = _network(model, load_options, device, interpolation)
+    adapter, net = _network(model, load_options, device, interpolation, precision=precision, compile=compile)
     if not adapter.differentiable:
         raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
                           "privreid.evaluate and privreid.corrupt need no gradients)")
-    net = at_precision(compile_if(net, compile, device), precision, device)
     with CompileClock() as clock:
         records, _ = attack_models([("model", net, adapter.height, adapter.width,
                                      interpolation or adapter.interpolation)], resolve_testsets(data, domains),
