@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import privreid
-from privreid.api import _testsets
 from badinput import assert_one_error_line, run_cli
 from model_files import fastreid_checkpointer_file, torchreid_engine_file
 from privreid.evaluation.cross_modality import mode_split
+from privreid.evaluation.model_eval import resolve_testsets
 
 #: the evaluation size: twice the synthetic images' 32x16, so that the test resize matters
 H, W = 64, 32
@@ -37,7 +37,7 @@ def engine_files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def synth_c(tiny_synth):
-    [testset] = _testsets(str(tiny_synth), "synthC")
+    [testset] = resolve_testsets(str(tiny_synth), "synthC")
     return testset
 
 
