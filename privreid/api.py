@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from privreid.errors import ConfigError, python_errors
 
 if TYPE_CHECKING:  # the commands import this module before any of their checks: torch and scipy load later
-    from privreid.data.types import TestSet
     from privreid.models.adapter import ReIDAdapter
 
 
@@ -25,33 +24,7 @@ class EvaluationResult:
     compile_seconds: float | None = None  #: with ``compile``: the seconds spent compiling
 
     def to_dict(self) -> dict[str, Any]:
-        return {"testsets": self.testsets, "records": self.records, "model": self.model,
-                "compile_seconds": self.compile_seconds}
-
-
-def _testsets(data: Any, domains: str | list[str] | None = None) -> list[TestSet]:
-    """``data`` as test sets: a TestSet, a list of them, or a ``--data`` value (a root, ``synth`` ...);
-    ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
-    from privreid.data.types import TestSet
-
-    if isinstance(data, TestSet):
-        found = [data]
-    elif isinstance(data, (list, tuple)) and all(isinstance(t, TestSet) for t in data):
-        found = list(data)
-    else:
-        from privreid.data.catalog import resolve_datasets
-        from privreid.data.partition import as_test_set
-
-        found = [as_test_set(name, ds) for name, ds in resolve_datasets([str(data)]).items()]
-    if domains is None:
-        return found
-    wanted = [d.strip() for d in domains.split(",") if d.strip()] if isinstance(domains, str) else list(domains)
-    by_name = {ts.name: ts for ts in found}
-    unknown = [d for d in wanted if d not in by_name]
-    if unknown or not wanted:
-        raise ConfigError(f"unknown domain(s) {', '.join(unknown) or '(none given)'}; available: "
-                          f"{', '.join(by_name)}")
-    return [by_name[d] for d in wanted]
+        return asdict(self)
 
 
 @python_errors()
@@ -72,19 +45,16 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
     report), ``precision`` and ``compile`` (:mod:`privreid.models.compilation`; the result's ``compile_seconds``).
     Quiet unless ``progress``."""
     from privreid.evaluation.metric_registry import summary_keys
-    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model
-    from privreid.models.external import as_adapter
-    from privreid.models.compilation import CompileClock, compile_if
-    from privreid.precision import at_precision, check_precision
+    from privreid.evaluation.model_eval import IR_TO_VISIBLE, check_eval_options, evaluate_model, resolve_testsets
+    from privreid.models.compilation import CompileClock
 
-    given = {k: v for k, v in dict(height=height, width=width, interpolation=interpolation).items() if v is not None}
-    adapter = as_adapter(model, **load_options, **given)  # a file's load report then says what was given
+    given = {k: v for k, v in dict(height=height, width=width).items() if v is not None}  # the load report says so
+    adapter, module = _network(model, {**load_options, **given}, device, interpolation, precision=precision,
+                               compile=compile)
     height, width = height or adapter.height, width or adapter.width
     kinds = dict(mode=mode, seq_len=seq_len, single_gallery_shot=single_gallery_shot)
     check_eval_options([], **kinds)
-    check_precision(precision, device)
-    module = at_precision(compile_if(adapter.as_module().to(device).eval(), compile, device), precision, device)
-    testsets = _testsets(data, domains)
+    testsets = resolve_testsets(data, domains)
     check_eval_options(testsets, **kinds)
     with CompileClock() as clock:
         records = {ts.name: evaluate_model(module, ts, height=height, width=width, batch_size=batch_size,
@@ -97,14 +67,18 @@ def evaluate(model: Any, data: Any = "synth", *, height: int | None = None, widt
                             clock.seconds if compile else None)
 
 
-def _network(model: Any, load_options: dict[str, Any], device: str,
-             interpolation: str | None = None) -> tuple[ReIDAdapter, Any]:
-    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``;
+def _network(model: Any, load_options: dict[str, Any], device: str, interpolation: str | None = None, *,
+             precision: str = "fp32", compile: bool = False) -> tuple[ReIDAdapter, Any]:
+    """``model`` as an adapter and the module privreid's pipelines run (ImageNet-normalised input), on ``device``,
+    compiled with ``compile`` (:mod:`privreid.models.compilation`), at ``precision`` (:mod:`privreid.precision`);
     a file's test resize is ``interpolation`` when given (its load report says so)."""
+    from privreid.models.compilation import compile_if
     from privreid.models.external import as_adapter
+    from privreid.precision import at_precision, check_precision
 
+    check_precision(precision, device)
     adapter = as_adapter(model, **load_options, **({"interpolation": interpolation} if interpolation else {}))
-    return adapter, adapter.as_module().to(device).eval()
+    return adapter, at_precision(compile_if(adapter.as_module().to(device).eval(), compile, device), precision, device)
 
 
 @dataclass
@@ -145,34 +119,26 @@ def attack(model: Any, data: Any = "synth", *, method: str | list[str] = "pgd", 
     ``method``: ``fgsm``, ``pgd``, ``bim``, ``mifgsm``, ``tifgsm``, ``all`` or a list; ``eps`` the L_inf budget in
     ``[0, 1]`` pixels; ``alpha`` the iterative attacks' step (default ``2.5 * eps / steps``: 2/255 at 8/255 and 10
     steps, as torchattacks); ``target``: ``query``, ``gallery`` or ``both``.  The rest as :func:`evaluate`."""
-    from privreid.retrieval_attacks.campaign import attack_models
-    from privreid.retrieval_attacks.feature_attacks import check_budget, default_alpha
     from privreid.evaluation.metric_registry import headline
-    from privreid.retrieval_attacks.retrieval import TARGETS, resolve_methods
+    from privreid.evaluation.model_eval import resolve_testsets
+    from privreid.models.compilation import CompileClock
+    from privreid.retrieval_attacks.campaign import attack_models
 
-    check_budget(eps, alpha, steps)
-    alpha = default_alpha(eps, steps) if alpha is None else alpha
-    if target not in TARGETS:
-        raise ConfigError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
-    from privreid.models.compilation import CompileClock, compile_if
-    from privreid.precision import at_precision, check_precision
-
-    check_precision(precision, device)
-    adapter, net = _network(model, load_options, device, interpolation)
+    settings = attack_settings(method=method, eps=eps, alpha=alpha, steps=steps, target=target)
+    adapter, net = _network(model, load_options, device, interpolation, precision=precision, compile=compile)
     if not adapter.differentiable:
         raise ConfigError("attacks need gradients through the model; this one has none (an ONNX model: "
                           "privreid.evaluate and privreid.corrupt need no gradients)")
-    net = at_precision(compile_if(net, compile, device), precision, device)
     with CompileClock() as clock:
         records, _ = attack_models([("model", net, adapter.height, adapter.width,
-                                     interpolation or adapter.interpolation)], _testsets(data, domains),
-                                   methods=resolve_methods(method), eps=eps, alpha=alpha, steps=steps, target=target,
-                                   device=device, max_queries=max_queries, batch_size=batch_size, seed=seed,
-                                   progress=progress)
+                                     interpolation or adapter.interpolation)], resolve_testsets(data, domains),
+                                   methods=settings["methods"], eps=eps, alpha=settings["alpha"], steps=steps,
+                                   target=target, device=device, max_queries=max_queries, batch_size=batch_size,
+                                   seed=seed, progress=progress)
     keys = [key for key, _ in headline()]
     rows = [AttackRow(r["testset"], r["attack"], {k: r[f"clean_{k}"] for k in keys}, {k: r[k] for k in keys},
                       {k: r[f"drop_{k}"] for k in keys}) for r in records]
-    return AttackResult(eps, alpha, steps, target, rows, records, clock.seconds if compile else None)
+    return AttackResult(eps, settings["alpha"], steps, target, rows, records, clock.seconds if compile else None)
 
 
 @dataclass
@@ -210,6 +176,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
     (``query``, ``gallery``, ``both``).  Needs no gradients, so ONNX models work.  The rest as :func:`evaluate`."""
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
     from privreid.evaluation.metric_registry import summary_keys
+    from privreid.evaluation.model_eval import resolve_testsets
 
     adapter, net = _network(model, load_options, device, interpolation)
     results = {ts.name: evaluate_corrupted(net, ts, corruptions=corruptions, severity=severity, corrupt=side,
@@ -217,7 +184,7 @@ def corrupt(model: Any, data: Any = "synth", *, corruptions: str | list[str] = "
                                            height=adapter.height, width=adapter.width, batch_size=batch_size,
                                            device=device, flip=flip, metric=metric,
                                            interpolation=interpolation or adapter.interpolation)
-               for ts in _testsets(data, domains)}
+               for ts in resolve_testsets(data, domains)}
     first = next(iter(results.values()))
     return CorruptionResult({name: CorruptionNumbers({k: r["clean"][k] for k in summary_keys()}, r["mean"], r["std"])
                              for name, r in results.items()},
@@ -354,10 +321,11 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
 
     ``data``: a ``--data`` value (or a list of them); default: the first privreid checkpoint's data.  ``suites``
     other than ``clean`` (``attacks``, ``corruptions``; ``inversion`` and ``audit`` need privreid checkpoints) write
-    a report into ``out``, with ``suite_options`` the fields of :class:`privreid.comparison.SuiteSettings`
-    (``attacks``, ``steps``, ``max_queries``, ``corruptions``, ``corruption_repeats`` ...); nothing is written
-    without ``out``.  ``arch``, ``height``, ``width``, ``mean``, ``std`` and ``interpolation`` read model files from
-    elsewhere, as ``privreid compare``'s options; ``announce(line)`` gets each such file's load line."""
+    a report into ``out`` (and the models' provenance, ``models.json``), with ``suite_options`` the fields of
+    :class:`privreid.comparison.SuiteSettings` (``attacks``, ``steps``, ``max_queries``, ``corruptions``,
+    ``corruption_repeats`` ...); nothing is written without ``out``.  ``arch``, ``height``, ``width``, ``mean``,
+    ``std`` and ``interpolation`` read model files from elsewhere, as ``privreid compare``'s options;
+    ``announce(line)`` gets each such file's load line."""
     from privreid.comparison import compare_checkpoints
 
     roots = None if data is None else [str(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
@@ -370,9 +338,11 @@ def compare(models: list[Any], data: Any = None, *, suites: list[str] | tuple[st
     if out is None:
         raise ConfigError(f"the {', '.join(s for s in suites if s != 'clean')} suite(s) write a report: give out=")
     from privreid.comparison import SuiteSettings
+    from privreid.provenance import record_models
 
     result = run_suite(paths, out, SuiteSettings(suites=list(suites), **suite_options), device=device,
                        progress=progress, data=roots, models=loaded)
+    record_models(Path(out), loaded)
     return ComparisonResult(result["clean"], result["attacks"], result["corruptions"], str(Path(out) / "report.md"))
 
 
@@ -452,24 +422,19 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
     to ``json_out``.  The keywords are the command's options; one record per test set (what ``--json`` holds).
     ``compile`` compiles the network (:mod:`privreid.models.compilation`)."""
     from privreid.corruptions import resolve_corruptions
-    from privreid.data.catalog import resolve_datasets, verify_datasets
-    from privreid.data.partition import as_test_set
     from privreid.device import resolve_device
     from privreid.evaluation.backdoor import evaluate_backdoor
-    from privreid.evaluation.corrupted_eval import check_corruption_options
+    from privreid.evaluation.corrupted_eval import check_corruption_options, evaluate_testset
     from privreid.evaluation.dg_protocol import evaluate_dg_model, is_dg_eval_format
-    from privreid.evaluation.corrupted_eval import evaluate_testset
-    from privreid.evaluation.model_eval import check_eval_options
+    from privreid.evaluation.model_eval import check_eval_options, resolve_testsets
     from privreid.malicious_clients.backdoor import recorded_backdoor
     from privreid.models.evaluated import data_source
     from privreid.models.compilation import compile_if
     from privreid.precision import at_precision, check_precision
 
-    def load(dev) -> tuple[Any, Any, Any]:
-        [loaded] = load_models([model], announce=announce, **file_options)
-        return loaded, data_source([loaded], data), compile_if(loaded.network(client, device=dev), compile, dev)
-
-    if is_dg_eval_format(fmt):  # each --data root ranked under its small-benchmark protocol
+    dg = is_dg_eval_format(fmt)  # each --data root ranked under its small-benchmark protocol
+    corrupted = None
+    if dg:
         if not data:
             raise ConfigError(f"--format {fmt} needs --data ROOT (the dataset's root folder)")
         if corruption is not None or mode is not None or seq_len is not None or single_gallery_shot:
@@ -477,24 +442,10 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
                               "and --single-gallery-shot do not apply")
         if num_splits < 1 or seed < 0:
             raise ConfigError("--num-splits must be at least 1 and --seed non-negative")
-        dev = resolve_device(device)
-        check_precision(precision, dev)
-        loaded, _, net = load(dev)
-        rows = []
-        for root in data:
-            name = Path(root).name
-            written = Path(json_out).with_name(f"{Path(json_out).stem}-{name}-splits.json") if json_out else None
-            result = evaluate_dg_model(at_precision(net, precision, dev), root, fmt, height=loaded.input_size[0],
-                                       width=loaded.input_size[1], device=dev, flip=flip, metric=metric, ap=ap,
-                                       num_splits=num_splits, seed=seed, splits_file=splits,
-                                       write_splits_to=written, interpolation=loaded.interpolation)
-            rows.append({"testset": f"{name} ({result['protocol']})", **result})
-        return rows
-    if splits is not None:  # never silently ignored
+    elif splits is not None:  # never silently ignored
         raise ConfigError(f"--splits reuses the splits of a small DG benchmark (--format viper, grid ...); "
                           f"--format {fmt} has none")
-    corrupted = None
-    if corruption is not None:
+    elif corruption is not None:
         if severity != "random" and not (str(severity).isascii() and str(severity).isdigit()):  # not superscripts
             raise ConfigError(f"--severity must be an integer from 1 to 5 or 'random', got {severity!r}")
         options = dict(severity=severity if severity == "random" else int(severity), corrupt=corrupt,
@@ -502,22 +453,27 @@ def evaluate_checkpoint(model: Any, data: list[str] | None = None, *, fmt: str =
         check_corruption_options(**options)
         corrupted = dict(corruptions=resolve_corruptions(_csv(corruption)), **options)
     kinds = dict(mode=mode, seq_len=seq_len, corrupted=corruption is not None, single_gallery_shot=single_gallery_shot)
-    check_eval_options([], **kinds)
+    check_eval_options([], **kinds)  # passes for the small DG benchmarks, which refuse these options above
     dev = resolve_device(device)
     check_precision(precision, dev)
-    loaded, source, net = load(dev)
-    net = at_precision(net, precision, dev)
+    [loaded] = load_models([model], announce=announce, **file_options)
+    net = at_precision(compile_if(loaded.network(client, device=dev), compile, dev), precision, dev)
     height, width = loaded.input_size
-    backdoor = recorded_backdoor(loaded.checkpoint.run_config) if loaded.checkpoint is not None else None
-    datasets = resolve_datasets(data or source.roots, source.format if not data else fmt)
-    wanted = _csv(domains) or list(datasets)
-    unknown = [d for d in wanted if d not in datasets]
-    if unknown:
-        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
-    verify_datasets({name: datasets[name] for name in wanted}, splits=("query", "gallery"))
-    testsets = [as_test_set(name, datasets[name]) for name in wanted]
-    check_eval_options(testsets, **kinds)
     rows = []
+    if dg:
+        for root in data:
+            name = Path(root).name
+            written = Path(json_out).with_name(f"{Path(json_out).stem}-{name}-splits.json") if json_out else None
+            result = evaluate_dg_model(net, root, fmt, height=height, width=width, device=dev, flip=flip,
+                                       metric=metric, ap=ap, num_splits=num_splits, seed=seed, splits_file=splits,
+                                       write_splits_to=written, interpolation=loaded.interpolation)
+            rows.append({"testset": f"{name} ({result['protocol']})", **result})
+        return rows
+    source = data_source([loaded], data)
+    backdoor = recorded_backdoor(loaded.checkpoint.run_config) if loaded.checkpoint is not None else None
+    testsets = resolve_testsets(data or source.roots, _csv(domains) or None, fmt=fmt if data else source.format,
+                                verify=True)
+    check_eval_options(testsets, **kinds)
     for testset in testsets:
         rows.append(evaluate_testset(net, testset, corrupted=corrupted, mode=mode, seq_len=seq_len, height=height,
                                      width=width, device=dev, flip=flip, metric=metric, ap=ap,
@@ -566,7 +522,7 @@ def preview_corruptions(image: Any, out: Any, *, names: str | list[str] = "all",
     from torchvision.transforms.functional import pil_to_tensor, resize
 
     from privreid.config import MAX_IMAGE_SIDE, too_large_image
-    from privreid.corruptions import SEVERITIES, resolve_corruptions
+    from privreid.corruptions import SEVERITIES, check_severity, resolve_corruptions
     from privreid.corruptions.preview import save_preview
     from privreid.data.formats import read_image
     from privreid.rundir import check_output_file
@@ -577,8 +533,7 @@ def preview_corruptions(image: Any, out: Any, *, names: str | list[str] = "all",
     scale = parse_pixel_scale(pixel_scale)
     levels = list(SEVERITIES) if severities is None else severities
     for level in levels:
-        if level not in SEVERITIES:
-            raise ConfigError(f"severity must be an integer from 1 to 5, got {level!r}")
+        check_severity(level)
     rows = resolve_corruptions(_csv(names) if isinstance(names, str) else names)
     if size is not None:  # checked before the image is read or anything is allocated
         h, w = size

@@ -129,6 +129,16 @@ def write_csv_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg back end (files only, no display), imported when a figure is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig, path: str | Path, *, title: str | None = None) -> Path:
     """Add an optional suptitle, lay out, write ``fig`` as a 120-dpi PNG (creating folders) and close it."""
     import matplotlib.pyplot as plt

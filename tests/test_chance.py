@@ -152,7 +152,7 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
     checkpoint holds non-finite weights (issue 26: the kept checkpoint is the last finite one, here none)."""
     from privreid.data.catalog import federation_for_config
     from privreid.federated.divergence import TrainingDiverged
-    from privreid.evaluation.model_eval import evaluation_split
+    from privreid.evaluation.cross_modality import mode_split
     from privreid.federated import registry
     from privreid.federated.client import SupervisedUpdate
     from privreid.federated.engine import FederatedEngine
@@ -183,7 +183,7 @@ def test_a_run_whose_model_turns_nan_reports_chance_and_writes_no_checkpoint(tin
     for rec in evaluated:
         assert rec["non_finite_features"] is True
         ts = next(t for t in fed.seen + fed.unseen if t.name == rec["testset"])
-        query, gallery = evaluation_split(ts)
+        query, gallery = mode_split(ts)
         labels = [(np.array([p for _, p, _ in s]), np.array([c for _, _, c in s])) for s in (query, gallery)]
         chance = chance_metrics(labels[0][0], labels[1][0], labels[0][1], labels[1][1])
         assert {k: rec[k] for k in result_keys()} == pytest.approx({k: chance[k] for k in result_keys()})

@@ -8,6 +8,7 @@ rows disagreed with ``privreid eval`` on the same checkpoint.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 
 import numpy as np
@@ -20,7 +21,10 @@ from privreid.cli import app
 from privreid.data.catalog import resolve_datasets
 from privreid.data.partition import as_test_set
 from privreid.evaluation.metrics import evaluate
-from privreid.evaluation.model_eval import evaluation_split, sample_features
+from privreid.evaluation.cross_modality import mode_split
+from privreid.data.types import TestSet
+from privreid.errors import ConfigError
+from privreid.evaluation.model_eval import resolve_testsets, sample_features
 
 from test_vi_formats import write_sysu
 
@@ -76,9 +80,20 @@ def test_eval_attack_and_corruption_clean_rows_agree_on_sysu(sysu_run, tmp_path)
 
     # the fixture tells the protocols apart: Market-1501 rules on the same features give other numbers
     ts = as_test_set(name, ds)
-    query, gallery = evaluation_split(ts)
+    query, gallery = mode_split(ts)
     net = load_model(ckpt)
     qf, q_pids, q_cams = sample_features(net, ts, query, height=32, width=16)
     gf, g_pids, g_cams = sample_features(net, ts, gallery, height=32, width=16)
     market = evaluate(qf, gf, q_pids, g_pids, q_cams, g_cams)
     assert any(abs(market[key] - row[key]) > 1e-3 for key in KEYS), (market, row)
+
+
+def test_resolve_testsets_keeps_the_named_domains_in_their_order():
+    """The one domain picker of eval, attack and the API: every test set, or those named (a list or a comma list),
+    in the order named; an unknown or empty selection is one ConfigError naming what is available."""
+    a, b = TestSet("a", [], []), TestSet("b", [], [])
+    assert [t.name for t in resolve_testsets([a, b])] == ["a", "b"] and resolve_testsets([]) == []
+    assert [t.name for t in resolve_testsets([a, b], " b, a")] == ["b", "a"] and resolve_testsets(a, ["a"]) == [a]
+    for domains, says in (("a,c", "unknown domain(s) c; available: a, b"), (",", "unknown domain(s) (none given)")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            resolve_testsets([a, b], domains)

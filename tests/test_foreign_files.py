@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import privreid
-from privreid.api import _testsets
 from badinput import assert_one_error_line, run_cli
 from model_files import fastreid_checkpointer_file, torchreid_engine_file
-from privreid.evaluation.model_eval import evaluation_split
+from privreid.evaluation.cross_modality import mode_split
+from privreid.evaluation.model_eval import resolve_testsets
 
 #: the evaluation size: twice the synthetic images' 32x16, so that the test resize matters
 H, W = 64, 32
@@ -37,7 +37,7 @@ def engine_files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def synth_c(tiny_synth):
-    [testset] = _testsets(str(tiny_synth), "synthC")
+    [testset] = resolve_testsets(str(tiny_synth), "synthC")
     return testset
 
 
@@ -50,7 +50,7 @@ def _rank(distmat: np.ndarray, testset) -> tuple[float, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torchreid.reid import metrics
-    query, gallery = evaluation_split(testset)
+    query, gallery = mode_split(testset)
     (q_pids, q_cams), (g_pids, g_cams) = _ids(query), _ids(gallery)
     cmc, mean_ap = metrics.evaluate_rank(distmat, q_pids, g_pids, q_cams, g_cams, use_metric_cuhk03=False)
     return float(cmc[0]), float(mean_ap)
@@ -69,7 +69,7 @@ def torchreid_own_numbers(path, arch: str, testset, metric: str) -> tuple[float,
         # allow-listed: the same allow-list privreid uses
         with torch.serialization.safe_globals(numpy_metadata_globals()):
             extractor = FeatureExtractor(arch, model_path=str(path), image_size=(H, W), device="cpu", verbose=False)
-    query, gallery = evaluation_split(testset)
+    query, gallery = mode_split(testset)
     qf, gf = extractor([p for p, _, _ in query]), extractor([p for p, _, _ in gallery])
     return _rank(metrics.compute_distance_matrix(qf, gf, metric).numpy(), testset)
 
@@ -178,7 +178,7 @@ def test_a_fastreid_checkpointer_file_ranks_as_fastreid_with_its_bicubic_resize(
         in line
     resize = T.Compose([T.Resize((H, W), interpolation=3), T.ToTensor(),  # fast-reid's test transform
                         T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-    query, gallery = evaluation_split(synth_c)
+    query, gallery = mode_split(synth_c)
 
     def feats(samples):
         with torch.no_grad():

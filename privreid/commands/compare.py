@@ -67,47 +67,37 @@ def compare_command(
     """
     from privreid.api import compare as compare_models
     from privreid.io import format_table, write_text_atomic
-    from privreid.provenance import record_models
     from privreid.rundir import check_output_file
 
     paths = run_or_exit(checkpoint_paths, model, models_opt, models)
     run_or_exit(check_output_file, markdown, "--markdown")
     file_options = dict(arch=arch, height=height, width=width, mean=mean, std=std, interpolation=interpolation)
-    if suite is None:
-        table = format_table(run_or_exit(compare_models, paths, data, untrained=untrained, device=device,
-                                         announce=typer.echo, **file_options).clean)
-        typer.echo(table)
-        if markdown:
-            run_or_exit(write_text_atomic, markdown, table + "\n")
-        return
-
-    from privreid.inversion.aggregate import parse_clients
-    from privreid.retrieval_attacks.retrieval import resolve_methods
-    from privreid.commands.attack import parse_fraction
-    from privreid.api import load_models, parse_pixel_scale, run_suite
-    from privreid.comparison import SUITES, SuiteSettings
-
-    loaded: list = []  # the suite's models, loaded once the settings are valid
 
     def go():
+        if suite is None:
+            return compare_models(paths, data, untrained=untrained, device=device, announce=typer.echo, **file_options)
+        from privreid.inversion.aggregate import parse_clients
+        from privreid.retrieval_attacks.retrieval import resolve_methods
+        from privreid.commands.attack import parse_fraction
+        from privreid.api import parse_pixel_scale
+        from privreid.comparison import SUITES
+
         if out is None:
             raise ConfigError("--suite needs --out")
         names = list(SUITES) if suite.strip() == "all" else csv_list(suite) or []
-        settings = SuiteSettings(suites=names, testsets=testsets, attacks=resolve_methods(attacks),
-                                 eps=parse_fraction(eps, "--eps"), steps=steps, max_queries=max_queries,
-                                 corruptions=csv_list(corruptions) or [], corruption_repeats=repeats,
-                                 pixel_scale=parse_pixel_scale(pixel_scale),
-                                 inversion_subjects=subjects, inversion_iterations=iterations,
-                                 inversion_threat=threat,
-                                 inversion_clients=parse_clients(clients) if clients else None)
-        loaded.extend(load_models(paths, announce=typer.echo, **file_options))
-        return run_suite(paths, out, settings, device=device, progress=not quiet, data=data, models=loaded)
+        return compare_models(paths, data, suites=names, out=out, device=device, progress=not quiet,
+                              announce=typer.echo, **file_options, testsets=testsets,
+                              attacks=resolve_methods(attacks), eps=parse_fraction(eps, "--eps"), steps=steps,
+                              max_queries=max_queries, corruptions=csv_list(corruptions) or [],
+                              corruption_repeats=repeats, pixel_scale=parse_pixel_scale(pixel_scale),
+                              inversion_subjects=subjects, inversion_iterations=iterations, inversion_threat=threat,
+                              inversion_clients=parse_clients(clients) if clients else None)
 
-    with run_dir_or_exit(out, "compare"):
-        result = run_or_exit(go)
-        if result["clean"]:
-            typer.echo(format_table(result["clean"]))
+    with run_dir_or_exit(None if suite is None else out, "compare"):
+        clean = run_or_exit(go).clean
+        if clean:  # a suite without the clean evaluation has none
+            typer.echo(format_table(clean))
             if markdown:
-                run_or_exit(write_text_atomic, markdown, format_table(result["clean"]) + "\n")
-        record_models(out, loaded)
-        typer.echo(f"wrote {out / 'report.md'}")
+                run_or_exit(write_text_atomic, markdown, format_table(clean) + "\n")
+        if suite is not None:
+            typer.echo(f"wrote {out / 'report.md'}")

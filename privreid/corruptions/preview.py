@@ -9,7 +9,8 @@ import torch
 
 from privreid.errors import ConfigError
 
-from privreid.io import savefig_atomic
+from privreid.io import pyplot, savefig_atomic
+from privreid.log import progress_bar
 from privreid.corruptions import check_severity, corrupt, resolve_corruptions
 
 #: File types the preview can be written as (matplotlib's raster and vector back ends).
@@ -24,11 +25,7 @@ def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | S
     Every cell of a row uses the generator seed ``seed`` so columns differ by
     severity only.  Returns the corruption names drawn (the rows, in order).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     suffix = os.path.splitext(str(path))[1].lower()
     if suffix not in PREVIEW_SUFFIXES:
         raise ConfigError(f"--out must end in one of {', '.join(PREVIEW_SUFFIXES)}, got {str(path)!r}")
@@ -41,13 +38,8 @@ def save_preview(image: torch.Tensor, path: str | os.PathLike, *, names: str | S
     fig, axes = plt.subplots(len(rows), len(cols) + 1, squeeze=False,
                              figsize=(cell * (len(cols) + 1) * max(w / h, 0.3) + 1.6, cell * len(rows)))
     batch = image[None].float()
-    names_iter = rows
-    if progress:
-        from privreid.log import progress_bar
-
-        names_iter = progress_bar(rows, desc="corrupting", unit="type")
     try:
-        for r, name in enumerate(names_iter):
+        for r, name in enumerate(progress_bar(rows, desc="corrupting", unit="type", enabled=progress)):
             panels = [batch] + [corrupt(batch, name, s, generator=seed, pixel_scale=pixel_scale) for s in cols]
             for c, panel in enumerate(panels):
                 ax = axes[r][c]

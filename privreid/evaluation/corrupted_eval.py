@@ -40,11 +40,13 @@ from privreid.data import ImageDataset, build_transforms
 from privreid.data.formats import read_image
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
+from privreid.log import progress_bar
 from privreid.seeding import derive_seed
-from privreid.evaluation.cross_modality import IR_TO_VISIBLE
+from privreid.evaluation.cross_modality import IR_TO_VISIBLE, mode_split
 from privreid.evaluation.metric_registry import summary_keys
+from privreid.evaluation.metrics import check_count
 from privreid.evaluation.model_eval import (check_protocol, dataset_features, evaluate_model,
-                                            evaluation_settings, evaluation_split, rank_testset)
+                                            evaluation_settings, rank_testset)
 
 CORRUPT_SIDES = ("query", "gallery", "both")
 #: CIL-ReID's settings: literal pixel lengths, 10 repeats
@@ -126,10 +128,8 @@ def check_corruption_options(*, corrupt: str, severity, repeats, seed, pixel_sca
         raise ConfigError(f"corrupt must be one of {', '.join(CORRUPT_SIDES)}, got {corrupt!r}")
     if severity != "random":
         check_severity(severity)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    check_count("repeats", repeats, 1)
+    check_count("seed", seed, 0)
 
 
 def evaluate_corrupted(
@@ -183,27 +183,15 @@ def evaluate_corrupted(
     check_corruption_options(corrupt=corrupt, severity=severity, repeats=repeats, seed=seed, pixel_scale=pixel_scale)
     transform = build_transforms(settings["height"], settings["width"], train=False,
                                  interpolation=settings["interpolation"])
-    query, gallery = evaluation_split(testset)
-    sides = {"query": query, "gallery": gallery}
+    sides = dict(zip(("query", "gallery"), mode_split(testset)))
     corrupted_sides = ["query", "gallery"] if corrupt == "both" else [corrupt]
     extract = {key: settings[key] for key in ("batch_size", "device", "flip", "num_workers")}
     rank = {key: settings[key] for key in ("metric", "single_gallery_shot", "ap")}
-    passes = 1 + repeats
-    bar = None
-    if progress:
-        from privreid.log import progress_bar
-
-        bar = progress_bar(total=passes, desc="corrupted eval", unit="pass")
-
-    def step() -> None:
-        if bar is not None:
-            bar.update(1)
-
-    try:
+    with progress_bar(total=1 + repeats, desc="corrupted eval", unit="pass", enabled=progress) as bar:
         clean = {side: dataset_features(model, ImageDataset(samples, transform), **extract)
                  for side, samples in sides.items()}
         clean_metrics = rank_testset(testset, clean["query"], clean["gallery"], **rank)
-        step()
+        bar.update(1)
         results, type_counts, severity_counts = [], dict.fromkeys(names, 0), dict.fromkeys(range(1, 6), 0)
         for r in range(repeats):
             feats = dict(clean)
@@ -215,10 +203,7 @@ def evaluate_corrupted(
                 dataset = CorruptedImageDataset(sides[side], transform, jobs, pixel_scale=pixel_scale)
                 feats[side] = dataset_features(model, dataset, **extract)
             results.append(rank_testset(testset, feats["query"], feats["gallery"], **rank))
-            step()
-    finally:
-        if bar is not None:
-            bar.close()
+            bar.update(1)
     table = np.array([[res[k] for k in summary_keys()] for res in results])
     std = table.std(axis=0, ddof=1) if repeats > 1 else np.zeros(len(summary_keys()))
     return {
@@ -240,11 +225,9 @@ def evaluate_testset(model: torch.nn.Module, testset: TestSet, *, corrupted: dic
                      mode: str | None = None, seq_len: int | None = None, **common) -> dict:
     """One ``privreid eval`` row: ``{"testset": name, **metrics}`` of ``model`` on ``testset``.
 
-    With ``corrupted`` (the keyword arguments of :func:`evaluate_corrupted`): the corrupted evaluation; otherwise :func:`evaluate_model`, in ``mode``
-    (default infrared to visible) with the row's ``"mode"`` for a
-    visible-infrared test set.  ``common``: height, width, device, flip,
-    metric, single_gallery_shot, progress.
-    """
+    With ``corrupted`` (the keyword arguments of :func:`evaluate_corrupted`): the corrupted evaluation; otherwise
+    :func:`evaluate_model`, in ``mode`` (default infrared to visible) with the row's ``"mode"`` for a visible-infrared
+    test set.  ``common``: height, width, device, flip, metric, single_gallery_shot, progress."""
     if corrupted is not None:
         return {"testset": testset.name, **evaluate_corrupted(model, testset, **common, **corrupted)}
     row = {"testset": testset.name, **evaluate_model(model, testset, mode=mode or IR_TO_VISIBLE, seq_len=seq_len,

@@ -61,7 +61,9 @@ def rank_splits(features: dict[str, np.ndarray], splits: list[DGSplit], *, metri
     for split in splits:
         result = evaluate(*_stack(features, split.query, split.gallery), metric=metric, ap=ap)
         per_split.append({k: float(result[k]) for k in summary_keys()})
-    return _mean_std(per_split, splits=len(splits))
+    mean = {k: float(np.mean([r[k] for r in per_split])) for k in summary_keys()}
+    std = {k: float(np.std([r[k] for r in per_split])) for k in summary_keys()}
+    return {**mean, "std": std, "splits": len(splits), "per_split": per_split}
 
 
 def rank_per_query_galleries(features: dict[str, np.ndarray], pairs: list[tuple[Sample, list[Sample]]], *,
@@ -141,9 +143,3 @@ def _stack(features: dict[str, np.ndarray], query: list[Sample], gallery: list[S
 
     (qf, qp, qc), (gf, gp, gc) = block(query), block(gallery)
     return qf, gf, qp, gp, qc, gc
-
-
-def _mean_std(rows: list[dict], **extra) -> dict:
-    mean = {k: float(np.mean([r[k] for r in rows])) for k in summary_keys()}
-    std = {k: float(np.std([r[k] for r in rows])) for k in summary_keys()}
-    return {**mean, "std": std, **extra, "per_split": rows}

@@ -47,7 +47,7 @@ import torch
 from privreid.errors import ConfigError, DataError
 from privreid.evaluation.metric_registry import RETRIEVAL_METRICS, Ranking
 
-__all__ = ["evaluate", "evaluate_cuhk03", "AP_MODES", "METRICS"]
+__all__ = ["evaluate", "evaluate_cuhk03", "check_count", "AP_MODES", "METRICS"]
 
 METRICS = ("euclidean", "cosine")
 #: how AP is computed and averaged (module docstring): torchreid's, or the Market-1501 devkit's as FedPav's code
@@ -90,19 +90,10 @@ def evaluate(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidea
             ``chunk_size``.
         DataError: empty or non-finite features, or no query with a positive in the gallery.
     """
-    problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
-                       max_rank, chunk_size, ap)
-    first, aps, inp = [], [], []
-    for chunk in _iter_chunks(problem):
-        f, a, i = _rank_metrics(chunk.ranks, chunk.num_pos, ap)
-        first.append(f)
-        aps.append(a)
-        inp.append(i)
-    first = np.concatenate(first)
-    hist = np.bincount(np.minimum(first, problem.hist_len),
-                       minlength=problem.hist_len + 1).astype(np.float64)
-    return _summarise(hist, len(first), np.concatenate(aps),
-                      np.concatenate(inp), max_rank, _ap_queries(problem, ap))
+    problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank, chunk_size, ap)
+    first, aps, inp = map(np.concatenate, zip(*(_rank_metrics(c.ranks, c.num_pos, ap) for c in _iter_chunks(problem))))
+    hist = np.bincount(np.minimum(first, problem.hist_len), minlength=problem.hist_len + 1).astype(np.float64)
+    return _summarise(hist, len(first), aps, inp, max_rank, _ap_queries(problem, ap))
 
 
 def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "euclidean", max_rank: int = 50,
@@ -122,12 +113,9 @@ def evaluate_cuhk03(qf, gf, q_pids, g_pids, q_camids, g_camids, metric: str = "e
 
     Args and returns as for :func:`evaluate` (``ap`` included), plus ``repeats`` (>= 1) and ``seed`` (>= 0).
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
-        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric,
-                       max_rank, chunk_size, ap)
+    check_count("repeats", repeats, 1)
+    check_count("seed", seed, 0)
+    problem = _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank, chunk_size, ap)
     g_order = problem.g_order
     g_sorted = problem.g_pids[g_order]
     group_start = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
@@ -193,14 +181,9 @@ def _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank,
         raise ConfigError(f"unknown metric {metric!r}; expected one of {METRICS}")
     if ap not in AP_MODES:
         raise ConfigError(f"unknown ap {ap!r}; expected one of {AP_MODES}")
-    if isinstance(max_rank, bool) or not isinstance(max_rank, (int, np.integer)) or max_rank < 1:
-        raise ConfigError(f"max_rank must be a positive integer, got {max_rank!r}")
-    if chunk_size is not None and (
-        isinstance(chunk_size, bool)
-        or not isinstance(chunk_size, (int, np.integer))
-        or chunk_size < 1
-    ):
-        raise ConfigError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    check_count("max_rank", max_rank, 1)
+    if chunk_size is not None:
+        check_count("chunk_size", chunk_size, 1, " or None")
     qf = _as_features(qf, "qf")
     gf = _as_features(gf, "gf")
     if qf.shape[1] != gf.shape[1]:
@@ -260,6 +243,13 @@ def _prepare(qf, gf, q_pids, g_pids, q_camids, g_camids, metric, max_rank,
         valid=valid, num_pos=num_pos, pos_q=pos_q, pos_g=pos_g, pos_slot=pos_slot,
         rem_q=pair_q[removed], rem_g=pair_g[removed],
     )
+
+
+def check_count(name: str, value, low: int, alternative: str = "") -> None:
+    """ConfigError unless ``value`` is an integer (not a bool) of at least ``low`` (0 or 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        kind = "positive" if low else "non-negative"
+        raise ConfigError(f"{name} must be a {kind} integer{alternative}, got {value!r}")
 
 
 def _as_features(x, name: str) -> torch.Tensor:

@@ -9,8 +9,8 @@ here and nowhere else (:func:`is_cross_modality`):
 * a test set with a modality map or tracklets (visible-infrared or video) is ranked by
   :func:`~privreid.evaluation.cross_modality.evaluate_cross_modality` under its ``vi_protocol`` (single-shot gallery
   trials, co-located cameras, CMC over identities), its query restricted to one modality and its gallery to the other
-  (:func:`evaluation_split`, ``mode``); video tracklets are the temporal mean of ``T = vi_protocol.seq_len`` frame
-  features (Eq. 9 of L2RW+);
+  (:func:`~privreid.evaluation.cross_modality.mode_split`, ``mode``); video tracklets are the temporal mean of
+  ``T = vi_protocol.seq_len`` frame features (Eq. 9 of L2RW+);
 * any other test set by the Market-1501 rules (:func:`~privreid.evaluation.metrics.evaluate`), or CUHK03's single
   gallery shot (:func:`~privreid.evaluation.metrics.evaluate_cuhk03`), with torchreid's AP or (``ap="devkit"``) the
   Market-1501 devkit's, averaged over all queries as the FedPav reference code does
@@ -28,10 +28,14 @@ import inspect
 import math
 import warnings
 
+from pathlib import Path
+
 import torch
 from torch.utils.data import DataLoader
 
 from privreid.data import ImageDataset, SequenceDataset, build_transforms
+from privreid.data.catalog import resolve_datasets, verify_datasets
+from privreid.data.partition import as_test_set
 from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.chance import chance_metrics
@@ -41,8 +45,8 @@ from privreid.evaluation.metric_registry import result_keys
 from privreid.evaluation.metrics import AP_MODES, evaluate, evaluate_cuhk03
 
 __all__ = ["NonFiniteFeaturesWarning", "check_eval_options", "check_protocol",
-           "dataset_features", "describe_protocol", "evaluate_model", "evaluation_split", "is_cross_modality",
-           "rank_testset", "sample_features"]
+           "dataset_features", "describe_protocol", "evaluate_model", "is_cross_modality",
+           "rank_testset", "resolve_testsets", "sample_features"]
 
 #: features larger than this (in absolute value) are scaled down by a power of two before ranking
 _LARGEST_FEATURE = 2.0 ** 40
@@ -57,9 +61,25 @@ def is_cross_modality(testset: TestSet) -> bool:
     return testset.modality is not None or testset.tracklets is not None
 
 
-def evaluation_split(testset: TestSet, mode: str = IR_TO_VISIBLE) -> tuple[list[Sample], list[Sample]]:
-    """The (query, gallery) samples that are ranked: :func:`~privreid.evaluation.cross_modality.mode_split`."""
-    return mode_split(testset, mode)
+def resolve_testsets(data, domains: str | list[str] | None = None, *, fmt: str = "auto", synth_seed: int = 0,
+                     verify: bool = False) -> list[TestSet]:
+    """``data`` as test sets: a TestSet, a list of them, or ``--data`` values (a root, ``synth`` ...; read as
+    ``fmt``, the synthetic data drawn with ``synth_seed``, their query and gallery images checked with ``verify``);
+    ``domains`` (a list or a comma list) keeps those test sets, in that order (ConfigError naming an unknown one)."""
+    data = [data] if isinstance(data, (str, Path, TestSet)) else list(data)
+    if all(isinstance(t, TestSet) for t in data):
+        found = {t.name: t for t in data}
+    else:
+        found = resolve_datasets([str(d) for d in data], fmt, synth_seed)
+    if isinstance(domains, str):
+        domains = [d.strip() for d in domains.split(",") if d.strip()]
+    wanted = list(found) if domains is None else list(domains)
+    unknown = [d for d in wanted if d not in found]
+    if unknown or (domains is not None and not wanted):
+        raise ConfigError(f"unknown domain(s) {', '.join(unknown) or '(none given)'}; available: {', '.join(found)}")
+    if verify:
+        verify_datasets({name: found[name] for name in wanted}, splits=("query", "gallery"))
+    return [found[d] if isinstance(found[d], TestSet) else as_test_set(d, found[d]) for d in wanted]
 
 
 def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean", single_gallery_shot: bool = False,
@@ -67,9 +87,10 @@ def rank_testset(testset: TestSet, query, gallery, *, metric: str = "euclidean",
     """Rank ``query`` against ``gallery`` features of ``testset`` under its protocol (module docstring).
 
     ``query`` and ``gallery`` are ``(feats, pids, camids)`` triples (as :func:`extract_features` returns), e.g. of
-    :func:`evaluation_split`'s samples, possibly a subset or transformed.  ``seed`` draws the single-shot gallery
-    trials of a VI protocol.  ``ap`` (Market-style test sets only): ``"torchreid"`` or ``"devkit"``
-    (:func:`~privreid.evaluation.metrics.evaluate`); chance-level metrics are torchreid's expectation whatever ``ap``.
+    :func:`~privreid.evaluation.cross_modality.mode_split`'s samples, possibly a subset or transformed.  ``seed``
+    draws the single-shot gallery trials of a VI protocol.  ``ap`` (Market-style test sets only): ``"torchreid"`` or
+    ``"devkit"`` (:func:`~privreid.evaluation.metrics.evaluate`); chance-level metrics are torchreid's expectation
+    whatever ``ap``.
 
     Returns a flat, JSON-ready dict: ``rank1``, ``rank5``, ``rank10``, ``rank20``, ``mAP``, ``mINP``,
     ``num_valid_queries``; with several gallery trials also ``trials`` and ``std`` (per metric, over the trials); and
@@ -189,7 +210,7 @@ def evaluate_model(
     (:func:`rank_testset`).  ``interpolation``: the test resize, ``bilinear`` or ``bicubic`` (fast-reid's).
     """
     check_protocol(testset, single_gallery_shot, ap)
-    query, gallery = evaluation_split(testset, mode)
+    query, gallery = mode_split(testset, mode)
     extract = dict(height=height, width=width, seq_len=seq_len, batch_size=batch_size, device=device, flip=flip,
                    num_workers=num_workers, progress=progress, interpolation=interpolation)
     return rank_testset(testset, sample_features(model, testset, query, **extract),

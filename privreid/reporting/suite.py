@@ -41,9 +41,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from privreid.comparison import SuiteRun, SuiteSettings, suite_deviations
 from privreid.evaluation.corrupted_eval import CIL_REID_REPEATS, is_scaled
-from privreid.io import format_table, save_figure, write_csv_rows, write_text_atomic
+from privreid.io import format_table, pyplot, save_figure, write_csv_rows, write_text_atomic
 from privreid.retrieval_attacks.feature_attacks import default_alpha
 from privreid.evaluation.metric_registry import headline
 from privreid.retrieval_attacks.retrieval import attack_label, format_table_ix
@@ -79,11 +81,7 @@ def plot_asr_rounds(rows: list[dict], path: Path) -> Path:
 
     Readable at a glance: the y axis is 0 to 100 whatever the values, each point marked, the legend beside the
     lines; an evasion run (no ASR) draws nothing."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     runs = list(dict.fromkeys((r["run"], r["testset"]) for r in rows if r["asr"] is not None))
     for i, (run, testset) in enumerate(runs):
@@ -110,12 +108,7 @@ def plot_drops(attack_rows: list[dict], corruption_rows: list[dict], path: Path)
     error bar only where there are several test sets (one test set has no spread to draw); bars start at 0 (the
     axis always holds 0, so two close bars look close); the legend sits beside the bars, not over them.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    plt = pyplot()
     panels = [(title, rows, key) for title, rows, key in
               (("adversarial attacks", attack_rows, "attack"), ("corruptions", corruption_rows, "corruption")) if rows]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
@@ -171,12 +164,7 @@ def inversion_records(threat: str, single: list[dict], aggregate: list[dict],
 def plot_inversion(threat: str, single: list[dict], aggregate: list[dict], path: Path) -> Path:
     """Feature cosine and PSNR (mean ± std) per model: the single-upload threat, its shared-feature reference
     and the aggregate rows; the random-image baseline as a black tick."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    plt = pyplot()
     # bars: the single-upload threat, its shared-feature reference, then the k-th aggregate row of each model
     # (with each run's own m, the k-th rows of two models may sum different numbers of clients: the tick says m)
     summaries: dict[tuple[str, str], dict] = {(m["name"], threat): m["summary"] for m in single}

@@ -58,9 +58,8 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     or of the first checkpoint (``domains`` picks some), each at its own input size, its forward passes at
     ``precision`` (:mod:`privreid.precision`), compiled with ``compile`` (:mod:`privreid.models.compilation`); see
     :func:`attack_models`."""
-    from privreid.data.catalog import resolve_datasets
-    from privreid.data.partition import as_test_set
     from privreid.device import resolve_device
+    from privreid.evaluation.model_eval import resolve_testsets
     from privreid.models.evaluated import data_source, load_evaluated_models, model_labels
     from privreid.models.compilation import compile_if
     from privreid.precision import at_precision, check_precision
@@ -71,19 +70,14 @@ def attack_checkpoints(settings: dict[str, Any], *, client, data, domains, max_q
     source = data_source(models, data)
     dev = resolve_device(device)
     check_precision(precision, dev)
-    datasets = resolve_datasets(source.roots, source.format, synth_seed=source.synth_seed)
-    wanted = domains or list(datasets)
-    unknown = [d for d in wanted if d not in datasets]
-    if unknown:
-        raise ConfigError(f"unknown domain(s) {', '.join(unknown)}; available: {', '.join(datasets)}")
-    video = [d for d in wanted if datasets[d].tracklets is not None]
+    testsets = resolve_testsets(source.roots, domains, fmt=source.format, synth_seed=source.synth_seed)
+    video = [ts.name for ts in testsets if ts.tracklets is not None]
     if video:
         raise ConfigError(f"the attacks perturb images; {', '.join(video)} hold(s) video tracklets")
     nets = [(label, at_precision(compile_if(m.network(client, device=dev), compile, dev), precision, dev),
              *m.input_size, m.interpolation)
             for label, m in zip(model_labels(models), models)]
-    return attack_models(nets, [as_test_set(name, datasets[name]) for name in wanted],
-                         methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],
+    return attack_models(nets, testsets, methods=settings["methods"], eps=settings["eps"], alpha=settings["alpha"],
                          steps=settings["steps"], target=settings["target"], device=dev, max_queries=max_queries,
                          batch_size=batch_size, examples=examples, seed=seed, progress=True, bar=True)
 

@@ -30,15 +30,18 @@ from privreid.data.types import Sample, TestSet
 from privreid.errors import ConfigError
 from privreid.evaluation.metric_registry import headline
 from privreid.evaluation.features import extract_features
-from privreid.evaluation.model_eval import evaluation_split, rank_testset
-from privreid.io import format_table, save_figure
+from privreid.evaluation.cross_modality import mode_split
+from privreid.evaluation.model_eval import rank_testset
+from privreid.io import format_table, pyplot, save_figure
+from privreid.log import progress_bar
 
 __all__ = ["TARGETS", "AttackEvaluation", "attack_label", "evaluate_under_attack", "format_table_ix",
            "pixel_transforms", "plot_attack_examples", "relative_drop", "resolve_methods"]
 
 #: Which images are attacked.
 TARGETS = ("query", "gallery", "both")
-#: Metrics reported (keys of :func:`privreid.evaluation.model_eval.rank_testset`) and their column labels.
+
+
 def attack_label(name: str) -> str:
     """The Table IX row label of attack ``name`` (:attr:`FeatureAttack.label` of the registered attack, read
     when asked, so attacks registered later have theirs); ``name`` itself for a name that is not an attack."""
@@ -97,12 +100,10 @@ class AttackEvaluation:
         """One flat row (for JSON / CSV): ``labels`` (e.g. model, testset), settings, metrics, drops."""
         row: dict[str, Any] = {**labels, "attack": self.method, "target": self.target, "eps": self.eps,
                                "alpha": self.alpha, "steps": self.steps}
-        for key, _ in headline():
-            row[f"clean_{key}"] = self.clean[key]
-        for key, _ in headline():
-            row[key] = self.attacked[key]
-        for key, _ in headline():
-            row[f"drop_{key}"] = self.drop[key]
+        keys = [key for key, _ in headline()]
+        row.update({f"clean_{key}": self.clean[key] for key in keys})
+        row.update({key: self.attacked[key] for key in keys})
+        row.update({f"drop_{key}": self.drop[key] for key in keys})
         row.update(max_perturbation=self.max_perturbation, feature_shift=self.feature_shift,
                    attacked_images=self.attacked_images, attack_seconds=self.attack_seconds)
         return row
@@ -146,7 +147,7 @@ def evaluate_under_attack(
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
     attack = build_attack(method, model, eps=eps, alpha=alpha, steps=steps)
     transform = pixel_transforms(height, width, interpolation)
-    query, gallery = evaluation_split(testset)
+    query, gallery = mode_split(testset)
     sets = {"query": _evenly_spaced(query, max_queries), "gallery": gallery}
 
     def loader(samples: list[Sample]) -> DataLoader:
@@ -164,12 +165,9 @@ def evaluate_under_attack(
             batches = loader(sets[name])
             stream = _attacked(attack, batches, device, stats, keep_examples=name == attacked_sets[0],
                                clean_features=clean[name][0])
-            if progress:
-                from privreid.log import progress_bar
-
-                stream = progress_bar(stream, total=len(batches), unit="batch", leave=False,
-                                      desc=f"{attack_label(method)} {testset.name} {name}")
-            attacked[name] = extract_features(model, stream, device=device)
+            attacked[name] = extract_features(model, progress_bar(
+                stream, total=len(batches), unit="batch", leave=False, enabled=progress,
+                desc=f"{attack_label(method)} {testset.name} {name}"), device=device)
     seconds = time.perf_counter() - start
 
     clean_metrics = _retrieval_metrics(testset, clean, metric)
@@ -302,11 +300,7 @@ def plot_attack_examples(clean: torch.Tensor, adversarial: dict[str, torch.Tenso
     perturbation shown as ``0.5 + (x' - x) / (2 eps)`` (mid-grey: unchanged). ``clean``: ``(k, 3, H, W)`` in
     ``[0, 1]``; ``adversarial``: attack name -> its versions of the same images.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if clean.ndim != 4 or len(clean) == 0:
         raise ConfigError("plot_attack_examples needs a non-empty (k, 3, H, W) batch of clean images")
     for name, adv in adversarial.items():
