@@ -315,7 +315,7 @@ class FLTrust(UpdateRule):
 class Flame(RobustRule):
     """FLAME (:func:`~privreid.defenses.robust.rules.flame_rule`); its noise covers the method's trainable
     parameters, so its rule is made for the method (:meth:`rule_for`), not from the options alone.  Its noise level
-    ``lambda`` is ``noise_lambda``, or with ``epsilon`` and ``delta`` the paper's (:func:`noise_level`)."""
+    ``lambda`` is ``noise_lambda``, or with ``epsilon`` and ``delta`` the paper's (:meth:`noise_level`)."""
 
     name = "flame"
     updates = True
@@ -332,30 +332,29 @@ class Flame(RobustRule):
     def noise_level(self, config: RunConfig) -> float:
         """``lambda``: with ``epsilon`` and ``delta``, ``(1 / epsilon) sqrt(2 ln(1.25 / delta))`` (FLAME, Nguyen et
         al. 2022, Sec. 4, adaptive noising: the Gaussian mechanism's noise for (epsilon, delta)-DP per round, not
-        accounted over rounds), else ``noise_lambda``."""
+        accounted over rounds), else ``noise_lambda``; ConfigError for settings that give neither or both."""
         import math
 
-        epsilon, delta = self.option(config, "epsilon"), self.option(config, "delta")
-        if epsilon is None:
-            return self.option(config, "noise_lambda")
-        return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
-
-    def check_settings(self, config, n) -> None:
         if self.number(config, "noise_lambda") < 0:
             raise ConfigError(f"defense {self.name!r}: noise_lambda must be >= 0 (got "
                               f"{self.option(config, 'noise_lambda')})")
-        given = {k for k in ("epsilon", "delta") if self.option(config, k) is not None}
+        given = [k for k in ("epsilon", "delta") if self.option(config, k) is not None]
+        if not given:
+            return self.option(config, "noise_lambda")
         if len(given) == 1:
             raise ConfigError(f"defense {self.name!r}: give epsilon and delta together (lambda = (1/epsilon) "
-                              f"sqrt(2 ln(1.25/delta))), or neither (got only {given.pop()})")
-        if given and "noise_lambda" in config.train.defenses.get(self.name, {}):
+                              f"sqrt(2 ln(1.25/delta))), or neither (got only {given[0]})")
+        if "noise_lambda" in config.train.defenses.get(self.name, {}):
             raise ConfigError(f"defense {self.name!r}: give noise_lambda or epsilon and delta (from which lambda "
                               "is derived), not both")
-        if given:
-            self.check_positive(config, "epsilon")
-            if not 0 < self.number(config, "delta") < 1:
-                raise ConfigError(f"defense {self.name!r}: delta must lie in (0, 1) (got "
-                                  f"{self.option(config, 'delta')})")
+        self.check_positive(config, "epsilon")
+        epsilon, delta = self.option(config, "epsilon"), self.number(config, "delta")
+        if not 0 < delta < 1:
+            raise ConfigError(f"defense {self.name!r}: delta must lie in (0, 1) (got {delta})")
+        return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+    def check_settings(self, config, n) -> None:
+        self.noise_level(config)
         if n < 2:
             raise ConfigError(f"defense {self.name!r} clusters the clients' updates: it needs at least 2 clients per "
                               f"round (a round aggregates {n})")
