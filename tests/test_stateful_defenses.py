@@ -113,7 +113,8 @@ def _flame(**options) -> RunConfig:
 
 
 def test_flame_derives_lambda_from_epsilon_and_delta():
-    # (1 / epsilon) sqrt(2 ln(1.25 / delta)): delta 1e-5 -> sqrt(2 ln 125000) = sqrt(23.4721) = 4.8448; epsilon 2 halves it
+    # (1 / epsilon) sqrt(2 ln(1.25 / delta)): delta 1e-5 -> sqrt(2 ln 125000) = sqrt(23.4721) = 4.8448;
+    # epsilon 2 halves it
     flame = get_defense("flame")
     assert flame.noise_level(_flame(epsilon=1.0, delta=1e-5)) == pytest.approx(4.8448, rel=1e-4)
     assert flame.noise_level(_flame(epsilon=2, delta=1e-5)) == pytest.approx(2.4224, rel=1e-4)

@@ -52,8 +52,8 @@ SERVER_ENTRY = ""
 @dataclass
 class RoundResult:
     """What one round's aggregation produces.  ``client_state`` maps a client (or :data:`SERVER_ENTRY`) to its new
-    server state, replacing its entry (absent entries stay).  Entries may share tensors (the members of one FedPav-CC cluster
-    share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
+    server state, replacing its entry (absent entries stay).  Entries may share tensors (the members of one FedPav-CC
+    cluster share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
     secure aggregation's ``secagg`` record)."""
 
     global_state: StateDict
