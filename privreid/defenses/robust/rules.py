@@ -193,7 +193,7 @@ CC_MOMENTUM = "centered-clipping/momentum"
 
 def centered_clipping_rule(tau: float, iterations: int) -> Rule:
     """Centered clipping of the updates (:func:`centered_clip`) from the previous round's aggregate ``v_{t-1}``
-    (the paper's start, its Sec. 4: ``v`` is the server's momentum), kept as the server-wide :data:`CC_MOMENTUM`;
+    (the paper's start: the server's previous aggregate momentum), kept as the server-wide :data:`CC_MOMENTUM`;
     it selects no client.  Deviations: the first round, with nothing kept, starts from the round's coordinate-wise
     median (the paper leaves it open; from 0, as public implementations start, each iteration moves ``v`` by at
     most ``tau``); the clients send their round's update, not a worker momentum (the paper's Algorithm 2)."""
