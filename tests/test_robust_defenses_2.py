@@ -199,7 +199,7 @@ def test_a_flame_run_records_its_verdicts_and_deviation(tiny_synth, tmp_path):
     train_run(tiny_config(tiny_synth, rounds=1, defenses={"flame": {}}), tmp_path / "run", progress=False,
               echo=lambda s: None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["privacy"]["server_defenses"] == {"flame": {"noise_lambda": 0.001}}
+    assert summary["privacy"]["server_defenses"] == {"flame": {"noise_lambda": 0.001, "epsilon": None, "delta": None}}
     assert any(d.startswith("flame clusters the updates'") for d in summary["deviations"])
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     (record,) = [r for r in records if r.get("scope") == "defense"]

@@ -3,7 +3,8 @@
 ``configure`` and ``aggregate`` are pure: they modify neither their inputs
 nor anything outside their return value (the strategy object included), the
 same inputs give the same result, the aggregate keeps the keys the round
-shares, and per-client server state is returned for clients of the round only.
+shares, and per-client server state is returned for clients of the round only (plus, at most, the server-wide
+entry); reading the server state kept in earlier rounds (``with_server_state``) changes neither it nor the strategy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from privreid.federated.methods.fednova import STEPS
 from privreid.federated.methods.fedpav_variants import CDW_METRIC
 from privreid.federated.method_options import option_defaults
 from privreid.federated.registry import available_methods, get_method
-from privreid.federated.strategy import DataVolumeAverage, RoundResult, Upload
+from privreid.federated.strategy import SERVER_ENTRY, DataVolumeAverage, RoundResult, Upload
 from privreid.data.catalog import federation_for_config
 
 TINY_OPTIONS = {"public_size": 16, "public_batch": 8, "kd_batch_size": 8}
@@ -81,7 +82,7 @@ def check_contract(strategy, clients, global_state, uploads) -> RoundResult:
     assert same(vars(strategy), before), "aggregate changed the strategy"
     shared = set(global_state).union(*(u.state for u in uploads))
     assert set(result.global_state) == shared  # keys preserved
-    assert set(result.client_state) <= {u.client for u in uploads}
+    assert set(result.client_state) <= {u.client for u in uploads} | {SERVER_ENTRY}
     # the engine's path: streamed (or kept) uploads, same result
     torch.manual_seed(7)
     acc = strategy.accumulator(global_state)
@@ -115,6 +116,17 @@ def test_every_registered_strategy_is_pure_and_keeps_the_keys(tiny_synth, method
 def test_defense_wrapped_strategies_keep_the_contract(tiny_synth, method, defense):
     _, strategy, clients, global_state, uploads = run_setup(tiny_synth, method, **defense)
     check_contract(strategy, clients, global_state, uploads)
+
+
+@pytest.mark.parametrize("defense", ["foolsgold", "centered-clipping"])
+def test_rules_that_remember_keep_the_contract_reading_what_they_kept(tiny_synth, defense):
+    _, strategy, clients, global_state, uploads = run_setup(tiny_synth, "fedpav", defenses={defense: {}})
+    first = check_contract(strategy, clients, global_state, uploads)
+    kept = copy.deepcopy(first.client_state)
+    before = copy.deepcopy(vars(strategy))
+    second = check_contract(strategy.with_server_state(first.client_state), clients, first.global_state, uploads)
+    assert same(first.client_state, kept) and same(vars(strategy), before)
+    assert second.client_state.keys() == first.client_state.keys() and not same(second.client_state, kept)
 
 
 def test_secure_aggregation_reports_its_record_in_the_result(tiny_synth):

@@ -18,8 +18,9 @@ Privacy boundary.  Only :class:`~.strategy.Upload` objects flow from a client to
 sample count and scalar training metrics, plus any tensors the client update puts in ``ClientContext.upload_extra``
 (DPPT's per-identity class centres), which stay in the global state as server-side method state (checkpointed under
 ``server_state``).  From the server to a client flows only what the strategy's ``configure`` returns for it.  The
-per-client server state (:mod:`.strategy`) is checkpointed under ``server_client_state``; client memory is the
-client's own: the server never writes it."""
+server state a strategy keeps (per client and server-wide, :mod:`.strategy`) is checkpointed under
+``server_client_state`` and handed back to it every round; client memory is the client's own: the server never
+writes it."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         self.client_states: dict[str, StateDict] = {}
         self.client_memory: MutableMapping[str, MutableMapping] = (
             ClientMemories(self.out_dir / MEMORY_DIR) if self.client_memory_on_disk else {})
-        #: the strategy's per-client server state (module docstring), by client name
+        #: the strategy's server state (module docstring): by client name, the server-wide under ``SERVER_ENTRY``
         self.client_server_state: dict[str, dict[str, Any]] = {}
         self.metrics: list[dict[str, Any]] = []
         self.comm: list[dict[str, int]] = []
@@ -223,8 +224,10 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
                       reports=clone_state(ctx.reports))
 
     def open_inbox(self, round_index: int) -> RoundInbox:
-        """The round's inbox, folding into a fresh accumulator of the strategy against the current global state."""
-        return RoundInbox(self.strategy.accumulator(self.global_state), round_index + 1, self.out_dir)
+        """The round's inbox, folding into a fresh accumulator of the strategy, given the server state it kept,
+        against the current global state."""
+        strategy = self.strategy.with_server_state(self.client_server_state)
+        return RoundInbox(strategy.accumulator(self.global_state), round_index + 1, self.out_dir)
 
     def receive(self, inbox: RoundInbox, upload: Upload) -> None:
         """One upload arrives at the server: record the client's training metrics, then hand it to ``inbox``."""

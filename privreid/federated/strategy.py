@@ -6,9 +6,13 @@ Flower's configure/aggregate split:
   transmits to one client (default: the global state);
 * :meth:`Strategy.aggregate` ``(global_state, uploads) ->`` :class:`RoundResult`: the new global state plus the
   **per-client server state** the strategy keeps for the round's clients (FedPav-CC's cluster model of each client;
-  most keep none).  The engine stores it, checkpoints it and hands each client's entry back to ``configure``.
+  most keep none).  The engine stores it, checkpoints it and hands each client's entry back to ``configure``;
+* :meth:`Strategy.with_server_state` ``(server_state) -> strategy``: the strategy that aggregates a round given what
+  the server kept in earlier rounds (:data:`ServerState`: every client's entry plus the server-wide
+  :data:`SERVER_ENTRY`; FoolsGold's histories, centered clipping's momentum).  State in, state out: it reads the kept
+  state, its ``RoundResult.client_state`` writes the new, so a ``--resume`` continues from the checkpointed state.
 
-Both are pure functions of their inputs (no training, no data access, no mutation), so every strategy is unit-testable
+All are pure functions of their inputs (no training, no data access, no mutation), so every strategy is unit-testable
 on hand-made state dicts (``tests/test_strategy_contract.py``).  The server sees only what :class:`Upload` carries."""
 
 from __future__ import annotations
@@ -37,13 +41,19 @@ class Upload:
 
 #: what the server keeps about one client between rounds (tensors, strings, lists; checkpointed)
 ClientServerState = dict[str, Any]
+#: what the server kept from earlier rounds, as a strategy reads it (read-only): client name -> its
+#: :data:`ClientServerState`, and the strategy's server-wide state under :data:`SERVER_ENTRY`
+ServerState = Mapping[str, ClientServerState]
+#: the entry of :data:`ServerState` that is no client's (client names are never empty): the server-wide state, written
+#: as a client's is (``RoundResult.client_state[SERVER_ENTRY]``), checkpointed with them, never sent to a client
+SERVER_ENTRY = ""
 
 
 @dataclass
 class RoundResult:
-    """What one round's aggregation produces.  ``client_state`` maps a client to its new per-client server state,
-    replacing its entry (absent clients keep theirs).  Entries may share tensors (the members of one FedPav-CC cluster
-    share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
+    """What one round's aggregation produces.  ``client_state`` maps a client (or :data:`SERVER_ENTRY`) to its new
+    server state, replacing its entry (absent entries stay).  Entries may share tensors (the members of one FedPav-CC
+    cluster share its model).  ``records``: what the aggregation reports for ``metrics.jsonl`` (the engine adds the round;
     secure aggregation's ``secagg`` record)."""
 
     global_state: StateDict
@@ -114,6 +124,12 @@ class Strategy:
         ``ClientContext.received_extra`` (DPPT's global centres of the client's identities).  Default: the global state.
         """
         return global_state
+
+    def with_server_state(self, server_state: ServerState) -> Strategy:
+        """This strategy for a round in which the server holds ``server_state`` from earlier rounds (the engine's,
+        restored on ``--resume``): a new strategy when it reads that state, else itself (the default).  A wrapper
+        returns itself around ``inner.with_server_state(server_state)``."""
+        return self
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         """A fresh fold of one round's uploads against ``global_state`` (see :class:`Accumulator`)."""

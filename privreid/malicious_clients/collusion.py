@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from privreid.federated.policy import StateDict
-from privreid.federated.strategy import Accumulator, RoundResult, Strategy, Upload
+from privreid.federated.strategy import Accumulator, RoundResult, ServerState, Strategy, Upload
 
 Rewrite = Callable[[StateDict, list[Upload]], list[Upload]]
 
@@ -29,6 +29,9 @@ class RewriteRound(Strategy):
 
     def configure(self, global_state, client, client_server_state, round_index):
         return self.inner.configure(global_state, client, client_server_state, round_index)
+
+    def with_server_state(self, server_state: ServerState) -> RewriteRound:
+        return RewriteRound(self.inner.with_server_state(server_state), self.rewrite)
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _Rewriting(self.inner.accumulator(global_state), lambda uploads: self.rewrite(global_state, uploads))

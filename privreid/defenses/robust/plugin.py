@@ -15,14 +15,17 @@ defense                     options (default)    what the server does with the r
 ``robust-bulyan``           ``f`` (1)            Bulyan; needs ``n >= 4f + 3``
 ``robust-geomed``           ``iterations`` (3),  geometric median of the updates (RFA's smoothed Weiszfeld)
                             ``nu`` (1e-6)
-``centered-clipping``       ``tau`` (1.0),       centered clipping of the updates, from their coordinate-wise
-                            ``iterations`` (1)   median
-``foolsgold``               ``kappa`` (1.0)      FoolsGold's logit weights from the updates' cosine similarities
+``centered-clipping``       ``tau`` (1.0),       centered clipping of the updates, from the previous round's
+                            ``iterations`` (1)   aggregate (the first round: their coordinate-wise median)
+``foolsgold``               ``kappa`` (1.0)      FoolsGold's logit weights from the cosine similarities of the
+                                                 clients' histories (the sums of their updates)
 ``fltrust``                 ``root`` (none:      FLTrust's trust-weighted mean against the root update ``g0``
                             refused)             (a ``torch.save``'d dict of the update on the shared keys)
 ``flame``                   ``noise_lambda``     FLAME: HDBSCAN's majority cluster of the updates (cosine
-                            (0.001)              distances), clipped to their median norm, averaged, plus
-                                                 ``N(0, (noise_lambda * median)^2)``; needs ``n >= 2``
+                            (0.001),             distances), clipped to their median norm, averaged, plus
+                            ``epsilon``,         ``N(0, (lambda * median)^2)``; ``lambda`` is ``noise_lambda``,
+                            ``delta`` (none)     or derived from ``epsilon`` and ``delta`` given together;
+                                                 needs ``n >= 2``
 ``norm-bound``              ``bound`` (1.0),     each update clipped to L2 ``bound`` (trainable parameters;
                             ``buffers``          with ``buffers`` BatchNorm's running statistics too); under
                             (secure agg.)        ``--secure-aggregation`` a verified bound: an input over it is
@@ -30,6 +33,9 @@ defense                     options (default)    what the server does with the r
 ``weak-dp``                 ``bound`` (1.0),     norm bounding plus ``N(0, noise^2)`` on the aggregate; no
                             ``noise`` (0.001)    accounted epsilon (composes with ``--client-dp``)
 ==========================  ===================  ==============================================================
+
+FoolsGold and centered clipping remember across rounds (each client's history; the last aggregate): the server state
+the engine checkpoints, so ``--resume`` continues them exactly.
 
 Which clients a rule accepted and rejected (Krum, Multi-Krum, Bulyan, FoolsGold, FLTrust, FLAME, norm-bound under
 secure aggregation) or clipped (norm-bound, weak-dp) is each round's ``scope: "defense"`` record.
@@ -245,21 +251,22 @@ class GeometricMedian(UpdateRule):
 
 class CenteredClipping(UpdateRule):
     name = "centered-clipping"
-    summary = "centered clipping of the updates (Karimireddy, He & Jaggi 2021), from their coordinate-wise median"
+    summary = ("centered clipping of the updates (Karimireddy, He & Jaggi 2021), from the previous round's "
+               "aggregate")
     options = {"tau": 1.0, "iterations": 1}
     factory, positive = "centered_clipping_rule", {"tau": False, "iterations": True}
-    departs = ("starts from the coordinate-wise median of the round's updates (the paper: from the previous round's "
-               "aggregate momentum, which privreid's strategies do not keep)")
+    departs = ("starts the first round, with no previous aggregate, from the coordinate-wise median of its updates "
+               "(the paper leaves it open); the clients send their round's update, not a worker momentum")
 
 
 class FoolsGold(UpdateRule):
     name = "foolsgold"
-    summary = "FoolsGold (Fung et al. 2020): updates weighed down by their cosine similarity to another client's"
+    summary = ("FoolsGold (Fung et al. 2020): updates weighed down by the cosine similarity of their client's history "
+               "to another's")
     options = {"kappa": 1.0}
     factory, positive = "foolsgold_rule", {"kappa": False}
-    departs = ("compares this round's updates (the paper: each client's history, the sum of its updates over every "
-               "round; privreid's strategies keep no state between rounds) on every shared floating tensor, and "
-               "normalises its weights by their sum")
+    departs = ("compares the histories of the round's clients (the paper's clients all take part every round) on "
+               "every shared floating tensor, kept in float32, and normalises its weights by their sum")
 
     def check_settings(self, config, n) -> None:
         super().check_settings(config, n)
@@ -307,23 +314,47 @@ class FLTrust(UpdateRule):
 
 class Flame(RobustRule):
     """FLAME (:func:`~privreid.defenses.robust.rules.flame_rule`); its noise covers the method's trainable
-    parameters, so its rule is made for the method (:meth:`rule_for`), not from the options alone."""
+    parameters, so its rule is made for the method (:meth:`rule_for`), not from the options alone.  Its noise level
+    ``lambda`` is ``noise_lambda``, or with ``epsilon`` and ``delta`` the paper's (:meth:`noise_level`)."""
 
     name = "flame"
     updates = True
     summary = ("FLAME (Nguyen et al. 2022): HDBSCAN's majority cluster of the updates, clipped to their median norm, "
                "averaged, plus Gaussian noise")
-    options = {"noise_lambda": 0.001}
+    options = {"noise_lambda": 0.001, "epsilon": None, "delta": None}
 
     def deviation(self, config):
+        given = ("" if self.option(config, "epsilon") is not None else
+                 "; noise_lambda is given, not derived from an (epsilon, delta)")
         return ("flame clusters the updates' cosine distances (the paper: the local models'), clips and averages "
-                "every shared floating tensor (noise on the trainable parameters only); noise_lambda is given, not "
-                "derived from an (epsilon, delta)")
+                f"every shared floating tensor (noise on the trainable parameters only){given}")
 
-    def check_settings(self, config, n) -> None:
+    def noise_level(self, config: RunConfig) -> float:
+        """``lambda``: with ``epsilon`` and ``delta``, ``(1 / epsilon) sqrt(2 ln(1.25 / delta))`` (FLAME, Nguyen et
+        al. 2022, Sec. 4, adaptive noising: the Gaussian mechanism's noise for (epsilon, delta)-DP per round, not
+        accounted over rounds), else ``noise_lambda``; ConfigError for settings that give neither or both."""
+        import math
+
         if self.number(config, "noise_lambda") < 0:
             raise ConfigError(f"defense {self.name!r}: noise_lambda must be >= 0 (got "
                               f"{self.option(config, 'noise_lambda')})")
+        given = [k for k in ("epsilon", "delta") if self.option(config, k) is not None]
+        if not given:
+            return self.option(config, "noise_lambda")
+        if len(given) == 1:
+            raise ConfigError(f"defense {self.name!r}: give epsilon and delta together (lambda = (1/epsilon) "
+                              f"sqrt(2 ln(1.25/delta))), or neither (got only {given[0]})")
+        if "noise_lambda" in config.train.defenses.get(self.name, {}):
+            raise ConfigError(f"defense {self.name!r}: give noise_lambda or epsilon and delta (from which lambda "
+                              "is derived), not both")
+        self.check_positive(config, "epsilon")
+        epsilon, delta = self.option(config, "epsilon"), self.number(config, "delta")
+        if not 0 < delta < 1:
+            raise ConfigError(f"defense {self.name!r}: delta must lie in (0, 1) (got {delta})")
+        return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+    def check_settings(self, config, n) -> None:
+        self.noise_level(config)
         if n < 2:
             raise ConfigError(f"defense {self.name!r} clusters the clients' updates: it needs at least 2 clients per "
                               f"round (a round aggregates {n})")
@@ -332,7 +363,12 @@ class Flame(RobustRule):
         from privreid.defenses.client_dp.mechanism import trainable_parameter_names
         from privreid.defenses.robust.rules import flame_rule
 
-        return flame_rule(self.option(config, "noise_lambda"), trainable_parameter_names(method, config))
+        return flame_rule(self.noise_level(config), trainable_parameter_names(method, config))
+
+    def ledger(self, config, clients, clients_per_round) -> ServerDefenseLedger:
+        ledger = super().ledger(config, clients, clients_per_round)
+        ledger.settings["noise_lambda"] = self.noise_level(config)
+        return ledger
 
 
 class NormBound(ServerDefense):

@@ -11,7 +11,9 @@ Two mechanisms a server can run against its own poisoned clients:
   (:class:`~privreid.federated.strategy.WeightedSum`).  A robust rule needs every upload at once
   (:class:`~privreid.federated.strategy.KeepUploads`).  A rule that selects, drops or zero-weights clients (Krum,
   Multi-Krum, Bulyan, FoolsGold, FLTrust, FLAME) says which (:class:`Verdict`), and the round's ``records`` carry
-  ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.
+  ``{"scope": "defense", "defense": name, "accepted": [...], "rejected": [...]}``.  FoolsGold and centered clipping
+  remember across rounds (per-client histories, a server-wide momentum): the engine's server state
+  (:meth:`~privreid.federated.strategy.Strategy.with_server_state`), checkpointed, so a resumed run continues exactly.
 * :class:`BoundedNorm` clips each client's update ``theta_k - theta`` on the trainable parameters to an L2 bound
   before the inner strategy sees it (norm bounding, Sun et al. 2019, "Can you really backdoor federated learning?"),
   and with ``noise > 0`` adds ``N(0, noise^2)`` to the aggregate's trainable parameters (their "weak DP": no accounted
@@ -33,17 +35,20 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.federated.policy import StateDict
-from privreid.federated.strategy import Accumulator, DataVolumeAverage, RoundResult, Strategy, UniformAverage, Upload
+from privreid.federated.strategy import (SERVER_ENTRY, Accumulator, ClientServerState, DataVolumeAverage, RoundResult,
+                                         ServerState, Strategy, UniformAverage, Upload)
 from privreid.defenses.beta_noise.mechanism import add_white_noise
 from privreid.defenses.client_dp.mechanism import clip_update, update_norm
 
 
 class Results(list):
-    """Flower's ``[(arrays, num_samples), ...]`` of a round, one array per floating key; ``keys``: those keys."""
+    """Flower's ``[(arrays, num_samples), ...]`` of a round, one array per floating key; ``keys``: those keys;
+    ``clients``: the uploads' clients, in order; ``kept``: the server state of earlier rounds (for the rules that
+    remember)."""
 
-    def __init__(self, results, keys: list[str]):
+    def __init__(self, results, keys: list[str], clients: Collection[str] = (), kept: ServerState | None = None):
         super().__init__(results)
-        self.keys = keys
+        self.keys, self.clients, self.kept = keys, list(clients), kept or {}
 
 
 #: ``Results -> arrays`` (Flower's signature of an aggregation rule), or ``-> Verdict`` for a rule that selects
@@ -56,10 +61,12 @@ REPLACEABLE = (DataVolumeAverage, UniformAverage)
 @dataclass
 class Verdict:
     """A rule's aggregate (one array per floating key) and the uploads it ``accepted`` (their indices; ``None``
-    for a rule that selects no client: the median and trimmed mean mix every upload coordinate by coordinate)."""
+    for a rule that selects no client: the median and trimmed mean mix every upload coordinate by coordinate);
+    ``keep``: the server state it keeps for later rounds (``RoundResult.client_state``)."""
 
     arrays: list[np.ndarray]
     accepted: list[int] | None = None
+    keep: dict[str, ClientServerState] = dataclasses.field(default_factory=dict)
 
 
 def krum_scores(results: list[tuple[list[np.ndarray], int]], f: int) -> list[float]:
@@ -168,12 +175,10 @@ def geomed_rule(iterations: int, nu: float) -> Rule:
     return lambda results: _unflat(geometric_median(_flat(results), iterations, nu), results[0][0])
 
 
-def centered_clip(points: np.ndarray, tau: float, iterations: int) -> np.ndarray:
-    """Centered clipping (Karimireddy, He & Jaggi 2021, Eq. (CC)): ``v <- v + (1/n) sum_i (x_i - v) *
-    min(1, tau / ||x_i - v||)``, ``iterations`` times.  Deviation: ``v`` starts from the coordinate-wise median
-    of the round's updates, not from the previous round's aggregate momentum: a strategy keeps no state from
-    one round to the next here (nor do the clients send momenta)."""
-    v = np.median(points, axis=0)
+def centered_clip(points: np.ndarray, tau: float, iterations: int, start: np.ndarray) -> np.ndarray:
+    """Centered clipping (Karimireddy, He & Jaggi 2021, Eq. (CC)): from ``v = start``, ``v <- v + (1/n) sum_i
+    (x_i - v) * min(1, tau / ||x_i - v||)``, ``iterations`` times."""
+    v = start
     for _ in range(iterations):
         diff = points - v
         norms = np.linalg.norm(diff, axis=1)
@@ -182,9 +187,23 @@ def centered_clip(points: np.ndarray, tau: float, iterations: int) -> np.ndarray
     return v
 
 
+#: centered clipping's server-wide state: the previous round's aggregate update ``v`` (flat, float64)
+CC_MOMENTUM = "centered-clipping/momentum"
+
+
 def centered_clipping_rule(tau: float, iterations: int) -> Rule:
-    """Centered clipping of the updates (:func:`centered_clip`); it selects no client."""
-    return lambda results: _unflat(centered_clip(_flat(results), tau, iterations), results[0][0])
+    """Centered clipping of the updates (:func:`centered_clip`) from the previous round's aggregate ``v_{t-1}``
+    (the paper's start: the server's previous aggregate momentum), kept as the server-wide :data:`CC_MOMENTUM`;
+    it selects no client.  Deviations: the first round, with nothing kept, starts from the round's coordinate-wise
+    median (the paper leaves it open; from 0, as public implementations start, each iteration moves ``v`` by at
+    most ``tau``); the clients send their round's update, not a worker momentum (the paper's Algorithm 2)."""
+    def rule(results):
+        points, kept = _flat(results), results.kept.get(SERVER_ENTRY, {}).get(CC_MOMENTUM)
+        start = np.median(points, axis=0) if kept is None else kept.to(torch.float64).numpy()
+        v = centered_clip(points, tau, iterations, start)
+        return Verdict(_unflat(v, results[0][0]), keep={SERVER_ENTRY: {CC_MOMENTUM: torch.from_numpy(v.copy())}})
+
+    return rule
 
 
 def foolsgold_weights(history: np.ndarray, kappa: float = 1.0) -> np.ndarray:
@@ -211,18 +230,29 @@ def foolsgold_weights(history: np.ndarray, kappa: float = 1.0) -> np.ndarray:
     return np.clip(np.nan_to_num(logit, neginf=0.0), 0.0, 1.0)
 
 
+#: FoolsGold's per-client state: the client's history ``H_i`` (flat, float32)
+FG_HISTORY = "foolsgold/history"
+
+
 def foolsgold_rule(kappa: float) -> Rule:
-    """FoolsGold: the update ``sum_i alpha_i Delta_i / sum_i alpha_i`` (:func:`foolsgold_weights`); accepted: the
-    clients with ``alpha_i > 0``; no update when every weight is 0.  Deviations: the history of a client is its
-    update of this round (the paper sums each client's updates over every round it took part in: a strategy
-    keeps no state between rounds here), on every floating tensor (the paper's importance weighting of the
-    output layer does not apply: the classifier is not shared); the weights are normalised by their sum (the
-    paper's Algorithm 1 adds ``sum_i alpha_i Delta_i`` as a gradient step)."""
+    """FoolsGold (Fung, Yoon & Beschastnikh 2020, Algorithm 1): each client's history ``H_i = H_i + Delta_i``
+    (the sum of its updates over the rounds it took part in, kept per client as :data:`FG_HISTORY`), the
+    weights ``alpha`` from the round's clients' histories (:func:`foolsgold_weights`) and the update ``sum_i alpha_i
+    Delta_i / sum_i alpha_i`` of this round's updates; accepted: the clients with ``alpha_i > 0``; no update when
+    every weight is 0.  Deviations: the histories cover every floating tensor (the paper's importance weighting of
+    the output layer does not apply: the classifier is not shared) and are kept in float32 (one vector of the
+    update's size per client that took part); only the round's clients are compared (the paper's all take part
+    every round); the weights are normalised by their sum (the paper's Algorithm 1 adds ``sum_i alpha_i Delta_i``
+    as a gradient step)."""
     def rule(results):
         updates = _flat(results)
-        alpha = foolsgold_weights(updates, kappa)
+        kept = [results.kept.get(c, {}).get(FG_HISTORY) for c in results.clients]
+        history = updates + np.stack([np.zeros(updates.shape[1]) if h is None else h.to(torch.float64).numpy()
+                                      for h in kept])
+        alpha = foolsgold_weights(history, kappa)
         total = alpha @ updates / alpha.sum() if alpha.sum() > 0 else np.zeros(updates.shape[1])
-        return Verdict(_unflat(total, results[0][0]), [i for i, a in enumerate(alpha) if a > 0])
+        keep = {c: {FG_HISTORY: torch.from_numpy(h.astype(np.float32))} for c, h in zip(results.clients, history)}
+        return Verdict(_unflat(total, results[0][0]), [i for i, a in enumerate(alpha) if a > 0], keep)
 
     return rule
 
@@ -278,12 +308,12 @@ def flame_rule(noise_lambda: float, parameters: Collection[str]) -> Rule:
     2. adaptive clipping: ``e_i = ||u_i||`` for every client, ``S_t = median(e_1..e_n)``, each admitted update
        scaled by ``min(1, S_t / e_i)``, and their unweighted mean ``sum_l u_{b_l} / L``;
     3. adaptive noising: ``+ N(0, sigma^2)``, ``sigma = noise_lambda * S_t`` (their Sec. 5: 0.001 for image
-       tasks), on the keys in ``parameters`` (the trainable parameters, as weak DP).
+       tasks; their Sec. 4 derives it from an (epsilon, delta): the defense's ``Flame.noise_level``), on the keys
+       in ``parameters`` (the trainable parameters, as weak DP).
 
     Accepted: the admitted clients; no update when none is admitted.  Deviations: the cosine distances are the
     updates' (the paper's are the local models', whose cosines all lie near 1 around the shared global model);
-    the updates cover every floating tensor (BatchNorm's running statistics too); ``noise_lambda`` is given,
-    not derived from an (epsilon, delta) as in their Sec. 4."""
+    the updates cover every floating tensor (BatchNorm's running statistics too)."""
     def rule(results):
         updates = _flat(results)
         norms = np.linalg.norm(updates, axis=1)
@@ -304,11 +334,16 @@ class RobustAggregate(Strategy):
     Computed in float64 and cast back to each tensor's dtype; clients receive the global state.  ``updates``: the rule
     sees the updates ``theta_i - theta`` and returns one (the rules written here), else the uploaded states (Flower's).
     ``check(n)`` raises :class:`ConfigError` when the rule cannot run on the ``n`` uploads a round actually aggregates;
-    it is called every round, before the rule.  A rule that selects clients adds the detection record."""
+    it is called every round, before the rule.  A rule that selects clients adds the detection record.  ``kept``: the
+    server state of earlier rounds (:meth:`with_server_state`), which the rule reads; what its verdict keeps is the
+    result's ``client_state``."""
 
     def __init__(self, rule: Rule, check: Callable[[int], None] = lambda n: None, name: str = "",
-                 updates: bool = False):
-        self.rule, self.check, self.name, self.updates = rule, check, name, updates
+                 updates: bool = False, kept: ServerState | None = None):
+        self.rule, self.check, self.name, self.updates, self.kept = rule, check, name, updates, kept
+
+    def with_server_state(self, server_state: ServerState) -> RobustAggregate:
+        return RobustAggregate(self.rule, self.check, self.name, self.updates, server_state)
 
     def aggregate(self, global_state: StateDict, uploads: list[Upload]) -> RoundResult:
         if not uploads:
@@ -323,7 +358,7 @@ class RobustAggregate(Strategy):
         if self.updates:
             as64 = {k: [t - global_state[k].detach().to("cpu", torch.float64) for t in ts] for k, ts in as64.items()}
         results = Results([([as64[k][i].numpy() for k in floating], up.num_samples) for i, up in enumerate(uploads)],
-                          floating)
+                          floating, [up.client for up in uploads], self.kept)
         verdict = self.rule(results)
         verdict = verdict if isinstance(verdict, Verdict) else Verdict(verdict)
         out: StateDict = {}
@@ -335,9 +370,9 @@ class RobustAggregate(Strategy):
         heaviest = max(uploads, key=lambda up: up.num_samples)  # the first one on ties, as WeightedSum
         out.update({k: v.clone() for k, v in heaviest.state.items() if k not in out})
         if verdict.accepted is None:
-            return RoundResult(out)
+            return RoundResult(out, verdict.keep)
         accepted = [uploads[i].client for i in verdict.accepted]
-        return RoundResult(out, records=[{"scope": "defense", "defense": self.name, "accepted": accepted,
+        return RoundResult(out, verdict.keep, records=[{"scope": "defense", "defense": self.name, "accepted": accepted,
                                           "rejected": [up.client for up in uploads if up.client not in accepted]}])
 
 
@@ -362,6 +397,10 @@ class BoundedNorm(Strategy):
 
     def configure(self, global_state, client, client_server_state, round_index):
         return self.inner.configure(global_state, client, client_server_state, round_index)
+
+    def with_server_state(self, server_state: ServerState) -> BoundedNorm:
+        return BoundedNorm(self.inner.with_server_state(server_state), self.bound, self.noise, self.parameters,
+                           self.name)
 
     def accumulator(self, global_state: StateDict) -> Accumulator:
         return _Bounded(self, global_state, self.inner.accumulator(global_state))
