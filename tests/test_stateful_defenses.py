@@ -13,7 +13,7 @@ from conftest import kill_in_round, tiny_config
 from test_robust_defenses_2 import _pairs, _strategy
 from privreid.checkpoint import load_checkpoint
 from privreid.composition import build_run
-from privreid.config import RunConfig, TrainConfig
+from privreid.config import RobustnessConfig, RunConfig
 from privreid.data.catalog import federation_for_config
 from privreid.defenses import apply_defenses
 from privreid.defenses.client_dp.mechanism import trainable_parameter_names
@@ -90,7 +90,7 @@ def test_centered_clipping_starts_from_the_previous_aggregate():
 @pytest.mark.parametrize("defense, options", [("foolsgold", {}), ("centered-clipping", {"tau": 0.05})])
 def test_a_resumed_run_equals_the_uninterrupted_one_kept_state_included(tiny_synth, tmp_path, monkeypatch,
                                                                        defense, options):
-    cfg = tiny_config(tiny_synth, rounds=3, eval_every=3, defenses={defense: options})
+    cfg = tiny_config(tiny_synth, rounds=3, every=3, defenses={defense: options})
     fed = federation_for_config(cfg)
     FederatedEngine(cfg, fed, tmp_path / "full", progress=False, build=build_run).run()
     kill_in_round(monkeypatch, FederatedEngine(cfg, fed, tmp_path / "cut", progress=False, build=build_run), 3)
@@ -109,7 +109,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one_kept_state_included(tiny_syn
 
 
 def _flame(**options) -> RunConfig:
-    return RunConfig(train=TrainConfig(defenses={"flame": options}))
+    return RunConfig(robustness=RobustnessConfig(defenses={"flame": options}))
 
 
 def test_flame_derives_lambda_from_epsilon_and_delta():

@@ -344,7 +344,7 @@ class Flame(RobustRule):
         if len(given) == 1:
             raise ConfigError(f"defense {self.name!r}: give epsilon and delta together (lambda = (1/epsilon) "
                               f"sqrt(2 ln(1.25/delta))), or neither (got only {given[0]})")
-        if "noise_lambda" in config.train.defenses.get(self.name, {}):
+        if "noise_lambda" in config.robustness.defenses.get(self.name, {}):
             raise ConfigError(f"defense {self.name!r}: give noise_lambda or epsilon and delta (from which lambda "
                               "is derived), not both")
         self.check_positive(config, "epsilon")
