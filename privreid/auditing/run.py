@@ -18,7 +18,7 @@ from privreid.auditing.membership import LEVELS, MembershipSet, build_membership
 from privreid.auditing.metrics import summarise
 from privreid.auditing.report import record_label, write_report
 from privreid.auditing.statistics import ProbeOutputs, probe_outputs, unique_probes
-from privreid.auditing.views import VIEWS, replay, upload_model
+from privreid.auditing.views import VIEWS, mean_weight, replay, upload_model
 
 
 @dataclass
@@ -103,8 +103,6 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             raise ConfigError(f"{label}: --round {settings.round} is past the checkpoint's last round "
                               f"({ckpt.round}); nothing to replay")
         if "server-aggregate" in settings.views:
-            from privreid.auditing.views import mean_weight
-
             mean_weight(ckpt.run_config)
     dev = resolve_device(device)
     out = Path(out)

@@ -31,7 +31,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import uniform
 from privreid.pickle_scan import safe_torch_load
 from privreid.io import save_torch_atomic
-from privreid.composition import build_run
+from privreid.composition import build_run, method_of
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -77,8 +77,6 @@ class UploadRecorder(FederatedEngine):
 def mean_weight(config: RunConfig):
     """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
     mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
-    from privreid.composition import method_of
-
     method = method_of(config)
     weight = None
     if method.needs_per_client_uploads is False:

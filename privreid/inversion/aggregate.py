@@ -26,11 +26,18 @@ from typing import Any
 
 import torch
 
+from privreid.composition import method_of
+from privreid.data.formats import read_image
 from privreid.errors import ConfigError
+from privreid.federated.engine import selection_size
+from privreid.losses import identity_loss
+from privreid.seeding import derive_seed
+from privreid.inversion.attack import Reconstruction, reconstruct
 from privreid.inversion.campaign import _to_unit_tensor, write_row
 from privreid.inversion.defenses import NO_DEFENSE, Defense, defense_as_trained
 from privreid.inversion.optimise import invert_feature, random_start
 from privreid.inversion.observation import Observation, leak_bottleneck_feature
+from privreid.inversion.report import score
 from privreid.inversion.threat_models import THREATS, observe
 
 BASE_THREAT = "shared-feature"
@@ -85,9 +92,6 @@ def aggregate_observation(steps, *, shared: set[str], loss_fn, defense: Defense,
 
 def clients_per_round(target) -> int:
     """The run's ``m``: how many clients each of its rounds aggregated (the engine's ``max(1, ceil(C N))``)."""
-    from privreid.federated.engine import selection_size
-    from privreid.composition import method_of
-
     fraction = target.config.train.client_fraction
     method = method_of(target.config)
     return selection_size(method.client_fraction if fraction is None else fraction, len(target.clients))
@@ -102,12 +106,6 @@ def attack_sums(target, subjects, owners, plan, models, where: Path, *, threat: 
                 seed: int, progress: bool, bar) -> list[tuple[str, dict[str, Any]]]:
     """One checkpoint's rows (:func:`.campaign.invert_checkpoints`): the single upload (``shared-feature``), then
     the sum of ``m`` uploads per ``m`` of ``plan``; per row its table label and result."""
-    from privreid.data.formats import read_image
-    from privreid.losses import identity_loss
-    from privreid.seeding import derive_seed
-    from privreid.inversion.attack import Reconstruction, reconstruct
-    from privreid.inversion.report import score
-
     h, w = target.config.data.height, target.config.data.width
     dev = next(models[owners[0][0]][0].parameters()).device
     loss_fn = identity_loss(target.config.train.label_smoothing)

@@ -13,11 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torchvision.transforms as T
 
 from privreid.checkpoint import Checkpoint, checkpoint_labels, label_file_stem
+from privreid.composition import method_of
+from privreid.data.catalog import federation_for_config, resolve_datasets
+from privreid.data.formats import read_image
+from privreid.device import resolve_device
 from privreid.errors import CheckpointError, ConfigError
 from privreid.io import write_text_atomic
+from privreid.log import progress_bar
+from privreid.models.evaluated import model_labels
+from privreid.seeding import derive_seed
+from privreid.inversion.attack import reconstruct_batch
+from privreid.inversion.defenses import NO_DEFENSE, defense_as_trained
 from privreid.inversion.observation import to_model_input
+from privreid.inversion.report import save_grid, score, subject_caption, summarise, summary_table, write_metrics_json
+from privreid.inversion.threat_models import THREATS, check_model
 
 
 @dataclass
@@ -41,16 +53,11 @@ class Target:
 
 
 def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
-    import torchvision.transforms as T
-
     return T.Compose([T.Resize((height, width)), T.ToTensor()])(pil_image)
 
 
 def load_targets(paths: list[Path]) -> list[Target]:
     """Checkpoints with their run configs and their clients' training data."""
-    from privreid.data.catalog import federation_for_config
-    from privreid.composition import method_of
-
     ckpts = [Checkpoint.load(p) for p in paths]
     targets = []
     for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(ckpts)):
@@ -94,8 +101,6 @@ def select_subjects(target: Target, client: str | None, index: int | None, image
 
 def image_subject(image: Path, height: int, width: int) -> Subject:
     """``--image``: the file as a subject; ConfigError when it is missing or not ``height`` x ``width``."""
-    from privreid.data.formats import read_image
-
     if not image.is_file():
         raise ConfigError(f"--image: no such file: {image}")
     pil = read_image(image)
@@ -107,8 +112,6 @@ def image_subject(image: Path, height: int, width: int) -> Subject:
 
 def training_subjects(train: list, height: int, width: int, index: int | None, n: int) -> list[Subject]:
     """``n`` images of the ``train`` list (:func:`subject_indices` from ``index``), resized to ``height`` x ``width``."""
-    from privreid.data.formats import read_image
-
     return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
             for i in subject_indices(len(train), index or 0, n)]
 
@@ -134,8 +137,6 @@ def client_of(target: Target, subject: Subject, client: str, label: int | None) 
 
 def attacked_model(target: Target, client: str, threat: str, device):
     """The client's model (head included) and the set of shared parameter names; refused when parts are missing."""
-    from privreid.inversion.threat_models import THREATS, check_model
-
     if client not in target.ckpt.client_states:
         raise CheckpointError(f"{target.path} holds no state for client {client!r}: it cannot rebuild the "
                               "client's model")
@@ -161,8 +162,6 @@ class CampaignResult:
 
 def write_summary(out: Path, caption: str, rows, results: list[dict]) -> CampaignResult:
     """``out/summary.md``: the caption over the summary table of ``rows``; the campaign's result."""
-    from privreid.inversion.report import summary_table
-
     table = f"{caption}\n\n{summary_table(rows)}\n"
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "summary.md", table)
@@ -177,9 +176,7 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, threat: str = 
     grid.png per model (per row for a sum of ``clients`` uploads, :mod:`.aggregate`) and summary.md.  All is
     checked before any attack; ``skip_refused`` (the report suite) names a checkpoint it cannot attack, with the
     reason, instead of failing."""
-    from privreid.device import resolve_device
     from privreid.inversion import aggregate
-    from privreid.log import progress_bar
 
     sizes = aggregate.check_campaign(threat, image=image, clients=clients)  # None: a single upload
     if n < 1:
@@ -226,8 +223,6 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, threat: str = 
 def _attack_upload(target: Target, subjects: list[Subject], owners, plan, models, where: Path, *, threat: str,
                    settings, defended: bool, seed: int, progress: bool, bar) -> list[tuple[str, dict[str, Any]]]:
     """One checkpoint's attack on single uploads, in batches of ``settings.batch``: its table row and result."""
-    from privreid.inversion import NO_DEFENSE, defense_as_trained
-
     defense = defense_as_trained(target.config) if defended else NO_DEFENSE
 
     def step(group: list[int]):
@@ -257,10 +252,6 @@ def _attack_model(name: str, where: Path, meta: dict[str, Any], subjects: list[S
     """One model attacked on ``subjects`` in batches of ``settings.batch``, each seeded by its first subject
     (``step(batch)``: the attacked net, its shared parameters, the batch's labels and what describes them);
     ``metrics.json`` (``meta`` and the settings) and ``grid.png`` in ``where``; its :class:`CampaignResult` entry."""
-    from privreid.inversion import reconstruct_batch
-    from privreid.inversion.report import score
-    from privreid.seeding import derive_seed
-
     recs, scores, described = [], [], []
     for group in batches(len(subjects), settings.batch):
         chosen = [subjects[k] for k in group]
@@ -283,8 +274,6 @@ def _attack_model(name: str, where: Path, meta: dict[str, Any], subjects: list[S
 def write_row(where: Path, title: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
               scores: list[dict[str, Any]]) -> dict[str, Any]:
     """``metrics.json`` (``meta`` its settings) and ``grid.png`` in ``where``; the row's summary, folder and grid."""
-    from privreid.inversion.report import save_grid, subject_caption, summarise, write_metrics_json
-
     write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
     save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described], title=title)
     return {"summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
@@ -300,8 +289,6 @@ def file_subjects(height: int, width: int, *, image: Path | None, data: list[str
                   n: int) -> list[Subject]:
     """Subjects for models from elsewhere: ``image`` (at the models' input size), or ``n`` training images of
     ``data``'s first domain from ``index`` on, resized to ``height`` x ``width``."""
-    from privreid.data.catalog import resolve_datasets
-
     if image is not None:
         if data or index is not None or n != 1:
             raise ConfigError("--image attacks exactly one image; --data, --index and --subjects pick dataset subjects")
@@ -317,11 +304,6 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     """The ``full`` threat on models from elsewhere (:class:`privreid.models.evaluated.EvaluatedModel`), each
     with its own classifier, on the same subjects (:func:`file_subjects`). A subject's label is ``label``
     (``--image``) or the identity the model predicts (``metrics.json``: ``label_source``); no defense applies."""
-    from privreid.log import progress_bar
-
-    from privreid.device import resolve_device
-    from privreid.models.evaluated import model_labels
-
     sizes = {m.input_size for m in models}
     if len(sizes) > 1:
         raise ConfigError(f"the models take different input sizes ({sorted(sizes)}); attack them separately")
