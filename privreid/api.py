@@ -602,7 +602,7 @@ def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client
                clients: Any = None, defended: bool = False, seed: int = 0, device: str = "auto", announce=None,
                **file_options: Any) -> Any:
     """``privreid invert``: the inversion campaign of ``threat`` (``--threat``) against privreid checkpoints'
-    clients (:func:`privreid.inversion.aggregate.invert_campaign`), or against model files from elsewhere under
+    clients (:func:`privreid.inversion.campaign.invert_checkpoints`), or against model files from elsewhere under
     the ``full`` threat (:func:`privreid.inversion.campaign.invert_files`), written into ``out``; ``settings`` an
     :class:`~privreid.inversion.InversionSettings`.  Returns the campaign's result (its ``table``)."""
     from privreid.provenance import record_models
@@ -610,10 +610,10 @@ def invert_run(paths: list[Any], out: Any, settings: Any, threat: str, *, client
     loaded = load_models(paths, announce=announce, **file_options)
     from_files = [m for m in loaded if m.checkpoint is None]
     if not from_files:
-        from privreid.inversion.aggregate import invert_campaign
+        from privreid.inversion.campaign import invert_checkpoints
 
-        return invert_campaign(threat, paths, out, settings=settings, client=client, index=index, image=image,
-                               label=label, n=n, clients=clients, defended=defended, seed=seed, device=device)
+        return invert_checkpoints(paths, out, settings=settings, threat=threat, client=client, index=index, image=image,
+                                  label=label, n=n, clients=clients, defended=defended, seed=seed, device=device)
     if len(from_files) != len(loaded):
         raise ConfigError("privreid invert attacks privreid checkpoints' clients or model files from "
                           "elsewhere, not both in one run")
@@ -646,13 +646,13 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
     the keywords are the command's options (comma lists as strings).  Returns the audit's records."""
     from privreid.auditing import AuditSettings, run_audit
     from privreid.device import resolve_device
+    from privreid.models.evaluated import model_labels
     from privreid.provenance import record_models
 
     echo = echo or (lambda _: None)
     loaded = load_models(paths, announce=announce, **file_options)
     if any(m.checkpoint is None for m in loaded):  # model files from elsewhere
         from privreid.auditing.given import GIVEN_ATTACKS, audit_files
-        from privreid.models.evaluated import model_labels
 
         names = _csv(method)
         if len(loaded) != sum(m.checkpoint is None for m in loaded):
@@ -686,18 +686,15 @@ def audit_run(paths: list[Any], out: Any, *, level: str | None = None, method: s
         return run_audit(paths, out, settings, device=device, progress=False, echo=echo)["records"]
     from privreid.auditing.dp_audit import DPAuditSettings, run_dp_audit
     from privreid.auditing.report import write_report
-    from privreid.checkpoint import Checkpoint, checkpoint_labels
 
     dp_settings = DPAuditSettings(canaries=canaries, confidence=confidence, canary_norm=canary_norm,
                                   seed=seed).validate()
-    ckpts = [Checkpoint.load(p) for p in paths]
-    labels = checkpoint_labels(ckpts)
-    configs = [c.run_config for c in ckpts]
-    for label, cfg in zip(labels, configs):
+    runs = [(label, m.checkpoint.run_config) for label, m in zip(model_labels(loaded), loaded)]
+    for label, cfg in runs:
         if not (cfg.privacy.dp_sgd or cfg.privacy.client_dp):
             raise ConfigError(f"{label}: the DP audit needs a run trained with --dp-sgd or --client-dp")
     records = []
-    for i, (label, cfg) in enumerate(zip(labels, configs)):
+    for i, (label, cfg) in enumerate(runs):
         echo(f"[{label}] DP audit: training once with {canaries} canaries")
         records.append(run_dp_audit(cfg, Path(out) / "cache" / "dp_audit" / f"run{i}", dp_settings, label=label))
     write_report(out, [], [], dp=records)

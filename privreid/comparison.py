@@ -141,9 +141,9 @@ class SuiteSettings:
         if self.corruption_repeats < 1:
             raise ConfigError(f"corruption repeats must be >= 1, got {self.corruption_repeats}")
         resolve_pixel_scale(self.pixel_scale, 2, 2)
-        from privreid.inversion.threat_models import get_threat
+        from privreid.inversion.threat_models import THREATS
 
-        if not get_threat(self.inversion_threat).single_upload:
+        if not THREATS[self.inversion_threat].single_upload:
             raise ConfigError("the suite's inversion always includes the aggregate threat (--clients m); "
                               "--threat picks the single-upload threat next to it")
         if self.inversion_clients is not None:
@@ -271,16 +271,15 @@ def run_suites(paths: list[str | os.PathLike], out: str | os.PathLike, settings:
             del model
     if "inversion" in settings.suites:
         from privreid.inversion import InversionSettings
-        from privreid.inversion.aggregate import invert_aggregate
         from privreid.inversion.campaign import invert_checkpoints
 
         inversion = InversionSettings(attack=settings.inversion_attack, iterations=settings.inversion_iterations)
         inv = invert_checkpoints(paths, out / "inversion", n=settings.inversion_subjects,
                                  threat=settings.inversion_threat, seed=settings.seed, device=str(dev),
                                  progress=progress, settings=inversion)
-        agg = invert_aggregate(paths, out / "inversion" / "aggregate", n=settings.inversion_subjects,
-                               clients=settings.inversion_clients, seed=settings.seed, device=str(dev),
-                               progress=progress, skip_refused=True, settings=inversion)
+        agg = invert_checkpoints(paths, out / "inversion" / "aggregate", threat="aggregate",
+                                 n=settings.inversion_subjects, clients=settings.inversion_clients, seed=settings.seed,
+                                 device=str(dev), progress=progress, skip_refused=True, settings=inversion)
         result["inversion"] = {"table": inv.table, "models": inv.models,
                                "aggregate": {"table": agg.table, "models": agg.models}}
         run.recipe = inversion.describe()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -65,6 +66,17 @@ def write_file_atomically(path: Path, write: Callable[[Path], None], *, stream: 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file (never half-written, never a 0-byte file)."""
     write_file_atomically(Path(path), lambda tmp: tmp.write_text(text))
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float in it (dicts, lists, tuples) replaced by ``None``: valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -66,7 +66,7 @@ def test_server_view_replays_and_verifies_uploads(tiny_synth, tmp_path):
 def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(tiny_synth, tmp_path):
     import torch
 
-    from privreid.auditing.views import replay_aggregates, replay_uploads
+    from privreid.auditing.views import replay
     from privreid.checkpoint import Checkpoint
     from privreid.data.catalog import federation_for_config
 
@@ -83,8 +83,8 @@ def test_server_aggregate_view_attacks_the_weighted_sum_of_the_rounds_uploads(ti
     assert "server-aggregate" in (tmp_path / "a" / "report.md").read_text()
     # the attack input is the sum of the individually replayed uploads, weighted as FedPav averages (n_k)
     ckpt = Checkpoint.load(ckpt_path)
-    sums, verified = replay_aggregates(ckpt, "synthB", tmp_path / "a" / "cache")
-    uploads = {c: replay_uploads(ckpt, c, tmp_path / "a" / "cache")[0][1] for c in ("synthA", "synthB")}
+    sums, verified = replay(ckpt, "synthB", tmp_path / "a" / "cache", aggregate=True)
+    uploads = {c: replay(ckpt, c, tmp_path / "a" / "cache")[0][1] for c in ("synthA", "synthB")}
     sizes = {c.name: len(c.train) for c in federation_for_config(cfg).clients}
     assert verified and sums[1].weight == sizes["synthA"] + sizes["synthB"]
     floating = [k for k, v in uploads["synthA"].items() if v.is_floating_point()]

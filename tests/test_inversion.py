@@ -24,7 +24,7 @@ from privreid.inversion.report import filtered_views, image_metrics, score
 from privreid.inversion.threat_models import check_model
 from privreid.inversion.observation import (
     client_gradient,
-    infer_label,
+    infer_labels,
     parameter_gradients,
     shared_surrogate_loss,
     surrogate_names,
@@ -156,10 +156,10 @@ def test_infer_label_from_the_full_gradient(tiny_model):
     model, shared = tiny_model
     for label in range(5):
         obs = observe(model, subject(label), label, threat="full", shared=shared, loss_fn=identity_loss(0.1))
-        inferred, rule = infer_label(model, obs)
-        assert inferred == label and rule.startswith("idlg")
+        inferred, rule = infer_labels(model, obs)
+        assert inferred == [label] and rule.startswith("idlg")
     with pytest.raises(ConfigError, match="full"):
-        infer_label(model, observe(model, subject(), 0, threat="shared", shared=shared, loss_fn=identity_loss()))
+        infer_labels(model, observe(model, subject(), 0, threat="shared", shared=shared, loss_fn=identity_loss()))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -183,7 +183,7 @@ def test_infer_label_recovers_the_label_of_a_bnneck_model_whatever_the_feature_s
         for seed in (label, label + 10):
             x = subject(seed)
             obs = observe(model, x, label, threat="full", shared=shared, loss_fn=identity_loss(smoothing))
-            assert infer_label(model, obs, smoothing) == (label, "idlg (sign by gradient matching)")
+            assert infer_labels(model, obs, smoothing) == ([label], "idlg (sign by gradient matching)")
             with torch.no_grad():
                 head_input = model.neck(model.backbone(to_model_input(x[None])))[0]
             if float(head_input.sum()) < 0:
@@ -208,7 +208,7 @@ def test_infer_label_uses_the_bias_rule_for_the_mlp_head():
     model = build_model("resnet18", num_classes=4, feat_dim=32, transforms=["mlp_head"]).eval()
     shared = {n for n, _ in model.named_parameters() if not n.startswith("classifier.")}
     obs = observe(model, subject(5), 3, threat="full", shared=shared, loss_fn=identity_loss(0.1))
-    assert infer_label(model, obs) == (3, "bias-sign")
+    assert infer_labels(model, obs) == ([3], "bias-sign")
 
 
 def test_threat_models_refuse_models_that_cannot_leak(tiny_model):

@@ -131,7 +131,7 @@ def test_the_l2rw_preset_is_plain_adam_on_pixels_as_before_the_recipe():
         with torch.no_grad():
             dummy.clamp_(0, 1)
     assert torch.equal(rec.reconstruction, dummy.detach()[0]) and rec.inferred_label == 4
-    assert InversionSettings.preset("l2rw-fig8").differences(InversionSettings())["lr"] == (0.01, 0.1)
+    assert (InversionSettings.preset("l2rw-fig8").lr, InversionSettings().lr) == (0.01, 0.1)
     with pytest.raises(ConfigError, match="unknown inversion preset"):
         InversionSettings.preset("nope")
 

@@ -17,7 +17,7 @@ import torch
 
 from privreid.inversion import threat_models
 from privreid.inversion.optimise import IDLG
-from privreid.inversion.settings import INVERSION_ATTACKS, InversionSettings, attacks_help
+from privreid.inversion.settings import INVERSION_ATTACKS, InversionSettings
 from privreid.inversion.threat_models import FullGradient
 from privreid.data.formats import FORMATS, DatasetFormat, format_choices, get_format
 from privreid.defenses.registry import DEFENSES, Defense, available_defenses
@@ -142,12 +142,11 @@ def _transform_is_usable(entry):
 
 def _inversion_is_usable(entry):
     assert InversionSettings(attack=entry.name).distance == "cosine"
-    assert f"{entry.name}: {entry.summary}" in attacks_help()
+    assert INVERSION_ATTACKS[entry.name] is entry
 
 
 def _threat_is_usable(entry):
-    assert threat_models.get_threat(entry.name) is entry
-    assert f"{entry.name}: {entry.summary}" in threat_models.threats_help()
+    assert threat_models.THREATS[entry.name] is entry
 
 
 def _retrieval_is_usable(entry):

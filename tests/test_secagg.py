@@ -362,11 +362,12 @@ def test_aggregate_observation_is_the_sum_of_the_steps(fedpav_ckpt):
 
 
 def test_client_dp_share_per_client(tiny_synth):
-    from privreid.inversion.aggregate import client_defense, parse_clients
+    from privreid.inversion.aggregate import parse_clients
+    from privreid.inversion.defenses import defense_as_trained
 
     cfg = tiny_config(tiny_synth, client_dp=True, clip=2.0, noise_multiplier=3.0)
-    assert client_defense(cfg, 4, True).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
-    assert client_defense(cfg, 4, True).clip_norm == 2.0 and client_defense(cfg, 4, False).clip_norm is None
+    assert defense_as_trained(cfg, aggregated=4).noise_multiplier == pytest.approx(1.5)  # (Z S)^2 / m per client
+    assert defense_as_trained(cfg, aggregated=4).clip_norm == 2.0
     assert parse_clients(["8,1", "2"]) == [1, 2, 8]
     with pytest.raises(ConfigError, match="positive integers"):
         parse_clients(["0"])

@@ -28,10 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from privreid.config import RunConfig
+from privreid.checkpoint import Checkpoint
+from privreid.config import RunConfig, dp_delta
 from privreid.data.types import ClientData, Federation
+from privreid.defenses.client_dp.mechanism import trainable_parameter_names
 from privreid.errors import ConfigError
+from privreid.federated.engine import FederatedEngine
+from privreid.rundir import prepare_out_dir
 from privreid.composition import build_run
+from privreid.auditing.statistics import probe_outputs
 
 #: guess counts tried, as fractions of the canaries (k = fraction * m / 2 guesses on each side)
 GUESS_FRACTIONS = (0.1, 0.2, 0.5, 1.0)
@@ -129,11 +134,6 @@ def _inclusion(m: int, seed: int) -> np.ndarray:
 
 def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str]:
-    from privreid.checkpoint import Checkpoint
-    from privreid.federated.engine import FederatedEngine
-    from privreid.rundir import prepare_out_dir
-    from privreid.auditing.statistics import probe_outputs
-
     target = federation.clients[0]
     pool = [s for ts in (federation.unseen or federation.seen) for s in ts.gallery if s[1] > 0]
     if len(pool) < settings.canaries:
@@ -157,10 +157,6 @@ def _record_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 
 def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSettings, run: Path, progress: bool
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], str | None]:
-    from privreid.defenses.client_dp.mechanism import trainable_parameter_names
-    from privreid.federated.engine import FederatedEngine
-    from privreid.rundir import prepare_out_dir
-
     included = _inclusion(settings.canaries, settings.seed)
     donor = federation.clients[0]
     two = [next(s for s in donor.train if s[1] == label) for label in (0, 1)]
@@ -203,7 +199,6 @@ def _client_level(config: RunConfig, federation: Federation, settings: DPAuditSe
 def run_dp_audit(config: RunConfig, out: Path, settings: DPAuditSettings | None = None, *, label: str = "run",
                  progress: bool = False) -> dict[str, Any]:
     """Train ``config`` once with canaries, then bound epsilon from below; the audit record."""
-    from privreid.config import dp_delta
     from privreid.data.catalog import federation_for_config
 
     settings = (settings or DPAuditSettings()).validate()

@@ -58,7 +58,7 @@ def audit_given(net: nn.Module, size: tuple[int, int], members: list[tuple], non
     a ``classifier`` attribute for the loss attack)."""
     from privreid.auditing.membership_attacks import MEMBERSHIP_ATTACKS
     from privreid.auditing.metrics import summarise
-    from privreid.auditing.statistics import probe_outputs
+    from privreid.auditing.statistics import probe_outputs, unique_probes
 
     if attack not in GIVEN_ATTACKS:
         raise ConfigError(f"an audit of a model without a privreid run runs the feature or loss attack, got "
@@ -70,8 +70,7 @@ def audit_given(net: nn.Module, size: tuple[int, int], members: list[tuple], non
         raise ConfigError("the loss attack reads the classifier's log-likelihood; this model has no classifier "
                           "(use the feature attack)")
     ms = MembershipSet(level, None, "given", membership_candidates(members, nonmembers, level))
-    outputs = probe_outputs(net, sorted({p for c in ms.candidates for p in c.probes}), height=size[0],
-                            width=size[1], device=device, batch_size=batch_size)
+    outputs = probe_outputs(net, unique_probes(ms), height=size[0], width=size[1], device=device, batch_size=batch_size)
     scored = MEMBERSHIP_ATTACKS[attack].score(ms, outputs)
     return GivenAudit(ms, scored.scores, scored.statistic,
                       summarise(ms.labels, scored.scores, bootstrap=bootstrap, seed=seed))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from privreid.io import save_figure, write_text_atomic
+from privreid.io import format_table, save_figure, write_text_atomic
 from privreid.auditing.metrics import FPR_TARGETS, auc, fpr_label, roc_curve
 
 
@@ -69,8 +69,6 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    from privreid.io import format_table
-
     return format_table(rows)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from privreid.auditing.membership import LEVELS, MembershipSet, build_membership
 from privreid.auditing.metrics import summarise
 from privreid.auditing.report import record_label, write_report
 from privreid.auditing.statistics import ProbeOutputs, probe_outputs, unique_probes
-from privreid.auditing.views import VIEWS, replay_aggregates, replay_uploads, upload_model
+from privreid.auditing.views import VIEWS, mean_weight, replay, upload_model
 
 
 @dataclass
@@ -59,29 +60,24 @@ class AuditSettings:
         return self
 
 
-def _one_round(found: dict, client: str, round_no: int | None) -> dict:
+def _server_view(ckpt: Checkpoint, client: str, round_no: int | None, cache: Path, device, aggregate: bool,
+                 progress, echo) -> tuple[list, dict[str, Any]]:
+    """The server's models of ``client`` (its uploads, or with ``aggregate`` per round the model holding the mean
+    the server computes from the sum), one round or all, and what the record says of them."""
+    found, verified = replay(ckpt, client, cache, aggregate=aggregate, progress=progress, echo=echo)
     if round_no is not None:
         if round_no not in found:
             raise ConfigError(f"client {client} uploaded in rounds {sorted(found)}, not in round {round_no}")
         found = {round_no: found[round_no]}
     if not found:
         raise ConfigError(f"client {client} never took part in a round")
-    return found
-
-
-def _server_models(ckpt: Checkpoint, client: str, round_no: int | None, cache: Path, device, progress, echo):
-    uploads, verified = replay_uploads(ckpt, client, cache, progress=progress, echo=echo)
-    uploads = _one_round(uploads, client, round_no)
-    return [upload_model(ckpt, uploads[r], device) for r in sorted(uploads)], sorted(uploads), verified
-
-
-def _aggregate_models(ckpt: Checkpoint, client: str, round_no: int | None, cache: Path, device, progress, echo):
-    """The server-aggregate view: per round, the model holding the mean the server computes from the sum."""
-    sums, verified = replay_aggregates(ckpt, client, cache, progress=progress, echo=echo)
-    sums = _one_round(sums, client, round_no)
-    rounds = sorted(sums)
-    return ([upload_model(ckpt, sums[r].mean(), device) for r in rounds], rounds,
-            {str(r): sums[r].clients for r in rounds}, verified)
+    rounds = sorted(found)
+    models = [upload_model(ckpt, found[r].mean() if aggregate else found[r], device) for r in rounds]
+    summed = {"aggregated_clients": {str(r): found[r].clients for r in rounds}} if aggregate else {}
+    observed = {"observed": "the weighted mean of the round's uploads (the secure sum / the sum of the weights)"}
+    return models, {"client": client, "rounds": rounds, **summed, "replay_verified": verified,
+                    **(observed if aggregate else {}),
+                    "combine": "mean score over rounds" if len(rounds) > 1 else "one round"}
 
 
 def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: AuditSettings | None = None, *,
@@ -107,8 +103,6 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
             raise ConfigError(f"{label}: --round {settings.round} is past the checkpoint's last round "
                               f"({ckpt.round}); nothing to replay")
         if "server-aggregate" in settings.views:
-            from privreid.auditing.views import mean_weight
-
             mean_weight(ckpt.run_config)
     dev = resolve_device(device)
     out = Path(out)
@@ -123,37 +117,22 @@ def run_audit(paths: list[str | os.PathLike], out: str | os.PathLike, settings: 
         size = dict(height=config.data.height, width=config.data.width, device=dev)
         server_client = settings.client or ckpt.trained_clients[0]
         for level in settings.levels:
-            sets: dict[str | None, MembershipSet] = {}
-
+            @functools.cache
             def membership(scope: str | None) -> MembershipSet:
-                if scope not in sets:
-                    sets[scope] = build_membership(level, ckpt.audit_holdout, config, federation, client=scope,
-                                                   trained=trained, probes_per_identity=settings.probes_per_identity,
-                                                   max_per_class=settings.max_per_class,
-                                                   extra_per_cam=settings.extra_per_cam, seed=settings.seed)
-                return sets[scope]
+                return build_membership(level, ckpt.audit_holdout, config, federation, client=scope, trained=trained,
+                                        probes_per_identity=settings.probes_per_identity,
+                                        max_per_class=settings.max_per_class, extra_per_cam=settings.extra_per_cam,
+                                        seed=settings.seed)
 
             for view in settings.views:
-                extra: dict[str, Any] = {}
                 if view == "public":
                     ms = membership(settings.client)
                     models = [ckpt.load_model(settings.client, device=dev)]
-                    extra["model"] = f"client {settings.client} (personalised)" if settings.client else "global"
-                elif view == "server":
+                    extra = {"model": f"client {settings.client} (personalised)" if settings.client else "global"}
+                else:
                     ms = membership(server_client)
-                    models, rounds, verified = _server_models(ckpt, server_client, settings.round, cache, dev,
-                                                              progress, echo)
-                    extra.update({"client": server_client, "rounds": rounds, "replay_verified": verified,
-                                  "combine": "mean score over rounds" if len(rounds) > 1 else "one round"})
-                else:  # server-aggregate
-                    ms = membership(server_client)
-                    models, rounds, summed, verified = _aggregate_models(ckpt, server_client, settings.round, cache,
-                                                                         dev, progress, echo)
-                    extra.update({"client": server_client, "rounds": rounds, "aggregated_clients": summed,
-                                  "replay_verified": verified,
-                                  "observed": "the weighted mean of the round's uploads (the secure sum / the "
-                                              "sum of the weights)",
-                                  "combine": "mean score over rounds" if len(rounds) > 1 else "one round"})
+                    models, extra = _server_view(ckpt, server_client, settings.round, cache, dev,
+                                                 view == "server-aggregate", progress, echo)
                 probes = unique_probes(ms)
                 echo(f"[{label}] {level} level, {view} view: {int(ms.labels.sum())} members, "
                      f"{int((~ms.labels).sum())} non-members, {len(probes)} probe images")

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -31,7 +31,7 @@ from privreid.federated.engine import FederatedEngine
 from privreid.federated.strategy import uniform
 from privreid.pickle_scan import safe_torch_load
 from privreid.io import save_torch_atomic
-from privreid.composition import build_run
+from privreid.composition import build_run, method_of
 
 VIEWS = ("public", "server", "server-aggregate")
 
@@ -77,8 +77,6 @@ class UploadRecorder(FederatedEngine):
 def mean_weight(config: RunConfig):
     """``w_k`` of the run's server mean (secure aggregation's pre-scaling: uniform under client DP, DP-FedAvg's
     mean); ConfigError for a method whose server reads each upload (it cannot run under secure aggregation)."""
-    from privreid.composition import method_of
-
     method = method_of(config)
     weight = None
     if method.needs_per_client_uploads is False:
@@ -89,22 +87,10 @@ def mean_weight(config: RunConfig):
     return weight
 
 
-def replay_uploads(ckpt: Checkpoint, client: str, cache: Path, *, progress: bool = False,
-                   echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, dict[str, torch.Tensor]], bool]:
-    """``(round -> upload of client, verified)``; replays the run once and caches the result."""
-    replay = _replay(ckpt, client, cache, aggregate=False, progress=progress, echo=echo)
-    return replay["uploads"], replay["verified"]
-
-
-def replay_aggregates(ckpt: Checkpoint, client: str, cache: Path, *, progress: bool = False,
-                      echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, RoundSum], bool]:
-    """``(round -> RoundSum of the uploads of that round, for the rounds client took part in, verified)``."""
-    replay = _replay(ckpt, client, cache, aggregate=True, progress=progress, echo=echo)
-    return {r: s for r, s in replay["sums"].items() if client in s.clients}, replay["verified"]
-
-
-def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, progress: bool,
-            echo: Callable[[str], None]) -> dict:
+def replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool = False, progress: bool = False,
+           echo: Callable[[str], None] = lambda _: None) -> tuple[dict[int, Any], bool]:
+    """``(round -> upload of client, verified)``, or with ``aggregate`` ``round -> RoundSum`` of that round's
+    uploads for the rounds client took part in; replays the run once and caches the result."""
     from privreid.data.catalog import federation_for_config
     from privreid.rundir import prepare_out_dir
 
@@ -117,28 +103,31 @@ def _replay(ckpt: Checkpoint, client: str, cache: Path, *, aggregate: bool, prog
     store = cache / "uploads" / f"{client.replace('/', '_')}-{digest}{'-sums' if aggregate else ''}.pt"
     if store.is_file():
         saved = safe_torch_load(store)
-        return {"uploads": {int(r): s for r, s in saved["uploads"].items()},
-                "sums": {int(r): RoundSum(**s) for r, s in saved.get("sums", {}).items()},
-                "verified": bool(saved["verified"])}
-    federation = federation_for_config(config)
-    if client not in [c.name for c in federation.clients]:
-        raise ConfigError(f"no client {client!r} in the run; clients: {', '.join(c.name for c in federation.clients)}")
-    run = store.with_suffix("")
-    echo(f"server view: replaying the run to re-derive {client}'s uploads{' and their sums' if aggregate else ''} "
-         f"({run})")
-    engine = UploadRecorder(config, federation, run, progress=progress, log=lambda _: None, audited=client,
-                            weight=weight, build=build_run)
-    prepare_out_dir(run, overwrite=True, resume=False)
-    engine.run()
-    final = {k: v for k, v in engine.global_state.items() if k in ckpt.shared_keys}
-    verified = final.keys() == ckpt.shared_keys and all(
-        torch.equal(final[k].cpu(), ckpt.global_state[k].cpu()) for k in final)
-    store.parent.mkdir(parents=True, exist_ok=True)
-    saved = {"uploads": {str(r): s for r, s in engine.recorded.items()}, "verified": verified}
-    if aggregate:
-        saved["sums"] = {str(r): dataclasses.asdict(s) for r, s in engine.sums.items()}
-    save_torch_atomic(saved, store)
-    return {"uploads": engine.recorded, "sums": engine.sums, "verified": verified}
+        uploads = {int(r): s for r, s in saved["uploads"].items()}
+        sums = {int(r): RoundSum(**s) for r, s in saved.get("sums", {}).items()}
+        verified = bool(saved["verified"])
+    else:
+        federation = federation_for_config(config)
+        if client not in [c.name for c in federation.clients]:
+            raise ConfigError(f"no client {client!r} in the run; clients: "
+                              f"{', '.join(c.name for c in federation.clients)}")
+        run = store.with_suffix("")
+        echo(f"server view: replaying the run to re-derive {client}'s uploads{' and their sums' if aggregate else ''}"
+             f" ({run})")
+        engine = UploadRecorder(config, federation, run, progress=progress, log=lambda _: None, audited=client,
+                                weight=weight, build=build_run)
+        prepare_out_dir(run, overwrite=True, resume=False)
+        engine.run()
+        uploads, sums = engine.recorded, engine.sums
+        final = {k: v for k, v in engine.global_state.items() if k in ckpt.shared_keys}
+        verified = final.keys() == ckpt.shared_keys and all(
+            torch.equal(final[k].cpu(), ckpt.global_state[k].cpu()) for k in final)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        saved = {"uploads": {str(r): s for r, s in uploads.items()}, "verified": verified}
+        if aggregate:
+            saved["sums"] = {str(r): dataclasses.asdict(s) for r, s in sums.items()}
+        save_torch_atomic(saved, store)
+    return ({r: s for r, s in sums.items() if client in s.clients} if aggregate else uploads), verified
 
 
 def upload_model(ckpt: Checkpoint, upload: dict[str, torch.Tensor], device: torch.device | str = "cpu"

@@ -114,13 +114,12 @@ def invert_command(
     """
     from privreid.api import invert_run
     from privreid.inversion.aggregate import check_campaign
+    from privreid.inversion.campaign import batches
     from privreid.precision import INVERSION_NOTE, check_precision
 
     def validate():
         check_precision(precision)
         settings = InversionSettings(**attack_settings)
-        from privreid.inversion.campaign import batches
-
         batches(subjects, settings.batch)  # refused before any model loads
         check_campaign(threat, image=image, clients=clients)
         return settings, checkpoint_paths(model, models, more_models)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from privreid.errors import PrivreidError
+from privreid.io import finite_or_none
 
 #: what a run that diverged should try next
 LOWER_THE_RATES = "lower the learning rates (--lr-backbone, --lr-head, --lr-neck)"
@@ -31,19 +32,9 @@ class TrainingDiverged(PrivreidError):
     """The training loss became inf or NaN."""
 
 
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(v) for v in value]
-    return value
-
-
 def json_line(rec: dict[str, Any]) -> str:
     """One ``metrics.jsonl`` line: valid JSON, with ``null`` for non-finite numbers."""
-    return json.dumps(_finite_or_none(rec), allow_nan=False) + "\n"
+    return json.dumps(finite_or_none(rec), allow_nan=False) + "\n"
 
 
 def _kept(round_no: int, out_dir: Path) -> str:

@@ -10,7 +10,7 @@
 * :mod:`.optimise` -- DLG / iDLG / Inverting Gradients (the built-in attacks) and feature inversion;
 * :mod:`.attack` -- one subject or one batch, end to end;
 * :mod:`.report` -- metrics, ``metrics.json``, the PNG grid and the summary table;
-* :mod:`.campaign`, :mod:`.aggregate` -- ``privreid invert``'s campaigns (:func:`.aggregate.invert_campaign`).
+* :mod:`.campaign`, :mod:`.aggregate` -- ``privreid invert``'s campaigns (:func:`.campaign.invert_checkpoints`).
 """
 
 from privreid.lazy import lazy_exports

@@ -21,7 +21,7 @@ from privreid.inversion.defenses import NO_DEFENSE, Defense
 from privreid.inversion.labels import assign_labels
 from privreid.inversion.optimise import random_start
 from privreid.inversion.settings import InversionSettings
-from privreid.inversion.threat_models import get_threat, observe
+from privreid.inversion.threat_models import THREATS, observe
 
 
 @dataclass
@@ -60,12 +60,10 @@ def reconstruct_batch(model: nn.Module, subjects: torch.Tensor, labels: Sequence
     subjects = subjects.to(device)
     labels = [int(y) for y in labels]
     batch = len(subjects)
-    one = subjects[0] if batch == 1 else subjects  # one image: the one-image step, as before batches
-    observation = observe(model, one, labels[0] if batch == 1 else labels, threat=threat, shared=shared,
-                          loss_fn=loss_fn, defense=defense, generator=generator, local_steps=settings.local_steps,
-                          local_lr=settings.local_lr)
+    observation = observe(model, subjects, labels, threat=threat, shared=shared, loss_fn=loss_fn, defense=defense,
+                          generator=generator, local_steps=settings.local_steps, local_lr=settings.local_lr)
     start = random_start((settings.restarts * batch, *subjects.shape[1:]), generator, settings.start, device)
-    images, inferred, rule = get_threat(threat).reconstruct(
+    images, inferred, rule = THREATS[threat].reconstruct(
         model, observation, start, settings=settings, loss_fn=loss_fn, label_smoothing=label_smoothing,
         generator=generator, progress=progress)
     order = match_reconstructions(subjects, images)

@@ -13,11 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torchvision.transforms as T
 
 from privreid.checkpoint import Checkpoint, checkpoint_labels, label_file_stem
+from privreid.composition import method_of
+from privreid.data.catalog import federation_for_config, resolve_datasets
+from privreid.data.formats import read_image
+from privreid.device import resolve_device
 from privreid.errors import CheckpointError, ConfigError
 from privreid.io import write_text_atomic
+from privreid.log import progress_bar
+from privreid.models.evaluated import model_labels
+from privreid.seeding import derive_seed
+from privreid.inversion.attack import reconstruct_batch
+from privreid.inversion.defenses import NO_DEFENSE, defense_as_trained
 from privreid.inversion.observation import to_model_input
+from privreid.inversion.report import save_grid, score, subject_caption, summarise, summary_table, write_metrics_json
+from privreid.inversion.threat_models import THREATS, check_model
 
 
 @dataclass
@@ -41,16 +53,11 @@ class Target:
 
 
 def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
-    import torchvision.transforms as T
-
     return T.Compose([T.Resize((height, width)), T.ToTensor()])(pil_image)
 
 
 def load_targets(paths: list[Path]) -> list[Target]:
     """Checkpoints with their run configs and their clients' training data."""
-    from privreid.data.catalog import federation_for_config
-    from privreid.composition import method_of
-
     ckpts = [Checkpoint.load(p) for p in paths]
     targets = []
     for path, ckpt, name in zip(paths, ckpts, checkpoint_labels(ckpts)):
@@ -94,8 +101,6 @@ def select_subjects(target: Target, client: str | None, index: int | None, image
 
 def image_subject(image: Path, height: int, width: int) -> Subject:
     """``--image``: the file as a subject; ConfigError when it is missing or not ``height`` x ``width``."""
-    from privreid.data.formats import read_image
-
     if not image.is_file():
         raise ConfigError(f"--image: no such file: {image}")
     pil = read_image(image)
@@ -107,8 +112,6 @@ def image_subject(image: Path, height: int, width: int) -> Subject:
 
 def training_subjects(train: list, height: int, width: int, index: int | None, n: int) -> list[Subject]:
     """``n`` images of the ``train`` list (:func:`subject_indices` from ``index``), resized to ``height`` x ``width``."""
-    from privreid.data.formats import read_image
-
     return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
             for i in subject_indices(len(train), index or 0, n)]
 
@@ -134,8 +137,6 @@ def client_of(target: Target, subject: Subject, client: str, label: int | None) 
 
 def attacked_model(target: Target, client: str, threat: str, device):
     """The client's model (head included) and the set of shared parameter names; refused when parts are missing."""
-    from privreid.inversion.threat_models import check_model, get_threat
-
     if client not in target.ckpt.client_states:
         raise CheckpointError(f"{target.path} holds no state for client {client!r}: it cannot rebuild the "
                               "client's model")
@@ -144,7 +145,7 @@ def attacked_model(target: Target, client: str, threat: str, device):
         raise CheckpointError(f"{target.path} holds no classifier head for client {client!r}; the client's "
                               "training step cannot be rebuilt")
     shared = target.ckpt.shared_keys & {n for n, _ in net.named_parameters()}
-    if get_threat(threat).needs_shared and not shared:
+    if THREATS[threat].needs_shared and not shared:
         raise CheckpointError(f"method {target.ckpt.method!r} shares nothing: there is no upload to attack "
                               "under a shared threat model")
     check_model(net, threat, shared)
@@ -161,24 +162,23 @@ class CampaignResult:
 
 def write_summary(out: Path, caption: str, rows, results: list[dict]) -> CampaignResult:
     """``out/summary.md``: the caption over the summary table of ``rows``; the campaign's result."""
-    from privreid.inversion.report import summary_table
-
     table = f"{caption}\n\n{summary_table(rows)}\n"
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "summary.md", table)
     return CampaignResult(table, results)
 
 
-def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | None = None, index: int | None = None,
-                       image: Path | None = None, label: int | None = None, n: int = 1, threat: str = "full",
-                       defended: bool = True, seed: int = 0, device: str = "cpu",
-                       progress: bool = True) -> CampaignResult:
-    """Attack every checkpoint on the same subjects; write metrics.json + grid.png per model and summary.md."""
-    from privreid.log import progress_bar
+def invert_checkpoints(paths: list[Path], out: Path, *, settings, threat: str = "full", clients=None,
+                       client: str | None = None, index: int | None = None, image: Path | None = None,
+                       label: int | None = None, n: int = 1, defended: bool = True, seed: int = 0,
+                       device: str = "cpu", progress: bool = True, skip_refused: bool = False) -> CampaignResult:
+    """``privreid invert``: every checkpoint attacked on the same subjects under ``threat``; metrics.json +
+    grid.png per model (per row for a sum of ``clients`` uploads, :mod:`.aggregate`) and summary.md.  All is
+    checked before any attack; ``skip_refused`` (the report suite) names a checkpoint it cannot attack, with the
+    reason, instead of failing."""
+    from privreid.inversion import aggregate
 
-    from privreid.inversion import NO_DEFENSE, defense_as_trained
-    from privreid.device import resolve_device
-
+    sizes = aggregate.check_campaign(threat, image=image, clients=clients)  # None: a single upload
     if n < 1:
         raise ConfigError(f"--subjects must be >= 1 (got {n})")
     if label is not None and image is None:
@@ -186,35 +186,58 @@ def invert_checkpoints(paths: list[Path], out: Path, *, settings, client: str | 
     dev = resolve_device(device)
     targets = load_targets(paths)
     subjects, first_client = select_subjects(targets[0], client, index, image, n)
-    jobs = []  # (target, model, shared, [(subject, client, label)]) -- everything is checked before any attack
+    jobs, refused = [], []  # (target, owners [(client, label)], plan, models)
     for target in targets:
-        owners = [client_of(target, s, first_client, label) for s in subjects]
-        models = {name: attacked_model(target, name, threat, dev) for name in dict.fromkeys(c for c, _ in owners)}
-        jobs.append((target, models, owners))
-    results = []
-    bar = progress_bar(total=len(targets) * len(subjects), desc="subjects", enabled=progress)
-    for target, models, owners in jobs:
-        defense = defense_as_trained(target.config) if defended else NO_DEFENSE
-        recs, scores, described = [], [], []
-        for group in batches(len(subjects), settings.batch):
-            names = {owners[k][0] for k in group}
-            if len(names) > 1:
-                raise ConfigError(f"--batch {settings.batch}: subjects {[subjects[k].path for k in group]} belong "
-                                  f"to different clients of {target.path} ({', '.join(sorted(names))}); a batch is "
-                                  "one client's step")
-            net, shared = models[names.pop()]
-            _attack_batch(net, [subjects[k] for k in group], [owners[k][1] for k in group],
-                          [{"client": owners[k][0]} for k in group], (recs, scores, described), threat=threat,
-                          shared=shared, settings=settings, label_smoothing=target.config.optim.label_smoothing,
-                          defense=defense, seed=seed, progress=progress)
-            bar.update(len(group))
+        try:
+            owners = [client_of(target, s, first_client, label) for s in subjects]
+            plan = {} if sizes is None else aggregate.plan_sums(target, owners, sizes)
+            names = [c for c, _ in owners] + [c for steps in plan.values() for s in steps for c, _ in s]
+            observed = threat if sizes is None else aggregate.BASE_THREAT
+            models = {name: attacked_model(target, name, observed, dev) for name in dict.fromkeys(names)}
+        except (ConfigError, CheckpointError) as exc:
+            if not skip_refused:
+                raise
+            refused.append({"name": target.name, "refused": str(exc)})
+            continue
+        jobs.append((target, owners, plan, models))
+    rows, results = [], []
+    bar = progress_bar(total=sum(1 + len(j[2]) for j in jobs) * len(subjects), desc="subjects", enabled=progress)
+    for target, owners, plan, models in jobs:
         where = out if len(targets) == 1 else out / label_file_stem(target.name)
-        meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defense": asdict(defense)}
-        results.append(_write_model_result(where, target.name, meta, described, recs, scores, settings=settings,
-                                           threat=threat, seed=seed))
+        attack = _attack_upload if sizes is None else aggregate.attack_sums
+        for row, result in attack(target, subjects, owners, plan, models, where, threat=threat, settings=settings,
+                                  defended=defended, seed=seed, progress=progress, bar=bar):
+            rows.append((row if sizes is None or len(targets) > 1 else result["row"], result["summary"]))
+            results.append(result)
     bar.close()
-    return write_summary(out, _caption(settings, threat, "defenses as trained" if defended else "no defenses",
-                                       len(subjects)), [(r["name"], r["summary"]) for r in results], results)
+    if sizes is None:
+        caption = _caption(settings, threat, "defenses as trained" if defended else "no defenses", len(subjects))
+    else:
+        caption = aggregate.caption(settings, [t.name for t in targets], defended, len(subjects), bool(sizes))
+    result = write_summary(out, caption + "".join(f" Not attacked: {r['name']} ({r['refused']})." for r in refused),
+                           rows, results)
+    result.models += refused
+    return result
+
+
+def _attack_upload(target: Target, subjects: list[Subject], owners, plan, models, where: Path, *, threat: str,
+                   settings, defended: bool, seed: int, progress: bool, bar) -> list[tuple[str, dict[str, Any]]]:
+    """One checkpoint's attack on single uploads, in batches of ``settings.batch``: its table row and result."""
+    defense = defense_as_trained(target.config) if defended else NO_DEFENSE
+
+    def step(group: list[int]):
+        names = {owners[k][0] for k in group}
+        if len(names) > 1:
+            raise ConfigError(f"--batch {settings.batch}: subjects {[subjects[k].path for k in group]} belong "
+                              f"to different clients of {target.path} ({', '.join(sorted(names))}); a batch is "
+                              "one client's step")
+        name = names.pop()
+        return (*models[name], [owners[k][1] for k in group], {"client": name})
+
+    meta = {"checkpoint": str(target.path), "method": target.ckpt.method, "defense": asdict(defense)}
+    return [(target.name, _attack_model(target.name, where, meta, subjects, step, settings=settings, threat=threat,
+                                        seed=seed, progress=progress, bar=bar, defense=defense,
+                                        label_smoothing=target.config.optim.label_smoothing))]
 
 
 def batches(count: int, batch: int) -> list[list[int]]:
@@ -224,36 +247,36 @@ def batches(count: int, batch: int) -> list[list[int]]:
     return [list(range(k, k + batch)) for k in range(0, count, batch)]
 
 
-def _attack_batch(net, subjects: list[Subject], labels: list[int], about: list[dict[str, Any]],
-                  into: tuple[list, list, list], *, seed: int, **reconstruct_options: Any) -> None:
-    """Reconstruct the batch ``subjects`` from ``net``'s step on it with ``labels``; append the reconstructions,
-    their scores and their descriptions (``about`` added) to the three lists of ``into``.  One subject keeps its
-    own seed (as before batches); a batch is seeded by its first subject."""
-    from privreid.inversion import reconstruct_batch
-    from privreid.inversion.report import score
-    from privreid.seeding import derive_seed
-
-    recs = reconstruct_batch(net, torch.stack([s.image for s in subjects]), labels,
-                             seed=derive_seed(seed, "invert", subjects[0].path), **reconstruct_options)
-    all_recs, scores, described = into
-    for subject, label, extra, rec in zip(subjects, labels, about, recs):
-        all_recs.append(rec)
-        scores.append(score(net, rec))
-        described.append({"index": subject.index, "path": subject.path, "label": label, **extra,
-                          "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
-
-
-def _write_model_result(where: Path, name: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
-                        scores: list[dict[str, Any]], *, settings, threat: str, seed: int) -> dict[str, Any]:
-    """One model's ``metrics.json`` and ``grid.png`` in ``where``; its entry of :class:`CampaignResult` ``models``."""
-    from privreid.inversion.report import save_grid, subject_caption, summarise, write_metrics_json
-
+def _attack_model(name: str, where: Path, meta: dict[str, Any], subjects: list[Subject], step, *, settings,
+                  threat: str, seed: int, progress: bool, bar, **options: Any) -> dict[str, Any]:
+    """One model attacked on ``subjects`` in batches of ``settings.batch``, each seeded by its first subject
+    (``step(batch)``: the attacked net, its shared parameters, the batch's labels and what describes them);
+    ``metrics.json`` (``meta`` and the settings) and ``grid.png`` in ``where``; its :class:`CampaignResult` entry."""
+    recs, scores, described = [], [], []
+    for group in batches(len(subjects), settings.batch):
+        chosen = [subjects[k] for k in group]
+        net, shared, labels, about = step(group)
+        done = reconstruct_batch(net, torch.stack([s.image for s in chosen]), labels, threat=threat, shared=shared,
+                                 settings=settings, seed=derive_seed(seed, "invert", chosen[0].path),
+                                 progress=progress, **options)
+        for subject, label, rec in zip(chosen, labels, done):
+            recs.append(rec)
+            scores.append(score(net, rec))
+            described.append({"index": subject.index, "path": subject.path, "label": label, **about,
+                              "inferred_label": rec.inferred_label, "label_rule": rec.label_rule})
+        bar.update(len(group))
     meta = {**meta, "threat": threat, **settings.record(), "recipe": settings.describe(), "seed": seed,
             "image_size": list(recs[0].subject.shape[1:])}
+    return {"name": name, **write_row(where, f"{name}: {settings.attack}, threat {threat}", meta, described, recs,
+                                      scores)}
+
+
+def write_row(where: Path, title: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
+              scores: list[dict[str, Any]]) -> dict[str, Any]:
+    """``metrics.json`` (``meta`` its settings) and ``grid.png`` in ``where``; the row's summary, folder and grid."""
     write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
-    save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described],
-              title=f"{name}: {settings.attack}, threat {threat}")
-    return {"name": name, "summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
+    save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described], title=title)
+    return {"summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
 
 
 def _caption(settings, threat: str, defenses: str, subjects: int) -> str:
@@ -266,8 +289,6 @@ def file_subjects(height: int, width: int, *, image: Path | None, data: list[str
                   n: int) -> list[Subject]:
     """Subjects for models from elsewhere: ``image`` (at the models' input size), or ``n`` training images of
     ``data``'s first domain from ``index`` on, resized to ``height`` x ``width``."""
-    from privreid.data.catalog import resolve_datasets
-
     if image is not None:
         if data or index is not None or n != 1:
             raise ConfigError("--image attacks exactly one image; --data, --index and --subjects pick dataset subjects")
@@ -283,11 +304,6 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     """The ``full`` threat on models from elsewhere (:class:`privreid.models.evaluated.EvaluatedModel`), each
     with its own classifier, on the same subjects (:func:`file_subjects`). A subject's label is ``label``
     (``--image``) or the identity the model predicts (``metrics.json``: ``label_source``); no defense applies."""
-    from privreid.log import progress_bar
-
-    from privreid.device import resolve_device
-    from privreid.models.evaluated import model_labels
-
     sizes = {m.input_size for m in models}
     if len(sizes) > 1:
         raise ConfigError(f"the models take different input sizes ({sorted(sizes)}); attack them separately")
@@ -297,21 +313,17 @@ def invert_files(models: list, out: Path, *, settings, image: Path | None = None
     bar = progress_bar(total=len(models) * len(subjects), desc="subjects", enabled=progress)
     for name, model in zip(model_labels(models), models):
         net = model.network(device=dev)
-        recs, scores, described = [], [], []
-        for group in batches(len(subjects), settings.batch):
-            chosen = [subjects[k] for k in group]
+
+        def step(group: list[int], net=net):
             if label is not None:
-                pids, source = [label] * len(chosen), "--label"
-            else:
-                with torch.no_grad():
-                    logits = net.forward_train(to_model_input(torch.stack([c.image for c in chosen]).to(dev)))[2]
-                pids, source = [int(k) for k in logits.argmax(dim=1)], "predicted by the model"
-            _attack_batch(net, chosen, pids, [{"label_source": source}] * len(chosen), (recs, scores, described),
-                          threat="full", shared=set(), settings=settings, seed=seed, progress=progress)
-            bar.update(len(group))
+                return net, set(), [label] * len(group), {"label_source": "--label"}
+            with torch.no_grad():
+                logits = net.forward_train(to_model_input(torch.stack([subjects[k].image for k in group]).to(dev)))[2]
+            return net, set(), [int(k) for k in logits.argmax(dim=1)], {"label_source": "predicted by the model"}
+
         where = out if len(models) == 1 else out / label_file_stem(name)
-        results.append(_write_model_result(where, name, {"model": model.provenance()}, described, recs, scores,
-                                           settings=settings, threat="full", seed=seed))
+        results.append(_attack_model(name, where, {"model": model.provenance()}, subjects, step, settings=settings,
+                                     threat="full", seed=seed, progress=progress, bar=bar))
     bar.close()
     return write_summary(out, _caption(settings, "full", "no defenses", len(subjects)),
                          [(r["name"], r["summary"]) for r in results], results)

@@ -147,30 +147,20 @@ def head_last_linear(model: nn.Module) -> tuple[str, nn.Linear]:
 
 
 def infer_labels(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[list[int], str]:
-    """The observed batch's labels, sorted: ``(labels, rule)``. One image: :func:`infer_label`; a batch: the count
-    rules of :mod:`.labels` on the bias gradient (:func:`.labels.bias_count_labels`) or, without a bias, on the
-    weight gradient's row norms (:func:`.labels.norm_count_labels`)."""
-    if observation.batch == 1:
-        label, rule = infer_label(model, observation, label_smoothing)
-        return [label], rule
+    """The observed batch's labels, sorted: ``(labels, rule)``, from a full observation. One image: the
+    bias-gradient sign rule when the head's last layer has a bias (FedReID's mapping network), else iDLG's rule
+    with the sign chosen by gradient matching (:func:`.labels.matched_sign_label`), since a BatchNorm-ed
+    embedding can sum to either sign. A batch: the count rules of :mod:`.labels` on the bias gradient
+    (:func:`.labels.bias_count_labels`) or, without a bias, on the weight gradient's row norms
+    (:func:`.labels.norm_count_labels`)."""
     if observation.threat != "full":
         raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
     prefix, layer = head_last_linear(model)
-    grads = observation.grads
+    grads, batch = observation.grads, observation.batch
     if layer.bias is not None and f"{prefix}.bias" in grads:
-        return bias_count_labels(grads[f"{prefix}.bias"], observation.batch), "bias count"
-    return norm_count_labels(grads[f"{prefix}.weight"], observation.batch), "weight-row norm count"
-
-
-def infer_label(model: nn.Module, observation: Observation, label_smoothing: float = 0.0) -> tuple[int, str]:
-    """The client's label from a full observation: ``(label, rule)``: the bias-gradient sign rule when the head's
-    last layer has a bias (FedReID's mapping network), else iDLG's rule with the sign chosen by gradient matching
-    (:func:`.labels.matched_sign_label`), since a BatchNorm-ed embedding can sum to either sign."""
-    if observation.threat != "full":
-        raise ConfigError("labels are inferred from the head's gradient, observed only under --threat full")
-    prefix, layer = head_last_linear(model)
-    grads = observation.grads
-    if layer.bias is not None and f"{prefix}.bias" in grads:
-        return bias_sign_label(grads[f"{prefix}.bias"]), "bias-sign"
-    return (matched_sign_label(grads[f"{prefix}.weight"], layer.weight, label_smoothing),
-            "idlg (sign by gradient matching)")
+        bias = grads[f"{prefix}.bias"]
+        return ([bias_sign_label(bias)], "bias-sign") if batch == 1 else (bias_count_labels(bias, batch), "bias count")
+    if batch == 1:
+        return ([matched_sign_label(grads[f"{prefix}.weight"], layer.weight, label_smoothing)],
+                "idlg (sign by gradient matching)")
+    return norm_count_labels(grads[f"{prefix}.weight"], batch), "weight-row norm count"

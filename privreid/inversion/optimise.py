@@ -166,17 +166,12 @@ def to_pixels(variable: torch.Tensor, space: str) -> torch.Tensor:
     return variable * std + mean
 
 
-def random_image(shape: tuple[int, ...], generator: torch.Generator, device: torch.device | str = "cpu"):
-    """Uniform noise in ``[0, 1]``: L2RW+'s start and random-image baseline."""
-    return torch.rand(shape, generator=generator).to(device)
-
-
 def random_start(shape: tuple[int, ...], generator: torch.Generator, start: str = "normal",
                  device: torch.device | str = "cpu") -> torch.Tensor:
-    """A random start in ``[0, 1]`` pixels: ``uniform`` noise, or ``normal``: N(0, 1) in the normalised input
-    space (Geiping et al.'s start), mapped to pixels and boxed.  It is also the random-image baseline."""
+    """A random start in ``[0, 1]`` pixels: ``uniform`` noise (L2RW+'s), or ``normal``: N(0, 1) in the normalised
+    input space (Geiping et al.'s start), mapped to pixels and boxed.  It is also the random-image baseline."""
     if start == "uniform":
-        return random_image(shape, generator, device)
+        return torch.rand(shape, generator=generator).to(device)
     return to_pixels(torch.randn(shape, generator=generator).to(device), "normalised").clamp(0, 1)
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from skimage.metrics import mean_squared_error, peak_signal_noise_ratio, structural_similarity
 from torch import nn
 
-from privreid.io import format_table, save_figure, write_text_atomic
+from privreid.io import finite_or_none, format_table, save_figure, write_text_atomic
 
 from privreid.inversion.attack import Reconstruction
 from privreid.inversion.observation import to_model_input
@@ -84,27 +84,17 @@ def summarise(scores: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def _finite(obj: Any) -> Any:
-    """JSON-safe: non-finite floats (PSNR of an exact copy) become ``None``."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_metrics_json(path: str | Path, *, settings: dict[str, Any], subjects: list[dict[str, Any]],
                        scores: list[dict[str, Any]]) -> Path:
-    """``metrics.json``: ``settings``, ``subjects`` (their description plus scores) and ``summary``."""
+    """``metrics.json``: ``settings``, ``subjects`` (their description plus scores) and ``summary``; a
+    non-finite number (the PSNR of an exact copy) is ``null``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"settings": {**settings, "ssim": {"window": "gaussian", **SSIM_SETTINGS,
                                                  "reference": "Wang et al. 2004"}},
                "subjects": [{**subject, **s} for subject, s in zip(subjects, scores)],
                "summary": summarise(scores)}
-    write_text_atomic(path, json.dumps(_finite(payload), indent=2))
+    write_text_atomic(path, json.dumps(finite_or_none(payload), indent=2))
     return path
 
 

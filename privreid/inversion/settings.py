@@ -86,11 +86,6 @@ def unregister_inversion_attack(name: str) -> None:
     INVERSION_ATTACKS.unregister(name)
 
 
-def attacks_help() -> str:
-    """``privreid invert --method``'s help: every registered inversion attack, its default distance and TV weight."""
-    return "; ".join(f"{a.name}: {a.summary} ({a.distance}, TV {a.tv:g})" for a in INVERSION_ATTACKS.values())
-
-
 @dataclass(frozen=True)
 class InversionSettings:
     """Attack, objective, prior, optimiser and the attacked client step; ``match`` / ``tv`` ``None``: the attack's
@@ -158,11 +153,6 @@ class InversionSettings:
     def record(self) -> dict:
         """Every setting, the attack's defaults resolved (``metrics.json``'s ``settings``)."""
         return {**dataclasses.asdict(self), "match": self.distance, "tv": self.tv_weight}
-
-    def differences(self, other: "InversionSettings") -> dict:
-        """``{field: (self's, other's)}`` where the two resolved settings differ."""
-        mine, theirs = self.record(), other.record()
-        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
     def describe(self) -> str:
         """Which attack and budget produced a number, in one line (every report that prints an inversion number)."""

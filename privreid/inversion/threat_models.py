@@ -42,7 +42,7 @@ class ThreatModel:
     ``name``: the ``--threat`` value; ``summary``: its help. Subclasses give the observed gradients
     (:meth:`visible`), refuse models (:meth:`check`) and run the reconstruction (:meth:`reconstruct`).
     ``needs_shared``: observes the shared upload only; ``single_upload`` False: a sum of uploads
-    (:func:`.aggregate.invert_aggregate`).
+    (:func:`.aggregate.attack_sums`).
     """
 
     name: str = ""
@@ -150,19 +150,9 @@ def unregister_threat(name: str) -> None:
     THREATS.unregister(name)
 
 
-def get_threat(threat: str) -> ThreatModel:
-    """The registered threat model ``threat``; :class:`ConfigError` listing the choices otherwise."""
-    return THREATS.get(threat)
-
-
-def threats_help() -> str:
-    """``--threat``'s help: every registered threat model with its summary."""
-    return "; ".join(f"{name}: {t.summary}" for name, t in THREATS.items())
-
-
 def check_model(model: nn.Module, threat: str, shared: set[str]) -> None:
     """Refuse a model the threat model cannot be applied to, with the reason."""
-    model_threat = get_threat(threat)
+    model_threat = THREATS[threat]
     if getattr(model, "classifier", None) is None:
         raise ConfigError("the client's training step needs its classifier head; this model has none "
                           "(load it with the client whose step is attacked)")
@@ -177,7 +167,7 @@ def observe(model: nn.Module, image: torch.Tensor, label, *, threat: str, shared
     (Eq. 15), clipped and noised (DP, Eq. 14), then the threat model's ``shared`` part observed."""
     check_model(model, threat, shared)
     batch = 1 if image.ndim == 3 else len(image)
-    if (batch > 1 or local_steps > 1) and not get_threat(threat).client_steps:
+    if (batch > 1 or local_steps > 1) and not THREATS[threat].client_steps:
         raise ConfigError(f"threat {threat!r} attacks one image's one-step update; batches (--batch) and local "
                           "steps (--local-steps) are attacked under --threat full")
     victim = noisy_download(model, shared, defense.download_beta, generator) if defense.download_beta > 0 \
