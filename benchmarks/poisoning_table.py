@@ -77,7 +77,7 @@ from privreid.data.catalog import federation_for_config
 from privreid.data.synthetic import SynthConfig, generate_synthetic
 from privreid.evaluation.backdoor import CLEAN_GALLERY, evaluate_backdoor
 from privreid.evaluation.chance import chance_metrics
-from privreid.evaluation.model_eval import evaluation_split
+from privreid.evaluation.cross_modality import mode_split
 from privreid.federated.engine import FederatedEngine
 from privreid.composition import build_run
 
@@ -272,7 +272,7 @@ def chance_map(config: RunConfig) -> float:
     maps = []
     for testset in federation_for_config(config).seen:
         (q_pids, q_cams), (g_pids, g_cams) = ((np.array([pid for _, pid, _ in side]), np.array([c for _, _, c in side]))
-                                              for side in evaluation_split(testset))
+                                              for side in mode_split(testset))
         maps.append(chance_metrics(q_pids, g_pids, q_cams, g_cams)["mAP"])
     return float(np.mean(maps))
 
