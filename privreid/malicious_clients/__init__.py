@@ -187,7 +187,6 @@ class AdversaryRecord:
     def before_round(self, round_index, selected) -> None:
         self.round_index = round_index
         self.attacking = self.threat.malicious_in(round_index) & {c.name for c in selected}
-        return None
 
     def on_round_result(self, round_no, result) -> None:
         self.detections = [detection_record(round_no, rec, self.attacking) for rec in result.records
@@ -202,9 +201,6 @@ class AdversaryRecord:
 
     def load_state_dict(self, state) -> None:
         pass
-
-    def state_from_memories(self, memories) -> dict:
-        return {}
 
     def on_global_model(self, round_no, model, testsets, **evaluation) -> list:
         """The round evaluation's hook (:mod:`privreid.federated.round_eval`): the attack's records."""
