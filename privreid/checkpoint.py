@@ -124,11 +124,9 @@ def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool 
     path = Path(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
-    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
-    if missing:
-        raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
     files = ckpt.get("client_memory_files")
-    missing = [k for k in (INTEGRITY_KEY, *([MEMORY_HASHES_KEY] if files is not None else [])) if k not in ckpt]
+    missing = [k for k in (*REQUIRED_KEYS, INTEGRITY_KEY, *([MEMORY_HASHES_KEY] if files is not None else []))
+               if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
     if ckpt.pop(INTEGRITY_KEY) != integrity_hash(ckpt):
@@ -458,7 +456,7 @@ class Checkpoint:
         if client is not None and client not in self.client_states and not (
                 client in self.client_classes and self.initial_local_state is not None):
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(self.clients)}")
-        model = self._build()
+        model = self.initial_model()
         state = dict(self.global_state)
         if client is None:
             state.update(self.global_eval_extra)
@@ -491,9 +489,6 @@ class Checkpoint:
 
     def initial_model(self) -> torch.nn.Module:
         """A fresh model of this checkpoint's architecture from the current RNG state, without a classifier."""
-        return self._build()
-
-    def _build(self) -> torch.nn.Module:
         from privreid.models.build import build_from_config
 
         return build_from_config({**self.model_config, "num_classes": 0})

@@ -56,6 +56,14 @@ def is_running(run_dir: Path) -> bool:
     return False
 
 
+def finished_summary(run_dir: Path) -> dict | None:
+    """The run's ``summary.json`` when it is complete (written last and atomically), else ``None``."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def _records(run_dir: Path) -> list[dict]:
     try:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -72,11 +80,10 @@ def _records(run_dir: Path) -> list[dict]:
 
 def _seen_map(records: list[dict]) -> float | None:
     for scope in ("global", "local"):
-        maps = [r["mAP"] for r in records if r.get("scope") == scope and r.get("split") == "seen" and "mAP" in r]
-        if maps:
-            last = max(r["round"] for r in records if r.get("scope") == scope and r.get("split") == "seen")
-            now = [r["mAP"] for r in records if r.get("scope") == scope and r.get("split") == "seen"
-                   and r["round"] == last and "mAP" in r]
+        seen = [r for r in records if r.get("scope") == scope and r.get("split") == "seen"]
+        if any("mAP" in r for r in seen):
+            last = max(r["round"] for r in seen)
+            now = [r["mAP"] for r in seen if r["round"] == last and "mAP" in r]
             return sum(now) / len(now)
     return None
 
@@ -107,10 +114,7 @@ def run_status(out: Path, entry: dict[str, Any], failures: dict[str, str]) -> di
     run_dir = Path(out) / entry["name"]
     row: dict[str, Any] = {"run": entry["name"], "state": "queued", "round": 0, "rounds": entry.get("rounds"),
                            "mAP": None, "s/round": None, "error": None}
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        summary = None
+    summary = finished_summary(run_dir)
     if summary is not None:
         wall = summary.get("wall_time_s")
         rounds = summary.get("rounds") or row["rounds"]

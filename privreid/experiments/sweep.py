@@ -41,7 +41,7 @@ from privreid.errors import ConfigError
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.frontier import write_frontier
 from privreid.experiments.statistics import cell_statistics, mean_pm_std
-from privreid.io import save_figure, write_csv_rows, write_file_atomically
+from privreid.io import save_figure, write_csv_rows, write_text_atomic
 
 #: CLI knob name -> PrivacyConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -78,14 +78,13 @@ class Grid:
 
 def knob_config(base: RunConfig, param: str, value: float) -> RunConfig:
     """``base`` with the knob set to ``value``; raises ConfigError when the knob has no effect in ``base``."""
-    if param not in KNOBS:
-        raise ConfigError(f"unknown --param {param!r}; choose from {', '.join(KNOBS)}")
+    path = knob_grid(param, [value]).path
     t = base.privacy
     if param in ("noise-multiplier", "target-epsilon") and not (t.dp_sgd or t.client_dp):
         raise ConfigError(f"--param {param} needs --dp-sgd or --client-dp among the train options")
     if param == "clip" and not t.client_dp:
         raise ConfigError("--param clip needs --client-dp among the train options")
-    config = base.with_values({f"privacy.{KNOBS[param]}": value})
+    config = base.with_values({path: value})
     config.validate()
     return config
 
@@ -307,8 +306,7 @@ def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> di
         if stored.get("settings") == key:
             return stored["results"]
     results = _leakage(run_dir / "ckpt.pt", settings, device)
-    write_file_atomically(cache, lambda tmp: tmp.write_text(json.dumps({"settings": key, "results": results},
-                                                                       indent=2)))
+    write_text_atomic(cache, json.dumps({"settings": key, "results": results}, indent=2))
     return results
 
 
