@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from privreid.config import RunConfig
-from privreid.errors import ConfigError
+from privreid.errors import ConfigError, PrivreidError
 from privreid.experiments import status as sweep_status
 from privreid.io import write_json_atomic
 
@@ -106,8 +106,6 @@ def check_runs(runs: list[PlannedRun]) -> None:
 
 def one_line(exc: BaseException) -> str:
     """An exception as one ``error:`` line: privreid's own errors as they are, others with their type."""
-    from privreid.errors import PrivreidError
-
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return text if isinstance(exc, PrivreidError) else f"{type(exc).__name__}: {text}".rstrip(": ")
 

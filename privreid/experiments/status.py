@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from privreid.errors import ConfigError
+from privreid.io import format_table
 from privreid.rundir import LOCK_FILE
 
 #: the plan of a sweep or a table, in its output directory
@@ -176,8 +177,6 @@ def summary_line(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
     """The status table (one row per run) and the summary line, as ``privreid status`` prints them."""
-    from privreid.io import format_table
-
     table = [{"run": r["run"], "state": r["state"], "round": f"{r['round']}/{r['rounds'] or '?'}",
               "seen mAP": r["mAP"], "ETA": "-" if r["state"] in ("done", "failed") else duration(r["eta_s"]),
               **({"error": r["error"] or ""} if any(x["error"] for x in rows) else {})} for r in rows]

@@ -41,7 +41,7 @@ from privreid.errors import ConfigError
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.frontier import write_frontier
 from privreid.experiments.statistics import cell_statistics, mean_pm_std
-from privreid.io import save_figure, write_csv_rows, write_text_atomic
+from privreid.io import format_table, save_figure, write_csv_rows, write_text_atomic
 
 #: CLI knob name -> PrivacyConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -400,8 +400,6 @@ _SHOWN = [("seen R1", 100), ("seen mAP", 100), ("unseen R1", 100), ("unseen mAP"
 
 def render_cells(cells: list[dict[str, Any]]) -> str:
     """One row per cell: its setting and each metric as ``mean ± std (n=…)`` (rates in %), failed runs counted."""
-    from privreid.io import format_table
-
     def row(cell: dict[str, Any]) -> dict[str, Any]:
         setting = {k: v for k, v in cell.items() if k != "failed" and not re.search(r"_(mean|std|n|ci95_\w+)$", k)}
         shown = {"cell": ", ".join(f"{k.split('.')[-1]}={_text(v)}" for k, v in setting.items())}

@@ -47,7 +47,7 @@ from privreid.data.types import ClientData
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
 from privreid.evaluation.backdoor import durability, evaluate_backdoor
-from privreid.malicious_clients import Adversary, register_malicious_client
+from privreid.malicious_clients import Adversary, malicious_clients, register_malicious_client, settings_of
 from privreid.data.trigger import Trigger, stamped_samples
 from privreid.malicious_clients.updates import number, rescale_update
 
@@ -177,7 +177,6 @@ def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
     """The backdoor ``config``'s run trained with (``robustness.adversary`` a :class:`Backdoor`), or None; the target
     and its domain resolved as the run resolved them (from its federation: the run's data must be readable)."""
     from privreid.data.catalog import federation_for_config
-    from privreid.malicious_clients import malicious_clients, settings_of
 
     found = settings_of(config)
     if found is None or not isinstance(found[0], Backdoor):

@@ -22,7 +22,7 @@ from privreid.experiments.reproduce import fedarks, fedpav, fedreid, l2rw, ska
 from privreid.experiments.reproduce.spec import SCALES, Column, Row, RunSpec, TableSpec
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.statistics import describe
-from privreid.io import write_text_atomic
+from privreid.io import write_csv_rows, write_text_atomic
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
 
@@ -341,8 +341,6 @@ def published_by_row(key: str) -> dict[str, dict[str, float]]:
 
 
 def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
-    from privreid.io import write_csv_rows
-
     out.mkdir(parents=True, exist_ok=True)
     write_csv_rows(rows, out / "table.csv")
     by_cell = {(r["row"], r["column"]): r for r in rows}
