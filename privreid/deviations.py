@@ -63,25 +63,21 @@ class PaperValue:
     """One setting a paper fixes: the option (as a user sets it), the paper's value, where it is stated.
 
     ``value`` may be a tuple of accepted values, or a function of the config returning the value (or tuple); DPPT's
-    epochs depend on the protocol.  ``get`` reads the run's effective value (default: the method's option for
-    ``--opt NAME``, else the field named by the option, or its effective value where ``None`` means a default
-    applies).  ``prose``: where the paper's text states another
-    value than its released code (``source``), which the paper presets follow; a run with the code's value then lists
-    the prose it departs from (:func:`prose_departures`).
+    epochs depend on the protocol.  The run's value (:meth:`actual`) is the method's option for ``--opt NAME``, else the
+    field the option sets, or its effective value where ``None`` means a default applies.  ``prose``: where the
+    paper's text states another value than its released code (``source``), which the paper presets follow; a run with
+    the code's value then lists the prose it departs from (:func:`prose_departures`).
     """
 
     option: str
     value: Any
     source: str
-    get: Callable[[Run], Any] | None = None
     prose: str | None = None
 
     def expected(self, run: Run) -> Any:
         return self.value(run) if callable(self.value) else self.value
 
     def actual(self, run: Run) -> Any:
-        if self.get is not None:
-            return self.get(run)
         if self.option.startswith("--opt "):
             return run.option(self.option.removeprefix("--opt "))
         if self.option in _EFFECTIVE:
@@ -244,8 +240,8 @@ DPPT = Recipe("L2RW+ DPPT", (
     PaperValue("--rounds", _ei_or_ci((30,), (50, 100)), f"{P003}: CI 50, EI 30, video 100"),
     PaperValue("--opt topk", _ei_or_ci(3, 5), f"{L2RW_CODE}: top_k 5 for CI images (CI/train.py), 3 for EI "
                "(EI/train.py:134); 4 for HITSZ-VCM video", prose=f"{P003}: TOP K = 4"),
-    PaperValue("--opt peak", _ei_or_ci(16 / 30, 0.32), f"{L2RW_CODE}: the one-cycle peaks at epoch 16 (CI 16 of 50, EI 16 of 30, "
-               "EI/train.py:60-62)"),
+    PaperValue("--opt peak", _ei_or_ci(16 / 30, 0.32), f"{L2RW_CODE}: the one-cycle peaks at epoch 16 (CI 16 of 50, "
+               "EI 16 of 30, EI/train.py:60-62)"),
     PaperValue("--opt persistent_optimizer", True, f"{L2RW_CODE} CI/train.py:399-402: one SGD optimiser per client, "
                "its momentum kept across rounds"),
     PaperValue("--opt neck_bias", True, f"{L2RW_CODE} CI/model.py:39-40: the BNNeck bias is trainable"),

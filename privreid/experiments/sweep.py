@@ -84,9 +84,7 @@ def knob_config(base: RunConfig, param: str, value: float) -> RunConfig:
         raise ConfigError(f"--param {param} needs --dp-sgd or --client-dp among the train options")
     if param == "clip" and not t.client_dp:
         raise ConfigError("--param clip needs --client-dp among the train options")
-    config = base.with_values({path: value})
-    config.validate()
-    return config
+    return base.with_values({path: value}).validate()
 
 
 def reference_config(base: RunConfig) -> RunConfig:
@@ -227,8 +225,7 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
                 config = knob_config(seeded, knob, values[0])
             else:
                 sets = [f"{g.path}={v if isinstance(v, str) else json.dumps(v)}" for g, v in zip(grids, values)]
-                config = apply_sets(seeded, sets)
-                config.validate()
+                config = apply_sets(seeded, sets).validate()
             name = ",".join(f"{g.label}={_text(v)}" for g, v in zip(grids, values)) or "base"
             cell = {g.path: json.dumps(v) if isinstance(v, (dict, list)) else v for g, v in zip(grids, values)}
             cells.append(PlannedRun(name + suffix, config, cell, seed))  # cells group runs: hashable values
