@@ -24,9 +24,11 @@ is refused as incomplete."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import warnings
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -35,8 +37,10 @@ from typing import Any
 import torch
 
 from privreid import __version__
-from privreid.errors import CheckpointError, NotACheckpointError
+from privreid.errors import CheckpointError, ConfigError, NotACheckpointError
 from privreid.io import save_torch, write_file_atomically
+from privreid.pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load, unsafe_global
+from privreid.rundir import MEMORY_DIR, is_memory_file_of, memory_file_path
 
 StateDict = dict[str, torch.Tensor]
 
@@ -96,8 +100,6 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}" if not path.exists() else
                               f"{path} is not a regular file (a FIFO or device), not a checkpoint")
-    from privreid.pickle_scan import UnsafePickle, looks_like_pickle, safe_torch_load
-
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file; the error says it
             warnings.simplefilter("ignore")
@@ -124,11 +126,9 @@ def check_checkpoint(ckpt: Any, path: str | os.PathLike, *, client_memory: bool 
     path = Path(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise NotACheckpointError(f"{path} is not a privreid checkpoint (expected format {FORMAT!r})")
-    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
-    if missing:
-        raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
     files = ckpt.get("client_memory_files")
-    missing = [k for k in (INTEGRITY_KEY, *([MEMORY_HASHES_KEY] if files is not None else [])) if k not in ckpt]
+    missing = [k for k in (*REQUIRED_KEYS, INTEGRITY_KEY, *([MEMORY_HASHES_KEY] if files is not None else []))
+               if k not in ckpt]
     if missing:
         raise CheckpointError(f"{path} is incomplete: missing {', '.join(missing)}")
     if ckpt.pop(INTEGRITY_KEY) != integrity_hash(ckpt):
@@ -195,7 +195,6 @@ def check_fields(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
     ``round`` within 0..the configured rounds, and the configuration checked as flags are
     (:meth:`privreid.config.RunConfig.from_dict` and ``validate``: ranges, the image-side cap ...)."""
     from privreid.config import MAX_FEAT_DIM, RunConfig
-    from privreid.errors import ConfigError
 
     def bad(what: str) -> CheckpointError:
         return CheckpointError(f"{path} is not a checkpoint privreid can use: {what}; restore it from a copy or "
@@ -226,8 +225,6 @@ def _cut_short(path: Path) -> bool:
     A whole torch file ends with the zip's end-of-central-directory record (22 bytes, no comment).  Not
     ``zipfile.is_zipfile``: it searches the last 64 KiB for that record's signature, which the tensor bytes of a
     file cut in the middle can hold by chance (the message then depended on the weights)."""
-    import zipfile
-
     with open(path, "rb") as fh:
         head = fh.read(4)
         fh.seek(0, 2)
@@ -243,8 +240,6 @@ def integrity_hash(ckpt: dict[str, Any]) -> str:
     Stored in the payload (:data:`INTEGRITY_KEY`), not a sidecar, so ``ckpt.pt`` alone is whole; computed over
     the objects, not the zip, so a flipped tensor byte (which torch loads silently) changes it. Cost: one SHA-256
     pass over the tensors (about 0.1-0.2 s per 100 MB), on every save and load."""
-    import hashlib
-
     digest = hashlib.sha256()
 
     def feed(obj: Any) -> None:
@@ -276,11 +271,6 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
     lies outside its run, is missing or not a regular file, would import an unsafe global, differs from its
     sha256 in ``hashes``, or is not a whole torch file. Without ``hash_files`` it reads no tensor data; so
     ``--resume`` is refused before its first round."""
-    import zipfile
-
-    from privreid.rundir import MEMORY_DIR, is_memory_file_of, memory_file_path
-    from privreid.pickle_scan import unsafe_global
-
     for name, file in files.items():
         if not file:
             continue
@@ -307,8 +297,6 @@ def _check_client_memories(path: Path, round_no: int, files: dict[str, str | Non
 
 def _read_client_memories(path: Path, round_no: int, files: dict[str, str | None]) -> dict[str, dict[str, Any]]:
     """The memories :func:`_check_client_memories` passed, read; a file that still fails to load: one line."""
-    from privreid.rundir import MEMORY_DIR
-
     out = {}
     for name, file in files.items():
         if not file:
@@ -329,8 +317,6 @@ def load_memory_file(path: Path) -> dict[str, Any]:
     """One client memory written by :class:`ClientMemories` (plain tensors and containers only).  Tensors are
     mapped privately (``mmap=True``): an entry is read only when used, and writing to it never changes the file,
     which an earlier checkpoint may still name."""
-    from privreid.pickle_scan import safe_torch_load
-
     memory = safe_torch_load(path, map_location="cpu", mmap=True)
     if not isinstance(memory, dict) or not all(isinstance(k, str) for k in memory):
         raise CheckpointError(f"{path} is not a client memory privreid wrote (a memory is a mapping of names to "
@@ -345,8 +331,6 @@ def load_memory_file(path: Path) -> dict[str, Any]:
 
 def file_sha256(path: Path) -> str:
     """``sha256:<hex>`` of the bytes of the file at ``path`` (what a checkpoint records of each memory file)."""
-    import hashlib
-
     with open(path, "rb") as fh:
         return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
@@ -458,7 +442,7 @@ class Checkpoint:
         if client is not None and client not in self.client_states and not (
                 client in self.client_classes and self.initial_local_state is not None):
             raise CheckpointError(f"no client {client!r} in checkpoint; clients: {', '.join(self.clients)}")
-        model = self._build()
+        model = self.initial_model()
         state = dict(self.global_state)
         if client is None:
             state.update(self.global_eval_extra)
@@ -491,9 +475,6 @@ class Checkpoint:
 
     def initial_model(self) -> torch.nn.Module:
         """A fresh model of this checkpoint's architecture from the current RNG state, without a classifier."""
-        return self._build()
-
-    def _build(self) -> torch.nn.Module:
         from privreid.models.build import build_from_config
 
         return build_from_config({**self.model_config, "num_classes": 0})

@@ -237,9 +237,8 @@ def run_suites(paths: list[str | os.PathLike], out: str | os.PathLike, settings:
         backdoors = [(label, b) for label, b in recorded if b is not None]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run = SuiteRun(paths, models, testsets, backdoors, {"clean": [], "attacks": [], "corruptions": [],
-                                                        "inversion": {}, "audit": [], "poisoning": [],
-                                                        "poisoning_rounds": []})
+    run = SuiteRun(paths, models, testsets, backdoors, {k: {} if k == "inversion" else [] for k in (
+        "clean", "attacks", "corruptions", "inversion", "audit", "poisoning", "poisoning_rounds")})
     result = run.result
 
     def evaluated_models():

@@ -1,11 +1,9 @@
 """The composition root of a training run: a :class:`~privreid.config.RunConfig` resolved once into objects.
 
-This is the one place that looks a method up by name (:func:`method_of`) and
-composes ``apply_defenses(method)`` with the adversary (:func:`build_run`);
-every other module receives the resolved :class:`~privreid.federated.registry.Method`
-(or the fact it needs) as an argument.  The engine receives a :class:`RunPlan`
-and never names a defense, an adversary or a recipe deviation.
-"""
+This is the one place that looks a method up by name (:func:`method_of`) and composes ``apply_defenses(method)``
+with the adversary (:func:`build_run`); every other module receives the resolved
+:class:`~privreid.federated.registry.Method` (or the fact it needs) as an argument.  The engine receives a
+:class:`RunPlan` and never names a defense, an adversary or a recipe deviation."""
 
 from __future__ import annotations
 
@@ -23,14 +21,12 @@ from privreid.federated.registry import Method, get_method
 class RunPlan:
     """What the engine runs: ``method``, ``observers(clients, clients_per_round)`` and ``deviations``.
 
-    A round observer has ``key`` (its ``summary.json`` entry), ``notes``
-    (logged when the run starts), ``on_upload(upload)`` (every upload the
-    server receives), ``before_round(round_index, selected) -> stop reason or
-    None``, ``on_round_result(round_no, result)`` (the round's aggregate, a
-    :class:`~privreid.federated.strategy.RoundResult`), ``after_round(round_no) -> metrics records``,
-    ``state_dict()`` / ``load_state_dict(state)`` (checkpointed) and ``summary(metrics, stopped)``.  Observers never see client memory.
-    ``deviations``: ``summary.json``'s (:func:`privreid.deviations.deviations`).
-    """
+    A round observer has ``key`` (its ``summary.json`` entry), ``notes`` (logged when the run starts),
+    ``on_upload(upload)`` (every upload the server receives), ``before_round(round_index, selected) -> stop reason
+    or None``, ``on_round_result(round_no, result)`` (the round's aggregate, a
+    :class:`~privreid.federated.strategy.RoundResult`), ``after_round(round_no) -> metrics records``, ``state_dict()``
+    / ``load_state_dict(state)`` (checkpointed) and ``summary(metrics, stopped)``.  Observers never see client
+    memory.  ``deviations``: ``summary.json``'s (:func:`privreid.deviations.deviations`)."""
 
     method: Method
     observers: Callable[[list[ClientData], int], list[Any]]

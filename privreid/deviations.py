@@ -45,15 +45,6 @@ class Run:
         return self.method.option(self.config, key)
 
 
-def _field(path: str) -> Callable[[Run], Any]:
-    section, name = path.split(".")
-    return lambda run: getattr(getattr(run, section), name)
-
-
-def _option(key: str) -> Callable[[Run], Any]:
-    return lambda run: run.option(key)
-
-
 def _client_fraction(run: Run) -> float:
     given = run.federation.client_fraction
     return run.method.client_fraction if given is None else given
@@ -72,27 +63,27 @@ class PaperValue:
     """One setting a paper fixes: the option (as a user sets it), the paper's value, where it is stated.
 
     ``value`` may be a tuple of accepted values, or a function of the config returning the value (or tuple); DPPT's
-    epochs depend on the protocol.  ``get`` reads the run's effective value (default: the field named by the option,
-    or its effective value where ``None`` means a default applies).  ``prose``: where the paper's text states another
-    value than its released code (``source``), which the paper presets follow; a run with the code's value then lists
-    the prose it departs from (:func:`prose_departures`).
+    epochs depend on the protocol.  The run's value (:meth:`actual`) is the method's option for ``--opt NAME``, else the
+    field the option sets, or its effective value where ``None`` means a default applies.  ``prose``: where the
+    paper's text states another value than its released code (``source``), which the paper presets follow; a run with
+    the code's value then lists the prose it departs from (:func:`prose_departures`).
     """
 
     option: str
     value: Any
     source: str
-    get: Callable[[Run], Any] | None = None
     prose: str | None = None
 
     def expected(self, run: Run) -> Any:
         return self.value(run) if callable(self.value) else self.value
 
     def actual(self, run: Run) -> Any:
-        if self.get is not None:
-            return self.get(run)
+        if self.option.startswith("--opt "):
+            return run.option(self.option.removeprefix("--opt "))
         if self.option in _EFFECTIVE:
             return _EFFECTIVE[self.option](run)
-        return _field(option_path(self.option))(run)
+        section, name = option_path(self.option).split(".")
+        return getattr(getattr(run, section), name)
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,7 @@ FEDPAV = Recipe("FedPav", (
     PaperValue("--eval-ap", "devkit", f"{FEDPAV_CODE} evaluate.py: the Market-1501 devkit's trapezoid AP, averaged "
                "over all queries"),
     PaperValue("--opt bn_buffers", "first", f"{FEDPAV_CODE} server.py:15-50: parameters averaged, BatchNorm running "
-               "statistics taken from the first sampled client", _option("bn_buffers")),
+               "statistics taken from the first sampled client"),
     PaperValue("--client-fraction", 1.0, f"{FEDPAV_CODE}: every client trains every round"),
     PaperValue("--eval-every", 10, f"{P004} Sec. 4.2.2"),
     PaperValue("--report-best", 3, f"{P004} Sec. 4.2.2: the mean of the three best global models"),
@@ -193,7 +184,7 @@ WU_GONG_NO_NECK = (f"{WU_GONG_CODE} lib/model.py embedding_net_test: retrieval o
 FEDREID = Recipe("FedReID", (
     *_stated(P002, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
     PaperValue("--neck", "none", f"{P002}: a 2048-d feature; {WU_GONG_NO_NECK}"),
-    PaperValue("--opt mapping_slope", 0.1, f"{WU_GONG_CODE} lib/model.py MLP: LeakyReLU(0.1)", _option("mapping_slope"),
+    PaperValue("--opt mapping_slope", 0.1, f"{WU_GONG_CODE} lib/model.py MLP: LeakyReLU(0.1)",
                prose="paper 002 Eq. 7: ReLU (--opt mapping_slope=0)"),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 002 Sec. III: identity loss"),
@@ -209,7 +200,7 @@ SKA = Recipe("SKA", (
     *_stated(P000, ("--arch", "resnet50"), ("--pretrained", "imagenet")),
     PaperValue("--neck", "none", WU_GONG_NO_NECK),
     PaperValue("--opt head", "mlp", f"{P000}: two fully-connected layers for classification ({WU_GONG_CODE} "
-               "lib/model.py MLP)", _option("head")),
+               "lib/model.py MLP)"),
     *_wu_gong_code(),
     PaperValue("--triplet-weight", 0.0, "paper 000 Algorithm 1: identity loss"),
     *_wu_gong_training(P000, lr_step=40, schedule=PaperValue("--lr-schedule", "step",
@@ -221,30 +212,15 @@ FEDARKS = Recipe("FedARKS", (
     PaperValue("--arch", "resnet50", "paper 001 Experimental Setup"),
     PaperValue("--triplet-weight", 1.0, "paper 001 Eq. 2"),
     PaperValue("--rounds", 40, "paper 001 Fig. 4"),
-    PaperValue("--opt v", 0.5, "paper 001 Eq. 1", _option("v")),
-    PaperValue("--opt beta", 5.0, "paper 001 Eq. 4", _option("beta")),
-    PaperValue("--opt gamma", 0.7, "paper 001 Eq. 6", _option("gamma")),
+    PaperValue("--opt v", 0.5, "paper 001 Eq. 1"),
+    PaperValue("--opt beta", 5.0, "paper 001 Eq. 4"),
+    PaperValue("--opt gamma", 0.7, "paper 001 Eq. 6"),
 ))
 
 
-def _dppt_epochs(config: RunConfig) -> tuple[int, ...]:
-    """L2RW+ Sec. IV-B: 30 epochs for EI (images); 50 for CI images, 100 for video (CI-trained)."""
-    return (30,) if config.data.protocol in ("ei", "by-dataset") else (50, 100)
-
-
-def _dppt_topk(config: RunConfig) -> int:
-    """The reference code's top-K of the memory rectification bank: 3 under EI, else 5 (CI images)."""
-    return 3 if config.data.protocol in ("ei", "by-dataset") else 5
-
-
-def _dppt_peak(config: RunConfig) -> float:
-    """The reference code's one-cycle peak as a fraction of the run: epoch 16 of 30 (EI) or of 50 (CI)."""
-    return 16 / 30 if config.data.protocol in ("ei", "by-dataset") else 0.32
-
-
-def _dppt_options(*settings: tuple[str, Any]) -> tuple[PaperValue, ...]:
-    """DPPT's ``--opt`` settings that L2RW+ Sec. IV-B states, each read from the run's method options."""
-    return tuple(PaperValue(f"--opt {name}", value, P003, _option(name)) for name, value in settings)
+def _ei_or_ci(ei: Any, ci: Any) -> Callable[[Run], Any]:
+    """A DPPT value that depends on the protocol: ``ei`` under EI (``by-dataset`` too), else ``ci`` (CI images)."""
+    return lambda run: ei if run.data.protocol in ("ei", "by-dataset") else ci
 
 
 L2RW_CODE = "reference code Joey623/L2RW"
@@ -257,20 +233,19 @@ DPPT = Recipe("L2RW+ DPPT", (
     PaperValue("--lr-head", 0.2, f"{P003}: the initial learning rate"),
     PaperValue("--lr-neck", 0.2, f"{L2RW_CODE}: the bottleneck trains with the classifier"),
     PaperValue("--lr-backbone", 0.02, f"{L2RW_CODE}: 0.1 x the learning rate"),
-    PaperValue("--opt onecycle", True, f"{P003}: OneCycleLR", _option("onecycle")),
+    PaperValue("--opt onecycle", True, f"{P003}: OneCycleLR"),
     PaperValue("--batch-size", 64, P003),
-    PaperValue("--opt instances", 8, f"{P003}: 8 identities x 8 images", _option("instances")),
+    PaperValue("--opt instances", 8, f"{P003}: 8 identities x 8 images"),
     PaperValue("--local-epochs", 1, L2RW_CODE),
-    PaperValue("--rounds", _dppt_epochs, f"{P003}: CI 50, EI 30, video 100"),
-    PaperValue("--opt topk", _dppt_topk, f"{L2RW_CODE}: top_k 5 for CI images (CI/train.py), 3 for EI "
-               "(EI/train.py:134); 4 for HITSZ-VCM video", _option("topk"), prose=f"{P003}: TOP K = 4"),
-    PaperValue("--opt peak", _dppt_peak, f"{L2RW_CODE}: the one-cycle peaks at epoch 16 (CI 16 of 50, EI 16 of 30, "
-               "EI/train.py:60-62)", _option("peak")),
+    PaperValue("--rounds", _ei_or_ci((30,), (50, 100)), f"{P003}: CI 50, EI 30, video 100"),
+    PaperValue("--opt topk", _ei_or_ci(3, 5), f"{L2RW_CODE}: top_k 5 for CI images (CI/train.py), 3 for EI "
+               "(EI/train.py:134); 4 for HITSZ-VCM video", prose=f"{P003}: TOP K = 4"),
+    PaperValue("--opt peak", _ei_or_ci(16 / 30, 0.32), f"{L2RW_CODE}: the one-cycle peaks at epoch 16 (CI 16 of 50, "
+               "EI 16 of 30, EI/train.py:60-62)"),
     PaperValue("--opt persistent_optimizer", True, f"{L2RW_CODE} CI/train.py:399-402: one SGD optimiser per client, "
-               "its momentum kept across rounds", _option("persistent_optimizer")),
-    PaperValue("--opt neck_bias", True, f"{L2RW_CODE} CI/model.py:39-40: the BNNeck bias is trainable",
-               _option("neck_bias")),
-    *_dppt_options(("lambda_mrb", 1.0), ("base", "fedavg")),
+               "its momentum kept across rounds"),
+    PaperValue("--opt neck_bias", True, f"{L2RW_CODE} CI/model.py:39-40: the BNNeck bias is trainable"),
+    *_stated(P003, ("--opt lambda_mrb", 1.0), ("--opt base", "fedavg")),
     PaperValue("--eval-flip", False, L2RW_CODE),
     PaperValue("--eval-metric", "cosine", f"{L2RW_CODE} CI/test.py: L2-normalised features"),
 ))
@@ -439,36 +414,24 @@ def _setting(value: PaperValue, actual: Any) -> str:
     return f"{value.option}={_show(actual)}" if value.option.startswith("--opt ") else f"{value.option} {_show(actual)}"
 
 
+def _recipe(config: RunConfig, method: Method) -> list[tuple[str, PaperValue, Any, Any]]:
+    """``(paper, value, the run's value, the paper's)`` per value of the method's recipe (none for baselines)."""
+    run, recipe = Run(config, method), PAPER_RECIPES.get(config.federation.method)
+    return [(recipe.paper, v, v.actual(run), v.expected(run)) for v in (recipe.values if recipe else ())]
+
+
 def recipe_deviations(config: RunConfig, method: Method) -> list[str]:
-    """One sentence per setting where ``config`` (training ``method``) differs from its method's paper recipe (none
-    for baselines)."""
-    run = Run(config, method)
-    recipe = PAPER_RECIPES.get(config.federation.method)
-    if recipe is None:
-        return []
-    out = []
-    for value in recipe.values:
-        actual, expected = value.actual(run), value.expected(run)
-        if not _same(actual, expected):
-            setting = _setting(value, actual)
-            prose = "" if value.prose is None else f"; the paper's prose: {value.prose}"
-            out.append(f"{setting} ({recipe.paper}: {_show(expected)}; {value.source}{prose})")
-    return out
+    """One sentence per setting where ``config`` (training ``method``) differs from its method's paper recipe."""
+    return [f"{_setting(v, actual)} ({paper}: {_show(expected)}; {v.source}"
+            + ("" if v.prose is None else f"; the paper's prose: {v.prose}") + ")"
+            for paper, v, actual, expected in _recipe(config, method) if not _same(actual, expected)]
 
 
 def prose_departures(config: RunConfig, method: Method) -> list[str]:
-    """One sentence per setting where ``config`` follows the authors' released code against their paper's prose.
-
-    The published numbers were produced by that code, so the paper presets
-    follow it; the prose they depart from is named here.
-    """
-    run = Run(config, method)
-    recipe = PAPER_RECIPES.get(config.federation.method)
-    if recipe is None:
-        return []
-    return [f"{_setting(value, value.actual(run))} follows the {value.source}; not the paper's prose "
-            f"({value.prose})" for value in recipe.values
-            if value.prose is not None and _same(value.actual(run), value.expected(run))]
+    """One sentence per setting where ``config`` follows the authors' released code against their paper's prose
+    (the published numbers came from that code, so the paper presets follow it)."""
+    return [f"{_setting(v, actual)} follows the {v.source}; not the paper's prose ({v.prose})"
+            for _, v, actual, expected in _recipe(config, method) if v.prose is not None and _same(actual, expected)]
 
 
 def deviations(config: RunConfig, method: Method) -> list[str]:

@@ -1,14 +1,11 @@
 """The environment variables privreid reads, each parsed in one place.
 
-``PRIVREID_CACHE``          the cache root (synthetic data, Flower site state);
-                            ``~/.cache/privreid`` when unset;
-``PRIVREID_DECODED_MB``     the decoded-image cache's budget
-                            (:mod:`privreid.data.torch_dataset`);
+``PRIVREID_CACHE``          the cache root (synthetic data, Flower site state); ``~/.cache/privreid`` when unset;
+``PRIVREID_DECODED_MB``     the decoded-image cache's budget (:mod:`privreid.data.torch_dataset`);
 ``PRIVREID_HEAP_SLACK_MB``  the heap trimmer's slack (:mod:`privreid.federated.heap`).
 
-A value that does not parse is one :class:`~privreid.errors.ConfigError`
-line naming the variable, raised before any work is done.
-"""
+A value that does not parse is one :class:`~privreid.errors.ConfigError` line naming the variable, raised before any
+work is done."""
 
 from __future__ import annotations
 

@@ -56,19 +56,6 @@ def check_format(fmt: str) -> None:
             require(name)
 
 
-def input_spec(height: int, width: int) -> dict[str, Any]:
-    """What the exported model expects: image size and the normalisation applied to ``[0, 1]`` pixels."""
-    return {"height": int(height), "width": int(width), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
-            "layout": "NCHW, RGB, (pixels / 255 - mean) / std"}
-
-
-def state_dict_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-    """The ``state-dict`` file's contents (see the module docstring)."""
-    return {"format": "privreid-state-dict-v1", "privreid_version": __version__,
-            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            "model_config": model.model_config(), "input": spec, "source": source}
-
-
 def torchreid_config(model: ReIDModel) -> dict[str, Any]:
     """Arguments of torchreid's ``ResNet`` that hold ``model``'s weights; ConfigError when it has none."""
     unsupported = [what for what, present in (
@@ -99,12 +86,6 @@ def torchreid_state_dict(model: ReIDModel) -> dict[str, torch.Tensor]:
             out["classifier.weight"] = value
             out["classifier.bias"] = torch.zeros(value.shape[0], dtype=value.dtype)
     return out
-
-
-def torchreid_payload(model: ReIDModel, spec: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-    """The ``torchreid`` file's contents (see the module docstring)."""
-    return {"state_dict": torchreid_state_dict(model), "torchreid": torchreid_config(model),
-            "privreid_version": __version__, "input": spec, "source": source}
 
 
 @contextlib.contextmanager
@@ -152,16 +133,19 @@ def export_model(model: ReIDModel, fmt: str, out: str | os.PathLike, *, height: 
     check_format(fmt)
     out = Path(out)
     model = model.cpu().eval()
-    spec = input_spec(height, width)
+    # what the exported model expects: image size and the normalisation applied to [0, 1] pixels
+    spec = {"height": int(height), "width": int(width), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+            "layout": "NCHW, RGB, (pixels / 255 - mean) / std"}
     source = dict(source or {})
     report: dict[str, Any] = {"path": str(out), "format": fmt, "feat_dim": model.feat_dim, "input": spec}
     if fmt == "state-dict":
-        payload = state_dict_payload(model, spec, source)
-        save_torch_atomic(payload, out)
+        save_torch_atomic({"format": "privreid-state-dict-v1", "privreid_version": __version__,
+                           "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                           "model_config": model.model_config(), "input": spec, "source": source}, out)
     elif fmt == "torchreid":
-        payload = torchreid_payload(model, spec, source)
-        report["torchreid"] = payload["torchreid"]
-        save_torch_atomic(payload, out)
+        report["torchreid"] = torchreid_config(model)
+        save_torch_atomic({"state_dict": torchreid_state_dict(model), "torchreid": report["torchreid"],
+                           "privreid_version": __version__, "input": spec, "source": source}, out)
     else:
         onnx = require("onnx")
 

@@ -54,7 +54,7 @@ def load_plugins(named: Iterable[str] = (), *, export: bool = False) -> None:
     for entry in entry_points(group=GROUP):
         dist = entry.dist.name if entry.dist is not None else None
         if dist:
-            _distributions.setdefault(_top(entry.module), dist)
+            _distributions.setdefault(entry.module.partition(".")[0], dist)
         _load(entry, f"plugin {entry.name!r} ({entry.value}" + (f", from {dist})" if dist else ")"))
     if specs and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())  # after everything installed: a file here never shadows a package
@@ -77,10 +77,6 @@ def _load(entry: EntryPoint, label: str) -> None:
         raise PluginError(f"{label} failed to load: {type(exc).__name__}" + (f": {message}" if message else "")) \
             from None
     _loaded.add(entry.value)
-
-
-def _top(module: str) -> str:
-    return module.partition(".")[0]
 
 
 def listed_origin(origin: str) -> str:

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from privreid import __version__
+from privreid.dependencies import require
+from privreid.errors import ConfigError, PrivreidError
+from privreid.io import write_text_atomic
 from privreid.rundir import (PROVENANCE_FILES, OutputError, RunFiles, RunLock, check_no_links, check_output_dir,
                              check_run_kind, os_error_message, remove_orphaned_temporaries)
 
@@ -173,8 +176,6 @@ def write_provenance(out: Path, command: str, *, config: dict[str, Any] | None =
     header = (f"# privreid {command}: the resolved configuration of this run"
               + (f"; rerun it with `privreid {command} --config config.yaml --out DIR`" if command == "train" else
                  " (its parameters, by option name)") + "\n")
-    from privreid.io import write_text_atomic
-
     env = {"kind": command, **environment(device=device, seed=seed)}  # the run's kind: privreid.rundir.run_kind
     if resumed:
         env["previous"] = _previous_environments(out / PROVENANCE_FILES["environment"])
@@ -288,7 +289,6 @@ def run_log(out: Path, *, resumed: bool = False) -> Iterator[None]:
     import logging
     import shlex
 
-    from privreid.errors import PrivreidError
     from privreid.log import LOGGER_NAME, file_handler, terminal
 
     handler = file_handler(out / PROVENANCE_FILES["log"])
@@ -391,8 +391,6 @@ def hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 class _WandB:
     def __init__(self, out: Path, config: dict[str, Any]):
-        from privreid.dependencies import require
-
         self.wandb = require("wandb")
         self.run = self.wandb.init(project="privreid", dir=str(out), name=out.name, config=config)
 
@@ -418,9 +416,6 @@ def metric_logger(kind: str, out: Path, config, rates: dict[str, list[float]]):
 
 def check_logger(kind: str) -> None:
     """Refuse an unknown ``--logger`` or a missing package before any work is done."""
-    from privreid.dependencies import require
-    from privreid.errors import ConfigError
-
     if kind not in LOGGERS:
         raise ConfigError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
     if kind != "none":
@@ -430,6 +425,4 @@ def check_logger(kind: str) -> None:
 def record_models(out: Path, models: list) -> None:
     """``out/models.json``: what each model of an evaluation is (a privreid checkpoint's method and round, or a
     file from elsewhere's load report: kind, mapped and ignored keys, input settings)."""
-    from privreid.io import write_text_atomic
-
     write_text_atomic(out / "models.json", json.dumps([m.provenance() for m in models], indent=2) + "\n")

@@ -24,25 +24,18 @@ T = TypeVar("T")
 BUILT_IN = "built-in"
 
 
-def _name_attribute(entry: object) -> str:
-    return getattr(entry, "name", "")
-
-
 class Registry(Generic[T]):
     """Named entries of one kind: ``kind`` for messages; ``builtins``: modules whose import registers them, or a
     function returning them (loaded on first use); ``key``: an entry's name (default ``.name``); ``check``:
     raises ConfigError for an entry this registry cannot take."""
 
     def __init__(self, kind: str, *, builtins: Sequence[str] | Callable[[], Iterable[T]] = (),
-                 key: Callable[[T], str] = _name_attribute, check: Callable[[T], None] | None = None):
-        self.kind = kind
-        self._builtins = builtins
-        self._key = key
-        self._check = check
+                 key: Callable[[T], str] = lambda entry: getattr(entry, "name", ""),
+                 check: Callable[[T], None] | None = None):
+        self.kind, self._builtins, self._key, self._check = kind, builtins, key, check
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}
-        self._loading = False
-        self._loaded = False
+        self._loading = self._loaded = False
         #: the privreid module that made this registry: its wrappers (``register_method``) are not an entry's origin
         owner = sys._getframe(1).f_globals.get("__name__", "")
         self._wrappers = owner if owner.partition(".")[0] == "privreid" else None

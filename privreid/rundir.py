@@ -21,6 +21,7 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from privreid.errors import CheckpointError, ConfigError
 from privreid.io import TEMPORARY_SUFFIX, OutputError, write_file_atomically
@@ -146,8 +147,6 @@ MEMORY_DIR = "client_memory"
 def memory_file_name(client: str, round_no: int) -> str:
     """``<client>.r<round>.pt``: ``client``'s memory changed in ``round_no``. The name is percent-encoded
     (:func:`urllib.parse.quote`, keeping only ``A-Za-z0-9_.-~``), which is injective and never leaves the folder."""
-    from urllib.parse import quote
-
     return f"{quote(client, safe='')}.r{round_no}.pt"
 
 
@@ -157,8 +156,6 @@ MEMORY_FILE_NAMES = re.compile(r"[A-Za-z0-9_.~%-]+\.r[0-9]+\.pt|\.[A-Za-z0-9_.~%
 
 def is_memory_file_of(file: str, client: str, up_to_round: int) -> bool:
     """Whether ``file`` is :func:`memory_file_name`'s name for ``client`` in a round ``1..up_to_round``."""
-    from urllib.parse import quote
-
     stem, sep, rest = file.rpartition(".r")
     number = rest.removesuffix(".pt")
     return (bool(sep) and stem == quote(client, safe="") and rest.endswith(".pt") and number.isascii()

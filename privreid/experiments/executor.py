@@ -17,7 +17,6 @@ must see ``OUT`` (a shared filesystem): a worker that cannot stops the sweep wit
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from privreid.config import RunConfig
-from privreid.errors import ConfigError
+from privreid.errors import ConfigError, PrivreidError
 from privreid.experiments import status as sweep_status
 from privreid.io import write_json_atomic
 
@@ -105,18 +104,8 @@ def check_runs(runs: list[PlannedRun]) -> None:
             raise METHODS.unknown(run.config.federation.method)
 
 
-def finished_summary(run_dir: Path) -> dict | None:
-    """The run's ``summary.json`` when it is complete (written last and atomically), else ``None``."""
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def one_line(exc: BaseException) -> str:
     """An exception as one ``error:`` line: privreid's own errors as they are, others with their type."""
-    from privreid.errors import PrivreidError
-
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return text if isinstance(exc, PrivreidError) else f"{type(exc).__name__}: {text}".rstrip(": ")
 
@@ -170,7 +159,7 @@ def execute(runs: list[PlannedRun], out: Path, settings: ExecutorSettings,
     out.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     write_plan(out, runs, settings, failed)
-    done = {r.name for r in runs if finished_summary(out / r.name) is not None}
+    done = {r.name for r in runs if sweep_status.finished_summary(out / r.name) is not None}
     todo = [r for r in runs if r.name not in done]
 
     def record(name: str, status: str, error: str | None) -> None:  # called in this process, as outcomes arrive
@@ -187,7 +176,7 @@ def execute(runs: list[PlannedRun], out: Path, settings: ExecutorSettings,
                 _execute_on_ray(todo, out, settings, record)
     outcomes = []
     for run in runs:
-        summary = finished_summary(out / run.name)
+        summary = sweep_status.finished_summary(out / run.name)
         outcomes.append(RunOutcome(run, "done" if summary is not None else "failed", summary,
                                    None if summary is not None else failed.get(run.name, "did not finish"),
                                    skipped=run.name in done))

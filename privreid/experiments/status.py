@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from privreid.errors import ConfigError
+from privreid.io import format_table
 from privreid.rundir import LOCK_FILE
 
 #: the plan of a sweep or a table, in its output directory
@@ -56,6 +57,14 @@ def is_running(run_dir: Path) -> bool:
     return False
 
 
+def finished_summary(run_dir: Path) -> dict | None:
+    """The run's ``summary.json`` when it is complete (written last and atomically), else ``None``."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def _records(run_dir: Path) -> list[dict]:
     try:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -72,11 +81,10 @@ def _records(run_dir: Path) -> list[dict]:
 
 def _seen_map(records: list[dict]) -> float | None:
     for scope in ("global", "local"):
-        maps = [r["mAP"] for r in records if r.get("scope") == scope and r.get("split") == "seen" and "mAP" in r]
-        if maps:
-            last = max(r["round"] for r in records if r.get("scope") == scope and r.get("split") == "seen")
-            now = [r["mAP"] for r in records if r.get("scope") == scope and r.get("split") == "seen"
-                   and r["round"] == last and "mAP" in r]
+        seen = [r for r in records if r.get("scope") == scope and r.get("split") == "seen"]
+        if any("mAP" in r for r in seen):
+            last = max(r["round"] for r in seen)
+            now = [r["mAP"] for r in seen if r["round"] == last and "mAP" in r]
             return sum(now) / len(now)
     return None
 
@@ -107,10 +115,7 @@ def run_status(out: Path, entry: dict[str, Any], failures: dict[str, str]) -> di
     run_dir = Path(out) / entry["name"]
     row: dict[str, Any] = {"run": entry["name"], "state": "queued", "round": 0, "rounds": entry.get("rounds"),
                            "mAP": None, "s/round": None, "error": None}
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        summary = None
+    summary = finished_summary(run_dir)
     if summary is not None:
         wall = summary.get("wall_time_s")
         rounds = summary.get("rounds") or row["rounds"]
@@ -172,8 +177,6 @@ def summary_line(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]], concurrent: int = 1) -> str:
     """The status table (one row per run) and the summary line, as ``privreid status`` prints them."""
-    from privreid.io import format_table
-
     table = [{"run": r["run"], "state": r["state"], "round": f"{r['round']}/{r['rounds'] or '?'}",
               "seen mAP": r["mAP"], "ETA": "-" if r["state"] in ("done", "failed") else duration(r["eta_s"]),
               **({"error": r["error"] or ""} if any(x["error"] for x in rows) else {})} for r in rows]

@@ -41,7 +41,7 @@ from privreid.errors import ConfigError
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.frontier import write_frontier
 from privreid.experiments.statistics import cell_statistics, mean_pm_std
-from privreid.io import save_figure, write_csv_rows, write_file_atomically
+from privreid.io import format_table, save_figure, write_csv_rows, write_text_atomic
 
 #: CLI knob name -> PrivacyConfig field
 KNOBS = {"beta": "beta", "noise-multiplier": "noise_multiplier", "target-epsilon": "target_epsilon", "clip": "clip"}
@@ -78,16 +78,13 @@ class Grid:
 
 def knob_config(base: RunConfig, param: str, value: float) -> RunConfig:
     """``base`` with the knob set to ``value``; raises ConfigError when the knob has no effect in ``base``."""
-    if param not in KNOBS:
-        raise ConfigError(f"unknown --param {param!r}; choose from {', '.join(KNOBS)}")
+    path = knob_grid(param, [value]).path
     t = base.privacy
     if param in ("noise-multiplier", "target-epsilon") and not (t.dp_sgd or t.client_dp):
         raise ConfigError(f"--param {param} needs --dp-sgd or --client-dp among the train options")
     if param == "clip" and not t.client_dp:
         raise ConfigError("--param clip needs --client-dp among the train options")
-    config = base.with_values({f"privacy.{KNOBS[param]}": value})
-    config.validate()
-    return config
+    return base.with_values({path: value}).validate()
 
 
 def reference_config(base: RunConfig) -> RunConfig:
@@ -228,8 +225,7 @@ def plan_sweep(base: RunConfig, grids: list[Grid], seeds: list[int] | None, *,
                 config = knob_config(seeded, knob, values[0])
             else:
                 sets = [f"{g.path}={v if isinstance(v, str) else json.dumps(v)}" for g, v in zip(grids, values)]
-                config = apply_sets(seeded, sets)
-                config.validate()
+                config = apply_sets(seeded, sets).validate()
             name = ",".join(f"{g.label}={_text(v)}" for g, v in zip(grids, values)) or "base"
             cell = {g.path: json.dumps(v) if isinstance(v, (dict, list)) else v for g, v in zip(grids, values)}
             cells.append(PlannedRun(name + suffix, config, cell, seed))  # cells group runs: hashable values
@@ -307,8 +303,7 @@ def _cached_leakage(run_dir: Path, settings: LeakageSettings, device: str) -> di
         if stored.get("settings") == key:
             return stored["results"]
     results = _leakage(run_dir / "ckpt.pt", settings, device)
-    write_file_atomically(cache, lambda tmp: tmp.write_text(json.dumps({"settings": key, "results": results},
-                                                                       indent=2)))
+    write_text_atomic(cache, json.dumps({"settings": key, "results": results}, indent=2))
     return results
 
 
@@ -402,8 +397,6 @@ _SHOWN = [("seen R1", 100), ("seen mAP", 100), ("unseen R1", 100), ("unseen mAP"
 
 def render_cells(cells: list[dict[str, Any]]) -> str:
     """One row per cell: its setting and each metric as ``mean ± std (n=…)`` (rates in %), failed runs counted."""
-    from privreid.io import format_table
-
     def row(cell: dict[str, Any]) -> dict[str, Any]:
         setting = {k: v for k, v in cell.items() if k != "failed" and not re.search(r"_(mean|std|n|ci95_\w+)$", k)}
         shown = {"cell": ", ".join(f"{k.split('.')[-1]}={_text(v)}" for k, v in setting.items())}

@@ -187,7 +187,6 @@ class AdversaryRecord:
     def before_round(self, round_index, selected) -> None:
         self.round_index = round_index
         self.attacking = self.threat.malicious_in(round_index) & {c.name for c in selected}
-        return None
 
     def on_round_result(self, round_no, result) -> None:
         self.detections = [detection_record(round_no, rec, self.attacking) for rec in result.records
@@ -202,9 +201,6 @@ class AdversaryRecord:
 
     def load_state_dict(self, state) -> None:
         pass
-
-    def state_from_memories(self, memories) -> dict:
-        return {}
 
     def on_global_model(self, round_no, model, testsets, **evaluation) -> list:
         """The round evaluation's hook (:mod:`privreid.federated.round_eval`): the attack's records."""
@@ -221,8 +217,8 @@ class MaliciousUpdate:
     """The method's client update; on a client that attacks this round (whose data is already poisoned) it poisons
     the upload."""
 
-    def __init__(self, inner, adversary: Adversary, settings: dict[str, Any], plan: AdversaryPlan):
-        self.inner, self.adversary, self.settings, self.plan = inner, adversary, settings, plan
+    def __init__(self, inner, plan: AdversaryPlan):
+        self.inner, self.plan = inner, plan
 
     def __call__(self, ctx):
         attacking = ctx.client.name in self.plan.threat().malicious_in(ctx.round)
@@ -234,7 +230,7 @@ class MaliciousUpdate:
         finally:
             ctx.client = poisoned
         if attacking:
-            self.adversary.poison_upload(ctx, self.settings)
+            self.plan.adversary.poison_upload(ctx, self.plan.settings)
         return metrics
 
 
@@ -262,8 +258,7 @@ class AdversaryPlan:
             raise ConfigError(f"--adversary needs a federated method; {method.name!r} has no clients that upload")
         make = method.make_client_update
         wrapped = dataclasses.replace(
-            method, make_client_update=lambda config: MaliciousUpdate(make(config), self.adversary, self.settings,
-                                                                      self),
+            method, make_client_update=lambda config: MaliciousUpdate(make(config), self),
             make_prepare_clients=lambda config: lambda clients: self.poisoned(method.prepare_clients_for(config),
                                                                               clients))
         if not acts_on_rounds(self.adversary):

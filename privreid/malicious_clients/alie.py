@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from scipy.stats import norm
 
-from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.updates import RoundAttack, mean_std
+from privreid.malicious_clients.updates import RoundAttack, mean_std, number
 
 
 def z_max(n: int, m: int) -> float:
@@ -33,9 +32,8 @@ class ALIE(RoundAttack):
 
     def check(self, settings, clients, malicious, config) -> None:
         super().check(settings, clients, malicious, config)
-        z = settings["z"]
-        if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float))):
-            raise ConfigError(f"adversary {self.name!r}: z must be a number (got {z!r})")
+        if settings["z"] is not None:
+            number(self, settings, "z", lambda z: True, "be a number")
 
     def craft(self, reference, full, n, m, settings, rng):
         mean, std = mean_std(reference)

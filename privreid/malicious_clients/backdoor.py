@@ -42,16 +42,14 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-import torch
-
 from privreid.config import RunConfig
 from privreid.data.types import ClientData
 from privreid.errors import ConfigError
 from privreid.seeding import derive_seed
 from privreid.evaluation.backdoor import durability, evaluate_backdoor
-from privreid.malicious_clients import Adversary, register_malicious_client
+from privreid.malicious_clients import Adversary, malicious_clients, register_malicious_client, settings_of
 from privreid.data.trigger import Trigger, stamped_samples
-from privreid.malicious_clients.updates import rescale_update
+from privreid.malicious_clients.updates import number, rescale_update
 
 GOALS = ("targeted", "evasion")
 
@@ -64,16 +62,14 @@ class Backdoor(Adversary):
                "size": 6, "position": "center", "pattern_seed": 0, "alpha": 0.2, "boost": 1.0}
 
     def check(self, settings, clients, malicious, config) -> None:
-        goal, fraction, count = settings["goal"], settings["fraction"], settings["target_images"]
+        goal, count = settings["goal"], settings["target_images"]
         if goal not in GOALS:
             raise ConfigError(f"adversary {self.name!r}: goal must be one of {', '.join(GOALS)} (got {goal!r})")
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            raise ConfigError(f"adversary {self.name!r}: fraction must lie in (0, 1] (got {fraction!r})")
+        number(self, settings, "fraction", lambda f: 0 < f <= 1, "lie in (0, 1]")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"adversary {self.name!r}: target_images must be a whole number >= 1 (got {count!r})")
-        boost = settings.get("boost", 1.0)  # the backdoors built to pass a norm bound have no boost
-        if isinstance(boost, bool) or not isinstance(boost, (int, float)) or boost <= 0:
-            raise ConfigError(f"adversary {self.name!r}: boost must be a number > 0 (got {boost!r})")
+        if "boost" in settings:  # the backdoors built to pass a norm bound have no boost
+            number(self, settings, "boost")
         self.trigger(settings, malicious[0].name).check_fits(config.data.height, config.data.width)
         video = [c.name for c in malicious if c.tracklets is not None]
         if video:
@@ -142,14 +138,6 @@ def _attack_stop(window) -> int | None:
     return None if stop in ("", None) else int(stop)
 
 
-def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """``key -> (trained entry, transmitted entry)`` of the floating entries the server transmitted to ``ctx``'s
-    client (the transmitted one on the trained one's device and dtype)."""
-    state = ctx.model.state_dict()
-    return {key: (value, ctx.global_state[key].to(value.device, value.dtype)) for key, value in state.items()
-            if key in ctx.global_state and torch.is_floating_point(value)}
-
-
 def _target(target, count: int, first: ClientData) -> dict:
     """The targeted backdoor's ``target_domain``, ``target`` and ``held_images`` (``[path, camid]``: the first
     ``count`` gallery images of the target in the first malicious client's domain); ConfigError when that gallery
@@ -186,13 +174,9 @@ class RecordedBackdoor:
 
 
 def recorded_backdoor(config: RunConfig) -> RecordedBackdoor | None:
-    """The backdoor ``config``'s run trained with (``robustness.adversary`` a :class:`Backdoor`), or None.
-
-    The target and its domain are resolved as the run resolved them (from
-    the run's federation, so the run's data must be readable).
-    """
+    """The backdoor ``config``'s run trained with (``robustness.adversary`` a :class:`Backdoor`), or None; the target
+    and its domain resolved as the run resolved them (from its federation: the run's data must be readable)."""
     from privreid.data.catalog import federation_for_config
-    from privreid.malicious_clients import malicious_clients, settings_of
 
     found = settings_of(config)
     if found is None or not isinstance(found[0], Backdoor):

@@ -1,12 +1,10 @@
 """The colluding attackers' seat at the server: a strategy wrapper that rewrites a round's uploads together.
 
-:class:`RewriteRound` sits outermost around the server's strategy (the
-method's, with every defense), so every defense sees the rewritten uploads:
-its accumulator keeps the round's uploads, hands them to ``rewrite`` at
-``result()`` and passes what it returns to the inner accumulator in arrival
-order.  This simulates collusion (:meth:`~privreid.malicious_clients.Adversary.poison_round`):
-the server learns nothing more than the uploads it would receive.
-"""
+:class:`RewriteRound` sits outermost around the server's strategy (the method's, with every defense), so every
+defense sees the rewritten uploads: its accumulator keeps the round's uploads, hands them to ``rewrite`` at
+``result()`` and passes what it returns to the inner accumulator in arrival order.  This simulates collusion
+(:meth:`~privreid.malicious_clients.Adversary.poison_round`): the server learns nothing more than the uploads it would
+receive."""
 
 from __future__ import annotations
 

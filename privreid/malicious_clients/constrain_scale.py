@@ -26,7 +26,8 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.backdoor import Backdoor, floating_update
+from privreid.malicious_clients.backdoor import Backdoor
+from privreid.malicious_clients.updates import floating_update, number
 
 
 def project_update(ctx, bound: float, to_bound: bool = False) -> float:
@@ -48,9 +49,7 @@ class ConstrainScale(Backdoor):
     options = {**{k: v for k, v in Backdoor.options.items() if k != "boost"}, "bound": 1.0, "to_bound": False}
 
     def check(self, settings, clients, malicious, config) -> None:
-        bound = settings["bound"]
-        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or bound <= 0:
-            raise ConfigError(f"adversary {self.name!r}: bound must be a number > 0 (got {bound!r})")
+        number(self, settings, "bound")
         if not isinstance(settings["to_bound"], bool):
             raise ConfigError(f"adversary {self.name!r}: to_bound must be true or false (got {settings['to_bound']!r})")
         super().check(settings, clients, malicious, config)

@@ -1,13 +1,10 @@
 """The distributed backdoor (DBA, Xie et al. 2020): the trigger split across the malicious clients.
 
-As :mod:`.backdoor` (same options, goals and threat model), but the patch
-is cut into one horizontal strip per malicious client (:meth:`Trigger.part
-<privreid.data.trigger.Trigger.part>`), in the federation's order of
-the malicious clients; each stamps only its own strip on its images, so no
-single upload carries the whole trigger.  The evaluation stamps the whole
-patch.  The run records which client stamped which strip
-(``summary.json`` ``adversary.options.parts``: client names, strip 0 first).
-"""
+As :mod:`.backdoor` (same options, goals and threat model), but the patch is cut into one horizontal strip per
+malicious client (:meth:`Trigger.part <privreid.data.trigger.Trigger.part>`), in the federation's order of the
+malicious clients; each stamps only its own strip on its images, so no single upload carries the whole trigger.  The
+evaluation stamps the whole patch.  The run records which client stamped which strip (``summary.json``
+``adversary.options.parts``: client names, strip 0 first)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Detection metrics: which clients a server defense rejected against which attacked.
 
-A defense that selects or drops clients reports, in ``RoundResult.records``,
-``{"scope": "defense", "defense": NAME, "rejected": [names], "accepted": [names]}``.
-Against the clients that attacked in the round (the positives), each such
-record gives a ``scope: "detection"`` record of ``metrics.jsonl``:
-``tp`` / ``fn`` (attackers rejected / accepted), ``fp`` / ``tn`` (honest
-clients rejected / accepted), ``tpr = tp / (tp + fn)`` (null in a round
-without attackers) and ``fpr = fp / (fp + tn)`` (null without honest clients).
-"""
+A defense that selects or drops clients reports, in ``RoundResult.records``, ``{"scope": "defense", "defense": NAME,
+"rejected": [names], "accepted": [names]}``.  Against the clients that attacked in the round (the positives), each such
+record gives a ``scope: "detection"`` record of ``metrics.jsonl``: ``tp`` / ``fn`` (attackers rejected / accepted),
+``fp`` / ``tn`` (honest clients rejected / accepted), ``tpr = tp / (tp + fn)`` (null in a round without attackers) and
+``fpr = fp / (fp + tn)`` (null without honest clients)."""
 
 from __future__ import annotations
 

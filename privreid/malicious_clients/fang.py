@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.updates import RoundAttack, mean_std
+from privreid.malicious_clients.updates import RoundAttack, mean_std, number
 
 
 class Fang(RoundAttack):
@@ -28,9 +27,7 @@ class Fang(RoundAttack):
 
     def check(self, settings, clients, malicious, config) -> None:
         super().check(settings, clients, malicious, config)
-        b = settings["b"]
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or b <= 1:
-            raise ConfigError(f"adversary {self.name!r}: b must be a number > 1 (got {b!r})")
+        number(self, settings, "b", lambda b: b > 1, "be a number > 1")
 
     def craft(self, reference, full, n, m, settings, rng):
         mean, std = mean_std(reference)

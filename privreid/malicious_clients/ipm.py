@@ -8,7 +8,7 @@ negative (their Sec. 4: ``u_i = -epsilon / (n - q) * sum_j v_j`` over the ``n - 
 from __future__ import annotations
 
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.updates import RoundAttack, positive
+from privreid.malicious_clients.updates import RoundAttack, number
 
 
 class IPM(RoundAttack):
@@ -18,7 +18,7 @@ class IPM(RoundAttack):
 
     def check(self, settings, clients, malicious, config) -> None:
         super().check(settings, clients, malicious, config)
-        positive(self, settings, "epsilon")
+        number(self, settings, "epsilon")
 
     def craft(self, reference, full, n, m, settings, rng):
         return -float(settings["epsilon"]) * reference.mean(0)

@@ -18,7 +18,7 @@ import torch
 
 from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.updates import RoundAttack, mean_std, positive
+from privreid.malicious_clients.updates import RoundAttack, mean_std, number
 
 PERTURBATIONS = ("unit", "std", "sign")
 
@@ -51,8 +51,8 @@ class MinMax(RoundAttack):
         if settings["perturbation"] not in PERTURBATIONS:
             raise ConfigError(f"adversary {self.name!r}: perturbation must be one of {', '.join(PERTURBATIONS)} "
                               f"(got {settings['perturbation']!r})")
-        positive(self, settings, "gamma")
-        positive(self, settings, "tolerance")
+        number(self, settings, "gamma")
+        number(self, settings, "tolerance")
 
     def bound(self, benign: torch.Tensor) -> torch.Tensor:
         """Of the benign updates' squared distances (a matrix): the largest one."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from privreid.errors import ConfigError
 from privreid.malicious_clients import register_malicious_client
-from privreid.malicious_clients.backdoor import Backdoor, floating_update
+from privreid.malicious_clients.backdoor import Backdoor
+from privreid.malicious_clients.updates import floating_update, number
 
 #: the client-memory prefix of the global model it received at its previous participation
 PREVIOUS = "neurotoxin.previous_global."
@@ -48,9 +48,7 @@ class Neurotoxin(Backdoor):
     options = {**{k: v for k, v in Backdoor.options.items() if k != "boost"}, "ratio": 0.05}
 
     def check(self, settings, clients, malicious, config) -> None:
-        ratio = settings["ratio"]
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
-            raise ConfigError(f"adversary {self.name!r}: ratio must lie in [0, 1) (got {ratio!r})")
+        number(self, settings, "ratio", lambda r: 0 <= r < 1, "lie in [0, 1)")
         super().check(settings, clients, malicious, config)
 
     def poison_upload(self, ctx, settings) -> None:

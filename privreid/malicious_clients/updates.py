@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from privreid.errors import ConfigError
@@ -20,14 +22,19 @@ from privreid.malicious_clients import Adversary
 KNOWLEDGE = ("full", "partial")
 
 
+def floating_update(ctx) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``key -> (trained entry, transmitted entry)`` of the floating entries the server transmitted to ``ctx``'s
+    client (the transmitted one on the trained one's device and dtype)."""
+    state = ctx.model.state_dict()
+    return {key: (value, ctx.global_state[key].to(value.device, value.dtype)) for key, value in state.items()
+            if key in ctx.global_state and torch.is_floating_point(value)}
+
+
 def rescale_update(ctx, factor: float) -> None:
     """``ctx.model``'s floating entries received from the server set to ``g + factor * (theta - g)`` in place."""
     with torch.no_grad():
-        for key, value in ctx.model.state_dict().items():
-            g = ctx.global_state.get(key)
-            if g is not None and torch.is_floating_point(value):
-                g = g.to(value.device, value.dtype)
-                value.copy_(g + factor * (value - g))
+        for value, g in floating_update(ctx).values():
+            value.copy_(g + factor * (value - g))
 
 
 class RescaledUpdate(Adversary):
@@ -36,17 +43,19 @@ class RescaledUpdate(Adversary):
     sign: float = 1.0
 
     def check(self, settings, clients, malicious, config) -> None:
-        positive(self, settings, "scale")
+        number(self, settings, "scale")
 
     def poison_upload(self, ctx, settings) -> None:
         rescale_update(ctx, self.sign * float(settings["scale"]))
 
 
-def positive(adversary: Adversary, settings, key: str) -> float:
-    """``settings[key]``, a number > 0, else a one-line ConfigError."""
+def number(adversary: Adversary, settings, key: str, ok: Callable[[float], bool] = lambda v: v > 0,
+           must: str = "be a number > 0") -> float:
+    """``settings[key]``, a number (not a bool) for which ``ok`` holds, else a one-line ConfigError (``key must
+    <must>``)."""
     value = settings[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"adversary {adversary.name!r}: {key} must be a number > 0 (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+        raise ConfigError(f"adversary {adversary.name!r}: {key} must {must} (got {value!r})")
     return float(value)
 
 

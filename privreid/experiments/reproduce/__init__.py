@@ -16,12 +16,13 @@ from typing import Any, Callable
 
 import yaml
 
+from privreid.config import RunConfig
 from privreid.errors import ConfigError, DataError
 from privreid.experiments.reproduce import fedarks, fedpav, fedreid, l2rw, ska
 from privreid.experiments.reproduce.spec import SCALES, Column, Row, RunSpec, TableSpec
 from privreid.experiments.executor import ExecutorSettings, PlannedRun, execute
 from privreid.experiments.statistics import describe
-from privreid.io import write_text_atomic
+from privreid.io import write_csv_rows, write_text_atomic
 
 __all__ = ["TABLES", "check_table", "list_tables", "published", "run_table"]
 
@@ -258,17 +259,12 @@ def _robustness_cell(run_dir: Path, measure: tuple[str, str], metric: str, datas
 
 def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, scale: str, device: str) -> dict:
     from privreid.retrieval_attacks.retrieval import evaluate_under_attack
-    from privreid.checkpoint import Checkpoint
     from privreid.data.catalog import resolve_datasets
     from privreid.data.partition import as_test_set
     from privreid.evaluation.corrupted_eval import evaluate_corrupted
-    from privreid.device import resolve_device
     from privreid.experiments.reproduce.l2rw import TABLE9_SMOKE_REPEATS
 
-    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
-    cfg = ckpt.run_config
-    dev = resolve_device(device)
-    model = ckpt.load_model(device=dev)
+    cfg, model, dev = _global_model(run_dir, device)
     datasets = resolve_datasets(cfg.data.roots, cfg.data.format, synth_seed=cfg.data.synth_seed)
     testset = as_test_set(dataset, datasets[dataset])
     size = {"height": cfg.data.height, "width": cfg.data.width}
@@ -280,19 +276,23 @@ def _evaluate_robustness(run_dir: Path, family: str, attack: str, dataset: str, 
                                    "deviations")}
 
 
-def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
+def _global_model(run_dir: Path, device: str) -> tuple[RunConfig, Any, Any]:
+    """The run's configuration, its global model (``ckpt.pt``) on ``device``, and that device."""
     from privreid.checkpoint import Checkpoint
-    from privreid.data.synthetic_dg import ensure_synthetic_dg
-    from privreid.evaluation.dg_protocol import evaluate_dg_model
     from privreid.device import resolve_device
 
+    ckpt, dev = Checkpoint.load(run_dir / "ckpt.pt"), resolve_device(device)
+    return ckpt.run_config, ckpt.load_model(device=dev), dev
+
+
+def _evaluate_dg(run_dir: Path, dataset: str, fmt: str, scale: str, data_root, device: str, name: str) -> dict:
+    from privreid.data.synthetic_dg import ensure_synthetic_dg
+    from privreid.evaluation.dg_protocol import evaluate_dg_model
+
     root = ensure_synthetic_dg() / dataset if scale == "smoke" else Path(data_root) / dataset
-    ckpt = Checkpoint.load(run_dir / "ckpt.pt")
-    cfg = ckpt.run_config
-    dev = resolve_device(device)
-    return evaluate_dg_model(ckpt.load_model(device=dev), root, fmt, height=cfg.data.height, width=cfg.data.width,
-                             device=dev, flip=cfg.evaluation.flip, metric=cfg.evaluation.metric,
-                             ap=cfg.evaluation.ap,
+    cfg, model, dev = _global_model(run_dir, device)
+    return evaluate_dg_model(model, root, fmt, height=cfg.data.height, width=cfg.data.width, device=dev,
+                             flip=cfg.evaluation.flip, metric=cfg.evaluation.metric, ap=cfg.evaluation.ap,
                              write_splits_to=run_dir / f"splits-{name}.json")
 
 
@@ -340,8 +340,6 @@ def published_by_row(key: str) -> dict[str, dict[str, float]]:
 
 
 def _write(spec: TableSpec, scale: str, rows: list[dict[str, Any]], out: Path) -> None:
-    from privreid.io import write_csv_rows
-
     out.mkdir(parents=True, exist_ok=True)
     write_csv_rows(rows, out / "table.csv")
     by_cell = {(r["row"], r["column"]): r for r in rows}

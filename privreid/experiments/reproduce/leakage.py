@@ -15,7 +15,7 @@ from privreid.inversion.settings import PRESETS, InversionSettings
 from privreid.data.types import MODALITIES
 from privreid.errors import ConfigError
 from privreid.pickle_scan import UnsafePickle, safe_torch_load
-from privreid.io import save_torch_atomic
+from privreid.io import save_figure, save_torch_atomic
 
 #: the paper's attack: iDLG, Adam at lr 0.01, 200 iterations (its "Discussion on privacy"): the ``l2rw-fig8`` preset
 #: of :data:`privreid.inversion.settings.PRESETS` (plain Adam on [0, 1] pixels from uniform noise, the last
@@ -115,7 +115,6 @@ def leakage_figure(spec, rows: list[dict], path) -> None:
     import matplotlib.pyplot as plt
 
     from privreid.inversion.report import filtered_views
-    from privreid.io import save_figure
 
     path = Path(path)
     groups = list(dict.fromkeys(c.group for c in spec.columns))

@@ -49,12 +49,7 @@ class RunSpec:
     def config(self, data_root: Any = None, device: str = "auto", seed: int | None = None) -> RunConfig:
         """The run's :class:`RunConfig` (not validated yet), with ``seed`` where given."""
         config = preset_config(CONFIGS / self.preset) if self.preset else RunConfig()
-        for path, value in self.filled(data_root, device).items():
-            section, name = path.split(".")
-            setattr(getattr(config, section), name, value)
-        if seed is not None:
-            config.runtime.seed = seed
-        return config
+        return config.with_values(self.filled(data_root, device) | ({} if seed is None else {"runtime.seed": seed}))
 
     def filled(self, data_root: Any, device: str) -> dict[str, Any]:
         """``fields`` with ``{data_root}`` / ``{device}`` filled in."""
