@@ -154,6 +154,10 @@ class UploadSpy:
     def configure(self, *args):
         return self.inner.configure(*args)
 
+    def with_server_state(self, server_state):
+        self.inner = self.inner.with_server_state(server_state)
+        return self
+
     def accumulator(self, global_state):
         inner, received = self.inner.accumulator(global_state), []
         self.uploads.append(received)

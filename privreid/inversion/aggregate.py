@@ -33,11 +33,10 @@ from privreid.federated.engine import selection_size
 from privreid.losses import identity_loss
 from privreid.seeding import derive_seed
 from privreid.inversion.attack import Reconstruction, reconstruct
-from privreid.inversion.campaign import _to_unit_tensor, write_row
 from privreid.inversion.defenses import NO_DEFENSE, Defense, defense_as_trained
 from privreid.inversion.optimise import invert_feature, random_start
-from privreid.inversion.observation import Observation, leak_bottleneck_feature
-from privreid.inversion.report import score
+from privreid.inversion.observation import Observation, leak_bottleneck_feature, to_unit_tensor
+from privreid.inversion.report import score, write_row
 from privreid.inversion.threat_models import THREATS, observe
 
 BASE_THREAT = "shared-feature"
@@ -126,7 +125,7 @@ def attack_sums(target, subjects, owners, plan, models, where: Path, *, threat: 
                 steps = [(net, subject.image.to(dev), pid)]
                 for c, i in plan[m][k]:
                     path, label, _ = target.clients[c].train[i]
-                    steps.append((models[c][0], _to_unit_tensor(read_image(path), h, w).to(dev), label))
+                    steps.append((models[c][0], to_unit_tensor(read_image(path), h, w).to(dev), label))
                 obs = aggregate_observation(steps, shared=shared, loss_fn=loss_fn, defense=defense,
                                             generator=generator)
                 start = random_start((settings.restarts, *subject.image.shape), generator, settings.start, dev)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchvision.transforms as T
 
 from privreid.checkpoint import Checkpoint, checkpoint_labels, label_file_stem
 from privreid.composition import method_of
@@ -27,8 +26,8 @@ from privreid.models.evaluated import model_labels
 from privreid.seeding import derive_seed
 from privreid.inversion.attack import reconstruct_batch
 from privreid.inversion.defenses import NO_DEFENSE, defense_as_trained
-from privreid.inversion.observation import to_model_input
-from privreid.inversion.report import save_grid, score, subject_caption, summarise, summary_table, write_metrics_json
+from privreid.inversion.observation import to_model_input, to_unit_tensor
+from privreid.inversion.report import score, summary_table, write_row
 from privreid.inversion.threat_models import THREATS, check_model
 
 
@@ -50,10 +49,6 @@ class Target:
     ckpt: Checkpoint
     config: Any
     clients: dict[str, Any]  # client name -> ClientData (after the method's client preparation)
-
-
-def _to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
-    return T.Compose([T.Resize((height, width)), T.ToTensor()])(pil_image)
 
 
 def load_targets(paths: list[Path]) -> list[Target]:
@@ -107,12 +102,12 @@ def image_subject(image: Path, height: int, width: int) -> Subject:
     if pil.size != (width, height):
         raise ConfigError(f"--image {image} is {pil.size[1]}x{pil.size[0]} (HxW) but the model takes "
                           f"{height}x{width}; resize it first")
-    return Subject(_to_unit_tensor(pil, height, width), str(image), None)
+    return Subject(to_unit_tensor(pil, height, width), str(image), None)
 
 
 def training_subjects(train: list, height: int, width: int, index: int | None, n: int) -> list[Subject]:
     """``n`` images of the ``train`` list (:func:`subject_indices` from ``index``), resized to ``height`` x ``width``."""
-    return [Subject(_to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
+    return [Subject(to_unit_tensor(read_image(train[i][0]), height, width), train[i][0], i)
             for i in subject_indices(len(train), index or 0, n)]
 
 
@@ -269,14 +264,6 @@ def _attack_model(name: str, where: Path, meta: dict[str, Any], subjects: list[S
             "image_size": list(recs[0].subject.shape[1:])}
     return {"name": name, **write_row(where, f"{name}: {settings.attack}, threat {threat}", meta, described, recs,
                                       scores)}
-
-
-def write_row(where: Path, title: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
-              scores: list[dict[str, Any]]) -> dict[str, Any]:
-    """``metrics.json`` (``meta`` its settings) and ``grid.png`` in ``where``; the row's summary, folder and grid."""
-    write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
-    save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described], title=title)
-    return {"summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}
 
 
 def _caption(settings, threat: str, defenses: str, subjects: int) -> str:

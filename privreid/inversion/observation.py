@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torchvision.transforms as T
 import torchvision.transforms.functional as TF
 from torch import nn
 
@@ -164,3 +165,8 @@ def infer_labels(model: nn.Module, observation: Observation, label_smoothing: fl
         return ([matched_sign_label(grads[f"{prefix}.weight"], layer.weight, label_smoothing)],
                 "idlg (sign by gradient matching)")
     return norm_count_labels(grads[f"{prefix}.weight"], batch), "weight-row norm count"
+
+
+def to_unit_tensor(pil_image, height: int, width: int) -> torch.Tensor:
+    """An image as the attacks' subjects are: resized to ``height`` x ``width``, values in [0, 1]."""
+    return T.Compose([T.Resize((height, width)), T.ToTensor()])(pil_image)

@@ -179,3 +179,11 @@ def summary_rows(name: str, summary: dict[str, Any]) -> list[dict[str, str]]:
 def summary_table(models: list[tuple[str, dict[str, Any]]]) -> str:
     """A Markdown table: per model, the attack and its random-image baseline."""
     return format_table([row for name, summary in models for row in summary_rows(name, summary)])
+
+
+def write_row(where: Path, title: str, meta: dict[str, Any], described: list[dict[str, Any]], recs: list,
+              scores: list[dict[str, Any]]) -> dict[str, Any]:
+    """``metrics.json`` (``meta`` its settings) and ``grid.png`` in ``where``; the row's summary, folder and grid."""
+    write_metrics_json(where / "metrics.json", settings=meta, subjects=described, scores=scores)
+    save_grid(where / "grid.png", recs, captions=[subject_caption(d) for d in described], title=title)
+    return {"summary": summarise(scores), "dir": str(where), "grid": str(where / "grid.png")}

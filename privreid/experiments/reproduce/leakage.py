@@ -65,7 +65,8 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     if cache.is_file():
         return json.loads(cache.read_text())
     from privreid.inversion import defense_as_trained, reconstruct
-    from privreid.inversion.campaign import Subject, _to_unit_tensor, client_of, load_targets
+    from privreid.inversion.campaign import Subject, client_of, load_targets
+    from privreid.inversion.observation import to_unit_tensor
     from privreid.inversion.report import score, write_metrics_json
     from privreid.data.formats import read_image
     from privreid.device import resolve_device
@@ -75,7 +76,7 @@ def invert_run(run_dir: Path, modality: str, device: str) -> dict:
     [target] = load_targets([run_dir / "ckpt.pt"])
     path = subject_path(target.clients.values(), _modalities(target.config), modality)
     height, width = target.config.data.height, target.config.data.width
-    subject = Subject(_to_unit_tensor(read_image(path), height, width), path, 0)
+    subject = Subject(to_unit_tensor(read_image(path), height, width), path, 0)
     client, label = client_of(target, subject, "", None)
     net, shared = _client_model(target, client, dev)
     settings = InversionSettings.preset(FIG8_PRESET)
