@@ -259,3 +259,13 @@ def test_invert_attack_options_default_to_the_inversion_settings():
     params = inspect.signature(invert_command).parameters
     defaults = {f.name: params[f.name].default.default for f in dataclasses.fields(InversionSettings)}
     assert defaults == dataclasses.asdict(InversionSettings())
+
+
+def test_option_path_names_the_field_each_flag_sets():
+    """``config.option_path`` (presets, deviations) and the CLI's option table agree on every flag's field."""
+    from privreid.config import option_path
+
+    for name, option in CONFIG_OPTIONS.items():
+        flag = option.decls[0] if option.decls else "--" + name.replace("_", "-")
+        assert option_path(flag) == option_path(flag.lstrip("-")) == option.path, flag
+    assert option_path("--no-such-flag") is None

@@ -437,7 +437,7 @@ def field_types(section: str) -> dict[str, Any]:
 
 
 #: ``privreid train`` options whose name is not their field's (a preset's keys, the deviations' options)
-_OPTION_PATHS = {"workers": "runtime.num_workers", "opt": "federation.method_options", "max-steps":
+_OPTION_PATHS = {"data": "data.roots", "workers": "runtime.num_workers", "opt": "federation.method_options", "max-steps":
                  "optim.max_steps_per_epoch", **{f"eval-{name}": f"evaluation.{name}" for name in ("every", "flip",
                                                                                                     "metric", "ap")}}
 

@@ -133,19 +133,19 @@ class SupervisedUpdate:
         implementation (fused, foreach or per-tensor) is the fastest one that
         trains the per-tensor loop's weights bit for bit (:mod:`.fast_optim`).
         """
-        factor = lr_factor(self.config, round_index)
+        factor, o = lr_factor(self.config, round_index), self.config.optim
         head = list(model.classifier.parameters())
-        neck = [p for p in model.neck.parameters() if p.requires_grad] if self.config.optim.lr_neck is not None else []
+        neck = [p for p in model.neck.parameters() if p.requires_grad] if o.lr_neck is not None else []
         grouped = {id(p) for p in head + neck}
         body = [p for p in model.parameters() if p.requires_grad and id(p) not in grouped]
-        groups = [{"params": body, "lr": self.config.optim.lr_backbone * factor}, {"params": head, "lr": self.config.optim.lr_head * factor}]
+        groups = [{"params": body, "lr": o.lr_backbone * factor}, {"params": head, "lr": o.lr_head * factor}]
         if neck:
             groups.append({"params": neck, "lr": lr_neck(self.config) * factor})
         device = next(model.parameters()).device
-        if self.config.optim.optimizer == "adam":
-            return fast_optim.build("adam", groups, device, weight_decay=self.config.optim.weight_decay)
-        return fast_optim.build("sgd", groups, device, momentum=self.config.optim.momentum, weight_decay=self.config.optim.weight_decay,
-                                nesterov=self.config.optim.momentum > 0)
+        if o.optimizer == "adam":
+            return fast_optim.build("adam", groups, device, weight_decay=o.weight_decay)
+        return fast_optim.build("sgd", groups, device, momentum=o.momentum, weight_decay=o.weight_decay,
+                                nesterov=o.momentum > 0)
 
     def extra_loss(self, ctx: ClientContext, pre_neck: torch.Tensor, feat: torch.Tensor,
                    logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
@@ -196,7 +196,8 @@ class SupervisedUpdate:
             loader = self.loader(ctx, epoch)
             if isinstance(loader.sampler, PKSampler):
                 loader.sampler.set_epoch(epoch)
-            n_batches = len(loader) if self.config.optim.max_steps_per_epoch is None else min(len(loader), self.config.optim.max_steps_per_epoch)
+            cap = self.config.optim.max_steps_per_epoch
+            n_batches = len(loader) if cap is None else min(len(loader), cap)
             # islice, not a break after the cap: a break would first load (and draw the augmentation
             # of) one batch past the cap, shifting the random stream of every later epoch and client
             bar = progress_bar(itertools.islice(loader, n_batches), total=n_batches,
@@ -210,7 +211,8 @@ class SupervisedUpdate:
                     pre_neck, feat, logits = self.forward(ctx, images)
                     loss = self.criterion(logits, labels)
                     if ctx.triplet_weight > 0:
-                        loss = loss + ctx.triplet_weight * batch_hard_triplet_loss(pre_neck, labels, self.config.optim.triplet_margin)
+                        loss = loss + ctx.triplet_weight * batch_hard_triplet_loss(pre_neck, labels,
+                                                                                   self.config.optim.triplet_margin)
                     extra = self.extra_loss(ctx, pre_neck, feat, logits, labels)
                     if extra is not None:
                         loss = loss + extra

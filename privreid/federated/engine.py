@@ -272,8 +272,9 @@ class FederatedEngine(RoundEvaluation, Checkpointing):
         if resume:
             self._restore(resume)
         started = time.time()
-        rounds = progress_bar(range(self.start_round, self.config.federation.rounds), desc=self.method.name, initial=self.start_round,
-                              total=self.config.federation.rounds, enabled=self.progress)
+        total = self.config.federation.rounds
+        rounds = progress_bar(range(self.start_round, total), desc=self.method.name, initial=self.start_round,
+                              total=total, enabled=self.progress)
         with cuda_speedups(self.device, self.config.runtime.cudnn_benchmark):
             for r in rounds:
                 if not self.run_round(r):

@@ -36,7 +36,8 @@ class ClientDPLedger(DefenseLedger):
         self.notes.append(PRIVATISED_NOTE)
         self.notes.append("client-level DP: the server averages clipped updates with uniform weights "
                           "(DP-FedAvg), replacing data-volume weights where the method uses them; noise std "
-                          f"per trainable parameter Z*S/m = {config.privacy.noise_multiplier * config.privacy.clip / clients_per_round:.3g}")
+                          f"per trainable parameter Z*S/m = "
+                          f"{config.privacy.noise_multiplier * config.privacy.clip / clients_per_round:.3g}")
 
     def before_round(self, round_index, selected) -> str | None:
         if self.config.privacy.target_epsilon is None:

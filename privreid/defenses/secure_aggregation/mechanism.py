@@ -83,20 +83,22 @@ def round_parameters(config: RunConfig, clients: int, max_weight: float) -> Para
     tolerate fewer dropouts); Flower's clipping (8) and quantisation
     (``2**22``) ranges and modulus (``2**32``).
     """
-    shares = clients if config.privacy.secagg_shares is None else config.privacy.secagg_shares
-    threshold = shares // 2 + 1 if config.privacy.secagg_threshold is None else config.privacy.secagg_threshold
-    return Parameters(num_shares=shares, threshold=threshold, clipping_range=config.privacy.secagg_clip,
-                      quantization_range=config.privacy.secagg_quantization, max_weight=max_weight)
+    p = config.privacy
+    shares = clients if p.secagg_shares is None else p.secagg_shares
+    threshold = shares // 2 + 1 if p.secagg_threshold is None else p.secagg_threshold
+    return Parameters(num_shares=shares, threshold=threshold, clipping_range=p.secagg_clip,
+                      quantization_range=p.secagg_quantization, max_weight=max_weight)
 
 
 def check_secure_aggregation(config: RunConfig, clients_per_round: int) -> None:
     """ConfigError, before anything is written, for settings the protocol cannot run with (see ``Parameters.check``)."""
-    if config.privacy.secagg_threshold is not None and config.privacy.secagg_shares is not None and config.privacy.secagg_threshold > config.privacy.secagg_shares:
-        raise ConfigError(f"--secagg-threshold {config.privacy.secagg_threshold} is above --secagg-shares {config.privacy.secagg_shares}: "
+    p = config.privacy
+    if p.secagg_threshold is not None and p.secagg_shares is not None and p.secagg_threshold > p.secagg_shares:
+        raise ConfigError(f"--secagg-threshold {p.secagg_threshold} is above --secagg-shares {p.secagg_shares}: "
                           "a secret cannot need more shares than exist")
-    if config.privacy.secagg_threshold is not None and config.privacy.secagg_threshold > clients_per_round:
+    if p.secagg_threshold is not None and p.secagg_threshold > clients_per_round:
         raise ConfigError(f"--secure-aggregation: {clients_per_round} clients per round is fewer than the "
-                          f"reconstruction threshold {config.privacy.secagg_threshold}")
+                          f"reconstruction threshold {p.secagg_threshold}")
     params = round_parameters(config, clients_per_round, 1.0)
     try:
         params.check(clients_per_round)
@@ -318,7 +320,8 @@ def statement(metrics: list[dict[str, Any]], config: RunConfig) -> dict[str, Any
             "server_view": SERVER_VIEW + (FLOWER_VIEW if flower else "") + (
                 " Which clients' inputs failed the verified norm bound." if any("rejected" in r for r in rounds)
                 else ""),
-            "shares": config.privacy.secagg_shares or "clients per round", "threshold": config.privacy.secagg_threshold or "shares // 2 + 1",
+            "shares": config.privacy.secagg_shares or "clients per round",
+            "threshold": config.privacy.secagg_threshold or "shares // 2 + 1",
             "clipping_range": config.privacy.secagg_clip, "quantization_range": config.privacy.secagg_quantization,
             "max_weight": config.privacy.secagg_max_weight or "largest client weight of the round",
             "distributed_dp": bool(config.privacy.client_dp),

@@ -202,7 +202,8 @@ def round_start_factor(config, round_index: int) -> float | None:
     """The one-cycle multiplier at the first step of round ``round_index`` (``None`` with ``onecycle=false``)."""
     if not settings_for(config).onecycle:
         return None
-    return one_cycle_factor(round_index * config.optim.local_epochs, config.federation.rounds * config.optim.local_epochs, settings_for(config).peak)
+    epochs = config.optim.local_epochs
+    return one_cycle_factor(round_index * epochs, config.federation.rounds * epochs, settings_for(config).peak)
 
 
 def temporal_forward(model, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
